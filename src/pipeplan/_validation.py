@@ -1,0 +1,71 @@
+"""Checks at the public boundary that turn bad numbers into one clear error.
+
+    from pipeplan._validation import positive_int
+    positive_int("num_microbatches", 8)   # -> 8
+    positive_int("num_microbatches", 0)   # InvalidInputError: num_microbatches must be >= 1, got 0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .errors import InvalidInputError
+
+
+def positive_int(field: str, value: object, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int, or raise if it is not an integer >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidInputError(f"{field} must be an integer >= {minimum}, got {value!r}")
+    if not float(value).is_integer():
+        raise InvalidInputError(f"{field} must be an integer >= {minimum}, got {value!r}")
+    number = int(value)
+    if number < minimum:
+        raise InvalidInputError(f"{field} must be >= {minimum}, got {number}")
+    return number
+
+
+def finite_floats(
+    field: str,
+    values: object,
+    *,
+    length: int | None = None,
+    allow_zero: bool = False,
+) -> tuple[float, ...]:
+    """Return ``values`` as a tuple of finite floats > 0 (or >= 0 with ``allow_zero``).
+
+    Raises:
+        InvalidInputError: naming ``field``, the offending index and value, or the length.
+    """
+    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
+        raise InvalidInputError(f"{field} must be a list of numbers, got {values!r}")
+    out: list[float] = []
+    for index, raw in enumerate(values):  # type: ignore[union-attr]
+        try:
+            number = float(raw)
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"{field}[{index}] must be a number, got {raw!r}") from None
+        if not math.isfinite(number):
+            raise InvalidInputError(f"{field}[{index}] must be finite, got {number}")
+        if number < 0 or (number == 0 and not allow_zero):
+            bound = ">= 0" if allow_zero else "> 0"
+            raise InvalidInputError(f"{field}[{index}] must be {bound}, got {number}")
+        out.append(number)
+    if not out:
+        raise InvalidInputError(f"{field} must not be empty")
+    if length is not None and len(out) != length:
+        raise InvalidInputError(f"{field} has {len(out)} entries, expected {length} (one per stage)")
+    return tuple(out)
+
+
+def non_negative_float(field: str, value: object) -> float:
+    """Return ``value`` as a finite float >= 0, or raise naming ``field``."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{field} must be a number >= 0, got {value!r}") from None
+    if math.isnan(number) or number < 0:
+        raise InvalidInputError(f"{field} must be a number >= 0, got {value!r}")
+    return number

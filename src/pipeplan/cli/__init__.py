@@ -1,0 +1,61 @@
+"""The ``pipeplan`` command: one sub-module per verb.
+
+    $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedule 1f1b
+    $ pipeplan demo
+
+Every verb module exposes ``register(subparsers)``, which adds its parser and sets
+``func``. A :class:`~pipeplan.errors.PipeplanError` (bad input, infeasible plan,
+failed rank) is printed as one line on stderr and the command exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from ..errors import PipeplanError
+
+__all__ = ["main", "build_parser"]
+
+# Verb modules, in the order ``pipeplan --help`` lists them.
+_VERBS = ("simulate", "partition", "run", "demo")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every available verb."""
+    parser = argparse.ArgumentParser(
+        prog="pipeplan",
+        description="Plan, simulate and run pipeline-parallel training for unequal stages.",
+    )
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
+    subparsers.required = True
+    for verb in _VERBS:
+        try:
+            module = importlib.import_module(f"{__name__}.{verb}_cmd")
+        except ModuleNotFoundError as error:
+            if error.name == f"{__name__}.{verb}_cmd":
+                continue  # verb not built yet
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 2 user error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status = args.func(args)
+    except PipeplanError as error:
+        print(f"pipeplan {args.verb}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"pipeplan {args.verb}: interrupted", file=sys.stderr)
+        return 130
+    return int(status or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

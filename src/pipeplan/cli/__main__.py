@@ -1,0 +1,7 @@
+"""``python -m pipeplan.cli`` runs the command line."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,215 @@
+"""Per-stage costs and the communication model the simulator charges.
+
+Times are floats in one unit of your choice (the CLI says milliseconds); they are
+the cost of one microbatch on one stage. Bytes are bytes::
+
+    from pipeplan.costs import StageCosts, CommModel
+    costs = StageCosts(forward=[30, 10, 10, 20])            # backward defaults to 2x forward
+    comm = CommModel(latency=0.5, send_mode="rendezvous")
+
+Backward convention: ``backward[s]`` is always the *full* backward time of stage
+``s``. ``weight[s]`` is the part of it spent on weight gradients. A schedule that
+splits the backward runs ``B`` = ``backward - weight`` (input gradient) and
+``W`` = ``weight``; any other schedule runs ``B`` = ``backward``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ._validation import finite_floats, non_negative_float
+from .errors import InvalidInputError
+
+__all__ = ["StageCosts", "CommModel", "SendMode"]
+
+SendMode = Literal["eager", "rendezvous"]
+
+
+@dataclass(frozen=True, init=False)
+class StageCosts:
+    """Costs of one microbatch on each stage.
+
+    Args:
+        forward: forward time per stage, each > 0.
+        backward: full backward time per stage (input + weight gradient), each > 0.
+            Defaults to twice the forward, the usual rule for transformer layers.
+        weight: weight-gradient part of ``backward`` per stage, ``0 <= weight < backward``.
+            Defaults to half the backward (the zero-bubble paper's F = B = W assumption).
+            Only split-backward schedules look at it.
+        activation_bytes: bytes of activations one microbatch leaves on the stage
+            from the end of its ``F`` to the end of its ``B``. Defaults to 1 per
+            stage, so byte counts equal in-flight microbatch counts.
+        weight_stash_bytes: of ``activation_bytes``, the part a split backward keeps
+            after ``B`` until ``W`` (the inputs of the weight-gradient GEMMs).
+            Defaults to all of ``activation_bytes`` (a conservative bound).
+        microbatch_scale: optional per-microbatch multiplier of every cost, e.g.
+            ``[1, 1, 1, 0.5]`` for a smaller last microbatch. Length ``m``.
+    """
+
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    weight: tuple[float, ...]
+    activation_bytes: tuple[float, ...]
+    weight_stash_bytes: tuple[float, ...]
+    microbatch_scale: tuple[float, ...] | None
+
+    def __init__(
+        self,
+        forward: Sequence[float],
+        backward: Sequence[float] | None = None,
+        weight: Sequence[float] | None = None,
+        activation_bytes: Sequence[float] | None = None,
+        weight_stash_bytes: Sequence[float] | None = None,
+        microbatch_scale: Sequence[float] | None = None,
+    ) -> None:
+        fwd = finite_floats("forward", forward)
+        num_stages = len(fwd)
+        bwd = (
+            tuple(2.0 * f for f in fwd)
+            if backward is None
+            else finite_floats("backward", backward, length=num_stages)
+        )
+        if weight is None:
+            wgt = tuple(b / 2.0 for b in bwd)
+        else:
+            wgt = finite_floats("weight", weight, length=num_stages, allow_zero=True)
+            for stage, (w, b) in enumerate(zip(wgt, bwd)):
+                if w >= b:
+                    raise InvalidInputError(
+                        f"weight[{stage}] = {w} must be < backward[{stage}] = {b} "
+                        "(weight is the weight-gradient part of the full backward)"
+                    )
+        act = (
+            (1.0,) * num_stages
+            if activation_bytes is None
+            else finite_floats("activation_bytes", activation_bytes, length=num_stages, allow_zero=True)
+        )
+        if weight_stash_bytes is None:
+            stash = act
+        else:
+            stash = finite_floats(
+                "weight_stash_bytes", weight_stash_bytes, length=num_stages, allow_zero=True
+            )
+            for stage, (kept, total) in enumerate(zip(stash, act)):
+                if kept > total:
+                    raise InvalidInputError(
+                        f"weight_stash_bytes[{stage}] = {kept} must be <= activation_bytes[{stage}] = {total}"
+                    )
+        scale = None if microbatch_scale is None else finite_floats("microbatch_scale", microbatch_scale)
+        object.__setattr__(self, "forward", fwd)
+        object.__setattr__(self, "backward", bwd)
+        object.__setattr__(self, "weight", wgt)
+        object.__setattr__(self, "activation_bytes", act)
+        object.__setattr__(self, "weight_stash_bytes", stash)
+        object.__setattr__(self, "microbatch_scale", scale)
+
+    @classmethod
+    def uniform(
+        cls, num_stages: int, *, forward: float = 1.0, backward: float | None = None, weight: float | None = None
+    ) -> StageCosts:
+        """Equal costs on every stage (the textbook case)."""
+        back = 2.0 * forward if backward is None else backward
+        return cls(
+            [forward] * num_stages,
+            [back] * num_stages,
+            None if weight is None else [weight] * num_stages,
+        )
+
+    @property
+    def num_stages(self) -> int:
+        """Number of stages the costs describe."""
+        return len(self.forward)
+
+    def duration(self, kind: str, stage: int, microbatch: int, *, split_backward: bool) -> float:
+        """Time of one action (see the module doc for the backward convention)."""
+        if kind == "F":
+            base = self.forward[stage]
+        elif kind == "W":
+            base = self.weight[stage]
+        elif split_backward:
+            base = self.backward[stage] - self.weight[stage]
+        else:
+            base = self.backward[stage]
+        if self.microbatch_scale is not None:
+            base *= self.microbatch_scale[microbatch]
+        return base
+
+    def check_shape(self, num_stages: int, num_microbatches: int) -> None:
+        """Raise if these costs do not describe ``num_stages`` stages and ``num_microbatches``."""
+        if self.num_stages != num_stages:
+            raise InvalidInputError(
+                f"costs describe {self.num_stages} stages but the schedule has {num_stages}"
+            )
+        if self.microbatch_scale is not None and len(self.microbatch_scale) != num_microbatches:
+            raise InvalidInputError(
+                f"microbatch_scale has {len(self.microbatch_scale)} entries, expected "
+                f"{num_microbatches} (one per microbatch)"
+            )
+
+
+@dataclass(frozen=True, init=False)
+class CommModel:
+    """Point-to-point communication between stages on different ranks.
+
+    A message across the boundary between stage ``s`` and ``s + 1`` (an activation
+    going down or a gradient coming up) takes ``latency + boundary_bytes[s] /
+    bandwidth``. Stages on the same rank exchange nothing. Links carry any number
+    of messages at once.
+
+    Args:
+        latency: fixed time per message, >= 0.
+        bandwidth: bytes per time unit, > 0 (``inf`` means size costs nothing).
+        boundary_bytes: bytes per boundary (length ``S - 1``), or one number for all.
+        send_mode: ``"eager"``: the sender never waits (buffered, non-blocking
+            sends). ``"rendezvous"``: blocking P2P; the sender cannot go on until the
+            receiver has posted its receive (it has finished the action before the
+            consuming one) and the transfer is done. A rank blocked in a send has
+            its next receive posted already, like Megatron's batched
+            ``send_forward_recv_backward``.
+    """
+
+    latency: float
+    bandwidth: float
+    boundary_bytes: float | tuple[float, ...]
+    send_mode: SendMode
+
+    def __init__(
+        self,
+        latency: float = 0.0,
+        bandwidth: float = math.inf,
+        boundary_bytes: float | Sequence[float] = 0.0,
+        send_mode: SendMode = "eager",
+    ) -> None:
+        lat = non_negative_float("latency", latency)
+        try:
+            band = float(bandwidth)
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"bandwidth must be a number > 0, got {bandwidth!r}") from None
+        if math.isnan(band) or band <= 0:
+            raise InvalidInputError(f"bandwidth must be a number > 0, got {bandwidth!r}")
+        if isinstance(boundary_bytes, (int, float)):
+            sizes: float | tuple[float, ...] = non_negative_float("boundary_bytes", boundary_bytes)
+        else:
+            sizes = finite_floats("boundary_bytes", boundary_bytes, allow_zero=True)
+        if send_mode not in ("eager", "rendezvous"):
+            raise InvalidInputError(f"send_mode must be 'eager' or 'rendezvous', got {send_mode!r}")
+        object.__setattr__(self, "latency", lat)
+        object.__setattr__(self, "bandwidth", band)
+        object.__setattr__(self, "boundary_bytes", sizes)
+        object.__setattr__(self, "send_mode", send_mode)
+
+    def boundary_times(self, num_stages: int) -> tuple[float, ...]:
+        """Message time across each of the ``num_stages - 1`` boundaries."""
+        if isinstance(self.boundary_bytes, tuple):
+            if len(self.boundary_bytes) != num_stages - 1:
+                raise InvalidInputError(
+                    f"boundary_bytes has {len(self.boundary_bytes)} entries, expected "
+                    f"{num_stages - 1} (one per stage boundary)"
+                )
+            sizes = self.boundary_bytes
+        else:
+            sizes = (self.boundary_bytes,) * (num_stages - 1)
+        return tuple(self.latency + size / self.bandwidth for size in sizes)

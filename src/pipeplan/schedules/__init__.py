@@ -1,0 +1,48 @@
+"""Schedule generators, one module per family, and the name → generator registry.
+
+    from pipeplan.schedules import build_schedule, SCHEDULES
+    schedule = build_schedule("1f1b", num_stages=4, num_microbatches=8)
+    sorted(SCHEDULES)   # names accepted by build_schedule and the CLI's --schedule
+
+Every generator takes ``(num_stages, num_microbatches, *, backward=..., **options)``
+and returns a :class:`~pipeplan.schedule.Schedule`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import InvalidInputError
+from ..schedule import Schedule
+from .gpipe import gpipe
+from .one_f_one_b import one_f_one_b
+
+__all__ = ["build_schedule", "SCHEDULES", "register_schedule"]
+
+ScheduleFactory = Callable[..., Schedule]
+
+SCHEDULES: dict[str, ScheduleFactory] = {
+    "gpipe": gpipe,
+    "1f1b": one_f_one_b,
+}
+
+
+def register_schedule(name: str, factory: ScheduleFactory) -> None:
+    """Make ``factory`` available to :func:`build_schedule` and the CLI as ``name``."""
+    SCHEDULES[name] = factory
+
+
+def build_schedule(name: str, *, num_stages: int, num_microbatches: int, **options: Any) -> Schedule:
+    """Build the schedule called ``name`` (see ``SCHEDULES`` for the names).
+
+    Raises:
+        InvalidInputError: an unknown name, or options the generator rejects.
+    """
+    factory = SCHEDULES.get(name)
+    if factory is None:
+        raise InvalidInputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {name!r}")
+    try:
+        return factory(num_stages, num_microbatches, **options)
+    except TypeError as error:
+        raise InvalidInputError(f"schedule {name!r} does not take these options: {error}") from None

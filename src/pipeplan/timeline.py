@@ -1,0 +1,333 @@
+"""When every action ran, why each rank waited, and what it held in memory.
+
+A :class:`Timeline` is what both :func:`pipeplan.simulate` (predicted) and the
+runtime (measured) return, so every report, chart and comparison works on either::
+
+    tl = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8),
+                           pipeplan.StageCosts(forward=[30, 10, 10, 20]))
+    print(tl.makespan, tl.bubble_ratio, tl.idle_by_cause()[1])
+
+Definitions (times in the costs' unit, measured from the step's start at 0):
+
+* ``makespan``: when the last rank finishes (its last compute or blocked send).
+* ``bubble_ratio`` = 1 − Σ busy / (ranks × makespan); busy is compute time only.
+* idle causes: ``fill`` (before a rank's first action), ``drain`` (after its last),
+  ``starved_upstream`` (an ``F`` waiting for an activation from another rank),
+  ``starved_downstream`` (a ``B`` waiting for a gradient from another rank),
+  ``blocked`` (a rendezvous send waiting for its receiver or its transfer), and
+  ``overhead`` (any other gap; only measured timelines have it).
+* in flight: a microbatch is in flight on a stage from the end of its ``F`` to
+  the end of its last backward piece (``B``, or ``W`` when split). Bytes follow
+  ``activation_bytes`` (freed at ``B``) and ``weight_stash_bytes`` (kept until ``W``).
+  Forward-only schedules hold nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from functools import cached_property
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .errors import InvalidInputError
+from .schedule import Action, Schedule
+
+__all__ = ["Timeline", "IdleCause", "ActionRecord", "IdleInterval", "MemoryTrace"]
+
+
+class IdleCause(str, Enum):
+    """Why a rank was not computing."""
+
+    FILL = "fill"
+    DRAIN = "drain"
+    STARVED_UPSTREAM = "starved_upstream"
+    STARVED_DOWNSTREAM = "starved_downstream"
+    BLOCKED = "blocked"
+    OVERHEAD = "overhead"
+
+
+class ActionRecord(NamedTuple):
+    """One action's execution: ``rank`` ran ``action`` from ``start`` to ``end``."""
+
+    rank: int
+    action: Action
+    start: float
+    end: float
+
+
+class IdleInterval(NamedTuple):
+    """``rank`` was idle from ``start`` to ``end`` because of ``cause``."""
+
+    rank: int
+    start: float
+    end: float
+    cause: IdleCause
+
+
+class MemoryTrace(NamedTuple):
+    """Step function of one rank's in-flight activations.
+
+    From ``times[i]`` until ``times[i + 1]`` the rank holds ``inflight[i]``
+    microbatches and ``bytes[i]`` bytes. ``times[0]`` is 0 with nothing held.
+    """
+
+    times: np.ndarray
+    inflight: np.ndarray
+    bytes: np.ndarray
+
+
+@dataclass(eq=False)
+class Timeline:
+    """Start and end of every action of a :class:`Schedule`.
+
+    Args:
+        schedule: the schedule that ran.
+        start, end: per action, aligned with the concatenation of
+            ``schedule.orders`` (rank 0's order, then rank 1's, ...).
+        blocked_until: per action, when its rank was free again (``>= end``; more
+            than ``end`` when a rendezvous send blocked it). Defaults to ``end``.
+        activation_bytes, weight_stash_bytes: per stage (see module doc). Default 1
+            and ``activation_bytes``.
+        source: ``"simulated"`` or ``"measured"``.
+    """
+
+    schedule: Schedule
+    start: np.ndarray
+    end: np.ndarray
+    blocked_until: np.ndarray
+    activation_bytes: tuple[float, ...]
+    weight_stash_bytes: tuple[float, ...]
+    source: str = "simulated"
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        start: Sequence[float] | np.ndarray,
+        end: Sequence[float] | np.ndarray,
+        blocked_until: Sequence[float] | np.ndarray | None = None,
+        *,
+        activation_bytes: Sequence[float] | None = None,
+        weight_stash_bytes: Sequence[float] | None = None,
+        source: str = "simulated",
+    ) -> None:
+        count = schedule.num_actions
+        self.schedule = schedule
+        self.start = np.asarray(start, dtype=float)
+        self.end = np.asarray(end, dtype=float)
+        self.blocked_until = self.end.copy() if blocked_until is None else np.asarray(blocked_until, dtype=float)
+        for field_name in ("start", "end", "blocked_until"):
+            if getattr(self, field_name).shape != (count,):
+                raise InvalidInputError(
+                    f"{field_name} has shape {getattr(self, field_name).shape}, expected ({count},) "
+                    "(one entry per action of the schedule)"
+                )
+        stages = schedule.num_stages
+        self.activation_bytes = tuple(activation_bytes) if activation_bytes is not None else (1.0,) * stages
+        self.weight_stash_bytes = (
+            tuple(weight_stash_bytes) if weight_stash_bytes is not None else self.activation_bytes
+        )
+        self.source = source
+
+    # ---------------------------------------------------------------- indexing
+    @cached_property
+    def rank_offsets(self) -> np.ndarray:
+        """``rank_offsets[r]:rank_offsets[r+1]`` indexes rank ``r``'s actions."""
+        return np.concatenate([[0], np.cumsum([len(o) for o in self.schedule.orders])]).astype(int)
+
+    def _rank_slice(self, rank: int) -> slice:
+        return slice(int(self.rank_offsets[rank]), int(self.rank_offsets[rank + 1]))
+
+    def index_of(self, action: Action) -> int:
+        """Flat index of ``action`` in ``start``/``end``."""
+        rank, position = self.schedule.position(action)
+        return int(self.rank_offsets[rank]) + position
+
+    def start_of(self, action: Action) -> float:
+        """When ``action`` started."""
+        return float(self.start[self.index_of(action)])
+
+    def end_of(self, action: Action) -> float:
+        """When ``action`` ended."""
+        return float(self.end[self.index_of(action)])
+
+    def records(self, rank: int | None = None) -> Iterator[ActionRecord]:
+        """Every action's record, rank by rank in execution order (or one rank's)."""
+        ranks = range(self.num_ranks) if rank is None else (rank,)
+        for r in ranks:
+            base = int(self.rank_offsets[r])
+            for position, action in enumerate(self.schedule.orders[r]):
+                yield ActionRecord(r, action, float(self.start[base + position]), float(self.end[base + position]))
+
+    # ----------------------------------------------------------------- metrics
+    @property
+    def num_ranks(self) -> int:
+        """Number of ranks."""
+        return self.schedule.num_ranks
+
+    @cached_property
+    def makespan(self) -> float:
+        """Time from the step's start to the moment the last rank is done."""
+        return float(self.blocked_until.max()) if self.blocked_until.size else 0.0
+
+    @cached_property
+    def busy(self) -> np.ndarray:
+        """Compute time per rank."""
+        durations = self.end - self.start
+        return np.array([durations[self._rank_slice(r)].sum() for r in range(self.num_ranks)])
+
+    @property
+    def utilisation(self) -> np.ndarray:
+        """Busy fraction of the makespan per rank."""
+        return self.busy / self.makespan
+
+    @property
+    def bubble_ratio(self) -> float:
+        """1 − Σ busy / (ranks × makespan): the fraction of device time spent idle."""
+        return float(1.0 - self.busy.sum() / (self.num_ranks * self.makespan))
+
+    @cached_property
+    def spans(self) -> np.ndarray:
+        """Per rank, from the start of its first action to the end of its last."""
+        out = np.zeros(self.num_ranks)
+        for r in range(self.num_ranks):
+            part = self._rank_slice(r)
+            if part.stop > part.start:
+                out[r] = self.end[part.stop - 1] - self.start[part.start]
+        return out
+
+    @property
+    def span_bubble_rate(self) -> float:
+        """The zero-bubble paper's bubble rate: (cost − useful) / cost.
+
+        ``cost`` is the largest per-rank span (first start to last end) and
+        ``useful`` the busiest rank's compute time; with equal stages this is the
+        paper's (cost − m·(F+B+W)) / cost.
+        """
+        cost = float(self.spans.max())
+        return (cost - float(self.busy.max())) / cost
+
+    def idle_intervals(self, rank: int | None = None) -> list[IdleInterval]:
+        """Every idle interval (zero-length ones dropped), with its cause."""
+        ranks = range(self.num_ranks) if rank is None else (rank,)
+        placement = self.schedule.placement
+        last_stage = self.schedule.num_stages - 1
+        makespan = self.makespan
+        out: list[IdleInterval] = []
+        for r in ranks:
+            part = self._rank_slice(r)
+            order = self.schedule.orders[r]
+            starts = self.start[part]
+            ends = self.end[part]
+            frees = self.blocked_until[part]
+            previous_free = 0.0
+            for position, action in enumerate(order):
+                begin = float(starts[position])
+                if begin > previous_free:
+                    if position == 0:
+                        cause = IdleCause.FILL
+                    elif action.kind == "F" and action.stage > 0 and placement[action.stage - 1] != r:
+                        cause = IdleCause.STARVED_UPSTREAM
+                    elif action.kind == "B" and action.stage < last_stage and placement[action.stage + 1] != r:
+                        cause = IdleCause.STARVED_DOWNSTREAM
+                    else:
+                        cause = IdleCause.OVERHEAD
+                    out.append(IdleInterval(r, previous_free, begin, cause))
+                free = float(frees[position])
+                finish = float(ends[position])
+                if free > finish:
+                    out.append(IdleInterval(r, finish, free, IdleCause.BLOCKED))
+                previous_free = free
+            if makespan > previous_free:
+                out.append(IdleInterval(r, previous_free, makespan, IdleCause.DRAIN))
+        return out
+
+    def idle_by_cause(self) -> list[dict[IdleCause, float]]:
+        """Per rank, total idle time by cause (every cause present, 0 if none)."""
+        totals = [{cause: 0.0 for cause in IdleCause} for _ in range(self.num_ranks)]
+        for interval in self.idle_intervals():
+            totals[interval.rank][interval.cause] += interval.end - interval.start
+        return totals
+
+    # ------------------------------------------------------------------ memory
+    def memory(self, rank: int) -> MemoryTrace:
+        """In-flight microbatches and activation bytes on ``rank`` over time."""
+        part = self._rank_slice(rank)
+        ends = self.end[part]
+        count_delta = np.zeros(len(ends))
+        byte_delta = np.zeros(len(ends))
+        split = self.schedule.split_backward
+        if not self.schedule.forward_only:
+            act = self.activation_bytes
+            stash = self.weight_stash_bytes
+            for position, (kind, stage, _mb) in enumerate(self.schedule.orders[rank]):
+                if kind == "F":
+                    count_delta[position] = 1
+                    byte_delta[position] = act[stage]
+                elif kind == "B":
+                    if split:
+                        byte_delta[position] = -(act[stage] - stash[stage])
+                    else:
+                        count_delta[position] = -1
+                        byte_delta[position] = -act[stage]
+                else:
+                    count_delta[position] = -1
+                    byte_delta[position] = -stash[stage]
+        return MemoryTrace(
+            np.concatenate([[0.0], ends]),
+            np.concatenate([[0.0], np.cumsum(count_delta)]),
+            np.concatenate([[0.0], np.cumsum(byte_delta)]),
+        )
+
+    @cached_property
+    def peak_inflight(self) -> tuple[int, ...]:
+        """Per rank, the most microbatches in flight at once."""
+        return tuple(int(round(self.memory(r).inflight.max())) for r in range(self.num_ranks))
+
+    @cached_property
+    def peak_bytes(self) -> tuple[float, ...]:
+        """Per rank, the most activation bytes held at once."""
+        return tuple(float(self.memory(r).bytes.max()) for r in range(self.num_ranks))
+
+    # ----------------------------------------------------------------- export
+    def summary(self) -> dict[str, Any]:
+        """Headline numbers and per-rank metrics as plain Python (JSON-ready)."""
+        idle = self.idle_by_cause()
+        return {
+            "schedule": self.schedule.name,
+            "source": self.source,
+            "num_stages": self.schedule.num_stages,
+            "num_ranks": self.num_ranks,
+            "num_microbatches": self.schedule.num_microbatches,
+            "makespan": self.makespan,
+            "bubble_ratio": self.bubble_ratio,
+            "span_bubble_rate": self.span_bubble_rate,
+            "ranks": [
+                {
+                    "rank": r,
+                    "stages": list(self.schedule.stages_of(r)),
+                    "busy": float(self.busy[r]),
+                    "utilisation": float(self.utilisation[r]),
+                    "idle": {cause.value: total for cause, total in idle[r].items()},
+                    "peak_inflight": self.peak_inflight[r],
+                    "peak_bytes": self.peak_bytes[r],
+                }
+                for r in range(self.num_ranks)
+            ],
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Summary plus every action and idle interval (JSON-ready)."""
+        out = self.summary()
+        out["actions"] = [
+            {"rank": rec.rank, "kind": rec.action.kind, "stage": rec.action.stage,
+             "microbatch": rec.action.microbatch, "start": rec.start, "end": rec.end}
+            for rec in self.records()
+        ]
+        out["idle"] = [
+            {"rank": iv.rank, "start": iv.start, "end": iv.end, "cause": iv.cause.value}
+            for iv in self.idle_intervals()
+        ]
+        return out
