@@ -1,0 +1,21 @@
+"""Views of a timeline: text Gantt, step table, rank table, plot, Chrome/Perfetto trace.
+
+Every view takes any :class:`~pipeplan.timeline.Timeline` (simulated or measured;
+full, split or no backward; one or several stages per rank)::
+
+    from pipeplan.viz import text_gantt, rank_table, write_trace
+    tl = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8), costs)
+    print(text_gantt(tl)); write_trace(tl, "step.json")
+
+``plot_timeline`` imports matplotlib only when called; the rest needs numpy and rich.
+"""
+
+from __future__ import annotations
+
+from .gantt_text import text_gantt
+from .plot import plot_timeline
+from .steps import step_table
+from .tables import rank_table
+from .trace import chrome_trace, write_trace
+
+__all__ = ["text_gantt", "step_table", "rank_table", "plot_timeline", "chrome_trace", "write_trace"]

@@ -1,0 +1,219 @@
+"""A matplotlib picture of a timeline: Gantt chart above, in-flight memory below.
+
+Needs matplotlib (``pip install matplotlib`` or ``pip install pipeplan[plot]``),
+imported only when :func:`plot_timeline` runs, so pipeplan itself does not need it::
+
+    from pipeplan.viz import plot_timeline
+    plot_timeline(pipeplan.simulate(schedule, costs), "step.png")   # or "step.svg"
+
+The Gantt has one row per rank (rank 0 on top); ``F``, ``B`` and ``W`` have their
+own colours, and a rank's second (fourth, ...) chunk is drawn in a lighter shade of
+the same colour with a hatch. Idle intervals are shaded by cause. Below, one step
+line per rank shows what :meth:`Timeline.memory` holds over time: in-flight
+microbatches when every stage's activation size is the default 1, activation
+bytes (binary units) otherwise. The figure is drawn on matplotlib's Agg canvas
+without touching pyplot, so it never opens a window or changes your backend.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import InvalidInputError, PipeplanError
+from ..timeline import IdleCause, Timeline
+from .tables import format_bytes, format_time
+
+__all__ = ["plot_timeline", "KIND_COLORS", "IDLE_COLORS"]
+
+#: Bar colour per action kind.
+KIND_COLORS = {"F": "#4878d0", "B": "#ee854a", "W": "#6acc64"}
+
+#: Shade (colour, hatch) per idle cause.
+IDLE_COLORS: dict[IdleCause, tuple[str, str]] = {
+    IdleCause.FILL: ("#d9d9d9", ""),
+    IdleCause.DRAIN: ("#efefef", ""),
+    IdleCause.STARVED_UPSTREAM: ("#fbe7a1", ""),
+    IdleCause.STARVED_DOWNSTREAM: ("#f6c4c4", ""),
+    IdleCause.BLOCKED: ("#d5c4ec", "////"),
+    IdleCause.OVERHEAD: ("#bdbdbd", "xx"),
+}
+
+_KIND_NAMES = {"F": "forward", "B": "backward", "W": "weight grad"}
+_FORMATS = (".png", ".svg", ".pdf")
+_BAR_HEIGHT = 0.8
+_LABEL_FONT_PT = 7.0
+
+
+def plot_timeline(
+    timeline: Timeline,
+    path: str | os.PathLike[str],
+    *,
+    memory: bool = True,
+    title: str | None = None,
+) -> None:
+    """Draw ``timeline`` and save it to ``path``.
+
+    Args:
+        timeline: any timeline, simulated or measured.
+        path: output file; the extension picks the format: ``.png`` (150 dpi),
+            ``.svg`` or ``.pdf``.
+        memory: add the in-flight memory panel under the Gantt chart.
+        title: figure title; defaults to the schedule name, source, makespan and
+            bubble ratio.
+
+    Raises:
+        InvalidInputError: an unsupported extension or a path that cannot be written.
+        PipeplanError: matplotlib is not installed.
+    """
+    target = os.fspath(path)
+    suffix = os.path.splitext(target)[1].lower()
+    if suffix not in _FORMATS:
+        raise InvalidInputError(
+            f"path must end in {', '.join(_FORMATS)} (the extension picks the format), got {target!r}"
+        )
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
+    except ImportError:
+        raise PipeplanError(
+            "plot_timeline needs matplotlib, which is not installed: pip install matplotlib "
+            "(or pip install 'pipeplan[plot]')"
+        ) from None
+
+    num_ranks = timeline.num_ranks
+    makespan = timeline.makespan if timeline.makespan > 0 else 1.0
+    gantt_height = 0.9 + 0.42 * num_ranks
+    memory_height = 2.4 if memory else 0.0
+    figure = Figure(figsize=(12.0, gantt_height + memory_height + 1.0), layout="constrained")
+    if memory:
+        gantt, memory_axes = figure.subplots(
+            2, 1, sharex=True, gridspec_kw={"height_ratios": [gantt_height, memory_height]}
+        )
+    else:
+        gantt = figure.subplots(1, 1)
+    _draw_gantt(gantt, timeline, makespan, figure_width_in=12.0, Patch=Patch)
+    if memory:
+        _draw_memory(memory_axes, timeline, makespan, FuncFormatter, MaxNLocator)
+        memory_axes.set_xlabel("time (ms)")
+    else:
+        gantt.set_xlabel("time (ms)")
+    figure.suptitle(
+        title
+        if title is not None
+        else (
+            f"{timeline.schedule.name} ({timeline.source}): makespan {format_time(timeline.makespan)} ms, "
+            f"bubble ratio {timeline.bubble_ratio:.1%}"
+        )
+    )
+    try:
+        figure.savefig(target, dpi=150 if suffix == ".png" else None)
+    except OSError as error:
+        raise InvalidInputError(f"cannot write the plot to path {target!r}: {error.strerror or error}") from None
+
+
+def _lighten(color: str, amount: float = 0.45) -> tuple[float, float, float]:
+    """``color`` mixed with white (``amount`` of white)."""
+    from matplotlib.colors import to_rgb
+
+    red, green, blue = to_rgb(color)
+    return (red + (1 - red) * amount, green + (1 - green) * amount, blue + (1 - blue) * amount)
+
+
+def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, figure_width_in: float, Patch: Any) -> None:
+    schedule = timeline.schedule
+    num_ranks = timeline.num_ranks
+    # Roughly the axes width in points, to decide whether a label fits on a bar.
+    points_per_unit = figure_width_in * 72 * 0.85 / makespan
+    idle_seen: set[IdleCause] = set()
+    for interval in timeline.idle_intervals():
+        color, hatch = IDLE_COLORS[interval.cause]
+        idle_seen.add(interval.cause)
+        axes.broken_barh(
+            [(interval.start, interval.end - interval.start)],
+            (interval.rank - _BAR_HEIGHT / 2, _BAR_HEIGHT),
+            facecolors=color,
+            edgecolor="#9e9e9e" if hatch else "none",
+            hatch=hatch or None,
+            linewidth=0.0,
+        )
+    chunked = False
+    kinds_seen: list[str] = []
+    for rank in range(num_ranks):
+        chunk_of = {stage: index for index, stage in enumerate(schedule.stages_of(rank))}
+        for record in timeline.records(rank):
+            kind, stage, microbatch = record.action
+            if kind not in kinds_seen:
+                kinds_seen.append(kind)
+            odd_chunk = chunk_of[stage] % 2 == 1
+            chunked = chunked or odd_chunk
+            duration = record.end - record.start
+            axes.broken_barh(
+                [(record.start, duration)],
+                (rank - _BAR_HEIGHT / 2, _BAR_HEIGHT),
+                facecolors=_lighten(KIND_COLORS[kind]) if odd_chunk else KIND_COLORS[kind],
+                edgecolor="white",
+                hatch="..." if odd_chunk else None,
+                linewidth=0.6,
+            )
+            label = str(microbatch)
+            if duration * points_per_unit >= len(label) * _LABEL_FONT_PT * 0.65 + 2:
+                axes.text(
+                    record.start + duration / 2,
+                    rank,
+                    label,
+                    ha="center",
+                    va="center",
+                    fontsize=_LABEL_FONT_PT,
+                    color="black" if odd_chunk else "white",
+                    clip_on=True,
+                )
+    axes.set_ylim(num_ranks - 0.5, -0.5)
+    axes.set_yticks(range(num_ranks))
+    axes.set_yticklabels(
+        [
+            f"rank {rank}\n({'stages' if len(schedule.stages_of(rank)) > 1 else 'stage'} "
+            f"{', '.join(str(s) for s in schedule.stages_of(rank))})"
+            if schedule.stages_of(rank)
+            else f"rank {rank}"
+            for rank in range(num_ranks)
+        ],
+        fontsize=8,
+    )
+    axes.set_xlim(0, makespan)
+    axes.grid(axis="x", color="#e0e0e0", linewidth=0.5)
+    axes.set_axisbelow(True)
+    handles = [Patch(facecolor=KIND_COLORS[kind], label=_KIND_NAMES[kind]) for kind in schedule.kinds if kind in kinds_seen]
+    if chunked:
+        handles.append(Patch(facecolor=_lighten("#808080"), hatch="...", edgecolor="white",
+                             label="rank's 2nd chunk (lighter)"))
+    handles.extend(
+        Patch(facecolor=IDLE_COLORS[cause][0], hatch=IDLE_COLORS[cause][1] or None, edgecolor="#9e9e9e",
+              label=f"idle: {cause.value.replace('_', ' ')}")
+        for cause in IdleCause
+        if cause in idle_seen
+    )
+    axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+
+
+def _draw_memory(axes: Any, timeline: Timeline, makespan: float, FuncFormatter: Any, MaxNLocator: Any) -> None:
+    counts = all(a == 1.0 for a in timeline.activation_bytes) and all(
+        w == 1.0 for w in timeline.weight_stash_bytes
+    )
+    for rank in range(timeline.num_ranks):
+        trace = timeline.memory(rank)
+        values = trace.inflight if counts else trace.bytes
+        times = list(trace.times) + [makespan]
+        series = list(values) + [values[-1]]
+        axes.step(times, series, where="post", label=f"rank {rank}", linewidth=1.2)
+    if counts:
+        axes.set_ylabel("in-flight\nmicrobatches")
+        axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    else:
+        axes.set_ylabel("in-flight\nactivations")
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: format_bytes(value)))
+    axes.set_ylim(bottom=0)
+    axes.grid(color="#e0e0e0", linewidth=0.5)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
+                ncol=1 if timeline.num_ranks <= 8 else 2)

@@ -1,0 +1,101 @@
+"""Per-rank metrics of a timeline as a rich table, for the terminal.
+
+One row per rank (stages held, busy time, utilisation, idle time by cause, peak
+in-flight microbatches and activation bytes) and a total row; the caption holds
+the makespan, the bubble ratio and the zero-bubble paper's span bubble rate::
+
+    from rich.console import Console
+    from pipeplan.viz import rank_table
+    Console().print(rank_table(pipeplan.simulate(schedule, costs)))
+
+Times are in the timeline's unit (the CLI's is ms); idle causes that are zero on
+every rank get no column.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ..timeline import IdleCause, Timeline
+
+__all__ = ["rank_table", "format_bytes", "format_time"]
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(value: float) -> str:
+    """``1536`` → ``"1.5 KiB"``, ``4`` → ``"4 B"`` (binary units, 3 significant digits)."""
+    size = float(value)
+    for unit in _BYTE_UNITS:
+        if abs(size) < 1024 or unit == _BYTE_UNITS[-1]:
+            return f"{size:.3g} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def format_time(value: float) -> str:
+    """A time with 4 significant digits, without exponent below 10**6: ``12.35``, ``7,890``."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def rank_table(timeline: Timeline) -> Table:
+    """A :class:`rich.table.Table` of per-rank metrics of ``timeline``.
+
+    Columns: rank, stages held, busy (compute) time, utilisation % (busy /
+    makespan), one idle-time column per :class:`~pipeplan.timeline.IdleCause`
+    that is non-zero on some rank, peak in-flight microbatches, and peak
+    activation bytes. The last row totals busy and idle time over ranks, shows
+    the mean utilisation (= 1 − bubble ratio) and the largest peaks.
+
+    Args:
+        timeline: any timeline, simulated or measured.
+
+    Returns:
+        The table; its caption gives makespan, bubble ratio and span bubble rate.
+    """
+    schedule = timeline.schedule
+    idle = timeline.idle_by_cause()
+    causes = [cause for cause in IdleCause if any(per_rank[cause] > 0 for per_rank in idle)]
+    table = Table(
+        title=(
+            f"{schedule.name} ({timeline.source}): {schedule.num_stages} stages on "
+            f"{timeline.num_ranks} ranks, {schedule.num_microbatches} microbatches"
+        ),
+        caption=(
+            f"makespan {format_time(timeline.makespan)} · bubble ratio {timeline.bubble_ratio:.1%} · "
+            f"span bubble rate {timeline.span_bubble_rate:.1%}"
+        ),
+    )
+    table.add_column("rank", justify="right")
+    table.add_column("stages", justify="left")
+    table.add_column("busy", justify="right")
+    table.add_column("util %", justify="right")
+    for cause in causes:
+        table.add_column(f"idle {cause.value.replace('_', ' ')}", justify="right")
+    table.add_column("peak in-flight", justify="right")
+    table.add_column("peak activations", justify="right")
+    utilisation = timeline.utilisation
+    for rank in range(timeline.num_ranks):
+        table.add_row(
+            str(rank),
+            ", ".join(str(stage) for stage in schedule.stages_of(rank)) or "-",
+            format_time(float(timeline.busy[rank])),
+            f"{100 * utilisation[rank]:.1f}",
+            *(format_time(idle[rank][cause]) for cause in causes),
+            str(timeline.peak_inflight[rank]),
+            format_bytes(timeline.peak_bytes[rank]),
+            end_section=rank == timeline.num_ranks - 1,
+        )
+    table.add_row(
+        "total",
+        "all",
+        format_time(float(timeline.busy.sum())),
+        f"{100 * (1 - timeline.bubble_ratio):.1f}",
+        *(format_time(sum(per_rank[cause] for per_rank in idle)) for cause in causes),
+        str(max(timeline.peak_inflight)),
+        format_bytes(max(timeline.peak_bytes)),
+        style="bold",
+    )
+    return table
