@@ -57,15 +57,19 @@ class Action(NamedTuple):
 
 
 def _dependencies(action: Action, num_stages: int) -> tuple[Action, ...]:
-    """The actions that must finish before ``action`` can start."""
+    """The actions that must finish before ``action`` can start.
+
+    Built as plain tuples (equal and hash-equal to :class:`Action`) because this runs
+    once per action in validation; callers that print them wrap them in ``Action``.
+    """
     kind, stage, mb = action
     if kind == "F":
-        return (Action("F", stage - 1, mb),) if stage > 0 else ()
+        return (("F", stage - 1, mb),) if stage > 0 else ()  # type: ignore[return-value]
     if kind == "B":
         if stage == num_stages - 1:
-            return (Action("F", stage, mb),)
-        return (Action("F", stage, mb), Action("B", stage + 1, mb))
-    return (Action("B", stage, mb),)
+            return (("F", stage, mb),)  # type: ignore[return-value]
+        return (("F", stage, mb), ("B", stage + 1, mb))  # type: ignore[return-value]
+    return (("B", stage, mb),)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, init=False)
@@ -163,7 +167,7 @@ class Schedule:
         In a forward-only schedule ``B`` and ``W`` do not exist; in a full-backward
         schedule ``W`` does not exist.
         """
-        return _dependencies(action, self.num_stages)
+        return tuple(Action(*d) for d in _dependencies(action, self.num_stages))
 
     def expected_actions(self) -> list[Action]:
         """Every action a complete schedule of this shape must contain exactly once."""
@@ -233,33 +237,43 @@ class Schedule:
         return self
 
     def _check_deadlock_free(self) -> None:
-        """Run the orders with zero costs; raise DeadlockError if some rank never finishes."""
+        """Run the orders with zero costs; raise DeadlockError if some rank never finishes.
+
+        Event driven: a rank parks on the action it waits for and is woken when that
+        action is done, so the check is linear in the number of actions.
+        """
+        num_stages = self.num_stages
         done: set[Action] = set()
         pointers = [0] * self.num_ranks
-        progressed = True
-        while progressed:
-            progressed = False
-            for rank, order in enumerate(self.orders):
-                index = pointers[rank]
-                while index < len(order):
-                    action = order[index]
-                    if any(dep not in done for dep in _dependencies(action, self.num_stages)):
-                        break
-                    done.add(action)
-                    index += 1
-                    progressed = True
-                pointers[rank] = index
+        waiters: dict[Action, list[int]] = {}
+        queue = list(range(self.num_ranks))
+        while queue:
+            rank = queue.pop()
+            order = self.orders[rank]
+            index = pointers[rank]
+            while index < len(order):
+                action = order[index]
+                missing = next((d for d in _dependencies(action, num_stages) if d not in done), None)
+                if missing is not None:
+                    waiters.setdefault(missing, []).append(rank)
+                    break
+                done.add(action)
+                index += 1
+                woken = waiters.pop(action, None)
+                if woken:
+                    queue.extend(woken)
+            pointers[rank] = index
         stuck = [r for r in range(self.num_ranks) if pointers[r] < len(self.orders[r])]
         if not stuck:
             return
         parts = []
         for rank in stuck:
             action = self.orders[rank][pointers[rank]]
-            missing = [d for d in _dependencies(action, self.num_stages) if d not in done]
+            missing_deps = [Action(*d) for d in _dependencies(action, num_stages) if d not in done]
             waits = ", ".join(
                 f"{d} on rank {self.placement[d.stage]}"
                 + (" (later in its own order)" if self.placement[d.stage] == rank else "")
-                for d in missing
+                for d in missing_deps
             )
             parts.append(f"rank {rank} is stuck at {action} waiting for {waits}")
         raise DeadlockError("schedule deadlocks: " + "; ".join(parts))

@@ -180,7 +180,9 @@ def simulate(
         r for r in range(num_ranks) if pointer[r] < len(compiled[r]) or pending_send[r] != _NO_SEND
     ]
     if stuck:
-        raise DeadlockError(_describe_deadlock(schedule, stuck, pointer, pending_send))
+        actions = [action for order in schedule.orders for action in order]
+        by_id = {aid: actions[index] for aid, index in flat_index.items()}
+        raise DeadlockError(_describe_deadlock(schedule, stuck, pointer, pending_send, sends, by_id))
     return Timeline(
         schedule,
         start,
@@ -192,12 +194,21 @@ def simulate(
     )
 
 
-def _describe_deadlock(schedule: Schedule, stuck: list[int], pointer: list[int], pending: list[int]) -> str:
+def _describe_deadlock(
+    schedule: Schedule,
+    stuck: list[int],
+    pointer: list[int],
+    pending: list[int],
+    sends: dict[int, tuple[int, float]],
+    by_id: dict[int, object],
+) -> str:
     parts = []
     for rank in stuck:
         if pending[rank] != _NO_SEND:
-            parts.append(f"rank {rank} is blocked sending the output of the action before "
-                         f"{_action_at(schedule, rank, pointer[rank])}")
+            sent = by_id[pending[rank]]
+            awaited = by_id[sends[pending[rank]][0]]
+            parts.append(f"rank {rank} is blocked sending the output of {sent}; its receiver posts the "
+                         f"receive only after {awaited}")
         else:
             parts.append(f"rank {rank} is waiting at {_action_at(schedule, rank, pointer[rank])}")
     return "rendezvous sends deadlock (each waits for a receiver that is itself blocked): " + "; ".join(parts)

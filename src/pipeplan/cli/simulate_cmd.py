@@ -1,0 +1,146 @@
+"""``pipeplan simulate``: simulate one step of a schedule on per-stage costs.
+
+    $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedule 1f1b
+    $ pipeplan simulate --forward 30,10,10,20 -m 8 --send rendezvous --comm-latency 1 --json
+    $ pipeplan simulate --forward 1,1,1 --backward 1,1,1 -m 4 --schedule gpipe --steps
+
+Times are milliseconds per microbatch. Prints a per-rank Gantt and a table of busy
+time, idle time by cause and peak in-flight activations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from typing import Any
+
+from rich.console import Console
+
+from ..costs import CommModel, StageCosts
+from ..errors import InvalidInputError
+from ..schedule import Schedule
+from ..schedules import SCHEDULES, build_schedule
+from ..simulate import simulate
+from ..timeline import Timeline
+from ._common import float_list, parse_bytes, print_json
+
+__all__ = ["register", "add_cost_arguments", "costs_from_args", "comm_from_args", "schedule_from_args"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``simulate`` verb."""
+    parser = subparsers.add_parser(
+        "simulate",
+        help="simulate a schedule on unequal stage costs",
+        description="Simulate one training step of a pipeline schedule on per-stage costs (ms per microbatch).",
+    )
+    add_cost_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the timeline as JSON")
+    parser.add_argument("--plot", metavar="PATH", help="draw the Gantt and memory to a PNG/SVG file")
+    parser.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace JSON file")
+    parser.add_argument("--steps", action="store_true", help="print the unit-step table (T=1: S1: F1(1) | ...)")
+    parser.add_argument("--width", type=int, default=100, help="Gantt width in characters (default 100)")
+    parser.set_defaults(func=run)
+
+
+def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments that describe costs, communication and the schedule (shared with other verbs)."""
+    parser.add_argument("--forward", required=True, type=float_list("--forward"),
+                        help="forward time per stage, ms, comma-separated (e.g. 30,10,10,20)")
+    parser.add_argument("--backward", type=float_list("--backward"),
+                        help="full backward time per stage, ms (default: twice the forward)")
+    parser.add_argument("--weight", type=float_list("--weight"),
+                        help="weight-gradient part of the backward per stage, ms (default: half the backward)")
+    parser.add_argument("--activation-bytes", type=float_list("--activation-bytes"),
+                        help="activation bytes per microbatch per stage (default 1: counts microbatches)")
+    parser.add_argument("-m", "--microbatches", type=int, default=8, help="microbatches per step (default 8)")
+    parser.add_argument("--schedule", default="1f1b", help=f"one of {', '.join(SCHEDULES)} (default 1f1b)")
+    parser.add_argument("--virtual-stages", type=int, default=None,
+                        help="chunks per rank for interleaved schedules")
+    parser.add_argument("--memory-limit", type=parse_bytes, default=None,
+                        help="activation memory per rank for the adaptive schedule (bytes, e.g. 12GB)")
+    parser.add_argument("--forward-only", action="store_true", help="simulate only the forward pass")
+    parser.add_argument("--comm-latency", type=float, default=0.0, help="ms per message between ranks")
+    parser.add_argument("--comm-bandwidth", type=float, default=float("inf"),
+                        help="bytes per ms between ranks (default: infinite)")
+    parser.add_argument("--boundary-bytes", type=float_list("--boundary-bytes"), default=None,
+                        help="bytes per message per stage boundary (one number or S-1 numbers)")
+    parser.add_argument("--send", choices=("eager", "rendezvous"), default="eager",
+                        help="eager: senders never wait; rendezvous: blocking P2P (default eager)")
+
+
+def costs_from_args(args: argparse.Namespace) -> StageCosts:
+    """The StageCosts the arguments describe."""
+    return StageCosts(args.forward, args.backward, args.weight, args.activation_bytes)
+
+
+def comm_from_args(args: argparse.Namespace) -> CommModel:
+    """The CommModel the arguments describe."""
+    sizes: Any = 0.0
+    if args.boundary_bytes:
+        sizes = args.boundary_bytes[0] if len(args.boundary_bytes) == 1 else args.boundary_bytes
+    return CommModel(args.comm_latency, args.comm_bandwidth, sizes, args.send)
+
+
+def schedule_from_args(args: argparse.Namespace, costs: StageCosts, comm: CommModel) -> Schedule:
+    """Build the named schedule, passing only the options its generator takes."""
+    factory = SCHEDULES.get(args.schedule)
+    if factory is None:
+        raise InvalidInputError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
+    accepted = inspect.signature(factory).parameters
+    offered: dict[str, Any] = {"costs": costs, "comm": comm}
+    if args.virtual_stages is not None:
+        if "virtual_stages" not in accepted:
+            raise InvalidInputError(f"--virtual-stages does not apply to schedule {args.schedule!r}")
+        offered["virtual_stages"] = args.virtual_stages
+    if args.memory_limit is not None:
+        if "memory_limit" not in accepted:
+            raise InvalidInputError(f"--memory-limit does not apply to schedule {args.schedule!r}")
+        offered["memory_limit"] = args.memory_limit
+    if args.forward_only:
+        offered["backward"] = "none"
+    options = {key: value for key, value in offered.items() if key in accepted}
+    return build_schedule(args.schedule, num_stages=costs.num_stages, num_microbatches=args.microbatches, **options)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``pipeplan simulate``."""
+    costs = costs_from_args(args)
+    comm = comm_from_args(args)
+    schedule = schedule_from_args(args, costs, comm)
+    timeline = simulate(schedule, costs, comm)
+    write_outputs(timeline, args)
+    if args.json:
+        print_json(timeline.to_dict())
+        return 0
+    show_timeline(timeline, width=args.width, steps=args.steps)
+    return 0
+
+
+def write_outputs(timeline: Timeline, args: argparse.Namespace) -> None:
+    """Write the ``--plot`` and ``--trace`` files when asked."""
+    if args.plot:
+        from ..viz import plot_timeline
+
+        plot_timeline(timeline, args.plot)
+    if args.trace:
+        from ..viz import write_trace
+
+        write_trace(timeline, args.trace)
+
+
+def show_timeline(timeline: Timeline, *, width: int = 100, steps: bool = False, console: Console | None = None) -> None:
+    """Print the Gantt, the optional step table and the per-rank table."""
+    from ..viz import rank_table, step_table, text_gantt
+
+    console = console or Console()
+    schedule = timeline.schedule
+    console.print(
+        f"[bold]{schedule.name}[/bold]: {schedule.num_stages} stages on {schedule.num_ranks} ranks, "
+        f"{schedule.num_microbatches} microbatches — makespan {timeline.makespan:.6g} ms, "
+        f"bubble {timeline.bubble_ratio:.2%}"
+    )
+    console.print(text_gantt(timeline, width=width), markup=False, highlight=False)
+    if steps:
+        console.print(step_table(timeline), markup=False, highlight=False)
+    console.print(rank_table(timeline))

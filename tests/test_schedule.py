@@ -1,0 +1,123 @@
+"""Schedule model: construction, validation and the messages it gives."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeplan import Action, DeadlockError, InvalidInputError, InvalidScheduleError, Schedule, build_schedule
+
+
+def _rebuild(schedule: Schedule, orders: list[list[Action]]) -> Schedule:
+    return Schedule(orders, schedule.placement, schedule.num_microbatches, backward=schedule.backward)
+
+
+shapes = st.tuples(
+    st.sampled_from(["gpipe", "1f1b"]),
+    st.integers(1, 6),
+    st.integers(1, 10),
+    st.sampled_from(["full", "split"]),
+)
+
+
+@given(shapes)
+def test_generated_schedules_are_valid_and_complete(shape):
+    name, stages, microbatches, backward = shape
+    schedule = build_schedule(name, num_stages=stages, num_microbatches=microbatches, backward=backward)
+    schedule.validate()
+    actions = [a for order in schedule.orders for a in order]
+    assert sorted(actions) == sorted(schedule.expected_actions())
+
+
+@given(shapes, st.data())
+def test_dropping_an_action_is_rejected_naming_it(shape, data):
+    name, stages, microbatches, backward = shape
+    schedule = build_schedule(name, num_stages=stages, num_microbatches=microbatches, backward=backward)
+    rank = data.draw(st.integers(0, schedule.num_ranks - 1))
+    orders = [list(o) for o in schedule.orders]
+    dropped = orders[rank].pop(data.draw(st.integers(0, len(orders[rank]) - 1)))
+    with pytest.raises(InvalidScheduleError) as error:
+        _rebuild(schedule, orders).validate()
+    message = str(error.value)
+    # Either the missing action is named, or (if something later depended on it) the deadlock names it.
+    assert str(dropped) in message or "deadlock" in message
+    assert f"rank {rank}" in message or "deadlock" in message
+
+
+@given(shapes, st.data())
+def test_duplicating_an_action_is_rejected(shape, data):
+    name, stages, microbatches, backward = shape
+    schedule = build_schedule(name, num_stages=stages, num_microbatches=microbatches, backward=backward)
+    rank = data.draw(st.integers(0, schedule.num_ranks - 1))
+    orders = [list(o) for o in schedule.orders]
+    copy = orders[rank][data.draw(st.integers(0, len(orders[rank]) - 1))]
+    orders[rank].insert(data.draw(st.integers(0, len(orders[rank]))), copy)
+    with pytest.raises(InvalidScheduleError, match="more than once"):
+        _rebuild(schedule, orders).validate()
+
+
+@given(shapes, st.data())
+def test_backward_swapped_before_its_forward_deadlocks(shape, data):
+    name, stages, microbatches, backward = shape
+    schedule = build_schedule(name, num_stages=stages, num_microbatches=microbatches, backward=backward)
+    rank = data.draw(st.integers(0, schedule.num_ranks - 1))
+    mb = data.draw(st.integers(0, microbatches - 1))
+    orders = [list(o) for o in schedule.orders]
+    forward_at = orders[rank].index(Action("F", rank, mb))
+    backward_at = orders[rank].index(Action("B", rank, mb))
+    orders[rank][forward_at], orders[rank][backward_at] = orders[rank][backward_at], orders[rank][forward_at]
+    with pytest.raises(DeadlockError) as error:
+        _rebuild(schedule, orders).validate()
+    assert f"rank {rank} is stuck at B(stage {rank}, mb {mb})" in str(error.value) or "stuck" in str(error.value)
+
+
+@given(st.integers(2, 6), st.integers(1, 8), st.data())
+def test_moving_an_action_to_another_rank_is_rejected(stages, microbatches, data):
+    schedule = build_schedule("1f1b", num_stages=stages, num_microbatches=microbatches)
+    source = data.draw(st.integers(0, stages - 1))
+    target = data.draw(st.integers(0, stages - 1).filter(lambda r: r != source))
+    orders = [list(o) for o in schedule.orders]
+    moved = orders[source].pop(0)
+    orders[target].append(moved)
+    with pytest.raises(InvalidScheduleError, match=f"rank {target}: .* wrong rank"):
+        _rebuild(schedule, orders).validate()
+
+
+def test_cross_rank_cycle_names_both_ranks():
+    # Rank 0 waits for stage 1's gradient before running its forward: a cycle across ranks.
+    orders = [[Action("B", 0, 0), Action("F", 0, 0)], [Action("F", 1, 0), Action("B", 1, 0)]]
+    with pytest.raises(DeadlockError) as error:
+        Schedule(orders, [0, 1], 1).validate()
+    message = str(error.value)
+    assert "rank 0 is stuck at B(stage 0, mb 0)" in message
+    assert "rank 1 is stuck at F(stage 1, mb 0)" in message
+
+
+def test_unknown_kind_and_out_of_range_are_named():
+    with pytest.raises(InvalidScheduleError, match="kind 'W'"):
+        Schedule([[Action("F", 0, 0), Action("B", 0, 0), Action("W", 0, 0)]], [0], 1).validate()
+    with pytest.raises(InvalidScheduleError, match="microbatch outside 0..0"):
+        Schedule([[Action("F", 0, 0), Action("F", 0, 1), Action("B", 0, 0)]], [0], 1).validate()
+    with pytest.raises(InvalidInputError, match=r"placement\[1\] = 5"):
+        Schedule([[Action("F", 0, 0)]], [0, 5], 1, backward="none")
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, "3", float("nan")])
+def test_bad_microbatch_counts_are_rejected(value):
+    with pytest.raises(InvalidInputError, match="num_microbatches"):
+        build_schedule("1f1b", num_stages=2, num_microbatches=value)
+
+
+def test_unknown_schedule_name_lists_the_choices():
+    with pytest.raises(InvalidInputError, match="schedule must be one of .*1f1b"):
+        build_schedule("2f2b", num_stages=2, num_microbatches=2)
+
+
+def test_megatron_one_f_one_b_order():
+    # Megatron-LM's non-interleaved schedule, P = 4, m = 8: rank 1 warms up with 2 forwards.
+    schedule = build_schedule("1f1b", num_stages=4, num_microbatches=8)
+    labels = [a.label for a in schedule.orders[1]]
+    assert labels[:6] == ["F0", "F1", "F2", "B0", "F3", "B1"]
+    assert labels[-2:] == ["B6", "B7"]
+    assert [a.label for a in schedule.orders[3][:4]] == ["F0", "B0", "F1", "B1"]
