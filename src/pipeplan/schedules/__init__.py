@@ -16,7 +16,10 @@ from typing import Any
 from ..errors import InvalidInputError
 from ..schedule import Schedule
 from .gpipe import gpipe
+from .interleaved import interleaved
 from .one_f_one_b import one_f_one_b
+from .zb_v import zb_v
+from .zero_bubble import zb_h1, zb_h2
 
 __all__ = ["build_schedule", "SCHEDULES", "register_schedule"]
 
@@ -25,6 +28,10 @@ ScheduleFactory = Callable[..., Schedule]
 SCHEDULES: dict[str, ScheduleFactory] = {
     "gpipe": gpipe,
     "1f1b": one_f_one_b,
+    "interleaved": interleaved,
+    "zb-h1": zb_h1,
+    "zb-h2": zb_h2,
+    "zb-v": zb_v,
 }
 
 
