@@ -7,13 +7,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["float_list", "parse_bytes", "print_json"]
+from rich.console import Console
+
+__all__ = ["float_list", "parse_bytes", "print_json", "make_console"]
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -51,3 +54,14 @@ def print_json(payload: Any) -> None:
     """Write ``payload`` as indented JSON on stdout."""
     json.dump(payload, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+def make_console() -> Console:
+    """A rich console that does not wrap wide Gantt charts when output is piped.
+
+    A terminal keeps its own width; a pipe or file gets ``COLUMNS`` or 200 columns.
+    """
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=int(os.environ.get("COLUMNS", "200")))
+    return console

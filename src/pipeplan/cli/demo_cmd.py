@@ -20,6 +20,7 @@ from ..costs import StageCosts
 from ..partition import partition_layers
 from ..schedules import build_schedule
 from ..simulate import simulate
+from ._common import make_console
 from ..timeline import IdleCause, Timeline
 
 __all__ = ["register", "lesson16_story", "DUMBBELL_FORWARD"]
@@ -42,7 +43,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan demo``."""
-    console = Console()
+    console = make_console()
     if args.story == "seed002":
         from ..viz import step_table
 

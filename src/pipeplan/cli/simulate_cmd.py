@@ -22,7 +22,7 @@ from ..schedule import Schedule
 from ..schedules import SCHEDULES, build_schedule
 from ..simulate import simulate
 from ..timeline import Timeline
-from ._common import float_list, parse_bytes, print_json
+from ._common import float_list, make_console, parse_bytes, print_json
 
 __all__ = ["register", "add_cost_arguments", "costs_from_args", "comm_from_args", "schedule_from_args"]
 
@@ -133,7 +133,7 @@ def show_timeline(timeline: Timeline, *, width: int = 100, steps: bool = False, 
     """Print the Gantt, the optional step table and the per-rank table."""
     from ..viz import rank_table, step_table, text_gantt
 
-    console = console or Console()
+    console = console or make_console()
     schedule = timeline.schedule
     console.print(
         f"[bold]{schedule.name}[/bold]: {schedule.num_stages} stages on {schedule.num_ranks} ranks, "
