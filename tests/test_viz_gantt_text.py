@@ -1,0 +1,175 @@
+"""Tests of pipeplan.viz.gantt_text: the plain-text Gantt chart."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pipeplan
+from pipeplan import Action, CommModel, DeadlockError, InvalidInputError, Schedule, StageCosts, Timeline
+from pipeplan.timeline import IdleCause
+from pipeplan.viz import text_gantt
+from pipeplan.viz.gantt_text import IDLE_CHARS
+
+
+def chunked_gpipe(placement: list[int], num_microbatches: int, backward: str = "full") -> Schedule:
+    """Every forward of a rank's chunks in stage order, then every backward in reverse."""
+    num_ranks = max(placement) + 1
+    orders: list[list[Action]] = [[] for _ in range(num_ranks)]
+    for rank in range(num_ranks):
+        stages = [s for s, r in enumerate(placement) if r == rank]
+        for stage in stages:
+            orders[rank] += [Action("F", stage, mb) for mb in range(num_microbatches)]
+        if backward != "none":
+            for stage in reversed(stages):
+                for mb in range(num_microbatches):
+                    orders[rank].append(Action("B", stage, mb))
+                    if backward == "split":
+                        orders[rank].append(Action("W", stage, mb))
+    return Schedule(orders, placement, num_microbatches, backward=backward, name="chunked-gpipe")
+
+
+def with_overhead(timeline: Timeline, gap: float) -> Timeline:
+    """A 'measured' copy of ``timeline`` where every action on a rank starts ``gap`` later than the previous shift."""
+    shift = np.concatenate([np.arange(1, len(order) + 1) * gap for order in timeline.schedule.orders])
+    return Timeline(timeline.schedule, timeline.start + shift, timeline.end + shift,
+                    timeline.blocked_until + shift, source="measured")
+
+
+@st.composite
+def timelines(draw: st.DrawFn) -> Timeline:
+    backward = draw(st.sampled_from(["full", "split", "none"]))
+    num_microbatches = draw(st.integers(1, 5))
+    family = draw(st.sampled_from(["gpipe", "1f1b", "v", "interleaved"]))
+    if family in ("gpipe", "1f1b"):
+        schedule = pipeplan.build_schedule(family, num_stages=draw(st.integers(1, 4)),
+                                           num_microbatches=num_microbatches, backward=backward)
+    else:
+        ranks = draw(st.integers(1, 3))
+        placement = list(range(ranks)) + (list(reversed(range(ranks))) if family == "v" else list(range(ranks)))
+        schedule = chunked_gpipe(placement, num_microbatches, backward)
+    forward = draw(st.lists(st.floats(0.1, 10.0), min_size=schedule.num_stages, max_size=schedule.num_stages))
+    comm = CommModel(latency=draw(st.sampled_from([0.0, 0.5, 3.0])),
+                     send_mode=draw(st.sampled_from(["eager", "rendezvous"])))
+    try:
+        timeline = pipeplan.simulate(schedule, StageCosts(forward), comm)
+    except DeadlockError:  # the naive chunked order can deadlock on rendezvous sends
+        timeline = pipeplan.simulate(schedule, StageCosts(forward), CommModel(latency=comm.latency))
+    if draw(st.booleans()):
+        timeline = with_overhead(timeline, draw(st.sampled_from([0.05, 1.0])))
+    return timeline
+
+
+def rank_lines(chart: str, num_ranks: int) -> list[str]:
+    return chart.splitlines()[:num_ranks]
+
+
+def cells_of(line: str) -> str:
+    return line[line.index("|") + 1 : -1]
+
+
+def test_gpipe_unit_costs_worked_example() -> None:
+    # GPipe, P = 3, m = 4, F = B = 1 (lesson 002's M = 3, N = 4): rank 0 runs F at
+    # t = 0..4, waits for the gradient of microbatch 0 until t = 8 (it comes back
+    # through stages 2 and 1), then runs B until 12 = 2·(m + P − 1). Two columns per unit.
+    timeline = pipeplan.simulate(pipeplan.build_schedule("gpipe", num_stages=3, num_microbatches=4),
+                                 StageCosts.uniform(3, forward=1, backward=1))
+    lines = text_gantt(timeline, width=24, legend=False).splitlines()
+    assert lines[0] == "rank 0 |F0F1F2F3<<<<<<<<B0B1B2B3|"
+    assert lines[1] == "rank 1 |..F0F1F2F3<<<<B0B1B2B3__|"
+    assert lines[2] == "rank 2 |....F0F1F2F3B0B1B2B3____|"
+    assert lines[3].split() == ["0", "5", "10"]  # axis: ticks every 5 units = 10 columns
+    assert len(lines) == 4
+
+
+def test_label_falls_back_to_letter_and_continuation_is_blank() -> None:
+    # One rank, F = 3, B = 6, m = 1: with 3 columns per unit F0 gets 9 columns, B0 18.
+    timeline = pipeplan.simulate(pipeplan.build_schedule("gpipe", num_stages=1, num_microbatches=1),
+                                 StageCosts([3.0], [6.0]))
+    assert cells_of(text_gantt(timeline, width=27, legend=False).splitlines()[0]) == "F0" + " " * 7 + "B0" + " " * 16
+    # With one column per 4.5 units, F0 and B0 get one column each: only their letters.
+    assert cells_of(text_gantt(timeline, width=2, legend=False).splitlines()[0]) == "FB"
+
+
+def test_every_idle_cause_gets_its_character() -> None:
+    # Rendezvous sends with latency block; unequal stages starve both ways.
+    timeline = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8),
+                                 StageCosts([30, 10, 10, 20]), CommModel(latency=3, send_mode="rendezvous"))
+    measured = with_overhead(timeline, 5.0)
+    chart = text_gantt(measured, width=400, legend=False)
+    causes = {interval.cause for interval in measured.idle_intervals()}
+    assert causes == set(IdleCause)
+    for cause in causes:
+        assert IDLE_CHARS[cause] in chart, cause
+    assert len(set(IDLE_CHARS.values())) == len(IdleCause)
+
+
+def test_chunks_use_upper_and_lower_case_and_legend_names_stages() -> None:
+    schedule = chunked_gpipe([0, 1, 1, 0], 2, "split")
+    timeline = pipeplan.simulate(schedule, StageCosts([1, 1, 1, 1]))
+    chart = text_gantt(timeline, width=200)
+    rank0 = cells_of(chart.splitlines()[0])
+    # Rank 0 holds stages 0 (upper case) and 3 (lower case).
+    assert "F0" in rank0 and "f0" in rank0 and "b1" in rank0 and "w1" in rank0 and "B1" in rank0
+    assert "rank 0: stage 0 upper case; stage 3 lower case" in chart
+    assert "rank 1: stage 1 upper case; stage 2 lower case" in chart
+
+
+def test_action_shorter_than_a_column_still_shows_its_letter() -> None:
+    # Stage 1's forward lasts 0.01 of a 100-unit makespan: far less than one of 20 columns.
+    timeline = pipeplan.simulate(pipeplan.build_schedule("gpipe", num_stages=2, num_microbatches=1,
+                                                         backward="none"), StageCosts([99.99, 0.01]))
+    line = cells_of(text_gantt(timeline, width=20, legend=False).splitlines()[1])
+    assert line.count("F") == 1
+
+
+def test_legend_lists_scale_and_idle_characters() -> None:
+    timeline = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=2, num_microbatches=2),
+                                 StageCosts([2, 2]))
+    chart = text_gantt(timeline, width=40)
+    assert f"makespan {timeline.makespan:g}" in chart
+    assert "> starved upstream" in chart and "# blocked" in chart
+    assert len(text_gantt(timeline, legend=False).splitlines()) == timeline.num_ranks + 1
+
+
+@pytest.mark.parametrize("width", [0, -3, 2.5, "wide", True])
+def test_rejects_bad_width(width: object) -> None:
+    timeline = pipeplan.simulate(pipeplan.build_schedule("gpipe", num_stages=2, num_microbatches=2),
+                                 StageCosts([1, 1]))
+    with pytest.raises(InvalidInputError, match="width"):
+        text_gantt(timeline, width=width)  # type: ignore[arg-type]
+
+
+@settings(max_examples=40, deadline=None)
+@given(timeline=timelines(), width=st.integers(1, 160))
+def test_rank_lines_have_equal_width_and_valid_cells(timeline: Timeline, width: int) -> None:
+    chart = text_gantt(timeline, width=width)
+    lines = rank_lines(chart, timeline.num_ranks)
+    assert len({len(line) for line in lines}) == 1
+    allowed = set(IDLE_CHARS.values()) | set("FBWfbw0123456789 ")
+    scale = width / timeline.makespan
+    for rank, line in enumerate(lines):
+        assert line.startswith(f"rank {rank}")
+        cells = cells_of(line)
+        assert len(cells) == width
+        assert set(cells) <= allowed
+        # An idle character sits only where an idle interval of that cause covers the column.
+        for col, char in enumerate(cells):
+            if char in IDLE_CHARS.values():
+                cause = next(c for c, ch in IDLE_CHARS.items() if ch == char)
+                assert any(
+                    iv.cause == cause and round(iv.start * scale) <= col < round(iv.end * scale)
+                    for iv in timeline.idle_intervals(rank)
+                )
+        # Every action whose label fits shows its label where it starts.
+        case = {s: i % 2 == 0 for i, s in enumerate(timeline.schedule.stages_of(rank))}
+        for record in timeline.records(rank):
+            first, last = round(record.start * scale), round(record.end * scale)
+            letter = record.action.kind if case[record.action.stage] else record.action.kind.lower()
+            label = f"{letter}{record.action.microbatch}"
+            if last - first >= len(label):
+                assert cells[first : first + len(label)] == label
+            elif last > first:
+                assert cells[first] == letter
