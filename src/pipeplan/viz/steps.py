@@ -74,10 +74,16 @@ def step_table(timeline: Timeline, *, unit: float | None = None) -> str:
     times = [t for record in records for t in (record.start, record.end)]
     if unit is None:
         inferred = _grid_unit(times)
+        needs = (
+            "step_table needs actions that start and end on multiples of one time unit "
+            "(e.g. unit costs F = B = 1); "
+        )
         if inferred is None:
+            raise InvalidInputError(needs + "this timeline's times are on no such grid")
+        if max(times) / inferred > MAX_STEPS:
             raise InvalidInputError(
-                "step_table needs actions that start and end on multiples of one time unit "
-                "(e.g. unit costs F = B = 1); this timeline's times are not on any such grid"
+                needs + f"the largest unit this timeline's times share is {inferred:g}, which would "
+                f"take {max(times) / inferred:.3g} steps (at most {MAX_STEPS} allowed)"
             )
         unit = inferred
     else:
@@ -87,6 +93,12 @@ def step_table(timeline: Timeline, *, unit: float | None = None) -> str:
             raise InvalidInputError(f"unit must be a number > 0, got {unit!r}") from None
         if not math.isfinite(unit) or unit <= 0:
             raise InvalidInputError(f"unit must be a number > 0, got {unit!r}")
+
+    if max(times) / unit > MAX_STEPS:
+        raise InvalidInputError(
+            f"step_table would print {math.ceil(max(times) / unit)} steps of unit {unit:g} "
+            f"(at most {MAX_STEPS} allowed); pass a larger unit or use text_gantt"
+        )
 
     def step_of(time: float, record_text: str) -> int:
         steps = time / unit
@@ -109,11 +121,6 @@ def step_table(timeline: Timeline, *, unit: float | None = None) -> str:
             raise InvalidInputError(
                 f"step_table needs every action to last at least one unit ({unit:g}); "
                 f"{where} lasts {record.end - record.start:g}"
-            )
-        if stop > MAX_STEPS:
-            raise InvalidInputError(
-                f"step_table would print {stop} steps of unit {unit:g} (at most {MAX_STEPS} allowed); "
-                "pass a larger unit or use text_gantt"
             )
         text = f"S{action.stage + 1}: {action.kind}{action.stage + 1}({action.microbatch + 1})"
         for step in range(first, stop):
