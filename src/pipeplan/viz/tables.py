@@ -28,7 +28,7 @@ def format_bytes(value: float) -> str:
     size = float(value)
     for unit in _BYTE_UNITS:
         if abs(size) < 1024 or unit == _BYTE_UNITS[-1]:
-            return f"{size:.3g} {unit}"
+            return f"{size:.3g} {unit}" if abs(size) < 1000 else f"{size:,.0f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")  # pragma: no cover
 
