@@ -43,6 +43,7 @@ _KIND_NAMES = {"F": "forward", "B": "backward", "W": "weight grad"}
 _FORMATS = (".png", ".svg", ".pdf")
 _BAR_HEIGHT = 0.8
 _LABEL_FONT_PT = 7.0
+_FIGURE_WIDTH_IN = 12.0
 
 
 def plot_timeline(
@@ -72,6 +73,15 @@ def plot_timeline(
         raise InvalidInputError(
             f"path must end in {', '.join(_FORMATS)} (the extension picks the format), got {target!r}"
         )
+    figure = _timeline_figure(timeline, memory=memory, title=title)
+    try:
+        figure.savefig(target, dpi=150 if suffix == ".png" else None)
+    except OSError as error:
+        raise InvalidInputError(f"cannot write the plot to path {target!r}: {error.strerror or error}") from None
+
+
+def _timeline_figure(timeline: Timeline, *, memory: bool, title: str | None) -> Any:
+    """The :class:`matplotlib.figure.Figure` that :func:`plot_timeline` saves."""
     try:
         from matplotlib.figure import Figure
         from matplotlib.patches import Patch
@@ -86,14 +96,14 @@ def plot_timeline(
     makespan = timeline.makespan if timeline.makespan > 0 else 1.0
     gantt_height = 0.9 + 0.42 * num_ranks
     memory_height = 2.4 if memory else 0.0
-    figure = Figure(figsize=(12.0, gantt_height + memory_height + 1.0), layout="constrained")
+    figure = Figure(figsize=(_FIGURE_WIDTH_IN, gantt_height + memory_height + 1.0), layout="constrained")
     if memory:
         gantt, memory_axes = figure.subplots(
             2, 1, sharex=True, gridspec_kw={"height_ratios": [gantt_height, memory_height]}
         )
     else:
         gantt = figure.subplots(1, 1)
-    _draw_gantt(gantt, timeline, makespan, figure_width_in=12.0, Patch=Patch)
+    _draw_gantt(gantt, timeline, makespan, Patch=Patch)
     if memory:
         _draw_memory(memory_axes, timeline, makespan, FuncFormatter, MaxNLocator)
         memory_axes.set_xlabel("time (ms)")
@@ -107,10 +117,7 @@ def plot_timeline(
             f"bubble ratio {timeline.bubble_ratio:.1%}"
         )
     )
-    try:
-        figure.savefig(target, dpi=150 if suffix == ".png" else None)
-    except OSError as error:
-        raise InvalidInputError(f"cannot write the plot to path {target!r}: {error.strerror or error}") from None
+    return figure
 
 
 def _lighten(color: str, amount: float = 0.45) -> tuple[float, float, float]:
@@ -121,54 +128,46 @@ def _lighten(color: str, amount: float = 0.45) -> tuple[float, float, float]:
     return (red + (1 - red) * amount, green + (1 - green) * amount, blue + (1 - blue) * amount)
 
 
-def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, figure_width_in: float, Patch: Any) -> None:
+def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, Patch: Any) -> None:
+    """One bar collection per (rank, kind, chunk parity) and per (rank, idle cause).
+
+    Each collection's label is ``"_rank{r}:{kind}:{parity}"`` or ``"_rank{r}:idle:{cause}"``
+    (the leading underscore keeps it out of legends; tests read it).
+    """
     schedule = timeline.schedule
     num_ranks = timeline.num_ranks
     # Roughly the axes width in points, to decide whether a label fits on a bar.
-    points_per_unit = figure_width_in * 72 * 0.85 / makespan
+    points_per_unit = _FIGURE_WIDTH_IN * 72 * 0.85 / makespan
     idle_seen: set[IdleCause] = set()
-    for interval in timeline.idle_intervals():
-        color, hatch = IDLE_COLORS[interval.cause]
-        idle_seen.add(interval.cause)
-        axes.broken_barh(
-            [(interval.start, interval.end - interval.start)],
-            (interval.rank - _BAR_HEIGHT / 2, _BAR_HEIGHT),
-            facecolors=color,
-            edgecolor="#9e9e9e" if hatch else "none",
-            hatch=hatch or None,
-            linewidth=0.0,
-        )
     chunked = False
-    kinds_seen: list[str] = []
+    kinds_seen: set[str] = set()
     for rank in range(num_ranks):
+        band = (rank - _BAR_HEIGHT / 2, _BAR_HEIGHT)
+        by_cause: dict[IdleCause, list[tuple[float, float]]] = {}
+        for interval in timeline.idle_intervals(rank):
+            by_cause.setdefault(interval.cause, []).append((interval.start, interval.end - interval.start))
+        for cause, spans in by_cause.items():
+            color, hatch = IDLE_COLORS[cause]
+            idle_seen.add(cause)
+            axes.broken_barh(spans, band, facecolors=color, edgecolor="#9e9e9e" if hatch else "none",
+                             hatch=hatch or None, linewidth=0.0, label=f"_rank{rank}:idle:{cause.value}")
         chunk_of = {stage: index for index, stage in enumerate(schedule.stages_of(rank))}
+        by_kind: dict[tuple[str, int], list[tuple[float, float]]] = {}
         for record in timeline.records(rank):
             kind, stage, microbatch = record.action
-            if kind not in kinds_seen:
-                kinds_seen.append(kind)
-            odd_chunk = chunk_of[stage] % 2 == 1
-            chunked = chunked or odd_chunk
+            parity = chunk_of[stage] % 2
             duration = record.end - record.start
-            axes.broken_barh(
-                [(record.start, duration)],
-                (rank - _BAR_HEIGHT / 2, _BAR_HEIGHT),
-                facecolors=_lighten(KIND_COLORS[kind]) if odd_chunk else KIND_COLORS[kind],
-                edgecolor="white",
-                hatch="..." if odd_chunk else None,
-                linewidth=0.6,
-            )
+            by_kind.setdefault((kind, parity), []).append((record.start, duration))
             label = str(microbatch)
             if duration * points_per_unit >= len(label) * _LABEL_FONT_PT * 0.65 + 2:
-                axes.text(
-                    record.start + duration / 2,
-                    rank,
-                    label,
-                    ha="center",
-                    va="center",
-                    fontsize=_LABEL_FONT_PT,
-                    color="black" if odd_chunk else "white",
-                    clip_on=True,
-                )
+                axes.text(record.start + duration / 2, rank, label, ha="center", va="center",
+                          fontsize=_LABEL_FONT_PT, color="black" if parity else "white", clip_on=True)
+        for (kind, parity), spans in by_kind.items():
+            kinds_seen.add(kind)
+            chunked = chunked or parity == 1
+            color = _lighten(KIND_COLORS[kind]) if parity else KIND_COLORS[kind]
+            axes.broken_barh(spans, band, facecolors=color, edgecolor="white", hatch="..." if parity else None,
+                             linewidth=0.6, label=f"_rank{rank}:{kind}:{parity}")
     axes.set_ylim(num_ranks - 0.5, -0.5)
     axes.set_yticks(range(num_ranks))
     axes.set_yticklabels(
@@ -184,10 +183,12 @@ def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, figure_width_
     axes.set_xlim(0, makespan)
     axes.grid(axis="x", color="#e0e0e0", linewidth=0.5)
     axes.set_axisbelow(True)
-    handles = [Patch(facecolor=KIND_COLORS[kind], label=_KIND_NAMES[kind]) for kind in schedule.kinds if kind in kinds_seen]
+    handles = [
+        Patch(facecolor=KIND_COLORS[kind], label=_KIND_NAMES[kind]) for kind in schedule.kinds if kind in kinds_seen
+    ]
     if chunked:
         handles.append(Patch(facecolor=_lighten("#808080"), hatch="...", edgecolor="white",
-                             label="rank's 2nd chunk (lighter)"))
+                             label="a rank's 2nd, 4th, ... chunk"))
     handles.extend(
         Patch(facecolor=IDLE_COLORS[cause][0], hatch=IDLE_COLORS[cause][1] or None, edgecolor="#9e9e9e",
               label=f"idle: {cause.value.replace('_', ' ')}")

@@ -1,0 +1,141 @@
+"""Tests of pipeplan.viz.plot: the matplotlib Gantt and memory figure."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeplan
+from pipeplan import Action, CommModel, InvalidInputError, PipeplanError, Schedule, StageCosts, Timeline
+from pipeplan.viz import plot_timeline
+from pipeplan.viz.plot import KIND_COLORS, _timeline_figure
+
+pytest.importorskip("matplotlib")
+
+
+def v_schedule(num_microbatches: int) -> Schedule:
+    """Two ranks, four stages placed 0, 1, 1, 0 (a V), split backward, GPipe-like order."""
+    placement = [0, 1, 1, 0]
+    orders: list[list[Action]] = [[], []]
+    for rank in (0, 1):
+        stages = [s for s, r in enumerate(placement) if r == rank]
+        for stage in stages:
+            orders[rank] += [Action("F", stage, mb) for mb in range(num_microbatches)]
+        for stage in reversed(stages):
+            for mb in range(num_microbatches):
+                orders[rank] += [Action("B", stage, mb), Action("W", stage, mb)]
+    return Schedule(orders, placement, num_microbatches, backward="split", name="v")
+
+
+def one_f_one_b() -> Timeline:
+    return pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8),
+                             StageCosts([30, 10, 10, 20]), CommModel(latency=3, send_mode="rendezvous"))
+
+
+def bars(axes) -> dict[str, list[tuple[float, float]]]:  # noqa: ANN001 - a matplotlib Axes
+    """Collection label -> sorted (start, width) of its rectangles."""
+    out = {}
+    for collection in axes.collections:
+        spans = []
+        for path in collection.get_paths():
+            xs = path.vertices[:, 0]
+            spans.append((float(xs.min()), float(xs.max() - xs.min())))
+        out[collection.get_label()] = sorted(spans)
+    return out
+
+
+def test_gantt_bars_match_the_timeline() -> None:
+    timeline = one_f_one_b()
+    figure = _timeline_figure(timeline, memory=True, title=None)
+    gantt, memory = figure.axes
+    drawn = bars(gantt)
+    for rank in range(timeline.num_ranks):
+        for kind in "FB":
+            expected = sorted((r.start, r.end - r.start) for r in timeline.records(rank) if r.action.kind == kind)
+            np.testing.assert_allclose(drawn[f"_rank{rank}:{kind}:0"], expected)
+        for cause in {iv.cause for iv in timeline.idle_intervals(rank)}:
+            expected = sorted((iv.start, iv.end - iv.start) for iv in timeline.idle_intervals(rank) if iv.cause == cause)
+            np.testing.assert_allclose(drawn[f"_rank{rank}:idle:{cause.value}"], expected)
+    # F and B have their own colours.
+    face = {label: tuple(c.get_facecolor()[0][:3]) for label, c in zip(drawn, gantt.collections)}
+    assert face["_rank0:F:0"] != face["_rank0:B:0"]
+    # Microbatch numbers on the bars (every bar is wide enough at this scale).
+    labels = sorted(text.get_text() for text in gantt.texts)
+    assert labels == sorted(str(r.action.microbatch) for r in timeline.records())
+    legend = [text.get_text() for text in gantt.get_legend().get_texts()]
+    assert legend[:2] == ["forward", "backward"] and "idle: blocked" in legend
+    # One memory step line per rank, following Timeline.memory up to the makespan.
+    assert len(memory.lines) == timeline.num_ranks
+    for rank, line in enumerate(memory.lines):
+        trace = timeline.memory(rank)
+        np.testing.assert_allclose(line.get_xdata(), [*trace.times, timeline.makespan])
+        np.testing.assert_allclose(line.get_ydata(), [*trace.inflight, trace.inflight[-1]])
+    assert memory.get_ylabel() == "in-flight\nmicrobatches"
+    assert "1f1b (simulated)" in figure.get_suptitle()
+
+
+def test_chunks_split_backward_and_byte_axis() -> None:
+    schedule = v_schedule(3)
+    timeline = pipeplan.simulate(schedule, StageCosts([1, 2, 1.5, 1], activation_bytes=[2**20] * 4))
+    figure = _timeline_figure(timeline, memory=True, title="custom")
+    gantt, memory = figure.axes
+    drawn = bars(gantt)
+    # Rank 0 holds stages 0 (first chunk) and 3 (second chunk, drawn lighter).
+    assert len(drawn["_rank0:W:0"]) == 3 and len(drawn["_rank0:W:1"]) == 3
+    colors = {c.get_label(): tuple(c.get_facecolor()[0][:3]) for c in gantt.collections}
+    assert colors["_rank0:F:0"] != colors["_rank0:F:1"]
+    assert colors["_rank0:W:0"] == pytest.approx(tuple(int(KIND_COLORS["W"][i : i + 2], 16) / 255 for i in (1, 3, 5)))
+    legend = [text.get_text() for text in gantt.get_legend().get_texts()]
+    assert legend[:3] == ["forward", "backward", "weight grad"] and "a rank's 2nd, 4th, ... chunk" in legend
+    assert memory.get_ylabel() == "in-flight\nactivations"
+    np.testing.assert_allclose(memory.lines[0].get_ydata()[:-1], timeline.memory(0).bytes)
+    assert memory.yaxis.get_major_formatter()(3 * 2**20, 0) == "3 MiB"
+    assert figure.get_suptitle() == "custom"
+
+
+def test_memory_false_draws_only_the_gantt() -> None:
+    figure = _timeline_figure(one_f_one_b(), memory=False, title=None)
+    assert len(figure.axes) == 1
+
+
+def test_narrow_bars_get_no_number() -> None:
+    # 200 microbatches on one rank: bars far narrower than a digit.
+    timeline = pipeplan.simulate(pipeplan.build_schedule("gpipe", num_stages=1, num_microbatches=200),
+                                 StageCosts([1.0]))
+    gantt = _timeline_figure(timeline, memory=False, title=None).axes[0]
+    assert len(gantt.texts) == 0
+
+
+@pytest.mark.parametrize("name", ["step.png", "step.svg"])
+def test_writes_png_and_svg(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    plot_timeline(one_f_one_b(), path)
+    data = path.read_bytes()
+    if name.endswith(".png"):
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert b"<svg" in data[:1000]
+
+
+def test_rejects_unknown_extension_and_unwritable_path(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match=r"path must end in \.png, \.svg, \.pdf.*step\.jpg"):
+        plot_timeline(one_f_one_b(), tmp_path / "step.jpg")
+    with pytest.raises(InvalidInputError, match="cannot write the plot"):
+        plot_timeline(one_f_one_b(), tmp_path / "missing" / "step.png")
+
+
+def test_missing_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes "import matplotlib..." raise ImportError
+    with pytest.raises(PipeplanError, match="pip install matplotlib"):
+        plot_timeline(one_f_one_b(), tmp_path / "step.png")
+
+
+def test_importing_pipeplan_viz_does_not_import_matplotlib() -> None:
+    code = "import sys, pipeplan, pipeplan.viz; assert 'matplotlib' not in sys.modules, 'imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
