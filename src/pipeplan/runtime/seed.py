@@ -177,12 +177,12 @@ class Pipeline(nn.Module):
         Returns:
             The loss, the measured stage costs (ms) and the simulated timeline.
         """
-        input_mbs = self.split(inputs)
-        target_mbs = self.split(targets)
-        if len(target_mbs[0]) and targets.shape[0] != inputs.shape[0]:
+        if targets.shape[0] != inputs.shape[0]:
             raise InvalidInputError(
                 f"targets has {targets.shape[0]} samples, expected {inputs.shape[0]} (one per input)"
             )
+        input_mbs = self.split(inputs)
+        target_mbs = self.split(targets)
         batch = inputs.shape[0]
         num_stages = self.num_stages
         forward_ms = [[0.0] * self.num_microbatches for _ in range(num_stages)]

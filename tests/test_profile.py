@@ -1,0 +1,124 @@
+"""Measuring layers and stages: relative properties and exact byte counts, not timings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import pipeplan
+from pipeplan.errors import InvalidInputError
+from pipeplan.profile import LayerMeasurement, measure_layers, measure_module, measure_stage_costs
+
+
+class Square(nn.Module):
+    """Saves exactly its input for the backward (``x * x`` saves ``x`` twice, one storage)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * x
+
+
+class Scale(nn.Module):
+    """A learnable scalar times the input: saves the input (and the parameter, not counted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * x
+
+
+def mlp(width: int, depth: int) -> nn.Module:
+    return nn.Sequential(*(nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(depth)))
+
+
+def test_saved_bytes_of_a_known_tensor_are_counted_exactly():
+    x = torch.randn(16, 32)
+    cost, out = measure_module(Square(), x, repeats=1, warmup=0)
+    assert cost.activation_bytes == 16 * 32 * 4  # one float32 input, counted once
+    assert cost.output_bytes == 16 * 32 * 4
+    assert cost.parameters == 0
+    assert torch.equal(out, x * x)
+
+
+def test_parameters_are_not_activations():
+    x = torch.randn(8, 10)
+    cost, _ = measure_module(Scale(), x, repeats=1, warmup=0)
+    assert cost.activation_bytes == 8 * 10 * 4  # the input only, not the saved weight
+    assert cost.parameters == 1
+
+
+def test_linear_saves_its_input():
+    layer = nn.Linear(24, 40)
+    x = torch.randn(5, 24)
+    cost, _ = measure_module(layer, x, repeats=1, warmup=0)
+    assert cost.activation_bytes == 5 * 24 * 4
+    assert cost.parameters == 24 * 40 + 40
+
+
+def test_four_times_the_work_measures_slower():
+    torch.manual_seed(0)
+    light = mlp(256, 1)
+    heavy = mlp(256, 4)
+    x = torch.randn(256, 256)
+    # Alternate the two and keep each one's best median, so a burst of load from
+    # other processes on a shared machine cannot hit only one of them.
+    light_costs, heavy_costs = [], []
+    for _ in range(3):
+        light_costs.append(measure_module(light, x, repeats=5, warmup=1)[0])
+        heavy_costs.append(measure_module(heavy, x, repeats=5, warmup=1)[0])
+    assert min(c.forward for c in heavy_costs) > 1.5 * min(c.forward for c in light_costs)
+    assert min(c.backward for c in heavy_costs) > 1.5 * min(c.backward for c in light_costs)
+    # Linear saves its input, Tanh its output, and Tanh's output is the next Linear's
+    # input (one storage): depth d saves d + 1 tensors of 256 x 256 float32.
+    assert light_costs[0].activation_bytes == 2 * 256 * 256 * 4
+    assert heavy_costs[0].activation_bytes == 5 * 256 * 256 * 4
+
+
+def test_measure_layers_walks_the_sequential():
+    model = nn.Sequential(nn.Linear(8, 16), Square(), nn.Linear(16, 4))
+    x = torch.randn(3, 8)
+    layers = measure_layers(model, x, repeats=2, warmup=0)
+    assert [layer.index for layer in layers] == [0, 1, 2]
+    assert all(isinstance(layer, LayerMeasurement) for layer in layers)
+    assert layers[0].name == "0:Linear"
+    assert [layer.parameters for layer in layers] == [8 * 16 + 16, 0, 16 * 4 + 4]
+    # each layer is fed its predecessor's output: Square saves the 3x16 output of layer 0
+    assert layers[1].activation_bytes == 3 * 16 * 4
+    assert layers[2].output_bytes == 3 * 4 * 4
+    # the first layer's input is data: no input gradient, so its whole backward is W
+    assert layers[0].backward_input == 0.0
+    assert layers[2].backward_input > 0.0
+    assert all(layer.forward > 0 and layer.backward_weight >= 0 for layer in layers)
+
+
+def test_stage_costs_feed_the_simulator():
+    torch.manual_seed(0)
+    stages = [mlp(64, 1), mlp(64, 3), mlp(64, 1)]
+    costs = measure_stage_costs(stages, torch.randn(32, 64), repeats=3, warmup=1)
+    assert isinstance(costs, pipeplan.StageCosts)
+    assert costs.num_stages == 3
+    assert costs.activation_bytes[1] > costs.activation_bytes[0]
+    assert all(w < b for w, b in zip(costs.weight, costs.backward))
+    schedule = pipeplan.build_schedule("1f1b", num_stages=3, num_microbatches=4)
+    timeline = pipeplan.simulate(schedule, costs)
+    assert timeline.makespan > 0
+
+
+def test_bad_inputs_are_rejected():
+    with pytest.raises(InvalidInputError, match="repeats"):
+        measure_module(Square(), torch.randn(2), repeats=0)
+    with pytest.raises(InvalidInputError, match="sample_inputs"):
+        measure_module(Square(), [1.0, 2.0])
+    with pytest.raises(InvalidInputError, match="Sequential"):
+        measure_layers(Square(), torch.randn(2))
+    with pytest.raises(InvalidInputError, match="list"):
+        measure_stage_costs([], torch.randn(2))
+    with pytest.raises(InvalidInputError, match="one tensor"):
+        measure_module(_TupleOut(), torch.randn(2))
+
+
+class _TupleOut(nn.Module):
+    def forward(self, x: torch.Tensor):
+        return x, x
