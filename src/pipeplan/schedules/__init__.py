@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import InvalidInputError
 from ..schedule import Schedule
+from .adaptive import adaptive
 from .gpipe import gpipe
 from .interleaved import interleaved
 from .one_f_one_b import one_f_one_b
@@ -32,6 +33,7 @@ SCHEDULES: dict[str, ScheduleFactory] = {
     "zb-h1": zb_h1,
     "zb-h2": zb_h2,
     "zb-v": zb_v,
+    "adaptive": adaptive,
 }
 
 

@@ -1,0 +1,384 @@
+"""A schedule built for the given stage costs, placement and memory limit.
+
+Fixed templates (1F1B, ZB-H1, interleaved, ...) assume equal stages. This
+generator instead list-schedules the actual costs: it plays the step forward in
+time and, whenever a rank is free, starts the most urgent action whose inputs
+have arrived and whose activations fit the rank's memory limit. A split backward
+lets ``W`` passes fill the gaps. Several priority rules are tried, and so is every
+fixed template that applies to the placement; the fastest order that fits the
+limit (simulated with the same costs and communication) wins, so the result is
+never slower than the best template that fits::
+
+    from pipeplan import StageCosts, simulate
+    from pipeplan.schedules.adaptive import adaptive
+    costs = StageCosts(forward=[30, 10, 10, 20])
+    schedule = adaptive(4, 8, costs=costs, memory_limit=4)    # at most 4 microbatches per rank
+    simulate(schedule, costs).makespan
+
+Memory is in the costs' bytes (``activation_bytes``, ``weight_stash_bytes``); with
+the default costs every stage's activations count 1 per microbatch, so the limit
+is a count of in-flight (stage, microbatch) pairs per rank.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from .._validation import positive_int
+from ..costs import CommModel, StageCosts
+from ..errors import DeadlockError, InfeasiblePlanError, InvalidInputError
+from ..schedule import Action, Schedule
+from ..simulate import simulate
+from ..timeline import Timeline
+from .gpipe import gpipe
+from .interleaved import interleaved
+from .one_f_one_b import one_f_one_b
+from .zb_v import zb_v, zb_v_placement
+from .zero_bubble import zb_h1, zb_h2
+
+__all__ = ["adaptive", "adaptive_candidates", "Candidate", "minimum_memory_limit", "list_schedule"]
+
+_TOLERANCE = 1e-9
+
+
+class Candidate(NamedTuple):
+    """One order the adaptive generator considered, with its simulated timeline.
+
+    ``label`` names it: a template (``"1f1b"``, ``"zb-h1"``, ``"interleaved"``...) or
+    a list-scheduling rule (``"list:BFW/microbatch/reserve"``...).
+    ``fits`` tells whether its peak bytes on every rank stay within the limit.
+    """
+
+    label: str
+    schedule: Schedule
+    timeline: Timeline
+    fits: bool
+
+
+def minimum_memory_limit(costs: StageCosts, placement: Sequence[int]) -> float:
+    """The smallest per-rank limit any order can fit: ``max_r Σ_{s on r} activation_bytes[s]``.
+
+    Whatever the order, when a rank ends the forward of its deepest stage for some
+    microbatch, that microbatch's activations are alive on all of the rank's
+    stages (their backwards need that stage's backward first). Running one
+    microbatch at a time reaches exactly this bound.
+    """
+    totals: dict[int, float] = {}
+    for stage, rank in enumerate(placement):
+        totals[rank] = totals.get(rank, 0.0) + costs.activation_bytes[stage]
+    return max(totals.values())
+
+
+def _check_placement(placement: Sequence[int] | None, num_stages: int) -> tuple[int, ...]:
+    if placement is None:
+        return tuple(range(num_stages))
+    if isinstance(placement, (str, bytes)) or not isinstance(placement, Sequence):
+        raise InvalidInputError(f"placement must be a list of ranks, one per stage, got {placement!r}")
+    ranks = []
+    for stage, rank in enumerate(placement):
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise InvalidInputError(f"placement[{stage}] must be a rank (an integer >= 0), got {rank!r}")
+        ranks.append(rank)
+    if len(ranks) != num_stages:
+        raise InvalidInputError(
+            f"placement has {len(ranks)} entries, expected {num_stages} (one rank per stage)"
+        )
+    missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+    if missing:
+        raise InvalidInputError(
+            f"placement must use every rank 0..{max(ranks)}; rank {missing[0]} holds no stage"
+        )
+    return tuple(ranks)
+
+
+# ------------------------------------------------------------------ list scheduling
+_KIND_ORDERS = {"BFW": ("B", "F", "W"), "BWF": ("B", "W", "F"), "FBW": ("F", "B", "W")}
+_FORWARD_KEYS: dict[str, Callable[[int, int], tuple[int, int]]] = {
+    # Oldest microbatch first, its deepest stage first (depth-first).
+    "microbatch": lambda stage, mb: (mb, -stage),
+    # Deepest stage first: drive microbatches towards their backward.
+    "deepest": lambda stage, mb: (-stage, mb),
+    # Shallowest stage first: admit microbatches early (breadth-first).
+    "shallowest": lambda stage, mb: (stage, mb),
+}
+
+
+def list_schedule(
+    num_microbatches: int,
+    costs: StageCosts,
+    placement: Sequence[int],
+    *,
+    comm: CommModel | None = None,
+    backward: str = "split",
+    memory_limit: float | None = None,
+    kind_order: str = "BFW",
+    forward_key: str = "microbatch",
+    reserve: bool = True,
+) -> Schedule | None:
+    """Build one order by non-delay list scheduling on the actual costs.
+
+    Time advances rank by rank: the rank that can start something earliest starts
+    the action with the best priority among those whose inputs have arrived
+    (messages cost ``comm``'s eager time) and whose activations fit its limit.
+
+    Args:
+        num_microbatches: microbatches per step.
+        costs: per-stage costs (``costs.num_stages`` stages).
+        placement: stage → rank.
+        comm: communication model (eager timing is used for the decisions).
+        backward: ``"split"`` or ``"full"``.
+        memory_limit: bytes per rank, or ``None`` for no limit.
+        kind_order: priority of kinds, ``"BFW"`` (W only fills gaps), ``"BWF"`` or ``"FBW"``.
+        forward_key: tie-break among forwards: ``"microbatch"``, ``"deepest"`` or ``"shallowest"``.
+        reserve: admit a microbatch (its stage-0 forward) only when every rank has
+            room for all of its chunks' activations; this can never deadlock.
+            Without it a forward only needs room on its own rank, which can.
+
+    Returns:
+        The schedule (named ``"adaptive"``), or ``None`` when the rule deadlocks
+        against the memory limit.
+    """
+    comm = comm or CommModel()
+    num_stages = costs.num_stages
+    num_mb = num_microbatches
+    num_ranks = max(placement) + 1
+    split = backward == "split"
+    boundary = comm.boundary_times(num_stages)
+    limit = math.inf if memory_limit is None else float(memory_limit) * (1 + _TOLERANCE) + _TOLERANCE
+    act = costs.activation_bytes
+    stash = costs.weight_stash_bytes if split else (0.0,) * num_stages
+    need = [0.0] * num_ranks
+    for stage, rank in enumerate(placement):
+        need[rank] += act[stage]
+    kind_rank = {kind: index for index, kind in enumerate(_KIND_ORDERS[kind_order])}
+    forward_rank = _FORWARD_KEYS[forward_key]
+    last = num_stages - 1
+
+    def priority(action: Action) -> tuple[int, int, int]:
+        kind, stage, mb = action
+        if kind == "F":
+            return (kind_rank["F"], *forward_rank(stage, mb))
+        return (kind_rank[kind], mb, stage)
+
+    def duration(action: Action) -> float:
+        return costs.duration(action.kind, action.stage, action.microbatch, split_backward=split)
+
+    enabled: list[dict[Action, float]] = [{} for _ in range(num_ranks)]
+    for mb in range(num_mb):
+        enabled[placement[0]][Action("F", 0, mb)] = 0.0
+    free = [0.0] * num_ranks
+    held = [0.0] * num_ranks
+    reserved = [0.0] * num_ranks
+    orders: list[list[Action]] = [[] for _ in range(num_ranks)]
+    total = num_stages * num_mb * (3 if split else 2)
+    scheduled = 0
+
+    def fits(rank: int, action: Action) -> bool:
+        if action.kind != "F":
+            return True
+        if reserve:
+            if action.stage != 0:
+                return True
+            return all(held[q] + reserved[q] + need[q] <= limit for q in range(num_ranks))
+        return held[rank] + act[action.stage] <= limit
+
+    def decide(rank: int) -> tuple[float, Action | None]:
+        options = [(ready, a) for a, ready in enabled[rank].items() if fits(rank, a)]
+        if not options:
+            return math.inf, None
+        when = max(free[rank], min(ready for ready, _ in options))
+        best = min((a for ready, a in options if ready <= when), key=priority)
+        return when, best
+
+    decisions = [decide(rank) for rank in range(num_ranks)]
+    while scheduled < total:
+        rank = min(range(num_ranks), key=lambda r: decisions[r][0])
+        when, action = decisions[rank]
+        if action is None:
+            return None
+        kind, stage, mb = action
+        finish = when + duration(action)
+        del enabled[rank][action]
+        orders[rank].append(action)
+        scheduled += 1
+        free[rank] = finish
+        touched = {rank}
+        if kind == "F":
+            if reserve:
+                if stage == 0:
+                    for q in range(num_ranks):
+                        reserved[q] += need[q]
+                reserved[rank] -= act[stage]
+            held[rank] += act[stage]
+            if stage < last:
+                target = placement[stage + 1]
+                delay = boundary[stage] if target != rank else 0.0
+                enabled[target][Action("F", stage + 1, mb)] = finish + delay
+                touched.add(target)
+            else:
+                enabled[rank][Action("B", stage, mb)] = finish
+        elif kind == "B":
+            held[rank] -= act[stage] - stash[stage]
+            if split:
+                enabled[rank][Action("W", stage, mb)] = finish
+            if stage > 0:
+                target = placement[stage - 1]
+                delay = boundary[stage - 1] if target != rank else 0.0
+                enabled[target][Action("B", stage - 1, mb)] = finish + delay
+                touched.add(target)
+        else:
+            held[rank] -= stash[stage]
+        if reserve:
+            touched.add(placement[0])  # admission looks at every rank's memory
+        for r in touched:
+            decisions[r] = decide(r)
+    return Schedule(orders, placement, num_mb, backward=backward, name="adaptive")
+
+
+# ------------------------------------------------------------------ templates
+def _templates(
+    num_stages: int, num_microbatches: int, placement: tuple[int, ...], backward: str
+) -> list[tuple[str, Schedule]]:
+    """Every fixed template whose placement is ``placement``."""
+    out: list[tuple[str, Schedule]] = []
+    num_ranks = max(placement) + 1
+    if placement == tuple(range(num_stages)):
+        out.append(("gpipe", gpipe(num_stages, num_microbatches, backward=backward)))  # type: ignore[arg-type]
+        out.append(("1f1b", one_f_one_b(num_stages, num_microbatches, backward=backward)))  # type: ignore[arg-type]
+        if backward == "split":
+            out.append(("zb-h1", zb_h1(num_stages, num_microbatches)))
+            out.append(("zb-h2", zb_h2(num_stages, num_microbatches)))
+    if num_stages % num_ranks == 0 and num_stages > num_ranks:
+        virtual = num_stages // num_ranks
+        if placement == tuple(s % num_ranks for s in range(num_stages)):
+            out.append(
+                ("interleaved", interleaved(num_stages, num_microbatches, virtual_stages=virtual, backward=backward))  # type: ignore[arg-type]
+            )
+    if backward == "split" and num_stages == 2 * num_ranks and placement == tuple(zb_v_placement(num_ranks)):
+        out.append(("zb-v", zb_v(num_stages, num_microbatches)))
+    return out
+
+
+def adaptive_candidates(
+    num_stages: int,
+    num_microbatches: int,
+    *,
+    costs: StageCosts | None = None,
+    comm: CommModel | None = None,
+    memory_limit: float | None = None,
+    placement: Sequence[int] | None = None,
+    backward: str = "split",
+) -> list[Candidate]:
+    """Every order :func:`adaptive` considers, each simulated with ``costs`` and ``comm``.
+
+    Same arguments as :func:`adaptive`. Templates come first, then the
+    list-scheduling rules that did not deadlock.
+    """
+    num_stages = positive_int("num_stages", num_stages)
+    num_microbatches = positive_int("num_microbatches", num_microbatches)
+    if costs is None:
+        raise InvalidInputError(
+            "the adaptive schedule needs costs=StageCosts(...) (it builds the order for those costs)"
+        )
+    if not isinstance(costs, StageCosts):
+        raise InvalidInputError(f"costs must be a StageCosts, got {type(costs).__name__}")
+    costs.check_shape(num_stages, num_microbatches)
+    if backward not in ("split", "full"):
+        raise InvalidInputError(f"backward must be 'split' or 'full' for the adaptive schedule, got {backward!r}")
+    if memory_limit is not None:
+        try:
+            limit = float(memory_limit)
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"memory_limit must be a number of bytes > 0, got {memory_limit!r}") from None
+        if math.isnan(limit) or limit <= 0:
+            raise InvalidInputError(f"memory_limit must be a number of bytes > 0, got {memory_limit!r}")
+        memory_limit = limit
+    ranks = _check_placement(placement, num_stages)
+    comm = comm or CommModel()
+    comm.boundary_times(num_stages)  # raises on a boundary_bytes list of the wrong length
+    if memory_limit is not None:
+        smallest = minimum_memory_limit(costs, ranks)
+        if memory_limit < smallest * (1 - _TOLERANCE):
+            raise InfeasiblePlanError(
+                f"memory_limit = {memory_limit:g} bytes per rank fits no order; the smallest limit that "
+                f"works is {smallest:g} (one microbatch's activations on every stage of the fullest rank)"
+            )
+    bound = math.inf if memory_limit is None else memory_limit * (1 + _TOLERANCE) + _TOLERANCE
+
+    candidates: list[Candidate] = []
+
+    def consider(label: str, schedule: Schedule) -> None:
+        try:
+            timeline = simulate(schedule, costs, comm)
+        except DeadlockError:  # rendezvous sends that wait on each other
+            return
+        candidates.append(Candidate(label, schedule, timeline, max(timeline.peak_bytes) <= bound))
+
+    for label, schedule in _templates(num_stages, num_microbatches, ranks, backward):
+        consider(label, schedule)
+    kind_orders = ("BFW", "BWF", "FBW") if backward == "split" else ("BFW", "FBW")
+    for kind_order in kind_orders:
+        for forward_key in _FORWARD_KEYS:
+            for reserve in (True, False):
+                if reserve and memory_limit is None:
+                    continue  # without a limit reservation changes nothing
+                schedule = list_schedule(
+                    num_microbatches, costs, ranks, comm=comm, backward=backward,
+                    memory_limit=memory_limit, kind_order=kind_order, forward_key=forward_key,
+                    reserve=reserve,
+                )
+                if schedule is not None:
+                    mode = "reserve" if reserve else "free"
+                    consider(f"list:{kind_order}/{forward_key}/{mode}", schedule)
+    return candidates
+
+
+def adaptive(
+    num_stages: int,
+    num_microbatches: int,
+    *,
+    costs: StageCosts | None = None,
+    comm: CommModel | None = None,
+    memory_limit: float | None = None,
+    placement: Sequence[int] | None = None,
+    backward: str = "split",
+) -> Schedule:
+    """Build the fastest order found for these costs that fits the memory limit.
+
+    Args:
+        num_stages: model stages ``S`` (must match ``costs``).
+        num_microbatches: microbatches per step (``m >= 1``).
+        costs: per-stage costs (required).
+        comm: communication model used to judge the orders (``None``: free).
+        memory_limit: activation bytes each rank may hold, counted as the
+            Timeline does (``activation_bytes`` until ``B``, ``weight_stash_bytes``
+            until ``W``); ``None`` for no limit.
+        placement: stage → rank, any map that uses every rank 0..P−1; default one
+            stage per rank.
+        backward: ``"split"`` (``B`` and ``W`` scheduled apart) or ``"full"``.
+
+    Returns:
+        A schedule named ``"adaptive"`` whose simulated makespan under ``costs``
+        and ``comm`` is no longer than that of any fixed template for this
+        placement that fits the limit (gpipe, 1f1b, zb-h1, zb-h2, interleaved,
+        zb-v, whichever apply), and whose peak bytes per rank stay within the limit.
+
+    Raises:
+        InvalidInputError: missing costs, a bad placement or limit.
+        InfeasiblePlanError: the limit is below :func:`minimum_memory_limit`,
+            the smallest that any order fits (named in the message).
+    """
+    candidates = adaptive_candidates(
+        num_stages, num_microbatches, costs=costs, comm=comm, memory_limit=memory_limit,
+        placement=placement, backward=backward,
+    )
+    fitting = [c for c in candidates if c.fits]
+    if not fitting:
+        raise InfeasiblePlanError(
+            f"no order of {num_microbatches} microbatches fits memory_limit = {memory_limit!r} bytes per rank"
+        )
+    best = min(fitting, key=lambda c: (c.timeline.makespan, max(c.timeline.peak_bytes)))
+    chosen = best.schedule
+    return Schedule(chosen.orders, chosen.placement, chosen.num_microbatches, backward=chosen.backward, name="adaptive")
