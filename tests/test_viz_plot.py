@@ -91,15 +91,24 @@ def test_chunks_split_backward_and_byte_axis() -> None:
     assert colors["_rank0:W:0"] == pytest.approx(tuple(int(KIND_COLORS["W"][i : i + 2], 16) / 255 for i in (1, 3, 5)))
     legend = [text.get_text() for text in gantt.get_legend().get_texts()]
     assert legend[:3] == ["forward", "backward", "weight grad"] and "a rank's 2nd, 4th, ... chunk" in legend
-    assert memory.get_ylabel() == "in-flight\nactivations"
-    np.testing.assert_allclose(memory.lines[0].get_ydata()[:-1], timeline.memory(0).bytes)
-    assert memory.yaxis.get_major_formatter()(3 * 2**20, 0) == "3 MiB"
+    # Peak 6 microbatches x 1 MiB on rank 0: the axis is in MiB.
+    assert memory.get_ylabel() == "in-flight\nactivations (MiB)"
+    np.testing.assert_allclose(memory.lines[0].get_ydata()[:-1], timeline.memory(0).bytes / 2**20)
+    assert max(memory.lines[0].get_ydata()) == 6
     assert figure.get_suptitle() == "custom"
 
 
 def test_memory_false_draws_only_the_gantt() -> None:
     figure = _timeline_figure(one_f_one_b(), memory=False, title=None)
     assert len(figure.axes) == 1
+
+
+def test_forward_only_memory_panel_says_nothing_is_held() -> None:
+    timeline = pipeplan.simulate(pipeplan.build_schedule("gpipe", num_stages=3, num_microbatches=4,
+                                                         backward="none"), StageCosts([3, 1, 2]))
+    memory = _timeline_figure(timeline, memory=True, title=None).axes[1]
+    assert [text.get_text() for text in memory.texts] == ["forward only: no activations are kept for a backward"]
+    assert memory.get_ylim() == (0, 1)
 
 
 def test_narrow_bars_get_no_number() -> None:

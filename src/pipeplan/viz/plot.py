@@ -11,7 +11,7 @@ own colours, and a rank's second (fourth, ...) chunk is drawn in a lighter shade
 the same colour with a hatch. Idle intervals are shaded by cause. Below, one step
 line per rank shows what :meth:`Timeline.memory` holds over time: in-flight
 microbatches when every stage's activation size is the default 1, activation
-bytes (binary units) otherwise. The figure is drawn on matplotlib's Agg canvas
+bytes otherwise, in the binary unit (KiB, MiB, GiB, ...) that suits the peak. The figure is drawn on matplotlib's Agg canvas
 without touching pyplot, so it never opens a window or changes your backend.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import InvalidInputError, PipeplanError
 from ..timeline import IdleCause, Timeline
-from .tables import format_bytes, format_time
+from .tables import format_time
 
 __all__ = ["plot_timeline", "KIND_COLORS", "IDLE_COLORS"]
 
@@ -85,7 +85,7 @@ def _timeline_figure(timeline: Timeline, *, memory: bool, title: str | None) -> 
     try:
         from matplotlib.figure import Figure
         from matplotlib.patches import Patch
-        from matplotlib.ticker import FuncFormatter, MaxNLocator
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise PipeplanError(
             "plot_timeline needs matplotlib, which is not installed: pip install matplotlib "
@@ -105,7 +105,7 @@ def _timeline_figure(timeline: Timeline, *, memory: bool, title: str | None) -> 
         gantt = figure.subplots(1, 1)
     _draw_gantt(gantt, timeline, makespan, Patch=Patch)
     if memory:
-        _draw_memory(memory_axes, timeline, makespan, FuncFormatter, MaxNLocator)
+        _draw_memory(memory_axes, timeline, makespan, MaxNLocator)
         memory_axes.set_xlabel("time (ms)")
     else:
         gantt.set_xlabel("time (ms)")
@@ -198,23 +198,41 @@ def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, Patch: Any) -
     axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
 
 
-def _draw_memory(axes: Any, timeline: Timeline, makespan: float, FuncFormatter: Any, MaxNLocator: Any) -> None:
+def _draw_memory(axes: Any, timeline: Timeline, makespan: float, MaxNLocator: Any) -> None:
+    """One step line per rank: in-flight microbatches, or bytes in the binary unit that suits the peak."""
     counts = all(a == 1.0 for a in timeline.activation_bytes) and all(
         w == 1.0 for w in timeline.weight_stash_bytes
     )
+    if counts:
+        divisor, unit = 1.0, ""
+    else:
+        divisor, unit = _byte_unit(max(timeline.peak_bytes))
     for rank in range(timeline.num_ranks):
         trace = timeline.memory(rank)
-        values = trace.inflight if counts else trace.bytes
-        times = list(trace.times) + [makespan]
-        series = list(values) + [values[-1]]
-        axes.step(times, series, where="post", label=f"rank {rank}", linewidth=1.2)
+        values = trace.inflight if counts else trace.bytes / divisor
+        axes.step([*trace.times, makespan], [*values, values[-1]], where="post", label=f"rank {rank}",
+                  linewidth=1.2)
     if counts:
         axes.set_ylabel("in-flight\nmicrobatches")
         axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     else:
-        axes.set_ylabel("in-flight\nactivations")
-        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: format_bytes(value)))
-    axes.set_ylim(bottom=0)
+        axes.set_ylabel(f"in-flight\nactivations ({unit})")
+    if timeline.schedule.forward_only:
+        axes.set_ylim(0, 1)
+        axes.text(0.5, 0.5, "forward only: no activations are kept for a backward", transform=axes.transAxes,
+                  ha="center", va="center", fontsize=9, color="#616161")
+    else:
+        axes.set_ylim(bottom=0)
     axes.grid(color="#e0e0e0", linewidth=0.5)
     axes.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
                 ncol=1 if timeline.num_ranks <= 8 else 2)
+
+
+def _byte_unit(peak: float) -> tuple[float, str]:
+    """The largest binary unit (B, KiB, ...) not above ``peak``, and its name."""
+    divisor, unit = 1.0, "B"
+    for name in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if peak < divisor * 1024:
+            break
+        divisor, unit = divisor * 1024, name
+    return divisor, unit
