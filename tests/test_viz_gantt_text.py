@@ -132,6 +132,17 @@ def test_legend_lists_scale_and_idle_characters() -> None:
     assert f"makespan {timeline.makespan:g}" in chart
     assert "> starved upstream" in chart and "# blocked" in chart
     assert len(text_gantt(timeline, legend=False).splitlines()) == timeline.num_ranks + 1
+    assert "stages: rank r holds stage r" in chart
+
+
+def test_legend_names_an_unusual_placement() -> None:
+    # Stage 0 on rank 1, stage 1 on rank 0, and an idle rank 2 without stages.
+    schedule = Schedule([[Action("F", 1, 0), Action("B", 1, 0)], [Action("F", 0, 0), Action("B", 0, 0)], []],
+                        [1, 0], 1)
+    timeline = pipeplan.simulate(schedule, StageCosts([1, 1]))
+    chart = text_gantt(timeline, width=20)
+    assert "stages: rank 0 = stage 1, rank 1 = stage 0, rank 2 = stage -" in chart
+    assert chart.splitlines()[2] == "rank 2 |" + "_" * 20 + "|"  # idle all step: drain
 
 
 @pytest.mark.parametrize("width", [0, -3, 2.5, "wide", True])

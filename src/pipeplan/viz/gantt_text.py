@@ -167,10 +167,14 @@ def _legend(timeline: Timeline, width: int) -> list[str]:
             upper = ", ".join(str(s) for i, s in enumerate(stages) if i % 2 == 0) or "-"
             lower = ", ".join(str(s) for i, s in enumerate(stages) if i % 2 == 1) or "-"
             out.append(f"  rank {rank}: stage {upper} upper case; stage {lower} lower case")
+    elif all(schedule.stages_of(rank) == (rank,) for rank in range(timeline.num_ranks)):
+        out.append("stages: rank r holds stage r")
     else:
         out.append(
             "stages: "
-            + ", ".join(f"rank {r} = stage {schedule.stages_of(r)[0]}" for r in range(timeline.num_ranks)
-                        if schedule.stages_of(r))
+            + ", ".join(
+                f"rank {rank} = stage {', '.join(str(s) for s in schedule.stages_of(rank)) or '-'}"
+                for rank in range(timeline.num_ranks)
+            )
         )
     return out

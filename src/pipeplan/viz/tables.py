@@ -40,6 +40,13 @@ def format_time(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _count(number: int, noun: str) -> str:
+    """``_count(1, "rank")`` → ``"1 rank"``, ``_count(4, "microbatch")`` → ``"4 microbatches"``."""
+    if number == 1:
+        return f"1 {noun}"
+    return f"{number} {noun}{'es' if noun.endswith('ch') else 's'}"
+
+
 def rank_table(timeline: Timeline) -> Table:
     """A :class:`rich.table.Table` of per-rank metrics of ``timeline``.
 
@@ -60,8 +67,8 @@ def rank_table(timeline: Timeline) -> Table:
     causes = [cause for cause in IdleCause if any(per_rank[cause] > 0 for per_rank in idle)]
     table = Table(
         title=(
-            f"{schedule.name} ({timeline.source}): {schedule.num_stages} stages on "
-            f"{timeline.num_ranks} ranks, {schedule.num_microbatches} microbatches"
+            f"{schedule.name} ({timeline.source}): {_count(schedule.num_stages, 'stage')} on "
+            f"{_count(timeline.num_ranks, 'rank')}, {_count(schedule.num_microbatches, 'microbatch')}"
         ),
         caption=(
             f"makespan {format_time(timeline.makespan)} · bubble ratio {timeline.bubble_ratio:.1%} · "
