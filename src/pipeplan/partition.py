@@ -1,67 +1,694 @@
-"""Contiguous layer partitioning (minimal first version; the partition issue extends it).
+"""Exact, memory-aware partitioning of contiguous layers into pipeline stages.
+
+The solver splits ``L`` layers into ``S`` non-empty contiguous stages so that the
+slowest stage (its F + B + W time plus any fixed extra) is as fast as possible,
+while every stage fits a memory capacity::
 
     from pipeplan.partition import partition_layers
     partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8).layers_per_stage   # (3, 11, 11, 7)
+    partition_layers(profile, 8, memory_capacity=80e9, num_microbatches=16).stage_memory
+
+How it works (all exact):
+
+1. **Bottleneck.** For a threshold ``T`` the set of layer positions where stage
+   ``k`` can end is computed stage by stage over prefix sums (an interval in the
+   usual case, a bitmap when a single layer does not fit some stage). Its
+   answer only changes when ``T`` crosses the time of one more layer on a
+   reachable stage, so the search jumps between such candidate sums, halving
+   the gap when it can; it stops when the lower bound meets an achieved
+   bottleneck. ``L = 10,000``, ``S = 128`` takes a few tens of milliseconds.
+2. **Tie-break.** Among partitions whose slowest stage equals the optimum (and
+   that fit memory), ``tie_break="lexicographic"`` picks the one whose stage
+   times, sorted from slowest to fastest, are lexicographically smallest: it
+   lowers the second-slowest stage, then the third, and so on. This is a dynamic
+   program over the positions that lie on some optimal partition (the order on
+   sorted vectors is compatible with adding a stage, so it is exact). ``"variance"``
+   picks the smallest sum of squared stage times (lesson 16's smallest spread),
+   ``"none"`` any optimal partition.
+3. **Memory.** Stage ``k`` holds ``bytes_per_param × params`` (parameters,
+   gradients and optimizer state; 16 bytes per parameter for mixed-precision
+   Adam) plus ``inflight[k] × activation_bytes`` plus its fixed extra bytes.
+   ``inflight[k]`` is the peak number of microbatches whose activations stage
+   ``k`` holds under the chosen schedule; it is read off the schedule's per-rank
+   orders (1F1B: ``min(m, P − k)``, GPipe: ``m``). When no partition fits, the
+   same solver minimises the largest stage memory instead and
+   :class:`~pipeplan.errors.InfeasiblePlanError` names that smallest capacity
+   and the stage that needs it.
+4. **Schedule-aware.** ``objective="step_time"`` starts from the bottleneck
+   optimum and moves one boundary at a time by one layer while the simulated
+   step time of the schedule improves (first improvement, memory respected). That
+   local search is a heuristic: it never returns a slower simulated step than
+   the bottleneck optimum, but it is not proven optimal for the step time.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 
 from ._validation import finite_floats, non_negative_float, positive_int
-from .errors import InvalidInputError
+from .errors import InfeasiblePlanError, InvalidInputError
+from .layers import LayerProfile
 
-__all__ = ["PartitionResult", "partition_layers"]
+__all__ = ["PartitionResult", "partition_layers", "inflight_per_stage", "even_split", "TieBreak", "Objective"]
+
+TieBreak = Literal["lexicographic", "variance", "none"]
+Objective = Literal["bottleneck", "step_time"]
+
+# The lexicographic tie-break walks every (start, end) pair that lies on some
+# optimal partition with Python tuples; above this many pairs it would take more
+# than about a second, and the (vectorised, also exact) variance tie-break is
+# applied instead. ``PartitionResult.tie_break`` says which one ran.
+_LEX_PAIR_BUDGET = 400_000
 
 
 @dataclass(frozen=True)
 class PartitionResult:
-    """Layers per stage and the resulting stage times."""
+    """A partition of layers into stages and what it costs.
+
+    Attributes:
+        layers_per_stage: number of layers on each stage (all >= 1).
+        stage_times: F + B + W time per microbatch of each stage, extras included.
+        stage_memory: bytes each stage holds at its peak (see the module doc).
+        placement: ``placement[s]`` is the rank holding stage ``s`` (the chosen
+            schedule's placement; one stage per rank unless it has chunks).
+        bottleneck: the slowest stage time (the proxy objective).
+        step_time: simulated makespan of one step under ``schedule`` with
+            ``num_microbatches`` (``None`` when no microbatch count was given).
+        schedule: the schedule name the memory and step time refer to.
+        num_microbatches: microbatches per step used for in-flight counts.
+        inflight: peak in-flight microbatches per stage used for memory.
+        objective: what was minimised, ``"bottleneck"`` or ``"step_time"``.
+        tie_break: how ties on the bottleneck were broken.
+    """
 
     layers_per_stage: tuple[int, ...]
     stage_times: tuple[float, ...]
+    stage_memory: tuple[float, ...] = ()
+    placement: tuple[int, ...] = ()
+    bottleneck: float = 0.0
+    step_time: float | None = None
+    schedule: str = "1f1b"
+    num_microbatches: int = 1
+    inflight: tuple[int, ...] = ()
+    objective: str = "bottleneck"
+    tie_break: str = "lexicographic"
+    profile: LayerProfile | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def num_stages(self) -> int:
+        """Number of stages ``S``."""
+        return len(self.layers_per_stage)
+
+    @property
+    def boundaries(self) -> tuple[int, ...]:
+        """Layer offsets ``(0, end of stage 0, ..., L)``; stage ``s`` is ``[b[s], b[s+1])``."""
+        return tuple(int(x) for x in np.concatenate([[0], np.cumsum(self.layers_per_stage)]))
+
+    @property
+    def layer_ranges(self) -> tuple[range, ...]:
+        """The layer indices of each stage."""
+        b = self.boundaries
+        return tuple(range(b[k], b[k + 1]) for k in range(self.num_stages))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary."""
+        return {
+            "layers_per_stage": list(self.layers_per_stage),
+            "boundaries": list(self.boundaries),
+            "stage_times": list(self.stage_times),
+            "stage_memory": list(self.stage_memory),
+            "placement": list(self.placement),
+            "inflight": list(self.inflight),
+            "bottleneck": self.bottleneck,
+            "step_time": self.step_time,
+            "schedule": self.schedule,
+            "num_microbatches": self.num_microbatches,
+            "objective": self.objective,
+            "tie_break": self.tie_break,
+        }
 
 
-def partition_layers(
-    layer_costs: Sequence[float], num_stages: int, *, first_extra: float = 0.0, last_extra: float = 0.0
-) -> PartitionResult:
-    """Split layers into ``num_stages`` non-empty contiguous stages minimising the slowest.
-
-    Ties are broken by the smallest sum of squared stage times (the smallest spread).
-    """
-    costs = np.asarray(finite_floats("layer_costs", layer_costs, allow_zero=True))
+# --------------------------------------------------------------------- helpers
+def even_split(num_layers: int, num_stages: int) -> tuple[int, ...]:
+    """Megatron-style even split: ``L // S`` each, the remainder on the first stages."""
+    layers = positive_int("num_layers", num_layers)
     stages = positive_int("num_stages", num_stages)
-    if len(costs) < stages:
-        raise InvalidInputError(f"need at least num_stages={stages} layers, got {len(costs)}")
-    extra = np.zeros(stages)
-    extra[0] += non_negative_float("first_extra", first_extra)
-    extra[-1] += non_negative_float("last_extra", last_extra)
-    prefix = np.concatenate([[0.0], np.cumsum(costs)])
-    count = len(costs)
-    inf = float("inf")
-    # best[s][j]: (max, sum of squares) for the first j layers in s+1 stages.
-    best = [[(inf, inf)] * (count + 1) for _ in range(stages)]
-    cut = [[0] * (count + 1) for _ in range(stages)]
-    for j in range(1, count + 1):
-        t = prefix[j] + extra[0]
-        best[0][j] = (t, t * t)
-    for s in range(1, stages):
-        for j in range(s + 1, count + 1):
-            for i in range(s, j):
-                prev_max, prev_sq = best[s - 1][i]
-                t = prefix[j] - prefix[i] + extra[s]
-                cand = (max(prev_max, t), prev_sq + t * t)
-                if cand < best[s][j]:
-                    best[s][j] = cand
-                    cut[s][j] = i
-    bounds = [count]
-    for s in range(stages - 1, 0, -1):
-        bounds.append(cut[s][bounds[-1]])
-    bounds.append(0)
-    bounds.reverse()
-    sizes = tuple(bounds[k + 1] - bounds[k] for k in range(stages))
-    times = tuple(float(prefix[bounds[k + 1]] - prefix[bounds[k]] + extra[k]) for k in range(stages))
-    return PartitionResult(sizes, times)
+    if layers < stages:
+        raise InvalidInputError(f"need at least num_stages={stages} layers, got {layers}")
+    base, extra = divmod(layers, stages)
+    return tuple(base + (1 if k < extra else 0) for k in range(stages))
+
+
+def inflight_per_stage(schedule: str, num_stages: int, num_microbatches: int, **options: Any) -> tuple[int, ...]:
+    """Peak number of microbatches whose activations each stage holds under ``schedule``.
+
+    Read off the schedule's per-rank orders (no costs needed: a rank runs its
+    order one action at a time): a stage gains one at each ``F`` and loses one at
+    its ``B`` (or at ``W`` for a split backward, whose stash lives until then).
+    1F1B gives ``min(m, P − p)``, GPipe ``m``. Works for every registered schedule.
+    """
+    return _inflight_and_placement(schedule, num_stages, num_microbatches, **options)[0]
+
+
+def _inflight_and_placement(
+    schedule: str, num_stages: int, num_microbatches: int, **options: Any
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    from .schedules import build_schedule
+
+    if not options and schedule in _CLOSED_FORM_INFLIGHT:
+        # The same numbers the orders give (tests check it), without building
+        # S·m actions: 1F1B holds min(m, P - p), GPipe all m.
+        counts = _CLOSED_FORM_INFLIGHT[schedule](num_stages, num_microbatches)
+        return counts, tuple(range(num_stages))
+    built = build_schedule(schedule, num_stages=num_stages, num_microbatches=num_microbatches, **options)
+    if built.num_stages != num_stages:
+        raise InvalidInputError(
+            f"schedule {schedule!r} built {built.num_stages} stages, expected num_stages={num_stages}"
+        )
+    return _inflight_from_orders(built), built.placement
+
+
+_CLOSED_FORM_INFLIGHT = {
+    "1f1b": lambda stages, micro: tuple(min(micro, stages - p) for p in range(stages)),
+    "gpipe": lambda stages, micro: (micro,) * stages,
+}
+
+
+def _inflight_from_orders(built: Any) -> tuple[int, ...]:
+    release = "W" if built.split_backward else "B"
+    peak = [0] * built.num_stages
+    for order in built.orders:
+        live: dict[int, int] = {}
+        for kind, stage, _mb in order:
+            if kind == "F":
+                live[stage] = live.get(stage, 0) + 1
+                peak[stage] = max(peak[stage], live[stage])
+            elif kind == release:
+                live[stage] -= 1
+    if built.forward_only:
+        return (0,) * built.num_stages
+    return tuple(peak)
+
+
+def _monotone_limit(
+    prefix: np.ndarray, starts: np.ndarray, extra: float, threshold: float, last: int
+) -> np.ndarray:
+    """Largest ``e`` in ``[s, last]`` with ``(prefix[e] - prefix[s]) + extra <= threshold``.
+
+    Returns ``s`` itself where not even one layer fits. The comparison is exactly
+    the one used for stage values, so a search result off by rounding is corrected.
+    """
+    ends = np.searchsorted(prefix, prefix[starts] + (threshold - extra), side="right") - 1
+    ends = np.clip(ends, starts, last)
+    while True:
+        over = (ends > starts) & ((prefix[ends] - prefix[starts]) + extra > threshold)
+        if not over.any():
+            break
+        ends[over] -= 1
+    while True:
+        nxt = np.minimum(ends + 1, last)
+        under = (nxt > ends) & ((prefix[nxt] - prefix[starts]) + extra <= threshold)
+        if not under.any():
+            break
+        ends[under] += 1
+    return ends
+
+
+class _Problem:
+    """A min-max instance: per-stage prefix sums and extras, and optional memory limits.
+
+    Stage ``k`` on layers ``[s, e)`` has value ``(prefix[k][e] - prefix[k][s]) +
+    extra[k]``; ``mem_limit[k][s]`` is the last end ``e`` whose memory fits.
+    """
+
+    def __init__(
+        self,
+        prefixes: Sequence[np.ndarray],
+        extra: np.ndarray,
+        mem_limit: Sequence[np.ndarray] | None = None,
+    ) -> None:
+        self.prefixes = list(prefixes)
+        self.extra = np.asarray(extra, dtype=float)
+        self.num_layers = len(self.prefixes[0]) - 1
+        self.num_stages = len(self.extra)
+        self.mem_limit = mem_limit
+        singles: dict[int, np.ndarray] = {}
+        for prefix in self.prefixes:
+            if id(prefix) not in singles:
+                singles[id(prefix)] = np.diff(prefix)
+        self.singles = [singles[id(p)] for p in self.prefixes]
+
+    @property
+    def prefix(self) -> np.ndarray:
+        return self.prefixes[0]
+
+    def stage_value(self, k: int, s: int, e: int) -> float:
+        prefix = self.prefixes[k]
+        return float((prefix[e] - prefix[s]) + self.extra[k])
+
+    def values(self, bounds: Sequence[int]) -> list[float]:
+        return [self.stage_value(k, bounds[k], bounds[k + 1]) for k in range(self.num_stages)]
+
+    # ------------------------------------------------------------ feasibility
+    def check(self, threshold: float) -> tuple[bool, list[int] | None, float]:
+        """Is there a partition with every stage <= ``threshold`` (and fitting memory)?
+
+        Returns ``(feasible, bounds, next_value)``: a witness when feasible, and
+        otherwise the smallest threshold above this one at which the answer
+        can change (a valid lower bound on the optimum).
+        """
+        result = self._check_intervals(threshold)
+        if result is None:
+            result = self._check_bitmap(threshold)
+        return result
+
+    def _ends(self, k: int, starts: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+        """End limit per start for stage k, and whether time (not memory/room) binds."""
+        hi_end = self.num_layers - (self.num_stages - 1 - k)
+        by_time = _monotone_limit(self.prefixes[k], starts, self.extra[k], threshold, self.num_layers)
+        other = np.full(len(starts), hi_end)
+        if self.mem_limit is not None:
+            other = np.minimum(other, self.mem_limit[k][starts])
+        return np.minimum(by_time, other), by_time < other
+
+    def _check_intervals(self, threshold: float) -> tuple[bool, list[int] | None, float] | None:
+        """Fast path: every single layer in the reachable range fits; ranges stay intervals."""
+        num_stages, num_layers = self.num_stages, self.num_layers
+        upper = [0]  # upper[k]: farthest reachable start of stage k
+        next_value = math.inf
+        for k in range(num_stages):
+            low, high = k, upper[-1]
+            if self.singles[k][low : high + 1].max() + self.extra[k] > threshold:
+                return None
+            if self.mem_limit is not None and (
+                self.mem_limit[k][low : high + 1] < np.arange(low + 1, high + 2)
+            ).any():
+                return None
+            ends, binds = self._ends(k, np.array([high]), threshold)
+            if binds[0] and ends[0] < num_layers:
+                next_value = min(next_value, self.stage_value(k, high, int(ends[0]) + 1))
+            upper.append(int(ends[0]))
+        if upper[-1] < num_layers:
+            return False, None, next_value
+        bounds = [num_layers]
+        for k in range(num_stages - 1, 0, -1):
+            bounds.append(min(bounds[-1] - 1, upper[k]))
+        bounds.append(0)
+        bounds.reverse()
+        return True, bounds, next_value
+
+    def _check_bitmap(self, threshold: float) -> tuple[bool, list[int] | None, float]:
+        num_stages, num_layers = self.num_stages, self.num_layers
+        reach = np.zeros(num_layers + 1, dtype=bool)
+        reach[0] = True
+        steps: list[tuple[np.ndarray, np.ndarray]] = []
+        next_value = math.inf
+        for k in range(num_stages):
+            starts = np.flatnonzero(reach)
+            ends, binds = self._ends(k, starts, threshold)
+            room = binds & (ends < num_layers)
+            if room.any():
+                s, e = starts[room], ends[room] + 1
+                candidates = (self.prefixes[k][e] - self.prefixes[k][s]) + self.extra[k]
+                next_value = min(next_value, float(candidates.min()))
+            ok = ends > starts
+            starts, ends = starts[ok], ends[ok]
+            steps.append((starts, ends))
+            delta = np.bincount(starts + 1, minlength=num_layers + 2) - np.bincount(
+                ends + 1, minlength=num_layers + 2
+            )
+            reach = np.cumsum(delta)[: num_layers + 1] > 0
+        if not reach[num_layers]:
+            return False, None, next_value
+        bounds = [num_layers]
+        for k in range(num_stages - 1, 0, -1):
+            starts, ends = steps[k]
+            end = bounds[-1]
+            valid = np.flatnonzero((starts + 1 <= end) & (ends >= end))
+            bounds.append(int(starts[valid[-1]]))
+        bounds.append(0)
+        bounds.reverse()
+        return True, bounds, next_value
+
+    # ------------------------------------------------------------------ solve
+    def lower_bound(self) -> float:
+        """A value at most the optimum (nudged down so rounding cannot lift it above)."""
+        if all(p is self.prefixes[0] for p in self.prefixes):
+            total = float(self.prefix[-1] + self.extra.sum())
+            bound = max(
+                total / self.num_stages,
+                float(self.singles[0].max() + self.extra.min()),
+                float(self.extra.max()),
+            )
+        else:
+            bound = float(self.extra.max())
+        return bound - abs(bound) * 1e-9
+
+    def min_bottleneck(self) -> tuple[float, list[int]] | None:
+        """The optimal bottleneck and a witness, or ``None`` if memory rules out every partition."""
+        feasible, bounds, _ = self.check(math.inf)
+        if not feasible:
+            return None
+        assert bounds is not None
+        hi = max(self.values(bounds))
+        best = bounds
+        lo = self.lower_bound()
+        if all(p is self.prefixes[0] for p in self.prefixes):
+            # mean + heaviest layer + largest extra: greedy fits under it without memory limits
+            guess = lo + float(self.singles[0].max() + self.extra.max())
+            if guess < hi:
+                feasible, bounds, next_value = self.check(guess)
+                if feasible:
+                    assert bounds is not None
+                    hi, best = max(self.values(bounds)), bounds
+                else:
+                    lo = max(lo, next_value)
+        # Alternate a probe at the lower bound (often the optimum itself once the
+        # bound has jumped to a candidate) with a bisection probe (halves the gap).
+        probe_low = True
+        while lo < hi:
+            middle = lo + (hi - lo) / 2.0
+            threshold = lo if probe_low or not lo < middle < hi else middle
+            feasible, bounds, next_value = self.check(threshold)
+            if feasible:
+                assert bounds is not None
+                value = max(self.values(bounds))
+                if value < hi:
+                    hi, best = value, bounds
+                if threshold == lo:
+                    break
+            else:
+                lo = max(lo, next_value)
+            probe_low = not probe_low
+        return hi, best
+
+    # ------------------------------------------------------------ tie-breaks
+    def optimal_pairs(self, bottleneck: float) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """For each stage, the allowed ``(start, lowest end, highest end)`` on optimal partitions."""
+        num_stages, num_layers = self.num_stages, self.num_layers
+        forward = [np.zeros(num_layers + 1, dtype=bool) for _ in range(num_stages + 1)]
+        forward[0][0] = True
+        limits = []
+        for k in range(num_stages):
+            starts = np.flatnonzero(forward[k])
+            ends, _ = self._ends(k, starts, bottleneck)
+            ok = ends > starts
+            starts, ends = starts[ok], ends[ok]
+            limits.append((starts, ends))
+            delta = np.bincount(starts + 1, minlength=num_layers + 2) - np.bincount(
+                ends + 1, minlength=num_layers + 2
+            )
+            forward[k + 1] = np.cumsum(delta)[: num_layers + 1] > 0
+        backward = np.zeros(num_layers + 1, dtype=bool)
+        backward[num_layers] = True
+        pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [None] * num_stages  # type: ignore[list-item]
+        for k in range(num_stages - 1, -1, -1):
+            starts, ends = limits[k]
+            good = backward & forward[k + 1]
+            count = np.concatenate([[0], np.cumsum(good)])
+            has = count[ends + 1] - count[starts + 1] > 0
+            starts, ends = starts[has], ends[has]
+            # lowest useful end: the first good position after the start
+            good_positions = np.flatnonzero(good)
+            first = good_positions[np.searchsorted(good_positions, starts + 1)]
+            pairs[k] = (starts, first, ends)
+            backward = np.zeros(num_layers + 1, dtype=bool)
+            backward[starts] = True
+        return pairs
+
+    def tie_break(self, bottleneck: float, how: TieBreak, fallback: list[int]) -> tuple[list[int], str]:
+        """The tie-broken optimal bounds and the tie-break actually applied."""
+        if how == "none":
+            return fallback, "none"
+        pairs = self.optimal_pairs(bottleneck)
+        if how == "lexicographic":
+            work = sum(int((e - f + 1).sum()) for _, f, e in pairs)
+            if work <= _LEX_PAIR_BUDGET:
+                return self._lexicographic(pairs), "lexicographic"
+        return self._variance(pairs), "variance"
+
+    def _pair_arrays(self, pairs, k):
+        starts, first, last = pairs[k]
+        counts = last - first + 1
+        s = np.repeat(starts, counts)
+        offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        e = np.repeat(first, counts) + offsets
+        return s, e
+
+    def _variance(self, pairs) -> list[int]:
+        num_layers = self.num_layers
+        cost = np.full(num_layers + 1, math.inf)
+        cost[0] = 0.0
+        back: list[np.ndarray] = []
+        for k in range(self.num_stages):
+            s, e = self._pair_arrays(pairs, k)
+            value = (self.prefixes[k][e] - self.prefixes[k][s]) + self.extra[k]
+            total = cost[s] + value * value
+            order = np.lexsort((-s, total, e))  # by end, then total, then the latest start
+            e_sorted = e[order]
+            keep = np.concatenate([[True], e_sorted[1:] != e_sorted[:-1]])
+            chosen = order[keep]
+            new_cost = np.full(num_layers + 1, math.inf)
+            new_cost[e[chosen]] = total[chosen]
+            pointer = np.full(num_layers + 1, -1)
+            pointer[e[chosen]] = s[chosen]
+            back.append(pointer)
+            cost = new_cost
+        bounds = [num_layers]
+        for k in range(self.num_stages - 1, 0, -1):
+            bounds.append(int(back[k][bounds[-1]]))
+        bounds.append(0)
+        bounds.reverse()
+        return bounds
+
+    def _lexicographic(self, pairs) -> list[int]:
+        """Exact lexicographic DP with sorted tuples (negated, ascending: larger is better)."""
+        num_layers = self.num_layers
+        best: dict[int, tuple[tuple[float, ...], int]] = {0: ((), -1)}
+        back: list[dict[int, int]] = []
+        prefix_lists: dict[int, list[float]] = {}
+        for k in range(self.num_stages):
+            prefix = prefix_lists.setdefault(id(self.prefixes[k]), self.prefixes[k].tolist())
+            starts, first, last = pairs[k]
+            extra = float(self.extra[k])
+            current: dict[int, tuple[tuple[float, ...], int]] = {}
+            for s, lo_e, hi_e in zip(starts.tolist(), first.tolist(), last.tolist()):
+                entry = best.get(s)
+                if entry is None:
+                    continue
+                vector = entry[0]
+                base = prefix[s]
+                for e in range(lo_e, hi_e + 1):
+                    key = -((prefix[e] - base) + extra)
+                    at = bisect.bisect_right(vector, key)
+                    merged = vector[:at] + (key,) + vector[at:]
+                    old = current.get(e)
+                    if old is None or merged > old[0] or (merged == old[0] and s > old[1]):
+                        current[e] = (merged, s)
+            back.append({e: v[1] for e, v in current.items()})
+            best = current
+        bounds = [num_layers]
+        for k in range(self.num_stages - 1, 0, -1):
+            bounds.append(back[k][bounds[-1]])
+        bounds.append(0)
+        bounds.reverse()
+        return bounds
+
+
+# ---------------------------------------------------------------- public entry
+def partition_layers(
+    layer_costs: Sequence[float] | LayerProfile,
+    num_stages: int,
+    *,
+    first_extra: float | None = None,
+    last_extra: float | None = None,
+    first_extra_bytes: float | None = None,
+    last_extra_bytes: float | None = None,
+    memory_capacity: float | None = None,
+    bytes_per_param: float = 16.0,
+    schedule: str = "1f1b",
+    num_microbatches: int | None = None,
+    schedule_options: dict[str, Any] | None = None,
+    objective: Objective = "bottleneck",
+    tie_break: TieBreak = "lexicographic",
+) -> PartitionResult:
+    """Split layers into ``num_stages`` non-empty contiguous stages, slowest stage first.
+
+    Args:
+        layer_costs: a :class:`~pipeplan.layers.LayerProfile`, or one total time
+            (F + B + W per microbatch, >= 0) per layer. A plain list carries no
+            memory, so only the extras' bytes count against a capacity.
+        num_stages: ``S``, at most the number of layers.
+        first_extra, last_extra: fixed time the first / last stage pays (default:
+            the profile's, 0 for a list).
+        first_extra_bytes, last_extra_bytes: fixed bytes on the first / last stage.
+        memory_capacity: bytes per stage (per rank for one stage per rank); the
+            result never exceeds it.
+        bytes_per_param: bytes of weights, gradients and optimizer state per
+            parameter (16 = mixed-precision Adam).
+        schedule: registered schedule name whose in-flight microbatch counts
+            (and placement) the memory model and the step time use.
+        num_microbatches: microbatches per step ``m``. When given, the result
+            reports the simulated step time. Default for in-flight counts: ``S``.
+        schedule_options: extra keyword options for the schedule generator.
+        objective: ``"bottleneck"`` (exact, the default) or ``"step_time"`` (local
+            search on the simulated makespan, seeded by the bottleneck optimum).
+        tie_break: ``"lexicographic"``, ``"variance"`` or ``"none"`` (module doc).
+
+    Returns:
+        A :class:`PartitionResult`.
+
+    Raises:
+        InvalidInputError: bad numbers, fewer layers than stages, unknown options.
+        InfeasiblePlanError: no partition fits ``memory_capacity``; the message
+            gives the smallest capacity that fits and the stage that needs it.
+    """
+    stages = positive_int("num_stages", num_stages)
+    if objective not in ("bottleneck", "step_time"):
+        raise InvalidInputError(f"objective must be 'bottleneck' or 'step_time', got {objective!r}")
+    if tie_break not in ("lexicographic", "variance", "none"):
+        raise InvalidInputError(f"tie_break must be 'lexicographic', 'variance' or 'none', got {tie_break!r}")
+    per_param = non_negative_float("bytes_per_param", bytes_per_param)
+    capacity = None if memory_capacity is None else finite_floats("memory_capacity", [memory_capacity])[0]
+    extras = {
+        "first_extra": first_extra,
+        "last_extra": last_extra,
+        "first_extra_bytes": first_extra_bytes,
+        "last_extra_bytes": last_extra_bytes,
+    }
+    given = {key: non_negative_float(key, value) for key, value in extras.items() if value is not None}
+    if isinstance(layer_costs, LayerProfile):
+        profile: LayerProfile | None = layer_costs.with_extras(**given) if given else layer_costs
+        times = profile.total
+        params = np.asarray(profile.params)
+        activations = np.asarray(profile.activation_bytes)
+        extra_time, extra_bytes = profile.stage_extras(stages)
+    else:
+        times = np.asarray(finite_floats("layer_costs", layer_costs, allow_zero=True))
+        params = activations = np.zeros(len(times))
+        profile = None
+        extra_time = np.zeros(stages)
+        extra_bytes = np.zeros(stages)
+        extra_time[0] += given.get("first_extra", 0.0)
+        extra_time[-1] += given.get("last_extra", 0.0)
+        extra_bytes[0] += given.get("first_extra_bytes", 0.0)
+        extra_bytes[-1] += given.get("last_extra_bytes", 0.0)
+    num_layers = len(times)
+    if num_layers < stages:
+        raise InvalidInputError(
+            f"num_stages must be <= the number of layers ({num_layers}) so no stage is empty, got {stages}"
+        )
+    simulate_step = num_microbatches is not None or objective == "step_time"
+    micro = stages if num_microbatches is None else positive_int("num_microbatches", num_microbatches)
+    options = dict(schedule_options or {})
+    inflight, placement = _inflight_and_placement(schedule, stages, micro, **options)
+
+    memory_prefixes = _memory_prefixes(params, activations, per_param, inflight)
+    memory_problem = _Problem(memory_prefixes, extra_bytes)
+    mem_limit = None
+    if capacity is not None:
+        mem_limit = [
+            _monotone_limit(prefix, np.arange(num_layers + 1), extra_bytes[k], capacity, num_layers)
+            for k, prefix in enumerate(memory_prefixes)
+        ]
+    time_prefix = np.concatenate([[0.0], np.cumsum(times)])
+    problem = _Problem([time_prefix] * stages, extra_time, mem_limit)
+    solved = problem.min_bottleneck()
+    if solved is None:
+        assert capacity is not None
+        raise _infeasible(memory_problem, capacity, schedule, micro, per_param)
+    bottleneck, witness = solved
+    bounds, applied = problem.tie_break(bottleneck, tie_break, witness)
+
+    if simulate_step and profile is None:
+        profile = LayerProfile.from_costs(times.tolist())
+    step_time = None
+    built = None
+    if simulate_step:
+        from .schedules import build_schedule
+
+        built = build_schedule(schedule, num_stages=stages, num_microbatches=micro, **options)
+        step_time = _step_time(profile, bounds, built)
+        if objective == "step_time":
+            bounds, step_time = _improve_step_time(profile, bounds, built, step_time, problem)
+    sizes = tuple(int(b - a) for a, b in zip(bounds[:-1], bounds[1:]))
+    stage_times = tuple(problem.values(bounds))
+    return PartitionResult(
+        layers_per_stage=sizes,
+        stage_times=stage_times,
+        stage_memory=tuple(memory_problem.values(bounds)),
+        placement=tuple(placement),
+        bottleneck=max(stage_times),
+        step_time=step_time,
+        schedule=schedule,
+        num_microbatches=micro,
+        inflight=tuple(inflight),
+        objective=objective,
+        tie_break=applied if objective == "bottleneck" else "none",
+        profile=profile,
+    )
+
+
+def _memory_prefixes(
+    params: np.ndarray, activations: np.ndarray, per_param: float, inflight: Sequence[int]
+) -> list[np.ndarray]:
+    base = np.concatenate([[0.0], np.cumsum(params * per_param)])
+    act = np.concatenate([[0.0], np.cumsum(activations)])
+    cache: dict[int, np.ndarray] = {}
+    return [cache.setdefault(count, base + count * act) for count in inflight]
+
+
+def _infeasible(
+    memory_problem: _Problem, capacity: float, schedule: str, micro: int, per_param: float
+) -> InfeasiblePlanError:
+    needed, bounds = memory_problem.min_bottleneck()  # type: ignore[misc]
+    values = memory_problem.values(bounds)
+    stage = int(np.argmax(values))
+    return InfeasiblePlanError(
+        f"memory_capacity={capacity:.6g} bytes fits no partition of {memory_problem.num_layers} layers "
+        f"into {memory_problem.num_stages} stages under {schedule!r} with {micro} microbatches "
+        f"({per_param:g} bytes per parameter); the smallest capacity that fits is {needed:.6g} bytes, "
+        f"needed by stage {stage} (layers {bounds[stage]}..{bounds[stage + 1] - 1})"
+    )
+
+
+def _step_time(profile: LayerProfile, bounds: Sequence[int], built: Any) -> float:
+    from .simulate import simulate
+
+    sizes = [int(b - a) for a, b in zip(bounds[:-1], bounds[1:])]
+    return float(simulate(built, profile.stage_costs(sizes), validate=False).makespan)
+
+
+def _improve_step_time(
+    profile: LayerProfile, bounds: list[int], built: Any, current: float, problem: _Problem
+) -> tuple[list[int], float]:
+    """First-improvement hill climbing: move one boundary by one layer while it helps."""
+    best = list(bounds)
+    improved = True
+    budget = 20 * len(bounds) * len(bounds)
+    while improved and budget > 0:
+        improved = False
+        for index in range(1, len(best) - 1):
+            for delta in (-1, 1):
+                trial = list(best)
+                trial[index] += delta
+                if not trial[index - 1] < trial[index] < trial[index + 1]:
+                    continue
+                if problem.mem_limit is not None and any(
+                    problem.mem_limit[k][trial[k]] < trial[k + 1] for k in (index - 1, index)
+                ):
+                    continue
+                budget -= 1
+                value = _step_time(profile, trial, built)
+                if value < current * (1 - 1e-12):
+                    best, current, improved = trial, value, True
+                    break
+            if improved:
+                break
+    return best, current

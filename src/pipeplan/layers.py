@@ -1,0 +1,399 @@
+"""The layer profile the partition solver splits: per-layer time, memory and name.
+
+A :class:`LayerProfile` holds, for every layer of a model in order, its forward
+time, its full backward time (and the weight-gradient part of it), the bytes of
+activations one microbatch leaves on the stage, and its parameter count::
+
+    from pipeplan.layers import LayerProfile
+    profile = LayerProfile.uniform(32, forward=2 / 3, first_extra=16, last_extra=8)
+    profile = LayerProfile.from_file("profile.csv")      # or .json
+
+Units and conventions, shared with :class:`~pipeplan.costs.StageCosts`:
+
+* Times are per microbatch, in one unit of your choice (the CLI says ms).
+* ``backward`` is the *full* backward; ``weight`` is the weight-gradient part of
+  it, so a layer's total time per microbatch is ``forward + backward``
+  (= F + B + W of a split-backward schedule).
+* ``params`` is a parameter **count**, not bytes; the solver multiplies it by
+  ``bytes_per_param`` (16 for mixed-precision Adam: 2 weight + 2 gradient + 4
+  master weight + 4 + 4 Adam moments).
+* ``activation_bytes`` is bytes per microbatch, held from the end of the
+  layer's forward to the end of its backward.
+* ``first_extra`` / ``last_extra`` are fixed times (F + B) that the first and
+  last stage always pay (vision preprocessing, the loss or an action head);
+  ``first_extra_bytes`` / ``last_extra_bytes`` are fixed bytes they always hold.
+  When a profile is turned into :class:`StageCosts`, an extra time is split
+  one third forward, two thirds backward, half of which is weight gradient.
+
+File formats (:meth:`LayerProfile.from_file`):
+
+* CSV with a header; columns ``forward`` (required), ``backward``, ``weight``,
+  ``activation_bytes``, ``params``, ``name`` (optional, in any order).
+* JSON: a list of objects with the same keys, or an object
+  ``{"layers": [...], "first_extra": .., "last_extra": .., "first_extra_bytes": ..,
+  "last_extra_bytes": ..}``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._validation import finite_floats, non_negative_float, positive_int
+from .costs import StageCosts
+from .errors import InvalidInputError
+
+__all__ = ["LayerProfile", "transformer_layer_flops"]
+
+_FIELDS = ("forward", "backward", "weight", "activation_bytes", "params", "name")
+_EXTRAS = ("first_extra", "last_extra", "first_extra_bytes", "last_extra_bytes")
+
+
+def transformer_layer_flops(
+    *, hidden_size: int, seq_length: int, micro_batch_size: int, ffn_hidden_size: int | None = None
+) -> float:
+    """Forward FLOPs of one GPT decoder layer on one microbatch.
+
+    ``2·b·s·(4h² + 2h·f) + 4·b·s²·h``: the QKV and output projections
+    (``8bsh²``), the MLP (``4bshf``, i.e. ``16bsh²`` for ``f = 4h``) and the two
+    attention matmuls (``4bs²h``), counting a multiply-add as 2 FLOPs
+    (Narayanan et al., 2021, "Efficient Large-Scale Language Model Training on
+    GPU Clusters", eq. 2, without the logit layer).
+    """
+    h, s, b = hidden_size, seq_length, micro_batch_size
+    f = 4 * h if ffn_hidden_size is None else ffn_hidden_size
+    return 2.0 * b * s * (4.0 * h * h + 2.0 * h * f) + 4.0 * b * s * s * h
+
+
+@dataclass(frozen=True, init=False)
+class LayerProfile:
+    """Per-layer costs of a model, in layer order (see the module doc for units).
+
+    Args:
+        forward: forward time per layer per microbatch, each > 0.
+        backward: full backward time per layer, each > 0; defaults to 2 × forward.
+        weight: weight-gradient part of ``backward``, ``0 <= weight < backward``;
+            defaults to half the backward.
+        activation_bytes: bytes per microbatch kept from F to B; defaults to 0.
+        params: parameter count per layer; defaults to 0.
+        names: a name per layer (module names for torch exports); defaults to
+            ``layers.0``, ``layers.1``, ...
+        first_extra, last_extra: fixed time the first / last stage always pays.
+        first_extra_bytes, last_extra_bytes: fixed bytes the first / last stage holds.
+    """
+
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    weight: tuple[float, ...]
+    activation_bytes: tuple[float, ...]
+    params: tuple[float, ...]
+    names: tuple[str, ...]
+    first_extra: float
+    last_extra: float
+    first_extra_bytes: float
+    last_extra_bytes: float
+
+    def __init__(
+        self,
+        forward: Sequence[float],
+        backward: Sequence[float] | None = None,
+        weight: Sequence[float] | None = None,
+        *,
+        activation_bytes: Sequence[float] | None = None,
+        params: Sequence[float] | None = None,
+        names: Sequence[str] | None = None,
+        first_extra: float = 0.0,
+        last_extra: float = 0.0,
+        first_extra_bytes: float = 0.0,
+        last_extra_bytes: float = 0.0,
+    ) -> None:
+        fwd = finite_floats("forward", forward)
+        count = len(fwd)
+        bwd = (
+            tuple(2.0 * f for f in fwd)
+            if backward is None
+            else finite_floats("backward", backward, length=count)
+        )
+        if weight is None:
+            wgt = tuple(b / 2.0 for b in bwd)
+        else:
+            wgt = finite_floats("weight", weight, length=count, allow_zero=True)
+            for index, (w, b) in enumerate(zip(wgt, bwd)):
+                if w >= b:
+                    raise InvalidInputError(
+                        f"weight[{index}] = {w} must be < backward[{index}] = {b} "
+                        "(weight is the weight-gradient part of the full backward)"
+                    )
+        zeros = (0.0,) * count
+        act = zeros if activation_bytes is None else finite_floats(
+            "activation_bytes", activation_bytes, length=count, allow_zero=True
+        )
+        par = zeros if params is None else finite_floats("params", params, length=count, allow_zero=True)
+        if names is None:
+            labels = tuple(f"layers.{index}" for index in range(count))
+        else:
+            if isinstance(names, str) or len(names) != count:
+                raise InvalidInputError(
+                    f"names must be a list of {count} strings (one per layer), got {names!r}"
+                )
+            labels = tuple(str(name) for name in names)
+        object.__setattr__(self, "forward", fwd)
+        object.__setattr__(self, "backward", bwd)
+        object.__setattr__(self, "weight", wgt)
+        object.__setattr__(self, "activation_bytes", act)
+        object.__setattr__(self, "params", par)
+        object.__setattr__(self, "names", labels)
+        object.__setattr__(self, "first_extra", non_negative_float("first_extra", first_extra))
+        object.__setattr__(self, "last_extra", non_negative_float("last_extra", last_extra))
+        object.__setattr__(
+            self, "first_extra_bytes", non_negative_float("first_extra_bytes", first_extra_bytes)
+        )
+        object.__setattr__(self, "last_extra_bytes", non_negative_float("last_extra_bytes", last_extra_bytes))
+
+    # ----------------------------------------------------------- constructors
+    @classmethod
+    def from_costs(cls, layer_costs: Sequence[float], **options: Any) -> LayerProfile:
+        """A profile from total (F + B) times per layer, split 1 : 2 into F and B."""
+        total = finite_floats("layer_costs", layer_costs)
+        return cls([t / 3.0 for t in total], [2.0 * t / 3.0 for t in total], **options)
+
+    @classmethod
+    def uniform(
+        cls,
+        num_layers: int,
+        *,
+        forward: float = 1.0,
+        backward: float | None = None,
+        activation_bytes: float = 0.0,
+        params: float = 0.0,
+        **options: Any,
+    ) -> LayerProfile:
+        """``num_layers`` identical layers (the textbook transformer stack)."""
+        count = positive_int("num_layers", num_layers)
+        back = 2.0 * forward if backward is None else backward
+        return cls(
+            [forward] * count,
+            [back] * count,
+            activation_bytes=[activation_bytes] * count,
+            params=[params] * count,
+            **options,
+        )
+
+    @classmethod
+    def from_transformer(
+        cls,
+        *,
+        num_layers: int,
+        hidden_size: int,
+        num_heads: int,
+        seq_length: int,
+        micro_batch_size: int,
+        throughput: float,
+        ffn_hidden_size: int | None = None,
+        vocab_size: int | None = None,
+        tensor_parallel: int = 1,
+        **options: Any,
+    ) -> LayerProfile:
+        """A GPT-style decoder stack from its shapes and a stated throughput.
+
+        Args:
+            num_layers, hidden_size, num_heads, seq_length, micro_batch_size: the
+                model and microbatch shape (``L, h, a, s, b``).
+            throughput: achieved FLOP/s of one device (e.g. ``400e12`` for a
+                bf16 H100 at ~40 % MFU). Times come out in **milliseconds**:
+                ``1e3 · FLOPs / throughput``.
+            ffn_hidden_size: MLP width, default ``4h``.
+            vocab_size: when given, an ``embedding`` layer is prepended and an
+                ``output_layer`` (logits) appended, each with ``V·h`` parameters;
+                the logits cost ``2·b·s·h·V`` forward FLOPs.
+            tensor_parallel: tensor-parallel degree ``t``; FLOPs, parameters and
+                activations per device are divided by ``t``.
+
+        Backward = 2 × forward, weight gradient = half of it. Parameters per layer
+        ``4h² + 2hf + 4h + f`` weights and biases plus ``4h`` for the two
+        layer norms (``12h² + 13h`` for ``f = 4h``). Activation bytes per layer
+        ``s·b·h·(34 + 5·a·s/h)`` at 16-bit without recomputation (Korthikanti
+        et al., 2022, "Reducing Activation Recomputation in Large Transformer
+        Models", eq. 1).
+        """
+        layers = positive_int("num_layers", num_layers)
+        h = positive_int("hidden_size", hidden_size)
+        heads = positive_int("num_heads", num_heads)
+        s = positive_int("seq_length", seq_length)
+        b = positive_int("micro_batch_size", micro_batch_size)
+        tp = positive_int("tensor_parallel", tensor_parallel)
+        f = 4 * h if ffn_hidden_size is None else positive_int("ffn_hidden_size", ffn_hidden_size)
+        rate = finite_floats("throughput", [throughput])[0]
+        flops = transformer_layer_flops(hidden_size=h, seq_length=s, micro_batch_size=b, ffn_hidden_size=f)
+        to_ms = 1e3 / (rate * tp)
+        layer_params = (4 * h * h + 2 * h * f + 4 * h + f + 4 * h) / tp
+        layer_act = s * b * h * (34.0 + 5.0 * heads * s / h) / tp
+        forward = [flops * to_ms] * layers
+        params = [layer_params] * layers
+        act = [layer_act] * layers
+        names = [f"layers.{index}" for index in range(layers)]
+        if vocab_size is not None:
+            vocab = positive_int("vocab_size", vocab_size)
+            embed_ms = 2.0 * b * s * h * to_ms  # a gather: charge one pass over its output
+            logits_ms = 2.0 * b * s * h * vocab * to_ms
+            forward = [embed_ms, *forward, logits_ms]
+            params = [vocab * h / tp, *params, vocab * h / tp]
+            act = [2.0 * s * b * h / tp, *act, 4.0 * s * b * vocab / tp]
+            names = ["embedding", *names, "output_layer"]
+        return cls(forward, activation_bytes=act, params=params, names=names, **options)
+
+    @classmethod
+    def from_records(cls, records: Sequence[Mapping[str, Any]], **options: Any) -> LayerProfile:
+        """A profile from one mapping per layer with the CSV column names as keys."""
+        if isinstance(records, (str, bytes)) or not isinstance(records, Sequence) or not records:
+            raise InvalidInputError(f"layers must be a non-empty list of objects, got {records!r}")
+        columns: dict[str, list[Any]] = {key: [] for key in _FIELDS}
+        present = set()
+        for index, record in enumerate(records):
+            if not isinstance(record, Mapping):
+                raise InvalidInputError(f"layers[{index}] must be an object, got {record!r}")
+            unknown = set(record) - set(_FIELDS)
+            if unknown:
+                raise InvalidInputError(
+                    f"layers[{index}] has unknown keys {sorted(unknown)}; allowed: {', '.join(_FIELDS)}"
+                )
+            if "forward" not in record:
+                raise InvalidInputError(f"layers[{index}] needs a 'forward' time")
+            present.update(record)
+            for key in _FIELDS:
+                columns[key].append(record.get(key))
+        for key in _FIELDS:
+            if key in present and any(value is None or value == "" for value in columns[key]):
+                missing = next(i for i, value in enumerate(columns[key]) if value is None or value == "")
+                raise InvalidInputError(f"layers[{missing}] lacks '{key}', which other layers give")
+        return cls(
+            columns["forward"],
+            columns["backward"] if "backward" in present else None,
+            columns["weight"] if "weight" in present else None,
+            activation_bytes=columns["activation_bytes"] if "activation_bytes" in present else None,
+            params=columns["params"] if "params" in present else None,
+            names=columns["name"] if "name" in present else None,
+            **options,
+        )
+
+    @classmethod
+    def from_file(cls, path: str | Path, **options: Any) -> LayerProfile:
+        """Load a ``.csv`` or ``.json`` profile (formats in the module doc).
+
+        Raises:
+            InvalidInputError: a missing file, an unknown suffix, or bad values
+                (naming the row and column).
+        """
+        file = Path(path)
+        if not file.is_file():
+            raise InvalidInputError(f"profile file {str(file)!r} does not exist")
+        suffix = file.suffix.lower()
+        if suffix == ".csv":
+            with file.open(newline="") as handle:
+                rows = list(csv.DictReader(handle))
+            if not rows:
+                raise InvalidInputError(f"profile file {str(file)!r} has no layer rows")
+            records = [{k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items() if k}
+                       for row in rows]
+            return cls.from_records(records, **options)
+        if suffix == ".json":
+            try:
+                payload = json.loads(file.read_text())
+            except json.JSONDecodeError as error:
+                raise InvalidInputError(f"profile file {str(file)!r} is not valid JSON: {error}") from None
+            if isinstance(payload, Mapping):
+                unknown = set(payload) - {"layers", *_EXTRAS}
+                if unknown or "layers" not in payload:
+                    raise InvalidInputError(
+                        f"a JSON profile object needs 'layers' and may have {', '.join(_EXTRAS)}; "
+                        f"got keys {sorted(payload)}"
+                    )
+                extras = {key: payload[key] for key in _EXTRAS if key in payload}
+                return cls.from_records(payload["layers"], **{**extras, **options})
+            return cls.from_records(payload, **options)
+        raise InvalidInputError(f"profile file must end in .csv or .json, got {str(file)!r}")
+
+    # ---------------------------------------------------------------- queries
+    @property
+    def num_layers(self) -> int:
+        """Number of layers ``L``."""
+        return len(self.forward)
+
+    @property
+    def total(self) -> np.ndarray:
+        """Per-layer time per microbatch, ``forward + backward`` (F + B + W)."""
+        return np.add(self.forward, self.backward)
+
+    def stage_extras(self, num_stages: int) -> tuple[np.ndarray, np.ndarray]:
+        """Fixed ``(time, bytes)`` per stage: the first/last extras, added on one stage if S = 1."""
+        time = np.zeros(num_stages)
+        memory = np.zeros(num_stages)
+        time[0] += self.first_extra
+        time[-1] += self.last_extra
+        memory[0] += self.first_extra_bytes
+        memory[-1] += self.last_extra_bytes
+        return time, memory
+
+    def with_extras(self, **extras: float) -> LayerProfile:
+        """A copy with some of ``first_extra``, ``last_extra``, ... replaced."""
+        unknown = set(extras) - set(_EXTRAS)
+        if unknown:
+            raise InvalidInputError(f"unknown extras {sorted(unknown)}; allowed: {', '.join(_EXTRAS)}")
+        values = {key: getattr(self, key) for key in _EXTRAS}
+        values.update(extras)
+        return LayerProfile(
+            self.forward,
+            self.backward,
+            self.weight,
+            activation_bytes=self.activation_bytes,
+            params=self.params,
+            names=self.names,
+            **values,
+        )
+
+    def stage_costs(self, layers_per_stage: Sequence[int]) -> StageCosts:
+        """Per-stage :class:`StageCosts` for a partition (extras split as the module doc says)."""
+        sizes = _check_sizes(layers_per_stage, self.num_layers)
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        extra_time, extra_bytes = self.stage_extras(len(sizes))
+        fwd = _segment_sums(self.forward, bounds) + extra_time / 3.0
+        bwd = _segment_sums(self.backward, bounds) + 2.0 * extra_time / 3.0
+        wgt = _segment_sums(self.weight, bounds) + extra_time / 3.0
+        act = _segment_sums(self.activation_bytes, bounds)
+        return StageCosts(fwd.tolist(), bwd.tolist(), wgt.tolist(), activation_bytes=act.tolist())
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One JSON-ready dict per layer (the inverse of :meth:`from_records`)."""
+        return [
+            {
+                "name": name,
+                "forward": f,
+                "backward": b,
+                "weight": w,
+                "activation_bytes": a,
+                "params": p,
+            }
+            for name, f, b, w, a, p in zip(
+                self.names, self.forward, self.backward, self.weight, self.activation_bytes, self.params
+            )
+        ]
+
+
+def _segment_sums(values: Sequence[float], bounds: np.ndarray) -> np.ndarray:
+    prefix = np.concatenate([[0.0], np.cumsum(values)])
+    return prefix[bounds[1:]] - prefix[bounds[:-1]]
+
+
+def _check_sizes(layers_per_stage: Sequence[int], num_layers: int) -> list[int]:
+    sizes = [positive_int(f"layers_per_stage[{k}]", n) for k, n in enumerate(layers_per_stage)]
+    if not sizes or sum(sizes) != num_layers:
+        raise InvalidInputError(
+            f"layers_per_stage must be positive counts summing to {num_layers}, got {list(layers_per_stage)}"
+        )
+    return sizes
