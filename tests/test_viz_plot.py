@@ -111,6 +111,19 @@ def test_forward_only_memory_panel_says_nothing_is_held() -> None:
     assert memory.get_ylim() == (0, 1)
 
 
+def test_hatches_only_while_they_are_cheap() -> None:
+    small = _timeline_figure(one_f_one_b(), memory=False, title=None).axes[0]
+    assert {c.get_hatch() for c in small.collections if c.get_label().endswith(":idle:blocked")} == {"////"}
+    # 16 ranks x 64 microbatches of blocking sends: far more than 400 blocked intervals.
+    big = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=16, num_microbatches=64),
+                            StageCosts.uniform(16), CommModel(latency=1, send_mode="rendezvous"))
+    assert sum(iv.cause.value == "blocked" for iv in big.idle_intervals()) > 400
+    gantt, memory = _timeline_figure(big, memory=True, title=None).axes
+    assert {c.get_hatch() for c in gantt.collections} == {None}
+    # 16 memory lines, no two of the same colour.
+    assert len({tuple(line.get_color()) for line in memory.lines}) == 16
+
+
 def test_narrow_bars_get_no_number() -> None:
     # 200 microbatches on one rank: bars far narrower than a digit.
     timeline = pipeplan.simulate(pipeplan.build_schedule("gpipe", num_stages=1, num_microbatches=200),

@@ -7,12 +7,18 @@ imported only when :func:`plot_timeline` runs, so pipeplan itself does not need 
     plot_timeline(pipeplan.simulate(schedule, costs), "step.png")   # or "step.svg"
 
 The Gantt has one row per rank (rank 0 on top); ``F``, ``B`` and ``W`` have their
-own colours, and a rank's second (fourth, ...) chunk is drawn in a lighter shade of
-the same colour with a hatch. Idle intervals are shaded by cause. Below, one step
-line per rank shows what :meth:`Timeline.memory` holds over time: in-flight
-microbatches when every stage's activation size is the default 1, activation
-bytes otherwise, in the binary unit (KiB, MiB, GiB, ...) that suits the peak. The figure is drawn on matplotlib's Agg canvas
-without touching pyplot, so it never opens a window or changes your backend.
+own colours, and a rank's second (fourth, ...) chunk is drawn in a lighter shade
+of the same colour with a dotted hatch. Idle intervals are shaded by cause
+(blocked and overhead also hatched). Past 400 hatched rectangles the hatches are
+left out, since Agg takes seconds to draw thousands; the colours still differ.
+
+Below, one step line per rank shows what :meth:`Timeline.memory` holds over
+time: in-flight microbatches when every stage's activation size is the default 1,
+activation bytes otherwise, in the binary unit (KiB, MiB, GiB, ...) that suits
+the peak. Times are labelled ms, pipeplan's convention for the costs' unit.
+
+The figure is drawn on matplotlib's Agg canvas without touching pyplot, so it
+never opens a window or changes your backend.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ _FORMATS = (".png", ".svg", ".pdf")
 _BAR_HEIGHT = 0.8
 _LABEL_FONT_PT = 7.0
 _FIGURE_WIDTH_IN = 12.0
+_HATCH_LIMIT = 400
 
 
 def plot_timeline(
@@ -141,6 +148,15 @@ def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, Patch: Any) -
     idle_seen: set[IdleCause] = set()
     chunked = False
     kinds_seen: set[str] = set()
+    hatched_idle = {cause for cause, (_color, hatch) in IDLE_COLORS.items() if hatch}
+    second_chunks = {
+        stage for rank in range(num_ranks) for index, stage in enumerate(schedule.stages_of(rank)) if index % 2
+    }
+    hatched = sum(interval.cause in hatched_idle for interval in timeline.idle_intervals()) + sum(
+        action.stage in second_chunks for order in schedule.orders for action in order
+    )
+    # Hatching thousands of rectangles makes Agg slow (seconds); colours alone still tell them apart.
+    use_hatch = hatched <= _HATCH_LIMIT
     for rank in range(num_ranks):
         band = (rank - _BAR_HEIGHT / 2, _BAR_HEIGHT)
         by_cause: dict[IdleCause, list[tuple[float, float]]] = {}
@@ -149,6 +165,7 @@ def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, Patch: Any) -
         for cause, spans in by_cause.items():
             color, hatch = IDLE_COLORS[cause]
             idle_seen.add(cause)
+            hatch = hatch if use_hatch else ""
             axes.broken_barh(spans, band, facecolors=color, edgecolor="#9e9e9e" if hatch else "none",
                              hatch=hatch or None, linewidth=0.0, label=f"_rank{rank}:idle:{cause.value}")
         chunk_of = {stage: index for index, stage in enumerate(schedule.stages_of(rank))}
@@ -166,8 +183,9 @@ def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, Patch: Any) -
             kinds_seen.add(kind)
             chunked = chunked or parity == 1
             color = _lighten(KIND_COLORS[kind]) if parity else KIND_COLORS[kind]
-            axes.broken_barh(spans, band, facecolors=color, edgecolor="white", hatch="..." if parity else None,
-                             linewidth=0.6, label=f"_rank{rank}:{kind}:{parity}")
+            axes.broken_barh(spans, band, facecolors=color, edgecolor="white",
+                             hatch="..." if parity and use_hatch else None, linewidth=0.6,
+                             label=f"_rank{rank}:{kind}:{parity}")
     axes.set_ylim(num_ranks - 0.5, -0.5)
     axes.set_yticks(range(num_ranks))
     axes.set_yticklabels(
@@ -187,10 +205,11 @@ def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, Patch: Any) -
         Patch(facecolor=KIND_COLORS[kind], label=_KIND_NAMES[kind]) for kind in schedule.kinds if kind in kinds_seen
     ]
     if chunked:
-        handles.append(Patch(facecolor=_lighten("#808080"), hatch="...", edgecolor="white",
+        handles.append(Patch(facecolor=_lighten("#808080"), hatch="..." if use_hatch else None, edgecolor="white",
                              label="a rank's 2nd, 4th, ... chunk"))
     handles.extend(
-        Patch(facecolor=IDLE_COLORS[cause][0], hatch=IDLE_COLORS[cause][1] or None, edgecolor="#9e9e9e",
+        Patch(facecolor=IDLE_COLORS[cause][0], hatch=(IDLE_COLORS[cause][1] if use_hatch else "") or None,
+              edgecolor="#9e9e9e",
               label=f"idle: {cause.value.replace('_', ' ')}")
         for cause in IdleCause
         if cause in idle_seen
@@ -207,11 +226,12 @@ def _draw_memory(axes: Any, timeline: Timeline, makespan: float, MaxNLocator: An
         divisor, unit = 1.0, ""
     else:
         divisor, unit = _byte_unit(max(timeline.peak_bytes))
+    colors = _rank_colors(timeline.num_ranks)
     for rank in range(timeline.num_ranks):
         trace = timeline.memory(rank)
         values = trace.inflight if counts else trace.bytes / divisor
         axes.step([*trace.times, makespan], [*values, values[-1]], where="post", label=f"rank {rank}",
-                  linewidth=1.2)
+                  linewidth=1.2, color=colors[rank])
     if counts:
         axes.set_ylabel("in-flight\nmicrobatches")
         axes.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -226,6 +246,17 @@ def _draw_memory(axes: Any, timeline: Timeline, makespan: float, MaxNLocator: An
     axes.grid(color="#e0e0e0", linewidth=0.5)
     axes.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
                 ncol=1 if timeline.num_ranks <= 8 else 2)
+
+
+def _rank_colors(num_ranks: int) -> list[Any]:
+    """A distinct colour per rank: tab10 / tab20 while they last, then a viridis ramp."""
+    from matplotlib import colormaps
+
+    if num_ranks <= 10:
+        return [colormaps["tab10"](index) for index in range(num_ranks)]
+    if num_ranks <= 20:
+        return [colormaps["tab20"](index) for index in range(num_ranks)]
+    return [colormaps["viridis"](index / (num_ranks - 1)) for index in range(num_ranks)]
 
 
 def _byte_unit(peak: float) -> tuple[float, str]:
