@@ -38,7 +38,14 @@ from .one_f_one_b import one_f_one_b
 from .zb_v import zb_v, zb_v_placement
 from .zero_bubble import zb_h1, zb_h2
 
-__all__ = ["adaptive", "adaptive_candidates", "Candidate", "minimum_memory_limit", "list_schedule"]
+__all__ = [
+    "adaptive",
+    "adaptive_candidates",
+    "Candidate",
+    "minimum_memory_limit",
+    "list_schedule",
+    "sequential_schedule",
+]
 
 _TOLERANCE = 1e-9
 
@@ -237,6 +244,27 @@ def list_schedule(
     return Schedule(orders, placement, num_mb, backward=backward, name="adaptive")
 
 
+def sequential_schedule(
+    num_stages: int, num_microbatches: int, placement: Sequence[int], *, backward: str = "split"
+) -> Schedule:
+    """One microbatch at a time: its forwards down, then its backwards up (each ``W`` after its ``B``).
+
+    The slowest order, but it fits :func:`minimum_memory_limit` and cannot deadlock
+    even with rendezvous sends (every receiver has posted before its sender sends),
+    so it is the adaptive generator's last resort.
+    """
+    num_ranks = max(placement) + 1
+    orders: list[list[Action]] = [[] for _ in range(num_ranks)]
+    for mb in range(num_microbatches):
+        for stage in range(num_stages):
+            orders[placement[stage]].append(Action("F", stage, mb))
+        for stage in reversed(range(num_stages)):
+            orders[placement[stage]].append(Action("B", stage, mb))
+            if backward == "split":
+                orders[placement[stage]].append(Action("W", stage, mb))
+    return Schedule(orders, placement, num_microbatches, backward=backward, name="adaptive")
+
+
 # ------------------------------------------------------------------ templates
 def _templates(
     num_stages: int, num_microbatches: int, placement: tuple[int, ...], backward: str
@@ -274,7 +302,8 @@ def adaptive_candidates(
     """Every order :func:`adaptive` considers, each simulated with ``costs`` and ``comm``.
 
     Same arguments as :func:`adaptive`. Templates come first, then the
-    list-scheduling rules that did not deadlock.
+    list-scheduling rules that did not deadlock, then, only if none of those
+    fits (or all deadlock on rendezvous sends), :func:`sequential_schedule`.
     """
     num_stages = positive_int("num_stages", num_stages)
     num_microbatches = positive_int("num_microbatches", num_microbatches)
@@ -332,6 +361,8 @@ def adaptive_candidates(
                 if schedule is not None:
                     mode = "reserve" if reserve else "free"
                     consider(f"list:{kind_order}/{forward_key}/{mode}", schedule)
+    if not any(c.fits for c in candidates):
+        consider("sequential", sequential_schedule(num_stages, num_microbatches, ranks, backward=backward))
     return candidates
 
 
@@ -375,9 +406,10 @@ def adaptive(
         placement=placement, backward=backward,
     )
     fitting = [c for c in candidates if c.fits]
-    if not fitting:
+    if not fitting:  # unreachable while the sequential order fits the minimum limit; kept as a guard
         raise InfeasiblePlanError(
-            f"no order of {num_microbatches} microbatches fits memory_limit = {memory_limit!r} bytes per rank"
+            f"no order of {num_microbatches} microbatches fits memory_limit = {memory_limit!r} bytes per rank "
+            "without deadlocking"
         )
     best = min(fitting, key=lambda c: (c.timeline.makespan, max(c.timeline.peak_bytes)))
     chosen = best.schedule
