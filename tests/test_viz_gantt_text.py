@@ -32,7 +32,7 @@ def chunked_gpipe(placement: list[int], num_microbatches: int, backward: str = "
 
 
 def with_overhead(timeline: Timeline, gap: float) -> Timeline:
-    """A 'measured' copy of ``timeline`` where every action on a rank starts ``gap`` later than the previous shift."""
+    """A 'measured' copy of ``timeline``: a rank's k-th action (1-based) shifted by k·``gap`` (overhead gaps)."""
     shift = np.concatenate([np.arange(1, len(order) + 1) * gap for order in timeline.schedule.orders])
     return Timeline(timeline.schedule, timeline.start + shift, timeline.end + shift,
                     timeline.blocked_until + shift, source="measured")
@@ -88,7 +88,8 @@ def test_label_falls_back_to_letter_and_continuation_is_blank() -> None:
     # One rank, F = 3, B = 6, m = 1: with 3 columns per unit F0 gets 9 columns, B0 18.
     timeline = pipeplan.simulate(pipeplan.build_schedule("gpipe", num_stages=1, num_microbatches=1),
                                  StageCosts([3.0], [6.0]))
-    assert cells_of(text_gantt(timeline, width=27, legend=False).splitlines()[0]) == "F0" + " " * 7 + "B0" + " " * 16
+    line = text_gantt(timeline, width=27, legend=False).splitlines()[0]
+    assert cells_of(line) == "F0" + " " * 7 + "B0" + " " * 16
     # With one column per 4.5 units, F0 and B0 get one column each: only their letters.
     assert cells_of(text_gantt(timeline, width=2, legend=False).splitlines()[0]) == "FB"
 

@@ -58,7 +58,8 @@ def test_gantt_bars_match_the_timeline() -> None:
             expected = sorted((r.start, r.end - r.start) for r in timeline.records(rank) if r.action.kind == kind)
             np.testing.assert_allclose(drawn[f"_rank{rank}:{kind}:0"], expected)
         for cause in {iv.cause for iv in timeline.idle_intervals(rank)}:
-            expected = sorted((iv.start, iv.end - iv.start) for iv in timeline.idle_intervals(rank) if iv.cause == cause)
+            intervals = [iv for iv in timeline.idle_intervals(rank) if iv.cause == cause]
+            expected = sorted((iv.start, iv.end - iv.start) for iv in intervals)
             np.testing.assert_allclose(drawn[f"_rank{rank}:idle:{cause.value}"], expected)
     # F and B have their own colours.
     face = {label: tuple(c.get_facecolor()[0][:3]) for label, c in zip(drawn, gantt.collections)}
@@ -88,7 +89,8 @@ def test_chunks_split_backward_and_byte_axis() -> None:
     assert len(drawn["_rank0:W:0"]) == 3 and len(drawn["_rank0:W:1"]) == 3
     colors = {c.get_label(): tuple(c.get_facecolor()[0][:3]) for c in gantt.collections}
     assert colors["_rank0:F:0"] != colors["_rank0:F:1"]
-    assert colors["_rank0:W:0"] == pytest.approx(tuple(int(KIND_COLORS["W"][i : i + 2], 16) / 255 for i in (1, 3, 5)))
+    green = tuple(int(KIND_COLORS["W"][i : i + 2], 16) / 255 for i in (1, 3, 5))
+    assert colors["_rank0:W:0"] == pytest.approx(green)
     legend = [text.get_text() for text in gantt.get_legend().get_texts()]
     assert legend[:3] == ["forward", "backward", "weight grad"] and "a rank's 2nd, 4th, ... chunk" in legend
     # Peak 6 microbatches x 1 MiB on rank 0: the axis is in MiB.

@@ -121,7 +121,8 @@ def test_rejects_times_off_the_given_grid() -> None:
 def test_rejects_a_grid_too_fine_to_print() -> None:
     timeline = pipeplan.simulate(pipeplan.build_schedule("gpipe", num_stages=2, num_microbatches=1),
                                  StageCosts([1.0, 1.000001]))
-    with pytest.raises(InvalidInputError, match=r"largest unit .* share is 1e-06, which would take 6e\+06 steps \(at most 100000"):
+    too_fine = r"largest unit .* share is 1e-06, which would take 6e\+06 steps \(at most 100000"
+    with pytest.raises(InvalidInputError, match=too_fine):
         step_table(timeline)
     with pytest.raises(InvalidInputError, match="would print 6000003 steps of unit 1e-06"):
         step_table(timeline, unit=1e-6)

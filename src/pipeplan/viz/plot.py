@@ -202,7 +202,9 @@ def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, Patch: Any) -
     axes.grid(axis="x", color="#e0e0e0", linewidth=0.5)
     axes.set_axisbelow(True)
     handles = [
-        Patch(facecolor=KIND_COLORS[kind], label=_KIND_NAMES[kind]) for kind in schedule.kinds if kind in kinds_seen
+        Patch(facecolor=KIND_COLORS[kind], label=_KIND_NAMES[kind])
+        for kind in schedule.kinds
+        if kind in kinds_seen
     ]
     if chunked:
         handles.append(Patch(facecolor=_lighten("#808080"), hatch="..." if use_hatch else None, edgecolor="white",
