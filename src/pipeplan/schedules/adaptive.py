@@ -411,6 +411,9 @@ def adaptive(
             f"no order of {num_microbatches} microbatches fits memory_limit = {memory_limit!r} bytes per rank "
             "without deadlocking"
         )
-    best = min(fitting, key=lambda c: (c.timeline.makespan, max(c.timeline.peak_bytes)))
+    fastest = min(c.timeline.makespan for c in fitting)
+    # Among the orders as fast as the fastest (up to float noise), keep the leanest.
+    tied = [c for c in fitting if c.timeline.makespan <= fastest * (1 + _TOLERANCE) + _TOLERANCE]
+    best = min(tied, key=lambda c: max(c.timeline.peak_bytes))
     chosen = best.schedule
     return Schedule(chosen.orders, chosen.placement, chosen.num_microbatches, backward=chosen.backward, name="adaptive")
