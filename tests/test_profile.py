@@ -8,7 +8,15 @@ from torch import nn
 
 import pipeplan
 from pipeplan.errors import InvalidInputError
-from pipeplan.profile import LayerMeasurement, measure_layers, measure_module, measure_stage_costs
+from pipeplan.layers import LayerProfile
+from pipeplan.partition import partition_layers
+from pipeplan.profile import (
+    LayerMeasurement,
+    measure_layer_details,
+    measure_layers,
+    measure_module,
+    measure_stage_costs,
+)
 
 
 class Square(nn.Module):
@@ -76,10 +84,10 @@ def test_four_times_the_work_measures_slower():
     assert heavy_costs[0].activation_bytes == 5 * 256 * 256 * 4
 
 
-def test_measure_layers_walks_the_sequential():
+def test_layer_details_walk_the_sequential():
     model = nn.Sequential(nn.Linear(8, 16), Square(), nn.Linear(16, 4))
     x = torch.randn(3, 8)
-    layers = measure_layers(model, x, repeats=2, warmup=0)
+    layers = measure_layer_details(model, x, repeats=2, warmup=0)
     assert [layer.index for layer in layers] == [0, 1, 2]
     assert all(isinstance(layer, LayerMeasurement) for layer in layers)
     assert layers[0].name == "0:Linear"
@@ -91,6 +99,19 @@ def test_measure_layers_walks_the_sequential():
     assert layers[0].backward_input == 0.0
     assert layers[2].backward_input > 0.0
     assert all(layer.forward > 0 and layer.backward_weight >= 0 for layer in layers)
+
+
+def test_measure_layers_returns_a_layer_profile_for_the_partitioner():
+    model = nn.Sequential(nn.Linear(8, 16), Square(), nn.Linear(16, 4), nn.Linear(4, 4))
+    profile = measure_layers(model, torch.randn(3, 8), repeats=2, warmup=0)
+    assert isinstance(profile, LayerProfile)
+    assert profile.num_layers == 4
+    assert profile.names[1] == "1:Square"
+    assert profile.params == (8 * 16 + 16, 0, 16 * 4 + 4, 4 * 4 + 4)
+    assert profile.activation_bytes[1] == 3 * 16 * 4
+    assert all(w < b for w, b in zip(profile.weight, profile.backward))
+    result = partition_layers(profile, 2)
+    assert sum(result.layers_per_stage) == 4
 
 
 def test_stage_costs_feed_the_simulator():

@@ -1,7 +1,8 @@
 """Measure a torch model: per-layer and per-stage forward, backward and memory.
 
     from pipeplan.profile import measure_layers, measure_stage_costs
-    layers = measure_layers(model, sample_inputs, repeats=5)          # one entry per child
+    profile = measure_layers(model, sample_inputs, repeats=5)         # a pipeplan LayerProfile, ms
+    partition_layers(profile, 4).layers_per_stage                     # from pipeplan.partition
     costs = measure_stage_costs(stages, sample_inputs)                # pipeplan.StageCosts, ms
     pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=len(stages), num_microbatches=8), costs)
 
@@ -36,8 +37,16 @@ from torch import nn
 from ._validation import positive_int
 from .costs import StageCosts
 from .errors import InvalidInputError
+from .layers import LayerProfile
 
-__all__ = ["LayerMeasurement", "ModuleCost", "measure_layers", "measure_module", "measure_stage_costs"]
+__all__ = [
+    "LayerMeasurement",
+    "ModuleCost",
+    "measure_layer_details",
+    "measure_layers",
+    "measure_module",
+    "measure_stage_costs",
+]
 
 _MIN_MS = 1e-6  # StageCosts needs times > 0; a module with nothing to do is charged this
 
@@ -199,7 +208,7 @@ def measure_module(
     return cost, output
 
 
-def measure_layers(
+def measure_layer_details(
     model: nn.Sequential,
     sample_inputs: torch.Tensor,
     *,
@@ -215,7 +224,8 @@ def measure_layers(
         warmup: untimed runs per layer first.
 
     Returns:
-        One :class:`LayerMeasurement` per child (times in ms, sizes in bytes).
+        One :class:`LayerMeasurement` per child (times in ms, sizes in bytes),
+        with the input/weight split of the backward and the output size.
     """
     if not isinstance(model, nn.Sequential) or len(model) == 0:
         raise InvalidInputError(f"model must be a non-empty torch.nn.Sequential, got {type(model).__name__}")
@@ -232,6 +242,35 @@ def measure_layers(
         )
         results.append(LayerMeasurement(**vars(cost), index=index, name=f"{name}:{type(layer).__name__}"))
     return results
+
+
+def measure_layers(
+    model: nn.Sequential,
+    sample_inputs: torch.Tensor,
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+) -> LayerProfile:
+    """Measure every top-level child of ``model`` as a :class:`~pipeplan.layers.LayerProfile` (ms).
+
+    The profile feeds :func:`pipeplan.partition.partition_layers` directly:
+    ``forward``, ``backward`` (full: input plus weight gradient), ``weight``,
+    ``activation_bytes`` and ``params`` (counts) per layer, named after the
+    children (``"0:ImageEncoder"``). Times are clamped as the profile requires
+    (``forward``, ``backward`` > 0 and ``weight < backward``: the first layer,
+    whose input is data, gets ``weight`` = ``backward`` − 1e-6 ms). Use
+    :func:`measure_layer_details` for the unclamped numbers and output sizes.
+    """
+    layers = measure_layer_details(model, sample_inputs, repeats=repeats, warmup=warmup)
+    backward = [max(layer.backward, 2 * _MIN_MS) for layer in layers]
+    return LayerProfile(
+        forward=[max(layer.forward, _MIN_MS) for layer in layers],
+        backward=backward,
+        weight=[min(layer.backward_weight, b - _MIN_MS) for layer, b in zip(layers, backward)],
+        activation_bytes=[layer.activation_bytes for layer in layers],
+        params=[layer.parameters for layer in layers],
+        names=[layer.name for layer in layers],
+    )
 
 
 def measure_stage_costs(
