@@ -159,19 +159,31 @@ def inflight_per_stage(schedule: str, num_stages: int, num_microbatches: int, **
 def _inflight_and_placement(
     schedule: str, num_stages: int, num_microbatches: int, **options: Any
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    from .schedules import build_schedule
-
     if not options and schedule in _CLOSED_FORM_INFLIGHT:
         # The same numbers the orders give (tests check it), without building
         # S·m actions: 1F1B holds min(m, P - p), GPipe all m.
         counts = _CLOSED_FORM_INFLIGHT[schedule](num_stages, num_microbatches)
         return counts, tuple(range(num_stages))
-    built = build_schedule(schedule, num_stages=num_stages, num_microbatches=num_microbatches, **options)
+    built = _build(schedule, num_stages, num_microbatches, options, None)
     if built.num_stages != num_stages:
         raise InvalidInputError(
             f"schedule {schedule!r} built {built.num_stages} stages, expected num_stages={num_stages}"
         )
     return _inflight_from_orders(built), built.placement
+
+
+def _build(schedule: str, num_stages: int, num_microbatches: int, options: dict[str, Any], costs: Any) -> Any:
+    """Build a registered schedule; one that takes ``costs`` gets them (uniform when ``None``)."""
+    import inspect
+
+    from .costs import StageCosts
+    from .schedules import SCHEDULES, build_schedule
+
+    factory = SCHEDULES.get(schedule)
+    extra: dict[str, Any] = {}
+    if factory is not None and "costs" in inspect.signature(factory).parameters and "costs" not in options:
+        extra["costs"] = costs if costs is not None else StageCosts.uniform(num_stages)
+    return build_schedule(schedule, num_stages=num_stages, num_microbatches=num_microbatches, **options, **extra)
 
 
 _CLOSED_FORM_INFLIGHT = {
@@ -609,14 +621,12 @@ def partition_layers(
     if simulate_step and profile is None:
         profile = LayerProfile.from_costs(times.tolist())
     step_time = None
-    built = None
     if simulate_step:
-        from .schedules import build_schedule
-
-        built = build_schedule(schedule, num_stages=stages, num_microbatches=micro, **options)
-        step_time = _step_time(profile, bounds, built)
+        assert profile is not None
+        step = _StepTimer(profile, schedule, stages, micro, options)
+        step_time = step(bounds)
         if objective == "step_time":
-            bounds, step_time = _improve_step_time(profile, bounds, built, step_time, problem)
+            bounds, step_time = _improve_step_time(step, bounds, step_time, problem)
     sizes = tuple(int(b - a) for a, b in zip(bounds[:-1], bounds[1:]))
     stage_times = tuple(problem.values(bounds))
     return PartitionResult(
@@ -658,15 +668,35 @@ def _infeasible(
     )
 
 
-def _step_time(profile: LayerProfile, bounds: Sequence[int], built: Any) -> float:
-    from .simulate import simulate
+class _StepTimer:
+    """Simulated makespan of a partition under one schedule (rebuilt per partition
+    for schedules that take the costs, such as ``"adaptive"``)."""
 
-    sizes = [int(b - a) for a, b in zip(bounds[:-1], bounds[1:])]
-    return float(simulate(built, profile.stage_costs(sizes), validate=False).makespan)
+    def __init__(self, profile: LayerProfile, schedule: str, num_stages: int, micro: int, options: dict[str, Any]) -> None:
+        import inspect
+
+        from .schedules import SCHEDULES
+
+        self.profile = profile
+        self.schedule = schedule
+        self.num_stages = num_stages
+        self.micro = micro
+        self.options = options
+        factory = SCHEDULES.get(schedule)
+        self.cost_aware = factory is not None and "costs" in inspect.signature(factory).parameters
+        self.fixed = None if self.cost_aware else _build(schedule, num_stages, micro, options, None)
+
+    def __call__(self, bounds: Sequence[int]) -> float:
+        from .simulate import simulate
+
+        sizes = [int(b - a) for a, b in zip(bounds[:-1], bounds[1:])]
+        costs = self.profile.stage_costs(sizes)
+        built = self.fixed or _build(self.schedule, self.num_stages, self.micro, self.options, costs)
+        return float(simulate(built, costs, validate=False).makespan)
 
 
 def _improve_step_time(
-    profile: LayerProfile, bounds: list[int], built: Any, current: float, problem: _Problem
+    step: _StepTimer, bounds: list[int], current: float, problem: _Problem
 ) -> tuple[list[int], float]:
     """First-improvement hill climbing: move one boundary by one layer while it helps."""
     best = list(bounds)
@@ -685,7 +715,7 @@ def _improve_step_time(
                 ):
                     continue
                 budget -= 1
-                value = _step_time(profile, trial, built)
+                value = step(trial)
                 if value < current * (1 - 1e-12):
                     best, current, improved = trial, value, True
                     break

@@ -1,0 +1,257 @@
+"""``pipeplan partition``: split layers into pipeline stages, optimally and within memory.
+
+    $ pipeplan partition --layers 32 --layer-cost 2 --first-extra 16 --last-extra 8 --stages 4
+    $ pipeplan partition profile.csv --stages 8 --memory 80GB -m 16 --export megatron
+    $ pipeplan partition profile.json --stages 4 --chunks-per-rank 2 --json
+
+Times are milliseconds per microbatch (F + B + W for ``--layer-cost``). Prints a
+table of layers, time and memory per stage, then the simulated step time and
+bubble of an even split and of the chosen partition under ``--schedule``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.table import Table
+
+from ..errors import InvalidInputError
+from ..layers import LayerProfile
+from ..partition import PartitionResult, even_split, partition_layers
+from ..schedules import SCHEDULES
+from ._common import make_console, parse_bytes, print_json
+
+__all__ = ["register", "run", "profile_from_args"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``partition`` verb."""
+    parser = subparsers.add_parser(
+        "partition",
+        help="split layers into stages: exact, memory-aware, with exports",
+        description=(
+            "Split layers into contiguous pipeline stages minimising the slowest stage "
+            "(exactly), within a memory capacity, and export the plan."
+        ),
+    )
+    parser.add_argument("profile", nargs="?", help="a layer profile, .csv or .json (see pipeplan.layers)")
+    parser.add_argument("--layers", type=int, help="number of identical layers (instead of a profile file)")
+    parser.add_argument("--layer-cost", type=float, help="F + B + W time of one layer, ms (with --layers)")
+    parser.add_argument("--layer-params", type=float, default=0.0,
+                        help="parameters per layer, a count (with --layers; default 0)")
+    parser.add_argument("--layer-activation", type=parse_bytes, default=None,
+                        help="activation bytes per layer per microbatch (with --layers, e.g. 200MB)")
+    parser.add_argument("--first-extra", type=float, default=None, help="fixed time on the first stage, ms")
+    parser.add_argument("--last-extra", type=float, default=None, help="fixed time on the last stage, ms")
+    parser.add_argument("--first-extra-bytes", type=parse_bytes, default=None, help="fixed bytes on the first stage")
+    parser.add_argument("--last-extra-bytes", type=parse_bytes, default=None, help="fixed bytes on the last stage")
+    parser.add_argument("--stages", type=int, required=True,
+                        help="pipeline stages (ranks; with --chunks-per-rank, ranks)")
+    parser.add_argument("--chunks-per-rank", type=int, default=1,
+                        help="chunks per rank (v > 1 chooses chunk boundaries and their ranks)")
+    parser.add_argument("--memory", type=parse_bytes, default=None, help="memory capacity per stage, e.g. 80GB")
+    parser.add_argument("--bytes-per-param", type=float, default=16.0,
+                        help="bytes of weights, gradients and optimizer state per parameter (default 16)")
+    parser.add_argument("--schedule", default="1f1b", help=f"one of {', '.join(SCHEDULES)} (default 1f1b)")
+    parser.add_argument("-m", "--microbatches", type=int, default=None,
+                        help="microbatches per step (default: twice the number of stages)")
+    parser.add_argument("--objective", choices=("bottleneck", "step-time"), default="bottleneck",
+                        help="minimise the slowest stage (exact) or the simulated step time (local search)")
+    parser.add_argument("--tie-break", choices=("lexicographic", "variance", "none"), default="lexicographic",
+                        help="among optimal partitions (default lexicographic)")
+    parser.add_argument("--export", choices=("megatron", "deepspeed", "torch"), default=None,
+                        help="also print the plan for this engine")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(func=run)
+
+
+def profile_from_args(args: argparse.Namespace) -> LayerProfile:
+    """The layer profile the arguments describe (a file, or --layers/--layer-cost)."""
+    if args.profile and args.layers is not None:
+        raise InvalidInputError("give either a profile file or --layers/--layer-cost, not both")
+    if args.profile:
+        if args.layer_cost is not None:
+            raise InvalidInputError("--layer-cost only applies with --layers, not with a profile file")
+        return LayerProfile.from_file(args.profile)
+    if args.layers is None or args.layer_cost is None:
+        raise InvalidInputError("give a profile file, or both --layers N and --layer-cost MS")
+    if not args.layer_cost > 0:
+        raise InvalidInputError(f"--layer-cost must be > 0 ms, got {args.layer_cost}")
+    return LayerProfile.uniform(
+        args.layers,
+        forward=args.layer_cost / 3.0,
+        activation_bytes=args.layer_activation or 0.0,
+        params=args.layer_params,
+    )
+
+
+def _extras(args: argparse.Namespace) -> dict[str, float]:
+    pairs = {
+        "first_extra": args.first_extra,
+        "last_extra": args.last_extra,
+        "first_extra_bytes": args.first_extra_bytes,
+        "last_extra_bytes": args.last_extra_bytes,
+    }
+    return {key: value for key, value in pairs.items() if value is not None}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``pipeplan partition``."""
+    profile = profile_from_args(args)
+    extras = _extras(args)
+    if extras:
+        profile = profile.with_extras(**extras)
+    if args.chunks_per_rank != 1:
+        return _run_chunks(args, profile)
+    micro = args.microbatches if args.microbatches is not None else 2 * args.stages
+    options: dict[str, Any] = {
+        "memory_capacity": args.memory,
+        "bytes_per_param": args.bytes_per_param,
+        "schedule": args.schedule,
+        "num_microbatches": micro,
+    }
+    result = partition_layers(
+        profile,
+        args.stages,
+        objective="step_time" if args.objective == "step-time" else "bottleneck",
+        tie_break=args.tie_break,
+        **options,
+    )
+    even_sizes = even_split(profile.num_layers, args.stages)
+    baseline = _evaluate(profile, even_sizes, args.schedule, micro)
+    chosen = _evaluate(profile, result.layers_per_stage, args.schedule, micro)
+    exported = _export(args.export, result, args.schedule, micro) if args.export else None
+    if args.json:
+        payload = result.to_dict()
+        payload["memory_capacity"] = args.memory
+        payload["even_split"] = {"layers_per_stage": list(even_sizes), **baseline}
+        payload["simulated"] = chosen
+        if exported is not None:
+            payload["export"] = {"engine": args.export, "text": exported}
+        print_json(payload)
+        return 0
+    console = make_console()
+    console.print(_stage_table(result, args.memory))
+    console.print(
+        f"slowest stage {result.bottleneck:.6g} ms (even split {baseline['bottleneck']:.6g} ms); "
+        f"{args.schedule}, m={micro}: step {chosen['step_time']:.6g} ms, bubble {chosen['bubble_ratio']:.2%} "
+        f"(even split: step {baseline['step_time']:.6g} ms, bubble {baseline['bubble_ratio']:.2%})"
+    )
+    if exported is not None:
+        console.print(f"[bold]{args.export}[/bold]")
+        console.print(exported, markup=False, highlight=False)
+    return 0
+
+
+def _evaluate(profile: LayerProfile, sizes: Any, schedule: str, micro: int) -> dict[str, float]:
+    """Slowest stage, simulated step time and bubble ratio of ``sizes``."""
+    from ..partition import _build
+    from ..simulate import simulate
+
+    costs = profile.stage_costs(sizes)
+    built = _build(schedule, len(sizes), micro, {}, costs)
+    timeline = simulate(built, costs, validate=False)
+    totals = [f + b for f, b in zip(costs.forward, costs.backward)]
+    return {"bottleneck": max(totals), "step_time": timeline.makespan, "bubble_ratio": timeline.bubble_ratio}
+
+
+def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
+    title = f"{sum(result.layers_per_stage)} layers into {result.num_stages} stages"
+    if capacity is not None:
+        title += f", ≤ {_human_bytes(capacity)} each"
+    table = Table(title=title)
+    for column in ("stage", "rank", "layers", "count", "time ms", "memory", "in flight"):
+        table.add_column(column, justify="right")
+    for stage, span in enumerate(result.layer_ranges):
+        table.add_row(
+            str(stage),
+            str(result.placement[stage]),
+            f"{span.start}–{span.stop - 1}",
+            str(len(span)),
+            f"{result.stage_times[stage]:.6g}",
+            _human_bytes(result.stage_memory[stage]),
+            str(result.inflight[stage]),
+        )
+    return table
+
+
+def _human_bytes(value: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g} B"
+
+
+def _export(engine: str, result: Any, schedule: str, micro: int) -> str:
+    from .. import export
+
+    if engine == "megatron":
+        return " ".join(export.megatron_args(result))
+    if engine == "deepspeed":
+        return export.deepspeed_snippet(result)
+    from ..partition import _build
+
+    costs = result.profile.stage_costs(result.layers_per_stage) if result.profile is not None else None
+    options: dict[str, Any] = {}
+    if len(set(result.placement)) != len(result.placement):
+        options["placement"] = list(result.placement)
+        schedule = "adaptive"
+    built = _build(schedule, len(result.layers_per_stage), micro, options, costs)
+    return (
+        export.torch_split_snippet(result)
+        + "\n# schedule CSV for _PipelineScheduleRuntime._load_csv (one row per rank):\n"
+        + export.torch_schedule_csv(built)
+    )
+
+
+def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
+    """``--chunks-per-rank v``: chunk boundaries and a chunk → rank map, simulated adaptively."""
+    from ..placement import place_chunks
+    from ..simulate import simulate
+
+    if args.memory is not None:
+        raise InvalidInputError("--memory is not supported with --chunks-per-rank > 1")
+    plan = place_chunks(profile, args.stages, args.chunks_per_rank)
+    micro = args.microbatches if args.microbatches is not None else 2 * args.stages
+    costs = profile.stage_costs(plan.layers_per_stage)
+    from ..partition import _build
+
+    built = _build("adaptive", len(plan.layers_per_stage), micro, {"placement": list(plan.placement)}, costs)
+    timeline = simulate(built, costs, validate=False)
+    exported = None
+    if args.export == "torch":
+        from .. import export
+
+        exported = export.torch_split_snippet(plan, profile.names) + "\n" + export.torch_schedule_csv(built)
+    elif args.export == "megatron":
+        from .. import export
+
+        exported = " ".join(export.megatron_args(plan))
+    elif args.export == "deepspeed":
+        raise InvalidInputError("DeepSpeed runs one stage per rank; --export deepspeed needs --chunks-per-rank 1")
+    if args.json:
+        payload: dict[str, Any] = plan.to_dict()
+        payload["simulated"] = {"schedule": "adaptive", "num_microbatches": micro,
+                                "step_time": timeline.makespan, "bubble_ratio": timeline.bubble_ratio}
+        if exported is not None:
+            payload["export"] = {"engine": args.export, "text": exported}
+        print_json(payload)
+        return 0
+    table = Table(title=f"{profile.num_layers} layers into {len(plan.layers_per_stage)} chunks on {args.stages} ranks")
+    for column in ("chunk", "rank", "layers", "count", "time ms"):
+        table.add_column(column, justify="right")
+    bounds = plan.boundaries
+    for chunk, rank in enumerate(plan.placement):
+        table.add_row(str(chunk), str(rank), f"{bounds[chunk]}–{bounds[chunk + 1] - 1}",
+                      str(plan.layers_per_stage[chunk]), f"{plan.stage_times[chunk]:.6g}")
+    console = make_console()
+    console.print(table)
+    console.print(
+        f"rank loads {', '.join(f'{load:.6g}' for load in plan.rank_loads)} ms "
+        f"(largest {plan.max_load:.6g}, lower bound {plan.lower_bound:.6g}); "
+        f"adaptive, m={micro}: step {timeline.makespan:.6g} ms, bubble {timeline.bubble_ratio:.2%}"
+    )
+    if exported is not None:
+        console.print(exported, markup=False, highlight=False)
+    return 0

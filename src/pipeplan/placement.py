@@ -1,0 +1,289 @@
+"""Several chunks per rank: choose chunk boundaries and which rank holds each chunk.
+
+Interleaved and V schedules give every rank ``v`` chunks (stages). What a rank
+costs per microbatch is the sum of its chunks, so a heavy block that cannot be
+split (a vision encoder counted as one layer) should share its rank with light
+chunks. :func:`place_chunks` cuts the layers into ``R·v`` contiguous chunks and
+assigns ``v`` of them to each of ``R`` ranks so that the slowest rank is fast::
+
+    from pipeplan.placement import place_chunks
+    plan = place_chunks([40.0] + [2.0] * 30, num_ranks=4, chunks_per_rank=2)
+    plan.placement, plan.rank_loads      # a Schedule-compatible stage -> rank map
+
+Method (a heuristic; the result says how far it is from a lower bound):
+
+1. Seeds: the exact min-max chunk boundaries (:func:`pipeplan.partition_layers`
+   with ``R·v`` stages), and boundaries that put every layer heavier than the
+   per-chunk average into a chunk of its own.
+2. Assignment of chunks to ranks: longest chunk first onto the least-loaded rank
+   that still has a free slot, then swaps of chunks between the most-loaded rank
+   and the others while the largest load drops. With ``pattern="interleaved"``
+   (chunk ``c`` on rank ``c mod R``) or ``pattern="v"`` (ranks ``0..R-1`` then
+   ``R-1..0``) the assignment is fixed instead.
+3. Boundary search: each boundary in turn is moved to every position between
+   its neighbours; a move is kept when it lowers (largest rank load, sum of
+   squared loads). Repeats until no move helps.
+
+``lower_bound`` is ``max(total / R, heaviest layer + (v − 1) lightest layers)``
+(extras included); ``max_load == lower_bound`` proves the result optimal.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ._validation import finite_floats, non_negative_float, positive_int
+from .errors import InvalidInputError
+from .layers import LayerProfile
+
+__all__ = ["ChunkPlacement", "place_chunks", "Pattern"]
+
+Pattern = Literal["free", "interleaved", "v"]
+
+
+@dataclass(frozen=True)
+class ChunkPlacement:
+    """Chunk boundaries plus the chunk → rank map.
+
+    Attributes:
+        layers_per_stage: layers in each chunk, in model order (stage ``s`` is chunk ``s``).
+        placement: ``placement[s]`` is the rank holding stage ``s``; usable as
+            :attr:`pipeplan.Schedule.placement`.
+        stage_times: F + B + W time per microbatch of each chunk (extras included).
+        rank_loads: sum of the chunk times on each rank.
+        lower_bound: no placement can have a smaller largest rank load.
+    """
+
+    layers_per_stage: tuple[int, ...]
+    placement: tuple[int, ...]
+    stage_times: tuple[float, ...]
+    rank_loads: tuple[float, ...]
+    lower_bound: float
+
+    @property
+    def num_ranks(self) -> int:
+        """Number of ranks ``R``."""
+        return len(self.rank_loads)
+
+    @property
+    def max_load(self) -> float:
+        """The largest rank load (what the heuristic minimises)."""
+        return max(self.rank_loads)
+
+    @property
+    def boundaries(self) -> tuple[int, ...]:
+        """Layer offsets ``(0, ..., L)``; chunk ``s`` is layers ``[b[s], b[s+1])``."""
+        return tuple(int(x) for x in np.concatenate([[0], np.cumsum(self.layers_per_stage)]))
+
+    def stages_of(self, rank: int) -> tuple[int, ...]:
+        """The chunks (stages) on ``rank``, in model order."""
+        return tuple(s for s, r in enumerate(self.placement) if r == rank)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready summary."""
+        return {
+            "layers_per_stage": list(self.layers_per_stage),
+            "placement": list(self.placement),
+            "stage_times": list(self.stage_times),
+            "rank_loads": list(self.rank_loads),
+            "max_load": self.max_load,
+            "lower_bound": self.lower_bound,
+        }
+
+
+def fixed_pattern(pattern: Pattern, num_ranks: int, chunks_per_rank: int) -> tuple[int, ...]:
+    """The stage → rank map of an ``"interleaved"`` or ``"v"`` pattern."""
+    if pattern == "interleaved":
+        return tuple(s % num_ranks for s in range(num_ranks * chunks_per_rank))
+    if pattern == "v":
+        out = []
+        for chunk in range(chunks_per_rank):
+            ranks = range(num_ranks) if chunk % 2 == 0 else range(num_ranks - 1, -1, -1)
+            out.extend(ranks)
+        return tuple(out)
+    raise InvalidInputError(f"pattern must be 'free', 'interleaved' or 'v', got {pattern!r}")
+
+
+def _assign_free(times: Sequence[float], num_ranks: int, chunks_per_rank: int) -> tuple[int, ...]:
+    """Longest chunk first onto the least-loaded rank with a free slot, then improving swaps."""
+    order = sorted(range(len(times)), key=lambda c: (-times[c], c))
+    heap = [(0.0, rank) for rank in range(num_ranks)]
+    slots = [chunks_per_rank] * num_ranks
+    owner = [0] * len(times)
+    for chunk in order:
+        load, rank = heapq.heappop(heap)
+        owner[chunk] = rank
+        slots[rank] -= 1
+        if slots[rank]:
+            heapq.heappush(heap, (load + times[chunk], rank))
+    loads = [0.0] * num_ranks
+    for chunk, rank in enumerate(owner):
+        loads[rank] += times[chunk]
+    improved = True
+    while improved:
+        improved = False
+        top = max(range(num_ranks), key=lambda r: (loads[r], -r))
+        best_gain, best_pair = 0.0, None
+        for a in (c for c in range(len(times)) if owner[c] == top):
+            for b in range(len(times)):
+                rank = owner[b]
+                if rank == top:
+                    continue
+                delta = times[a] - times[b]
+                if delta <= 0:
+                    continue
+                new_top, new_other = loads[top] - delta, loads[rank] + delta
+                gain = loads[top] - max(new_top, new_other)
+                if gain > best_gain + 1e-12 * loads[top]:
+                    best_gain, best_pair = gain, (a, b)
+        if best_pair is not None:
+            a, b = best_pair
+            rank = owner[b]
+            delta = times[a] - times[b]
+            loads[top] -= delta
+            loads[rank] += delta
+            owner[a], owner[b] = rank, top
+            improved = True
+    return _canonical(owner)
+
+
+def _canonical(owner: Sequence[int]) -> tuple[int, ...]:
+    """Renumber ranks so rank 0 holds chunk 0, the next new rank is 1, and so on."""
+    names: dict[int, int] = {}
+    for rank in owner:
+        names.setdefault(rank, len(names))
+    return tuple(names[rank] for rank in owner)
+
+
+def place_chunks(
+    layer_costs: Sequence[float] | LayerProfile,
+    num_ranks: int,
+    chunks_per_rank: int,
+    *,
+    first_extra: float | None = None,
+    last_extra: float | None = None,
+    pattern: Pattern = "free",
+) -> ChunkPlacement:
+    """Cut layers into ``num_ranks × chunks_per_rank`` chunks and place them on ranks.
+
+    Args:
+        layer_costs: a :class:`~pipeplan.layers.LayerProfile`, or one total time
+            (F + B + W per microbatch, >= 0) per layer.
+        num_ranks: ``R >= 1``.
+        chunks_per_rank: ``v >= 1``; ``R·v`` must not exceed the number of layers.
+        first_extra, last_extra: fixed time on the first / last chunk (default:
+            the profile's, 0 for a list).
+        pattern: ``"free"`` chooses the chunk → rank map; ``"interleaved"`` and
+            ``"v"`` fix it and only move boundaries.
+
+    Returns:
+        A :class:`ChunkPlacement`; ``placement`` has one entry per chunk.
+    """
+    ranks = positive_int("num_ranks", num_ranks)
+    per_rank = positive_int("chunks_per_rank", chunks_per_rank)
+    if pattern not in ("free", "interleaved", "v"):
+        raise InvalidInputError(f"pattern must be 'free', 'interleaved' or 'v', got {pattern!r}")
+    if isinstance(layer_costs, LayerProfile):
+        times = layer_costs.total
+        head = layer_costs.first_extra if first_extra is None else non_negative_float("first_extra", first_extra)
+        tail = layer_costs.last_extra if last_extra is None else non_negative_float("last_extra", last_extra)
+    else:
+        times = np.asarray(finite_floats("layer_costs", layer_costs, allow_zero=True))
+        head = 0.0 if first_extra is None else non_negative_float("first_extra", first_extra)
+        tail = 0.0 if last_extra is None else non_negative_float("last_extra", last_extra)
+    num_chunks = ranks * per_rank
+    num_layers = len(times)
+    if num_layers < num_chunks:
+        raise InvalidInputError(
+            f"num_ranks × chunks_per_rank = {num_chunks} chunks need at least that many layers, got {num_layers}"
+        )
+    prefix = np.concatenate([[0.0], np.cumsum(times)])
+    extra = np.zeros(num_chunks)
+    extra[0] += head
+    extra[-1] += tail
+
+    def chunk_times(bounds: Sequence[int]) -> list[float]:
+        return [float(prefix[bounds[c + 1]] - prefix[bounds[c]] + extra[c]) for c in range(num_chunks)]
+
+    fixed = None if pattern == "free" else fixed_pattern(pattern, ranks, per_rank)
+
+    def evaluate(bounds: Sequence[int]) -> tuple[tuple[float, float], tuple[int, ...], list[float]]:
+        values = chunk_times(bounds)
+        owner = fixed if fixed is not None else _assign_free(values, ranks, per_rank)
+        loads = [0.0] * ranks
+        for chunk, rank in enumerate(owner):
+            loads[rank] += values[chunk]
+        return (max(loads), float(np.square(loads).sum())), owner, loads
+
+    seeds = [_minmax_bounds(times, num_chunks, head, tail), _isolating_bounds(times, num_chunks, extra)]
+    best = None
+    for seed in seeds:
+        result = _improve(list(seed), evaluate)
+        if best is None or result[0] < best[0]:
+            best = result
+    assert best is not None
+    key, bounds, owner, loads = best
+    total = float(prefix[-1] + extra.sum())
+    lightest = np.sort(times)[: per_rank - 1].sum() if per_rank > 1 else 0.0
+    lower = max(total / ranks, float(times.max()) + float(lightest))
+    values = chunk_times(bounds)
+    return ChunkPlacement(
+        layers_per_stage=tuple(int(bounds[c + 1] - bounds[c]) for c in range(num_chunks)),
+        placement=tuple(int(r) for r in owner),
+        stage_times=tuple(values),
+        rank_loads=tuple(loads),
+        lower_bound=lower,
+    )
+
+
+def _minmax_bounds(times: np.ndarray, num_chunks: int, head: float, tail: float) -> list[int]:
+    from .partition import partition_layers
+
+    result = partition_layers(times.tolist(), num_chunks, first_extra=head, last_extra=tail, tie_break="none")
+    return list(result.boundaries)
+
+
+def _isolating_bounds(times: np.ndarray, num_chunks: int, extra: np.ndarray) -> list[int]:
+    """Heavy layers (above the per-chunk average) alone; the rest cut evenly by time."""
+    num_layers = len(times)
+    average = (times.sum() + extra.sum()) / num_chunks
+    cuts = set()
+    for index in np.flatnonzero(times > average):
+        cuts.update((int(index), int(index) + 1))
+    cuts.discard(0)
+    cuts.discard(num_layers)
+    prefix = np.concatenate([[0.0], np.cumsum(times)])
+    targets = np.arange(1, num_chunks) * prefix[-1] / num_chunks
+    for position in np.searchsorted(prefix, targets):
+        if len(cuts) >= num_chunks - 1:
+            break
+        cuts.add(int(min(max(position, 1), num_layers - 1)))
+    candidates = [p for p in range(1, num_layers) if p not in cuts]
+    while len(cuts) < num_chunks - 1:
+        cuts.add(candidates.pop(len(candidates) // 2))
+    ordered = sorted(cuts)[: num_chunks - 1]
+    return [0, *ordered, num_layers]
+
+
+def _improve(bounds: list[int], evaluate):  # type: ignore[no-untyped-def]
+    """Move each boundary to its best position between its neighbours until nothing helps."""
+    key, owner, loads = evaluate(bounds)
+    improved = True
+    while improved:
+        improved = False
+        for index in range(1, len(bounds) - 1):
+            for position in range(bounds[index - 1] + 1, bounds[index + 1]):
+                if position == bounds[index]:
+                    continue
+                trial = list(bounds)
+                trial[index] = position
+                trial_key, trial_owner, trial_loads = evaluate(trial)
+                if trial_key < key:
+                    key, bounds, owner, loads = trial_key, trial, trial_owner, trial_loads
+                    improved = True
+    return key, bounds, owner, loads
