@@ -21,6 +21,7 @@ from .errors import (
     PipeplanError,
     RuntimeFailure,
 )
+from .partition import partition_layers
 from .schedule import Action, Schedule
 from .schedules import SCHEDULES, build_schedule
 from .simulate import simulate
@@ -45,5 +46,6 @@ __all__ = [
     "Timeline",
     "analytic",
     "build_schedule",
+    "partition_layers",
     "simulate",
 ]
