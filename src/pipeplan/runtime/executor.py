@@ -1,0 +1,681 @@
+"""Run one rank's part of any pipeplan :class:`~pipeplan.schedule.Schedule` on real tensors.
+
+    runtime = PipelineRuntime(stages, build_schedule("1f1b", num_stages=2, num_microbatches=4), loss_fn)
+    result = runtime.step(inputs, targets)       # every rank calls it with the same batch
+    result.loss, result.timeline                 # timeline on the pipeline's rank 0
+
+One :meth:`PipelineRuntime.step` is one training step without the optimizer: the
+batch is cut with ``tensor_split`` into the schedule's microbatches (an uneven
+last one is fine), every action of this rank's order runs in order, and the
+gradients accumulate into ``.grad`` exactly as ``loss_fn(model(inputs),
+targets).backward()`` would on one process, given that ``loss_fn`` returns the
+*mean* over the batch (each microbatch's loss is weighted by its share of the
+batch). With a data-parallel group the gradients and the loss are averaged over
+the replicas, so the result is the single-process step on their concatenated
+batches (equal shard sizes).
+
+Split backward (``schedule.backward == "split"``): ``B`` computes the gradient of
+the stage's input and of the output of every parameter-holding submodule
+(``torch.autograd.grad`` on the retained graph); ``W`` turns those into weight
+gradients one submodule at a time (``backward(inputs=its parameters)``), so no
+part of the backward runs twice and the gradients are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._validation import positive_int
+from ..errors import InvalidInputError
+from ..schedule import Action, Schedule
+from ..timeline import Timeline
+from .faults import FaultMonitor
+from .grid import link_groups
+from .p2p import LinkExchange, Message, MessagePlan
+from .recorder import StepRecorder, assemble_timeline
+
+__all__ = ["PipelineRuntime", "StepResult"]
+
+
+@dataclass
+class StepResult:
+    """What one training step measured.
+
+    Attributes:
+        loss: the full-batch loss (mean over the batch; over all replicas with dp), on every rank.
+        timeline: the measured :class:`~pipeplan.timeline.Timeline` (ms, ``source="measured"``)
+            on the pipeline's rank 0, ``None`` elsewhere.
+        rank: this process's rank in the pipeline.
+        step_time: ms from the step's barrier to the end of the gradient all-reduce.
+        forward_time, backward_time, weight_time: ms of compute per stage of this rank,
+            summed over microbatches (``backward_time`` includes any recomputation).
+        saved_activation_bytes: per stage of this rank, the bytes its forward leaves
+            for the backward, per microbatch (mean), as run (with checkpointing when on).
+        saved_activation_bytes_without_checkpoint: the same measured without
+            checkpointing (a probe forward of microbatch 0 for checkpointed stages).
+        recompute_time: per checkpointed stage, the forward time the backward
+            repeats (ms, the measured forward time of those stages).
+        checkpoint: per stage of this rank, whether it was checkpointed.
+    """
+
+    loss: float
+    timeline: Timeline | None
+    rank: int
+    step_time: float
+    forward_time: dict[int, float] = field(default_factory=dict)
+    backward_time: dict[int, float] = field(default_factory=dict)
+    weight_time: dict[int, float] = field(default_factory=dict)
+    saved_activation_bytes: dict[int, float] = field(default_factory=dict)
+    saved_activation_bytes_without_checkpoint: dict[int, float] = field(default_factory=dict)
+    recompute_time: dict[int, float] = field(default_factory=dict)
+    checkpoint: dict[int, bool] = field(default_factory=dict)
+
+    @property
+    def activation_bytes_saved(self) -> float:
+        """Bytes per microbatch that checkpointing saved on this rank (summed over its stages)."""
+        return float(sum(self.saved_activation_bytes_without_checkpoint.values())
+                     - sum(self.saved_activation_bytes.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python form (JSON-ready); the timeline as its summary."""
+        return {
+            "loss": self.loss,
+            "rank": self.rank,
+            "step_time": self.step_time,
+            "forward_time": self.forward_time,
+            "backward_time": self.backward_time,
+            "weight_time": self.weight_time,
+            "saved_activation_bytes": self.saved_activation_bytes,
+            "saved_activation_bytes_without_checkpoint": self.saved_activation_bytes_without_checkpoint,
+            "recompute_time": self.recompute_time,
+            "checkpoint": self.checkpoint,
+            "timeline": None if self.timeline is None else self.timeline.summary(),
+        }
+
+
+def _flatten(value: Any, where: str) -> tuple[list[Any], bool]:
+    """``(tensors, is_tuple)`` of a stage's input or output."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value], False
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return list(value), True
+    raise InvalidInputError(
+        f"{where} must be a tensor or a tuple of tensors, got {type(value).__name__}"
+    )
+
+
+def _split_batch(value: Any, num_microbatches: int, field_name: str) -> tuple[list[Any], list[int]]:
+    """Cut a tensor (or a tuple of tensors) into microbatches along dim 0."""
+    tensors, is_tuple = _flatten(value, field_name)
+    size = int(tensors[0].shape[0]) if tensors[0].dim() else 0
+    for tensor in tensors:
+        if tensor.dim() == 0 or int(tensor.shape[0]) != size:
+            raise InvalidInputError(
+                f"{field_name} tensors must share dimension 0 (the batch), got shapes "
+                f"{[tuple(t.shape) for t in tensors]}"
+            )
+    if size < num_microbatches:
+        raise InvalidInputError(
+            f"{field_name} has a batch of {size}, fewer than the schedule's {num_microbatches} microbatches"
+        )
+    pieces = [t.tensor_split(num_microbatches) for t in tensors]
+    out = [tuple(p[i] for p in pieces) if is_tuple else pieces[0][i] for i in range(num_microbatches)]
+    return out, [int(p.shape[0]) for p in pieces[0]]
+
+
+class _SavedBytes:
+    """A ``saved_tensors_hooks`` pair counting the bytes autograd keeps (parameters excluded)."""
+
+    def __init__(self, excluded: set[int]) -> None:
+        self.excluded = excluded
+        self.seen: set[int] = set()
+        self.total = 0
+
+    def pack(self, tensor: Any) -> Any:
+        storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()
+        if pointer not in self.seen and pointer not in self.excluded:
+            self.seen.add(pointer)
+            self.total += storage.nbytes()
+        return tensor
+
+    @staticmethod
+    def unpack(tensor: Any) -> Any:
+        return tensor
+
+
+class _Forward:
+    """What a forward leaves for its backward (and W)."""
+
+    __slots__ = ("inputs", "outputs", "captures", "fired", "grads", "roots", "root_grads")
+
+    def __init__(self, inputs: list[Any], outputs: list[Any], captures: list[tuple[list[Any], list[Any]]],
+                 fired: set[int]) -> None:
+        self.inputs = inputs
+        self.outputs = outputs
+        self.captures = captures
+        self.fired = fired
+        self.grads: list[Any] = []
+        self.roots: list[Any] = []
+        self.root_grads: list[Any] = []
+
+
+class PipelineRuntime:
+    """Executes a :class:`~pipeplan.schedule.Schedule` on this process's stages.
+
+    Every rank of the world constructs its runtime at the same time (the
+    constructor checks, collectively, that all ranks agree on the schedule and
+    creates the link groups). The process group must be initialised first
+    (:func:`pipeplan.runtime.spawn`, or torchrun with
+    :func:`pipeplan.runtime.init_from_env`).
+
+    Args:
+        stages: one ``nn.Module`` per stage of the schedule (entries of stages
+            on other ranks may be ``None``), or ``(nn.Sequential,
+            layers_per_stage)``. A stage receives what the previous one returned
+            (a tensor or a tuple of tensors) as its one argument; stage 0
+            receives the microbatch of ``inputs``.
+        schedule: any valid pipeplan schedule with a backward (full or split),
+            any placement; ``schedule.num_ranks`` must equal the pipeline group's size.
+        loss_fn: ``loss_fn(last_stage_output, targets) -> scalar``, a mean over the batch.
+        checkpoint: recompute activations in the backward
+            (``torch.utils.checkpoint``, non-reentrant): one bool, or one per stage.
+        pp_group: the pipeline's process group (``None``: the whole world).
+        dp_group: the data-parallel group of this rank's replicas (``None``: no dp).
+        device: where this rank computes (default ``cuda:LOCAL_RANK`` on NCCL, else CPU).
+        window: receives posted ahead of need per link, >= 1.
+
+    Raises:
+        InvalidInputError: the world, schedule or partition do not match; names
+            the rank and what differs. Raised on every rank, before any step.
+    """
+
+    def __init__(
+        self,
+        stages: Sequence[Any] | tuple[Any, Sequence[int]],
+        schedule: Schedule,
+        loss_fn: Callable[[Any, Any], Any],
+        *,
+        checkpoint: bool | Sequence[bool] = False,
+        pp_group: Any = None,
+        dp_group: Any = None,
+        device: Any = None,
+        window: int = 2,
+    ) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise InvalidInputError(
+                "torch.distributed must be initialised before building a PipelineRuntime "
+                "(use pipeplan.runtime.spawn, or torchrun and pipeplan.runtime.init_from_env)"
+            )
+        if not isinstance(schedule, Schedule):
+            raise InvalidInputError(f"schedule must be a pipeplan Schedule, got {type(schedule).__name__}")
+        self.schedule = schedule
+        self.loss_fn = loss_fn
+        self.window = positive_int("window", window)
+        self.pp_group = pp_group
+        self.dp_group = dp_group
+        self.global_rank = dist.get_rank()
+        self.rank = dist.get_rank(pp_group) if pp_group is not None else self.global_rank
+        self.to_global = (
+            list(dist.get_process_group_ranks(pp_group)) if pp_group is not None
+            else list(range(dist.get_world_size()))
+        )
+        self.monitor = FaultMonitor.ensure(self.global_rank)
+        backend = dist.get_backend(pp_group)
+        if device is None:
+            device = (
+                torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+            )
+        self.device = torch.device(device)
+
+        problem, modules = self._check_local(stages, checkpoint)
+        plan = MessagePlan(schedule, self.rank) if problem is None else None
+        links = sorted(plan.links()) if plan is not None else []
+        fingerprint = (schedule.name, schedule.placement, schedule.num_microbatches, schedule.backward,
+                       hash(schedule.orders))
+        gathered: list[Any] = [None] * dist.get_world_size()
+        with self.monitor.phase_of("setup"):
+            dist.all_gather_object(gathered, (tuple(self.to_global), fingerprint, links, problem))
+        self._check_world(gathered)
+        global_links = {
+            (ranks[src], ranks[dst])
+            for ranks, _fp, group_links, _problem in gathered
+            for src, dst in group_links
+        }
+        with self.monitor.phase_of("setup"):
+            every_group = link_groups(global_links)
+        self.groups = {
+            (src, dst): every_group[(self.to_global[src], self.to_global[dst])] for src, dst in plan.links()
+        }
+        self.plan = plan
+        self.modules = modules
+        self.local_stages = schedule.stages_of(self.rank)
+        self.checkpointed = self._checkpoint_flags(checkpoint)
+        self._params = list(dict.fromkeys(p for s in self.local_stages for p in modules[s].parameters()))
+        self._leaves = {s: [m for m in modules[s].modules() if list(m.parameters(recurse=False))]
+                        for s in self.local_stages}
+        self._probe_cache: dict[tuple[int, int], float] = {}
+
+    # ------------------------------------------------------------ validation
+    def _check_local(self, stages: Any, checkpoint: Any) -> tuple[str | None, dict[int, Any]]:
+        """Normalise the stages; return ``(problem text or None, stage -> module)``."""
+        import torch.nn as nn
+
+        schedule = self.schedule
+        if len(self.to_global) != schedule.num_ranks:
+            return (f"the schedule has {schedule.num_ranks} ranks but the pipeline group has "
+                    f"{len(self.to_global)} processes; they must be equal"), {}
+        try:
+            schedule.validate()
+        except Exception as error:  # noqa: BLE001 - reported to every rank below
+            return f"invalid schedule: {error}", {}
+        if schedule.forward_only:
+            return "the runtime trains; a forward-only schedule (backward='none') has nothing to run", {}
+        if isinstance(stages, tuple) and len(stages) == 2 and isinstance(stages[0], nn.Sequential):
+            sequential, layers = stages
+            layers = list(layers)
+            if len(layers) != schedule.num_stages:
+                return (f"layers_per_stage has {len(layers)} entries, expected {schedule.num_stages} "
+                        "(one per stage of the schedule)"), {}
+            if any(not isinstance(n, int) or n < 1 for n in layers) or sum(layers) != len(sequential):
+                return (f"layers_per_stage must be positive integers summing to the {len(sequential)} "
+                        f"layers of the model, got {layers}"), {}
+            bounds = np.concatenate([[0], np.cumsum(layers)]).astype(int)
+            stage_list = [sequential[int(bounds[i]): int(bounds[i + 1])] for i in range(len(layers))]
+        else:
+            stage_list = list(stages)
+            if len(stage_list) != schedule.num_stages:
+                return (f"stages has {len(stage_list)} modules, expected {schedule.num_stages} "
+                        "(one per stage of the schedule)"), {}
+        modules = {}
+        for stage in schedule.stages_of(self.rank) if self.rank < schedule.num_ranks else ():
+            module = stage_list[stage]
+            if not isinstance(module, nn.Module):
+                return f"stage {stage} must be an nn.Module on rank {self.rank}, got {type(module).__name__}", {}
+            modules[stage] = module.to(self.device)
+        if not isinstance(checkpoint, bool):
+            flags = list(checkpoint)
+            if len(flags) != schedule.num_stages:
+                return f"checkpoint has {len(flags)} entries, expected {schedule.num_stages} (one per stage)", {}
+        return None, modules
+
+    def _check_world(self, gathered: list[Any]) -> None:
+        for global_rank, (ranks, fingerprint, _links, problem) in enumerate(gathered):
+            if problem is not None:
+                raise InvalidInputError(f"rank {global_rank}: {problem}")
+            if len(ranks) != self.schedule.num_ranks:
+                raise InvalidInputError(
+                    f"the schedule has {self.schedule.num_ranks} ranks but the pipeline group of rank "
+                    f"{global_rank} has {len(ranks)} processes; they must be equal"
+                )
+        by_group: dict[tuple[int, ...], Any] = {}
+        for global_rank, (ranks, fingerprint, _links, _problem) in enumerate(gathered):
+            first = by_group.setdefault(ranks, (global_rank, fingerprint))
+            if first[1] != fingerprint:
+                raise InvalidInputError(
+                    f"ranks {first[0]} and {global_rank} run different schedules "
+                    f"({first[1][0]!r} vs {fingerprint[0]!r}); every rank of a pipeline must pass the same one"
+                )
+
+    def _checkpoint_flags(self, checkpoint: bool | Sequence[bool]) -> dict[int, bool]:
+        if isinstance(checkpoint, bool):
+            return {s: checkpoint for s in self.local_stages}
+        flags = list(checkpoint)
+        return {s: bool(flags[s]) for s in self.local_stages}
+
+    # ------------------------------------------------------------------ step
+    def step(self, inputs: Any, targets: Any) -> StepResult:
+        """Run one training step (forward, backward, gradient accumulation; no optimizer).
+
+        Args:
+            inputs: the batch for stage 0 (a tensor or a tuple of tensors, batch on dim 0).
+            targets: what ``loss_fn`` compares the last stage's output with.
+
+        Returns:
+            A :class:`StepResult`.
+
+        Raises:
+            InvalidInputError: a batch smaller than the number of microbatches.
+            RuntimeFailure: an action raised on this rank (the message names the
+                rank and the action); a peer's failure stops this process instead.
+        """
+        import torch.distributed as dist
+
+        schedule = self.schedule
+        num_mb = schedule.num_microbatches
+        mb_inputs, sizes = _split_batch(inputs, num_mb, "inputs")
+        mb_targets, target_sizes = _split_batch(targets, num_mb, "targets")
+        if target_sizes != sizes:
+            raise InvalidInputError(f"targets split into {target_sizes}, but inputs into {sizes}")
+        batch = float(sum(sizes))
+        exchange = LinkExchange(self.plan, self.groups, self.to_global, sizes, self.device, window=self.window)
+        recorder = StepRecorder(schedule, self.rank)
+        state = _StepState(mb_inputs, mb_targets, sizes, batch)
+        excluded = {p.untyped_storage().data_ptr() for p in self._params}
+        with self.monitor.phase_of("the step's barrier"):
+            dist.barrier(group=self.pp_group)
+        recorder.begin()
+        for index, action in enumerate(schedule.orders[self.rank]):
+            exchange.post_ahead()
+            with self.monitor.action(action):
+                self._run(action, index, state, exchange, recorder, excluded)
+        with self.monitor.phase_of("waiting for the step's sends"):
+            exchange.finish()
+        probe = self._probe(state, excluded)
+        loss, rows, stage_bytes = self._gather(recorder, state)
+        with self.monitor.phase_of("the data-parallel all-reduce"):
+            loss = self._all_reduce(loss)
+        step_time = recorder.now()
+        timeline = None
+        if self.rank == 0:
+            timeline = assemble_timeline(schedule, rows, activation_bytes=stage_bytes)
+        durations = recorder.end - recorder.start
+        result = StepResult(loss=loss, timeline=timeline, rank=self.rank, step_time=step_time)
+        for stage in self.local_stages:
+            for kind, target in (("F", result.forward_time), ("B", result.backward_time),
+                                 ("W", result.weight_time)):
+                target[stage] = float(sum(d for d, a in zip(durations, schedule.orders[self.rank])
+                                          if a.kind == kind and a.stage == stage))
+            saved = state.saved_bytes.get(stage, [0.0])
+            result.saved_activation_bytes[stage] = float(np.mean(saved))
+            result.checkpoint[stage] = self.checkpointed[stage]
+            if self.checkpointed[stage]:
+                result.saved_activation_bytes_without_checkpoint[stage] = probe[stage]
+                result.recompute_time[stage] = result.forward_time[stage]
+            else:
+                result.saved_activation_bytes_without_checkpoint[stage] = result.saved_activation_bytes[stage]
+        return result
+
+    # --------------------------------------------------------------- actions
+    def _run(self, action: Action, index: int, state: _StepState, exchange: LinkExchange,
+             recorder: StepRecorder, excluded: set[int]) -> None:
+        kind = action.kind
+        if kind == "F":
+            value = self._forward_input(action, state, exchange)
+            recorder.started(index)
+            self._forward(action, value, state, excluded)
+            self._synchronize()
+            recorder.ended(index)
+            self._forward_send(action, state, exchange)
+        elif kind == "B":
+            grads = self._backward_input(action, state, exchange)
+            recorder.started(index)
+            inputs, input_grads = self._backward(action, grads, state)
+            self._synchronize()
+            recorder.ended(index)
+            self._backward_send(action, inputs, input_grads, state, exchange)
+        else:
+            recorder.started(index)
+            self._weight(action, state)
+            self._synchronize()
+            recorder.ended(index)
+
+    def _synchronize(self) -> None:
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def _to_device(self, value: Any) -> Any:
+        if isinstance(value, tuple):
+            return tuple(v.to(self.device, non_blocking=True) for v in value)
+        return value.to(self.device, non_blocking=True)
+
+    def _forward_input(self, action: Action, state: _StepState, exchange: LinkExchange) -> Any:
+        _kind, stage, mb = action
+        if stage == 0:
+            return self._to_device(state.inputs[mb])
+        need = self.plan.needs.get(action)
+        if need is None:
+            return state.local_acts.pop((stage - 1, mb))
+        src, message = need
+        tensors = exchange.receive(src, message)
+        tensors = [t.requires_grad_(True) if t.dtype.is_floating_point else t for t in tensors]
+        return tuple(tensors) if exchange.is_tuple(src, stage - 1) else tensors[0]
+
+    def _forward(self, action: Action, value: Any, state: _StepState, excluded: set[int]) -> None:
+        import torch
+        from torch.utils.checkpoint import checkpoint
+
+        _kind, stage, mb = action
+        module = self.modules[stage]
+        inputs, _ = _flatten(value, f"the input of stage {stage}")
+        captures: list[tuple[list[Any], list[Any]]] = []
+        fired: set[int] = set()
+        handles = []
+        if self.schedule.split_backward:
+            for leaf in self._leaves[stage]:
+                handles.append(leaf.register_forward_hook(_capture(captures, fired)))
+        counter = _SavedBytes(excluded)
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+                if self.checkpointed[stage]:
+                    output = checkpoint(module, value, use_reentrant=False)
+                else:
+                    output = module(value)
+        finally:
+            for handle in handles:
+                handle.remove()
+        saved = counter.total
+        if self.checkpointed[stage]:
+            saved += sum(t.untyped_storage().nbytes() for t in inputs
+                         if t.untyped_storage().data_ptr() not in counter.seen)
+            if mb == 0:
+                state.probe_inputs[stage] = value
+        state.saved_bytes.setdefault(stage, []).append(float(saved))
+        if stage == self.schedule.num_stages - 1:
+            loss = self.loss_fn(output, self._to_device(state.targets[mb]))
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise InvalidInputError(f"loss_fn must return a scalar tensor, got {loss!r}")
+            loss = loss.reshape(()) * (state.sizes[mb] / state.batch)
+            state.loss_sum += loss.detach()
+            outputs = [loss]
+        else:
+            outputs, is_tuple = _flatten(output, f"the output of stage {stage}")
+            state.outgoing[(stage, mb)] = (outputs, is_tuple)
+        grad_inputs = [t for t in inputs if t.requires_grad] if stage > 0 else []
+        state.forwards[(stage, mb)] = _Forward(grad_inputs, outputs, captures, fired)
+
+    def _forward_send(self, action: Action, state: _StepState, exchange: LinkExchange) -> None:
+        _kind, stage, mb = action
+        if stage == self.schedule.num_stages - 1:
+            return
+        outputs, is_tuple = state.outgoing.pop((stage, mb))
+        detached = [t.detach() for t in outputs]
+        produced = self.plan.produces.get(action)
+        if produced is None:
+            local = [t.requires_grad_(True) if t.dtype.is_floating_point else t for t in detached]
+            state.local_acts[(stage, mb)] = tuple(local) if is_tuple else local[0]
+        else:
+            dst, message = produced
+            exchange.send(dst, message, detached, is_tuple=is_tuple)
+
+    def _backward_input(self, action: Action, state: _StepState, exchange: LinkExchange) -> list[Any] | None:
+        _kind, stage, mb = action
+        if stage == self.schedule.num_stages - 1:
+            return None
+        need = self.plan.needs.get(action)
+        if need is None:
+            return state.local_grads.pop((stage + 1, mb))
+        src, message = need
+        return exchange.receive(src, message)
+
+    def _backward(self, action: Action, grads: list[Any] | None, state: _StepState) -> tuple[list[Any], list[Any]]:
+        """Run ``B``; return the stage's grad-requiring inputs and their gradients."""
+        import torch
+
+        _kind, stage, mb = action
+        forward = state.forwards[(stage, mb)]
+        if grads is None:
+            roots, root_grads = forward.outputs, [None]
+        else:
+            floating = [t for t in forward.outputs if t.dtype.is_floating_point]
+            pairs = [(t, g) for t, g in zip(floating, grads) if t.requires_grad]
+            roots = [t for t, _g in pairs]
+            root_grads = [g for _t, g in pairs]
+        inputs = forward.inputs
+        if not roots:
+            input_grads: list[Any] = [None] * len(inputs)
+        elif not self.schedule.split_backward:
+            torch.autograd.backward(roots, root_grads)
+            input_grads = [t.grad for t in inputs]
+            del state.forwards[(stage, mb)]
+        else:
+            leaf_outputs = [t for outs, _params in forward.captures for t in outs]
+            targets = inputs + leaf_outputs
+            computed = (
+                list(torch.autograd.grad(roots, targets, root_grads, retain_graph=True, allow_unused=True))
+                if targets else []
+            )
+            input_grads = computed[: len(inputs)]
+            forward.grads = computed[len(inputs):]
+            forward.roots = roots
+            forward.root_grads = root_grads
+        return inputs, input_grads
+
+    def _backward_send(self, action: Action, forward_inputs: list[Any], input_grads: list[Any],
+                       state: _StepState, exchange: LinkExchange) -> None:
+        import torch
+
+        _kind, stage, mb = action
+        if stage == 0:
+            return
+        grads = [g if g is not None else torch.zeros_like(t) for t, g in zip(forward_inputs, input_grads)]
+        produced = self.plan.produces.get(action)
+        if produced is None:
+            state.local_grads[(stage, mb)] = grads
+        else:
+            dst, message = produced
+            exchange.send(dst, message, grads)
+
+    def _weight(self, action: Action, state: _StepState) -> None:
+        import torch
+
+        _kind, stage, mb = action
+        forward = state.forwards.pop((stage, mb))
+        position = 0
+        for outputs, params in forward.captures:
+            grads = forward.grads[position: position + len(outputs)]
+            position += len(outputs)
+            pairs = [(t, g) for t, g in zip(outputs, grads) if g is not None]
+            wanted = [p for p in params if p.requires_grad]
+            if pairs and wanted:
+                torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs], inputs=wanted,
+                                        retain_graph=True)
+        missed = [p for leaf in self._leaves[stage] if id(leaf) not in forward.fired
+                  for p in leaf.parameters(recurse=False) if p.requires_grad]
+        if missed and forward.roots:
+            torch.autograd.backward(forward.roots, forward.root_grads, inputs=missed, retain_graph=True)
+
+    # ------------------------------------------------------------ reductions
+    def _probe(self, state: _StepState, excluded: set[int]) -> dict[int, float]:
+        """Saved bytes per microbatch without checkpointing, for checkpointed stages (cached)."""
+        import torch
+
+        out = {}
+        for stage, value in state.probe_inputs.items():
+            key = (stage, state.sizes[0])
+            if key not in self._probe_cache:
+                with self.monitor.phase_of(f"the checkpointing probe of stage {stage}"):
+                    counter = _SavedBytes(excluded)
+                    probe_value = _detached_copy(value)
+                    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+                        output = self.modules[stage](probe_value)
+                    del output
+                    self._probe_cache[key] = float(counter.total)
+            out[stage] = self._probe_cache[key]
+        return out
+
+    def _gather(self, recorder: StepRecorder, state: _StepState) -> tuple[float, list[np.ndarray], list[float]]:
+        """All-gather timings, the loss and per-stage bytes over the pipeline group."""
+        import torch
+        import torch.distributed as dist
+
+        schedule = self.schedule
+        width = max(len(order) for order in schedule.orders)
+        stage_bytes = np.zeros(schedule.num_stages)
+        for stage, values in state.saved_bytes.items():
+            stage_bytes[stage] = float(np.mean(values))
+        loss_value = float(state.loss_sum) if isinstance(state.loss_sum, torch.Tensor) else 0.0
+        row = np.concatenate([recorder.row(width), [loss_value], stage_bytes])
+        local = torch.tensor(row, dtype=torch.float64, device=self.device)
+        rows = [torch.empty_like(local) for _ in range(schedule.num_ranks)]
+        with self.monitor.phase_of("gathering the timeline"):
+            dist.all_gather(rows, local, group=self.pp_group)
+        host = [r.cpu().numpy() for r in rows]
+        loss = float(sum(h[2 * width] for h in host))
+        bytes_per_stage = [float(sum(h[2 * width + 1 + s] for h in host)) for s in range(schedule.num_stages)]
+        return loss, host, bytes_per_stage
+
+    def _all_reduce(self, loss: float) -> float:
+        """Average gradients and loss over the data-parallel group."""
+        import torch
+        import torch.distributed as dist
+
+        if self.dp_group is None or dist.get_world_size(self.dp_group) == 1:
+            return loss
+        replicas = dist.get_world_size(self.dp_group)
+        with_grad = [p for p in self._params if p.grad is not None]
+        flat = torch.cat([p.grad.reshape(-1).to(torch.float64) for p in with_grad]
+                         + [torch.tensor([loss], dtype=torch.float64, device=self.device)])
+        dist.all_reduce(flat, group=self.dp_group)
+        flat /= replicas
+        offset = 0
+        for param in with_grad:
+            count = param.grad.numel()
+            param.grad.copy_(flat[offset: offset + count].view_as(param.grad))
+            offset += count
+        return float(flat[-1])
+
+
+class _StepState:
+    """Per-step bookkeeping of one rank."""
+
+    def __init__(self, inputs: list[Any], targets: list[Any], sizes: list[int], batch: float) -> None:
+        self.inputs = inputs
+        self.targets = targets
+        self.sizes = sizes
+        self.batch = batch
+        self.loss_sum: Any = 0.0
+        self.forwards: dict[tuple[int, int], _Forward] = {}
+        self.outgoing: dict[tuple[int, int], tuple[list[Any], bool]] = {}
+        self.local_acts: dict[tuple[int, int], Any] = {}
+        self.local_grads: dict[tuple[int, int], list[Any]] = {}
+        self.saved_bytes: dict[int, list[float]] = {}
+        self.probe_inputs: dict[int, Any] = {}
+
+
+def _capture(captures: list[tuple[list[Any], list[Any]]], fired: set[int]) -> Callable[..., None]:
+    """A forward hook recording a parameter-holding module's output tensors."""
+    import torch
+
+    def hook(module: Any, _args: Any, output: Any) -> None:
+        if isinstance(output, torch.Tensor):
+            tensors = [output]
+        elif isinstance(output, (tuple, list)):
+            tensors = [t for t in output if isinstance(t, torch.Tensor)]
+        else:
+            return
+        tensors = [t for t in tensors if t.requires_grad]
+        if tensors:
+            fired.add(id(module))
+            captures.append((tensors, list(module.parameters(recurse=False))))
+
+    return hook
+
+
+def _detached_copy(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return tuple(v.detach().requires_grad_(v.dtype.is_floating_point) for v in value)
+    return value.detach().requires_grad_(value.dtype.is_floating_point)
+
+

@@ -1,0 +1,321 @@
+"""Messages between ranks: which ones, in which order, and how they are posted.
+
+The order of the messages on every directed link is fixed by the *sender's*
+order in the :class:`~pipeplan.schedule.Schedule`; the receiver knows that order
+too (every rank holds the whole schedule) and posts its receives for the link in
+exactly that sequence, up to ``window`` ahead of need. Sends are eager
+(``isend``) and waited for at the end of the step. Nothing relies on tags, so the
+same code is deadlock-free on gloo and NCCL as long as the schedule is::
+
+    plan = MessagePlan(schedule, rank=1)
+    plan.incoming[0]      # [Message('hdr', 0, 0), Message('act', 0, 0), ...] from rank 0
+    plan.needs[Action("F", 1, 0)]   # (0, Message('act', 0, 0))
+
+Messages: ``act(s, mb)`` is stage ``s``'s output for microbatch ``mb`` (a tensor
+or a tuple of tensors), ``grad(s, mb)`` the gradient of stage ``s``'s input (one
+tensor per floating-point input tensor), and ``hdr(s, mb)`` a small int64 header
+with the dtypes and shapes of ``act(s, mb)``, sent once per step before a link's
+first activation of stage ``s``. Other microbatches reuse it with their own size
+in dimension 0 (for tensors whose dimension 0 is the microbatch), which is how
+an uneven last microbatch is received without another header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from ..errors import InvalidInputError
+from ..schedule import Action, Schedule
+
+__all__ = ["Message", "MessagePlan", "TensorSpec", "LinkExchange", "HEADER_LENGTH"]
+
+HEADER_LENGTH = 64
+
+
+class Message(NamedTuple):
+    """One message on a link: ``kind`` is ``"hdr"``, ``"act"`` or ``"grad"``."""
+
+    kind: str
+    stage: int
+    microbatch: int
+
+
+@dataclass
+class MessagePlan:
+    """Every message one rank sends and receives in one step, in link order.
+
+    Args:
+        schedule: the schedule every rank runs.
+        rank: this rank's index in the pipeline (0 .. ``schedule.num_ranks - 1``).
+
+    Attributes:
+        outgoing: ``outgoing[dst]`` is the sequence this rank sends to ``dst``.
+        incoming: ``incoming[src]`` is the sequence ``src`` sends to this rank.
+        needs: for each action of this rank that consumes a message, ``(src, message)``.
+        produces: for each action of this rank that produces a message, ``(dst, message)``.
+    """
+
+    schedule: Schedule
+    rank: int
+    outgoing: dict[int, list[Message]] = field(init=False)
+    incoming: dict[int, list[Message]] = field(init=False)
+    needs: dict[Action, tuple[int, Message]] = field(init=False)
+    produces: dict[Action, tuple[int, Message]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        sends = [_sends_of(self.schedule, r) for r in range(self.schedule.num_ranks)]
+        self.outgoing = sends[self.rank]
+        self.incoming = {src: sends[src][self.rank] for src in range(self.schedule.num_ranks)
+                         if self.rank in sends[src]}
+        placement = self.schedule.placement
+        last = self.schedule.num_stages - 1
+        self.needs = {}
+        self.produces = {}
+        for action in self.schedule.orders[self.rank]:
+            kind, stage, mb = action
+            if kind == "F":
+                if stage > 0 and placement[stage - 1] != self.rank:
+                    self.needs[action] = (placement[stage - 1], Message("act", stage - 1, mb))
+                if stage < last and placement[stage + 1] != self.rank:
+                    self.produces[action] = (placement[stage + 1], Message("act", stage, mb))
+            elif kind == "B":
+                if stage < last and placement[stage + 1] != self.rank:
+                    self.needs[action] = (placement[stage + 1], Message("grad", stage + 1, mb))
+                if stage > 0 and placement[stage - 1] != self.rank:
+                    self.produces[action] = (placement[stage - 1], Message("grad", stage, mb))
+
+    def links(self) -> set[tuple[int, int]]:
+        """Every directed link ``(src, dst)`` of the whole schedule, in pipeline ranks."""
+        out = set()
+        for r in range(self.schedule.num_ranks):
+            out.update((r, dst) for dst in _sends_of(self.schedule, r))
+        return out
+
+
+def _sends_of(schedule: Schedule, rank: int) -> dict[int, list[Message]]:
+    """The messages ``rank`` sends, per destination, in its order (headers included)."""
+    placement = schedule.placement
+    last = schedule.num_stages - 1
+    out: dict[int, list[Message]] = {}
+    headed: set[tuple[int, int]] = set()
+    for kind, stage, mb in schedule.orders[rank]:
+        if kind == "F" and stage < last and placement[stage + 1] != rank:
+            dst = placement[stage + 1]
+            if (dst, stage) not in headed:
+                headed.add((dst, stage))
+                out.setdefault(dst, []).append(Message("hdr", stage, mb))
+            out.setdefault(dst, []).append(Message("act", stage, mb))
+        elif kind == "B" and stage > 0 and placement[stage - 1] != rank:
+            out.setdefault(placement[stage - 1], []).append(Message("grad", stage, mb))
+    return out
+
+
+class TensorSpec(NamedTuple):
+    """Shape and dtype of one tensor of a message; ``batched``: dim 0 is the microbatch."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    batched: bool
+
+
+def _dtypes() -> list[Any]:
+    import torch
+
+    return [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+            torch.int16, torch.int8, torch.uint8, torch.bool]
+
+
+def encode_header(tensors: Sequence[Any], device: Any, *, is_tuple: bool = False) -> Any:
+    """The int64 header describing ``tensors``.
+
+    Layout: a tuple flag (1 when the stage returned a tuple), the count, then
+    dtype code, ndim and dims of each tensor.
+    """
+    import torch
+
+    codes = _dtypes()
+    values = [int(is_tuple), len(tensors)]
+    for tensor in tensors:
+        if tensor.dtype not in codes:
+            raise InvalidInputError(f"a stage output has dtype {tensor.dtype}, which the runtime cannot send")
+        values += [codes.index(tensor.dtype), tensor.dim(), *tensor.shape]
+    if len(values) > HEADER_LENGTH:
+        raise InvalidInputError(
+            f"a stage output needs a {len(values)}-number header, more than {HEADER_LENGTH}: "
+            "pass fewer tensors or fewer dimensions between stages"
+        )
+    header = torch.zeros(HEADER_LENGTH, dtype=torch.int64)
+    header[: len(values)] = torch.tensor(values, dtype=torch.int64)
+    return header.to(device)
+
+
+def decode_header(header: Any, batch_size: int) -> tuple[list[TensorSpec], bool]:
+    """Specs (and the tuple flag) from a header received for a microbatch of ``batch_size``."""
+    values = header.cpu().tolist()
+    codes = _dtypes()
+    specs = []
+    index = 2
+    for _ in range(values[1]):
+        code, ndim = values[index], values[index + 1]
+        shape = tuple(values[index + 2: index + 2 + ndim])
+        index += 2 + ndim
+        specs.append(TensorSpec(shape, codes[code], bool(shape) and shape[0] == batch_size))
+    return specs, bool(values[0])
+
+
+def resize(specs: Sequence[TensorSpec], batch_size: int) -> list[TensorSpec]:
+    """The same specs for a microbatch of ``batch_size`` samples."""
+    return [TensorSpec((batch_size, *s.shape[1:]) if s.batched else s.shape, s.dtype, s.batched) for s in specs]
+
+
+class _Pending(NamedTuple):
+    works: list[Any]
+    buffers: list[Any]
+
+
+class LinkExchange:
+    """Posts, matches and waits the messages of one rank for one step.
+
+    Args:
+        plan: this rank's :class:`MessagePlan`.
+        groups: ``groups[(src, dst)]`` is the process group of that directed link
+            (pipeline ranks), and ``to_global[r]`` the global rank of pipeline rank ``r``.
+        microbatch_sizes: samples per microbatch, for resizing headers.
+        device: where receive buffers live.
+        window: receives posted ahead of need per link (>= 1).
+    """
+
+    def __init__(
+        self,
+        plan: MessagePlan,
+        groups: dict[tuple[int, int], Any],
+        to_global: Sequence[int],
+        microbatch_sizes: Sequence[int],
+        device: Any,
+        *,
+        window: int = 2,
+    ) -> None:
+        self.plan = plan
+        self.groups = groups
+        self.to_global = to_global
+        self.sizes = microbatch_sizes
+        self.device = device
+        self.window = window
+        self.sent_specs: dict[tuple[int, int], list[TensorSpec]] = {}
+        self.headers: dict[tuple[int, int], list[TensorSpec]] = {}  # (src, stage) -> specs
+        self.tuple_flags: dict[tuple[int, int], bool] = {}
+        self._send_works: list[tuple[Any, Any]] = []
+        self._headed: set[tuple[int, int]] = set()
+        self._posted = {src: 0 for src in plan.incoming}
+        self._consumed = {src: 0 for src in plan.incoming}
+        self._pending: dict[tuple[int, int], _Pending] = {}
+        self._index = {
+            (src, message): i for src, seq in plan.incoming.items() for i, message in enumerate(seq)
+        }
+
+    # ------------------------------------------------------------------ send
+    def send(self, dst: int, message: Message, tensors: Sequence[Any], *, is_tuple: bool = False) -> None:
+        """``isend`` the tensors of ``message`` (and its header, if first) to ``dst``.
+
+        ``is_tuple`` (activations only): the stage returned a tuple, not a tensor.
+        """
+        import torch.distributed as dist
+
+        group = self.groups[(self.plan.rank, dst)]
+        peer = self.to_global[dst]
+        if message.kind == "act":
+            self.sent_specs[(message.stage, message.microbatch)] = [
+                TensorSpec(tuple(t.shape), t.dtype, False) for t in tensors
+            ]
+            if (dst, message.stage) not in self._headed:
+                self._headed.add((dst, message.stage))
+                header = encode_header(tensors, self.device, is_tuple=is_tuple)
+                self._send_works.append((dist.isend(header, dst=peer, group=group), header))
+        for tensor in tensors:
+            tensor = tensor.contiguous()
+            self._send_works.append((dist.isend(tensor, dst=peer, group=group), tensor))
+
+    # --------------------------------------------------------------- receive
+    def _specs(self, src: int, message: Message) -> list[TensorSpec] | None:
+        """Buffer specs of ``message`` from ``src``, or ``None`` if not known yet."""
+        import torch
+
+        if message.kind == "hdr":
+            return [TensorSpec((HEADER_LENGTH,), torch.int64, False)]
+        if message.kind == "act":
+            specs = self.headers.get((src, message.stage))
+            return None if specs is None else resize(specs, self.sizes[message.microbatch])
+        sent = self.sent_specs.get((message.stage - 1, message.microbatch))
+        if sent is None:
+            return None
+        return [s for s in sent if s.dtype.is_floating_point]
+
+    def _post(self, src: int, *, force: bool = False) -> bool:
+        """Post the next receive on the link from ``src``; False if its shape is unknown."""
+        import torch
+        import torch.distributed as dist
+
+        index = self._posted[src]
+        message = self.plan.incoming[src][index]
+        specs = self._specs(src, message)
+        if specs is None:
+            if not force:
+                return False
+            self._resolve_header(src, message.stage)
+            specs = self._specs(src, message)
+        group = self.groups[(src, self.plan.rank)]
+        peer = self.to_global[src]
+        buffers = [torch.empty(s.shape, dtype=s.dtype, device=self.device) for s in specs]
+        works = [dist.irecv(buffer, src=peer, group=group) for buffer in buffers]
+        self._pending[(src, index)] = _Pending(works, buffers)
+        self._posted[src] = index + 1
+        return True
+
+    def _resolve_header(self, src: int, stage: int) -> None:
+        """Wait for the header of ``stage``'s activations from ``src``."""
+        index = next(
+            i for i, m in enumerate(self.plan.incoming[src]) if m.kind == "hdr" and m.stage == stage
+        )
+        header_message = self.plan.incoming[src][index]
+        self._wait_index(src, index)
+        pending = self._pending.pop((src, index))
+        specs, is_tuple = decode_header(pending.buffers[0], self.sizes[header_message.microbatch])
+        self.headers[(src, stage)] = specs
+        self.tuple_flags[(src, stage)] = is_tuple
+        self._consumed[src] += 1
+
+    def _wait_index(self, src: int, index: int) -> None:
+        while self._posted[src] <= index:
+            self._post(src, force=True)
+        for work in self._pending[(src, index)].works:
+            work.wait()
+
+    def post_ahead(self) -> None:
+        """Top up every incoming link to ``window`` outstanding receives (never blocks)."""
+        for src, sequence in self.plan.incoming.items():
+            while (
+                self._posted[src] < len(sequence)
+                and self._posted[src] - self._consumed[src] < self.window
+                and self._post(src)
+            ):
+                pass
+
+    def receive(self, src: int, message: Message) -> list[Any]:
+        """Wait for ``message`` from ``src`` and return its tensors."""
+        index = self._index[(src, message)]
+        self._wait_index(src, index)
+        pending = self._pending.pop((src, index))
+        self._consumed[src] += 1
+        return pending.buffers
+
+    def is_tuple(self, src: int, stage: int) -> bool:
+        """Whether stage ``stage`` (received from ``src``) returned a tuple."""
+        return self.tuple_flags[(src, stage)]
+
+    def finish(self) -> None:
+        """Wait until every send of the step has gone (their buffers may then be freed)."""
+        for work, _tensor in self._send_works:
+            work.wait()
+        self._send_works.clear()
