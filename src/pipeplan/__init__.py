@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from . import analytic
 from .compat import AsymmetricPipelineScheduler
+from .compare import Comparison, compare
 from .costs import CommModel, StageCosts
 from .errors import (
     DeadlockError,
@@ -46,6 +47,7 @@ __all__ = [
     "Timeline",
     "analytic",
     "build_schedule",
+    "compare",
     "partition_layers",
     "simulate",
 ]
