@@ -1,0 +1,299 @@
+"""The exact partition solver: brute force on small instances, memory, tie-breaks, speed."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pipeplan
+from pipeplan import AsymmetricPipelineScheduler, InfeasiblePlanError, InvalidInputError, simulate
+from pipeplan import partition as partition_module
+from pipeplan.layers import LayerProfile
+from pipeplan.partition import _inflight_from_orders, even_split, inflight_per_stage, partition_layers
+from pipeplan.schedules import build_schedule
+
+
+# ------------------------------------------------------------------ references
+def all_bounds(num_layers: int, num_stages: int):
+    for cuts in itertools.combinations(range(1, num_layers), num_stages - 1):
+        yield (0, *cuts, num_layers)
+
+
+def stage_values(costs, bounds, first_extra=0.0, last_extra=0.0):
+    values = [float(sum(costs[bounds[k] : bounds[k + 1]])) for k in range(len(bounds) - 1)]
+    values[0] += first_extra
+    values[-1] += last_extra
+    return values
+
+
+def brute_lexicographic(costs, num_stages, first_extra=0.0, last_extra=0.0):
+    """Smallest stage-time vector sorted slowest first, over every partition."""
+    return min(
+        sorted(stage_values(costs, b, first_extra, last_extra), reverse=True)
+        for b in all_bounds(len(costs), num_stages)
+    )
+
+
+# ------------------------------------------------------------------ instances
+@st.composite
+def instances(draw):
+    num_layers = draw(st.integers(1, 9))
+    num_stages = draw(st.integers(1, num_layers))
+    kind = draw(st.sampled_from(["uniform", "random", "dumbbell", "p_equals_l"]))
+    if kind == "uniform":
+        costs = [draw(st.integers(1, 5))] * num_layers
+    elif kind == "dumbbell":
+        light = draw(st.lists(st.integers(1, 3), min_size=num_layers, max_size=num_layers))
+        costs = [draw(st.integers(10, 30)), *light[1:-1], draw(st.integers(10, 30))] if num_layers > 1 else light
+    else:
+        costs = draw(st.lists(st.integers(0, 12), min_size=num_layers, max_size=num_layers))
+        if kind == "p_equals_l":
+            num_stages = num_layers
+    first = draw(st.sampled_from([0, 0, 5, 16]))
+    last = draw(st.sampled_from([0, 0, 3, 8]))
+    return [float(c) for c in costs], num_stages, float(first), float(last)
+
+
+# ------------------------------------------------------------- worked examples
+def test_lesson16_case():
+    # Seed lesson 16: 32 layers of 2 ms, 16 ms fixed on stage 0 and 8 ms on the
+    # last, 4 stages -> [3, 11, 11, 7] (every stage 22 ms).
+    result = pipeplan.partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8)
+    assert result.layers_per_stage == (3, 11, 11, 7)
+    assert result.stage_times == (22.0, 22.0, 22.0, 22.0)
+    assert AsymmetricPipelineScheduler().solve_optimal_layer_partition(32, 2.0, 16.0, 8.0, 4) == [3, 11, 11, 7]
+
+
+def test_tie_break_lowers_the_second_slowest_stage():
+    # Bottleneck 10 is forced by the single layer of 10; among optimal answers the
+    # lexicographic rule must make the other stages as even as possible.
+    result = partition_layers([10, 1, 1, 1, 1, 1, 1], 3)
+    assert result.bottleneck == 10
+    assert sorted(result.stage_times, reverse=True) == [10, 3, 3]
+    assert partition_layers([10, 1, 1, 1, 1, 1, 1], 3, tie_break="variance").stage_times == (10, 3, 3)
+
+
+# ------------------------------------------------------------------ properties
+@settings(max_examples=250, deadline=None)
+@given(instances())
+def test_equals_brute_force(instance):
+    costs, num_stages, first, last = instance
+    result = partition_layers(costs, num_stages, first_extra=first, last_extra=last)
+    assert len(result.layers_per_stage) == num_stages
+    assert min(result.layers_per_stage) >= 1
+    assert sum(result.layers_per_stage) == len(costs)
+    assert result.stage_times == tuple(stage_values(costs, result.boundaries, first, last))
+    assert sorted(result.stage_times, reverse=True) == brute_lexicographic(costs, num_stages, first, last)
+
+
+@settings(max_examples=120, deadline=None)
+@given(instances(), st.sampled_from(["variance", "none"]))
+def test_other_tie_breaks_keep_the_optimal_bottleneck(instance, tie_break):
+    costs, num_stages, first, last = instance
+    result = partition_layers(costs, num_stages, first_extra=first, last_extra=last, tie_break=tie_break)
+    optimum = brute_lexicographic(costs, num_stages, first, last)[0]
+    assert result.bottleneck == optimum
+    if tie_break == "variance":
+        best = min(
+            sum(v * v for v in stage_values(costs, b, first, last))
+            for b in all_bounds(len(costs), num_stages)
+            if max(stage_values(costs, b, first, last)) == optimum
+        )
+        assert sum(v * v for v in result.stage_times) == best
+
+
+@settings(max_examples=80, deadline=None)
+@given(instances())
+def test_over_budget_lexicographic_falls_back_to_exact_variance(instance):
+    costs, num_stages, first, last = instance
+    saved = partition_module._LEX_PAIR_BUDGET
+    partition_module._LEX_PAIR_BUDGET = -1
+    try:
+        result = partition_layers(costs, num_stages, first_extra=first, last_extra=last)
+    finally:
+        partition_module._LEX_PAIR_BUDGET = saved
+    assert result.tie_break == "variance"
+    assert result.bottleneck == brute_lexicographic(costs, num_stages, first, last)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.01, 100.0, allow_nan=False), min_size=2, max_size=9), st.integers(1, 5))
+def test_real_valued_costs_match_brute_force(costs, num_stages):
+    num_stages = min(num_stages, len(costs))
+    result = partition_layers(costs, num_stages)
+    prefix = np.concatenate([[0.0], np.cumsum(costs)])
+    best = min(max(prefix[b[k + 1]] - prefix[b[k]] for k in range(num_stages)) for b in all_bounds(len(costs), num_stages))
+    assert result.bottleneck == pytest.approx(best, rel=1e-12)
+
+
+# ---------------------------------------------------------------------- memory
+@st.composite
+def memory_instances(draw):
+    num_layers = draw(st.integers(1, 8))
+    num_stages = draw(st.integers(1, num_layers))
+    forward = draw(st.lists(st.integers(1, 4), min_size=num_layers, max_size=num_layers))
+    profile = LayerProfile(
+        forward,
+        activation_bytes=draw(st.lists(st.integers(0, 5), min_size=num_layers, max_size=num_layers)),
+        params=draw(st.lists(st.integers(0, 3), min_size=num_layers, max_size=num_layers)),
+        first_extra=draw(st.sampled_from([0, 6])),
+        last_extra=draw(st.sampled_from([0, 3])),
+        first_extra_bytes=draw(st.sampled_from([0, 4])),
+        last_extra_bytes=draw(st.sampled_from([0, 2])),
+    )
+    schedule = draw(st.sampled_from(["1f1b", "gpipe"]))
+    micro = draw(st.integers(1, 6))
+    capacity = draw(st.integers(4, 60))
+    return profile, num_stages, schedule, micro, capacity
+
+
+def brute_memory(profile, num_stages, inflight, bytes_per_param):
+    """(time vector, memory vector) of every partition."""
+    times = list(profile.total)
+    out = []
+    for bounds in all_bounds(profile.num_layers, num_stages):
+        t = stage_values(times, bounds, profile.first_extra, profile.last_extra)
+        m = [
+            bytes_per_param * sum(profile.params[bounds[k] : bounds[k + 1]])
+            + inflight[k] * sum(profile.activation_bytes[bounds[k] : bounds[k + 1]])
+            for k in range(num_stages)
+        ]
+        m[0] += profile.first_extra_bytes
+        m[-1] += profile.last_extra_bytes
+        out.append((t, m))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(memory_instances())
+def test_memory_is_respected_and_infeasibility_is_exact(instance):
+    profile, num_stages, schedule, micro, capacity = instance
+    inflight = [min(micro, num_stages - k) for k in range(num_stages)] if schedule == "1f1b" else [micro] * num_stages
+    options = dict(memory_capacity=capacity, bytes_per_param=2, schedule=schedule, num_microbatches=micro)
+    candidates = brute_memory(profile, num_stages, inflight, 2)
+    fitting = [sorted(t, reverse=True) for t, m in candidates if max(m) <= capacity]
+    smallest = min(max(m) for _, m in candidates)
+    if fitting:
+        result = partition_layers(profile, num_stages, **options)
+        assert max(result.stage_memory) <= capacity
+        assert list(result.inflight) == inflight
+        assert sorted(result.stage_times, reverse=True) == min(fitting)
+    else:
+        with pytest.raises(InfeasiblePlanError) as caught:
+            partition_layers(profile, num_stages, **options)
+        message = str(caught.value)
+        assert f"smallest capacity that fits is {smallest:.6g} bytes" in message
+        assert "needed by stage" in message
+        # that capacity does fit
+        partition_layers(profile, num_stages, **{**options, "memory_capacity": smallest})
+
+
+def test_first_stage_holds_more_microbatches_under_1f1b():
+    # Equal layers and activations: 1F1B's stage 0 holds P microbatches, the last
+    # one, so a tight capacity pushes layers off the first stage.
+    profile = LayerProfile.uniform(16, forward=1.0, activation_bytes=1.0)
+    free = partition_layers(profile, 4, num_microbatches=8)
+    assert free.layers_per_stage == (4, 4, 4, 4)
+    assert free.stage_memory == (16.0, 12.0, 8.0, 4.0)
+    tight = partition_layers(profile, 4, num_microbatches=8, memory_capacity=12)
+    assert max(tight.stage_memory) <= 12
+    assert tight.layers_per_stage[0] == 3
+    with pytest.raises(InfeasiblePlanError, match="stage 0"):
+        partition_layers(profile, 4, num_microbatches=8, memory_capacity=4)
+
+
+@pytest.mark.parametrize("num_stages,micro", [(1, 1), (3, 2), (4, 8), (6, 3)])
+def test_inflight_closed_forms_match_the_orders(num_stages, micro):
+    for name, expected in (
+        ("1f1b", tuple(min(micro, num_stages - p) for p in range(num_stages))),
+        ("gpipe", (micro,) * num_stages),
+    ):
+        assert inflight_per_stage(name, num_stages, micro) == expected
+        built = build_schedule(name, num_stages=num_stages, num_microbatches=micro)
+        assert _inflight_from_orders(built) == expected
+        timeline = simulate(built, pipeplan.StageCosts.uniform(num_stages))
+        assert timeline.peak_inflight == expected
+
+
+def test_inflight_of_other_schedules_comes_from_their_orders():
+    counts = inflight_per_stage("interleaved", 4, 8, virtual_stages=2)
+    built = build_schedule("interleaved", num_stages=4, num_microbatches=8, virtual_stages=2)
+    per_rank = simulate(built, pipeplan.StageCosts.uniform(4)).peak_inflight
+    for rank in range(built.num_ranks):
+        assert sum(counts[s] for s in built.stages_of(rank)) >= per_rank[rank]
+    assert len(inflight_per_stage("adaptive", 3, 4)) == 3
+
+
+# ------------------------------------------------------------ schedule-aware
+def test_step_time_objective_reports_both_and_never_loses():
+    # Found by a random search over small instances: here one more layer on the
+    # last stage and one fewer on the middle lowers the simulated 1F1B step.
+    profile = LayerProfile([4, 1, 3, 5, 4, 4, 3, 4, 3, 5])
+    proxy = partition_layers(profile, 3, num_microbatches=2)
+    tuned = partition_layers(profile, 3, num_microbatches=2, objective="step_time")
+    assert tuned.step_time < proxy.step_time
+    assert tuned.bottleneck >= proxy.bottleneck
+    costs = profile.stage_costs(tuned.layers_per_stage)
+    expected = simulate(build_schedule("1f1b", num_stages=3, num_microbatches=2), costs).makespan
+    assert tuned.step_time == pytest.approx(expected)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=3, max_size=8), st.integers(2, 3), st.integers(1, 4))
+def test_step_time_search_respects_memory(forward, num_stages, micro):
+    num_stages = min(num_stages, len(forward))
+    profile = LayerProfile(forward, activation_bytes=[1.0] * len(forward))
+    capacity = float(math.ceil(len(forward) / num_stages) * min(micro, num_stages)) + 1
+    try:
+        proxy = partition_layers(profile, num_stages, num_microbatches=micro, memory_capacity=capacity)
+    except InfeasiblePlanError:
+        return
+    tuned = partition_layers(
+        profile, num_stages, num_microbatches=micro, memory_capacity=capacity, objective="step_time"
+    )
+    assert tuned.step_time <= proxy.step_time
+    assert max(tuned.stage_memory) <= capacity
+
+
+# ------------------------------------------------------------------ edges
+def test_even_split():
+    assert even_split(10, 4) == (3, 3, 2, 2)
+    with pytest.raises(InvalidInputError):
+        even_split(3, 4)
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,match",
+    [
+        (([1.0, 2.0], 3), {}, "num_stages must be <= the number of layers"),
+        (([1.0, float("nan")], 1), {}, "layer_costs\\[1\\] must be finite"),
+        (([1.0, 2.0], 1), {"objective": "fast"}, "objective must be"),
+        (([1.0, 2.0], 1), {"tie_break": "random"}, "tie_break must be"),
+        (([1.0, 2.0], 0), {}, "num_stages must be >= 1"),
+        (([1.0, 2.0], 1), {"memory_capacity": -1}, "memory_capacity"),
+    ],
+)
+def test_bad_input_names_the_field(args, kwargs, match):
+    with pytest.raises(InvalidInputError, match=match):
+        partition_layers(*args, **kwargs)
+
+
+def test_ten_thousand_layers_into_128_stages_is_fast():
+    # The issue's target is under 1 s; the test allows for a loaded CI machine.
+    rng = np.random.default_rng(0)
+    costs = rng.uniform(0.5, 2.0, 10_000).tolist()
+    started = time.perf_counter()
+    result = partition_layers(costs, 128)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 2.0
+    assert sum(result.layers_per_stage) == 10_000 and min(result.layers_per_stage) >= 1
+    # optimality certificate: nothing below the bottleneck is feasible
+    problem = partition_module._Problem([np.concatenate([[0.0], np.cumsum(costs)])] * 128, np.zeros(128))
+    assert problem.check(result.bottleneck)[0]
+    assert not problem.check(np.nextafter(result.bottleneck, 0))[0]
