@@ -216,8 +216,8 @@ class LayerProfile:
                 activations per device are divided by ``t``.
 
         Backward = 2 × forward, weight gradient = half of it. Parameters per layer
-        ``4h² + 2hf + 4h + f`` weights and biases plus ``4h`` for the two
-        layer norms (``12h² + 13h`` for ``f = 4h``). Activation bytes per layer
+        ``4h² + 2hf`` weights, ``5h + f`` biases and ``4h`` for the two layer
+        norms (``12h² + 13h`` for ``f = 4h``). Activation bytes per layer
         ``s·b·h·(34 + 5·a·s/h)`` at 16-bit without recomputation (Korthikanti
         et al., 2022, "Reducing Activation Recomputation in Large Transformer
         Models", eq. 1).
@@ -232,7 +232,7 @@ class LayerProfile:
         rate = finite_floats("throughput", [throughput])[0]
         flops = transformer_layer_flops(hidden_size=h, seq_length=s, micro_batch_size=b, ffn_hidden_size=f)
         to_ms = 1e3 / (rate * tp)
-        layer_params = (4 * h * h + 2 * h * f + 4 * h + f + 4 * h) / tp
+        layer_params = (4 * h * h + 2 * h * f + f + 9 * h) / tp
         layer_act = s * b * h * (34.0 + 5.0 * heads * s / h) / tp
         forward = [flops * to_ms] * layers
         params = [layer_params] * layers

@@ -1,0 +1,136 @@
+"""Layer profiles: constructors, files, transformer shapes and the stage costs they give."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeplan import InvalidInputError
+from pipeplan.layers import LayerProfile, transformer_layer_flops
+
+
+def test_defaults_follow_the_stage_costs_convention():
+    profile = LayerProfile([1.0, 2.0])
+    assert profile.backward == (2.0, 4.0)
+    assert profile.weight == (1.0, 2.0)
+    assert profile.activation_bytes == (0.0, 0.0)
+    assert profile.params == (0.0, 0.0)
+    assert profile.names == ("layers.0", "layers.1")
+    assert list(profile.total) == [3.0, 6.0]
+
+
+def test_from_costs_splits_one_to_two():
+    profile = LayerProfile.from_costs([3.0, 6.0])
+    assert profile.forward == (1.0, 2.0)
+    assert profile.backward == (2.0, 4.0)
+
+
+def test_stage_costs_sum_layers_and_split_extras():
+    profile = LayerProfile(
+        [1.0, 2.0, 3.0],
+        [2.0, 4.0, 6.0],
+        [0.5, 1.0, 1.5],
+        activation_bytes=[10, 20, 30],
+        first_extra=3.0,
+        last_extra=6.0,
+    )
+    costs = profile.stage_costs([2, 1])
+    assert costs.forward == (1.0 + 2.0 + 1.0, 3.0 + 2.0)
+    assert costs.backward == (2.0 + 4.0 + 2.0, 6.0 + 4.0)
+    assert costs.weight == (0.5 + 1.0 + 1.0, 1.5 + 2.0)
+    assert costs.activation_bytes == (30.0, 30.0)
+    # F + B of each stage is the partition's stage time
+    assert [f + b for f, b in zip(costs.forward, costs.backward)] == [12.0, 15.0]
+    with pytest.raises(InvalidInputError, match="summing to 3"):
+        profile.stage_costs([1, 1])
+
+
+def test_transformer_shapes():
+    h, s, b, heads, layers = 1024, 2048, 2, 16, 24
+    profile = LayerProfile.from_transformer(
+        num_layers=layers, hidden_size=h, num_heads=heads, seq_length=s, micro_batch_size=b, throughput=1e14
+    )
+    assert profile.num_layers == layers
+    # Narayanan et al. 2021: 24 b s h^2 + 4 b s^2 h forward FLOPs per layer (f = 4h)
+    flops = 24 * b * s * h * h + 4 * b * s * s * h
+    assert transformer_layer_flops(hidden_size=h, seq_length=s, micro_batch_size=b) == flops
+    assert profile.forward[0] == pytest.approx(1e3 * flops / 1e14)
+    assert profile.backward[0] == pytest.approx(2 * profile.forward[0])
+    assert profile.params[0] == 12 * h * h + 13 * h
+    # Korthikanti et al. 2022: s b h (34 + 5 a s / h) bytes per layer
+    assert profile.activation_bytes[0] == pytest.approx(s * b * h * (34 + 5 * heads * s / h))
+
+
+def test_transformer_with_vocabulary_and_tensor_parallel():
+    profile = LayerProfile.from_transformer(
+        num_layers=4, hidden_size=64, num_heads=4, seq_length=32, micro_batch_size=1,
+        throughput=1e12, vocab_size=1000, tensor_parallel=2,
+    )
+    assert profile.names[0] == "embedding" and profile.names[-1] == "output_layer"
+    assert profile.num_layers == 6
+    assert profile.params[0] == 1000 * 64 / 2
+    assert profile.forward[-1] > profile.forward[1]  # the logits dominate at this size
+
+
+def test_csv_round_trip(tmp_path):
+    path = tmp_path / "profile.csv"
+    path.write_text(
+        "name,forward,backward,activation_bytes,params\n"
+        "vision,30,60,100,5\n"
+        "block0,2,4,10,1\n"
+        "head,1,2,3,0\n"
+    )
+    profile = LayerProfile.from_file(path)
+    assert profile.names == ("vision", "block0", "head")
+    assert profile.forward == (30.0, 2.0, 1.0)
+    assert profile.weight == (30.0, 2.0, 1.0)
+    assert profile.params == (5.0, 1.0, 0.0)
+
+
+def test_json_object_with_extras(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({
+        "layers": [{"forward": 1}, {"forward": 2, }],
+        "first_extra": 16,
+        "last_extra_bytes": 8,
+    }))
+    profile = LayerProfile.from_file(path)
+    assert profile.forward == (1.0, 2.0)
+    assert profile.first_extra == 16.0 and profile.last_extra_bytes == 8.0
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps(profile.to_records()))
+    assert LayerProfile.from_file(again).forward == profile.forward
+
+
+@pytest.mark.parametrize(
+    "name,text,match",
+    [
+        ("p.csv", "forward\n1\nx\n", r"forward\[1\] must be a number"),
+        ("p.csv", "forward,backward\n1,2\n1,\n", r"layers\[1\] lacks 'backward'"),
+        ("p.json", "[{\"forward\": 1, \"speed\": 3}]", "unknown keys"),
+        ("p.json", "[{\"backward\": 1}]", "needs a 'forward'"),
+        ("p.json", "{\"layer\": []}", "needs 'layers'"),
+        ("p.json", "{not json", "not valid JSON"),
+        ("p.txt", "forward\n1\n", "must end in .csv or .json"),
+        ("p.csv", "forward,backward,weight\n1,2,2\n", r"weight\[0\] = 2.0 must be < backward"),
+    ],
+)
+def test_bad_files_name_the_problem(tmp_path, name, text, match):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(InvalidInputError, match=match):
+        LayerProfile.from_file(path)
+
+
+def test_missing_file_and_bad_values():
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        LayerProfile.from_file("/nonexistent/profile.csv")
+    with pytest.raises(InvalidInputError, match=r"forward\[0\] must be > 0"):
+        LayerProfile([0.0])
+    with pytest.raises(InvalidInputError, match="names must be a list of 2"):
+        LayerProfile([1.0, 1.0], names=["a"])
+    with pytest.raises(InvalidInputError, match="first_extra must be a number >= 0"):
+        LayerProfile([1.0], first_extra=-1)
+    with pytest.raises(InvalidInputError, match="unknown extras"):
+        LayerProfile([1.0]).with_extras(middle_extra=1.0)
