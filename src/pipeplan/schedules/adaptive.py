@@ -54,7 +54,8 @@ class Candidate(NamedTuple):
     """One order the adaptive generator considered, with its simulated timeline.
 
     ``label`` names it: a template (``"1f1b"``, ``"zb-h1"``, ``"interleaved"``...) or
-    a list-scheduling rule (``"list:BFW/microbatch/reserve"``...).
+    a list-scheduling rule (``"list:BFW/microbatch/reserve/cost"``: kind order,
+    forward tie-break, memory policy, forward window).
     ``fits`` tells whether its peak bytes on every rank stay within the limit.
     """
 
@@ -123,6 +124,7 @@ def list_schedule(
     kind_order: str = "BFW",
     forward_key: str = "microbatch",
     reserve: bool = True,
+    forward_window: Sequence[int] | None = None,
 ) -> Schedule | None:
     """Build one order by non-delay list scheduling on the actual costs.
 
@@ -142,6 +144,10 @@ def list_schedule(
         reserve: admit a microbatch (its stage-0 forward) only when every rank has
             room for all of its chunks' activations; this can never deadlock.
             Without it a forward only needs room on its own rank, which can.
+        forward_window: per stage, the most microbatches that may have run its
+            ``F`` but not yet its ``B`` (1F1B's ``S − s``, say). It keeps a stage
+            from spending its memory on forwards early in the step, which the
+            zero-bubble schedules need; ``None`` for no window.
 
     Returns:
         The schedule (named ``"adaptive"``), or ``None`` when the rule deadlocks
@@ -182,9 +188,13 @@ def list_schedule(
     total = num_stages * num_mb * (3 if split else 2)
     scheduled = 0
 
+    open_forwards = [0] * num_stages  # per stage: F done, B not yet
+
     def fits(rank: int, action: Action) -> bool:
         if action.kind != "F":
             return True
+        if forward_window is not None and open_forwards[action.stage] >= forward_window[action.stage]:
+            return False
         if reserve:
             if action.stage != 0:
                 return True
@@ -196,8 +206,10 @@ def list_schedule(
         if not options:
             return math.inf, None
         when = max(free[rank], min(ready for ready, _ in options))
-        best = min((a for ready, a in options if ready <= when), key=priority)
-        return when, best
+        # Inputs arriving within float noise of ``when`` count as ready (20/3 + 10/3 != 10).
+        horizon = when + _TOLERANCE * max(1.0, abs(when))
+        ready_at, best = min(((ready, a) for ready, a in options if ready <= horizon), key=lambda o: priority(o[1]))
+        return max(when, ready_at), best
 
     decisions = [decide(rank) for rank in range(num_ranks)]
     while scheduled < total:
@@ -219,6 +231,7 @@ def list_schedule(
                         reserved[q] += need[q]
                 reserved[rank] -= act[stage]
             held[rank] += act[stage]
+            open_forwards[stage] += 1
             if stage < last:
                 target = placement[stage + 1]
                 delay = boundary[stage] if target != rank else 0.0
@@ -228,6 +241,7 @@ def list_schedule(
                 enabled[rank][Action("B", stage, mb)] = finish
         elif kind == "B":
             held[rank] -= act[stage] - stash[stage]
+            open_forwards[stage] -= 1
             if split:
                 enabled[rank][Action("W", stage, mb)] = finish
             if stage > 0:
@@ -263,6 +277,50 @@ def sequential_schedule(
             if backward == "split":
                 orders[placement[stage]].append(Action("W", stage, mb))
     return Schedule(orders, placement, num_microbatches, backward=backward, name="adaptive")
+
+
+def _forward_windows(
+    costs: StageCosts, placement: Sequence[int], comm: CommModel, backward: str
+) -> dict[str, list[int] | None]:
+    """Forward windows to try (see :func:`list_schedule`), by name, duplicates dropped.
+
+    ``count``: 1F1B's ``S − s``; ``double``: ZB-H2's ``2(S − s) − 1``; ``cost``:
+    ``1 + ⌈R_s / T⌉``, where ``R_s`` is the shortest time from the end of
+    ``F(s, mb)`` to the start of ``B(s, mb)`` (the rest of the forward, the
+    backward back up, the messages) and ``T`` the busiest rank's work per
+    microbatch, the steady-state period: just enough forwards to keep stage ``s``
+    busy while the first gradient comes back.
+    """
+    num_stages = costs.num_stages
+    split = backward == "split"
+    boundary = comm.boundary_times(num_stages)
+    work: dict[int, float] = {}
+    for stage, rank in enumerate(placement):
+        pieces = ("F", "B", "W") if split else ("F", "B")
+        work[rank] = work.get(rank, 0.0) + sum(
+            costs.duration(kind, stage, 0, split_backward=split) for kind in pieces
+        )
+    period = max(work.values())
+    cost_window = []
+    for stage in range(num_stages):
+        round_trip = 0.0
+        for later in range(stage + 1, num_stages):
+            round_trip += costs.duration("F", later, 0, split_backward=split)
+            round_trip += costs.duration("B", later, 0, split_backward=split)
+            if placement[later] != placement[later - 1]:
+                round_trip += 2 * boundary[later - 1]
+        cost_window.append(1 + math.ceil(round_trip / period - _TOLERANCE))
+    candidates: dict[str, list[int] | None] = {
+        "open": None,
+        "count": [num_stages - s for s in range(num_stages)],
+        "double": [2 * (num_stages - s) - 1 for s in range(num_stages)],
+        "cost": cost_window,
+    }
+    out: dict[str, list[int] | None] = {}
+    for name, window in candidates.items():
+        if window not in out.values():
+            out[name] = window
+    return out
 
 
 # ------------------------------------------------------------------ templates
@@ -348,19 +406,23 @@ def adaptive_candidates(
     for label, schedule in _templates(num_stages, num_microbatches, ranks, backward):
         consider(label, schedule)
     kind_orders = ("BFW", "BWF", "FBW") if backward == "split" else ("BFW", "FBW")
+    # With one stage per rank a rank's forwards are all of one stage: the tie-breaks agree.
+    forward_keys = list(_FORWARD_KEYS) if len(set(ranks)) < num_stages else ["microbatch"]
+    windows = _forward_windows(costs, ranks, comm, backward)
     for kind_order in kind_orders:
-        for forward_key in _FORWARD_KEYS:
-            for reserve in (True, False):
-                if reserve and memory_limit is None:
-                    continue  # without a limit reservation changes nothing
-                schedule = list_schedule(
-                    num_microbatches, costs, ranks, comm=comm, backward=backward,
-                    memory_limit=memory_limit, kind_order=kind_order, forward_key=forward_key,
-                    reserve=reserve,
-                )
-                if schedule is not None:
-                    mode = "reserve" if reserve else "free"
-                    consider(f"list:{kind_order}/{forward_key}/{mode}", schedule)
+        for forward_key in forward_keys:
+            for window_name, window in windows.items():
+                for reserve in (True, False):
+                    if reserve and memory_limit is None:
+                        continue  # without a limit reservation changes nothing
+                    schedule = list_schedule(
+                        num_microbatches, costs, ranks, comm=comm, backward=backward,
+                        memory_limit=memory_limit, kind_order=kind_order, forward_key=forward_key,
+                        reserve=reserve, forward_window=window,
+                    )
+                    if schedule is not None:
+                        mode = "reserve" if reserve else "free"
+                        consider(f"list:{kind_order}/{forward_key}/{mode}/{window_name}", schedule)
     if not any(c.fits for c in candidates):
         consider("sequential", sequential_schedule(num_stages, num_microbatches, ranks, backward=backward))
     return candidates
