@@ -8,7 +8,7 @@ never shorter than :func:`pipeplan.analytic.makespan_lower_bound`.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pipeplan import SCHEDULES, StageCosts, analytic, build_schedule, simulate
@@ -52,13 +52,17 @@ def test_every_registered_name_is_covered():
 
 
 @pytest.mark.parametrize("name", FIXED)
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     ranks=st.integers(1, 16),
     microbatches=st.integers(1, 64),
     virtual=st.integers(1, 4),
     seed_costs=st.lists(st.floats(0.5, 4.0), min_size=3, max_size=3),
 )
+@example(ranks=16, microbatches=64, virtual=4, seed_costs=[1.0, 2.5, 0.5])   # the largest shape
+@example(ranks=16, microbatches=1, virtual=4, seed_costs=[1.0, 2.5, 0.5])    # m < P
+@example(ranks=16, microbatches=15, virtual=3, seed_costs=[3.0, 1.0, 1.0])   # m = P − 1
+@example(ranks=7, microbatches=30, virtual=2, seed_costs=[1.0, 1.0, 2.0])    # m not a multiple of P
 def test_fixed_schedules_are_valid_complete_and_meet_their_memory_bound(name, ranks, microbatches, virtual, seed_costs):
     num_stages, options = _shape(name, ranks, virtual)
     schedule = build_schedule(name, num_stages=num_stages, num_microbatches=microbatches, **options)
