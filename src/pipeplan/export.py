@@ -145,6 +145,8 @@ def megatron_args(
     counts = _decoder_counts(sizes, embedding_layer, loss_layer)
     args = ["--pipeline-model-parallel-size", str(num_ranks), "--num-layers", str(sum(counts))]
     one_chunk = len(sizes) == num_ranks and placement == tuple(range(num_ranks))
+    if one_chunk and len(set(counts)) == 1:
+        return args  # Megatron's default even split
     middle = counts[1:-1]
     if one_chunk and num_ranks > 1 and counts[0] > 0 and counts[-1] > 0 and len(set(middle)) <= 1:
         share = middle[0] if middle else None
@@ -152,8 +154,6 @@ def megatron_args(
             args += ["--decoder-first-pipeline-num-layers", str(counts[0])]
         if share is None or counts[-1] != share:
             args += ["--decoder-last-pipeline-num-layers", str(counts[-1])]
-        return args
-    if num_ranks == 1 and len(sizes) == 1:
         return args
     layout = megatron_layout(plan, embedding_layer=embedding_layer, loss_layer=loss_layer)
     return args + ["--pipeline-model-parallel-layout", layout]
