@@ -612,8 +612,9 @@ class PipelineRuntime:
         with self.monitor.phase_of("gathering the timeline"):
             dist.all_gather(rows, local, group=self.pp_group)
         host = [r.cpu().numpy() for r in rows]
-        loss = float(sum(h[2 * width] for h in host))
-        bytes_per_stage = [float(sum(h[2 * width + 1 + s] for h in host)) for s in range(schedule.num_stages)]
+        offset = 2 * width + 2
+        loss = float(sum(h[offset] for h in host))
+        bytes_per_stage = [float(sum(h[offset + 1 + s] for h in host)) for s in range(schedule.num_stages)]
         return loss, host, bytes_per_stage
 
     def _all_reduce(self, loss: float) -> float:

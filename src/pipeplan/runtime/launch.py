@@ -98,7 +98,7 @@ def _worker(
     except BaseException as error:  # noqa: BLE001 - report everything, including SystemExit
         message = str(error) if isinstance(error, RuntimeFailure) else format_failure(rank, monitor.where(), error)
         monitor.report(message)
-        results.put((rank, "error", (message, traceback.format_exc())))
+        results.put((rank, "error", (message, traceback.format_exc(), isinstance(error, InvalidInputError))))
         status = 1
     monitor.close()
     if status == 0 and dist.is_initialized():
@@ -139,6 +139,8 @@ def spawn(
     Raises:
         RuntimeFailure: a rank raised or died; the message names the rank, the
             action it was in and the original error.
+        InvalidInputError: every failing rank rejected its input (a world size,
+            schedule or partition mismatch found before the first step).
     """
     world_size = positive_int("world_size", world_size)
     timeout = non_negative_float("timeout", timeout)
@@ -173,7 +175,7 @@ def spawn(
     for process in processes:
         process.start()
     values: dict[int, Any] = {}
-    errors: dict[int, tuple[str, str]] = {}
+    errors: dict[int, tuple[str, str, bool]] = {}
     failed_at: float | None = None
     try:
         while True:
@@ -210,10 +212,13 @@ def spawn(
             process.join(5.0)
     if not errors and len(values) == world_size:
         return [pickle.loads(values[rank]) for rank in range(world_size)]
-    raise RuntimeFailure(_failure_message(store, processes, tracker, errors, values))
+    message = _failure_message(store, processes, tracker, errors, values)
+    if errors and all(e[2] for e in errors.values()) and all(p.exitcode in (0, 1) for p in processes):
+        raise InvalidInputError(message)  # every rank rejected its input before the first step
+    raise RuntimeFailure(message)
 
 
-def _drain(results: Any, values: dict[int, Any], errors: dict[int, tuple[str, str]]) -> None:
+def _drain(results: Any, values: dict[int, Any], errors: dict[int, tuple[str, str, bool]]) -> None:
     while True:
         try:
             rank, status, payload = results.get(timeout=0.2)
@@ -229,35 +234,32 @@ def _failure_message(
     store: Any,
     processes: list[Any],
     tracker: Any,
-    errors: dict[int, tuple[str, str]],
+    errors: dict[int, tuple[str, str, bool]],
     values: dict[int, Any],
 ) -> str:
-    """The root cause first: the store's message, else an error, else a dead rank."""
-    root = None
+    """The root cause first: a rank that died, else the store's message, else any error."""
+    reported = None
     try:
         if store.check([FAILURE_KEY]):
-            root = store.get(FAILURE_KEY).decode()
+            reported = store.get(FAILURE_KEY).decode()
     except Exception:  # noqa: BLE001
-        root = None
-    if root is None and errors:
-        root = errors[min(errors)][0]
+        reported = None
+    if reported is None and errors:
+        reported = errors[min(errors)][0]
     dead = [
         f"rank {rank} died with exit status {process.exitcode} in "
         f"{decode_tracker(tracker[3 * rank: 3 * rank + 3])}"
         for rank, process in enumerate(processes)
-        if process.exitcode not in (0, None, 1, PEER_FAILED_EXIT) and rank not in values
+        if process.exitcode not in (0, None, 1, PEER_FAILED_EXIT) and rank not in values and rank not in errors
     ]
-    if root is None:
-        root = dead[0] if dead else "a rank stopped without a result"
-        dead = dead[1:]
+    parts = dead + ([reported] if reported else [])
+    root = parts[0] if parts else "a rank stopped without a result"
+    message = "; then ".join(parts) if parts else root
     stopped = sorted(
-        rank for rank, process in enumerate(processes) if rank not in values and f"rank {rank} " not in root
+        rank for rank, process in enumerate(processes) if rank not in values and f"rank {rank} " not in message
     )
-    message = root
     if stopped:
         message += f" (ranks {', '.join(map(str, stopped))} stopped)"
-    if dead:
-        message += "; " + "; ".join(dead)
     traceback_text = next((errors[r][1] for r in sorted(errors) if errors[r][0] == root), None)
     if traceback_text and os.environ.get("PIPEPLAN_TRACEBACK"):
         message += "\n" + traceback_text
