@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -116,6 +117,9 @@ def test_any_placement_works():
     timeline = simulate(schedule, costs)
     assert max(timeline.peak_bytes) <= 4
     assert schedule.stages_of(0) == (0, 4)
+    # A numpy placement (as a partition solver may return) is accepted too.
+    again = adaptive(6, 5, costs=costs, placement=np.array(placement), memory_limit=4)
+    assert again.orders == schedule.orders
 
 
 def test_limit_below_the_minimum_names_the_smallest_that_works():

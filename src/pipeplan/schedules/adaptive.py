@@ -26,6 +26,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from .._validation import positive_int
 from ..costs import CommModel, StageCosts
 from ..errors import DeadlockError, InfeasiblePlanError, InvalidInputError
@@ -82,13 +84,15 @@ def minimum_memory_limit(costs: StageCosts, placement: Sequence[int]) -> float:
 def _check_placement(placement: Sequence[int] | None, num_stages: int) -> tuple[int, ...]:
     if placement is None:
         return tuple(range(num_stages))
+    if isinstance(placement, np.ndarray):
+        placement = placement.tolist()
     if isinstance(placement, (str, bytes)) or not isinstance(placement, Sequence):
         raise InvalidInputError(f"placement must be a list of ranks, one per stage, got {placement!r}")
     ranks = []
     for stage, rank in enumerate(placement):
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 0:
             raise InvalidInputError(f"placement[{stage}] must be a rank (an integer >= 0), got {rank!r}")
-        ranks.append(rank)
+        ranks.append(int(rank))
     if len(ranks) != num_stages:
         raise InvalidInputError(
             f"placement has {len(ranks)} entries, expected {num_stages} (one rank per stage)"
