@@ -163,16 +163,9 @@ def _ping_pong_ms(rank: int, shape: tuple[int, ...], rounds: int = 30) -> float:
     return statistics.median(samples)
 
 
-def latency_worker(rank: int, boundary_shape: tuple[int, ...]) -> float:
-    """This rank's view of the one-way gloo time of one boundary message, ms."""
-    return _ping_pong_ms(rank, boundary_shape)
-
-
-def torch_worker(rank: int, case: Case, config: Config) -> dict:
-    """Time ``config.steps`` steps of torch.distributed.pipelining's schedule on this rank."""
+def _torch_schedule(case: Case, config: Config, stages: list, loss_fn, rank: int):
     from torch.distributed import pipelining
 
-    model, stages, loss_fn, inputs, targets = _build(config)
     local = [s for s, r in enumerate(config.placement) if r == rank]
     device = torch.device("cpu")
     pipe_stages = [pipelining.PipelineStage(stages[s], s, len(stages), device) for s in local]
@@ -182,59 +175,102 @@ def torch_worker(rank: int, case: Case, config: Config) -> dict:
         n_microbatches=config.num_microbatches,
         loss_fn=loss_fn,
     )
-    first, last = 0 in local, len(stages) - 1 in local
-    times, losses_out = [], []
-    for _ in range(config.warmup + config.steps):
-        model.zero_grad(set_to_none=True)
-        losses: list[torch.Tensor] = []
-        args = (inputs,) if first else ()
-        kwargs = {"target": targets, "losses": losses} if last else {}
-        dist.barrier()
-        begin = time.perf_counter()
-        schedule.step(*args, **kwargs)
-        times.append((time.perf_counter() - begin) * 1e3)
-        if last:
-            losses_out.append(float(sum(loss.detach() for loss in losses)) / config.num_microbatches)
-    return {"times": times[config.warmup :], "loss": losses_out[-1] if losses_out else None}
+    return schedule, 0 in local, len(stages) - 1 in local
 
 
-def pipeplan_worker(rank: int, case: Case, config: Config) -> dict:
-    """Time ``config.steps`` steps of pipeplan's runtime on this rank."""
-    from pipeplan import runtime
+def _timed_step(step, label: str) -> float:
+    dist.barrier()
+    begin = time.perf_counter()
+    try:
+        step()
+    except Exception as error:  # say which framework failed; the launcher names the rank
+        raise RuntimeError(f"{label} step failed: {type(error).__name__}: {error}") from error
+    return (time.perf_counter() - begin) * 1e3
 
+
+def worker(rank: int, world_size: int, case: Case, config: Config, frameworks: tuple[str, ...]) -> dict:
+    """Time both frameworks on this rank, alternating steps so load drift hits both alike.
+
+    Round ``i`` runs one torch step and one pipeplan step (which goes first
+    alternates). Also measures the one-way gloo latency of a boundary message, and
+    after the first round the largest difference between the two frameworks'
+    gradients of this rank's parameters.
+    """
+    torch.set_num_threads(1)
     model, stages, loss_fn, inputs, targets = _build(config)
-    schedule = pipeplan.build_schedule(
-        case.pipeplan_schedule, num_stages=len(stages), num_microbatches=config.num_microbatches
-    )
-    executor = runtime.PipelineRuntime(stages, schedule, loss_fn)
-    times, makespans, loss = [], [], None
-    for _ in range(config.warmup + config.steps):
-        model.zero_grad(set_to_none=True)
-        dist.barrier()
-        begin = time.perf_counter()
-        result = executor.step(inputs, targets)
-        times.append((time.perf_counter() - begin) * 1e3)
-        if result is not None and getattr(result, "timeline", None) is not None:
-            makespans.append(result.timeline.makespan)
-        if result is not None and getattr(result, "loss", None) is not None:
-            loss = float(result.loss)
-    return {"times": times[config.warmup :], "makespans": makespans[config.warmup :], "loss": loss}
+    boundary = stages[0](torch.tensor_split(inputs, config.num_microbatches)[0]).detach()
+    out: dict[str, Any] = {"latency": _ping_pong_ms(rank, tuple(boundary.shape))}
+    local_params = [
+        p for s, r in enumerate(config.placement) if r == rank for p in stages[s].parameters()
+    ]
+    steps: dict[str, Any] = {}
+    if "torch" in frameworks:
+        schedule, first, last = _torch_schedule(case, config, stages, loss_fn, rank)
+
+        def torch_step() -> None:
+            losses: list[torch.Tensor] = []
+            args = (inputs,) if first else ()
+            kwargs = {"target": targets, "losses": losses} if last else {}
+            schedule.step(*args, **kwargs)
+            if last:
+                out["torch_loss"] = float(sum(loss.detach() for loss in losses)) / config.num_microbatches
+
+        steps["torch"] = torch_step
+    if "pipeplan" in frameworks:
+        from pipeplan import runtime
+
+        plan = pipeplan.build_schedule(
+            case.pipeplan_schedule, num_stages=len(stages), num_microbatches=config.num_microbatches
+        )
+        executor = runtime.PipelineRuntime(stages, plan, loss_fn)
+        out["makespans"] = []
+
+        def pipeplan_step() -> None:
+            result = executor.step(inputs, targets)
+            out["pipeplan_loss"] = float(result.loss)
+            if result.timeline is not None:
+                out["makespans"].append(result.timeline.makespan)
+
+        steps["pipeplan"] = pipeplan_step
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    names = list(steps)
+    for round_index in range(config.warmup + config.steps):
+        order = names if round_index % 2 == 0 else names[::-1]
+        grads: dict[str, list[torch.Tensor]] = {}
+        for name in order:
+            model.zero_grad(set_to_none=True)
+            times[name].append(_timed_step(steps[name], name))
+            grads[name] = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in local_params]
+        if round_index == 0 and len(grads) == 2:
+            out["grad_difference"] = max(
+                (float((a - b).abs().max()) for a, b in zip(grads["torch"], grads["pipeplan"])), default=0.0
+            )
+    out["times"] = {name: values[config.warmup :] for name, values in times.items()}
+    if "makespans" in out:
+        out["makespans"] = out["makespans"][config.warmup :]
+    return out
+
+
+def torch_only_worker(rank: int, case: Case, config: Config) -> dict:
+    """``worker`` for the torch side alone, under this script's own launcher."""
+    return worker(rank, WORLD_SIZE, case, config, ("torch",))
 
 
 # ------------------------------------------------------------------ parent side
-def step_times(results: list[dict]) -> list[float]:
+def step_times(results: list[dict], name: str) -> list[float]:
     """Per step, the slowest rank's time (every rank started at the same barrier)."""
-    return [max(per_rank) for per_rank in zip(*(result["times"] for result in results))]
+    return [max(per_rank) for per_rank in zip(*(result["times"][name] for result in results))]
 
 
 def pipeplan_runtime_available() -> str | None:
-    """``None`` when ``pipeplan.runtime`` offers ``PipelineRuntime``; else why not."""
+    """``None`` when ``pipeplan.runtime`` offers ``PipelineRuntime`` and ``spawn``; else why not."""
     try:
         from pipeplan import runtime
     except Exception as error:  # the runtime package may be missing or broken
         return f"pipeplan.runtime cannot be imported ({type(error).__name__}: {error})"
-    if not hasattr(runtime, "PipelineRuntime"):
-        return "pipeplan.runtime has no PipelineRuntime yet"
+    missing = [name for name in ("PipelineRuntime", "spawn") if not hasattr(runtime, name)]
+    if missing:
+        return f"pipeplan.runtime has no {', '.join(missing)} yet"
     return None
 
 
@@ -258,6 +294,11 @@ def balanced_partition(case: Case, args: argparse.Namespace) -> tuple[int, ...]:
     return partition_layers(profile, case.num_stages).layers_per_stage
 
 
+def _last_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(error).__name__)[:200]
+
+
 def run_case(case: Case, args: argparse.Namespace, skip_pipeplan: str | None) -> dict:
     schedule = pipeplan.build_schedule(
         case.pipeplan_schedule, num_stages=case.num_stages, num_microbatches=args.microbatches
@@ -274,40 +315,59 @@ def run_case(case: Case, args: argparse.Namespace, skip_pipeplan: str | None) ->
         denoising_steps=case.denoising_steps,
     )
     print(f"[{case.name}] partition {layers_per_stage}, placement {schedule.placement}", flush=True)
-    _, stages, _, inputs, _ = _build(config)
-    boundary = stages[0](torch.tensor_split(inputs, args.microbatches)[0])
-    latency = statistics.median(launch("latency_worker", tuple(boundary.shape)))
-    print(f"[{case.name}] gloo one-way latency of a {tuple(boundary.shape)} message: {latency:.3f} ms", flush=True)
     row: dict[str, Any] = {
         "case": case.name,
         "torch_schedule": case.torch_schedule,
         "partition": layers_per_stage,
-        "latency_ms": latency,
         "torch_ms": None,
         "torch_error": None,
+        "pipeplan_ms": None,
+        "pipeplan_makespan_ms": None,
+        "ratio": None,
+        "grad_difference": None,
     }
-    print(f"[{case.name}] torch.distributed.pipelining {case.torch_schedule} ...", flush=True)
-    try:
-        torch_results = launch("torch_worker", case, config)
-    except Exception as error:  # torch's schedule may reject the model; record why
-        last_line = [line for line in str(error).splitlines() if line.strip()][-1]
-        row["torch_error"] = last_line.strip()[:160]
-        print(f"[{case.name}] torch failed: {row['torch_error']}", flush=True)
+    results = None
+    if skip_pipeplan is None:
+        from pipeplan.errors import RuntimeFailure
+        from pipeplan.runtime import spawn
+
+        print(f"[{case.name}] {case.torch_schedule} and pipeplan {case.pipeplan_schedule}, alternating steps ...", flush=True)
+        try:
+            results = spawn(worker, WORLD_SIZE, case, config, ("torch", "pipeplan"), timeout=120.0)
+        except RuntimeFailure as error:
+            if "torch step failed" not in str(error):
+                raise
+            row["torch_error"] = _last_line(error)
+            print(f"[{case.name}] torch failed: {row['torch_error']}", flush=True)
+            print(f"[{case.name}] pipeplan {case.pipeplan_schedule} alone ...", flush=True)
+            results = spawn(worker, WORLD_SIZE, case, config, ("pipeplan",), timeout=120.0)
     else:
-        row["torch_ms"] = statistics.median(step_times(torch_results))
-        row["torch_loss"] = next(r["loss"] for r in torch_results if r["loss"] is not None)
+        print(f"[{case.name}] {case.torch_schedule} alone ...", flush=True)
+        try:
+            results = launch("torch_only_worker", case, config)
+        except RuntimeError as error:
+            row["torch_error"] = _last_line(error)
+            print(f"[{case.name}] torch failed: {row['torch_error']}", flush=True)
+    row["latency_ms"] = statistics.median(result["latency"] for result in results) if results else None
+    if results and "torch" in results[0]["times"]:
+        row["torch_ms"] = statistics.median(step_times(results, "torch"))
         print(f"[{case.name}] torch median step {row['torch_ms']:.2f} ms", flush=True)
+    if results and "pipeplan" in results[0]["times"]:
+        row["pipeplan_ms"] = statistics.median(step_times(results, "pipeplan"))
+        makespans = [m for result in results for m in result.get("makespans", [])]
+        row["pipeplan_makespan_ms"] = statistics.median(makespans) if makespans else None
+        print(f"[{case.name}] pipeplan median step {row['pipeplan_ms']:.2f} ms", flush=True)
+    if row["torch_ms"] is not None and row["pipeplan_ms"] is not None:
+        row["ratio"] = row["pipeplan_ms"] / row["torch_ms"]
+        row["grad_difference"] = max(result.get("grad_difference", 0.0) for result in results)
+        print(
+            f"[{case.name}] pipeplan / torch = {row['ratio']:.3f}; max |grad difference| "
+            f"{row['grad_difference']:.2e}",
+            flush=True,
+        )
+    latency = row["latency_ms"] if row["latency_ms"] is not None else 0.0
     row["predicted_ms"] = predict(case, config, latency, repeats=args.profile_repeats)
     print(f"[{case.name}] predicted makespan {row['predicted_ms']:.2f} ms", flush=True)
-    if skip_pipeplan is None:
-        print(f"[{case.name}] pipeplan runtime {case.pipeplan_schedule} ...", flush=True)
-        pipeplan_results = launch("pipeplan_worker", case, config)
-        row["pipeplan_ms"] = statistics.median(step_times(pipeplan_results))
-        makespans = [m for result in pipeplan_results for m in result["makespans"]]
-        row["pipeplan_makespan_ms"] = statistics.median(makespans) if makespans else None
-        row["pipeplan_loss"] = next((r["loss"] for r in pipeplan_results if r["loss"] is not None), None)
-        row["ratio"] = None if row["torch_ms"] is None else row["pipeplan_ms"] / row["torch_ms"]
-        print(f"[{case.name}] pipeplan median step {row['pipeplan_ms']:.2f} ms, ratio {_fmt(row['ratio'], 3)}", flush=True)
     return row
 
 
@@ -322,19 +382,23 @@ def markdown(rows: list[dict], args: argparse.Namespace, command: str, note: str
         f"Run: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, torch {torch.__version__}, "
         f"Python {platform.python_version()}, {os.cpu_count()} CPU cores, {WORLD_SIZE} processes x 1 thread, gloo.  ",
         f"Model: default VLA (`build_default_model(num_layers={args.num_layers})`), batch {args.batch} in "
-        f"{args.microbatches} microbatches; {args.warmup} warm-up and {args.steps} timed steps per framework; "
-        "times in ms (median step time; a step's time is the slowest rank's).",
+        f"{args.microbatches} microbatches; {args.warmup} warm-up and {args.steps} timed steps per framework, "
+        "the two frameworks alternating step by step in the same processes; times in ms (median step time; "
+        "a step's time is the slowest rank's, from a common barrier). grad diff: the largest difference between "
+        "the two frameworks' gradients after the same step. predicted: `pipeplan.simulate` on stage costs "
+        "measured in isolation plus the measured one-way gloo latency.",
         "",
         "| case | torch schedule | partition | torch step | pipeplan step | pipeplan / torch "
-        "| predicted makespan | pipeplan measured makespan | gloo latency |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| grad diff | predicted makespan | pipeplan measured makespan | gloo latency |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
             f"| {row['case']} | `{row['torch_schedule']}` | {list(row['partition'])} "
             f"| {_fmt(row['torch_ms']) if row['torch_error'] is None else 'fails'} "
-            f"| {_fmt(row.get('pipeplan_ms'))} | {_fmt(row.get('ratio'), 3)} | {_fmt(row['predicted_ms'])} "
-            f"| {_fmt(row.get('pipeplan_makespan_ms'))} | {_fmt(row['latency_ms'], 3)} |"
+            f"| {_fmt(row['pipeplan_ms'])} | {_fmt(row['ratio'], 3)} "
+            f"| {'n/a' if row['grad_difference'] is None else format(row['grad_difference'], '.1e')} "
+            f"| {_fmt(row['predicted_ms'])} | {_fmt(row['pipeplan_makespan_ms'])} | {_fmt(row['latency_ms'], 3)} |"
         )
     for row in rows:
         if row["torch_error"] is not None:
