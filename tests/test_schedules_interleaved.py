@@ -60,6 +60,34 @@ def test_megatron_table_for_a_group_size_above_p():
     assert interleaved_warmup(1, 2, 5, 2) == 3
 
 
+@settings(max_examples=60, deadline=None)
+@given(ranks=st.integers(1, 16), virtual=st.integers(2, 4), rounds=st.integers(1, 4))
+def test_megatron_closed_form_chunk_and_microbatch_of_each_virtual_microbatch(ranks, virtual, rounds):
+    # Megatron-LM (before its schedule table) computed, for virtual microbatch k:
+    #   chunk = (k mod P·v) // P  (reversed, v − 1 − chunk, for backwards),
+    #   microbatch = (k // (P·v))·P + k mod P,
+    # and ran warm-up = min(v·m, 2(P − r − 1) + (v − 1)P) forwards, then F(k + warm-up), B(k).
+    microbatches = rounds * ranks
+    schedule = interleaved(ranks * virtual, microbatches, virtual_stages=virtual)
+    total = virtual * microbatches
+
+    def forward(rank, k):
+        chunk = (k % (ranks * virtual)) // ranks
+        return Action("F", chunk * ranks + rank, (k // (ranks * virtual)) * ranks + k % ranks)
+
+    def backward(rank, k):
+        chunk = virtual - 1 - (k % (ranks * virtual)) // ranks
+        return Action("B", chunk * ranks + rank, (k // (ranks * virtual)) * ranks + k % ranks)
+
+    for rank in range(ranks):
+        warmup = min(total, 2 * (ranks - rank - 1) + (virtual - 1) * ranks)
+        expected = [forward(rank, k) for k in range(warmup)]
+        for k in range(total - warmup):
+            expected += [forward(rank, k + warmup), backward(rank, k)]
+        expected += [backward(rank, k) for k in range(total - warmup, total)]
+        assert list(schedule.orders[rank]) == expected
+
+
 @pytest.mark.parametrize("ranks, microbatches", [(1, 1), (1, 5), (3, 7), (4, 2), (5, 5), (8, 16)])
 def test_one_virtual_stage_is_1f1b(ranks, microbatches):
     for backward in ("full", "split", "none"):
