@@ -18,8 +18,9 @@ activation (the conservative default), so memory is counted until W.
 
 Columns: makespan, the global bubble ratio, the zero-bubble paper's span
 bubble rate, peak activation bytes per rank, and the gap of the makespan to
-:func:`pipeplan.analytic.makespan_lower_bound`. ``adaptive`` is shown without a
-memory limit and with 1F1B's first-rank peak (P) as its limit.
+:func:`pipeplan.analytic.makespan_lower_bound`. ``adaptive`` is shown with one
+stage per rank, without a memory limit and with 1F1B's first-rank peak (P) as
+its limit, and on ZB-V's placement (``adaptive V``) with the same limit P.
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ def runs(ranks: int, microbatches: int, per_rank: list[float]):
     yield f"adaptive ≤ {ranks}", build_schedule(
         "adaptive", num_stages=ranks, num_microbatches=microbatches, costs=costs_one, memory_limit=ranks
     ), costs_one
+    yield f"adaptive V ≤ {ranks}", build_schedule(
+        "adaptive", num_stages=2 * ranks, num_microbatches=microbatches, costs=costs_vee,
+        placement=vee, memory_limit=ranks,
+    ), costs_vee
 
 
 def table() -> str:
