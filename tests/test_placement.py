@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pipeplan
-from pipeplan import InvalidInputError, StageCosts, build_schedule, simulate
+from pipeplan import InvalidInputError, build_schedule, simulate
 from pipeplan.layers import LayerProfile
 from pipeplan.placement import fixed_pattern, place_chunks
 
@@ -132,4 +132,3 @@ def test_the_adaptive_schedule_runs_the_placement():
     timeline = simulate(schedule, costs)
     # no step can beat the busiest rank's total work
     assert timeline.makespan >= 8 * plan.max_load - 1e-9
-    assert isinstance(costs, StageCosts)
