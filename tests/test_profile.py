@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from torch import nn
@@ -70,12 +72,12 @@ def test_four_times_the_work_measures_slower():
     light = mlp(256, 1)
     heavy = mlp(256, 4)
     x = torch.randn(256, 256)
-    # Alternate the two and keep each one's best median, so a burst of load from
-    # other processes on a shared machine cannot hit only one of them.
+    # CPU time of this process, alternating the two and keeping each one's best
+    # median, so load from other processes on a shared machine cannot decide it.
     light_costs, heavy_costs = [], []
     for _ in range(3):
-        light_costs.append(measure_module(light, x, repeats=5, warmup=1)[0])
-        heavy_costs.append(measure_module(heavy, x, repeats=5, warmup=1)[0])
+        light_costs.append(measure_module(light, x, repeats=5, warmup=1, timer=time.process_time)[0])
+        heavy_costs.append(measure_module(heavy, x, repeats=5, warmup=1, timer=time.process_time)[0])
     assert min(c.forward for c in heavy_costs) > 1.5 * min(c.forward for c in light_costs)
     assert min(c.backward for c in heavy_costs) > 1.5 * min(c.backward for c in light_costs)
     # Linear saves its input, Tanh its output, and Tanh's output is the next Linear's

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 import torch
@@ -79,7 +80,7 @@ def test_a_heavier_stage_measures_slower():
     width = 128
     light = nn.Sequential(nn.Linear(width, width), nn.Tanh())
     heavy = nn.Sequential(*(nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(8)))
-    pipe = Pipeline([PipelineStage(light), PipelineStage(heavy)], 6)
+    pipe = Pipeline([PipelineStage(light), PipelineStage(heavy)], 6, timer=time.process_time)
     inputs, targets = torch.randn(384, width), torch.randn(384, width)
     pipe.step(inputs, targets, nn.functional.mse_loss)  # warm-up
     costs = [pipe.step(inputs, targets, nn.functional.mse_loss).costs for _ in range(2)]

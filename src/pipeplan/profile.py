@@ -91,12 +91,15 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed(fn: Callable[[], object], device: torch.device) -> tuple[float, object]:
+Timer = Callable[[], float]
+
+
+def _timed(fn: Callable[[], object], device: torch.device, timer: Timer) -> tuple[float, object]:
     _synchronize(device)
-    begin = time.perf_counter()
+    begin = timer()
     result = fn()
     _synchronize(device)
-    return (time.perf_counter() - begin) * 1e3, result
+    return (timer() - begin) * 1e3, result
 
 
 def _storage_key(tensor: torch.Tensor) -> tuple[int, int]:
@@ -138,6 +141,7 @@ def measure_module(
     warmup: int = 1,
     name: str = "module",
     input_grad: bool = True,
+    timer: Timer = time.perf_counter,
 ) -> tuple[ModuleCost, torch.Tensor]:
     """Measure one module on one microbatch; also return its output (detached).
 
@@ -149,6 +153,9 @@ def measure_module(
         name: how errors refer to the module.
         input_grad: whether the input needs a gradient (False for the model's
             first module, whose input is data); ignored for non-float inputs.
+        timer: the clock, in seconds. The default, ``time.perf_counter``, is wall
+            time; ``time.process_time`` counts this process's CPU time only,
+            which other processes' load does not inflate (CPU runs only).
 
     Returns:
         ``(cost, output)``; ``output`` feeds the next module's measurement.
@@ -171,7 +178,7 @@ def measure_module(
     output = None
     for run in range(warmup + repeats):
         leaf = fresh_input()
-        elapsed, output = _timed(lambda: module(leaf), device)
+        elapsed, output = _timed(lambda: module(leaf), device, timer)
         output = _check_output(output, name)
         needs_grad = output.requires_grad
         grad_output = torch.ones_like(output) if needs_grad else None
@@ -180,12 +187,12 @@ def measure_module(
         if needs_grad:
             targets = ([leaf] if differentiable else []) + params
             full, _ = _timed(
-                lambda: torch.autograd.grad(output, targets, grad_output, allow_unused=True), device
+                lambda: torch.autograd.grad(output, targets, grad_output, allow_unused=True), device, timer
             )
             if differentiable:
                 again = module(leaf)
                 inputs_only, _ = _timed(
-                    lambda: torch.autograd.grad(again, [leaf], grad_output, allow_unused=True), device
+                    lambda: torch.autograd.grad(again, [leaf], grad_output, allow_unused=True), device, timer
                 )
         if run >= warmup:
             forward_ms.append(elapsed)
@@ -214,6 +221,7 @@ def measure_layer_details(
     *,
     repeats: int = 5,
     warmup: int = 1,
+    timer: Timer = time.perf_counter,
 ) -> list[LayerMeasurement]:
     """Measure every top-level child of ``model`` in order, each on its predecessor's output.
 
@@ -222,6 +230,7 @@ def measure_layer_details(
         sample_inputs: one microbatch of the model's input.
         repeats: timed runs per layer; medians are reported.
         warmup: untimed runs per layer first.
+        timer: the clock (see :func:`measure_module`).
 
     Returns:
         One :class:`LayerMeasurement` per child (times in ms, sizes in bytes),
@@ -239,6 +248,7 @@ def measure_layer_details(
             warmup=warmup,
             name=f"layer {index} ({name})",
             input_grad=index > 0,
+            timer=timer,
         )
         results.append(LayerMeasurement(**vars(cost), index=index, name=f"{name}:{type(layer).__name__}"))
     return results
@@ -250,6 +260,7 @@ def measure_layers(
     *,
     repeats: int = 5,
     warmup: int = 1,
+    timer: Timer = time.perf_counter,
 ) -> LayerProfile:
     """Measure every top-level child of ``model`` as a :class:`~pipeplan.layers.LayerProfile` (ms).
 
@@ -261,7 +272,7 @@ def measure_layers(
     whose input is data, gets ``weight`` = ``backward`` − 1e-6 ms). Use
     :func:`measure_layer_details` for the unclamped numbers and output sizes.
     """
-    layers = measure_layer_details(model, sample_inputs, repeats=repeats, warmup=warmup)
+    layers = measure_layer_details(model, sample_inputs, repeats=repeats, warmup=warmup, timer=timer)
     backward = [max(layer.backward, 2 * _MIN_MS) for layer in layers]
     return LayerProfile(
         forward=[max(layer.forward, _MIN_MS) for layer in layers],
@@ -279,6 +290,7 @@ def measure_stage_costs(
     *,
     repeats: int = 5,
     warmup: int = 1,
+    timer: Timer = time.perf_counter,
 ) -> StageCosts:
     """Measure each stage module in isolation on one microbatch, as ``StageCosts`` in ms.
 
@@ -293,6 +305,7 @@ def measure_stage_costs(
         sample_inputs: one microbatch of the first stage's input.
         repeats: timed runs per stage; medians are reported.
         warmup: untimed runs per stage first.
+        timer: the clock (see :func:`measure_module`).
     """
     if isinstance(stages, nn.Module) and not isinstance(stages, (nn.Sequential, nn.ModuleList)):
         raise InvalidInputError("stages must be a list of nn.Module, got a single module")
@@ -303,7 +316,13 @@ def measure_stage_costs(
     activation = sample_inputs
     for index, stage in enumerate(stage_list):
         cost, activation = measure_module(
-            stage, activation, repeats=repeats, warmup=warmup, name=f"stage {index}", input_grad=index > 0
+                        stage,
+            activation,
+            repeats=repeats,
+            warmup=warmup,
+            name=f"stage {index}",
+            input_grad=index > 0,
+            timer=timer,
         )
         costs.append(cost)
     backward = [max(c.backward, 2 * _MIN_MS) for c in costs]

@@ -104,10 +104,21 @@ class Pipeline(nn.Module):
             (the lesson's) or another name in :data:`pipeplan.SCHEDULES` with one
             stage per rank, such as ``"1f1b"`` (the lesson's exercise). The real
             execution order in this process does not change the gradients.
+        timer: the clock (seconds) stage times are read from: wall time by
+            default; ``time.process_time`` (this process's CPU time) is immune to
+            other processes' load.
     """
 
-    def __init__(self, stages: Sequence[nn.Module], num_microbatches: int, *, schedule: str = "gpipe") -> None:
+    def __init__(
+        self,
+        stages: Sequence[nn.Module],
+        num_microbatches: int,
+        *,
+        schedule: str = "gpipe",
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
         super().__init__()
+        self.timer = timer
         if isinstance(stages, nn.Module) and not isinstance(stages, (nn.Sequential, nn.ModuleList)):
             raise InvalidInputError("stages must be a list of stage modules, got a single module")
         wrapped = []
@@ -195,13 +206,13 @@ class Pipeline(nn.Module):
                 leaf = activation.detach()
                 if stage_index > 0 and leaf.is_floating_point():
                     leaf.requires_grad_(True)
-                begin = time.perf_counter()
+                begin = self.timer()
                 activation = stage(leaf)
                 if stage_index == num_stages - 1:  # the last stage's forward ends with the loss
                     output = loss_fn(activation, target_mbs[mb]) * (len(target_mbs[mb]) / batch)
                 else:
                     output = activation
-                forward_ms[stage_index][mb] = (time.perf_counter() - begin) * 1e3
+                forward_ms[stage_index][mb] = (self.timer() - begin) * 1e3
                 stage_inputs[stage_index].append(leaf)
                 stage_outputs[stage_index].append(output)
         # Backward phase: B(s, mb) from the last stage down, gradients accumulating.
@@ -210,9 +221,9 @@ class Pipeline(nn.Module):
             gradient: torch.Tensor | None = None
             for stage_index in reversed(range(num_stages)):
                 output = stage_outputs[stage_index][mb]
-                begin = time.perf_counter()
+                begin = self.timer()
                 output.backward(gradient)  # gradient is None for the last stage's loss
-                backward_ms[stage_index][mb] = (time.perf_counter() - begin) * 1e3
+                backward_ms[stage_index][mb] = (self.timer() - begin) * 1e3
                 if stage_index == num_stages - 1:
                     total += float(output.detach())
                 gradient = stage_inputs[stage_index][mb].grad
