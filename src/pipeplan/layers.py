@@ -229,7 +229,9 @@ class LayerProfile:
         b = positive_int("micro_batch_size", micro_batch_size)
         tp = positive_int("tensor_parallel", tensor_parallel)
         f = 4 * h if ffn_hidden_size is None else positive_int("ffn_hidden_size", ffn_hidden_size)
-        rate = finite_floats("throughput", [throughput])[0]
+        rate = non_negative_float("throughput", throughput)
+        if not 0 < rate < float("inf"):
+            raise InvalidInputError(f"throughput must be a finite number of FLOP/s > 0, got {throughput!r}")
         flops = transformer_layer_flops(hidden_size=h, seq_length=s, micro_batch_size=b, ffn_hidden_size=f)
         to_ms = 1e3 / (rate * tp)
         layer_params = (4 * h * h + 2 * h * f + f + 9 * h) / tp

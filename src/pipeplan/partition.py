@@ -574,7 +574,7 @@ def partition_layers(
     if tie_break not in ("lexicographic", "variance", "none"):
         raise InvalidInputError(f"tie_break must be 'lexicographic', 'variance' or 'none', got {tie_break!r}")
     per_param = non_negative_float("bytes_per_param", bytes_per_param)
-    capacity = None if memory_capacity is None else finite_floats("memory_capacity", [memory_capacity])[0]
+    capacity = None if memory_capacity is None else _positive("memory_capacity", memory_capacity, "bytes")
     extras = {
         "first_extra": first_extra,
         "last_extra": last_extra,
@@ -650,6 +650,16 @@ def partition_layers(
         tie_break=applied if objective == "bottleneck" else "none",
         profile=profile,
     )
+
+
+def _positive(field_name: str, value: object, unit: str) -> float:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = math.nan
+    if not 0 < number < math.inf:
+        raise InvalidInputError(f"{field_name} must be a finite number of {unit} > 0, got {value!r}")
+    return number
 
 
 def _memory_prefixes(
