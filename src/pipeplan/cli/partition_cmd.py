@@ -163,6 +163,7 @@ def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
     table = Table(title=title)
     for column in ("stage", "rank", "layers", "count", "time ms", "memory", "in flight"):
         table.add_column(column, justify="right")
+    has_memory = any(result.stage_memory)
     for stage, span in enumerate(result.layer_ranges):
         table.add_row(
             str(stage),
@@ -170,7 +171,7 @@ def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
             f"{span.start}–{span.stop - 1}",
             str(len(span)),
             f"{result.stage_times[stage]:.6g}",
-            _human_bytes(result.stage_memory[stage]),
+            _human_bytes(result.stage_memory[stage]) if has_memory else "—",
             str(result.inflight[stage]),
         )
     return table
