@@ -67,7 +67,16 @@ def test_linear_saves_its_input():
     assert cost.parameters == 24 * 40 + 40
 
 
-def test_four_times_the_work_measures_slower():
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: CPU time then counts work, not OpenMP spinning."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_four_times_the_work_measures_slower(one_thread):
     torch.manual_seed(0)
     light = mlp(256, 1)
     heavy = mlp(256, 4)
