@@ -63,8 +63,9 @@ class AsymmetricPipelineScheduler:
     ) -> list[int]:
         """Layers per stage that minimise the slowest stage (fixed costs on the ends).
 
-        Exact, not the lesson's greedy loop; among optimal answers the one whose
-        stage times have the smallest spread. Lesson 16's case gives [3, 11, 11, 7].
+        Exact (:func:`pipeplan.partition_layers`), not the lesson's greedy loop; among
+        the answers with the smallest slowest stage, the one whose stage times have the
+        smallest variance, as the lesson asks. Lesson 16's case gives [3, 11, 11, 7].
         """
         from .partition import partition_layers
 
@@ -77,5 +78,5 @@ class AsymmetricPipelineScheduler:
         cost = finite_floats("layer_cost", [layer_cost])[0]
         first = non_negative_float("s0_fixed_cost", s0_fixed_cost)
         tail = non_negative_float("s_tail_fixed_cost", s_tail_fixed_cost)
-        result = partition_layers([cost] * layers, stages, first_extra=first, last_extra=tail)
+        result = partition_layers([cost] * layers, stages, first_extra=first, last_extra=tail, tie_break="variance")
         return list(result.layers_per_stage)
