@@ -348,7 +348,8 @@ def run_case(case: Case, args: argparse.Namespace, skip_pipeplan: str | None) ->
         except RuntimeFailure as error:
             if "torch step failed" not in str(error):
                 raise
-            row["torch_error"] = _last_line(error)
+            text = str(error)
+            row["torch_error"] = text[text.index("torch step failed: ") + len("torch step failed: ") :][:160]
             print(f"[{case.name}] torch failed: {row['torch_error']}", flush=True)
             print(f"[{case.name}] pipeplan {case.pipeplan_schedule} alone ...", flush=True)
             results = spawn(worker, WORLD_SIZE, case, config, ("pipeplan",), timeout=120.0)

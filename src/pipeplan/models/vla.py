@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-MakeBatch = Callable[..., "tuple[torch.Tensor, torch.Tensor]"]
+MakeBatch = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
 class ImageEncoder(nn.Module):
