@@ -16,6 +16,8 @@ matched purely by order, never by tag.
 
 from __future__ import annotations
 
+import datetime
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +25,19 @@ from typing import Any
 from .._validation import positive_int
 from ..errors import InvalidInputError
 
-__all__ = ["ProcessGrid", "link_groups"]
+__all__ = ["ProcessGrid", "link_groups", "group_timeout", "TIMEOUT_ENV"]
+
+TIMEOUT_ENV = "PIPEPLAN_TIMEOUT"
+"""Environment variable with the operation timeout (s) of the groups created here."""
 
 _LINK_CACHE: dict[tuple[int, int], Any] = {}
 _LINK_CACHE_WORLD: list[Any] = [None]
+
+
+def group_timeout() -> datetime.timedelta | None:
+    """The timeout for new groups: ``$PIPEPLAN_TIMEOUT`` seconds (set by ``spawn``), else torch's default."""
+    value = os.environ.get(TIMEOUT_ENV)
+    return None if not value else datetime.timedelta(seconds=float(value))
 
 
 @dataclass(frozen=True)
@@ -69,11 +80,11 @@ class ProcessGrid:
         pp_group = dp_group = None
         if dp > 1:
             for replica in range(dp):
-                group = dist.new_group([replica * pp + p for p in range(pp)])
+                group = dist.new_group([replica * pp + p for p in range(pp)], timeout=group_timeout())
                 if replica == rank // pp:
                     pp_group = group
             for stage_rank in range(pp):
-                group = dist.new_group([d * pp + stage_rank for d in range(dp)])
+                group = dist.new_group([d * pp + stage_rank for d in range(dp)], timeout=group_timeout())
                 if stage_rank == rank % pp:
                     dp_group = group
         return cls(pp=pp, dp=dp, pp_rank=rank % pp, dp_rank=rank // pp, pp_group=pp_group, dp_group=dp_group)
@@ -93,5 +104,5 @@ def link_groups(links: Iterable[tuple[int, int]]) -> dict[tuple[int, int], Any]:
         _LINK_CACHE_WORLD[0] = dist.group.WORLD
     for link in sorted(set(links)):
         if link not in _LINK_CACHE:
-            _LINK_CACHE[link] = dist.new_group(sorted(link))
+            _LINK_CACHE[link] = dist.new_group(sorted(link), timeout=group_timeout())
     return dict(_LINK_CACHE)

@@ -14,6 +14,7 @@ parent. It never waits on a failed run longer than ``timeout`` seconds.
 from __future__ import annotations
 
 import datetime
+import gc
 import multiprocessing
 import os
 import pickle
@@ -27,6 +28,7 @@ from typing import Any
 from .._validation import non_negative_float, positive_int
 from ..errors import InvalidInputError, RuntimeFailure
 from .faults import FAILURE_KEY, PEER_FAILED_EXIT, FaultMonitor, decode_tracker, format_failure
+from .grid import TIMEOUT_ENV
 
 __all__ = ["spawn", "init_from_env", "in_torchrun", "default_backend"]
 
@@ -53,6 +55,7 @@ def init_from_env(*, backend: str | None = None, timeout: float = 60.0) -> tuple
     import torch
     import torch.distributed as dist
 
+    os.environ.setdefault(TIMEOUT_ENV, str(timeout))
     if not dist.is_initialized():
         chosen = backend or default_backend()
         if chosen == "nccl":
@@ -80,8 +83,12 @@ def _worker(
 
     os.environ.update(
         MASTER_ADDR=_HOST, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size), **{TIMEOUT_ENV: str(timeout)},
     )
+    # After a fork, never garbage-collect what the parent left behind: a parent
+    # object that owns a thread (a TCPStore server, say) would join a thread that
+    # does not exist here and abort or hang this process.
+    gc.freeze()
     torch.set_num_threads(threads)
     store = dist.TCPStore(_HOST, port, world_size, is_master=False,
                           timeout=datetime.timedelta(seconds=timeout))
@@ -211,8 +218,12 @@ def spawn(
                 process.kill()
             process.join(5.0)
     if not errors and len(values) == world_size:
+        del store
         return [pickle.loads(values[rank]) for rank in range(world_size)]
     message = _failure_message(store, processes, tracker, errors, values)
+    # The exception's traceback keeps this frame alive: drop the store (and its
+    # server thread) now, so no later fork inherits it.
+    del store
     if errors and all(e[2] for e in errors.values()) and all(p.exitcode in (0, 1) for p in processes):
         raise InvalidInputError(message)  # every rank rejected its input before the first step
     raise RuntimeFailure(message)
@@ -255,11 +266,12 @@ def _failure_message(
     parts = dead + ([reported] if reported else [])
     root = parts[0] if parts else "a rank stopped without a result"
     message = "; then ".join(parts) if parts else root
-    stopped = sorted(
-        rank for rank, process in enumerate(processes) if rank not in values and f"rank {rank} " not in message
-    )
+    named = {int(part.split()[1]) for part in parts if part.startswith("rank ") and part.split()[1].isdigit()}
+    stopped = sorted(rank for rank in range(len(processes)) if rank not in values and rank not in named)
     if stopped:
-        message += f" (ranks {', '.join(map(str, stopped))} stopped)"
+        message += " (stopped: " + ", ".join(
+            f"rank {rank} in {decode_tracker(tracker[3 * rank: 3 * rank + 3])}" for rank in stopped
+        ) + ")"
     traceback_text = next((errors[r][1] for r in sorted(errors) if errors[r][0] == root), None)
     if traceback_text and os.environ.get("PIPEPLAN_TRACEBACK"):
         message += "\n" + traceback_text

@@ -289,8 +289,16 @@ class LinkExchange:
     def _wait_index(self, src: int, index: int) -> None:
         while self._posted[src] <= index:
             self._post(src, force=True)
-        for work in self._pending[(src, index)].works:
-            work.wait()
+        try:
+            for work in self._pending[(src, index)].works:
+                work.wait()
+        except RuntimeError as error:
+            message = self.plan.incoming[src][index]
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise RuntimeError(
+                f"receiving {message.kind}(stage {message.stage}, mb {message.microbatch}) from rank {src} "
+                f"failed: {detail}"
+            ) from error
 
     def post_ahead(self) -> None:
         """Top up every incoming link to ``window`` outstanding receives (never blocks)."""
