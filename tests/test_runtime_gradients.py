@@ -45,11 +45,28 @@ class TupleStage(nn.Module):
         return out if self.last else (out, hidden)
 
 
+class ReuseStage(nn.Module):
+    """A module called three times in a loop (like a denoising head) and a weight used functionally."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = nn.Linear(WIDTH, WIDTH)
+        self.scale = nn.Parameter(torch.ones(WIDTH))
+        self.mix = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x: Any) -> Any:
+        for _ in range(3):
+            x = x + 0.5 * torch.tanh(self.step(x))
+        return self.mix(x) * self.scale + nn.functional.linear(x, self.mix.weight)
+
+
 def make_stages(num_stages: int, kind: str = "mlp") -> list[nn.Module]:
     """The same stages on every process and in the reference (seeded)."""
     torch.manual_seed(0)
     if kind == "tuple":
         return [TupleStage(s == 0, s == num_stages - 1) for s in range(num_stages)]
+    if kind == "reuse":
+        return [ReuseStage() for _ in range(num_stages)]
     return [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh(), nn.LayerNorm(WIDTH)) for _ in range(num_stages)]
 
 
@@ -64,11 +81,12 @@ def make_batch(seed: int, size: int = BATCH) -> tuple[Any, Any]:
 
 # ------------------------------------------------------------- configurations
 def _config(name: str, num_stages: int, checkpoint: bool = False, *, model: str = "mlp", dp: int = 1,
-            steps: int = 1, **options: Any) -> dict[str, Any]:
+            steps: int = 2, **options: Any) -> dict[str, Any]:
+    """One configuration; ``steps`` accumulate (the first exchanges shape headers, later ones reuse them)."""
     label = f"{name}-S{num_stages}" + ("-ckpt" if checkpoint else "") + (f"-{model}" if model != "mlp" else "")
     label += "".join(f"-{k}={v}" for k, v in options.items() if k != "costs")
     label += f"-dp{dp}" if dp > 1 else ""
-    label += f"-steps{steps}" if steps > 1 else ""
+    label += f"-steps{steps}" if steps != 2 else ""
     return {"label": label, "name": name, "num_stages": num_stages, "checkpoint": checkpoint, "model": model,
             "dp": dp, "steps": steps, "options": options}
 
@@ -92,7 +110,10 @@ TWO_RANK_CONFIGS = _pipeline_configs(2) + [
     _config("1f1b", 2, backward="split"),
     _config("1f1b", 2, model="tuple"),
     _config("zb-h1", 2, True, model="tuple"),
-    _config("1f1b", 2, steps=2),
+    _config("zb-h1", 2, model="reuse"),
+    _config("zb-v", 4, True, model="reuse"),
+    _config("1f1b", 2, steps=1),
+    _config("zb-v", 4, True, steps=3),
     _config("adaptive", 4, costs=StageCosts(forward=[1, 2, 2, 1]), placement=[0, 1, 1, 0]),
 ]
 FOUR_RANK_CONFIGS = _pipeline_configs(4) + [

@@ -23,6 +23,8 @@ part of the backward runs twice and the gradients are exact.
 
 from __future__ import annotations
 
+import hashlib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,6 +131,12 @@ def _split_batch(value: Any, num_microbatches: int, field_name: str) -> tuple[li
     return out, [int(p.shape[0]) for p in pieces[0]]
 
 
+def _signature(first_microbatch: Any, sizes: list[int]) -> tuple[Any, ...]:
+    """What fixes every message's shape: microbatch sizes and the per-sample input shapes and dtypes."""
+    tensors, is_tuple = _flatten(first_microbatch, "inputs")
+    return (tuple(sizes), is_tuple, tuple((tuple(t.shape[1:]), str(t.dtype)) for t in tensors))
+
+
 class _SavedBytes:
     """A ``saved_tensors_hooks`` pair counting the bytes autograd keeps (parameters excluded)."""
 
@@ -153,14 +161,15 @@ class _SavedBytes:
 class _Forward:
     """What a forward leaves for its backward (and W)."""
 
-    __slots__ = ("inputs", "outputs", "captures", "fired", "grads", "roots", "root_grads")
+    __slots__ = ("inputs", "outputs", "captures", "direct", "rest", "grads", "roots", "root_grads")
 
     def __init__(self, inputs: list[Any], outputs: list[Any], captures: list[tuple[list[Any], list[Any]]],
-                 fired: set[int]) -> None:
+                 direct: frozenset[int], rest: list[Any]) -> None:
         self.inputs = inputs
         self.outputs = outputs
         self.captures = captures
-        self.fired = fired
+        self.direct = direct
+        self.rest = rest
         self.grads: list[Any] = []
         self.roots: list[Any] = []
         self.root_grads: list[Any] = []
@@ -240,8 +249,8 @@ class PipelineRuntime:
         problem, modules = self._check_local(stages, checkpoint)
         plan = MessagePlan(schedule, self.rank) if problem is None else None
         links = sorted(plan.links()) if plan is not None else []
-        fingerprint = (schedule.name, schedule.placement, schedule.num_microbatches, schedule.backward,
-                       hash(schedule.orders))
+        digest = hashlib.sha256(repr(schedule.orders).encode()).hexdigest()
+        fingerprint = (schedule.name, schedule.placement, schedule.num_microbatches, schedule.backward, digest)
         gathered: list[Any] = [None] * dist.get_world_size()
         with self.monitor.phase_of("setup"):
             dist.all_gather_object(gathered, (tuple(self.to_global), fingerprint, links, problem))
@@ -264,6 +273,9 @@ class PipelineRuntime:
         self._leaves = {s: [m for m in modules[s].modules() if list(m.parameters(recurse=False))]
                         for s in self.local_stages}
         self._probe_cache: dict[tuple[int, int], float] = {}
+        self._weight_plans: dict[Any, tuple[frozenset[int], tuple[int, ...]]] = {}
+        self._stage_params = {s: {id(p): p for p in modules[s].parameters()} for s in self.local_stages}
+        self._known_headers: dict[Any, Any] = {}
 
     # ------------------------------------------------------------ validation
     def _check_local(self, stages: Any, checkpoint: Any) -> tuple[str | None, dict[int, Any]]:
@@ -357,7 +369,10 @@ class PipelineRuntime:
         if target_sizes != sizes:
             raise InvalidInputError(f"targets split into {target_sizes}, but inputs into {sizes}")
         batch = float(sum(sizes))
-        exchange = LinkExchange(self.plan, self.groups, self.to_global, sizes, self.device, window=self.window)
+        signature = _signature(mb_inputs[0], sizes)
+        known = self._known_headers.get(signature)
+        exchange = LinkExchange(self.plan, self.groups, self.to_global, sizes, self.device, window=self.window,
+                                known_headers=known)
         recorder = StepRecorder(schedule, self.rank)
         state = _StepState(mb_inputs, mb_targets, sizes, batch)
         excluded = {p.untyped_storage().data_ptr() for p in self._params}
@@ -370,6 +385,8 @@ class PipelineRuntime:
                 self._run(action, index, state, exchange, recorder, excluded)
         with self.monitor.phase_of("waiting for the step's sends"):
             exchange.finish()
+        if known is None:
+            self._known_headers[signature] = (exchange.headers, exchange.tuple_flags)
         probe = self._probe(state, excluded)
         loss, rows, stage_bytes = self._gather(recorder, state)
         with self.monitor.phase_of("the data-parallel all-reduce"):
@@ -450,7 +467,7 @@ class PipelineRuntime:
         module = self.modules[stage]
         inputs, _ = _flatten(value, f"the input of stage {stage}")
         captures: list[tuple[list[Any], list[Any]]] = []
-        fired: set[int] = set()
+        fired: Counter[int] = Counter()
         handles = []
         if self.schedule.split_backward:
             for leaf in self._leaves[stage]:
@@ -483,7 +500,38 @@ class PipelineRuntime:
             outputs, is_tuple = _flatten(output, f"the output of stage {stage}")
             state.outgoing[(stage, mb)] = (outputs, is_tuple)
         grad_inputs = [t for t in inputs if t.requires_grad] if stage > 0 else []
-        state.forwards[(stage, mb)] = _Forward(grad_inputs, outputs, captures, fired)
+        direct: frozenset[int] = frozenset()
+        rest: list[Any] = []
+        if self.schedule.split_backward:
+            direct, rest = self._weight_plan(stage, outputs, fired)
+        state.forwards[(stage, mb)] = _Forward(grad_inputs, outputs, captures, direct, rest)
+
+    def _weight_plan(self, stage: int, outputs: list[Any], fired: Counter[int]) -> tuple[frozenset[int], list[Any]]:
+        """Which parameters W may take from their own module's output, and which need the whole graph.
+
+        A parameter's gradient can come from its module's output alone when the
+        module ran once and the parameter enters the graph through exactly one
+        edge. A module called several times (a loop, a denoising head), a tied or
+        functionally used weight does not qualify: its gradient comes from one
+        backward from the stage's outputs restricted to those parameters, which
+        is exact too. Cached per stage and call pattern.
+        """
+        key = (stage, tuple(sorted(fired.items())))
+        cached = self._weight_plans.get(key)
+        if cached is None:
+            edges = _parameter_edges(outputs)
+            direct = frozenset(
+                id(p) for leaf in self._leaves[stage] if fired[id(leaf)] == 1
+                for p in leaf.parameters(recurse=False) if edges[id(p)] == 1
+            )
+            rest_ids = tuple(
+                id(p) for p in self.modules[stage].parameters()
+                if p.requires_grad and edges[id(p)] >= 1 and id(p) not in direct
+            )
+            cached = self._weight_plans[key] = (direct, rest_ids)
+        direct, rest_ids = cached
+        by_id = self._stage_params[stage]
+        return direct, [by_id[i] for i in rest_ids]
 
     def _forward_send(self, action: Action, state: _StepState, exchange: LinkExchange) -> None:
         _kind, stage, mb = action
@@ -567,14 +615,12 @@ class PipelineRuntime:
             grads = forward.grads[position: position + len(outputs)]
             position += len(outputs)
             pairs = [(t, g) for t, g in zip(outputs, grads) if g is not None]
-            wanted = [p for p in params if p.requires_grad]
+            wanted = [p for p in params if p.requires_grad and id(p) in forward.direct]
             if pairs and wanted:
                 torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs], inputs=wanted,
                                         retain_graph=True)
-        missed = [p for leaf in self._leaves[stage] if id(leaf) not in forward.fired
-                  for p in leaf.parameters(recurse=False) if p.requires_grad]
-        if missed and forward.roots:
-            torch.autograd.backward(forward.roots, forward.root_grads, inputs=missed, retain_graph=True)
+        if forward.rest and forward.roots:
+            torch.autograd.backward(forward.roots, forward.root_grads, inputs=forward.rest, retain_graph=True)
 
     # ------------------------------------------------------------ reductions
     def _probe(self, state: _StepState, excluded: set[int]) -> dict[int, float]:
@@ -655,7 +701,26 @@ class _StepState:
         self.probe_inputs: dict[int, Any] = {}
 
 
-def _capture(captures: list[tuple[list[Any], list[Any]]], fired: set[int]) -> Callable[..., None]:
+def _parameter_edges(outputs: list[Any]) -> Counter[int]:
+    """For each parameter (by id), how many graph edges reach it from ``outputs``."""
+    counts: Counter[int] = Counter()
+    stack = [t.grad_fn for t in outputs if t.grad_fn is not None]
+    seen = set(stack)
+    while stack:
+        node = stack.pop()
+        for successor, _index in node.next_functions:
+            if successor is None:
+                continue
+            variable = getattr(successor, "variable", None)
+            if variable is not None:
+                counts[id(variable)] += 1
+            elif successor not in seen:
+                seen.add(successor)
+                stack.append(successor)
+    return counts
+
+
+def _capture(captures: list[tuple[list[Any], list[Any]]], fired: Counter[int]) -> Callable[..., None]:
     """A forward hook recording a parameter-holding module's output tensors."""
     import torch
 
@@ -668,7 +733,7 @@ def _capture(captures: list[tuple[list[Any], list[Any]]], fired: set[int]) -> Ca
             return
         tensors = [t for t in tensors if t.requires_grad]
         if tensors:
-            fired.add(id(module))
+            fired[id(module)] += 1
             captures.append((tensors, list(module.parameters(recurse=False))))
 
     return hook

@@ -185,6 +185,9 @@ class LinkExchange:
         microbatch_sizes: samples per microbatch, for resizing headers.
         device: where receive buffers live.
         window: receives posted ahead of need per link (>= 1).
+        known_headers: the ``(headers, tuple_flags)`` of an earlier step with the
+            same batch signature: no header is sent or received this step, and
+            every receive can be posted ahead from the start.
     """
 
     def __init__(
@@ -196,6 +199,7 @@ class LinkExchange:
         device: Any,
         *,
         window: int = 2,
+        known_headers: tuple[dict[tuple[int, int], list[TensorSpec]], dict[tuple[int, int], bool]] | None = None,
     ) -> None:
         self.plan = plan
         self.groups = groups
@@ -204,15 +208,20 @@ class LinkExchange:
         self.device = device
         self.window = window
         self.sent_specs: dict[tuple[int, int], list[TensorSpec]] = {}
-        self.headers: dict[tuple[int, int], list[TensorSpec]] = {}  # (src, stage) -> specs
-        self.tuple_flags: dict[tuple[int, int], bool] = {}
+        self.with_headers = known_headers is None
+        self.headers: dict[tuple[int, int], list[TensorSpec]] = {} if known_headers is None else dict(known_headers[0])
+        self.tuple_flags: dict[tuple[int, int], bool] = {} if known_headers is None else dict(known_headers[1])
+        self.incoming = {
+            src: [m for m in sequence if self.with_headers or m.kind != "hdr"]
+            for src, sequence in plan.incoming.items()
+        }
         self._send_works: list[tuple[Any, Any]] = []
         self._headed: set[tuple[int, int]] = set()
-        self._posted = {src: 0 for src in plan.incoming}
-        self._consumed = {src: 0 for src in plan.incoming}
+        self._posted = {src: 0 for src in self.incoming}
+        self._consumed = {src: 0 for src in self.incoming}
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._index = {
-            (src, message): i for src, seq in plan.incoming.items() for i, message in enumerate(seq)
+            (src, message): i for src, seq in self.incoming.items() for i, message in enumerate(seq)
         }
 
     # ------------------------------------------------------------------ send
@@ -229,7 +238,7 @@ class LinkExchange:
             self.sent_specs[(message.stage, message.microbatch)] = [
                 TensorSpec(tuple(t.shape), t.dtype, False) for t in tensors
             ]
-            if (dst, message.stage) not in self._headed:
+            if self.with_headers and (dst, message.stage) not in self._headed:
                 self._headed.add((dst, message.stage))
                 header = encode_header(tensors, self.device, is_tuple=is_tuple)
                 self._send_works.append((dist.isend(header, dst=peer, group=group), header))
@@ -258,7 +267,7 @@ class LinkExchange:
         import torch.distributed as dist
 
         index = self._posted[src]
-        message = self.plan.incoming[src][index]
+        message = self.incoming[src][index]
         specs = self._specs(src, message)
         if specs is None:
             if not force:
@@ -276,9 +285,9 @@ class LinkExchange:
     def _resolve_header(self, src: int, stage: int) -> None:
         """Wait for the header of ``stage``'s activations from ``src``."""
         index = next(
-            i for i, m in enumerate(self.plan.incoming[src]) if m.kind == "hdr" and m.stage == stage
+            i for i, m in enumerate(self.incoming[src]) if m.kind == "hdr" and m.stage == stage
         )
-        header_message = self.plan.incoming[src][index]
+        header_message = self.incoming[src][index]
         self._wait_index(src, index)
         pending = self._pending.pop((src, index))
         specs, is_tuple = decode_header(pending.buffers[0], self.sizes[header_message.microbatch])
@@ -293,7 +302,7 @@ class LinkExchange:
             for work in self._pending[(src, index)].works:
                 work.wait()
         except RuntimeError as error:
-            message = self.plan.incoming[src][index]
+            message = self.incoming[src][index]
             detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise RuntimeError(
                 f"receiving {message.kind}(stage {message.stage}, mb {message.microbatch}) from rank {src} "
@@ -302,7 +311,7 @@ class LinkExchange:
 
     def post_ahead(self) -> None:
         """Top up every incoming link to ``window`` outstanding receives (never blocks)."""
-        for src, sequence in self.plan.incoming.items():
+        for src, sequence in self.incoming.items():
             while (
                 self._posted[src] < len(sequence)
                 and self._posted[src] - self._consumed[src] < self.window

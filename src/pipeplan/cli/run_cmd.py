@@ -1,0 +1,303 @@
+"""``pipeplan run``: one real pipeline-parallel training step on processes of this machine.
+
+    $ pipeplan run --nproc 2 --schedule 1f1b -m 4
+    $ pipeplan run --nproc 4 --dp 2 --schedule zb-h1 --checkpoint --json
+    $ torchrun --nproc-per-node 2 -m pipeplan run --schedule gpipe
+
+Starts ``--nproc`` CPU processes (gloo; NCCL when ``--backend nccl``) unless it
+already runs under torchrun (``RANK``/``WORLD_SIZE`` set), builds the model on
+every rank from the same seed (the built-in VLA-shaped network, or ``--model
+package.module:factory``), cuts it into stages, runs warm-up steps and measured
+steps, then prints the measured Gantt and metrics, the gradient check against a
+single-process full-batch step (max abs difference), and the prediction error of
+:func:`pipeplan.simulate` fed with stage costs measured in isolation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+from .._validation import positive_int
+from ..errors import InvalidInputError
+from ..schedules import SCHEDULES
+from ._common import make_console, print_json
+
+__all__ = ["register", "run", "execute_rank"]
+
+_GRADIENT_TOLERANCE = 1e-5
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``run`` verb."""
+    parser = subparsers.add_parser(
+        "run",
+        help="run one pipeline-parallel training step on real processes",
+        description="Run a pipeline schedule on real processes (torch.distributed), record its timeline, "
+                    "check the gradients against one process and compare with the simulator.",
+    )
+    parser.add_argument("--nproc", type=int, default=2, help="processes to start (default 2; ignored under torchrun)")
+    parser.add_argument("--schedule", default="1f1b", help=f"one of {', '.join(SCHEDULES)} (default 1f1b)")
+    parser.add_argument("-m", "--microbatches", type=int, default=4, help="microbatches per step (default 4)")
+    parser.add_argument("--batch-size", type=int, default=16, help="samples per replica per step (default 16)")
+    parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas (default 1); pp = nproc / dp")
+    parser.add_argument("--virtual-stages", type=int, default=2, help="chunks per rank for interleaved (default 2)")
+    parser.add_argument("--checkpoint", action="store_true", help="recompute activations in the backward")
+    parser.add_argument("--model", default=None,
+                        help="package.module:factory returning (nn.Sequential, loss_fn, make_batch) "
+                             "(default: the built-in VLA-shaped model)")
+    parser.add_argument("--layers", type=int, default=8, help="transformer blocks of the default model (default 8)")
+    parser.add_argument("--partition", default="auto",
+                        help="layers per stage, e.g. 3,4,3; 'even'; or 'auto' (balanced on measured layer costs)")
+    parser.add_argument("--steps", type=int, default=3, help="measured steps (default 3; the median one is shown)")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured steps first (default 1)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                        help="process-group backend (default: nccl with CUDA, else gloo)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds before a stuck rank fails the run (default 120)")
+    parser.add_argument("--width", type=int, default=100, help="Gantt width in characters (default 100)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(func=run)
+
+
+def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
+    """Validate the arguments into a plain, picklable configuration."""
+    world_size = positive_int("--nproc", world_size)
+    dp = positive_int("--dp", args.dp)
+    if world_size % dp:
+        raise InvalidInputError(f"--dp must divide the {world_size} processes, got {dp}")
+    if args.schedule not in SCHEDULES:
+        raise InvalidInputError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
+    pp = world_size // dp
+    virtual = positive_int("--virtual-stages", args.virtual_stages)
+    num_stages = {"interleaved": pp * virtual, "zb-v": 2 * pp}.get(args.schedule, pp)
+    microbatches = positive_int("-m", args.microbatches)
+    batch_size = positive_int("--batch-size", args.batch_size)
+    if batch_size < microbatches:
+        raise InvalidInputError(f"--batch-size must be >= the {microbatches} microbatches, got {batch_size}")
+    partition: Any = args.partition
+    if partition not in ("auto", "even"):
+        try:
+            partition = [int(part) for part in partition.split(",")]
+        except ValueError:
+            raise InvalidInputError(f"--partition must be 'auto', 'even' or numbers like 3,4,3, got {partition!r}") from None
+        if len(partition) != num_stages:
+            raise InvalidInputError(
+                f"--partition has {len(partition)} entries, expected {num_stages} (one per stage of {args.schedule})"
+            )
+    return {
+        "schedule": args.schedule, "num_stages": num_stages, "pp": pp, "dp": dp,
+        "microbatches": microbatches, "batch_size": batch_size, "virtual_stages": virtual,
+        "checkpoint": bool(args.checkpoint), "model": args.model, "layers": positive_int("--layers", args.layers),
+        "partition": partition, "steps": positive_int("--steps", args.steps),
+        "warmup": positive_int("--warmup", args.warmup, minimum=0), "timeout": float(args.timeout),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the verb: spawn the ranks (or join torchrun's), then print rank 0's report."""
+    from ..runtime import default_backend, in_torchrun, init_from_env, spawn
+
+    backend = args.backend or default_backend()
+    if in_torchrun():
+        import torch.distributed as dist
+
+        rank, world_size = init_from_env(backend=backend, timeout=args.timeout)
+        try:
+            report = execute_rank(rank, world_size, _config(args, world_size))
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        if rank != 0:
+            return 0
+    else:
+        config = _config(args, args.nproc)
+        report = spawn(execute_rank, args.nproc, config, backend=backend, timeout=args.timeout)[0]
+    _print(report, args)
+    return 0 if report["gradient_check"]["ok"] else 1
+
+
+# ------------------------------------------------------------- one rank's work
+def _load(config: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """``(nn.Sequential, loss_fn, make_batch)`` of the configured model."""
+    from ..models import DEFAULT_MODEL, load_model
+
+    if config["model"] is None:
+        return load_model(DEFAULT_MODEL, num_layers=config["layers"], seed=0)
+    return load_model(config["model"])
+
+
+def _partition(model: Any, sample: Any, config: dict[str, Any]) -> list[int]:
+    """Layers per stage (measured and balanced on rank 0 for ``auto``)."""
+    from ..partition import even_split, partition_layers
+    from ..profile import measure_layers
+
+    num_stages = config["num_stages"]
+    if len(model) < num_stages:
+        raise InvalidInputError(
+            f"the model has {len(model)} layers, fewer than the {num_stages} stages of {config['schedule']}"
+        )
+    if isinstance(config["partition"], list):
+        return list(config["partition"])
+    if config["partition"] == "even":
+        return list(even_split(len(model), num_stages))
+    profile = measure_layers(model, sample, repeats=3, warmup=1)
+    return list(partition_layers(profile, num_stages).layers_per_stage)
+
+
+def _schedule_options(config: dict[str, Any], costs: Any) -> dict[str, Any]:
+    if config["schedule"] == "interleaved":
+        return {"virtual_stages": config["virtual_stages"]}
+    if config["schedule"] == "adaptive":
+        return {"costs": costs}
+    return {}
+
+
+def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str, Any] | None:
+    """Everything one rank does for ``pipeplan run``; returns the report on rank 0, else ``None``."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from ..compare import compare
+    from ..models import split_sequential
+    from ..profile import measure_stage_costs
+    from ..runtime import PipelineRuntime, ProcessGrid
+    from ..schedules import build_schedule
+    from ..simulate import simulate
+
+    model, loss_fn, make_batch = _load(config)
+    grid = ProcessGrid.create(pp=config["pp"], dp=config["dp"])
+    replica_batches = [make_batch(config["batch_size"], seed=1 + d) for d in range(config["dp"])]
+    inputs, targets = replica_batches[grid.dp_rank]
+    sample = inputs.tensor_split(config["microbatches"])[0]
+
+    # Rank 0 measures (partition, stage costs in isolation) and tells everyone.
+    shared: list[Any] = [None]
+    if rank == 0:
+        layers = _partition(model, sample, config)
+        costs = measure_stage_costs(split_sequential(model, layers), sample, repeats=3, warmup=1)
+        shared = [(layers, costs)]
+    dist.broadcast_object_list(shared, src=0)
+    layers, costs = shared[0]
+    schedule = build_schedule(config["schedule"], num_stages=config["num_stages"],
+                              num_microbatches=config["microbatches"], **_schedule_options(config, costs))
+    stages = split_sequential(model, layers)
+    runtime = PipelineRuntime(stages, schedule, loss_fn, checkpoint=config["checkpoint"],
+                              pp_group=grid.pp_group, dp_group=grid.dp_group)
+    params = [p for s in runtime.local_stages for p in stages[s].parameters()]
+    results = []
+    for step in range(config["warmup"] + config["steps"]):
+        for param in params:
+            param.grad = None
+        began = time.perf_counter()
+        result = runtime.step(inputs, targets)
+        wall = (time.perf_counter() - began) * 1e3
+        if step >= config["warmup"]:
+            results.append((wall, result))
+    # The last step's gradients against one process on the whole (all replicas') batch.
+    local = {s: [p.grad.detach().cpu().clone() if p.grad is not None else None for p in stages[s].parameters()]
+             for s in runtime.local_stages}
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, (grid.dp_rank, local, results[-1][1].to_dict()))
+    if rank != 0:
+        return None
+    reference_model, _loss, _batch = _load(config)
+    full_inputs = torch.cat([b[0] for b in replica_batches])
+    full_targets = torch.cat([b[1] for b in replica_batches])
+    reference_loss = loss_fn(reference_model(full_inputs), full_targets)
+    reference_loss.backward()
+    reference = split_sequential(reference_model, layers)
+    worst = 0.0
+    for _replica, grads, _summary in gathered:
+        for stage, values in grads.items():
+            for got, param in zip(values, reference[stage].parameters()):
+                if got is None or param.grad is None:
+                    continue
+                worst = max(worst, float((got - param.grad).abs().max()))
+    ordered = sorted(results, key=lambda item: item[1].timeline.makespan)
+    wall, chosen = ordered[len(ordered) // 2]
+    predicted = simulate(schedule, costs)
+    comparison = compare(predicted, chosen.timeline)
+    per_rank = [summary for _replica, _grads, summary in gathered]
+    return {
+        "config": {**config, "world_size": world_size, "backend": dist.get_backend(),
+                   "layers_per_stage": layers, "placement": list(schedule.placement)},
+        "schedule": schedule.name,
+        "timeline": chosen.timeline,
+        "measured": chosen.timeline.to_dict(),
+        "step_time_ms": {"median": statistics.median(w for w, _ in results),
+                         "all": [w for w, _ in results]},
+        "loss": chosen.loss,
+        "gradient_check": {"max_abs_diff": worst, "tolerance": _GRADIENT_TOLERANCE,
+                           "ok": worst <= _GRADIENT_TOLERANCE,
+                           "loss": results[-1][1].loss, "reference_loss": float(reference_loss.detach())},
+        "prediction": {"predicted_makespan": predicted.makespan,
+                       "measured_makespan": chosen.timeline.makespan, **comparison.to_dict()},
+        "comparison_report": comparison.report(),
+        "stage_costs": {"forward": list(costs.forward), "backward": list(costs.backward),
+                        "weight": list(costs.weight), "activation_bytes": list(costs.activation_bytes)},
+        "ranks": per_rank,
+    }
+
+
+# ----------------------------------------------------------------- reporting
+def _checkpoint_lines(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for summary in report["ranks"]:
+        for stage, on in summary["checkpoint"].items():
+            if not on:
+                continue
+            saved = summary["saved_activation_bytes"][stage]
+            without = summary["saved_activation_bytes_without_checkpoint"][stage]
+            lines.append(
+                f"  stage {stage} (rank {summary['rank']}): saved activations {without / 2**20:.2f} MiB -> "
+                f"{saved / 2**20:.2f} MiB per microbatch, recompute adds {summary['recompute_time'][stage]:.2f} ms "
+                f"(backward {summary['backward_time'][stage]:.2f} ms)"
+            )
+    return lines
+
+
+def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
+    timeline = report.pop("timeline")
+    if args.json:
+        print_json(report)
+        return
+    console = make_console()
+    config = report["config"]
+    console.print(
+        f"pipeplan run: {report['schedule']} on {config['world_size']} processes ({config['backend']}), "
+        f"pp={config['pp']} x dp={config['dp']}, {config['num_stages']} stages {config['layers_per_stage']}, "
+        f"m={config['microbatches']}, batch {config['batch_size']} per replica"
+        + (", checkpointing" if config["checkpoint"] else ""),
+        markup=False, highlight=False,
+    )
+    try:
+        from ..viz import rank_table, text_gantt
+
+        console.print(text_gantt(timeline, width=args.width), markup=False, highlight=False)
+        console.print(rank_table(timeline))
+    except ImportError:
+        for record in timeline.records():
+            console.print(f"rank {record.rank} {record.action}: {record.start:.2f}-{record.end:.2f} ms",
+                          markup=False, highlight=False)
+    check = report["gradient_check"]
+    prediction = report["prediction"]
+    lines = [
+        f"measured makespan {timeline.makespan:.2f} ms, bubble {100 * timeline.bubble_ratio:.1f}%, "
+        f"step wall time median {report['step_time_ms']['median']:.2f} ms",
+        f"gradient check: max abs diff {check['max_abs_diff']:.2e} vs one process "
+        f"({'ok' if check['ok'] else 'FAILED'}, tolerance {check['tolerance']:.0e}); "
+        f"loss {check['loss']:.6f} vs {check['reference_loss']:.6f}",
+        f"prediction (simulate on stage costs measured in isolation): predicted {prediction['predicted_makespan']:.2f} ms, "
+        f"measured {prediction['measured_makespan']:.2f} ms, error "
+        f"{100 * prediction['makespan_relative_error']:+.1f}%",
+    ]
+    lines += ["  " + line for line in report["comparison_report"].splitlines()[1:]]
+    if config["checkpoint"]:
+        lines.append("activation checkpointing:")
+        lines += _checkpoint_lines(report)
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
