@@ -15,16 +15,16 @@ the replicas, so the result is the single-process step on their concatenated
 batches (equal shard sizes).
 
 Split backward (``schedule.backward == "split"``): ``B`` computes the gradient of
-the stage's input and of the output of every parameter-holding submodule
-(``torch.autograd.grad`` on the retained graph); ``W`` turns those into weight
-gradients one submodule at a time (``backward(inputs=its parameters)``), so no
-part of the backward runs twice and the gradients are exact.
+the stage's input on the retained graph and keeps the gradients at the nodes
+where the parameters' paths meet the input's; ``W`` resumes from those nodes for
+the parameters only (:mod:`pipeplan.runtime.split`), so the gradients are exact
+and no part of the backward runs twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,8 +37,9 @@ from ..schedule import Action, Schedule
 from ..timeline import Timeline
 from .faults import FaultMonitor
 from .grid import link_groups
-from .p2p import LinkExchange, Message, MessagePlan
+from .p2p import LinkExchange, MessagePlan
 from .recorder import StepRecorder, assemble_timeline
+from .split import SplitBackward
 
 __all__ = ["PipelineRuntime", "StepResult"]
 
@@ -161,18 +162,12 @@ class _SavedBytes:
 class _Forward:
     """What a forward leaves for its backward (and W)."""
 
-    __slots__ = ("inputs", "outputs", "captures", "direct", "rest", "grads", "roots", "root_grads")
+    __slots__ = ("inputs", "outputs", "split")
 
-    def __init__(self, inputs: list[Any], outputs: list[Any], captures: list[tuple[list[Any], list[Any]]],
-                 direct: frozenset[int], rest: list[Any]) -> None:
+    def __init__(self, inputs: list[Any], outputs: list[Any]) -> None:
         self.inputs = inputs
         self.outputs = outputs
-        self.captures = captures
-        self.direct = direct
-        self.rest = rest
-        self.grads: list[Any] = []
-        self.roots: list[Any] = []
-        self.root_grads: list[Any] = []
+        self.split: SplitBackward | None = None
 
 
 class PipelineRuntime:
@@ -270,12 +265,10 @@ class PipelineRuntime:
         self.local_stages = schedule.stages_of(self.rank)
         self.checkpointed = self._checkpoint_flags(checkpoint)
         self._params = list(dict.fromkeys(p for s in self.local_stages for p in modules[s].parameters()))
-        self._leaves = {s: [m for m in modules[s].modules() if list(m.parameters(recurse=False))]
-                        for s in self.local_stages}
-        self._probe_cache: dict[tuple[int, int], float] = {}
-        self._weight_plans: dict[Any, tuple[frozenset[int], tuple[int, ...]]] = {}
-        self._stage_params = {s: {id(p): p for p in modules[s].parameters()} for s in self.local_stages}
+        self._stage_params = {s: list(modules[s].parameters()) for s in self.local_stages}
+        self._probe_cache: dict[tuple[int, Any], float] = {}
         self._known_headers: dict[Any, Any] = {}
+        self._saved_bytes: dict[tuple[int, Any], float] = {}
 
     # ------------------------------------------------------------ validation
     def _check_local(self, stages: Any, checkpoint: Any) -> tuple[str | None, dict[int, Any]]:
@@ -374,7 +367,7 @@ class PipelineRuntime:
         exchange = LinkExchange(self.plan, self.groups, self.to_global, sizes, self.device, window=self.window,
                                 known_headers=known)
         recorder = StepRecorder(schedule, self.rank)
-        state = _StepState(mb_inputs, mb_targets, sizes, batch)
+        state = _StepState(mb_inputs, mb_targets, sizes, batch, signature)
         excluded = {p.untyped_storage().data_ptr() for p in self._params}
         with self.monitor.phase_of("the step's barrier"):
             dist.barrier(group=self.pp_group)
@@ -402,8 +395,7 @@ class PipelineRuntime:
                                  ("W", result.weight_time)):
                 target[stage] = float(sum(d for d, a in zip(durations, schedule.orders[self.rank])
                                           if a.kind == kind and a.stage == stage))
-            saved = state.saved_bytes.get(stage, [0.0])
-            result.saved_activation_bytes[stage] = float(np.mean(saved))
+            result.saved_activation_bytes[stage] = self._saved_bytes.get((stage, state.signature), 0.0)
             result.checkpoint[stage] = self.checkpointed[stage]
             if self.checkpointed[stage]:
                 result.saved_activation_bytes_without_checkpoint[stage] = probe[stage]
@@ -466,29 +458,23 @@ class PipelineRuntime:
         _kind, stage, mb = action
         module = self.modules[stage]
         inputs, _ = _flatten(value, f"the input of stage {stage}")
-        captures: list[tuple[list[Any], list[Any]]] = []
-        fired: Counter[int] = Counter()
-        handles = []
-        if self.schedule.split_backward:
-            for leaf in self._leaves[stage]:
-                handles.append(leaf.register_forward_hook(_capture(captures, fired)))
         counter = _SavedBytes(excluded)
-        try:
-            with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
-                if self.checkpointed[stage]:
-                    output = checkpoint(module, value, use_reentrant=False)
-                else:
-                    output = module(value)
-        finally:
-            for handle in handles:
-                handle.remove()
-        saved = counter.total
-        if self.checkpointed[stage]:
-            saved += sum(t.untyped_storage().nbytes() for t in inputs
-                         if t.untyped_storage().data_ptr() not in counter.seen)
-            if mb == 0:
+        bytes_key = (stage, state.signature)
+        measure = bytes_key not in self._saved_bytes  # the first forward of this stage and batch shape
+        with contextlib.ExitStack() as stack:
+            if measure:
+                stack.enter_context(torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack))
+            if self.checkpointed[stage]:
+                output = checkpoint(module, value, use_reentrant=False)
+            else:
+                output = module(value)
+        if measure:
+            saved = counter.total
+            if self.checkpointed[stage]:
+                saved += sum(t.untyped_storage().nbytes() for t in inputs
+                             if t.untyped_storage().data_ptr() not in counter.seen)
                 state.probe_inputs[stage] = value
-        state.saved_bytes.setdefault(stage, []).append(float(saved))
+            self._saved_bytes[bytes_key] = float(saved)
         if stage == self.schedule.num_stages - 1:
             loss = self.loss_fn(output, self._to_device(state.targets[mb]))
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
@@ -500,38 +486,7 @@ class PipelineRuntime:
             outputs, is_tuple = _flatten(output, f"the output of stage {stage}")
             state.outgoing[(stage, mb)] = (outputs, is_tuple)
         grad_inputs = [t for t in inputs if t.requires_grad] if stage > 0 else []
-        direct: frozenset[int] = frozenset()
-        rest: list[Any] = []
-        if self.schedule.split_backward:
-            direct, rest = self._weight_plan(stage, outputs, fired)
-        state.forwards[(stage, mb)] = _Forward(grad_inputs, outputs, captures, direct, rest)
-
-    def _weight_plan(self, stage: int, outputs: list[Any], fired: Counter[int]) -> tuple[frozenset[int], list[Any]]:
-        """Which parameters W may take from their own module's output, and which need the whole graph.
-
-        A parameter's gradient can come from its module's output alone when the
-        module ran once and the parameter enters the graph through exactly one
-        edge. A module called several times (a loop, a denoising head), a tied or
-        functionally used weight does not qualify: its gradient comes from one
-        backward from the stage's outputs restricted to those parameters, which
-        is exact too. Cached per stage and call pattern.
-        """
-        key = (stage, tuple(sorted(fired.items())))
-        cached = self._weight_plans.get(key)
-        if cached is None:
-            edges = _parameter_edges(outputs)
-            direct = frozenset(
-                id(p) for leaf in self._leaves[stage] if fired[id(leaf)] == 1
-                for p in leaf.parameters(recurse=False) if edges[id(p)] == 1
-            )
-            rest_ids = tuple(
-                id(p) for p in self.modules[stage].parameters()
-                if p.requires_grad and edges[id(p)] >= 1 and id(p) not in direct
-            )
-            cached = self._weight_plans[key] = (direct, rest_ids)
-        direct, rest_ids = cached
-        by_id = self._stage_params[stage]
-        return direct, [by_id[i] for i in rest_ids]
+        state.forwards[(stage, mb)] = _Forward(grad_inputs, outputs)
 
     def _forward_send(self, action: Action, state: _StepState, exchange: LinkExchange) -> None:
         _kind, stage, mb = action
@@ -578,16 +533,8 @@ class PipelineRuntime:
             input_grads = [t.grad for t in inputs]
             del state.forwards[(stage, mb)]
         else:
-            leaf_outputs = [t for outs, _params in forward.captures for t in outs]
-            targets = inputs + leaf_outputs
-            computed = (
-                list(torch.autograd.grad(roots, targets, root_grads, retain_graph=True, allow_unused=True))
-                if targets else []
-            )
-            input_grads = computed[: len(inputs)]
-            forward.grads = computed[len(inputs):]
-            forward.roots = roots
-            forward.root_grads = root_grads
+            forward.split = SplitBackward(roots, inputs, self._stage_params[stage])
+            input_grads = forward.split.backward_input(root_grads)
         return inputs, input_grads
 
     def _backward_send(self, action: Action, forward_inputs: list[Any], input_grads: list[Any],
@@ -606,21 +553,10 @@ class PipelineRuntime:
             exchange.send(dst, message, grads)
 
     def _weight(self, action: Action, state: _StepState) -> None:
-        import torch
-
         _kind, stage, mb = action
         forward = state.forwards.pop((stage, mb))
-        position = 0
-        for outputs, params in forward.captures:
-            grads = forward.grads[position: position + len(outputs)]
-            position += len(outputs)
-            pairs = [(t, g) for t, g in zip(outputs, grads) if g is not None]
-            wanted = [p for p in params if p.requires_grad and id(p) in forward.direct]
-            if pairs and wanted:
-                torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs], inputs=wanted,
-                                        retain_graph=True)
-        if forward.rest and forward.roots:
-            torch.autograd.backward(forward.roots, forward.root_grads, inputs=forward.rest, retain_graph=True)
+        if forward.split is not None:
+            forward.split.backward_weight()
 
     # ------------------------------------------------------------ reductions
     def _probe(self, state: _StepState, excluded: set[int]) -> dict[int, float]:
@@ -628,15 +564,17 @@ class PipelineRuntime:
         import torch
 
         out = {}
-        for stage, value in state.probe_inputs.items():
-            key = (stage, state.sizes[0])
+        for stage in self.local_stages:
+            if not self.checkpointed[stage]:
+                continue
+            value = state.probe_inputs.get(stage)
+            key = (stage, state.signature)
             if key not in self._probe_cache:
                 with self.monitor.phase_of(f"the checkpointing probe of stage {stage}"):
                     counter = _SavedBytes(excluded)
                     probe_value = _detached_copy(value)
                     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
-                        output = self.modules[stage](probe_value)
-                    del output
+                        self.modules[stage](probe_value)  # the graph (and its saved tensors) is dropped at once
                     self._probe_cache[key] = float(counter.total)
             out[stage] = self._probe_cache[key]
         return out
@@ -649,8 +587,8 @@ class PipelineRuntime:
         schedule = self.schedule
         width = max(len(order) for order in schedule.orders)
         stage_bytes = np.zeros(schedule.num_stages)
-        for stage, values in state.saved_bytes.items():
-            stage_bytes[stage] = float(np.mean(values))
+        for stage in self.local_stages:
+            stage_bytes[stage] = self._saved_bytes.get((stage, state.signature), 0.0)
         loss_value = float(state.loss_sum) if isinstance(state.loss_sum, torch.Tensor) else 0.0
         row = np.concatenate([recorder.row(width), [loss_value], stage_bytes])
         local = torch.tensor(row, dtype=torch.float64, device=self.device)
@@ -687,7 +625,9 @@ class PipelineRuntime:
 class _StepState:
     """Per-step bookkeeping of one rank."""
 
-    def __init__(self, inputs: list[Any], targets: list[Any], sizes: list[int], batch: float) -> None:
+    def __init__(self, inputs: list[Any], targets: list[Any], sizes: list[int], batch: float,
+                 signature: tuple[Any, ...]) -> None:
+        self.signature = signature
         self.inputs = inputs
         self.targets = targets
         self.sizes = sizes
@@ -697,46 +637,7 @@ class _StepState:
         self.outgoing: dict[tuple[int, int], tuple[list[Any], bool]] = {}
         self.local_acts: dict[tuple[int, int], Any] = {}
         self.local_grads: dict[tuple[int, int], list[Any]] = {}
-        self.saved_bytes: dict[int, list[float]] = {}
         self.probe_inputs: dict[int, Any] = {}
-
-
-def _parameter_edges(outputs: list[Any]) -> Counter[int]:
-    """For each parameter (by id), how many graph edges reach it from ``outputs``."""
-    counts: Counter[int] = Counter()
-    stack = [t.grad_fn for t in outputs if t.grad_fn is not None]
-    seen = set(stack)
-    while stack:
-        node = stack.pop()
-        for successor, _index in node.next_functions:
-            if successor is None:
-                continue
-            variable = getattr(successor, "variable", None)
-            if variable is not None:
-                counts[id(variable)] += 1
-            elif successor not in seen:
-                seen.add(successor)
-                stack.append(successor)
-    return counts
-
-
-def _capture(captures: list[tuple[list[Any], list[Any]]], fired: Counter[int]) -> Callable[..., None]:
-    """A forward hook recording a parameter-holding module's output tensors."""
-    import torch
-
-    def hook(module: Any, _args: Any, output: Any) -> None:
-        if isinstance(output, torch.Tensor):
-            tensors = [output]
-        elif isinstance(output, (tuple, list)):
-            tensors = [t for t in output if isinstance(t, torch.Tensor)]
-        else:
-            return
-        tensors = [t for t in tensors if t.requires_grad]
-        if tensors:
-            fired[id(module)] += 1
-            captures.append((tensors, list(module.parameters(recurse=False))))
-
-    return hook
 
 
 def _detached_copy(value: Any) -> Any:
