@@ -154,6 +154,22 @@ def _schedule_options(config: dict[str, Any], costs: Any) -> dict[str, Any]:
     return {}
 
 
+def _costs_as_run(costs: Any, checkpoint: bool) -> Any:
+    """The isolated stage costs adjusted to what the runtime does: with checkpointing the
+    backward repeats the forward, and (split schedules) a checkpointed stage's B computes
+    both halves, so its W is empty."""
+    from ..costs import StageCosts
+
+    if not checkpoint:
+        return costs
+    return StageCosts(
+        forward=costs.forward,
+        backward=[b + f for b, f in zip(costs.backward, costs.forward)],
+        weight=[0.0] * costs.num_stages,
+        activation_bytes=costs.activation_bytes,
+    )
+
+
 def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str, Any] | None:
     """Everything one rank does for ``pipeplan run``; returns the report on rank 0, else ``None``."""
     import time
@@ -219,7 +235,7 @@ def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str
                 worst = max(worst, float((got - param.grad).abs().max()))
     ordered = sorted(results, key=lambda item: item[1].timeline.makespan)
     wall, chosen = ordered[len(ordered) // 2]
-    predicted = simulate(schedule, costs)
+    predicted = simulate(schedule, _costs_as_run(costs, config["checkpoint"]))
     comparison = compare(predicted, chosen.timeline)
     per_rank = [summary for _replica, _grads, summary in gathered]
     return {

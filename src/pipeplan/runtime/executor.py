@@ -528,7 +528,9 @@ class PipelineRuntime:
         inputs = forward.inputs
         if not roots:
             input_grads: list[Any] = [None] * len(inputs)
-        elif not self.schedule.split_backward:
+        elif not self.schedule.split_backward or self.checkpointed[stage]:
+            # A checkpointed stage recomputes its forward once per backward call, so
+            # splitting would recompute it again in W: its B computes both halves.
             torch.autograd.backward(roots, root_grads)
             input_grads = [t.grad for t in inputs]
             del state.forwards[(stage, mb)]
@@ -554,8 +556,8 @@ class PipelineRuntime:
 
     def _weight(self, action: Action, state: _StepState) -> None:
         _kind, stage, mb = action
-        forward = state.forwards.pop((stage, mb))
-        if forward.split is not None:
+        forward = state.forwards.pop((stage, mb), None)  # None: B already did the weight half
+        if forward is not None and forward.split is not None:
             forward.split.backward_weight()
 
     # ------------------------------------------------------------ reductions
