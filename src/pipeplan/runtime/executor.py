@@ -256,7 +256,7 @@ class PipelineRuntime:
             for src, dst in group_links
         }
         with self.monitor.phase_of("setup"):
-            every_group = link_groups(global_links)
+            every_group = link_groups(global_links, device=self.device)
         self.groups = {
             (src, dst): every_group[(self.to_global[src], self.to_global[dst])] for src, dst in plan.links()
         }

@@ -90,19 +90,30 @@ class ProcessGrid:
         return cls(pp=pp, dp=dp, pp_rank=rank % pp, dp_rank=rank // pp, pp_group=pp_group, dp_group=dp_group)
 
 
-def link_groups(links: Iterable[tuple[int, int]]) -> dict[tuple[int, int], Any]:
+def link_groups(links: Iterable[tuple[int, int]], *, device: Any = None) -> dict[tuple[int, int], Any]:
     """One process group per directed link ``(src, dst)`` of global ranks.
 
     A collective call: every rank of the world must pass the same links (the
     runtime gathers them first). Groups are cached, so building a second
     runtime over the same ranks creates nothing.
+
+    On NCCL (``device`` a CUDA device) each new group is initialised here with a
+    one-element all-reduce, in the same sorted order on every rank: NCCL would
+    otherwise create a link's communicator lazily, blocking, at its first send,
+    and two ranks each creating a different link first could wait on each other.
     """
+    import torch
     import torch.distributed as dist
 
     if _LINK_CACHE_WORLD[0] is not dist.group.WORLD:  # a new process group: old links are gone
         _LINK_CACHE.clear()
         _LINK_CACHE_WORLD[0] = dist.group.WORLD
+    rank = dist.get_rank()
+    warm = device is not None and torch.device(device).type == "cuda"
     for link in sorted(set(links)):
         if link not in _LINK_CACHE:
-            _LINK_CACHE[link] = dist.new_group(sorted(link), timeout=group_timeout())
+            group = dist.new_group(sorted(link), timeout=group_timeout())
+            _LINK_CACHE[link] = group
+            if warm and rank in link:
+                dist.all_reduce(torch.zeros(1, device=device), group=group)
     return dict(_LINK_CACHE)
