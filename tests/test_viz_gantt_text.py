@@ -8,27 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pipeplan
-from pipeplan import Action, CommModel, DeadlockError, InvalidInputError, Schedule, StageCosts, Timeline
+from pipeplan import Action, CommModel, InvalidInputError, Schedule, StageCosts, Timeline
 from pipeplan.timeline import IdleCause
 from pipeplan.viz import text_gantt
 from pipeplan.viz.gantt_text import IDLE_CHARS
 
-
-def chunked_gpipe(placement: list[int], num_microbatches: int, backward: str = "full") -> Schedule:
-    """Every forward of a rank's chunks in stage order, then every backward in reverse."""
-    num_ranks = max(placement) + 1
-    orders: list[list[Action]] = [[] for _ in range(num_ranks)]
-    for rank in range(num_ranks):
-        stages = [s for s, r in enumerate(placement) if r == rank]
-        for stage in stages:
-            orders[rank] += [Action("F", stage, mb) for mb in range(num_microbatches)]
-        if backward != "none":
-            for stage in reversed(stages):
-                for mb in range(num_microbatches):
-                    orders[rank].append(Action("B", stage, mb))
-                    if backward == "split":
-                        orders[rank].append(Action("W", stage, mb))
-    return Schedule(orders, placement, num_microbatches, backward=backward, name="chunked-gpipe")
+from _builders import chunked_gpipe, simulated_timelines
 
 
 def with_overhead(timeline: Timeline, gap: float) -> Timeline:
@@ -40,23 +25,8 @@ def with_overhead(timeline: Timeline, gap: float) -> Timeline:
 
 @st.composite
 def timelines(draw: st.DrawFn) -> Timeline:
-    backward = draw(st.sampled_from(["full", "split", "none"]))
-    num_microbatches = draw(st.integers(1, 5))
-    family = draw(st.sampled_from(["gpipe", "1f1b", "v", "interleaved"]))
-    if family in ("gpipe", "1f1b"):
-        schedule = pipeplan.build_schedule(family, num_stages=draw(st.integers(1, 4)),
-                                           num_microbatches=num_microbatches, backward=backward)
-    else:
-        ranks = draw(st.integers(1, 3))
-        placement = list(range(ranks)) + (list(reversed(range(ranks))) if family == "v" else list(range(ranks)))
-        schedule = chunked_gpipe(placement, num_microbatches, backward)
-    forward = draw(st.lists(st.floats(0.1, 10.0), min_size=schedule.num_stages, max_size=schedule.num_stages))
-    comm = CommModel(latency=draw(st.sampled_from([0.0, 0.5, 3.0])),
-                     send_mode=draw(st.sampled_from(["eager", "rendezvous"])))
-    try:
-        timeline = pipeplan.simulate(schedule, StageCosts(forward), comm)
-    except DeadlockError:  # the naive chunked order can deadlock on rendezvous sends
-        timeline = pipeplan.simulate(schedule, StageCosts(forward), CommModel(latency=comm.latency))
+    """Simulated timelines, sometimes turned into 'measured' ones with overhead gaps."""
+    timeline = draw(simulated_timelines())
     if draw(st.booleans()):
         timeline = with_overhead(timeline, draw(st.sampled_from([0.05, 1.0])))
     return timeline

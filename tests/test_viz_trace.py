@@ -10,50 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import pipeplan
-from pipeplan import Action, CommModel, DeadlockError, InvalidInputError, Schedule, StageCosts, Timeline
+from pipeplan import CommModel, InvalidInputError, StageCosts, Timeline
 from pipeplan.viz import chrome_trace, write_trace
 
-
-def chunked_gpipe(placement: list[int], num_microbatches: int, backward: str = "full") -> Schedule:
-    """Every forward of a rank's chunks in stage order, then every backward in reverse."""
-    num_ranks = max(placement) + 1
-    orders: list[list[Action]] = [[] for _ in range(num_ranks)]
-    for rank in range(num_ranks):
-        stages = [s for s, r in enumerate(placement) if r == rank]
-        for stage in stages:
-            orders[rank] += [Action("F", stage, mb) for mb in range(num_microbatches)]
-        if backward != "none":
-            for stage in reversed(stages):
-                for mb in range(num_microbatches):
-                    orders[rank].append(Action("B", stage, mb))
-                    if backward == "split":
-                        orders[rank].append(Action("W", stage, mb))
-    return Schedule(orders, placement, num_microbatches, backward=backward, name="chunked-gpipe")
-
-
-@st.composite
-def timelines(draw: st.DrawFn) -> Timeline:
-    backward = draw(st.sampled_from(["full", "split", "none"]))
-    num_microbatches = draw(st.integers(1, 5))
-    if draw(st.booleans()):
-        schedule = pipeplan.build_schedule(draw(st.sampled_from(["gpipe", "1f1b"])),
-                                           num_stages=draw(st.integers(1, 4)),
-                                           num_microbatches=num_microbatches, backward=backward)
-    else:
-        ranks = draw(st.integers(1, 3))
-        schedule = chunked_gpipe(list(range(ranks)) + list(reversed(range(ranks))), num_microbatches, backward)
-    stages = schedule.num_stages
-    costs = StageCosts(draw(st.lists(st.floats(0.1, 10.0), min_size=stages, max_size=stages)),
-                       activation_bytes=draw(st.lists(st.floats(0, 1e9), min_size=stages, max_size=stages)))
-    comm = CommModel(latency=draw(st.sampled_from([0.0, 0.5, 3.0])),
-                     send_mode=draw(st.sampled_from(["eager", "rendezvous"])))
-    try:
-        return pipeplan.simulate(schedule, costs, comm)
-    except DeadlockError:  # the naive chunked order can deadlock on rendezvous sends
-        return pipeplan.simulate(schedule, costs, CommModel(latency=comm.latency))
+from _builders import simulated_timelines as timelines
 
 
 def events(trace: dict, phase: str, tid: int | None = None) -> list[dict]:
