@@ -69,3 +69,15 @@ def non_negative_float(field: str, value: object) -> float:
     if math.isnan(number) or number < 0:
         raise InvalidInputError(f"{field} must be a number >= 0, got {value!r}")
     return number
+
+
+def positive_float(field: str, value: object, *, unit: str = "", allow_inf: bool = False) -> float:
+    """Return ``value`` as a float > 0 (``inf`` only with ``allow_inf``), or raise naming ``field``."""
+    what = f"a number{' of ' + unit if unit else ''} > 0"
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{field} must be {what}, got {value!r}") from None
+    if math.isnan(number) or number <= 0 or (math.isinf(number) and not allow_inf):
+        raise InvalidInputError(f"{field} must be {what}, got {value!r}")
+    return number

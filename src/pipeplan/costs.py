@@ -20,12 +20,35 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ._validation import finite_floats, non_negative_float
+from ._validation import finite_floats, non_negative_float, positive_float
 from .errors import InvalidInputError
 
-__all__ = ["StageCosts", "CommModel", "SendMode"]
+__all__ = ["StageCosts", "CommModel", "SendMode", "forward_backward_weight"]
 
 SendMode = Literal["eager", "rendezvous"]
+
+
+def forward_backward_weight(
+    forward: Sequence[float], backward: Sequence[float] | None, weight: Sequence[float] | None
+) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """Validate per-stage (or per-layer) times and fill in the defaults.
+
+    ``backward`` defaults to twice ``forward``; ``weight`` to half of ``backward``
+    and must satisfy ``0 <= weight < backward`` (see the module doc's convention).
+    """
+    fwd = finite_floats("forward", forward)
+    count = len(fwd)
+    bwd = tuple(2.0 * f for f in fwd) if backward is None else finite_floats("backward", backward, length=count)
+    if weight is None:
+        return fwd, bwd, tuple(b / 2.0 for b in bwd)
+    wgt = finite_floats("weight", weight, length=count, allow_zero=True)
+    for index, (w, b) in enumerate(zip(wgt, bwd)):
+        if w >= b:
+            raise InvalidInputError(
+                f"weight[{index}] = {w} must be < backward[{index}] = {b} "
+                "(weight is the weight-gradient part of the full backward)"
+            )
+    return fwd, bwd, wgt
 
 
 @dataclass(frozen=True, init=False)
@@ -65,23 +88,8 @@ class StageCosts:
         weight_stash_bytes: Sequence[float] | None = None,
         microbatch_scale: Sequence[float] | None = None,
     ) -> None:
-        fwd = finite_floats("forward", forward)
+        fwd, bwd, wgt = forward_backward_weight(forward, backward, weight)
         num_stages = len(fwd)
-        bwd = (
-            tuple(2.0 * f for f in fwd)
-            if backward is None
-            else finite_floats("backward", backward, length=num_stages)
-        )
-        if weight is None:
-            wgt = tuple(b / 2.0 for b in bwd)
-        else:
-            wgt = finite_floats("weight", weight, length=num_stages, allow_zero=True)
-            for stage, (w, b) in enumerate(zip(wgt, bwd)):
-                if w >= b:
-                    raise InvalidInputError(
-                        f"weight[{stage}] = {w} must be < backward[{stage}] = {b} "
-                        "(weight is the weight-gradient part of the full backward)"
-                    )
         act = (
             (1.0,) * num_stages
             if activation_bytes is None
@@ -184,12 +192,7 @@ class CommModel:
         send_mode: SendMode = "eager",
     ) -> None:
         lat = non_negative_float("latency", latency)
-        try:
-            band = float(bandwidth)
-        except (TypeError, ValueError):
-            raise InvalidInputError(f"bandwidth must be a number > 0, got {bandwidth!r}") from None
-        if math.isnan(band) or band <= 0:
-            raise InvalidInputError(f"bandwidth must be a number > 0, got {bandwidth!r}")
+        band = positive_float("bandwidth", bandwidth, allow_inf=True)
         if isinstance(boundary_bytes, (int, float)):
             sizes: float | tuple[float, ...] = non_negative_float("boundary_bytes", boundary_bytes)
         else:

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ._validation import finite_floats, non_negative_float, positive_int
-from .costs import StageCosts
+from .costs import StageCosts, forward_backward_weight
 from .errors import InvalidInputError
 
 __all__ = ["LayerProfile", "transformer_layer_flops"]
@@ -113,23 +113,8 @@ class LayerProfile:
         first_extra_bytes: float = 0.0,
         last_extra_bytes: float = 0.0,
     ) -> None:
-        fwd = finite_floats("forward", forward)
+        fwd, bwd, wgt = forward_backward_weight(forward, backward, weight)
         count = len(fwd)
-        bwd = (
-            tuple(2.0 * f for f in fwd)
-            if backward is None
-            else finite_floats("backward", backward, length=count)
-        )
-        if weight is None:
-            wgt = tuple(b / 2.0 for b in bwd)
-        else:
-            wgt = finite_floats("weight", weight, length=count, allow_zero=True)
-            for index, (w, b) in enumerate(zip(wgt, bwd)):
-                if w >= b:
-                    raise InvalidInputError(
-                        f"weight[{index}] = {w} must be < backward[{index}] = {b} "
-                        "(weight is the weight-gradient part of the full backward)"
-                    )
         zeros = (0.0,) * count
         act = zeros if activation_bytes is None else finite_floats(
             "activation_bytes", activation_bytes, length=count, allow_zero=True

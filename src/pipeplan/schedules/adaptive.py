@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._validation import positive_int
+from .._validation import positive_float, positive_int
 from ..costs import CommModel, StageCosts
 from ..errors import DeadlockError, InfeasiblePlanError, InvalidInputError
 from ..schedule import Action, Schedule
@@ -379,13 +379,7 @@ def adaptive_candidates(
     if backward not in ("split", "full"):
         raise InvalidInputError(f"backward must be 'split' or 'full' for the adaptive schedule, got {backward!r}")
     if memory_limit is not None:
-        try:
-            limit = float(memory_limit)
-        except (TypeError, ValueError):
-            raise InvalidInputError(f"memory_limit must be a number of bytes > 0, got {memory_limit!r}") from None
-        if math.isnan(limit) or limit <= 0:
-            raise InvalidInputError(f"memory_limit must be a number of bytes > 0, got {memory_limit!r}")
-        memory_limit = limit
+        memory_limit = positive_float("memory_limit", memory_limit, unit="bytes", allow_inf=True)
     ranks = _check_placement(placement, num_stages)
     comm = comm or CommModel()
     comm.boundary_times(num_stages)  # raises on a boundary_bytes list of the wrong length
