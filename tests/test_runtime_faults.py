@@ -52,12 +52,12 @@ def _worker(rank: int, world_size: int, mode: str) -> float:
 def test_a_rank_that_raises_stops_every_rank_with_its_message() -> None:
     began = time.monotonic()
     with pytest.raises(RuntimeFailure) as info:
-        spawn(_worker, 3, "raise", timeout=10)
+        spawn(_worker, 3, "raise", timeout=20)
     elapsed = time.monotonic() - began
     message = str(info.value)
     assert message.startswith("rank 1 failed in F(stage 1, mb 2): ValueError: boom"), message
     assert "stopped: rank 0 in " in message and ", rank 2 in " in message
-    assert elapsed < 10, elapsed  # the watchdogs stop ranks 0 and 2 long before the timeout
+    assert elapsed < 20, elapsed  # the watchdogs stop ranks 0 and 2 (in ~0.1 s) long before the timeout
 
 
 @pytest.mark.timeout(60)

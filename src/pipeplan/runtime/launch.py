@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import pickle
 import queue as queue_module
+import socket
 import sys
 import time
 import traceback
@@ -164,9 +165,9 @@ def spawn(
             f"start_method must be one of {', '.join(multiprocessing.get_all_start_methods())}, got {start_method!r}"
         )
     context = multiprocessing.get_context(start_method)
-    store = dist.TCPStore(_HOST, 0, world_size + 1, is_master=True,
-                          timeout=datetime.timedelta(seconds=max(timeout, 1.0)), wait_for_workers=False)
-    port = store.port
+    # Fork first, then start the store's server thread: a fork while that thread
+    # holds a lock would leave the child blocked on it forever.
+    port = _free_port()
     threads = max(1, (os.cpu_count() or 1) // world_size)
     tracker = context.Array("i", [0] * (3 * world_size), lock=False)
     results = context.Queue()
@@ -181,6 +182,14 @@ def spawn(
     ]
     for process in processes:
         process.start()
+    try:
+        store = dist.TCPStore(_HOST, port, world_size + 1, is_master=True,
+                              timeout=datetime.timedelta(seconds=max(timeout, 1.0)), wait_for_workers=False)
+    except Exception as error:  # noqa: BLE001 - the port was taken between choosing and binding it
+        for process in processes:
+            process.kill()
+            process.join(5.0)
+        raise RuntimeFailure(f"could not host the c10d store on port {port}: {error}") from error
     values: dict[int, Any] = {}
     errors: dict[int, tuple[str, str, bool]] = {}
     failed_at: float | None = None
@@ -227,6 +236,13 @@ def spawn(
     if errors and all(e[2] for e in errors.values()) and all(p.exitcode in (0, 1) for p in processes):
         raise InvalidInputError(message)  # every rank rejected its input before the first step
     raise RuntimeFailure(message)
+
+
+def _free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((_HOST, 0))
+        return int(probe.getsockname()[1])
 
 
 def _drain(results: Any, values: dict[int, Any], errors: dict[int, tuple[str, str, bool]]) -> None:
