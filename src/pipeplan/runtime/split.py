@@ -14,9 +14,11 @@ flowing into it. ``W`` starts a backward at those nodes with the stored
 gradients, restricted to the parameters, so it runs only the weight-gradient
 halves of those nodes. Parameters whose paths never meet the input (all of them
 on stage 0, whose input is data) are left to ``W`` entirely: a backward from the
-stage outputs restricted to them. Meeting nodes shared by several parameters
-are grouped, and when one group has several, each one's stored gradient replaces
-whatever reaches it during ``W``, so nothing is counted twice.
+stage outputs restricted to them. Parameters that share a meeting node are
+grouped; a group that meets the input at several nodes (a weight reused in a
+loop, like a denoising head's velocity network, or one used in slices) gets its
+gradients in ``B``, in the same traversal, because a ``W`` started from several
+chained nodes would repeat the input-gradient work between them.
 """
 
 from __future__ import annotations
@@ -37,6 +39,17 @@ def _node_of(tensor: Any) -> Any:
     return tensor.view_as(tensor).grad_fn.next_functions[0][0]
 
 
+def _accumulate(params: Sequence[Any], grads: Sequence[Any]) -> None:
+    """Add each gradient into its parameter's ``.grad`` (``None``: unused, nothing to add)."""
+    for param, grad in zip(params, grads):
+        if grad is None:
+            continue
+        if param.grad is None:
+            param.grad = grad
+        else:
+            param.grad += grad
+
+
 class SplitBackward:
     """The input/weight split of one stage's backward for one microbatch.
 
@@ -51,9 +64,13 @@ class SplitBackward:
         self.inputs = list(inputs)
         self.root_grads: list[Any] = []
         self.groups: list[tuple[list[Any], list[Any]]] = []  # (meeting nodes, parameters)
-        self.unmet: list[Any] = []  # parameters whose paths never meet the input
+        self.unmet: list[Any] = []  # parameters whose paths never meet the input: all in W
+        self.eager: list[Any] = []  # parameters meeting the input at several nodes: all in B
         self.stored: dict[Any, tuple[Any, ...]] = {}
-        self._analyse([p for p in params if p.requires_grad])
+        if self.inputs:
+            self._analyse([p for p in params if p.requires_grad])
+        else:  # stage 0: nothing to send upstream, so B has nothing to do and W does it all
+            self.unmet = [p for p in params if p.requires_grad]
 
     def _analyse(self, params: list[Any]) -> None:
         consumers: dict[Any, list[Any]] = {}
@@ -116,7 +133,11 @@ class SplitBackward:
             groups[target][1].append(param)
             for node in meeting:
                 group_of[node] = target
-        self.groups = [(list(nodes), members) for nodes, members in groups if members]
+        # A group whose parameters meet the input at several nodes (a weight reused in a
+        # loop, or sliced) would make W re-run the input-gradient chain between those
+        # nodes; B computes such parameters' gradients itself, in the same traversal.
+        self.eager = [p for nodes, members in groups if len(nodes) > 1 for p in members]
+        self.groups = [(list(nodes), members) for nodes, members in groups if len(nodes) == 1]
 
     def backward_input(self, root_grads: Sequence[Any]) -> list[Any]:
         """``B``: the gradients of :attr:`inputs` (``None`` where unused); stores the meeting nodes' gradients."""
@@ -137,12 +158,13 @@ class SplitBackward:
             for node in nodes:
                 handles.append(node.register_prehook(keeper(node)))
         try:
-            grads = torch.autograd.grad(self.roots, self.inputs, self.root_grads, retain_graph=True,
+            grads = torch.autograd.grad(self.roots, self.inputs + self.eager, self.root_grads, retain_graph=True,
                                         allow_unused=True)
         finally:
             for handle in handles:
                 handle.remove()
-        return list(grads)
+        _accumulate(self.eager, grads[len(self.inputs):])
+        return list(grads[: len(self.inputs)])
 
     def backward_weight(self) -> None:
         """``W``: accumulate the gradient of every parameter into its ``.grad``."""
@@ -158,24 +180,8 @@ class SplitBackward:
                         grads.append(grad)
             if not edges:
                 continue
-            handles = []
-            if len(nodes) > 1:  # a stored gradient replaces what reaches the node from another one
-                for node in nodes:
-                    stored = self.stored.get(node)
-                    if stored is not None:
-                        handles.append(node.register_prehook(lambda _grads, kept=stored: kept))
-            try:
-                results = torch.autograd.grad(edges, members, grads, retain_graph=True, allow_unused=True)
-            finally:
-                for handle in handles:
-                    handle.remove()
-            for param, grad in zip(members, results):
-                if grad is None:
-                    continue
-                if param.grad is None:
-                    param.grad = grad
-                else:
-                    param.grad += grad
+            results = torch.autograd.grad(edges, members, grads, retain_graph=True, allow_unused=True)
+            _accumulate(members, results)
         if self.unmet:
             torch.autograd.backward(self.roots, self.root_grads or None, inputs=self.unmet, retain_graph=True)
         self.stored.clear()
