@@ -14,10 +14,12 @@ same code is deadlock-free on gloo and NCCL as long as the schedule is::
 Messages: ``act(s, mb)`` is stage ``s``'s output for microbatch ``mb`` (a tensor
 or a tuple of tensors), ``grad(s, mb)`` the gradient of stage ``s``'s input (one
 tensor per floating-point input tensor), and ``hdr(s, mb)`` a small int64 header
-with the dtypes and shapes of ``act(s, mb)``, sent once per step before a link's
-first activation of stage ``s``. Other microbatches reuse it with their own size
-in dimension 0 (for tensors whose dimension 0 is the microbatch), which is how
-an uneven last microbatch is received without another header.
+with the dtypes and shapes of ``act(s, mb)``, sent before a link's first
+activation of stage ``s`` in the first step with a given batch signature (the
+runtime then passes the decoded headers as ``known_headers`` and later steps
+send none). Other microbatches reuse a header with their own size in dimension
+0 (for tensors whose dimension 0 is the microbatch), which is how an uneven last
+microbatch is received without another header.
 """
 
 from __future__ import annotations
