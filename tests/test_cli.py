@@ -70,7 +70,9 @@ def test_simulate_writes_plot_and_trace(capsys, tmp_path):
         (["--forward", "30,10", "-m", "0"], "num_microbatches must be >= 1, got 0"),
         (["--forward", "30,10", "--backward", "1"], "backward has 1 entries, expected 2"),
         (["--forward", "30,10", "--schedule", "2f2b"], "--schedule must be one of"),
-        (["--forward", "30,10", "--comm-latency", "-1"], "latency must be a number >= 0"),
+        (["--forward", "30,10", "--comm-latency", "-1"], "latency must be a finite number >= 0"),
+        (["--forward", "30,10", "--comm-latency", "inf"], "latency must be a finite number >= 0"),
+        (["--forward", "1e308,1e308"], "makespan overflows to infinity"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(capsys, argv, message):
@@ -103,3 +105,10 @@ def test_demo_seed002_step_tables(capsys):
     status, out, _ = run_cli(capsys, "demo", "--story", "seed002")
     assert status == 0
     assert out.count("T=1: S1: F1(1)") == 2
+
+
+@pytest.mark.parametrize("story", ["lesson16", "seed002"])
+def test_demo_rejects_zero_microbatches(capsys, story):
+    status, _, err = run_cli(capsys, "demo", "--story", story, "-m", "0")
+    assert status == 2
+    assert err.strip() == "pipeplan demo: error: -m/--microbatches must be >= 1, got 0"

@@ -130,7 +130,7 @@ def test_missing_file_and_bad_values():
         LayerProfile([0.0])
     with pytest.raises(InvalidInputError, match="names must be a list of 2"):
         LayerProfile([1.0, 1.0], names=["a"])
-    with pytest.raises(InvalidInputError, match="first_extra must be a number >= 0"):
+    with pytest.raises(InvalidInputError, match="first_extra must be a finite number >= 0"):
         LayerProfile([1.0], first_extra=-1)
     with pytest.raises(InvalidInputError, match="unknown extras"):
         LayerProfile([1.0]).with_extras(middle_extra=1.0)

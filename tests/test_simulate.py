@@ -195,8 +195,9 @@ def test_bad_costs_name_the_field(kwargs, message):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"latency": -1}, "latency must be a number >= 0"),
-        ({"latency": float("nan")}, "latency must be a number >= 0"),
+        ({"latency": -1}, "latency must be a finite number >= 0"),
+        ({"latency": float("nan")}, "latency must be a finite number >= 0"),
+        ({"latency": float("inf")}, "latency must be a finite number >= 0"),
         ({"bandwidth": 0}, "bandwidth must be a number > 0"),
         ({"send_mode": "lazy"}, "send_mode must be 'eager' or 'rendezvous'"),
     ],

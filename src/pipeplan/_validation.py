@@ -65,9 +65,9 @@ def non_negative_float(field: str, value: object) -> float:
     try:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise InvalidInputError(f"{field} must be a number >= 0, got {value!r}") from None
-    if math.isnan(number) or number < 0:
-        raise InvalidInputError(f"{field} must be a number >= 0, got {value!r}")
+        raise InvalidInputError(f"{field} must be a finite number >= 0, got {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise InvalidInputError(f"{field} must be a finite number >= 0, got {value!r}")
     return number
 
 

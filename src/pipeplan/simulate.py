@@ -15,10 +15,11 @@ and woken when it is produced, so the cost is linear in the number of actions.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from .costs import CommModel, StageCosts
-from .errors import DeadlockError
+from .errors import DeadlockError, InvalidInputError
 from .schedule import Schedule
 from .timeline import Timeline
 
@@ -183,6 +184,11 @@ def simulate(
         actions = [action for order in schedule.orders for action in order]
         by_id = {aid: actions[index] for aid, index in flat_index.items()}
         raise DeadlockError(_describe_deadlock(schedule, stuck, pointer, pending_send, sends, by_id))
+    if not math.isfinite(max(free_after, default=0.0)):
+        raise InvalidInputError(
+            "the step's makespan overflows to infinity; costs or communication times are too large "
+            "to add up in floating point (rescale them, e.g. to seconds)"
+        )
     return Timeline(
         schedule,
         start,

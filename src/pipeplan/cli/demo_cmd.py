@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import analytic
+from .._validation import positive_int
 from ..costs import StageCosts
 from ..partition import partition_layers
 from ..schedules import build_schedule
@@ -36,7 +37,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("demo", help="lesson 16's story on a built-in VLA-shaped pipeline")
     parser.add_argument("--story", choices=("lesson16", "seed002", "seed003"), default="lesson16",
                         help="which story to tell (default lesson16)")
-    parser.add_argument("-m", "--microbatches", type=int, default=8, help="microbatches per step (default 8)")
+    parser.add_argument("-m", "--microbatches", type=int, default=8,
+                        help="microbatches per step (default 8; seed002 always uses the seed's 4)")
     parser.add_argument("--width", type=int, default=80, help="Gantt width in characters")
     parser.set_defaults(func=run)
 
@@ -44,6 +46,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan demo``."""
     console = make_console()
+    positive_int("-m/--microbatches", args.microbatches)
+    positive_int("--width", args.width)
     if args.story == "seed002":
         from ..viz import step_table
 
@@ -127,7 +131,8 @@ def lesson16_story(console: Console, *, num_microbatches: int = 8, width: int = 
         times[-1] += ACTION_COST
         timeline = simulate(build_schedule("1f1b", num_stages=stages, num_microbatches=m), StageCosts(times))
         plans[label] = timeline
-        console.print(f"   {label:>11}: layers {layers} → forward ms {[f'{t:g}' for t in times]} → "
+        shown = ", ".join(f"{t:g}" for t in times)
+        console.print(f"   {label:>11}: layers {layers} → forward ms [{shown}] → "
                       f"1F1B makespan {timeline.makespan:g} ms, bubble {timeline.bubble_ratio:.1%}")
     saved = 1 - plans["re-balanced"].makespan / plans["even split"].makespan
     console.print(f"   The re-balanced plan finishes the step {saved:.0%} sooner; its bubble is the uniform "
