@@ -403,6 +403,11 @@ def adaptive_candidates(
 
     for label, schedule in _templates(num_stages, num_microbatches, ranks, backward):
         consider(label, schedule)
+    if backward == "split":
+        # A full backward sends its gradient only after the weight part; under blocking
+        # sends that can beat any split order, so the full templates are a floor too.
+        for label, schedule in _templates(num_stages, num_microbatches, ranks, "full"):
+            consider(f"{label} (full backward)", schedule)
     kind_orders = ("BFW", "BWF", "FBW") if backward == "split" else ("BFW", "FBW")
     # With one stage per rank a rank's forwards are all of one stage: the tie-breaks agree.
     forward_keys = list(_FORWARD_KEYS) if len(set(ranks)) < num_stages else ["microbatch"]
@@ -448,13 +453,18 @@ def adaptive(
             until ``W``); ``None`` for no limit.
         placement: stage → rank, any map that uses every rank 0..P−1; default one
             stage per rank.
-        backward: ``"split"`` (``B`` and ``W`` scheduled apart) or ``"full"``.
+        backward: ``"split"`` (``B`` and ``W`` may be scheduled apart) or ``"full"``.
+            With ``"split"`` the full-backward templates are candidates too, and the
+            result is a full-backward schedule when one of them is fastest (this
+            happens with rendezvous sends, where a split rank blocks in the send of
+            its ``B`` before it can run ``W``).
 
     Returns:
         A schedule named ``"adaptive"`` whose simulated makespan under ``costs``
         and ``comm`` is no longer than that of any fixed template for this
         placement that fits the limit (gpipe, 1f1b, zb-h1, zb-h2, interleaved,
-        zb-v, whichever apply), and whose peak bytes per rank stay within the limit.
+        zb-v, whichever apply, with a split or full backward), and whose peak bytes
+        per rank stay within the limit.
 
     Raises:
         InvalidInputError: missing costs, a bad placement or limit.
