@@ -345,7 +345,7 @@ def run_demo(
         f"GPipe on the measured times (makespan {timeline.makespan:.2f} ms):",
         _gantt(timeline, chart_width),
         "",
-        f"bubble: measured {timeline.bubble_ratio:.1%}   closed form (N-1)/(M+N-1) = "
+        f"bubble of GPipe on the measured stage times {timeline.bubble_ratio:.1%}   closed form (N-1)/(M+N-1) = "
         f"{num_stages - 1}/{num_microbatches + num_stages - 1} = {closed:.1%}",
         f"stage imbalance (slowest F+B / mean F+B) = {imbalance:.2f}; the closed form assumes 1.00",
         f"if stage {min(1, num_stages - 1)} were twice as slow: bubble {unbalanced:.1%} "
