@@ -47,6 +47,7 @@ __all__ = [
     "Timeline",
     "analytic",
     "build_schedule",
+    "Comparison",
     "compare",
     "partition_layers",
     "simulate",

@@ -181,14 +181,11 @@ def _inflight_and_placement(
 
 def _build(schedule: str, num_stages: int, num_microbatches: int, options: dict[str, Any], costs: Any) -> Any:
     """Build a registered schedule; one that takes ``costs`` gets them (uniform when ``None``)."""
-    import inspect
-
     from .costs import StageCosts
-    from .schedules import SCHEDULES, build_schedule
+    from .schedules import build_schedule, schedule_options
 
-    factory = SCHEDULES.get(schedule)
     extra: dict[str, Any] = {}
-    if factory is not None and "costs" in inspect.signature(factory).parameters and "costs" not in options:
+    if "costs" in schedule_options(schedule) and "costs" not in options:
         extra["costs"] = costs if costs is not None else StageCosts.uniform(num_stages)
     return build_schedule(schedule, num_stages=num_stages, num_microbatches=num_microbatches, **options, **extra)
 
@@ -690,17 +687,14 @@ class _StepTimer:
     for schedules that take the costs, such as ``"adaptive"``)."""
 
     def __init__(self, profile: LayerProfile, schedule: str, num_stages: int, micro: int, options: dict[str, Any]) -> None:
-        import inspect
-
-        from .schedules import SCHEDULES
+        from .schedules import schedule_options
 
         self.profile = profile
         self.schedule = schedule
         self.num_stages = num_stages
         self.micro = micro
         self.options = options
-        factory = SCHEDULES.get(schedule)
-        self.cost_aware = factory is not None and "costs" in inspect.signature(factory).parameters
+        self.cost_aware = "costs" in schedule_options(schedule)
         self.fixed = None if self.cost_aware else _build(schedule, num_stages, micro, options, None)
 
     def __call__(self, bounds: Sequence[int]) -> float:

@@ -11,7 +11,6 @@ time, idle time by cause and peak in-flight activations.
 from __future__ import annotations
 
 import argparse
-import inspect
 from typing import Any
 
 from rich.console import Console
@@ -19,7 +18,7 @@ from rich.console import Console
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
 from ..schedule import Schedule
-from ..schedules import SCHEDULES, build_schedule
+from ..schedules import SCHEDULES, build_schedule, schedule_options
 from ..simulate import simulate
 from ..timeline import Timeline
 from ._common import float_list, make_console, parse_bytes, print_json
@@ -84,10 +83,9 @@ def comm_from_args(args: argparse.Namespace) -> CommModel:
 
 def schedule_from_args(args: argparse.Namespace, costs: StageCosts, comm: CommModel) -> Schedule:
     """Build the named schedule, passing only the options its generator takes."""
-    factory = SCHEDULES.get(args.schedule)
-    if factory is None:
+    if args.schedule not in SCHEDULES:
         raise InvalidInputError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
-    accepted = inspect.signature(factory).parameters
+    accepted = schedule_options(args.schedule)
     offered: dict[str, Any] = {"costs": costs, "comm": comm}
     if args.virtual_stages is not None:
         if "virtual_stages" not in accepted:

@@ -10,6 +10,7 @@ and returns a :class:`~pipeplan.schedule.Schedule`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,7 @@ from .one_f_one_b import one_f_one_b
 from .zb_v import zb_v
 from .zero_bubble import zb_h1, zb_h2
 
-__all__ = ["build_schedule", "SCHEDULES", "register_schedule"]
+__all__ = ["build_schedule", "SCHEDULES", "register_schedule", "schedule_options"]
 
 ScheduleFactory = Callable[..., Schedule]
 
@@ -40,6 +41,19 @@ SCHEDULES: dict[str, ScheduleFactory] = {
 def register_schedule(name: str, factory: ScheduleFactory) -> None:
     """Make ``factory`` available to :func:`build_schedule` and the CLI as ``name``."""
     SCHEDULES[name] = factory
+
+
+def schedule_options(name: str) -> frozenset[str]:
+    """The keyword options the generator called ``name`` takes (e.g. ``costs``, ``virtual_stages``).
+
+    Raises:
+        InvalidInputError: an unknown name.
+    """
+    factory = SCHEDULES.get(name)
+    if factory is None:
+        raise InvalidInputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {name!r}")
+    parameters = inspect.signature(factory).parameters.values()
+    return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 def build_schedule(name: str, *, num_stages: int, num_microbatches: int, **options: Any) -> Schedule:
