@@ -32,6 +32,11 @@ def tiny_model() -> tuple[Any, Any, Any]:
     return model, torch.nn.functional.mse_loss, make_batch
 
 
+def broken_model() -> tuple[Any, Any, Any]:
+    """A user factory that fails, for ``--model test_runtime_cli:broken_model``."""
+    raise RuntimeError("no weights here")
+
+
 def _json_run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
     assert main(["run", *argv, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
@@ -74,17 +79,103 @@ def test_run_prints_gantt_and_checks(capsys: pytest.CaptureFixture[str]) -> None
     assert "prediction (simulate on stage costs measured in isolation): predicted" in out
 
 
+@pytest.fixture
+def no_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if ``pipeplan run`` starts any process."""
+    import pipeplan.runtime
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("pipeplan run started processes for an invalid command")
+
+    monkeypatch.setattr(pipeplan.runtime, "spawn", refuse)
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["--nproc", "3", "--dp", "2"], "--dp must divide the 3 processes, got 2"),
+    (["--nproc", "0"], "--nproc must be >= 1, got 0"),
+    (["--nproc", "-2"], "--nproc must be >= 1, got -2"),
+    (["--dp", "0"], "--dp must be >= 1, got 0"),
     (["--schedule", "nope"], "--schedule must be one of"),
     (["--partition", "1,2,3"], "--partition has 3 entries, expected 2"),
+    (["--partition", "0,4"], "--partition entries must be >= 1 layer each, got '0,4'"),
+    (["--partition", "3,x"], "--partition must be 'auto', 'even' or numbers like 3,4,3, got '3,x'"),
+    (["--layers", "2", "--partition", "3,4"], "--partition 3,4 adds up to 7, but the model has 4 layers"),
+    (["--model", "test_runtime_cli:tiny_model", "--partition", "3,4"],
+     "--partition 3,4 adds up to 7, but the model has 5 layers"),
+    (["--model", "test_runtime_cli:tiny_model", "--nproc", "6"],
+     "the model has 5 layers, fewer than the 6 stages of 1f1b"),
     (["--batch-size", "2", "-m", "4"], "--batch-size must be >= the 4 microbatches, got 2"),
+    (["--timeout", "0"], "--timeout must be a number of seconds > 0, got 0.0"),
+    (["--timeout", "-5"], "--timeout must be a number of seconds > 0, got -5.0"),
+    (["--timeout", "nan"], "--timeout must be a number of seconds > 0, got nan"),
+    (["--timeout", "inf"], "--timeout must be a number of seconds > 0, got inf"),
+    (["--model", "nope"], "model must look like 'package.module:factory', got 'nope'"),
+    (["--model", "no_such_module_xyz:build"], "cannot import module 'no_such_module_xyz': ModuleNotFoundError"),
+    (["--model", "test_runtime_cli:no_such_factory"], "has no callable 'no_such_factory'"),
+    (["--model", "test_runtime_cli:broken_model"],
+     "--model 'test_runtime_cli:broken_model': the factory raised RuntimeError: no weights here"),
 ])
-def test_run_rejects_bad_arguments_with_one_line(capsys: pytest.CaptureFixture[str], argv: list[str],
-                                                 expected: str) -> None:
+def test_run_rejects_bad_arguments_with_one_line(capfd: pytest.CaptureFixture[str], no_spawn: None,
+                                                 argv: list[str], expected: str) -> None:
     assert main(["run", *argv]) == 2
-    err = capsys.readouterr().err
-    assert expected in err and len(err.strip().splitlines()) == 1
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert err.startswith("pipeplan run: error: ") and len(err.strip().splitlines()) == 1, err
+    assert expected in err and "Traceback" not in err
+
+
+def test_run_rejects_nccl_without_cuda(capfd: pytest.CaptureFixture[str], no_spawn: None,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["run", "--backend", "nccl", "--layers", "2"]) == 2
+    _out, err = capfd.readouterr()
+    assert err == "pipeplan run: error: --backend nccl needs CUDA GPUs, and torch sees none here; use --backend gloo\n"
+
+
+def test_run_rejects_nccl_with_fewer_gpus_than_processes(capfd: pytest.CaptureFixture[str], no_spawn: None,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert main(["run", "--backend", "nccl", "--nproc", "2", "--layers", "2"]) == 2
+    _out, err = capfd.readouterr()
+    assert err.startswith("pipeplan run: error: --backend nccl needs one CUDA GPU per process: 2 processes but 1")
+    assert len(err.strip().splitlines()) == 1
+
+
+def _reference_with_grads() -> list[Any]:
+    """tiny_model cut into stages [3, 2] after one backward, the frozen last bias without a gradient."""
+    from pipeplan.models import split_sequential
+
+    model, loss_fn, make_batch = tiny_model()
+    model[4].bias.requires_grad_(False)
+    inputs, targets = make_batch(6)
+    loss_fn(model(inputs), targets).backward()
+    return split_sequential(model, [3, 2])
+
+
+def _runtime_grads(reference: list[Any]) -> dict[int, list[tuple[str, Any]]]:
+    return {s: [(name, None if p.grad is None else p.grad.clone()) for name, p in stage.named_parameters()]
+            for s, stage in enumerate(reference)}
+
+
+def test_gradient_check_fails_when_the_runtime_left_a_gradient_unfilled() -> None:
+    from pipeplan.cli.run_cmd import _gradient_check
+
+    reference = _reference_with_grads()
+    grads = _runtime_grads(reference)
+    equal = _gradient_check([(0, grads)], reference)
+    assert equal["ok"] and equal["max_abs_diff"] == 0 and equal["problems"] == []  # frozen bias: None on both
+
+    grads[1] = [(name, None if name == "1.weight" else grad) for name, grad in grads[1]]
+    missing = _gradient_check([(0, grads)], reference)
+    assert not missing["ok"]
+    assert missing["problems"] == [("stage 1: parameter '1.weight' has no gradient from the runtime, "
+                                    "but one in the single-process step")]
+
+    extra = _runtime_grads(reference)
+    extra[1] = [(name, torch.zeros(2) if name == "1.bias" else grad) for name, grad in extra[1]]
+    spurious = _gradient_check([(0, extra)], reference)
+    assert not spurious["ok"] and "'1.bias' has a gradient from the runtime, but none" in spurious["problems"][0]
 
 
 @pytest.mark.timeout(180)

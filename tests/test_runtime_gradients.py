@@ -4,12 +4,14 @@ Real processes (CPU, gloo). To keep the suite fast, each process group runs many
 configurations in one :func:`pipeplan.runtime.spawn` (a module-scoped fixture);
 the tests then check each configuration's result against a single-process
 reference: loss and every gradient within 1e-5 (float32), with an uneven last
-microbatch (a batch of 34 in 4 microbatches: 9, 9, 8, 8), checkpointing on and
-off, several stages per rank, split backward, and a pp = 2 × dp = 2 grid.
+microbatch (a batch of 34 in 4 microbatches: 9, 9, 8, 8, which a forward
+pre-hook on every stage records as the runtime passes them), checkpointing on
+and off, several stages per rank, split backward, and a pp = 2 × dp = 2 grid.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -142,6 +144,12 @@ def _schedule(config: dict[str, Any]) -> Any:
 
 
 # --------------------------------------------------------------------- worker
+def _record_batch(log: list[int], _module: Any, args: tuple[Any, ...]) -> None:
+    """Forward pre-hook: the dimension 0 of what the runtime passed to a stage."""
+    value = args[0]
+    log.append(int((value[0] if isinstance(value, tuple) else value).shape[0]))
+
+
 def _run_configs(rank: int, world_size: int, configs: list[dict[str, Any]]) -> dict[str, Any]:
     """Every configuration on this rank; returns loss, local gradients and rank 0's timeline."""
     out: dict[str, Any] = {}
@@ -155,6 +163,9 @@ def _run_configs(rank: int, world_size: int, configs: list[dict[str, Any]]) -> d
             groups = {"pp_group": grid.pp_group, "dp_group": grid.dp_group}
             seed = 1 + grid.dp_rank
         runtime = PipelineRuntime(stages, schedule, loss_fn, checkpoint=config["checkpoint"], **groups)
+        fed: dict[int, list[int]] = {}
+        for stage in runtime.local_stages:
+            stages[stage].register_forward_pre_hook(functools.partial(_record_batch, fed.setdefault(stage, [])))
         inputs, targets = make_batch(seed)
         for _ in range(config["steps"]):
             result = runtime.step(inputs, targets)
@@ -164,6 +175,7 @@ def _run_configs(rank: int, world_size: int, configs: list[dict[str, Any]]) -> d
             "timeline": result.timeline,
             "saved": result.saved_activation_bytes,
             "saved_without": result.saved_activation_bytes_without_checkpoint,
+            "fed": fed,
         }
     return out
 
@@ -265,9 +277,22 @@ def test_four_ranks_match_single_process(four_rank_results: list[dict[str, Any]]
 
 
 @pytest.mark.timeout(120)
-def test_uneven_microbatches_are_what_the_runtime_split() -> None:
-    # the configurations above rely on a batch of 34 splitting into 9, 9, 8, 8
-    assert [len(part) for part in torch.zeros(BATCH).tensor_split(MICROBATCHES)] == [9, 9, 8, 8]
+def test_runtime_feeds_every_stage_the_uneven_microbatches(two_rank_results: list[dict[str, Any]]) -> None:
+    # A batch of 34 in 4 microbatches must reach every stage as 9, 9, 8, 8 (each forward of each
+    # step; checkpointed stages are left out because their recompute and probe forwards add calls).
+    uneven = [9, 9, 8, 8]
+    checked = 0
+    for config in _present(TWO_RANK_CONFIGS):
+        if config["checkpoint"]:
+            continue
+        fed = {stage: sizes for per_rank in two_rank_results for stage, sizes in per_rank[config["label"]]["fed"].items()}
+        assert set(fed) == set(range(config["num_stages"])), config["label"]
+        for stage, sizes in fed.items():
+            assert sorted(sizes) == sorted(uneven * config["steps"]), (config["label"], stage, sizes)
+            if config["name"] in ("gpipe", "1f1b"):  # forwards in microbatch order
+                assert sizes == uneven * config["steps"], (config["label"], stage, sizes)
+        checked += 1
+    assert checked >= 5
 
 
 @pytest.mark.timeout(120)

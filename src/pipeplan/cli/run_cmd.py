@@ -19,7 +19,7 @@ import argparse
 import statistics
 from typing import Any
 
-from .._validation import positive_int
+from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
 from ..schedules import SCHEDULES
 from ._common import make_console, print_json
@@ -82,6 +82,8 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
             partition = [int(part) for part in partition.split(",")]
         except ValueError:
             raise InvalidInputError(f"--partition must be 'auto', 'even' or numbers like 3,4,3, got {partition!r}") from None
+        if any(part < 1 for part in partition):
+            raise InvalidInputError(f"--partition entries must be >= 1 layer each, got {args.partition!r}")
         if len(partition) != num_stages:
             raise InvalidInputError(
                 f"--partition has {len(partition)} entries, expected {num_stages} (one per stage of {args.schedule})"
@@ -91,29 +93,86 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
         "microbatches": microbatches, "batch_size": batch_size, "virtual_stages": virtual,
         "checkpoint": bool(args.checkpoint), "model": args.model, "layers": positive_int("--layers", args.layers),
         "partition": partition, "steps": positive_int("--steps", args.steps),
-        "warmup": positive_int("--warmup", args.warmup, minimum=0), "timeout": float(args.timeout),
+        "warmup": positive_int("--warmup", args.warmup, minimum=0),
+        "timeout": positive_float("--timeout", args.timeout, unit="seconds"),
     }
 
 
+def _check_backend(backend: str, processes: int, *, explicit: bool) -> None:
+    """NCCL needs CUDA and one GPU per local process; say so before any process starts."""
+    if backend != "nccl":
+        return
+    import torch
+
+    how = "--backend nccl" if explicit else "the default backend nccl"
+    if not torch.cuda.is_available():
+        raise InvalidInputError(f"{how} needs CUDA GPUs, and torch sees none here; use --backend gloo")
+    gpus = torch.cuda.device_count()
+    if processes > gpus:
+        raise InvalidInputError(
+            f"{how} needs one CUDA GPU per process: {processes} processes but {gpus} GPU(s); "
+            "use fewer processes or --backend gloo"
+        )
+
+
+def _check_model(config: dict[str, Any]) -> None:
+    """Build the model once in this process: a bad ``--model`` or ``--partition`` fails here, not in every rank."""
+    try:
+        model, _loss_fn, _make_batch = _load(config)
+    except InvalidInputError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a user factory can fail in any way; report it as one line
+        raise InvalidInputError(
+            f"--model {config['model']!r}: the factory raised {type(error).__name__}: {error}"
+        ) from None
+    layers, num_stages = len(model), config["num_stages"]
+    if layers < num_stages:
+        raise InvalidInputError(
+            f"the model has {layers} layers, fewer than the {num_stages} stages of {config['schedule']}"
+        )
+    partition = config["partition"]
+    if isinstance(partition, list) and sum(partition) != layers:
+        raise InvalidInputError(
+            f"--partition {','.join(map(str, partition))} adds up to {sum(partition)}, "
+            f"but the model has {layers} layers"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the verb: spawn the ranks (or join torchrun's), then print rank 0's report."""
+    """Run the verb: check the arguments, spawn the ranks (or join torchrun's), then print rank 0's report.
+
+    Every user error (bad numbers, a partition that does not fit the model, a
+    model that fails to build, NCCL without GPUs) is raised here, in this
+    process, before any rank starts.
+    """
+    import os
+
     from ..runtime import default_backend, in_torchrun, init_from_env, spawn
 
+    timeout = positive_float("--timeout", args.timeout, unit="seconds")
     backend = args.backend or default_backend()
-    if in_torchrun():
+    torchrun = in_torchrun()
+    if torchrun:
+        world_size = positive_int("WORLD_SIZE", int(os.environ["WORLD_SIZE"]))
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    else:
+        world_size = local = positive_int("--nproc", args.nproc)
+    config = _config(args, world_size)
+    _check_backend(backend, local, explicit=args.backend is not None)
+    _check_model(config)
+    if torchrun:
         import torch.distributed as dist
 
-        rank, world_size = init_from_env(backend=backend, timeout=args.timeout)
+        rank, world_size = init_from_env(backend=backend, timeout=timeout)
         try:
-            report = execute_rank(rank, world_size, _config(args, world_size))
+            report = execute_rank(rank, world_size, config)
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
         if rank != 0:
             return 0
     else:
-        config = _config(args, args.nproc)
-        report = spawn(execute_rank, args.nproc, config, backend=backend, timeout=args.timeout)[0]
+        report = spawn(execute_rank, world_size, config, backend=backend, timeout=timeout)[0]
     _print(report, args)
     return 0 if report["gradient_check"]["ok"] else 1
 
@@ -170,6 +229,46 @@ def _costs_as_run(costs: Any, checkpoint: bool) -> Any:
     )
 
 
+def _gradient_check(gathered: list[tuple[int, dict[int, list[tuple[str, Any]]]]],
+                    reference: list[Any]) -> dict[str, Any]:
+    """Every runtime gradient against the single-process ``reference`` stages' ``.grad``.
+
+    ``gathered`` holds, per rank, ``(dp replica, {stage: [(parameter name, gradient or None)]})``.
+    A parameter with a gradient on one side only (the runtime never filled it, or
+    filled one the reference does not have) fails the check and is named in
+    ``problems``; no gradient on either side (a frozen parameter) is equal.
+    """
+    worst = 0.0
+    problems: list[str] = []
+    several = len({replica for replica, _grads in gathered}) > 1
+    for replica, grads in gathered:
+        for stage, named in grads.items():
+            want = dict(reference[stage].named_parameters())
+            where = f"stage {stage}" + (f" of replica {replica}" if several else "")
+            for name in sorted(set(want) - {n for n, _ in named}):
+                problems.append(f"{where}: parameter {name!r} missing from the runtime's stage")
+            for name, got in named:
+                param = want.get(name)
+                if param is None:
+                    problems.append(f"{where}: parameter {name!r} is not in the reference model")
+                    continue
+                if got is None and param.grad is None:
+                    continue  # frozen or unused on both sides
+                if got is None:
+                    problems.append(f"{where}: parameter {name!r} has no gradient from the runtime, "
+                                    "but one in the single-process step")
+                elif param.grad is None:
+                    problems.append(f"{where}: parameter {name!r} has a gradient from the runtime, "
+                                    "but none in the single-process step")
+                elif tuple(got.shape) != tuple(param.grad.shape):
+                    problems.append(f"{where}: parameter {name!r} has a gradient of shape {tuple(got.shape)}, "
+                                    f"expected {tuple(param.grad.shape)}")
+                else:
+                    worst = max(worst, float((got - param.grad).abs().max()))
+    return {"max_abs_diff": worst, "tolerance": _GRADIENT_TOLERANCE,
+            "ok": worst <= _GRADIENT_TOLERANCE and not problems, "problems": problems}
+
+
 def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str, Any] | None:
     """Everything one rank does for ``pipeplan run``; returns the report on rank 0, else ``None``."""
     import time
@@ -214,7 +313,8 @@ def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str
         if step >= config["warmup"]:
             results.append((wall, result))
     # The last step's gradients against one process on the whole (all replicas') batch.
-    local = {s: [p.grad.detach().cpu().clone() if p.grad is not None else None for p in stages[s].parameters()]
+    local = {s: [(name, p.grad.detach().cpu().clone() if p.grad is not None else None)
+                 for name, p in stages[s].named_parameters()]
              for s in runtime.local_stages}
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, (grid.dp_rank, local, results[-1][1].to_dict()))
@@ -226,13 +326,7 @@ def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str
     reference_loss = loss_fn(reference_model(full_inputs), full_targets)
     reference_loss.backward()
     reference = split_sequential(reference_model, layers)
-    worst = 0.0
-    for _replica, grads, _summary in gathered:
-        for stage, values in grads.items():
-            for got, param in zip(values, reference[stage].parameters()):
-                if got is None or param.grad is None:
-                    continue
-                worst = max(worst, float((got - param.grad).abs().max()))
+    check = _gradient_check([(replica, grads) for replica, grads, _summary in gathered], reference)
     ordered = sorted(results, key=lambda item: item[1].timeline.makespan)
     wall, chosen = ordered[len(ordered) // 2]
     predicted = simulate(schedule, _costs_as_run(costs, config["checkpoint"]))
@@ -247,9 +341,8 @@ def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str
         "step_time_ms": {"median": statistics.median(w for w, _ in results),
                          "all": [w for w, _ in results]},
         "loss": chosen.loss,
-        "gradient_check": {"max_abs_diff": worst, "tolerance": _GRADIENT_TOLERANCE,
-                           "ok": worst <= _GRADIENT_TOLERANCE,
-                           "loss": results[-1][1].loss, "reference_loss": float(reference_loss.detach())},
+        "gradient_check": {**check, "loss": results[-1][1].loss,
+                           "reference_loss": float(reference_loss.detach())},
         "prediction": {"predicted_makespan": predicted.makespan,
                        "measured_makespan": chosen.timeline.makespan, **comparison.to_dict()},
         "comparison_report": comparison.report(),
@@ -311,6 +404,7 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
         f"measured {prediction['measured_makespan']:.2f} ms, error "
         f"{100 * prediction['makespan_relative_error']:+.1f}%",
     ]
+    lines[2:2] = ["  " + problem for problem in check["problems"]]
     lines += ["  " + line for line in report["comparison_report"].splitlines()[1:]]
     if config["checkpoint"]:
         lines.append("activation checkpointing:")
