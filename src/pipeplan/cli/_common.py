@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-__all__ = ["float_list", "parse_bytes", "print_json", "make_console"]
+__all__ = ["float_list", "parse_bytes", "print_json", "make_console", "require_torch"]
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -65,3 +65,20 @@ def make_console() -> Console:
     if not console.is_terminal:
         console = Console(width=int(os.environ.get("COLUMNS", "200")))
     return console
+
+
+def require_torch(what: str) -> None:
+    """Raise a one-line :class:`InvalidInputError` when torch cannot be imported.
+
+    Planning and simulation need numpy only; ``what`` (e.g. ``"pipeplan run"``)
+    runs real modules and names itself in the message.
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        from ..errors import InvalidInputError
+
+        raise InvalidInputError(
+            f"{what} needs PyTorch, which is not installed: pip install 'pipeplan[torch]' "
+            "(any torch >= 2.2, CPU or CUDA build)"
+        ) from None

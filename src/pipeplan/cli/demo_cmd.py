@@ -21,7 +21,7 @@ from ..costs import StageCosts
 from ..partition import partition_layers
 from ..schedules import build_schedule
 from ..simulate import simulate
-from ._common import make_console
+from ._common import make_console, require_torch
 from ..timeline import IdleCause, Timeline
 
 __all__ = ["register", "lesson16_story", "DUMBBELL_FORWARD"]
@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(step_table(timeline), markup=False, highlight=False)
         return 0
     if args.story == "seed003":
+        require_torch("pipeplan demo --story seed003")
         from ..runtime.seed import run_demo
 
         console.print(run_demo(num_stages=4, num_microbatches=args.microbatches), markup=False, highlight=False)

@@ -22,7 +22,7 @@ from typing import Any
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
 from ..schedules import SCHEDULES
-from ._common import make_console, print_json
+from ._common import make_console, print_json, require_torch
 
 __all__ = ["register", "run", "execute_rank"]
 
@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     """
     import os
 
+    require_torch("pipeplan run")
     from ..runtime import default_backend, in_torchrun, init_from_env, spawn
 
     timeout = positive_float("--timeout", args.timeout, unit="seconds")
