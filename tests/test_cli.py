@@ -72,7 +72,8 @@ def test_simulate_writes_plot_and_trace(capsys, tmp_path):
         (["--forward", "30,10", "--schedule", "2f2b"], "--schedule must be one of"),
         (["--forward", "30,10", "--comm-latency", "-1"], "latency must be a finite number >= 0"),
         (["--forward", "30,10", "--comm-latency", "inf"], "latency must be a finite number >= 0"),
-        (["--forward", "1e308,1e308"], "makespan overflows to infinity"),
+        (["--forward", "1e308,1e308", "--backward", "1e308,1e308"], "makespan overflows to infinity"),
+        (["--forward", "1e308,1e308"], "the default backward .* overflows"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(capsys, argv, message):

@@ -88,6 +88,9 @@ def test_memory_infeasible_is_one_line_exit_2(capsys):
         (["partition", "/nonexistent.csv", "--stages", "2"], "does not exist"),
         (["partition", "--layers", "8", "--layer-cost", "1", "--stages", "2", "--schedule", "nope"],
          "schedule must be one of"),
+        (["partition", "--layers", "4", "--layer-cost", "2", "--layer-params", "1e300", "--bytes-per-param", "1e10",
+          "--stages", "2"], "layer bytes add up past the largest float"),
+        (["partition", "--layers", "4", "--layer-cost", "1e307", "--stages", "2"], "makespan overflows"),
     ],
 )
 def test_bad_input_exits_2(capsys, argv, match):

@@ -177,6 +177,13 @@ def test_gradient_check_fails_when_the_runtime_left_a_gradient_unfilled() -> Non
     spurious = _gradient_check([(0, extra)], reference)
     assert not spurious["ok"] and "'1.bias' has a gradient from the runtime, but none" in spurious["problems"][0]
 
+    poisoned = _runtime_grads(reference)
+    poisoned[1] = [(name, torch.full_like(grad, float("nan")) if grad is not None else None)
+                   for name, grad in poisoned[1]]
+    nan = _gradient_check([(0, poisoned)], reference)
+    assert not nan["ok"] and nan["max_abs_diff"] == float("inf")
+    assert "non-finite gradient difference" in nan["problems"][0]
+
 
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,

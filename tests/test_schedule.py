@@ -160,3 +160,18 @@ def test_megatron_one_f_one_b_order():
     assert labels[:6] == ["F0", "F1", "F2", "B0", "F3", "B1"]
     assert labels[-2:] == ["B6", "B7"]
     assert [a.label for a in schedule.orders[3][:4]] == ["F0", "B0", "F1", "B1"]
+
+
+def test_schedule_options_sees_keyword_and_positional_options():
+    from pipeplan.schedules import SCHEDULES, register_schedule, schedule_options
+
+    def mine(num_stages, num_microbatches, costs=None, backward="full", *, window=2):
+        return build_schedule("1f1b", num_stages=num_stages, num_microbatches=num_microbatches, backward=backward)
+
+    register_schedule("mine", mine)
+    try:
+        assert schedule_options("mine") == {"costs", "backward", "window"}
+        assert schedule_options("interleaved") >= {"virtual_stages", "backward"}
+        assert "costs" in schedule_options("adaptive") and "costs" not in schedule_options("1f1b")
+    finally:
+        del SCHEDULES["mine"]

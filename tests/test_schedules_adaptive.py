@@ -118,6 +118,7 @@ def test_blocking_sends_keep_the_full_backward_floor():
     one_f_one_b = simulate(build_schedule("1f1b", num_stages=4, num_microbatches=8), costs, comm)
     schedule = adaptive(4, 8, costs=costs, comm=comm)
     assert simulate(schedule, costs, comm).makespan <= one_f_one_b.makespan + _SLACK
+    assert schedule.backward == "full"  # here no split order beats the full-backward floor
 
 
 def test_any_placement_works():

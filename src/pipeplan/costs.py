@@ -38,7 +38,12 @@ def forward_backward_weight(
     """
     fwd = finite_floats("forward", forward)
     count = len(fwd)
-    bwd = tuple(2.0 * f for f in fwd) if backward is None else finite_floats("backward", backward, length=count)
+    if backward is None:
+        bwd = tuple(2.0 * f for f in fwd)
+        if not all(math.isfinite(b) for b in bwd):
+            raise InvalidInputError("forward times are too large: the default backward (2 × forward) overflows")
+    else:
+        bwd = finite_floats("backward", backward, length=count)
     if weight is None:
         return fwd, bwd, tuple(b / 2.0 for b in bwd)
     wgt = finite_floats("weight", weight, length=count, allow_zero=True)

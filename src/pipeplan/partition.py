@@ -602,6 +602,13 @@ def partition_layers(
         )
     simulate_step = num_microbatches is not None or objective == "step_time"
     micro = stages if num_microbatches is None else positive_int("num_microbatches", num_microbatches)
+    with np.errstate(over="ignore"):
+        totals = {"layer times": times.sum() + extra_time.max(),
+                  "layer bytes": (params * per_param).sum() + activations.sum() * micro
+                  + extra_bytes.max()}
+    for what, total in totals.items():
+        if not np.isfinite(total):
+            raise InvalidInputError(f"the {what} add up past the largest float; rescale them (e.g. seconds, GB)")
     options = dict(schedule_options or {})
     inflight, placement = _inflight_and_placement(schedule, stages, micro, **options)
 

@@ -184,7 +184,7 @@ def simulate(
         actions = [action for order in schedule.orders for action in order]
         by_id = {aid: actions[index] for aid, index in flat_index.items()}
         raise DeadlockError(_describe_deadlock(schedule, stuck, pointer, pending_send, sends, by_id))
-    if not math.isfinite(max(free_after, default=0.0)):
+    if not math.isfinite(max(free_after, default=0.0) * num_ranks):  # busy sums stay finite too
         raise InvalidInputError(
             "the step's makespan overflows to infinity; costs or communication times are too large "
             "to add up in floating point (rescale them, e.g. to seconds)"

@@ -16,7 +16,9 @@ single-process full-batch step (max abs difference), and the prediction error of
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
+import sys
 from typing import Any
 
 from .._validation import positive_float, positive_int
@@ -170,10 +172,18 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
-        if rank != 0:
-            return 0
-    else:
-        report = spawn(execute_rank, world_size, config, backend=backend, timeout=timeout)[0]
+        status = 0
+        if rank == 0:
+            _print(report, args)
+            status = 0 if report["gradient_check"]["ok"] else 1
+        # Like spawn's workers, leave without running C++ static destructors: a torch
+        # thread still joinable at interpreter exit aborts the process now and then
+        # ("terminate called without an active exception"), which torchrun reports as
+        # a failed rank.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    report = spawn(execute_rank, world_size, config, backend=backend, timeout=timeout)[0]
     _print(report, args)
     return 0 if report["gradient_check"]["ok"] else 1
 
@@ -265,7 +275,12 @@ def _gradient_check(gathered: list[tuple[int, dict[int, list[tuple[str, Any]]]]]
                     problems.append(f"{where}: parameter {name!r} has a gradient of shape {tuple(got.shape)}, "
                                     f"expected {tuple(param.grad.shape)}")
                 else:
-                    worst = max(worst, float((got - param.grad).abs().max()))
+                    difference = float((got - param.grad).abs().max())
+                    if not math.isfinite(difference):  # max() would drop a NaN silently
+                        problems.append(f"{where}: parameter {name!r} has a non-finite gradient difference "
+                                        f"({difference})")
+                        difference = math.inf
+                    worst = max(worst, difference)
     return {"max_abs_diff": worst, "tolerance": _GRADIENT_TOLERANCE,
             "ok": worst <= _GRADIENT_TOLERANCE and not problems, "problems": problems}
 

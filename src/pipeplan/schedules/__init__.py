@@ -39,7 +39,12 @@ SCHEDULES: dict[str, ScheduleFactory] = {
 
 
 def register_schedule(name: str, factory: ScheduleFactory) -> None:
-    """Make ``factory`` available to :func:`build_schedule` and the CLI as ``name``."""
+    """Make ``factory`` available to :func:`build_schedule` and the CLI as ``name``.
+
+    ``factory(num_stages, num_microbatches, **options)`` returns a Schedule; the CLI
+    passes it the options it names (``backward``, ``costs``, ``comm``,
+    ``virtual_stages``, ``memory_limit``) and no others.
+    """
     SCHEDULES[name] = factory
 
 
@@ -52,8 +57,9 @@ def schedule_options(name: str) -> frozenset[str]:
     factory = SCHEDULES.get(name)
     if factory is None:
         raise InvalidInputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {name!r}")
-    parameters = inspect.signature(factory).parameters.values()
-    return frozenset(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    parameters = list(inspect.signature(factory).parameters.values())[2:]  # after (num_stages, num_microbatches)
+    named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return frozenset(p.name for p in parameters if p.kind in named)
 
 
 def build_schedule(name: str, *, num_stages: int, num_microbatches: int, **options: Any) -> Schedule:
