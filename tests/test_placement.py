@@ -122,8 +122,6 @@ def test_bad_input():
 
 
 def test_the_adaptive_schedule_runs_the_placement():
-    if "adaptive" not in pipeplan.SCHEDULES:
-        pytest.skip("the adaptive schedule is not registered yet")
     profile = LayerProfile.from_costs([40.0] + [2.0] * 30)
     plan = place_chunks(profile, 4, 2)
     costs = profile.stage_costs(plan.layers_per_stage)

@@ -74,7 +74,6 @@ def test_message_plans_match_on_both_ends(name: str, num_stages: int, options: d
     _check_plan(pipeplan.build_schedule(name, num_stages=num_stages, num_microbatches=5, **options))
 
 
-@pytest.mark.skipif("adaptive" not in pipeplan.SCHEDULES, reason="adaptive not built")
 @settings(max_examples=20, deadline=None)
 @given(st.lists(st.floats(0.5, 5), min_size=2, max_size=4), st.integers(1, 6), st.booleans())
 def test_message_plans_for_adaptive_orders(forward: list[float], microbatches: int, split: bool) -> None:
