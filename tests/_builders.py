@@ -23,10 +23,11 @@ def chunked_gpipe(placement: list[int], num_microbatches: int, backward: str = "
         if backward != "none":
             for stage in reversed(stages):
                 for mb in range(num_microbatches):
-                    orders[rank].append(Action("B", stage, mb))
                     if backward == "split":
-                        orders[rank].append(Action("W", stage, mb))
-    return Schedule(orders, placement, num_microbatches, backward=backward, name="chunked-gpipe")
+                        orders[rank] += [Action("I", stage, mb), Action("W", stage, mb)]
+                    else:
+                        orders[rank].append(Action("B", stage, mb))
+    return Schedule(orders, placement, num_microbatches, name="chunked-gpipe")
 
 
 @st.composite

@@ -52,7 +52,7 @@ def test_run_json_reports_gradient_check_and_prediction(capsys: pytest.CaptureFi
     assert prediction["predicted_makespan"] > 0 and prediction["measured_makespan"] > 0
     assert prediction["measured_makespan"] == pytest.approx(report["measured"]["makespan"])
     assert report["measured"]["source"] == "measured"
-    assert {a["kind"] for a in report["measured"]["actions"]} == {"F", "B", "W"}
+    assert {a["kind"] for a in report["measured"]["actions"]} == {"F", "I", "W"}
     assert len(report["config"]["layers_per_stage"]) == 2 and sum(report["config"]["layers_per_stage"]) == 4
 
 

@@ -44,10 +44,11 @@ def _one_rank_schedule(backward: str) -> Schedule:
     for mb in range(4):
         order += [Action("F", 0, mb), Action("F", 1, mb)]
     for mb in range(4):
-        order += [Action("B", 1, mb), Action("B", 0, mb)]
         if backward == "split":
-            order += [Action("W", 1, mb), Action("W", 0, mb)]
-    return Schedule([order], [0, 0], 4, backward=backward, name=f"one-rank-{backward}")
+            order += [Action("I", 1, mb), Action("I", 0, mb), Action("W", 1, mb), Action("W", 0, mb)]
+        else:
+            order += [Action("B", 1, mb), Action("B", 0, mb)]
+    return Schedule([order], [0, 0], 4, name=f"one-rank-{backward}")
 
 
 def _worker(rank: int, world_size: int) -> list[tuple[str, float, dict[int, list[Any]]]]:

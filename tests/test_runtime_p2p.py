@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 import pipeplan  # noqa: E402
 from pipeplan import Action, StageCosts  # noqa: E402
-from pipeplan.runtime.p2p import Message, MessagePlan, decode_header, encode_header, resize  # noqa: E402
+from pipeplan.runtime.p2p import MessagePlan, Packet, decode_header, encode_header, resize  # noqa: E402
 from pipeplan.runtime.recorder import assemble_timeline  # noqa: E402
 
 SHAPES = [
@@ -85,9 +85,9 @@ def test_message_plans_for_adaptive_orders(forward: list[float], microbatches: i
 def test_one_f_one_b_link_sequence() -> None:
     # 1F1B, 2 stages, 2 microbatches: rank 0 runs F0 F1 B0 B1, rank 1 runs F0 B0 F1 B1
     plan = MessagePlan(pipeplan.build_schedule("1f1b", num_stages=2, num_microbatches=2), 1)
-    assert plan.incoming[0] == [Message("hdr", 0, 0), Message("act", 0, 0), Message("act", 0, 1)]
-    assert plan.outgoing[0] == [Message("grad", 1, 0), Message("grad", 1, 1)]
-    assert plan.needs[Action("F", 1, 1)] == (0, Message("act", 0, 1))
+    assert plan.incoming[0] == [Packet("hdr", 0, 0), Packet("act", 0, 0), Packet("act", 0, 1)]
+    assert plan.outgoing[0] == [Packet("grad", 1, 0), Packet("grad", 1, 1)]
+    assert plan.needs[Action("F", 1, 1)] == (0, Packet("act", 0, 1))
 
 
 def test_header_round_trip_and_resize() -> None:

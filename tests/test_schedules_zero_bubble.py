@@ -35,17 +35,18 @@ def _paper_bubble(timeline, microbatches, forward, input_grad, weight) -> float:
 
 
 def test_zb_h1_steady_triples_follow_the_paper():
-    # Steady phase of ZB-H1 on stage i: (F x, B x − (P − 1 − i), W x − (P − 1)).
-    # P = 4, m = 8, stage 1: warm-up F0 F1, then F2 B0 (one F B pair), then F3 B1 W0.
+    # Steady phase of ZB-H1 on stage i: (F x, I x − (P − 1 − i), W x − (P − 1)); the paper's
+    # "B" is the input-gradient backward I. P = 4, m = 8, stage 1: warm-up F0 F1, then F2 I0
+    # (one F I pair), then F3 I1 W0.
     order = zb_h1(4, 8).orders[1]
     labels = [a.label for a in order[:10]]
-    assert labels == ["F0", "F1", "F2", "B0", "F3", "B1", "W0", "F4", "B2", "W1"]
+    assert labels == ["F0", "F1", "F2", "I0", "F3", "I1", "W0", "F4", "I2", "W1"]
 
 
 def test_zb_h2_warmup_is_twice_as_long():
-    # ZB-H2 on stage i: 2(P − 1 − i) forwards before the first B. P = 4, stage 0: 6 + 1.
+    # ZB-H2 on stage i: 2(P − 1 − i) forwards before the first I. P = 4, stage 0: 6 + 1.
     order = zb_h2(4, 8).orders[0]
-    assert [a.label for a in order[:9]] == ["F0", "F1", "F2", "F3", "F4", "F5", "F6", "B0", "W0"]
+    assert [a.label for a in order[:9]] == ["F0", "F1", "F2", "F3", "F4", "F5", "F6", "I0", "W0"]
 
 
 @settings(max_examples=60, deadline=None)
@@ -113,10 +114,10 @@ def test_zb_v_placement_is_a_v():
 
 def test_zb_v_first_rank_warms_up_then_runs_the_loss_stage():
     # Rank 0 holds stages 0 and 2P − 1 (the loss): 2P − 1 chunk-0 forwards, then
-    # F B W triples on chunk 1 (no F-F pairs on rank 0).
+    # F I W triples on chunk 1 (no F-F pairs on rank 0).
     order = zb_v(8, 8).orders[0]
     assert list(order[:10]) == [Action("F", 0, mb) for mb in range(7)] + [
-        Action("F", 7, 0), Action("B", 7, 0), Action("W", 7, 0)
+        Action("F", 7, 0), Action("I", 7, 0), Action("W", 7, 0)
     ]
 
 

@@ -86,7 +86,7 @@ def test_makespan_respects_lower_bound_and_dependencies(name, backward, stages, 
             if schedule.placement[dep.stage] != record.rank:
                 gap = message[min(dep.stage, record.action.stage)]
             assert record.start >= timeline.end_of(dep) + gap - 1e-9, (record, dep)
-        expected = costs.duration(*record.action, split_backward=schedule.split_backward)
+        expected = costs.duration(*record.action)
         assert math.isclose(record.end - record.start, expected, rel_tol=1e-9)
 
 

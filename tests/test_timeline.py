@@ -11,8 +11,8 @@ from pipeplan import Action, IdleCause, InvalidInputError, Schedule, StageCosts,
 
 
 def test_split_backward_keeps_the_weight_stash_until_w():
-    # One stage, one microbatch: F [0,1], B [1,2], W [2,3]. Activation 10 bytes, 4 kept for W.
-    schedule = Schedule([[Action("F", 0, 0), Action("B", 0, 0), Action("W", 0, 0)]], [0], 1, backward="split")
+    # One stage, one microbatch: F [0,1], I [1,2], W [2,3]. Activation 10 bytes, 4 kept for W.
+    schedule = Schedule([[Action("F", 0, 0), Action("I", 0, 0), Action("W", 0, 0)]], [0], 1)
     costs = StageCosts([1.0], [2.0], [1.0], activation_bytes=[10.0], weight_stash_bytes=[4.0])
     timeline = simulate(schedule, costs)
     trace = timeline.memory(0)

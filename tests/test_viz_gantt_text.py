@@ -83,7 +83,7 @@ def test_chunks_use_upper_and_lower_case_and_legend_names_stages() -> None:
     chart = text_gantt(timeline, width=200)
     rank0 = cells_of(chart.splitlines()[0])
     # Rank 0 holds stages 0 (upper case) and 3 (lower case).
-    assert "F0" in rank0 and "f0" in rank0 and "b1" in rank0 and "w1" in rank0 and "B1" in rank0
+    assert "F0" in rank0 and "f0" in rank0 and "i1" in rank0 and "w1" in rank0 and "I1" in rank0
     assert "rank 0: stage 0 upper case; stage 3 lower case" in chart
     assert "rank 1: stage 1 upper case; stage 2 lower case" in chart
 
@@ -130,7 +130,7 @@ def test_rank_lines_have_equal_width_and_valid_cells(timeline: Timeline, width: 
     chart = text_gantt(timeline, width=width)
     lines = rank_lines(chart, timeline.num_ranks)
     assert len({len(line) for line in lines}) == 1
-    allowed = set(IDLE_CHARS.values()) | set("FBWfbw0123456789 ")
+    allowed = set(IDLE_CHARS.values()) | set("FBIWfbiw0123456789 ")
     scale = width / timeline.makespan
     for rank, line in enumerate(lines):
         assert line.startswith(f"rank {rank}")

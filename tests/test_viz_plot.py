@@ -27,8 +27,8 @@ def v_schedule(num_microbatches: int) -> Schedule:
             orders[rank] += [Action("F", stage, mb) for mb in range(num_microbatches)]
         for stage in reversed(stages):
             for mb in range(num_microbatches):
-                orders[rank] += [Action("B", stage, mb), Action("W", stage, mb)]
-    return Schedule(orders, placement, num_microbatches, backward="split", name="v")
+                orders[rank] += [Action("I", stage, mb), Action("W", stage, mb)]
+    return Schedule(orders, placement, num_microbatches, name="v")
 
 
 def one_f_one_b() -> Timeline:
@@ -92,7 +92,7 @@ def test_chunks_split_backward_and_byte_axis() -> None:
     green = tuple(int(KIND_COLORS["W"][i : i + 2], 16) / 255 for i in (1, 3, 5))
     assert colors["_rank0:W:0"] == pytest.approx(green)
     legend = [text.get_text() for text in gantt.get_legend().get_texts()]
-    assert legend[:3] == ["forward", "backward", "weight grad"] and "a rank's 2nd, 4th, ... chunk" in legend
+    assert legend[:3] == ["forward", "input grad", "weight grad"] and "a rank's 2nd, 4th, ... chunk" in legend
     # Peak 6 microbatches x 1 MiB on rank 0: the axis is in MiB.
     assert memory.get_ylabel() == "in-flight\nactivations (MiB)"
     np.testing.assert_allclose(memory.lines[0].get_ydata()[:-1], timeline.memory(0).bytes / 2**20)

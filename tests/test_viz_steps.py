@@ -13,7 +13,7 @@ import pipeplan
 from pipeplan import CommModel, InvalidInputError, StageCosts, Timeline
 from pipeplan.viz import step_table
 
-_ENTRY = re.compile(r"S(\d+): ([FBW])(\d+)\((\d+)\)")
+_ENTRY = re.compile(r"S(\d+): ([FBIW])(\d+)\((\d+)\)")
 _LINE = re.compile(r"T=(\d+): (.*)")
 
 

@@ -23,7 +23,7 @@ from .errors import (
     RuntimeFailure,
 )
 from .partition import partition_layers
-from .schedule import Action, Schedule
+from .schedule import Action, Kind, Message, Payload, Schedule
 from .schedules import SCHEDULES, build_schedule
 from .simulate import simulate
 from .timeline import IdleCause, Timeline
@@ -39,6 +39,9 @@ __all__ = [
     "InfeasiblePlanError",
     "InvalidInputError",
     "InvalidScheduleError",
+    "Kind",
+    "Message",
+    "Payload",
     "PipeplanError",
     "RuntimeFailure",
     "SCHEDULES",

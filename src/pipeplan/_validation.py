@@ -42,7 +42,7 @@ def finite_floats(
     if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
         raise InvalidInputError(f"{field} must be a list of numbers, got {values!r}")
     out: list[float] = []
-    for index, raw in enumerate(values):  # type: ignore[union-attr]
+    for index, raw in enumerate(values):
         try:
             number = float(raw)
         except (TypeError, ValueError):

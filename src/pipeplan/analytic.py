@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from ._validation import finite_floats, positive_int
 from .costs import CommModel, StageCosts
 from .errors import InvalidInputError
-from .schedule import Schedule
+from .schedule import Kind, Payload, Schedule
 
 __all__ = [
     "uniform_bubble",
@@ -101,26 +101,28 @@ def makespan_lower_bound(schedule: Schedule, costs: StageCosts, comm: CommModel 
     """A bound no order of ``schedule``'s actions can beat.
 
     ``max(busiest rank's total work, longest single-microbatch critical path)``;
-    the critical path runs every ``F`` down, every ``B`` back up (then ``W`` of
-    stage 0 when split), paying communication across ranks.
+    the critical path runs every ``F`` down, every ``B`` (or ``I``) back up (then
+    ``W`` of stage 0 when split), paying for each of the microbatch's messages.
     """
     comm = comm or CommModel()
     stages = schedule.num_stages
     costs.check_shape(stages, schedule.num_microbatches)
-    split = schedule.split_backward
     work = [0.0] * schedule.num_ranks
     for rank, order in enumerate(schedule.orders):
-        work[rank] = sum(costs.duration(k, s, mb, split_backward=split) for k, s, mb in order)
+        work[rank] = sum(costs.duration(k, s, mb) for k, s, mb in order)
     boundary = comm.boundary_times(stages)
-    crossings = sum(
-        boundary[s] for s in range(stages - 1) if schedule.placement[s] != schedule.placement[s + 1]
-    )
+    # Every microbatch crosses the same boundaries (the placement's); read them off microbatch 0.
+    crossed = {payload: sorted(m.boundary for m in schedule.messages() if m.producer.microbatch == 0
+                               and m.payload is payload) for payload in Payload}
+    down = sum(boundary[b] for b in crossed[Payload.ACTIVATION])
+    up = sum(boundary[b] for b in crossed[Payload.GRADIENT])
+    gradient = schedule.gradient_kind
     path = 0.0
     for mb in range(schedule.num_microbatches):
-        length = sum(costs.duration("F", s, mb, split_backward=split) for s in range(stages)) + crossings
-        if not schedule.forward_only:
-            length += sum(costs.duration("B", s, mb, split_backward=split) for s in range(stages)) + crossings
-            if split:
-                length += costs.duration("W", 0, mb, split_backward=True)
+        length = sum(costs.duration(Kind.F, s, mb) for s in range(stages)) + down
+        if gradient is not None:
+            length += sum(costs.duration(gradient, s, mb) for s in range(stages)) + up
+            if schedule.split_backward:
+                length += costs.duration(Kind.W, 0, mb)
         path = max(path, length)
     return max(max(work), path)

@@ -8,9 +8,9 @@ the cost of one microbatch on one stage. Bytes are bytes::
     comm = CommModel(latency=0.5, send_mode="rendezvous")
 
 Backward convention: ``backward[s]`` is always the *full* backward time of stage
-``s``. ``weight[s]`` is the part of it spent on weight gradients. A schedule that
-splits the backward runs ``B`` = ``backward - weight`` (input gradient) and
-``W`` = ``weight``; any other schedule runs ``B`` = ``backward``.
+``s`` (a ``B`` action). ``weight[s]`` is the part of it spent on weight gradients.
+A split backward runs ``I`` = ``backward - weight`` (input gradient) and
+``W`` = ``weight``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ._validation import finite_floats, non_negative_float, positive_float
 from .errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from .schedule import Kind
 
 __all__ = ["StageCosts", "CommModel", "SendMode", "forward_backward_weight"]
 
@@ -66,12 +69,12 @@ class StageCosts:
             Defaults to twice the forward, the usual rule for transformer layers.
         weight: weight-gradient part of ``backward`` per stage, ``0 <= weight < backward``.
             Defaults to half the backward (the zero-bubble paper's F = B = W assumption).
-            Only split-backward schedules look at it.
+            Only split-backward schedules (``I``, ``W``) look at it.
         activation_bytes: bytes of activations one microbatch leaves on the stage
-            from the end of its ``F`` to the end of its ``B``. Defaults to 1 per
+            from the end of its ``F`` to the end of its ``B`` (or ``I``). Defaults to 1 per
             stage, so byte counts equal in-flight microbatch counts.
         weight_stash_bytes: of ``activation_bytes``, the part a split backward keeps
-            after ``B`` until ``W`` (the inputs of the weight-gradient GEMMs).
+            after ``I`` until ``W`` (the inputs of the weight-gradient GEMMs).
             Defaults to all of ``activation_bytes`` (a conservative bound).
         microbatch_scale: optional per-microbatch multiplier of every cost, e.g.
             ``[1, 1, 1, 0.5]`` for a smaller last microbatch. Length ``m``.
@@ -136,16 +139,19 @@ class StageCosts:
         """Number of stages the costs describe."""
         return len(self.forward)
 
-    def duration(self, kind: str, stage: int, microbatch: int, *, split_backward: bool) -> float:
-        """Time of one action (see the module doc for the backward convention)."""
+    def duration(self, kind: Kind | str, stage: int, microbatch: int) -> float:
+        """Time of one action: ``F`` forward, ``B`` the full backward, ``I`` its
+        input-gradient part (``backward - weight``), ``W`` its weight part (``weight``)."""
         if kind == "F":
             base = self.forward[stage]
+        elif kind == "B":
+            base = self.backward[stage]
+        elif kind == "I":
+            base = self.backward[stage] - self.weight[stage]
         elif kind == "W":
             base = self.weight[stage]
-        elif split_backward:
-            base = self.backward[stage] - self.weight[stage]
         else:
-            base = self.backward[stage]
+            raise InvalidInputError(f"kind must be one of F, B, I, W, got {kind!r}")
         if self.microbatch_scale is not None:
             base *= self.microbatch_scale[microbatch]
         return base

@@ -72,7 +72,7 @@ def _plan_shape(plan: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def _detect(plan: Any, embedding_layer: bool | None, loss_layer: bool | None) -> tuple[bool, bool]:
-    names = getattr(getattr(plan, "profile", None), "names", ()) or ()
+    names: Sequence[str] = getattr(getattr(plan, "profile", None), "names", ()) or ()
     if embedding_layer is None:
         embedding_layer = bool(names) and names[0] in ("embedding", "embed", "tok_embeddings")
     if loss_layer is None:
@@ -238,8 +238,7 @@ def torch_actions(schedule: Schedule) -> list[list[str]]:
     for order in schedule.orders:
         row = []
         for kind, stage, mb in order:
-            code = "I" if kind == "B" and schedule.split_backward else kind
-            row.append(f"{stage}{code}{mb}")
+            row.append(f"{stage}{kind.value}{mb}")  # pipeplan's kinds are torch's: F, B (full), I, W
         rows.append(row)
     return rows
 

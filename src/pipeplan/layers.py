@@ -241,7 +241,7 @@ class LayerProfile:
         if isinstance(records, (str, bytes)) or not isinstance(records, Sequence) or not records:
             raise InvalidInputError(f"layers must be a non-empty list of objects, got {records!r}")
         columns: dict[str, list[Any]] = {key: [] for key in _FIELDS}
-        present = set()
+        present: set[str] = set()
         for index, record in enumerate(records):
             if not isinstance(record, Mapping):
                 raise InvalidInputError(f"layers[{index}] must be an object, got {record!r}")

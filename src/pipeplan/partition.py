@@ -580,11 +580,12 @@ def partition_layers(
     }
     given = {key: non_negative_float(key, value) for key, value in extras.items() if value is not None}
     if isinstance(layer_costs, LayerProfile):
-        profile: LayerProfile | None = layer_costs.with_extras(**given) if given else layer_costs
-        times = profile.total
-        params = np.asarray(profile.params)
-        activations = np.asarray(profile.activation_bytes)
-        extra_time, extra_bytes = profile.stage_extras(stages)
+        given_profile = layer_costs.with_extras(**given) if given else layer_costs
+        profile: LayerProfile | None = given_profile
+        times = given_profile.total
+        params = np.asarray(given_profile.params)
+        activations = np.asarray(given_profile.activation_bytes)
+        extra_time, extra_bytes = given_profile.stage_extras(stages)
     else:
         times = np.asarray(finite_floats("layer_costs", layer_costs, allow_zero=True))
         params = activations = np.zeros(len(times))

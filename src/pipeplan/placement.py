@@ -101,7 +101,7 @@ def fixed_pattern(pattern: Pattern, num_ranks: int, chunks_per_rank: int) -> tup
     if pattern == "interleaved":
         return tuple(s % num_ranks for s in range(num_ranks * chunks_per_rank))
     if pattern == "v":
-        out = []
+        out: list[int] = []
         for chunk in range(chunks_per_rank):
             ranks = range(num_ranks) if chunk % 2 == 0 else range(num_ranks - 1, -1, -1)
             out.extend(ranks)
@@ -252,7 +252,7 @@ def _isolating_bounds(times: np.ndarray, num_chunks: int, extra: np.ndarray) -> 
     """Heavy layers (above the per-chunk average) alone; the rest cut evenly by time."""
     num_layers = len(times)
     average = (times.sum() + extra.sum()) / num_chunks
-    cuts = set()
+    cuts: set[int] = set()
     for index in np.flatnonzero(times > average):
         cuts.update((int(index), int(index) + 1))
     cuts.discard(0)
@@ -270,7 +270,7 @@ def _isolating_bounds(times: np.ndarray, num_chunks: int, extra: np.ndarray) -> 
     return [0, *ordered, num_layers]
 
 
-def _improve(bounds: list[int], evaluate):  # type: ignore[no-untyped-def]
+def _improve(bounds: list[int], evaluate):
     """Move each boundary to its best position between its neighbours until nothing helps."""
     key, owner, loads = evaluate(bounds)
     improved = True

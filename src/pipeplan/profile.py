@@ -11,10 +11,10 @@ timed), in **milliseconds**, for one microbatch (``sample_inputs``). Each module
 is measured in isolation on the output of the modules before it:
 
 * ``forward``: the module's forward pass.
-* ``backward_input`` (``B``): ``torch.autograd.grad`` of the output with respect
+* ``backward_input`` (``I``): ``torch.autograd.grad`` of the output with respect
   to the module's input only, the input-gradient half of a split backward.
   The first module's input (the data) needs no gradient, as in a real run, so
-  its ``B`` is 0; every later module's input does.
+  its ``I`` is 0; every later module's input does.
 * ``backward_weight`` (``W``): the full backward (input and every parameter)
   minus ``backward_input``, floored at 0; the weight-gradient part of the
   backward in the convention of :class:`~pipeplan.costs.StageCosts`.
@@ -57,7 +57,7 @@ class ModuleCost:
 
     Attributes:
         forward: forward time.
-        backward_input: input-gradient time (``B`` of a split backward).
+        backward_input: input-gradient time (``I`` of a split backward).
         backward_weight: weight-gradient time (``W``); ``backward_input +
             backward_weight`` is the full backward.
         activation_bytes: bytes saved for the backward (parameters excluded).
@@ -175,11 +175,11 @@ def measure_module(
     forward_ms: list[float] = []
     input_ms: list[float] = []
     full_ms: list[float] = []
-    output = None
+    output: torch.Tensor | None = None
     for run in range(warmup + repeats):
         leaf = fresh_input()
-        elapsed, output = _timed(lambda: module(leaf), device, timer)
-        output = _check_output(output, name)
+        elapsed, produced = _timed(lambda: module(leaf), device, timer)
+        output = result = _check_output(produced, name)
         needs_grad = output.requires_grad
         grad_output = torch.ones_like(output) if needs_grad else None
         full = 0.0
@@ -187,7 +187,7 @@ def measure_module(
         if needs_grad:
             targets = ([leaf] if differentiable else []) + params
             full, _ = _timed(
-                lambda: torch.autograd.grad(output, targets, grad_output, allow_unused=True), device, timer
+                lambda: torch.autograd.grad(result, targets, grad_output, allow_unused=True), device, timer
             )
             if differentiable:
                 again = module(leaf)

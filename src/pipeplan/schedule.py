@@ -7,69 +7,206 @@ executes, and the ``placement`` that maps each stage to the rank holding it::
 
     from pipeplan.schedule import Action, Schedule
     s = Schedule(orders=[[Action("F", 0, 0), Action("B", 0, 0)]], placement=[0], num_microbatches=1)
-    s.validate()
+    s.validate().messages()          # () : one rank sends nothing
 
-Semantics (shared by the simulator and the runtime):
+Action kinds (:class:`Kind`, named as in ``torch.distributed.pipelining``):
 
-* ``F(s, mb)`` is the forward of stage ``s`` on microbatch ``mb``. It needs
-  ``F(s-1, mb)``.
-* ``B(s, mb)`` is the backward. It needs ``F(s, mb)`` and, unless ``s`` is the
-  last stage, ``B(s+1, mb)``. When the schedule splits the backward
-  (``backward="split"``), ``B`` computes only the input gradient and ``W(s, mb)``
-  the weight gradient; ``W(s, mb)`` needs ``B(s, mb)``.
-* An edge between stages on different ranks is a message (an activation going
-  down, a gradient coming up) and pays communication time in the simulator.
+* ``F(s, mb)``: the forward of stage ``s`` on microbatch ``mb``. Needs ``F(s-1, mb)``.
+* ``B(s, mb)``: the *full* backward (input and weight gradients). Needs
+  ``F(s, mb)`` and, unless ``s`` is the last stage, ``B(s+1, mb)``.
+* ``I(s, mb)``: the input-gradient part of a split backward (zero-bubble's "B").
+  Needs ``F(s, mb)`` and, unless ``s`` is the last stage, ``I(s+1, mb)``.
+* ``W(s, mb)``: the weight-gradient part of a split backward. Needs ``I(s, mb)``.
+
+A schedule runs either full backwards (``F``, ``B``), split backwards (``F``,
+``I``, ``W``) or none (``F`` only); :attr:`Schedule.backward` says which, read
+from the kinds. The rules live in one table (:data:`DEPENDENCIES`), keyed by kind.
+
+An edge between stages on different ranks is a :class:`Message` (an activation
+going down, a gradient coming up); :meth:`Schedule.messages` lists them all and is
+the one place that decides which edges cross ranks. The simulator charges them
+communication time, the runtime sends them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from enum import Enum
+from typing import Any, Literal, NamedTuple
 
 from ._validation import positive_int
 from .errors import DeadlockError, InvalidInputError, InvalidScheduleError
 
-__all__ = ["Action", "Schedule", "BackwardMode", "KINDS"]
+__all__ = [
+    "Action",
+    "Kind",
+    "Message",
+    "Payload",
+    "Schedule",
+    "BackwardMode",
+    "DEPENDENCIES",
+    "KINDS",
+    "kinds_for",
+    "consumers_of",
+    "message_for",
+]
 
 BackwardMode = Literal["full", "split", "none"]
-KINDS = ("F", "B", "W")
-_KIND_INDEX = {"F": 0, "B": 1, "W": 2}
 
 
-class Action(NamedTuple):
-    """One unit of work: ``kind`` ("F", "B" or "W") of ``stage`` on ``microbatch``.
+class Kind(str, Enum):
+    """What an action computes. A ``str`` enum: ``Kind.F == "F"`` and it hashes like ``"F"``."""
 
-    Stages and microbatches are 0-based.
-    """
+    F = "F"
+    """Forward."""
+    B = "B"
+    """Full backward: input and weight gradients in one action."""
+    I = "I"  # noqa: E741 - torch.distributed.pipelining's name for the input-gradient backward
+    """Input-gradient backward (a split backward's first half; sends the gradient upstream)."""
+    W = "W"
+    """Weight-gradient backward (a split backward's second half)."""
 
-    kind: str
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+KINDS: tuple[Kind, ...] = tuple(Kind)
+_COERCE: dict[Any, Kind] = {kind.value: kind for kind in Kind}  # Kind members hash like their strings
+
+#: Per kind, the actions it waits for as ``(kind, stage offset)``: ``(Kind.F, -1)``
+#: on ``I(s, mb)`` means ``F(s - 1, mb)``. Offsets that leave ``0..S-1`` are dropped.
+#: An edge with a non-zero offset between stages on different ranks is a message.
+DEPENDENCIES: dict[Kind, tuple[tuple[Kind, int], ...]] = {
+    Kind.F: ((Kind.F, -1),),
+    Kind.B: ((Kind.F, 0), (Kind.B, +1)),
+    Kind.I: ((Kind.F, 0), (Kind.I, +1)),
+    Kind.W: ((Kind.I, 0),),
+}
+
+#: The inverse of :data:`DEPENDENCIES`: per kind, ``(consumer kind, stage offset)``.
+_CONSUMERS: dict[Kind, tuple[tuple[Kind, int], ...]] = {
+    kind: tuple((consumer, -offset) for consumer, needs in DEPENDENCIES.items() for k, offset in needs if k is kind)
+    for kind in Kind
+}
+
+_BACKWARD_KINDS: dict[str, tuple[Kind, ...]] = {
+    "full": (Kind.F, Kind.B),
+    "split": (Kind.F, Kind.I, Kind.W),
+    "none": (Kind.F,),
+}
+
+
+def kinds_for(backward: str) -> tuple[Kind, ...]:
+    """The kinds a schedule with this backward mode runs: ``"full"``, ``"split"`` or ``"none"``."""
+    try:
+        return _BACKWARD_KINDS[backward]
+    except KeyError:
+        raise InvalidInputError(f"backward must be 'full', 'split' or 'none', got {backward!r}") from None
+
+
+class _ActionFields(NamedTuple):
+    kind: Kind
     stage: int
     microbatch: int
 
+
+class Action(_ActionFields):
+    """One unit of work: ``kind`` (a :class:`Kind`) of ``stage`` on ``microbatch``.
+
+    Stages and microbatches are 0-based. ``kind`` may be given as a string
+    (``Action("I", 2, 0)``); it is stored as a :class:`Kind`. An action equals and
+    hashes like the plain tuple ``("I", 2, 0)``.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, kind: Kind | str, stage: int, microbatch: int) -> Action:
+        try:
+            typed = _COERCE[kind]
+        except (KeyError, TypeError):
+            raise InvalidInputError(
+                f"action kind must be one of {', '.join(k.value for k in Kind)}, got {kind!r}"
+            ) from None
+        return super().__new__(cls, typed, stage, microbatch)
+
     def __str__(self) -> str:
-        return f"{self.kind}(stage {self.stage}, mb {self.microbatch})"
+        return f"{self.kind.value}(stage {self.stage}, mb {self.microbatch})"
+
+    def __repr__(self) -> str:
+        return f"Action({self.kind.value!r}, {self.stage}, {self.microbatch})"
 
     @property
     def label(self) -> str:
         """Short form for charts: ``F3`` is the forward of microbatch 3."""
-        return f"{self.kind}{self.microbatch}"
+        return f"{self.kind.value}{self.microbatch}"
 
 
-def _dependencies(action: Action, num_stages: int) -> tuple[Action, ...]:
-    """The actions that must finish before ``action`` can start.
+class Payload(str, Enum):
+    """What a message carries."""
 
-    Built as plain tuples (equal and hash-equal to :class:`Action`) because this runs
-    once per action in validation; callers that print them wrap them in ``Action``.
+    ACTIVATION = "activation"
+    """A stage's output, sent down to the next stage's ``F``."""
+    GRADIENT = "gradient"
+    """The gradient of a stage's input, sent up to the previous stage's ``B`` or ``I``."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Message(NamedTuple):
+    """One cross-rank edge of a schedule: ``producer`` on ``src`` feeds ``consumer`` on ``dst``.
+
+    ``boundary`` is the stage boundary it crosses (between stages ``boundary`` and
+    ``boundary + 1``; its communication time is the comm model's for that boundary).
+    """
+
+    producer: Action
+    consumer: Action
+    src: int
+    dst: int
+    boundary: int
+    payload: Payload
+
+    def __str__(self) -> str:
+        return f"the {self.payload.value} of {self.producer} from rank {self.src} to {self.consumer} on rank {self.dst}"
+
+
+def consumers_of(action: Action, num_stages: int, kinds: Iterable[Kind]) -> list[Action]:
+    """The actions of ``kinds`` that wait for ``action`` in a schedule of ``num_stages`` stages.
+
+    The inverse of :data:`DEPENDENCIES`; for generators that build an order and
+    need to know what finishing an action enables.
     """
     kind, stage, mb = action
-    if kind == "F":
-        return (("F", stage - 1, mb),) if stage > 0 else ()  # type: ignore[return-value]
-    if kind == "B":
-        if stage == num_stages - 1:
-            return (("F", stage, mb),)  # type: ignore[return-value]
-        return (("F", stage, mb), ("B", stage + 1, mb))  # type: ignore[return-value]
-    return (("B", stage, mb),)  # type: ignore[return-value]
+    allowed = set(kinds)
+    return [
+        Action(consumer, stage + offset, mb)
+        for consumer, offset in _CONSUMERS[kind]
+        if consumer in allowed and 0 <= stage + offset < num_stages
+    ]
+
+
+def message_for(producer: Action, consumer: Action, placement: Sequence[int]) -> Message | None:
+    """The message of the edge ``producer`` → ``consumer``, or ``None`` when both sit on one rank."""
+    src, dst = placement[producer.stage], placement[consumer.stage]
+    if src == dst:
+        return None
+    payload = Payload.ACTIVATION if consumer.stage > producer.stage else Payload.GRADIENT
+    return Message(producer, consumer, src, dst, min(producer.stage, consumer.stage), payload)
+
+
+def _dependencies(kind: Kind, stage: int, mb: int, num_stages: int) -> list[Action]:
+    """The actions that must finish before ``kind(stage, mb)`` can start (the table's rule)."""
+    out = []
+    for needed, offset in DEPENDENCIES[kind]:
+        other = stage + offset
+        if 0 <= other < num_stages:
+            out.append(Action(needed, other, mb))
+    return out
 
 
 @dataclass(frozen=True, init=False)
@@ -77,36 +214,35 @@ class Schedule:
     """Per-rank ordered actions plus the stage → rank placement.
 
     Args:
-        orders: ``orders[r]`` is the ordered sequence of actions rank ``r`` runs.
+        orders: ``orders[r]`` is the ordered sequence of actions rank ``r`` runs;
+            an action may be an :class:`Action` or a ``(kind, stage, microbatch)``
+            tuple with the kind as a string.
         placement: ``placement[s]`` is the rank holding stage ``s``. A rank may
             hold several stages (chunks), as in interleaved or V schedules.
         num_microbatches: microbatches per training step (``m``).
-        backward: ``"full"`` (one ``B`` per stage and microbatch), ``"split"``
-            (``B`` = input gradient, ``W`` = weight gradient) or ``"none"``
-            (forward only, as in the seed lesson's forward-phase simulation).
         name: the generator's name, for reports.
 
-    ``num_stages`` and ``num_ranks`` follow from ``placement`` and ``orders``.
-    The constructor checks shapes; :meth:`validate` checks completeness and
-    deadlock-freedom.
+    ``num_stages`` and ``num_ranks`` follow from ``placement`` and ``orders``, and
+    :attr:`backward` from the kinds. The constructor checks shapes;
+    :meth:`validate` checks completeness and deadlock-freedom.
     """
 
     orders: tuple[tuple[Action, ...], ...]
     placement: tuple[int, ...]
     num_microbatches: int
-    backward: BackwardMode = "full"
     name: str = "custom"
-    _position: dict[Action, tuple[int, int]] = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __init__(
         self,
-        orders: Iterable[Iterable[Action | tuple[str, int, int]]],
+        orders: Iterable[Iterable[Action | tuple[Kind | str, int, int]]],
         placement: Sequence[int],
         num_microbatches: int,
-        backward: BackwardMode = "full",
         name: str = "custom",
     ) -> None:
-        orders_t = tuple(tuple(Action(*a) for a in order) for order in orders)
+        orders_t = tuple(
+            tuple(a if type(a) is Action else Action(*a) for a in order) for order in orders
+        )
         placement_t = tuple(int(r) for r in placement)
         if not orders_t:
             raise InvalidInputError("orders must hold at least one rank")
@@ -117,14 +253,11 @@ class Schedule:
                 raise InvalidInputError(
                     f"placement[{stage}] = {rank} is not a rank in 0..{len(orders_t) - 1}"
                 )
-        if backward not in ("full", "split", "none"):
-            raise InvalidInputError(f"backward must be 'full', 'split' or 'none', got {backward!r}")
         object.__setattr__(self, "orders", orders_t)
         object.__setattr__(self, "placement", placement_t)
         object.__setattr__(self, "num_microbatches", positive_int("num_microbatches", num_microbatches))
-        object.__setattr__(self, "backward", backward)
         object.__setattr__(self, "name", name)
-        object.__setattr__(self, "_position", None)
+        object.__setattr__(self, "_cache", {})
 
     # ------------------------------------------------------------------ shape
     @property
@@ -138,19 +271,41 @@ class Schedule:
         return len(self.orders)
 
     @property
+    def present_kinds(self) -> frozenset[Kind]:
+        """The kinds that occur in the orders."""
+        cached = self._cache.get("present_kinds")
+        if cached is None:
+            cached = frozenset(a.kind for order in self.orders for a in order)
+            self._cache["present_kinds"] = cached
+        return cached
+
+    @property
+    def backward(self) -> BackwardMode:
+        """``"split"`` when the orders hold ``I`` or ``W``, ``"full"`` with ``B``, else ``"none"``."""
+        present = self.present_kinds
+        if Kind.I in present or Kind.W in present:
+            return "split"
+        return "full" if Kind.B in present else "none"
+
+    @property
     def split_backward(self) -> bool:
-        """True when the backward is split into ``B`` (input grad) and ``W`` (weight grad)."""
+        """True when the backward is split into ``I`` (input grad) and ``W`` (weight grad)."""
         return self.backward == "split"
 
     @property
     def forward_only(self) -> bool:
-        """True for a forward-only schedule (no ``B`` or ``W``)."""
+        """True for a forward-only schedule (no backward kinds)."""
         return self.backward == "none"
 
     @property
-    def kinds(self) -> tuple[str, ...]:
-        """The action kinds this schedule must contain."""
-        return {"full": ("F", "B"), "split": ("F", "B", "W"), "none": ("F",)}[self.backward]
+    def kinds(self) -> tuple[Kind, ...]:
+        """The action kinds this schedule must contain (see :func:`kinds_for`)."""
+        return _BACKWARD_KINDS[self.backward]
+
+    @property
+    def gradient_kind(self) -> Kind | None:
+        """The kind that sends a stage's input gradient upstream: ``B``, ``I``, or ``None`` (forward only)."""
+        return {"full": Kind.B, "split": Kind.I, "none": None}[self.backward]
 
     @property
     def num_actions(self) -> int:
@@ -162,12 +317,13 @@ class Schedule:
         return tuple(s for s, r in enumerate(self.placement) if r == rank)
 
     def dependencies(self, action: Action) -> tuple[Action, ...]:
-        """The actions that must finish before ``action`` may start (see module doc).
+        """The actions that must finish before ``action`` may start (see :data:`DEPENDENCIES`)."""
+        kind, stage, mb = Action(*action)
+        return tuple(_dependencies(kind, stage, mb, self.num_stages))
 
-        In a forward-only schedule ``B`` and ``W`` do not exist; in a full-backward
-        schedule ``W`` does not exist.
-        """
-        return tuple(Action(*d) for d in _dependencies(action, self.num_stages))
+    def consumers(self, action: Action) -> tuple[Action, ...]:
+        """The actions of this schedule's kinds that wait for ``action`` (the inverse of :meth:`dependencies`)."""
+        return tuple(consumers_of(Action(*action), self.num_stages, self.kinds))
 
     def expected_actions(self) -> list[Action]:
         """Every action a complete schedule of this shape must contain exactly once."""
@@ -180,24 +336,75 @@ class Schedule:
 
     def position(self, action: Action) -> tuple[int, int]:
         """``(rank, index)`` of ``action`` in ``orders``. Raises ``KeyError`` if absent."""
-        if self._position is None:
-            object.__setattr__(
-                self,
-                "_position",
-                {a: (r, i) for r, order in enumerate(self.orders) for i, a in enumerate(order)},
-            )
-        return self._position[action]
+        positions = self._cache.get("position")
+        if positions is None:
+            positions = {a: (r, i) for r, order in enumerate(self.orders) for i, a in enumerate(order)}
+            self._cache["position"] = positions
+        return positions[action]
+
+    # --------------------------------------------------------------- messages
+    def messages(self) -> tuple[Message, ...]:
+        """Every cross-rank edge, in sender order (cached).
+
+        Rank 0's messages come first, then rank 1's, ...; each rank's in the order
+        its producing actions run. So on every directed link ``(src, dst)`` the
+        messages appear in the order ``src`` sends them, which is the order the
+        runtime posts them in and the simulator charges them in.
+        Needs a schedule whose kinds are consistent (see :meth:`validate`); it
+        lists edges only to consumers of this schedule's kinds.
+        """
+        cached = self._cache.get("messages")
+        if cached is None:
+            cached = tuple(self._build_messages())
+            self._cache["messages"] = cached
+        return cached
+
+    def _build_messages(self) -> Iterable[Message]:
+        placement = self.placement
+        num_stages = self.num_stages
+        kinds = self.kinds
+        for order in self.orders:
+            for producer in order:
+                for consumer in consumers_of(producer, num_stages, kinds):
+                    message = message_for(producer, consumer, placement)
+                    if message is not None:
+                        yield message
+
+    def messages_into(self, action: Action) -> tuple[Message, ...]:
+        """The messages ``action`` waits for (empty when all its inputs are on its rank)."""
+        table = self._cache.get("messages_into")
+        if table is None:
+            table = {}
+            for message in self.messages():
+                table.setdefault(message.consumer, []).append(message)
+            table = {consumer: tuple(found) for consumer, found in table.items()}
+            self._cache["messages_into"] = table
+        return table.get(action, ())
+
+    def messages_from(self, action: Action) -> tuple[Message, ...]:
+        """The messages ``action`` sends when it ends (empty when its consumers share its rank)."""
+        table = self._cache.get("messages_from")
+        if table is None:
+            table = {}
+            for message in self.messages():
+                table.setdefault(message.producer, []).append(message)
+            table = {producer: tuple(found) for producer, found in table.items()}
+            self._cache["messages_from"] = table
+        return table.get(action, ())
 
     # ------------------------------------------------------------- validation
     def validate(self) -> Schedule:
         """Check that the schedule is complete, well placed and deadlock-free.
 
-        Returns ``self`` so calls chain. Raises:
+        Returns ``self`` so calls chain (validation is remembered: a second call is free).
+        Raises:
             InvalidScheduleError: a missing, duplicated, unknown or misplaced action,
-                naming the rank and the action.
+                or full and split backwards mixed, naming the rank and the action.
             DeadlockError: the orders can never all finish; names each stuck rank,
                 the action it is stuck at, and the action it waits for.
         """
+        if self._cache.get("valid"):
+            return self
         num_stages = self.num_stages
         num_mb = self.num_microbatches
         kinds = set(self.kinds)
@@ -207,8 +414,9 @@ class Schedule:
                 kind, stage, mb = action
                 if kind not in kinds:
                     raise InvalidScheduleError(
-                        f"rank {rank}: {action} has kind {kind!r}, but a backward={self.backward!r} "
-                        f"schedule allows only {', '.join(sorted(kinds))}"
+                        f"rank {rank}: {action} is a {kind.value}, but this schedule's backward is "
+                        f"{self.backward!r} ({', '.join(k.value for k in self.kinds)}); a full backward is B, "
+                        "a split one I and W, never both"
                     )
                 if not 0 <= stage < num_stages:
                     raise InvalidScheduleError(
@@ -234,6 +442,7 @@ class Schedule:
                         f"rank {self.placement[action.stage]}: {action} is missing from its order"
                     )
         self._check_deadlock_free()
+        self._cache["valid"] = True
         return self
 
     def _check_deadlock_free(self) -> None:
@@ -253,7 +462,11 @@ class Schedule:
             index = pointers[rank]
             while index < len(order):
                 action = order[index]
-                missing = next((d for d in _dependencies(action, num_stages) if d not in done), None)
+                missing = next(
+                    (d for d in _dependencies(action.kind, action.stage, action.microbatch, num_stages)
+                     if d not in done),
+                    None,
+                )
                 if missing is not None:
                     waiters.setdefault(missing, []).append(rank)
                     break
@@ -269,7 +482,9 @@ class Schedule:
         parts = []
         for rank in stuck:
             action = self.orders[rank][pointers[rank]]
-            missing_deps = [Action(*d) for d in _dependencies(action, num_stages) if d not in done]
+            missing_deps = [
+                d for d in _dependencies(action.kind, action.stage, action.microbatch, num_stages) if d not in done
+            ]
             waits = ", ".join(
                 f"{d} on rank {self.placement[d.stage]}"
                 + (" (later in its own order)" if self.placement[d.stage] == rank else "")

@@ -20,12 +20,11 @@ from collections import deque
 
 from .costs import CommModel, StageCosts
 from .errors import DeadlockError, InvalidInputError
-from .schedule import Schedule
+from .schedule import KINDS, Action, Schedule
 from .timeline import Timeline
 
 __all__ = ["simulate"]
 
-_KIND = {"F": 0, "B": 1, "W": 2}
 _NO_SEND = -1
 _POSTED_AT_ZERO = -2
 
@@ -61,46 +60,41 @@ def simulate(
     if validate:
         schedule.validate()
     boundary = comm.boundary_times(num_stages)
-    placement = schedule.placement
-    split = schedule.split_backward
     rendezvous = comm.send_mode == "rendezvous"
-    last = num_stages - 1
+    kind_index = {kind: index for index, kind in enumerate(KINDS)}
 
-    def ident(kind: int, stage: int, mb: int) -> int:
-        return (kind * num_stages + stage) * num_mb + mb
+    def ident(action: Action) -> int:
+        kind, stage, mb = action
+        return (kind_index[kind] * num_stages + stage) * num_mb + mb
 
-    # Per-rank compiled orders: (flat index, id, duration, dep id, dep comm, send pred id, send comm).
+    # Per-rank compiled orders: (flat index, id, duration, dep id, dep comm).
     flat_index: dict[int, int] = {}
-    predecessor: dict[int, int] = {}
+    predecessor: dict[Action, int] = {}
+    incoming = {message.consumer: message for message in schedule.messages()}
     compiled: list[list[tuple[int, int, float, int, float]]] = []
     flat = 0
-    for rank, order in enumerate(schedule.orders):
+    for order in schedule.orders:
         previous = _POSTED_AT_ZERO
         rows = []
-        for kind, stage, mb in order:
-            aid = ident(_KIND[kind], stage, mb)
+        for action in order:
+            aid = ident(action)
             flat_index[aid] = flat
-            predecessor[aid] = previous
+            predecessor[action] = previous
             previous = aid
             dep, dep_comm = -1, 0.0
-            if kind == "F" and stage > 0 and placement[stage - 1] != rank:
-                dep, dep_comm = ident(0, stage - 1, mb), boundary[stage - 1]
-            elif kind == "B" and stage < last and placement[stage + 1] != rank:
-                dep, dep_comm = ident(1, stage + 1, mb), boundary[stage]
-            rows.append((flat, aid, costs.duration(kind, stage, mb, split_backward=split), dep, dep_comm))
+            received = incoming.get(action)
+            if received is not None:
+                dep, dep_comm = ident(received.producer), boundary[received.boundary]
+            rows.append((flat, aid, costs.duration(*action), dep, dep_comm))
             flat += 1
         compiled.append(rows)
 
+    # Rendezvous: a send completes once the receiver has posted (finished the action
+    # before the consumer) and the transfer is done.
     sends: dict[int, tuple[int, float]] = {}
     if rendezvous:
-        for rank, order in enumerate(schedule.orders):
-            for kind, stage, mb in order:
-                if kind == "F" and stage < last and placement[stage + 1] != rank:
-                    consumer = ident(0, stage + 1, mb)
-                    sends[ident(0, stage, mb)] = (predecessor[consumer], boundary[stage])
-                elif kind == "B" and stage > 0 and placement[stage - 1] != rank:
-                    consumer = ident(1, stage - 1, mb)
-                    sends[ident(1, stage, mb)] = (predecessor[consumer], boundary[stage - 1])
+        for sent in schedule.messages():
+            sends[ident(sent.producer)] = (predecessor[sent.consumer], boundary[sent.boundary])
 
     total = flat
     start = [0.0] * total
@@ -206,7 +200,7 @@ def _describe_deadlock(
     pointer: list[int],
     pending: list[int],
     sends: dict[int, tuple[int, float]],
-    by_id: dict[int, object],
+    by_id: dict[int, Action],
 ) -> str:
     parts = []
     for rank in stuck:

@@ -13,12 +13,13 @@ Definitions (times in the costs' unit, measured from the step's start at 0):
 * ``bubble_ratio`` = 1 − Σ busy / (ranks × makespan); busy is compute time only.
 * idle causes: ``fill`` (before a rank's first action), ``drain`` (after its last),
   ``starved_upstream`` (an ``F`` waiting for an activation from another rank),
-  ``starved_downstream`` (a ``B`` waiting for a gradient from another rank),
+  ``starved_downstream`` (a ``B`` or ``I`` waiting for a gradient from another rank),
   ``blocked`` (a rendezvous send waiting for its receiver or its transfer), and
   ``overhead`` (any other gap; only measured timelines have it).
 * in flight: a microbatch is in flight on a stage from the end of its ``F`` to
   the end of its last backward piece (``B``, or ``W`` when split). Bytes follow
-  ``activation_bytes`` (freed at ``B``) and ``weight_stash_bytes`` (kept until ``W``).
+  ``activation_bytes`` (freed at ``B``, or at ``I`` but for ``weight_stash_bytes``,
+  kept until ``W``).
   Forward-only schedules hold nothing.
 """
 
@@ -33,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .errors import InvalidInputError
-from .schedule import Action, Schedule
+from .schedule import Action, Kind, Payload, Schedule
 
 __all__ = ["Timeline", "IdleCause", "ActionRecord", "IdleInterval", "MemoryTrace"]
 
@@ -212,8 +213,7 @@ class Timeline:
     def idle_intervals(self, rank: int | None = None) -> list[IdleInterval]:
         """Every idle interval (zero-length ones dropped), with its cause."""
         ranks = range(self.num_ranks) if rank is None else (rank,)
-        placement = self.schedule.placement
-        last_stage = self.schedule.num_stages - 1
+        schedule = self.schedule
         makespan = self.makespan
         out: list[IdleInterval] = []
         for r in ranks:
@@ -226,14 +226,15 @@ class Timeline:
             for position, action in enumerate(order):
                 begin = float(starts[position])
                 if begin > previous_free:
+                    incoming = schedule.messages_into(action)
                     if position == 0:
                         cause = IdleCause.FILL
-                    elif action.kind == "F" and action.stage > 0 and placement[action.stage - 1] != r:
-                        cause = IdleCause.STARVED_UPSTREAM
-                    elif action.kind == "B" and action.stage < last_stage and placement[action.stage + 1] != r:
-                        cause = IdleCause.STARVED_DOWNSTREAM
-                    else:
+                    elif not incoming:
                         cause = IdleCause.OVERHEAD
+                    elif incoming[0].payload is Payload.ACTIVATION:
+                        cause = IdleCause.STARVED_UPSTREAM
+                    else:
+                        cause = IdleCause.STARVED_DOWNSTREAM
                     out.append(IdleInterval(r, previous_free, begin, cause))
                 free = float(frees[position])
                 finish = float(ends[position])
@@ -258,20 +259,18 @@ class Timeline:
         ends = self.end[part]
         count_delta = np.zeros(len(ends))
         byte_delta = np.zeros(len(ends))
-        split = self.schedule.split_backward
         if not self.schedule.forward_only:
             act = self.activation_bytes
             stash = self.weight_stash_bytes
             for position, (kind, stage, _mb) in enumerate(self.schedule.orders[rank]):
-                if kind == "F":
+                if kind is Kind.F:
                     count_delta[position] = 1
                     byte_delta[position] = act[stage]
-                elif kind == "B":
-                    if split:
-                        byte_delta[position] = -(act[stage] - stash[stage])
-                    else:
-                        count_delta[position] = -1
-                        byte_delta[position] = -act[stage]
+                elif kind is Kind.B:
+                    count_delta[position] = -1
+                    byte_delta[position] = -act[stage]
+                elif kind is Kind.I:
+                    byte_delta[position] = -(act[stage] - stash[stage])
                 else:
                     count_delta[position] = -1
                     byte_delta[position] = -stash[stage]
@@ -322,7 +321,7 @@ class Timeline:
         """Summary plus every action and idle interval (JSON-ready)."""
         out = self.summary()
         out["actions"] = [
-            {"rank": rec.rank, "kind": rec.action.kind, "stage": rec.action.stage,
+            {"rank": rec.rank, "kind": rec.action.kind.value, "stage": rec.action.stage,
              "microbatch": rec.action.microbatch, "start": rec.start, "end": rec.end}
             for rec in self.records()
         ]

@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
             if dist.is_initialized():
                 dist.destroy_process_group()
         status = 0
-        if rank == 0:
+        if rank == 0 and report is not None:
             _print(report, args)
             status = 0 if report["gradient_check"]["ok"] else 1
         # Like spawn's workers, leave without running C++ static destructors: a torch
@@ -343,24 +343,25 @@ def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str
     reference_loss.backward()
     reference = split_sequential(reference_model, layers)
     check = _gradient_check([(replica, grads) for replica, grads, _summary in gathered], reference)
-    ordered = sorted(results, key=lambda item: item[1].timeline.makespan)
-    wall, chosen = ordered[len(ordered) // 2]
+    measured = [(wall, result, result.timeline) for wall, result in results if result.timeline is not None]
+    ordered = sorted(measured, key=lambda item: item[2].makespan)  # rank 0 has every step's timeline
+    wall, chosen, chosen_timeline = ordered[len(ordered) // 2]
     predicted = simulate(schedule, _costs_as_run(costs, config["checkpoint"]))
-    comparison = compare(predicted, chosen.timeline)
+    comparison = compare(predicted, chosen_timeline)
     per_rank = [summary for _replica, _grads, summary in gathered]
     return {
         "config": {**config, "world_size": world_size, "backend": dist.get_backend(),
                    "layers_per_stage": layers, "placement": list(schedule.placement)},
         "schedule": schedule.name,
-        "timeline": chosen.timeline,
-        "measured": chosen.timeline.to_dict(),
+        "timeline": chosen_timeline,
+        "measured": chosen_timeline.to_dict(),
         "step_time_ms": {"median": statistics.median(w for w, _ in results),
                          "all": [w for w, _ in results]},
         "loss": chosen.loss,
         "gradient_check": {**check, "loss": results[-1][1].loss,
                            "reference_loss": float(reference_loss.detach())},
         "prediction": {"predicted_makespan": predicted.makespan,
-                       "measured_makespan": chosen.timeline.makespan, **comparison.to_dict()},
+                       "measured_makespan": chosen_timeline.makespan, **comparison.to_dict()},
         "comparison_report": comparison.report(),
         "stage_costs": {"forward": list(costs.forward), "backward": list(costs.backward),
                         "weight": list(costs.weight), "activation_bytes": list(costs.activation_bytes)},

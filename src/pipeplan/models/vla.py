@@ -134,10 +134,13 @@ class FlowMatchingActionHead(nn.Module):
     Shape: ``(B, tokens, hidden)`` → ``(B, horizon, action_dim)``.
     """
 
+    noise: torch.Tensor
+    frequencies: torch.Tensor
+
     def __init__(self, hidden: int, *, horizon: int, action_dim: int, steps: int) -> None:
         super().__init__()
         self.steps = steps
-        self.time_features = 16
+        self.time_features: int = 16
         width = 2 * hidden
         self.context = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, hidden))
         self.velocity = nn.Sequential(

@@ -14,7 +14,7 @@ batch). With a data-parallel group the gradients and the loss are averaged over
 the replicas, so the result is the single-process step on their concatenated
 batches (equal shard sizes).
 
-Split backward (``schedule.backward == "split"``): ``B`` computes the gradient of
+Split backward (``I`` and ``W`` actions): ``I`` computes the gradient of
 the stage's input on the retained graph and keeps the gradients at the nodes
 where the parameters' paths meet the input's; ``W`` resumes from those nodes for
 the parameters only (:mod:`pipeplan.runtime.split`), so the gradients are exact
@@ -33,7 +33,7 @@ import numpy as np
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
-from ..schedule import Action, Schedule
+from ..schedule import Action, Kind, Schedule
 from ..timeline import Timeline
 from .faults import FaultMonitor
 from .grid import link_groups
@@ -249,7 +249,8 @@ class PipelineRuntime:
         gathered: list[Any] = [None] * dist.get_world_size()
         with self.monitor.phase_of("setup"):
             dist.all_gather_object(gathered, (tuple(self.to_global), fingerprint, links, problem))
-        self._check_world(gathered)
+        self._check_world(gathered)  # raises on every rank if any rank found a problem
+        assert plan is not None
         global_links = {
             (ranks[src], ranks[dst])
             for ranks, _fp, group_links, _problem in gathered
@@ -391,10 +392,10 @@ class PipelineRuntime:
         durations = recorder.end - recorder.start
         result = StepResult(loss=loss, timeline=timeline, rank=self.rank, step_time=step_time)
         for stage in self.local_stages:
-            for kind, target in (("F", result.forward_time), ("B", result.backward_time),
-                                 ("W", result.weight_time)):
+            for kinds, target in (((Kind.F,), result.forward_time), ((Kind.B, Kind.I), result.backward_time),
+                                  ((Kind.W,), result.weight_time)):
                 target[stage] = float(sum(d for d, a in zip(durations, schedule.orders[self.rank])
-                                          if a.kind == kind and a.stage == stage))
+                                          if a.kind in kinds and a.stage == stage))
             result.saved_activation_bytes[stage] = self._saved_bytes.get((stage, state.signature), 0.0)
             result.checkpoint[stage] = self.checkpointed[stage]
             if self.checkpointed[stage]:
@@ -408,14 +409,14 @@ class PipelineRuntime:
     def _run(self, action: Action, index: int, state: _StepState, exchange: LinkExchange,
              recorder: StepRecorder, excluded: set[int]) -> None:
         kind = action.kind
-        if kind == "F":
+        if kind is Kind.F:
             value = self._forward_input(action, state, exchange)
             recorder.started(index)
             self._forward(action, value, state, excluded)
             self._synchronize()
             recorder.ended(index)
             self._forward_send(action, state, exchange)
-        elif kind == "B":
+        elif kind is Kind.B or kind is Kind.I:
             grads = self._backward_input(action, state, exchange)
             recorder.started(index)
             inputs, input_grads = self._backward(action, grads, state)
@@ -513,7 +514,7 @@ class PipelineRuntime:
         return exchange.receive(src, message)
 
     def _backward(self, action: Action, grads: list[Any] | None, state: _StepState) -> tuple[list[Any], list[Any]]:
-        """Run ``B``; return the stage's grad-requiring inputs and their gradients."""
+        """Run ``B`` (both gradients) or ``I`` (the input's); return the stage's grad-requiring inputs and their gradients."""
         import torch
 
         _kind, stage, mb = action
@@ -528,9 +529,9 @@ class PipelineRuntime:
         inputs = forward.inputs
         if not roots:
             input_grads: list[Any] = [None] * len(inputs)
-        elif not self.schedule.split_backward or self.checkpointed[stage]:
+        elif action.kind is Kind.B or self.checkpointed[stage]:
             # A checkpointed stage recomputes its forward once per backward call, so
-            # splitting would recompute it again in W: its B computes both halves.
+            # splitting would recompute it again in W: its I computes both halves.
             torch.autograd.backward(roots, root_grads)
             input_grads = [t.grad for t in inputs]
             del state.forwards[(stage, mb)]
@@ -556,7 +557,7 @@ class PipelineRuntime:
 
     def _weight(self, action: Action, state: _StepState) -> None:
         _kind, stage, mb = action
-        forward = state.forwards.pop((stage, mb), None)  # None: B already did the weight half
+        forward = state.forwards.pop((stage, mb), None)  # None: I already did the weight half
         if forward is not None and forward.split is not None:
             forward.split.backward_weight()
 

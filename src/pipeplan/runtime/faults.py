@@ -40,7 +40,7 @@ _FAILURE_COUNT_KEY = "pipeplan/failure_count"
 PEER_FAILED_EXIT = 75
 """Exit status of a process stopped because another rank failed."""
 
-_KIND_CODES = {"F": 1, "B": 2, "W": 3}
+_KIND_CODES = {"F": 1, "B": 2, "W": 3, "I": 4}
 _CODE_KINDS = {code: kind for kind, code in _KIND_CODES.items()}
 
 
@@ -48,7 +48,7 @@ def describe_action(action: Action | None, phase: str = "setup") -> str:
     """``"F(stage 1, mb 2)"`` for an action, or ``phase`` when outside any action."""
     if action is None:
         return phase
-    return f"{action.kind}(stage {action.stage}, mb {action.microbatch})"
+    return f"{action.kind.value}(stage {action.stage}, mb {action.microbatch})"
 
 
 def format_failure(rank: int, where: str, error: BaseException) -> str:

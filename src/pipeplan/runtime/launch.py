@@ -164,7 +164,7 @@ def spawn(
         raise InvalidInputError(
             f"start_method must be one of {', '.join(multiprocessing.get_all_start_methods())}, got {start_method!r}"
         )
-    context = multiprocessing.get_context(start_method)
+    context: Any = multiprocessing.get_context(start_method)  # typeshed's BaseContext lacks Process
     # Fork first, then start the store's server thread: a fork while that thread
     # holds a lock would leave the child blocked on it forever.
     port = _free_port()

@@ -1,17 +1,17 @@
-"""Messages between ranks: which ones, in which order, and how they are posted.
+"""Messages between ranks on the wire: which packets, in which order, and how they are posted.
 
-The order of the messages on every directed link is fixed by the *sender's*
-order in the :class:`~pipeplan.schedule.Schedule`; the receiver knows that order
+Which messages exist and their order on every directed link come from
+:meth:`~pipeplan.schedule.Schedule.messages` (the *sender's* order); the receiver knows that order
 too (every rank holds the whole schedule) and posts its receives for the link in
 exactly that sequence, up to ``window`` ahead of need. Sends are eager
 (``isend``) and waited for at the end of the step. Nothing relies on tags, so the
 same code is deadlock-free on gloo and NCCL as long as the schedule is::
 
     plan = MessagePlan(schedule, rank=1)
-    plan.incoming[0]      # [Message('hdr', 0, 0), Message('act', 0, 0), ...] from rank 0
-    plan.needs[Action("F", 1, 0)]   # (0, Message('act', 0, 0))
+    plan.incoming[0]      # [Packet('hdr', 0, 0), Packet('act', 0, 0), ...] from rank 0
+    plan.needs[Action("F", 1, 0)]   # (0, Packet('act', 0, 0))
 
-Messages: ``act(s, mb)`` is stage ``s``'s output for microbatch ``mb`` (a tensor
+Packets: ``act(s, mb)`` is stage ``s``'s output for microbatch ``mb`` (a tensor
 or a tuple of tensors), ``grad(s, mb)`` the gradient of stage ``s``'s input (one
 tensor per floating-point input tensor), and ``hdr(s, mb)`` a small int64 header
 with the dtypes and shapes of ``act(s, mb)``, sent before a link's first
@@ -29,24 +29,34 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..errors import InvalidInputError
-from ..schedule import Action, Schedule
+from ..schedule import Action, Message, Payload, Schedule
 
-__all__ = ["Message", "MessagePlan", "TensorSpec", "LinkExchange", "HEADER_LENGTH"]
+__all__ = ["Packet", "MessagePlan", "TensorSpec", "LinkExchange", "HEADER_LENGTH"]
 
 HEADER_LENGTH = 64
 
 
-class Message(NamedTuple):
-    """One message on a link: ``kind`` is ``"hdr"``, ``"act"`` or ``"grad"``."""
+class Packet(NamedTuple):
+    """One transfer on a link: ``kind`` is ``"hdr"``, ``"act"`` or ``"grad"``; ``stage`` is the sender's."""
 
     kind: str
     stage: int
     microbatch: int
 
 
+def _packet(message: Message) -> Packet:
+    """The packet that carries a schedule :class:`~pipeplan.schedule.Message`'s tensors."""
+    producer = message.producer
+    kind = "act" if message.payload is Payload.ACTIVATION else "grad"
+    return Packet(kind, producer.stage, producer.microbatch)
+
+
 @dataclass
 class MessagePlan:
-    """Every message one rank sends and receives in one step, in link order.
+    """Every packet one rank sends and receives in one step, in link order.
+
+    Built from :meth:`Schedule.messages` (sender order), plus a header before a
+    link's first activation of each stage.
 
     Args:
         schedule: the schedule every rank runs.
@@ -55,62 +65,45 @@ class MessagePlan:
     Attributes:
         outgoing: ``outgoing[dst]`` is the sequence this rank sends to ``dst``.
         incoming: ``incoming[src]`` is the sequence ``src`` sends to this rank.
-        needs: for each action of this rank that consumes a message, ``(src, message)``.
-        produces: for each action of this rank that produces a message, ``(dst, message)``.
+        needs: for each action of this rank that consumes a message, ``(src, packet)``.
+        produces: for each action of this rank that produces a message, ``(dst, packet)``.
     """
 
     schedule: Schedule
     rank: int
-    outgoing: dict[int, list[Message]] = field(init=False)
-    incoming: dict[int, list[Message]] = field(init=False)
-    needs: dict[Action, tuple[int, Message]] = field(init=False)
-    produces: dict[Action, tuple[int, Message]] = field(init=False)
+    outgoing: dict[int, list[Packet]] = field(init=False)
+    incoming: dict[int, list[Packet]] = field(init=False)
+    needs: dict[Action, tuple[int, Packet]] = field(init=False)
+    produces: dict[Action, tuple[int, Packet]] = field(init=False)
 
     def __post_init__(self) -> None:
-        sends = [_sends_of(self.schedule, r) for r in range(self.schedule.num_ranks)]
-        self.outgoing = sends[self.rank]
-        self.incoming = {src: sends[src][self.rank] for src in range(self.schedule.num_ranks)
-                         if self.rank in sends[src]}
-        placement = self.schedule.placement
-        last = self.schedule.num_stages - 1
+        sends = _packets_by_link(self.schedule)
+        self.outgoing = {dst: packets for (src, dst), packets in sends.items() if src == self.rank}
+        self.incoming = {src: packets for (src, dst), packets in sends.items() if dst == self.rank}
         self.needs = {}
         self.produces = {}
-        for action in self.schedule.orders[self.rank]:
-            kind, stage, mb = action
-            if kind == "F":
-                if stage > 0 and placement[stage - 1] != self.rank:
-                    self.needs[action] = (placement[stage - 1], Message("act", stage - 1, mb))
-                if stage < last and placement[stage + 1] != self.rank:
-                    self.produces[action] = (placement[stage + 1], Message("act", stage, mb))
-            elif kind == "B":
-                if stage < last and placement[stage + 1] != self.rank:
-                    self.needs[action] = (placement[stage + 1], Message("grad", stage + 1, mb))
-                if stage > 0 and placement[stage - 1] != self.rank:
-                    self.produces[action] = (placement[stage - 1], Message("grad", stage, mb))
+        for message in self.schedule.messages():
+            if message.dst == self.rank:
+                self.needs[message.consumer] = (message.src, _packet(message))
+            if message.src == self.rank:
+                self.produces[message.producer] = (message.dst, _packet(message))
 
     def links(self) -> set[tuple[int, int]]:
         """Every directed link ``(src, dst)`` of the whole schedule, in pipeline ranks."""
-        out = set()
-        for r in range(self.schedule.num_ranks):
-            out.update((r, dst) for dst in _sends_of(self.schedule, r))
-        return out
+        return {(message.src, message.dst) for message in self.schedule.messages()}
 
 
-def _sends_of(schedule: Schedule, rank: int) -> dict[int, list[Message]]:
-    """The messages ``rank`` sends, per destination, in its order (headers included)."""
-    placement = schedule.placement
-    last = schedule.num_stages - 1
-    out: dict[int, list[Message]] = {}
-    headed: set[tuple[int, int]] = set()
-    for kind, stage, mb in schedule.orders[rank]:
-        if kind == "F" and stage < last and placement[stage + 1] != rank:
-            dst = placement[stage + 1]
-            if (dst, stage) not in headed:
-                headed.add((dst, stage))
-                out.setdefault(dst, []).append(Message("hdr", stage, mb))
-            out.setdefault(dst, []).append(Message("act", stage, mb))
-        elif kind == "B" and stage > 0 and placement[stage - 1] != rank:
-            out.setdefault(placement[stage - 1], []).append(Message("grad", stage, mb))
+def _packets_by_link(schedule: Schedule) -> dict[tuple[int, int], list[Packet]]:
+    """Per link ``(src, dst)``, the packets in the sender's order (headers included)."""
+    out: dict[tuple[int, int], list[Packet]] = {}
+    headed: set[tuple[int, int, int]] = set()
+    for message in schedule.messages():
+        packets = out.setdefault((message.src, message.dst), [])
+        packet = _packet(message)
+        if packet.kind == "act" and (message.src, message.dst, packet.stage) not in headed:
+            headed.add((message.src, message.dst, packet.stage))
+            packets.append(Packet("hdr", packet.stage, packet.microbatch))
+        packets.append(packet)
     return out
 
 
@@ -227,7 +220,7 @@ class LinkExchange:
         }
 
     # ------------------------------------------------------------------ send
-    def send(self, dst: int, message: Message, tensors: Sequence[Any], *, is_tuple: bool = False) -> None:
+    def send(self, dst: int, message: Packet, tensors: Sequence[Any], *, is_tuple: bool = False) -> None:
         """``isend`` the tensors of ``message`` (and its header, if first) to ``dst``.
 
         ``is_tuple`` (activations only): the stage returned a tuple, not a tensor.
@@ -249,7 +242,7 @@ class LinkExchange:
             self._send_works.append((dist.isend(tensor, dst=peer, group=group), tensor))
 
     # --------------------------------------------------------------- receive
-    def _specs(self, src: int, message: Message) -> list[TensorSpec] | None:
+    def _specs(self, src: int, message: Packet) -> list[TensorSpec] | None:
         """Buffer specs of ``message`` from ``src``, or ``None`` if not known yet."""
         import torch
 
@@ -276,6 +269,8 @@ class LinkExchange:
                 return False
             self._resolve_header(src, message.stage)
             specs = self._specs(src, message)
+            if specs is None:  # cannot happen: the header was just resolved
+                raise RuntimeError(f"no header for {message} from rank {src}")
         group = self.groups[(src, self.plan.rank)]
         peer = self.to_global[src]
         buffers = [torch.empty(s.shape, dtype=s.dtype, device=self.device) for s in specs]
@@ -321,7 +316,7 @@ class LinkExchange:
             ):
                 pass
 
-    def receive(self, src: int, message: Message) -> list[Any]:
+    def receive(self, src: int, message: Packet) -> list[Any]:
         """Wait for ``message`` from ``src`` and return its tensors."""
         index = self._index[(src, message)]
         self._wait_index(src, index)

@@ -244,8 +244,8 @@ def _gantt(timeline: Timeline, width: int) -> str:
     try:
         from ..viz import text_gantt
     except ImportError:
-        text_gantt = None
-    if text_gantt is not None:
+        pass
+    else:
         return text_gantt(timeline, width=width)
     scale = width / timeline.makespan
     lines = []
@@ -258,6 +258,12 @@ def _gantt(timeline: Timeline, width: int) -> str:
             cells[first:last] = list(label)
         lines.append(f"stage {rank} |{''.join(cells)}|")
     return "\n".join(lines)
+
+
+def _grad(param: torch.Tensor) -> torch.Tensor:
+    if param.grad is None:
+        raise RuntimeError("a parameter got no gradient in the step")
+    return param.grad
 
 
 def _demo_stage(width: int) -> nn.Module:
@@ -311,7 +317,7 @@ def run_demo(
     for _ in range(repeats):
         pipe.zero_grad()
         measured.append(pipe.step(inputs, targets, loss_fn))
-    piped = [p.grad.clone() for p in pipe.parameters()]
+    piped = [_grad(p).clone() for p in pipe.parameters()]
     costs = StageCosts(
         forward=[statistics.median(step.costs.forward[s] for step in measured) for s in range(num_stages)],
         backward=[statistics.median(step.costs.backward[s] for step in measured) for s in range(num_stages)],
@@ -319,10 +325,10 @@ def run_demo(
     timeline = pipe.simulate(costs)
     pipe.zero_grad()
     full = inputs
-    for stage in pipe.stages:
-        full = stage(full)
+    for module in pipe.stages:
+        full = module(full)
     loss_fn(full, targets).backward()
-    difference = max(float((a - p.grad).abs().max()) for a, p in zip(piped, pipe.parameters()))
+    difference = max(float((a - _grad(p)).abs().max()) for a, p in zip(piped, pipe.parameters()))
     pipe.zero_grad()
 
     closed = bubble_fraction(num_stages, num_microbatches)

@@ -1,14 +1,14 @@
-"""Split backward: ``B`` computes input gradients, ``W`` the weight gradients later, exactly.
+"""Split backward: ``I`` computes input gradients, ``W`` the weight gradients later, exactly.
 
     split = SplitBackward(roots, inputs, params)     # after F: analyse this microbatch's graph
-    input_grads = split.backward_input(root_grads)   # B: gradients of the stage inputs
+    input_grads = split.backward_input(root_grads)   # I: gradients of the stage inputs
     split.backward_weight()                          # W: accumulate every parameter's .grad
 
 How it stays exact and does no work twice (the idea of torch.distributed.pipelining's
 ``stage_backward_input``/``stage_backward_weight`` and of the zero-bubble paper):
 in the autograd graph of one stage and microbatch, every path from a parameter
 to the stage's outputs eventually meets the path of the stage *input* at a node
-(for ``x @ W``: the matmul's backward node). ``B`` runs the backward to the
+(for ``x @ W``: the matmul's backward node). ``I`` runs the backward to the
 stage input only, and a pre-hook on each such *meeting node* stores the gradient
 flowing into it. ``W`` starts a backward at those nodes with the stored
 gradients, restricted to the parameters, so it runs only the weight-gradient
@@ -17,7 +17,7 @@ on stage 0, whose input is data) are left to ``W`` entirely: a backward from the
 stage outputs restricted to them. Parameters that share a meeting node are
 grouped; a group that meets the input at several nodes (a weight reused in a
 loop, like a denoising head's velocity network, or one used in slices) gets its
-gradients in ``B``, in the same traversal, because a ``W`` started from several
+gradients in ``I``, in the same traversal, because a ``W`` started from several
 chained nodes would repeat the input-gradient work between them.
 """
 
@@ -140,7 +140,7 @@ class SplitBackward:
         self.groups = [(list(nodes), members) for nodes, members in groups if len(nodes) == 1]
 
     def backward_input(self, root_grads: Sequence[Any]) -> list[Any]:
-        """``B``: the gradients of :attr:`inputs` (``None`` where unused); stores the meeting nodes' gradients."""
+        """``I``: the gradients of :attr:`inputs` (``None`` where unused); stores the meeting nodes' gradients."""
         import torch
 
         self.root_grads = list(root_grads)

@@ -31,7 +31,7 @@ import numpy as np
 from .._validation import positive_float, positive_int
 from ..costs import CommModel, StageCosts
 from ..errors import DeadlockError, InfeasiblePlanError, InvalidInputError
-from ..schedule import Action, Schedule
+from ..schedule import Action, Kind, Schedule, kinds_for, message_for
 from ..simulate import simulate
 from ..timeline import Timeline
 from .gpipe import gpipe
@@ -149,7 +149,7 @@ def list_schedule(
             room for all of its chunks' activations; this can never deadlock.
             Without it a forward only needs room on its own rank, which can.
         forward_window: per stage, the most microbatches that may have run its
-            ``F`` but not yet its ``B`` (1F1B's ``S − s``, say). It keeps a stage
+            ``F`` but not yet its backward (``B`` or ``I``; 1F1B's ``S − s``, say). It keeps a stage
             from spending its memory on forwards early in the step, which the
             zero-bubble schedules need; ``None`` for no window.
 
@@ -169,18 +169,24 @@ def list_schedule(
     need = [0.0] * num_ranks
     for stage, rank in enumerate(placement):
         need[rank] += act[stage]
-    kind_rank = {kind: index for index, kind in enumerate(_KIND_ORDERS[kind_order])}
+    gradient = Kind.I if split else Kind.B  # the kind that sends the gradient upstream
+    # In a kind order "B" names whichever backward sends the gradient (I when split).
+    kind_rank = {Kind(k) if k != "B" else gradient: index for index, k in enumerate(_KIND_ORDERS[kind_order])}
     forward_rank = _FORWARD_KEYS[forward_key]
     last = num_stages - 1
+
+    def delay(producer: Action, consumer: Action) -> float:
+        message = message_for(producer, consumer, placement)
+        return 0.0 if message is None else boundary[message.boundary]
 
     def priority(action: Action) -> tuple[int, int, int]:
         kind, stage, mb = action
         if kind == "F":
-            return (kind_rank["F"], *forward_rank(stage, mb))
+            return (kind_rank[Kind.F], *forward_rank(stage, mb))
         return (kind_rank[kind], mb, stage)
 
     def duration(action: Action) -> float:
-        return costs.duration(action.kind, action.stage, action.microbatch, split_backward=split)
+        return costs.duration(action.kind, action.stage, action.microbatch)
 
     enabled: list[dict[Action, float]] = [{} for _ in range(num_ranks)]
     for mb in range(num_mb):
@@ -237,21 +243,21 @@ def list_schedule(
             held[rank] += act[stage]
             open_forwards[stage] += 1
             if stage < last:
+                consumer = Action(Kind.F, stage + 1, mb)
                 target = placement[stage + 1]
-                delay = boundary[stage] if target != rank else 0.0
-                enabled[target][Action("F", stage + 1, mb)] = finish + delay
+                enabled[target][consumer] = finish + delay(action, consumer)
                 touched.add(target)
             else:
-                enabled[rank][Action("B", stage, mb)] = finish
-        elif kind == "B":
+                enabled[rank][Action(gradient, stage, mb)] = finish
+        elif kind == gradient:
             held[rank] -= act[stage] - stash[stage]
             open_forwards[stage] -= 1
             if split:
                 enabled[rank][Action("W", stage, mb)] = finish
             if stage > 0:
+                consumer = Action(gradient, stage - 1, mb)
                 target = placement[stage - 1]
-                delay = boundary[stage - 1] if target != rank else 0.0
-                enabled[target][Action("B", stage - 1, mb)] = finish + delay
+                enabled[target][consumer] = finish + delay(action, consumer)
                 touched.add(target)
         else:
             held[rank] -= stash[stage]
@@ -259,13 +265,13 @@ def list_schedule(
             touched.add(placement[0])  # admission looks at every rank's memory
         for r in touched:
             decisions[r] = decide(r)
-    return Schedule(orders, placement, num_mb, backward=backward, name="adaptive")
+    return Schedule(orders, placement, num_mb, name="adaptive")
 
 
 def sequential_schedule(
     num_stages: int, num_microbatches: int, placement: Sequence[int], *, backward: str = "split"
 ) -> Schedule:
-    """One microbatch at a time: its forwards down, then its backwards up (each ``W`` after its ``B``).
+    """One microbatch at a time: its forwards down, then its backwards up (each ``W`` right after its ``I``).
 
     The slowest order, but it fits :func:`minimum_memory_limit` and cannot deadlock
     even with rendezvous sends (every receiver has posted before its sender sends),
@@ -277,10 +283,11 @@ def sequential_schedule(
         for stage in range(num_stages):
             orders[placement[stage]].append(Action("F", stage, mb))
         for stage in reversed(range(num_stages)):
-            orders[placement[stage]].append(Action("B", stage, mb))
             if backward == "split":
-                orders[placement[stage]].append(Action("W", stage, mb))
-    return Schedule(orders, placement, num_microbatches, backward=backward, name="adaptive")
+                orders[placement[stage]] += [Action("I", stage, mb), Action("W", stage, mb)]
+            else:
+                orders[placement[stage]].append(Action("B", stage, mb))
+    return Schedule(orders, placement, num_microbatches, name="adaptive")
 
 
 def _forward_windows(
@@ -290,7 +297,7 @@ def _forward_windows(
 
     ``count``: 1F1B's ``S − s``; ``double``: ZB-H2's ``2(S − s) − 1``; ``cost``:
     ``1 + ⌈R_s / T⌉``, where ``R_s`` is the shortest time from the end of
-    ``F(s, mb)`` to the start of ``B(s, mb)`` (the rest of the forward, the
+    ``F(s, mb)`` to the start of its backward (the rest of the forward, the
     backward back up, the messages) and ``T`` the busiest rank's work per
     microbatch, the steady-state period: just enough forwards to keep stage ``s``
     busy while the first gradient comes back.
@@ -298,20 +305,18 @@ def _forward_windows(
     num_stages = costs.num_stages
     split = backward == "split"
     boundary = comm.boundary_times(num_stages)
+    pieces = kinds_for("split" if split else "full")
+    gradient = Kind.I if split else Kind.B
     work: dict[int, float] = {}
     for stage, rank in enumerate(placement):
-        pieces = ("F", "B", "W") if split else ("F", "B")
-        work[rank] = work.get(rank, 0.0) + sum(
-            costs.duration(kind, stage, 0, split_backward=split) for kind in pieces
-        )
+        work[rank] = work.get(rank, 0.0) + sum(costs.duration(kind, stage, 0) for kind in pieces)
     period = max(work.values())
     cost_window = []
     for stage in range(num_stages):
         round_trip = 0.0
         for later in range(stage + 1, num_stages):
-            round_trip += costs.duration("F", later, 0, split_backward=split)
-            round_trip += costs.duration("B", later, 0, split_backward=split)
-            if placement[later] != placement[later - 1]:
+            round_trip += costs.duration(Kind.F, later, 0) + costs.duration(gradient, later, 0)
+            if message_for(Action(Kind.F, later - 1, 0), Action(Kind.F, later, 0), placement) is not None:
                 round_trip += 2 * boundary[later - 1]
         cost_window.append(1 + math.ceil(round_trip / period - _TOLERANCE))
     candidates: dict[str, list[int] | None] = {
@@ -418,14 +423,14 @@ def adaptive_candidates(
                 for reserve in (True, False):
                     if reserve and memory_limit is None:
                         continue  # without a limit reservation changes nothing
-                    schedule = list_schedule(
+                    built = list_schedule(
                         num_microbatches, costs, ranks, comm=comm, backward=backward,
                         memory_limit=memory_limit, kind_order=kind_order, forward_key=forward_key,
                         reserve=reserve, forward_window=window,
                     )
-                    if schedule is not None:
+                    if built is not None:
                         mode = "reserve" if reserve else "free"
-                        consider(f"list:{kind_order}/{forward_key}/{mode}/{window_name}", schedule)
+                        consider(f"list:{kind_order}/{forward_key}/{mode}/{window_name}", built)
     if not any(c.fits for c in candidates):
         consider("sequential", sequential_schedule(num_stages, num_microbatches, ranks, backward=backward))
     return candidates
@@ -449,15 +454,15 @@ def adaptive(
         costs: per-stage costs (required).
         comm: communication model used to judge the orders (``None``: free).
         memory_limit: activation bytes each rank may hold, counted as the
-            Timeline does (``activation_bytes`` until ``B``, ``weight_stash_bytes``
+            Timeline does (``activation_bytes`` until ``B`` or ``I``, ``weight_stash_bytes``
             until ``W``); ``None`` for no limit.
         placement: stage → rank, any map that uses every rank 0..P−1; default one
             stage per rank.
-        backward: ``"split"`` (``B`` and ``W`` may be scheduled apart) or ``"full"``.
+        backward: ``"split"`` (``I`` and ``W`` may be scheduled apart) or ``"full"`` (``B``).
             With ``"split"`` the full-backward templates are candidates too, and the
             result is a full-backward schedule when one of them is fastest (this
             happens with rendezvous sends, where a split rank blocks in the send of
-            its ``B`` before it can run ``W``).
+            its ``I`` before it can run ``W``).
 
     Returns:
         A schedule named ``"adaptive"`` whose simulated makespan under ``costs``
@@ -486,4 +491,4 @@ def adaptive(
     tied = [c for c in fitting if c.timeline.makespan <= fastest * (1 + _TOLERANCE) + _TOLERANCE]
     best = min(tied, key=lambda c: max(c.timeline.peak_bytes))
     chosen = best.schedule
-    return Schedule(chosen.orders, chosen.placement, chosen.num_microbatches, backward=chosen.backward, name="adaptive")
+    return Schedule(chosen.orders, chosen.placement, chosen.num_microbatches, name="adaptive")

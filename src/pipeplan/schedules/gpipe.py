@@ -11,7 +11,7 @@ Each stage sits on its own rank; stage ``p`` runs ``F(p, 0..m-1)`` and then
 from __future__ import annotations
 
 from .._validation import positive_int
-from ..schedule import Action, BackwardMode, Schedule
+from ..schedule import Action, BackwardMode, Schedule, kinds_for
 
 __all__ = ["gpipe"]
 
@@ -22,18 +22,19 @@ def gpipe(num_stages: int, num_microbatches: int, *, backward: BackwardMode = "f
     Args:
         num_stages: pipeline stages, one per rank (``P >= 1``).
         num_microbatches: microbatches per step (``m >= 1``).
-        backward: ``"full"``, ``"split"`` (each ``W`` right after its ``B``, which
+        backward: ``"full"`` (``B``), ``"split"`` (each ``W`` right after its ``I``, which
             times the same as the full backward) or ``"none"`` (forward only).
     """
     num_stages = positive_int("num_stages", num_stages)
     num_microbatches = positive_int("num_microbatches", num_microbatches)
+    kinds_for(backward)  # raises on an unknown mode
     orders = []
     for stage in range(num_stages):
         order = [Action("F", stage, mb) for mb in range(num_microbatches)]
         for mb in range(num_microbatches):
-            if backward != "none":
+            if backward == "full":
                 order.append(Action("B", stage, mb))
-            if backward == "split":
-                order.append(Action("W", stage, mb))
+            elif backward == "split":
+                order += [Action("I", stage, mb), Action("W", stage, mb)]
         orders.append(order)
-    return Schedule(orders, list(range(num_stages)), num_microbatches, backward=backward, name="gpipe")
+    return Schedule(orders, list(range(num_stages)), num_microbatches, name="gpipe")

@@ -16,7 +16,7 @@ Order (``m`` a multiple of ``P``: exactly Megatron-LM's
 runs chunk 0 on every microbatch of the group, then chunk 1, ... Backwards use
 the same table with the chunks reversed (the last chunk first). Rank ``r`` runs
 ``min(v·m, 2·(P − r − 1) + (v − 1)·P)`` warm-up forwards, then alternates
-``F(k + warm-up)``, ``B(k)``, then drains the backwards.
+``F(k + warm-up)``, ``B(k)`` (or ``I(k) W(k)``), then drains the backwards.
 
 Generalisation (``m`` not a multiple of ``P``): the microbatches are cut into
 ``⌊m / P⌋`` groups whose sizes differ by at most one (larger groups first), so
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
-from ..schedule import Action, BackwardMode, Schedule
+from ..schedule import Action, BackwardMode, Schedule, kinds_for
 
 __all__ = ["interleaved", "microbatch_groups", "interleaved_warmup", "interleaved_peak_inflight"]
 
@@ -99,7 +99,7 @@ def interleaved(
         num_microbatches: microbatches per step (``m >= 1``; see the module doc
             for ``m`` that is not a multiple of ``P``).
         virtual_stages: chunks per rank ``v >= 1``; ``v = 1`` gives 1F1B's order.
-        backward: ``"full"``; ``"split"`` puts each ``W`` right after its ``B``;
+        backward: ``"full"`` (``B``); ``"split"`` puts each ``W`` right after its ``I``;
             ``"none"`` gives the forwards in table order.
 
     Returns:
@@ -117,8 +117,7 @@ def interleaved(
     num_stages = positive_int("num_stages", num_stages)
     num_microbatches = positive_int("num_microbatches", num_microbatches)
     virtual_stages = positive_int("virtual_stages", virtual_stages)
-    if backward not in ("full", "split", "none"):
-        raise InvalidInputError(f"backward must be 'full', 'split' or 'none', got {backward!r}")
+    kinds_for(backward)  # raises on an unknown mode
     if num_stages % virtual_stages:
         raise InvalidInputError(
             f"num_stages = {num_stages} must be a multiple of virtual_stages = {virtual_stages} "
@@ -140,10 +139,10 @@ def interleaved(
         backwards: list[list[Action]] = []
         for mb, chunk in table:
             stage = stage_of(rank, virtual_stages - 1 - chunk)
-            pieces = [Action("B", stage, mb)]
             if backward == "split":
-                pieces.append(Action("W", stage, mb))
-            backwards.append(pieces)
+                backwards.append([Action("I", stage, mb), Action("W", stage, mb)])
+            else:
+                backwards.append([Action("B", stage, mb)])
         warmup = interleaved_warmup(rank, num_ranks, num_microbatches, virtual_stages)
         order = forwards[:warmup]
         for step in range(total - warmup):
@@ -153,4 +152,4 @@ def interleaved(
             order.extend(backwards[step])
         orders.append(order)
     placement = [stage % num_ranks for stage in range(num_stages)]
-    return Schedule(orders, placement, num_microbatches, backward=backward, name="interleaved")
+    return Schedule(orders, placement, num_microbatches, name="interleaved")

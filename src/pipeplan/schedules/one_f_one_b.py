@@ -12,7 +12,7 @@ one forward and one backward, then drains the remaining backwards. At most
 from __future__ import annotations
 
 from .._validation import positive_int
-from ..schedule import Action, BackwardMode, Schedule
+from ..schedule import Action, BackwardMode, Schedule, kinds_for
 
 __all__ = ["one_f_one_b", "warmup_forwards"]
 
@@ -28,12 +28,13 @@ def one_f_one_b(num_stages: int, num_microbatches: int, *, backward: BackwardMod
     Args:
         num_stages: pipeline stages, one per rank (``P >= 1``).
         num_microbatches: microbatches per step (``m >= 1``).
-        backward: ``"full"``; ``"split"`` puts each ``W`` right after its ``B``
+        backward: ``"full"`` (``B``); ``"split"`` runs ``I`` and right after it ``W``
             (same timing as the full backward); ``"none"`` gives the forward-only
             order, which is GPipe's.
     """
     num_stages = positive_int("num_stages", num_stages)
     num_microbatches = positive_int("num_microbatches", num_microbatches)
+    kinds_for(backward)  # raises on an unknown mode
     orders = []
     for stage in range(num_stages):
         if backward == "none":
@@ -43,10 +44,9 @@ def one_f_one_b(num_stages: int, num_microbatches: int, *, backward: BackwardMod
         order = [Action("F", stage, mb) for mb in range(warmup)]
 
         def backward_of(mb: int) -> list[Action]:
-            pieces = [Action("B", stage, mb)]
             if backward == "split":
-                pieces.append(Action("W", stage, mb))
-            return pieces
+                return [Action("I", stage, mb), Action("W", stage, mb)]
+            return [Action("B", stage, mb)]
 
         for step in range(num_microbatches - warmup):
             order.append(Action("F", stage, warmup + step))
@@ -54,4 +54,4 @@ def one_f_one_b(num_stages: int, num_microbatches: int, *, backward: BackwardMod
         for mb in range(num_microbatches - warmup, num_microbatches):
             order.extend(backward_of(mb))
         orders.append(order)
-    return Schedule(orders, list(range(num_stages)), num_microbatches, backward=backward, name="1f1b")
+    return Schedule(orders, list(range(num_stages)), num_microbatches, name="1f1b")

@@ -3,7 +3,7 @@
 The model is cut into ``S = 2P`` stages and rank ``r`` holds two chunks in a V:
 stage ``r`` (on the way down) and stage ``2P − 1 − r`` (on the way up), so the
 last rank holds the two middle stages and rank 0 the first and the last. The
-backward is split into ``B`` (input gradient) and ``W`` (weight gradient)::
+backward is split into ``I`` (input gradient) and ``W`` (weight gradient)::
 
     from pipeplan.schedules.zb_v import zb_v
     schedule = zb_v(8, 8)                  # 4 ranks
@@ -15,11 +15,11 @@ the order valid since no action depends on another microbatch):
 
 1. ``2(P − r) − 1`` forwards of chunk 0;
 2. ``r`` pairs ``F`` chunk 1, ``F`` chunk 0;
-3. ``P − r`` triples ``F B W`` of chunk 1;
-4. steady: ``F`` chunk 0 (while any are left), ``B W`` chunk 0, ``F B W`` chunk 1,
+3. ``P − r`` triples ``F I W`` of chunk 1;
+4. steady: ``F`` chunk 0 (while any are left), ``I W`` chunk 0, ``F I W`` chunk 1,
    until every forward is done;
-5. cool-down: ``r`` pairs ``B`` chunk 0, ``B`` chunk 1; then ``P − r`` pairs
-   ``B W`` of chunk 0; then the postponed ``W`` of chunk 1, then of chunk 0.
+5. cool-down: ``r`` pairs ``I`` chunk 0, ``I`` chunk 1; then ``P − r`` pairs
+   ``I W`` of chunk 0; then the postponed ``W`` of chunk 1, then of chunk 0.
 
 With ``F = B = W`` on every stage (one chunk's times), no communication and
 ``m >= 2P − 1``, no rank ever idles inside its span: the zero-bubble paper's
@@ -83,7 +83,7 @@ def zb_v(num_stages: int, num_microbatches: int, *, backward: str = "split") -> 
     for rank in range(num_ranks):
         order = _rank_order(rank, num_ranks, laid_out)
         orders.append([a for a in order if a.microbatch < num_microbatches])
-    return Schedule(orders, zb_v_placement(num_ranks), num_microbatches, backward="split", name="zb-v")
+    return Schedule(orders, zb_v_placement(num_ranks), num_microbatches, name="zb-v")
 
 
 def _rank_order(rank: int, num_ranks: int, num_microbatches: int) -> list[Action]:
@@ -91,11 +91,11 @@ def _rank_order(rank: int, num_ranks: int, num_microbatches: int) -> list[Action
     down, up = rank, 2 * num_ranks - 1 - rank
     order: list[Action] = []
     next_f = {down: 0, up: 0}
-    next_b = {down: 0, up: 0}
+    next_i = {down: 0, up: 0}
     next_w = {down: 0, up: 0}
 
     def run(kind: str, stage: int) -> None:
-        counter = {"F": next_f, "B": next_b, "W": next_w}[kind]
+        counter = {"F": next_f, "I": next_i, "W": next_w}[kind]
         order.append(Action(kind, stage, counter[stage]))
         counter[stage] += 1
 
@@ -106,24 +106,24 @@ def _rank_order(rank: int, num_ranks: int, num_microbatches: int) -> list[Action
         run("F", down)
     for _ in range(num_ranks - rank):
         run("F", up)
-        run("B", up)
+        run("I", up)
         run("W", up)
     while next_f[up] < next_f[down] or next_f[down] < num_microbatches:
         if next_f[down] < num_microbatches:
             run("F", down)
-        run("B", down)
+        run("I", down)
         run("W", down)
         run("F", up)
-        run("B", up)
+        run("I", up)
         run("W", up)
     for _ in range(rank):
-        run("B", down)
-        run("B", up)
+        run("I", down)
+        run("I", up)
     for _ in range(num_ranks - rank):
-        run("B", down)
+        run("I", down)
         run("W", down)
-    while next_w[up] < next_b[up]:
+    while next_w[up] < next_i[up]:
         run("W", up)
-    while next_w[down] < next_b[down]:
+    while next_w[down] < next_i[down]:
         run("W", down)
     return order

@@ -1,20 +1,20 @@
 """The zero-bubble handcrafted schedules ZB-H1 and ZB-H2 (Qi et al., ICLR 2024).
 
-Both split the backward into ``B`` (input gradient, on the critical path) and
-``W`` (weight gradient, free to move), one stage per rank. In the steady phase
-rank ``i`` of ``P`` repeats the triple ``F(x), B(x − b_i), W(x − w)``; the
-offsets fix the warm-up (``F`` alone, then ``F B`` pairs) and the cool-down
-(``B W`` pairs, then ``W`` alone)::
+Both split the backward into ``I`` (input gradient, on the critical path; the
+paper's "B") and ``W`` (weight gradient, free to move), one stage per rank. In the
+steady phase rank ``i`` of ``P`` repeats the triple ``F(x), I(x − b_i), W(x − w)``;
+the offsets fix the warm-up (``F`` alone, then ``F I`` pairs) and the cool-down
+(``I W`` pairs, then ``W`` alone)::
 
     from pipeplan.schedules.zero_bubble import zb_h1
     schedule = zb_h1(4, 8)
-    [a.label for a in schedule.orders[3][:6]]   # ['F0', 'B0', 'F1', 'B1', 'F2', 'B2']
+    [a.label for a in schedule.orders[3][:6]]   # ['F0', 'I0', 'F1', 'I1', 'F2', 'I2']
 
 * ZB-H1: ``b_i = P − 1 − i``, ``w = P − 1``. Rank ``i`` runs 1F1B's ``P − 1 − i``
-  warm-up forwards, then ``i`` ``F B`` pairs that postpone their ``W``; every
+  warm-up forwards, then ``i`` ``F I`` pairs that postpone their ``W``; every
   rank holds at most ``min(m, P)`` microbatches (the first rank's 1F1B peak).
 * ZB-H2: ``b_i = 2(P − 1 − i)``, ``w = 2(P − 1)``: twice the warm-up, so the
-  ``B`` passes meet no bubble; every rank holds at most ``min(m, 2P − 1)``.
+  ``I`` passes meet no bubble; every rank holds at most ``min(m, 2P − 1)``.
 
 A microbatch stays in flight on a stage until its ``W`` (the stash ``W`` needs);
 the bounds above count it so. With the paper's assumption ``F = B = W`` (times of
@@ -59,7 +59,7 @@ def _offset_schedule(
     weight_offset: int,
     name: str,
 ) -> Schedule:
-    """Rank ``i`` runs ``F(x), B(x − backward_offsets[i]), W(x − weight_offset)`` for x = 0, 1, ..."""
+    """Rank ``i`` runs ``F(x), I(x − backward_offsets[i]), W(x − weight_offset)`` for x = 0, 1, ..."""
     orders = []
     for stage in range(num_stages):
         order = []
@@ -68,12 +68,12 @@ def _offset_schedule(
                 order.append(Action("F", stage, x))
             b = x - backward_offsets[stage]
             if 0 <= b < num_microbatches:
-                order.append(Action("B", stage, b))
+                order.append(Action("I", stage, b))
             w = x - weight_offset
             if 0 <= w < num_microbatches:
                 order.append(Action("W", stage, w))
         orders.append(order)
-    return Schedule(orders, list(range(num_stages)), num_microbatches, backward="split", name=name)
+    return Schedule(orders, list(range(num_stages)), num_microbatches, name=name)
 
 
 def zb_h1(num_stages: int, num_microbatches: int, *, backward: str = "split") -> Schedule:
@@ -82,7 +82,7 @@ def zb_h1(num_stages: int, num_microbatches: int, *, backward: str = "split") ->
     Args:
         num_stages: pipeline stages, one per rank (``P >= 1``).
         num_microbatches: microbatches per step (``m >= 1``).
-        backward: must be ``"split"`` (``B`` = input gradient, ``W`` = weight gradient).
+        backward: must be ``"split"`` (``I`` = input gradient, ``W`` = weight gradient).
 
     Memory bound (tested): every rank holds at most ``min(m, P)`` microbatches,
     counting a microbatch until its ``W``.

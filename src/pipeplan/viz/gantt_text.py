@@ -46,7 +46,7 @@ IDLE_CHARS: dict[IdleCause, str] = {
     IdleCause.OVERHEAD: "*",
 }
 
-_KIND_NAMES = {"F": "forward", "B": "backward", "W": "weight gradient"}
+_KIND_NAMES = {"F": "forward", "B": "backward", "I": "input gradient", "W": "weight gradient"}
 
 
 def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True) -> str:

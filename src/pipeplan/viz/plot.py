@@ -27,13 +27,14 @@ import os
 from typing import Any
 
 from ..errors import InvalidInputError, PipeplanError
+from ..schedule import Kind
 from ..timeline import IdleCause, Timeline
 from .tables import format_time
 
 __all__ = ["plot_timeline", "KIND_COLORS", "IDLE_COLORS"]
 
 #: Bar colour per action kind.
-KIND_COLORS = {"F": "#4878d0", "B": "#ee854a", "W": "#6acc64"}
+KIND_COLORS = {"F": "#4878d0", "B": "#ee854a", "I": "#d65f5f", "W": "#6acc64"}
 
 #: Shade (colour, hatch) per idle cause.
 IDLE_COLORS: dict[IdleCause, tuple[str, str]] = {
@@ -45,7 +46,7 @@ IDLE_COLORS: dict[IdleCause, tuple[str, str]] = {
     IdleCause.OVERHEAD: ("#bdbdbd", "xx"),
 }
 
-_KIND_NAMES = {"F": "forward", "B": "backward", "W": "weight grad"}
+_KIND_NAMES = {"F": "forward", "B": "backward", "I": "input grad", "W": "weight grad"}
 _FORMATS = (".png", ".svg", ".pdf")
 _BAR_HEIGHT = 0.8
 _LABEL_FONT_PT = 7.0
@@ -169,7 +170,7 @@ def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, Patch: Any) -
             axes.broken_barh(spans, band, facecolors=color, edgecolor="#9e9e9e" if hatch else "none",
                              hatch=hatch or None, linewidth=0.0, label=f"_rank{rank}:idle:{cause.value}")
         chunk_of = {stage: index for index, stage in enumerate(schedule.stages_of(rank))}
-        by_kind: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        by_kind: dict[tuple[Kind, int], list[tuple[float, float]]] = {}
         for record in timeline.records(rank):
             kind, stage, microbatch = record.action
             parity = chunk_of[stage] % 2
@@ -182,8 +183,8 @@ def _draw_gantt(axes: Any, timeline: Timeline, makespan: float, *, Patch: Any) -
         for (kind, parity), spans in by_kind.items():
             kinds_seen.add(kind)
             chunked = chunked or parity == 1
-            color = _lighten(KIND_COLORS[kind]) if parity else KIND_COLORS[kind]
-            axes.broken_barh(spans, band, facecolors=color, edgecolor="white",
+            bar_color = _lighten(KIND_COLORS[kind]) if parity else KIND_COLORS[kind]
+            axes.broken_barh(spans, band, facecolors=bar_color, edgecolor="white",
                              hatch="..." if parity and use_hatch else None, linewidth=0.6,
                              label=f"_rank{rank}:{kind}:{parity}")
     axes.set_ylim(num_ranks - 0.5, -0.5)

@@ -38,7 +38,7 @@ __all__ = ["chrome_trace", "write_trace"]
 
 COMPUTE_THREAD = 0
 IDLE_THREAD = 1
-_KIND_NAMES = {"F": "forward", "B": "backward", "W": "weight_grad"}
+_KIND_NAMES = {"F": "forward", "B": "backward", "I": "input_grad", "W": "weight_grad"}
 
 
 def chrome_trace(timeline: Timeline, *, us_per_unit: float = 1000.0) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def chrome_trace(timeline: Timeline, *, us_per_unit: float = 1000.0) -> dict[str
                 "tid": COMPUTE_THREAD,
                 "ts": record.start * factor,
                 "dur": (record.end - record.start) * factor,
-                "args": {"kind": kind, "stage": stage, "microbatch": microbatch},
+                "args": {"kind": kind.value, "stage": stage, "microbatch": microbatch},
             }
         )
     for interval in timeline.idle_intervals():
