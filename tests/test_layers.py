@@ -113,7 +113,7 @@ def test_json_object_with_extras(tmp_path):
         ("p.json", "{\"layer\": []}", "needs 'layers'"),
         ("p.json", "{not json", "not valid JSON"),
         ("p.txt", "forward\n1\n", "must end in .csv or .json"),
-        ("p.csv", "forward,backward,weight\n1,2,2\n", r"weight\[0\] = 2.0 must be < backward"),
+        ("p.csv", "forward,backward,weight\n1,2,3\n", r"weight\[0\] = 3.0 must be <= backward"),
     ],
 )
 def test_bad_files_name_the_problem(tmp_path, name, text, match):

@@ -182,7 +182,7 @@ def test_microbatch_scale_shrinks_the_last_microbatch():
         ({"forward": [1, -2]}, r"forward\[1\] must be > 0"),
         ({"forward": [1, 0]}, r"forward\[1\] must be > 0"),
         ({"forward": [1, 2], "backward": [1]}, "backward has 1 entries, expected 2"),
-        ({"forward": [1, 2], "weight": [5, 0]}, r"weight\[0\] = 5.0 must be < backward\[0\]"),
+        ({"forward": [1, 2], "weight": [5, 0]}, r"weight\[0\] = 5.0 must be <= backward\[0\]"),
         ({"forward": []}, "forward must not be empty"),
         ({"forward": "30,10"}, "forward must be a list of numbers"),
     ],

@@ -37,7 +37,7 @@ def forward_backward_weight(
     """Validate per-stage (or per-layer) times and fill in the defaults.
 
     ``backward`` defaults to twice ``forward``; ``weight`` to half of ``backward``
-    and must satisfy ``0 <= weight < backward`` (see the module doc's convention).
+    and must satisfy ``0 <= weight <= backward`` (see the module doc's convention).
     """
     fwd = finite_floats("forward", forward)
     count = len(fwd)
@@ -46,14 +46,14 @@ def forward_backward_weight(
         if not all(math.isfinite(b) for b in bwd):
             raise InvalidInputError("forward times are too large: the default backward (2 × forward) overflows")
     else:
-        bwd = finite_floats("backward", backward, length=count)
+        bwd = finite_floats("backward", backward, length=count, allow_zero=True)
     if weight is None:
         return fwd, bwd, tuple(b / 2.0 for b in bwd)
     wgt = finite_floats("weight", weight, length=count, allow_zero=True)
     for index, (w, b) in enumerate(zip(wgt, bwd)):
-        if w >= b:
+        if w > b:
             raise InvalidInputError(
-                f"weight[{index}] = {w} must be < backward[{index}] = {b} "
+                f"weight[{index}] = {w} must be <= backward[{index}] = {b} "
                 "(weight is the weight-gradient part of the full backward)"
             )
     return fwd, bwd, wgt
@@ -65,9 +65,9 @@ class StageCosts:
 
     Args:
         forward: forward time per stage, each > 0.
-        backward: full backward time per stage (input + weight gradient), each > 0.
+        backward: full backward time per stage (input + weight gradient), each >= 0.
             Defaults to twice the forward, the usual rule for transformer layers.
-        weight: weight-gradient part of ``backward`` per stage, ``0 <= weight < backward``.
+        weight: weight-gradient part of ``backward`` per stage, ``0 <= weight <= backward``.
             Defaults to half the backward (the zero-bubble paper's F = B = W assumption).
             Only split-backward schedules (``I``, ``W``) look at it.
         activation_bytes: bytes of activations one microbatch leaves on the stage

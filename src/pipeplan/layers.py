@@ -19,6 +19,15 @@ Units and conventions, shared with :class:`~pipeplan.costs.StageCosts`:
   master weight + 4 + 4 Adam moments).
 * ``activation_bytes`` is bytes per microbatch, held from the end of the
   layer's forward to the end of its backward.
+* ``weight_stash_bytes`` (of ``activation_bytes``) is what a split backward keeps
+  after B until W; defaults to all of ``activation_bytes``.
+* ``send_bytes`` is the size of what crosses a pipeline cut right after the
+  layer (activations down, the same size of gradients up); defaults to 0.
+* ``trainable_params`` (of ``params``) are the parameters with gradients and
+  optimizer state; a frozen layer has 0. Defaults to ``params``.
+* A layer may have ``backward == 0`` (a frozen layer nothing upstream trains:
+  forward only) and ``weight == backward`` (its input is data, so its backward is
+  all weight gradient).
 * ``first_extra`` / ``last_extra`` are fixed times (F + B) that the first and
   last stage always pay (vision preprocessing, the loss or an action head);
   ``first_extra_bytes`` / ``last_extra_bytes`` are fixed bytes they always hold.
@@ -28,7 +37,8 @@ Units and conventions, shared with :class:`~pipeplan.costs.StageCosts`:
 File formats (:meth:`LayerProfile.from_file`):
 
 * CSV with a header; columns ``forward`` (required), ``backward``, ``weight``,
-  ``activation_bytes``, ``params``, ``name`` (optional, in any order).
+  ``activation_bytes``, ``params``, ``name``, ``weight_stash_bytes``,
+  ``send_bytes``, ``trainable_params`` (optional, in any order).
 * JSON: a list of objects with the same keys, or an object
   ``{"layers": [...], "first_extra": .., "last_extra": .., "first_extra_bytes": ..,
   "last_extra_bytes": ..}``.
@@ -51,7 +61,9 @@ from .errors import InvalidInputError
 
 __all__ = ["LayerProfile", "transformer_layer_flops"]
 
-_FIELDS = ("forward", "backward", "weight", "activation_bytes", "params", "name")
+_FIELDS = ("forward", "backward", "weight", "activation_bytes", "params", "name",
+           "weight_stash_bytes", "send_bytes", "trainable_params")
+_OPTIONAL_COLUMNS = ("weight_stash_bytes", "send_bytes", "trainable_params")
 _EXTRAS = ("first_extra", "last_extra", "first_extra_bytes", "last_extra_bytes")
 
 
@@ -77,8 +89,8 @@ class LayerProfile:
 
     Args:
         forward: forward time per layer per microbatch, each > 0.
-        backward: full backward time per layer, each > 0; defaults to 2 × forward.
-        weight: weight-gradient part of ``backward``, ``0 <= weight < backward``;
+        backward: full backward time per layer, each >= 0 (0: forward only); defaults to 2 × forward.
+        weight: weight-gradient part of ``backward``, ``0 <= weight <= backward``;
             defaults to half the backward.
         activation_bytes: bytes per microbatch kept from F to B; defaults to 0.
         params: parameter count per layer; defaults to 0.
@@ -86,6 +98,11 @@ class LayerProfile:
             ``layers.0``, ``layers.1``, ...
         first_extra, last_extra: fixed time the first / last stage always pays.
         first_extra_bytes, last_extra_bytes: fixed bytes the first / last stage holds.
+        weight_stash_bytes: per layer, the part of ``activation_bytes`` kept after B
+            until W; defaults to all of it.
+        send_bytes: per layer, bytes crossing a cut right after it; defaults to 0.
+        trainable_params: per layer, the part of ``params`` that is trained;
+            defaults to ``params``.
     """
 
     forward: tuple[float, ...]
@@ -98,6 +115,9 @@ class LayerProfile:
     last_extra: float
     first_extra_bytes: float
     last_extra_bytes: float
+    weight_stash_bytes: tuple[float, ...]
+    send_bytes: tuple[float, ...]
+    trainable_params: tuple[float, ...]
 
     def __init__(
         self,
@@ -112,6 +132,9 @@ class LayerProfile:
         last_extra: float = 0.0,
         first_extra_bytes: float = 0.0,
         last_extra_bytes: float = 0.0,
+        weight_stash_bytes: Sequence[float] | None = None,
+        send_bytes: Sequence[float] | None = None,
+        trainable_params: Sequence[float] | None = None,
     ) -> None:
         fwd, bwd, wgt = forward_backward_weight(forward, backward, weight)
         count = len(fwd)
@@ -128,6 +151,15 @@ class LayerProfile:
                     f"names must be a list of {count} strings (one per layer), got {names!r}"
                 )
             labels = tuple(str(name) for name in names)
+        stash = act if weight_stash_bytes is None else _bounded(
+            "weight_stash_bytes", weight_stash_bytes, act, "activation_bytes", count)
+        sends = zeros if send_bytes is None else finite_floats(
+            "send_bytes", send_bytes, length=count, allow_zero=True)
+        trainable = par if trainable_params is None else _bounded(
+            "trainable_params", trainable_params, par, "params", count)
+        object.__setattr__(self, "weight_stash_bytes", stash)
+        object.__setattr__(self, "send_bytes", sends)
+        object.__setattr__(self, "trainable_params", trainable)
         object.__setattr__(self, "forward", fwd)
         object.__setattr__(self, "backward", bwd)
         object.__setattr__(self, "weight", wgt)
@@ -259,6 +291,7 @@ class LayerProfile:
             if key in present and any(value is None or value == "" for value in columns[key]):
                 missing = next(i for i, value in enumerate(columns[key]) if value is None or value == "")
                 raise InvalidInputError(f"layers[{missing}] lacks '{key}', which other layers give")
+        optional: dict[str, Any] = {key: columns[key] for key in _OPTIONAL_COLUMNS if key in present}
         return cls(
             columns["forward"],
             columns["backward"] if "backward" in present else None,
@@ -266,6 +299,7 @@ class LayerProfile:
             activation_bytes=columns["activation_bytes"] if "activation_bytes" in present else None,
             params=columns["params"] if "params" in present else None,
             names=columns["name"] if "name" in present else None,
+            **optional,
             **options,
         )
 
@@ -341,6 +375,9 @@ class LayerProfile:
             activation_bytes=self.activation_bytes,
             params=self.params,
             names=self.names,
+            weight_stash_bytes=self.weight_stash_bytes,
+            send_bytes=self.send_bytes,
+            trainable_params=self.trainable_params,
             **values,
         )
 
@@ -353,7 +390,15 @@ class LayerProfile:
         bwd = _segment_sums(self.backward, bounds) + 2.0 * extra_time / 3.0
         wgt = _segment_sums(self.weight, bounds) + extra_time / 3.0
         act = _segment_sums(self.activation_bytes, bounds)
-        return StageCosts(fwd.tolist(), bwd.tolist(), wgt.tolist(), activation_bytes=act.tolist())
+        stash = np.minimum(_segment_sums(self.weight_stash_bytes, bounds), act)
+        return StageCosts(fwd.tolist(), bwd.tolist(), wgt.tolist(), activation_bytes=act.tolist(),
+                          weight_stash_bytes=stash.tolist())
+
+    def boundary_bytes(self, layers_per_stage: Sequence[int]) -> tuple[float, ...]:
+        """Bytes sent across each of the ``S - 1`` stage boundaries (for :class:`CommModel`)."""
+        sizes = _check_sizes(layers_per_stage, self.num_layers)
+        ends = np.cumsum(sizes)[:-1] - 1
+        return tuple(float(self.send_bytes[end]) for end in ends)
 
     def to_records(self) -> list[dict[str, Any]]:
         """One JSON-ready dict per layer (the inverse of :meth:`from_records`)."""
@@ -365,11 +410,25 @@ class LayerProfile:
                 "weight": w,
                 "activation_bytes": a,
                 "params": p,
+                "weight_stash_bytes": stash,
+                "send_bytes": send,
+                "trainable_params": trained,
             }
-            for name, f, b, w, a, p in zip(
-                self.names, self.forward, self.backward, self.weight, self.activation_bytes, self.params
+            for name, f, b, w, a, p, stash, send, trained in zip(
+                self.names, self.forward, self.backward, self.weight, self.activation_bytes, self.params,
+                self.weight_stash_bytes, self.send_bytes, self.trainable_params,
             )
         ]
+
+
+def _bounded(field: str, values: Sequence[float], bound: tuple[float, ...], bound_field: str,
+             count: int) -> tuple[float, ...]:
+    """Per-layer values in ``[0, bound]`` (a part of another per-layer quantity)."""
+    out = finite_floats(field, values, length=count, allow_zero=True)
+    for index, (value, limit) in enumerate(zip(out, bound)):
+        if value > limit:
+            raise InvalidInputError(f"{field}[{index}] = {value} must be <= {bound_field}[{index}] = {limit}")
+    return out
 
 
 def _segment_sums(values: Sequence[float], bounds: np.ndarray) -> np.ndarray:

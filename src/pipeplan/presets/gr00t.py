@@ -1,0 +1,73 @@
+"""GR00T N1 (NVIDIA Isaac-GR00T): the Eagle-2 VLM cut at layer 12 and a cross-attention DiT.
+
+    from pipeplan.presets.gr00t import gr00t_n1
+    spec = gr00t_n1()
+    spec.trains("llm"), spec.needs_grad("llm")    # (False, True): B but no W
+
+Shapes: Eagle-2 (gr00t/model/backbone/eagle2_hg_model/config.json): a SigLIP
+``siglip_vision_model`` 1152/27/4304/16 at 224 px (256 patches, pixel-shuffled
+by 0.5 to 64 tokens of 4 · 1152), the ``mlp1`` projector (LayerNorm, 4608 → 2048
+→ 2048), SmolLM2-1.7B (2048 wide, 32 heads, SwiGLU 8192, vocab 49,164, tied)
+of which GR00T keeps the first 12 of 24 layers (paper: middle-layer features)
+and projects them 2048 → 1536. The action head
+(gr00t/model/action_head/flow_matching_action_head.py, cross_attention_dit.py;
+N1 config: 16 DiT blocks, 32 heads × 48 = 1536, AdaLayerNorm, dropout 0.2,
+``interleave_self_attention``, output 1536 → 1024) reads a state token, 32
+future tokens and 16 action tokens (49), cross-attends to the VLM tokens on even
+blocks and self-attends on odd ones, and decodes with embodiment-specific MLPs
+(32 embodiments; one runs per example, all hold parameters). Text is taken as 32
+tokens (an assumption). Recipe: the LLM is frozen (paper §2; ``tune_llm=False``)
+while the vision tower, projectors and DiT train, so the LLM layers have an
+input-gradient backward (B) but no W. One noise sample per example.
+"""
+
+from __future__ import annotations
+
+from ..models.spec import CrossAttention, Embedding, Linear, ModelSpec, Module, Projector, TransformerStack
+from ._components import siglip_so400m
+
+__all__ = ["gr00t_n1"]
+
+_EMBODIMENTS = 32
+_TEXT_TOKENS = 32
+_IMAGE_TOKENS = 64  # 256 patches, pixel shuffle 0.5
+
+
+def _category_params(*pairs: tuple[int, int]) -> int:
+    """Weights and biases of one embodiment's MLP with these (in, out) layers."""
+    return sum(i * o + o for i, o in pairs)
+
+
+def gr00t_n1() -> ModelSpec:
+    """GR00T-N1-2B: 2.2B parameters, 1.34B of them in the VLM (paper)."""
+    width, hidden, horizon, action_dim, state_dim = 1536, 1024, 16, 32, 64
+    tokens = 1 + 32 + horizon
+    state_mlp = ((state_dim, hidden), (hidden, width))
+    action_mlp = ((action_dim, width), (2 * width, width), (width, width))
+    decoder_mlp = ((hidden, hidden), (hidden, action_dim))
+    seq = _IMAGE_TOKENS + _TEXT_TOKENS
+    modules: list[Module] = [
+        siglip_so400m("vision", map_head=True),
+        Projector(name="vision_projector", tokens=_IMAGE_TOKENS, norm_params=2 * 4 * 1152,
+                  linears=(Linear(4 * 1152, 2048), Linear(2048, 2048))),
+        Embedding(name="text_embedding", vocab_size=49_164, hidden_size=2048, tokens=_TEXT_TOKENS),
+        TransformerStack(name="llm", num_layers=12, hidden_size=2048, num_heads=32, seq_length=seq,
+                         ffn_hidden_size=8192, gated_mlp=True, norm="rmsnorm", final_norm=True, frozen=True,
+                         inputs=("vision_projector", "text_embedding")),
+        Projector(name="vlm_projection", linears=(Linear(2048, width),), tokens=seq, activation=False),
+        Projector(name="action_embedding", inputs=(), tokens=horizon, output_tokens=tokens, output_width=width,
+                  linears=(Linear(state_dim, hidden, tokens=1), Linear(hidden, width, tokens=1),
+                           Linear(action_dim, width), Linear(2 * width, width), Linear(width, width),
+                           Linear(256, width, tokens=1), Linear(width, width, tokens=1)),
+                  # the other 31 embodiments' state and action MLPs, 32 future tokens, 1024 positions
+                  extra_params=(_EMBODIMENTS - 1) * _category_params(*state_mlp, *action_mlp)
+                  + 32 * width + 1024 * width),
+        TransformerStack(name="action_dit", num_layers=16, hidden_size=width, num_heads=32, head_dim=48,
+                         seq_length=tokens, ffn_hidden_size=4 * width, bias=True, norm="none", dropout=True,
+                         adaptive_norm=(2, 0), cross_attention=CrossAttention("vlm_projection", every=2)),
+        Projector(name="action_output", tokens=tokens,
+                  linears=(Linear(width, 2 * width, tokens=1), Linear(width, hidden), Linear(hidden, hidden),
+                           Linear(hidden, action_dim)),
+                  extra_params=(_EMBODIMENTS - 1) * _category_params(*decoder_mlp)),
+    ]
+    return ModelSpec("gr00t-n1", tuple(modules), "nvidia/GR00T-N1-2B: Eagle-2 (layer 12) + 16-block DiT")

@@ -1,0 +1,72 @@
+"""OpenVLA-7B and CogACT: Prismatic DINOv2 + SigLIP fused features into Llama-2 7B.
+
+    from pipeplan.presets.openvla import openvla_7b, cogact
+    openvla_7b().num_parameters()      # 7.54e9
+    cogact().module("action_dit").repeats   # 8 noise samples per example
+
+Shapes from openvla (prismatic/extern/hf/configuration_prismatic.py: backbone
+``dinosiglip-vit-so-224px`` = timm ``vit_large_patch14_reg4_dinov2.lvd142m`` +
+``vit_so400m_patch14_siglip_224``; prismatic/util/nn_utils.py FusedMLPProjector
+2176 → 8704 → 4096 → 4096; prismatic/models/backbones/llm/llama2.py pads the
+vocabulary to a multiple of 64: 32,064). Both towers read the same 224 px image
+(256 patches each) and their features are concatenated per patch, so the DINOv2
+output crosses every pipeline cut inside the SigLIP tower. The prompt plus the 7
+action tokens is taken as 40 text tokens (an assumption: OpenVLA's prompt
+"In: What action should the robot take to {instruction}?\\nOut:" is 20–40 tokens).
+Recipe (prismatic/conf/vla.py, the OpenVLA run): nothing frozen.
+
+CogACT (microsoft/CogACT: vla/cogactvla.py, action_model/action_model.py,
+scripts/train.py) keeps that VLM and feeds the last token's hidden state (the
+cognition feature) to a DiT-Base action model (12 blocks, width 768, 12 heads,
+in-context conditioning: 1 condition token + 16 action tokens), trained with
+``repeated_diffusion_steps = 8`` noise samples per example (scripts/train.py
+default). Its LM head is not in the action loss and is left out here.
+"""
+
+from __future__ import annotations
+
+from ..models.spec import Embedding, Linear, LMHead, ModelSpec, Module, Projector, TransformerStack
+from ._components import dinov2_large, llama2_7b_blocks, siglip_so400m
+
+__all__ = ["openvla_7b", "cogact"]
+
+_VOCAB = 32_064  # 32,000 + 1 pad token, padded to a multiple of 64 (prismatic llama2.py)
+_TEXT_TOKENS = 40
+_PATCHES = 256
+
+
+def _vlm(*, output_tokens: int | None = None) -> list[Module]:
+    seq = _PATCHES + _TEXT_TOKENS
+    return [
+        dinov2_large("dinov2"),
+        siglip_so400m("siglip", map_head=True),
+        Projector(name="projector", inputs=("dinov2", "siglip"), tokens=_PATCHES,
+                  linears=(Linear(2176, 8704), Linear(8704, 4096), Linear(4096, 4096))),
+        Embedding(name="text_embedding", vocab_size=_VOCAB, hidden_size=4096, tokens=_TEXT_TOKENS),
+        llama2_7b_blocks("llm", seq_length=seq, inputs=("projector", "text_embedding"),
+                         output_tokens=output_tokens),
+    ]
+
+
+def openvla_7b() -> ModelSpec:
+    """OpenVLA-7B: 7.54B parameters; actions are 7 tokens of the LM head's vocabulary."""
+    modules = [*_vlm(), LMHead(name="lm_head", vocab_size=_VOCAB, hidden_size=4096, tokens=_PATCHES + _TEXT_TOKENS)]
+    return ModelSpec("openvla-7b", tuple(modules), "openvla/openvla-7b: prism-dinosiglip-224px + Llama-2 7B")
+
+
+def cogact() -> ModelSpec:
+    """CogACT-Base: OpenVLA's VLM plus an 89M DiT-B action model trained on 8 noise samples per example."""
+    repeats, width, actions = 8, 768, 16
+    modules: list[Module] = [
+        *_vlm(output_tokens=1),
+        Projector(name="action_embedding", inputs=("llm",), tokens=actions, repeats=repeats,
+                  output_tokens=actions + 1, output_width=width,
+                  linears=(Linear(7, width), Linear(256, width, tokens=1), Linear(width, width, tokens=1),
+                           Linear(4096, width, tokens=1)),
+                  # history embedder (7 → 768, built but unused), 17 position embeddings, the CFG null condition
+                  extra_params=7 * width + width + (actions + 1) * width + 4096),
+        TransformerStack(name="action_dit", num_layers=12, hidden_size=width, num_heads=12, seq_length=actions + 1,
+                         ffn_hidden_size=4 * width, bias=True, norm="none", repeats=repeats),
+        Projector(name="action_output", linears=(Linear(width, 7),), tokens=actions + 1, repeats=repeats),
+    ]
+    return ModelSpec("cogact", tuple(modules), "microsoft/CogACT: OpenVLA VLM + DiT-B, repeated_diffusion_steps=8")
