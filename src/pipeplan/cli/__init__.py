@@ -20,7 +20,7 @@ from ..errors import PipeplanError
 __all__ = ["main", "build_parser"]
 
 # Verb modules, in the order ``pipeplan --help`` lists them.
-_VERBS = ("simulate", "partition", "run", "demo")
+_VERBS = ("simulate", "partition", "presets", "model", "run", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

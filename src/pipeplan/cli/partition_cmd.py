@@ -3,6 +3,7 @@
     $ pipeplan partition --layers 32 --layer-cost 2 --first-extra 16 --last-extra 8 --stages 4
     $ pipeplan partition profile.csv --stages 8 --memory 80GB -m 16 --export megatron
     $ pipeplan partition profile.json --stages 4 --chunks-per-rank 2 --json
+    $ pipeplan partition --preset pi0 --stages 4 --gpu h100-80g --micro-batch-size 4
 
 Times are milliseconds per microbatch (F + B + W for ``--layer-cost``). Prints a
 table of layers, time and memory per stage, then the simulated step time and
@@ -21,6 +22,7 @@ from ..layers import LayerProfile
 from ..partition import PartitionResult, even_split, partition_layers
 from ..schedules import SCHEDULES
 from ._common import make_console, parse_bytes, print_json
+from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
 
 __all__ = ["register", "run", "profile_from_args"]
 
@@ -63,11 +65,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--export", choices=("megatron", "deepspeed", "torch"), default=None,
                         help="also print the plan for this engine")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_spec_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def profile_from_args(args: argparse.Namespace) -> LayerProfile:
-    """The layer profile the arguments describe (a file, or --layers/--layer-cost)."""
+    """The layer profile the arguments describe (a file, --layers/--layer-cost, or --preset/--spec)."""
+    if uses_spec(args):
+        if args.profile or args.layers is not None:
+            raise InvalidInputError("give a profile file, --layers, or --preset/--spec, not several")
+        return profile_from_spec_args(args)
     if args.profile and args.layers is not None:
         raise InvalidInputError("give either a profile file or --layers/--layer-cost, not both")
     if args.profile:

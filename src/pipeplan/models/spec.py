@@ -73,8 +73,10 @@ Conventions (stated so tests can pin them):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any, Literal, Union
 
 from .._validation import positive_float
@@ -966,6 +968,42 @@ class ModelSpec:
             raise InvalidInputError("modules must be a non-empty list of objects")
         modules = [_module_from_dict(record, position) for position, record in enumerate(raw)]
         return cls(str(payload.get("name", "model")), tuple(modules), str(payload.get("description", "")))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ModelSpec:
+        """Load a ``.json`` spec (or ``.yaml`` / ``.yml`` when PyYAML is installed).
+
+        Raises:
+            InvalidInputError: a missing file, an unknown suffix, unparsable text, or
+                a bad spec (see :meth:`from_dict`).
+        """
+        file = Path(path)
+        if not file.is_file():
+            raise InvalidInputError(f"spec file {str(file)!r} does not exist")
+        suffix = file.suffix.lower()
+        text = file.read_text()
+        if suffix == ".json":
+            try:
+                payload = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise InvalidInputError(f"spec file {str(file)!r} is not valid JSON: {error}") from None
+        elif suffix in (".yaml", ".yml"):
+            try:
+                import yaml  # type: ignore[import-untyped]
+            except ImportError:
+                raise InvalidInputError(
+                    f"spec file {str(file)!r} is YAML, which needs PyYAML (pip install pyyaml); or use .json"
+                ) from None
+            try:
+                payload = yaml.safe_load(text)
+            except yaml.YAMLError as error:
+                raise InvalidInputError(f"spec file {str(file)!r} is not valid YAML: {error}") from None
+        else:
+            raise InvalidInputError(f"spec file must end in .json, .yaml or .yml, got {str(file)!r}")
+        try:
+            return cls.from_dict(payload)
+        except TypeError as error:
+            raise InvalidInputError(f"spec file {str(file)!r}: {error}") from None
 
 
 def _depth(module: Module) -> int:

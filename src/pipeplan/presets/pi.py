@@ -58,7 +58,7 @@ def pi05() -> ModelSpec:
     text = 200
     modules: list[Module] = [
         *_prefix(text),
-        Projector(name="action_embedding", inputs=(), tokens=_HORIZON, output_width=_EXPERT,
+        Projector(name="action_embedding", inputs=(), tokens=_HORIZON, output_tokens=_HORIZON, output_width=_EXPERT,
                   linears=(Linear(_ACTION_DIM, _EXPERT), Linear(_EXPERT, _EXPERT, tokens=1),
                            Linear(_EXPERT, _EXPERT, tokens=1))),
         gemma("llm", "gemma_2b", seq_length=3 * 256 + text, inputs=("vision_projector", "text_embedding")),

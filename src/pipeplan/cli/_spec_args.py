@@ -1,0 +1,77 @@
+"""Arguments shared by the verbs that build a layer profile from a model spec.
+
+    parser.add_argument_group(...)  # via add_spec_arguments(parser)
+    profile = profile_from_spec_args(args)   # --preset/--spec, --gpu, --micro-batch-size, ...
+"""
+
+from __future__ import annotations
+
+import argparse
+from .. import hardware, presets
+from ..errors import InvalidInputError
+from ..layers import LayerProfile
+from ..models.spec import ModelSpec
+
+__all__ = ["add_spec_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count", "human_bytes"]
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """Add ``--preset``/``--spec`` and the hardware and microbatch options."""
+    group = parser.add_argument_group("model from shapes")
+    group.add_argument("--preset", default=None, help=f"a model preset: {', '.join(presets.names())}")
+    group.add_argument("--spec", default=None, metavar="FILE", help="a ModelSpec .json (or .yaml) file")
+    group.add_argument("--gpu", default="h100-80g", help=f"device: {', '.join(hardware.device_names())}")
+    group.add_argument("--micro-batch-size", type=int, default=1, help="examples per microbatch (default 1)")
+    group.add_argument("--mfu", type=float, default=None,
+                       help="achievable fraction of peak FLOP/s (default the device's, 0.4)")
+    group.add_argument("--recompute", choices=("none", "selective", "full"), default="selective",
+                       help="activation recomputation (default selective: the attention core)")
+    group.add_argument("--tensor-parallel", type=int, default=1, help="tensor-parallel degree (default 1)")
+    group.add_argument("--sequence-parallel", action="store_true", help="with --tensor-parallel > 1")
+    group.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
+    group.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")
+
+
+def uses_spec(args: argparse.Namespace) -> bool:
+    """Whether the arguments name a preset or a spec file."""
+    return bool(getattr(args, "preset", None) or getattr(args, "spec", None))
+
+
+def spec_from_args(args: argparse.Namespace) -> ModelSpec:
+    """The :class:`ModelSpec` of ``--preset`` or ``--spec``, with ``--freeze``/``--unfreeze`` applied."""
+    if args.preset and args.spec:
+        raise InvalidInputError("give either --preset or --spec, not both")
+    if not (args.preset or args.spec):
+        raise InvalidInputError(f"give --preset (one of {', '.join(presets.names())}) or --spec FILE")
+    spec = presets.get(args.preset) if args.preset else ModelSpec.from_file(args.spec)
+    flags: dict[str, bool] = {}
+    for option, value in (("freeze", True), ("unfreeze", False)):
+        text = getattr(args, option)
+        if text:
+            for name in (part.strip() for part in text.split(",") if part.strip()):
+                flags[name] = value
+    return spec.with_frozen(flags) if flags else spec
+
+
+def profile_from_spec_args(args: argparse.Namespace) -> LayerProfile:
+    """The layer profile (ms per microbatch) the spec arguments describe."""
+    spec = spec_from_args(args)
+    device = hardware.device(args.gpu, achievable_fraction=args.mfu)
+    return spec.to_layer_profile(device, args.micro_batch_size, recompute=args.recompute,
+                                 tensor_parallel=args.tensor_parallel, sequence_parallel=args.sequence_parallel)
+
+
+def human_count(value: float) -> str:
+    """``3.24e9`` → ``"3.24B"``."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def human_bytes(value: float) -> str:
+    """``1.3e9`` → ``"1.3 GB"`` (decimal units)."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g} B"

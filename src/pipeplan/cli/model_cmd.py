@@ -1,0 +1,104 @@
+"""``pipeplan model``: the per-layer profile of a preset or a spec file on a device.
+
+    $ pipeplan model --preset pi0 --gpu h100-80g --micro-batch-size 4
+    $ pipeplan model --spec examples/model_spec.json --out prof.json   # read by pipeplan partition
+    $ pipeplan model --preset gr00t-n1 --by-module --json
+
+Times are milliseconds per microbatch at the device's achievable FLOP/s
+(``--mfu`` overrides the fraction of peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from .. import hardware
+from ..errors import InvalidInputError
+from ._common import make_console, print_json
+from ._spec_args import add_spec_arguments, human_bytes, human_count, spec_from_args
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``model`` verb."""
+    parser = subparsers.add_parser(
+        "model", help="per-layer F/B/W time, FLOPs and bytes of a model preset or spec",
+        description="Turn a model preset or spec file into per-layer costs on a device and write them.",
+    )
+    add_spec_arguments(parser)
+    parser.add_argument("--out", default=None, metavar="PATH",
+                        help="write the layer profile as .json or .csv (read by pipeplan partition)")
+    parser.add_argument("--by-module", action="store_true", help="one row per module instead of per layer")
+    parser.add_argument("--json", action="store_true", help="print the profile as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``pipeplan model``."""
+    spec = spec_from_args(args)
+    device = hardware.device(args.gpu, achievable_fraction=args.mfu)
+    options = {"recompute": args.recompute, "tensor_parallel": args.tensor_parallel,
+               "sequence_parallel": args.sequence_parallel}
+    profile = spec.to_layer_profile(device, args.micro_batch_size, **options)
+    costs = spec.layer_costs(args.micro_batch_size, **options)
+    records = profile.to_records()
+    for record, cost in zip(records, costs):
+        record["forward_flops"] = cost.forward_flops
+        record["input_grad_flops"] = cost.input_grad_flops
+        record["weight_grad_flops"] = cost.weight_grad_flops
+    if args.out:
+        _write(Path(args.out), profile)
+    if args.json:
+        print_json({"model": spec.name, "device": device.name, "achievable_flops": device.achievable_flops,
+                    "micro_batch_size": args.micro_batch_size, **options, "layers": records})
+        return 0
+    rows = _by_module(records, costs) if args.by_module else records
+    title = (f"{spec.name} on {device.name} ({human_count(device.achievable_flops)}FLOP/s achievable), "
+             f"microbatch {args.micro_batch_size}, recompute {args.recompute}: ms and bytes per microbatch")
+    table = Table(title=title)
+    for column in ("layer", "F ms", "B ms", "W ms", "F FLOPs", "params", "activations", "W stash", "send"):
+        table.add_column(column, justify="left" if column == "layer" else "right")
+    for row in rows:
+        table.add_row(str(row["name"]), f"{row['forward']:.4g}", f"{row['backward'] - row['weight']:.4g}",
+                      f"{row['weight']:.4g}", human_count(row["forward_flops"]), human_count(row["params"]),
+                      human_bytes(row["activation_bytes"]), human_bytes(row["weight_stash_bytes"]),
+                      human_bytes(row["send_bytes"]))
+    console = make_console()
+    console.print(table)
+    total_f, total_b = sum(profile.forward), sum(profile.backward)
+    console.print(f"{profile.num_layers} layers; F {total_f:.4g} ms + backward {total_b:.4g} ms per microbatch; "
+                  f"{human_count(sum(profile.params))} parameters, {human_count(sum(profile.trainable_params))} trained"
+                  + (f"; profile written to {args.out}" if args.out else ""))
+    return 0
+
+
+def _by_module(records: list[dict[str, Any]], costs: list[Any]) -> list[dict[str, Any]]:
+    """Sum the layer records of each module (a joint pair is one group); send is the group's last."""
+    groups: dict[str, dict[str, Any]] = {}
+    for record, cost in zip(records, costs):
+        key = "+".join(cost.modules)
+        group = groups.setdefault(key, {"name": key, "send_bytes": 0.0})
+        for field in ("forward", "backward", "weight", "forward_flops", "params", "activation_bytes",
+                      "weight_stash_bytes"):
+            group[field] = group.get(field, 0.0) + record[field]
+        group["send_bytes"] = record["send_bytes"]
+    return list(groups.values())
+
+
+def _write(path: Path, profile: Any) -> None:
+    suffix = path.suffix.lower()
+    records = profile.to_records()
+    if suffix == ".json":
+        path.write_text(json.dumps({"layers": records}, indent=1))
+    elif suffix == ".csv":
+        columns = list(records[0])
+        lines = [",".join(columns)] + [",".join(str(r[c]) for c in columns) for r in records]
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        raise InvalidInputError(f"--out must end in .json or .csv, got {str(path)!r}")
