@@ -31,6 +31,10 @@ def test_simulate_partition_and_views_without_torch():
         assert main(["simulate", "--forward", "30,10,10,20", "--json"]) == 0
         assert main(["partition", "--layers", "32", "--layer-cost", "2", "--stages", "4", "--json"]) == 0
         assert main(["demo"]) == 0
+        assert main(["presets", "--json"]) == 0
+        assert main(["model", "--preset", "pi0", "--json"]) == 0
+        assert main(["partition", "--preset", "gr00t-n1", "--stages", "4", "--json"]) == 0
+        import pipeplan.models.spec, pipeplan.presets, pipeplan.hardware
         assert "torch" not in [m for m in sys.modules if sys.modules[m] is not None]
     """)
     assert result.returncode == 0, result.stderr

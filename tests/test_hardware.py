@@ -1,0 +1,41 @@
+"""Device and link presets."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeplan import hardware, simulate
+from pipeplan.costs import StageCosts
+from pipeplan.errors import InvalidInputError
+from pipeplan.schedules import build_schedule
+
+
+def test_devices_have_memory_and_dense_bf16_peaks():
+    assert hardware.device_names() == ["a100-40g", "a100-80g", "h100-80g", "h200-141g", "l40s", "cpu"]
+    h100 = hardware.device("h100-80g")
+    assert h100.peak_flops == 989.4e12 and h100.memory_bytes == 81_559 * 2**20
+    assert h100.achievable_flops == pytest.approx(0.4 * 989.4e12)
+    assert hardware.device("h100-80g", achievable_fraction=0.5).milliseconds(989.4e12) == pytest.approx(2000.0)
+    assert hardware.device("a100-80g").memory_bytes > hardware.device("a100-40g").memory_bytes
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: hardware.device("v100"), r"gpu must be one of a100-40g, .*got 'v100'"),
+    (lambda: hardware.device("l40s", achievable_fraction=0), r"achievable_fraction must be a number > 0"),
+    (lambda: hardware.device("l40s", achievable_fraction=1.2), r"achievable_fraction must be in \(0, 1\]"),
+    (lambda: hardware.link("carrier-pigeon"), r"link must be one of nvlink-a100, .*got 'carrier-pigeon'"),
+])
+def test_unknown_or_bad_hardware_is_one_line(call, match):
+    with pytest.raises(InvalidInputError, match=match):
+        call()
+
+
+def test_links_give_the_simulators_comm_model_in_milliseconds():
+    ib = hardware.link("ib-ndr")
+    assert ib.milliseconds(50e6) == pytest.approx(0.010 + 1.0)  # 50 MB at 50 GB/s = 1 ms
+    comm = ib.comm_model([50e6, 0.0])
+    assert comm.boundary_times(3) == pytest.approx((1.010, 0.010))
+    costs = StageCosts([1.0, 1.0, 1.0])
+    with_link = simulate(build_schedule("1f1b", num_stages=3, num_microbatches=4), costs, comm)
+    without = simulate(build_schedule("1f1b", num_stages=3, num_microbatches=4), costs)
+    assert with_link.makespan > without.makespan
