@@ -16,7 +16,8 @@ the planner consume::
 
 torch-free (numpy only through :mod:`pipeplan.layers`).
 
-Module kinds (all frozen dataclasses, keyword arguments):
+Module kinds (frozen dataclasses in :mod:`pipeplan.models.modules`, re-exported here;
+the per-layer arithmetic lives in ``pipeplan.models._layer_math``):
 
 * :class:`VisionEncoder` — a ViT: ``image_size``, ``patch_size``, ``cameras``,
   ``frames`` give the patch tokens (``cameras · frames · (image/patch)²``); each
@@ -70,17 +71,39 @@ Conventions (stated so tests can pin them):
   GR00T's VLM features past the DiT's first layers). Data inputs (images, token
   ids, noisy actions) are assumed loaded on the stage that reads them.
 """
-
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from .._validation import positive_float
 from ..errors import InvalidInputError
+from ._layer_math import (
+    Part,
+    Shape,
+    apply_training,
+    block_part,
+    embedding_part,
+    head_part,
+    patch_part,
+    projector_part,
+)
+from .modules import (
+    ACTIVATION_BYTES,
+    MODULE_KINDS,
+    NORM_PARAMS,
+    CrossAttention,
+    Embedding,
+    Linear,
+    LMHead,
+    Module,
+    Projector,
+    TransformerStack,
+    VisionEncoder,
+)
 
 __all__ = [
     "ACTIVATION_BYTES",
@@ -97,312 +120,11 @@ __all__ = [
     "VisionEncoder",
 ]
 
-#: Bytes of one activation element (bf16 / fp16 training).
-ACTIVATION_BYTES = 2
-_MASK_BYTES = 1
-_TOKEN_ID_BYTES = 8
-
 Recompute = Literal["none", "selective", "full"]
-Norm = Literal["layernorm", "rmsnorm", "none"]
-_NORM_PARAMS = {"layernorm": 2, "rmsnorm": 1, "none": 0}
+_KINDS = MODULE_KINDS
+_NORM_PARAMS = NORM_PARAMS
 
 
-# ----------------------------------------------------------------- modules
-@dataclass(frozen=True)
-class CrossAttention:
-    """Cross-attention from a stack to another module's output.
-
-    Args:
-        source: name of the module whose output tokens are the keys/values.
-        every: layer ``i`` cross-attends when ``i % every == 0`` and self-attends
-            otherwise (GR00T N1's DiT interleaves: ``every=2``). The cross layer
-            replaces the self-attention of that layer.
-        kv_hidden_size: width of the source features the K/V projections read;
-            default the source module's output width.
-    """
-
-    source: str
-    every: int = 1
-    kv_hidden_size: int | None = None
-
-
-@dataclass(frozen=True)
-class TransformerStack:
-    """``num_layers`` identical pre-norm transformer blocks.
-
-    Args:
-        name: unique module name.
-        num_layers, hidden_size, num_heads: depth ``L``, width ``h``, query heads ``a``.
-        seq_length: tokens per attention sequence ``s``.
-        ffn_hidden_size: MLP width ``f``.
-        num_kv_heads: key/value heads (default ``num_heads``; 1 = MQA).
-        head_dim: per-head width (default ``h / a``, which must then be whole).
-        gated_mlp: a gated MLP (SwiGLU / GeGLU: three ``h × f`` matrices) instead of two.
-        norm: ``"layernorm"`` (scale + bias), ``"rmsnorm"`` (scale) or ``"none"``
-            (a norm without parameters); two per block.
-        bias: every linear layer has a bias.
-        dropout: dropout after attention probabilities, attention and MLP (masks stored).
-        layer_scale: per-channel scales after attention and MLP (DINOv2), ``2h`` parameters.
-        adaptive_norm: ``(k1, k2)``: the two norms are modulated by a per-sample
-            condition of width ``h`` through ``Linear(h, k·h)`` (π0.5's adaRMSNorm:
-            ``(3, 3)``; GR00T's DiT AdaLayerNorm: ``(2, 0)``).
-        final_norm: a norm after the last block (its parameters go to the last layer).
-        final_norm_adaptive: ``k`` when that final norm is modulated like the others
-            (π0.5: 3): ``Linear(h, k·h)`` replaces its scale.
-        sequences: attention sequences per example (cameras for a per-image encoder).
-        output_tokens: tokens per example the next module reads (default all;
-            CogACT's DiT reads one cognition token).
-        cross_attention: see :class:`CrossAttention`.
-        joint_with: name of the stack listed right before this one whose layer
-            ``i`` runs together with this stack's layer ``i``: this stack's queries
-            attend to that stack's keys/values of the same layer too (π0's action
-            expert and Gemma). The pair forms one pipeline layer per depth.
-        inputs, repeats, frozen: see the module doc.
-    """
-
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    seq_length: int
-    ffn_hidden_size: int
-    num_kv_heads: int | None = None
-    head_dim: int | None = None
-    gated_mlp: bool = False
-    norm: Norm = "layernorm"
-    bias: bool = False
-    dropout: bool = False
-    layer_scale: bool = False
-    adaptive_norm: tuple[int, int] = (0, 0)
-    final_norm: bool = False
-    final_norm_adaptive: int = 0
-    sequences: int = 1
-    output_tokens: int | None = None
-    cross_attention: CrossAttention | None = None
-    joint_with: str | None = None
-    inputs: tuple[str, ...] | None = None
-    repeats: int = 1
-    frozen: bool = False
-
-    kind = "transformer"
-
-    @property
-    def kv_heads(self) -> int:
-        """Key/value heads."""
-        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
-
-    @property
-    def dim_per_head(self) -> int:
-        """Per-head width ``d``."""
-        return self.hidden_size // self.num_heads if self.head_dim is None else self.head_dim
-
-    @property
-    def tokens(self) -> int:
-        """Tokens per example this stack processes (``sequences · seq_length``)."""
-        return self.sequences * self.seq_length
-
-    @property
-    def num_pipeline_layers(self) -> int:
-        """Pipeline layers this module contributes on its own (0 when fused into a partner)."""
-        return 0 if self.joint_with else self.num_layers
-
-    def output_shape(self) -> tuple[int, int]:
-        """``(tokens per example, width)`` of what the next module reads."""
-        return (self.tokens if self.output_tokens is None else self.output_tokens), self.hidden_size
-
-
-@dataclass(frozen=True)
-class VisionEncoder:
-    """A ViT over ``cameras · frames`` images; each image is one attention sequence.
-
-    Args:
-        image_size, patch_size: pixels; ``image_size`` must be a multiple of ``patch_size``.
-        cameras, frames: images per example.
-        channels: input channels (3).
-        extra_tokens: class / register tokens per image kept through the blocks
-            (DINOv2 with registers: 5) and dropped from the output.
-        position_tokens: learned position embeddings (default one per patch).
-        map_head: the checkpoint holds a SigLIP attention-pooling head that the
-            model does not run (its parameters count, its FLOPs do not).
-        final_norm: a norm after the blocks (default True).
-        Other block fields as in :class:`TransformerStack` (bias default True).
-    """
-
-    name: str
-    image_size: int
-    patch_size: int
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    ffn_hidden_size: int
-    cameras: int = 1
-    frames: int = 1
-    channels: int = 3
-    extra_tokens: int = 0
-    position_tokens: int | None = None
-    norm: Norm = "layernorm"
-    bias: bool = True
-    gated_mlp: bool = False
-    layer_scale: bool = False
-    map_head: bool = False
-    final_norm: bool = True
-    inputs: tuple[str, ...] | None = ()
-    repeats: int = 1
-    frozen: bool = False
-
-    kind = "vision_encoder"
-
-    @property
-    def patches_per_image(self) -> int:
-        """``(image_size / patch_size)²`` patch tokens per image."""
-        return (self.image_size // self.patch_size) ** 2
-
-    @property
-    def tokens(self) -> int:
-        """Patch tokens per example: ``cameras · frames · patches_per_image``."""
-        return self.cameras * self.frames * self.patches_per_image
-
-    @property
-    def num_pipeline_layers(self) -> int:
-        """The patch embedding plus the blocks."""
-        return 1 + self.num_layers
-
-    def output_shape(self) -> tuple[int, int]:
-        """``(patch tokens per example, width)``."""
-        return self.tokens, self.hidden_size
-
-    def blocks(self) -> TransformerStack:
-        """The encoder's blocks as a stack (one sequence per image)."""
-        return TransformerStack(
-            name=self.name, num_layers=self.num_layers, hidden_size=self.hidden_size,
-            num_heads=self.num_heads, seq_length=self.patches_per_image + self.extra_tokens,
-            ffn_hidden_size=self.ffn_hidden_size, gated_mlp=self.gated_mlp, norm=self.norm,
-            bias=self.bias, layer_scale=self.layer_scale, final_norm=self.final_norm,
-            sequences=self.cameras * self.frames, output_tokens=self.tokens, inputs=(),
-            repeats=self.repeats, frozen=self.frozen,
-        )
-
-
-@dataclass(frozen=True)
-class Linear:
-    """One linear layer of a :class:`Projector`: ``in_features → out_features`` on ``tokens``.
-
-    ``tokens`` defaults to the projector's ``tokens``.
-    """
-
-    in_features: int
-    out_features: int
-    tokens: int | None = None
-
-
-@dataclass(frozen=True)
-class Projector:
-    """A chain of linear layers with a nonlinearity between consecutive ones.
-
-    Args:
-        linears: the layers, in order (see :class:`Linear`).
-        tokens: tokens per example each linear runs on (unless it says otherwise).
-        bias: every linear has a bias.
-        activation: a nonlinearity between consecutive linears (its input is stored).
-        norm_params: parameters of norms inside the projector (e.g. Eagle's LayerNorm).
-        extra_params: other parameters that cost no FLOPs (learned position
-            embeddings, a classifier-free-guidance null condition).
-        output_tokens, output_width: what the next module reads (default the last
-            linear's tokens and width).
-        One pipeline layer.
-    """
-
-    name: str
-    linears: tuple[Linear, ...]
-    tokens: int
-    bias: bool = True
-    activation: bool = True
-    norm_params: int = 0
-    extra_params: int = 0
-    output_tokens: int | None = None
-    output_width: int | None = None
-    inputs: tuple[str, ...] | None = None
-    repeats: int = 1
-    frozen: bool = False
-
-    kind = "projector"
-
-    num_pipeline_layers = 1
-
-    def output_shape(self) -> tuple[int, int]:
-        """``(tokens per example, width)`` of the projector's output."""
-        last = self.linears[-1]
-        tokens = self.output_tokens if self.output_tokens is not None else (last.tokens or self.tokens)
-        return tokens, (self.output_width if self.output_width is not None else last.out_features)
-
-
-@dataclass(frozen=True)
-class Embedding:
-    """A token embedding table ``vocab_size × hidden_size`` looked up for ``tokens`` ids.
-
-    ``position_tokens`` adds a learned position table (GPT-2 style). ``dropout``
-    stores a dropout mask on the output. One pipeline layer; its input is data.
-    """
-
-    name: str
-    vocab_size: int
-    hidden_size: int
-    tokens: int
-    position_tokens: int = 0
-    dropout: bool = False
-    inputs: tuple[str, ...] | None = ()
-    repeats: int = 1
-    frozen: bool = False
-
-    kind = "embedding"
-
-    num_pipeline_layers = 1
-
-    def output_shape(self) -> tuple[int, int]:
-        """``(tokens per example, hidden_size)``."""
-        return self.tokens, self.hidden_size
-
-
-@dataclass(frozen=True)
-class LMHead:
-    """Logits ``hidden_size → vocab_size`` on ``tokens`` positions and the loss.
-
-    ``tied_to`` names the :class:`Embedding` whose table it shares: its parameters
-    then count once in :meth:`ModelSpec.num_parameters`, but the layer's ``params``
-    in the profile include the copy the last stage must hold (Megatron-LM keeps
-    one on each end and all-reduces their gradients). Logits are kept in fp32 for
-    the loss (4 bytes each).
-    """
-
-    name: str
-    vocab_size: int
-    hidden_size: int
-    tokens: int
-    tied_to: str | None = None
-    inputs: tuple[str, ...] | None = None
-    repeats: int = 1
-    frozen: bool = False
-
-    kind = "lm_head"
-
-    num_pipeline_layers = 1
-
-    def output_shape(self) -> tuple[int, int]:
-        """``(tokens per example, vocab_size)`` (the logits, read by the loss only)."""
-        return self.tokens, self.vocab_size
-
-
-Module = Union[VisionEncoder, TransformerStack, Projector, Embedding, LMHead]
-_KINDS: dict[str, type] = {
-    "vision_encoder": VisionEncoder,
-    "transformer": TransformerStack,
-    "projector": Projector,
-    "embedding": Embedding,
-    "lm_head": LMHead,
-}
-
-
-# --------------------------------------------------------------- per layer
 @dataclass(frozen=True)
 class LayerCost:
     """Costs of one pipeline layer for one microbatch (see the module doc's conventions).
@@ -434,173 +156,6 @@ class LayerCost:
         """B + W FLOPs (the full backward)."""
         return self.input_grad_flops + self.weight_grad_flops
 
-
-@dataclass
-class _Part:
-    """Costs of one module's share of a layer before frozen rules are applied."""
-
-    forward: float = 0.0
-    linear: float = 0.0  # matrix products with a weight: their dX and dW each cost as much
-    core: float = 0.0  # activation-activation products (attention scores, values)
-    input_is_data: bool = False  # no input gradient is ever needed (pixels, token ids)
-    params: float = 0.0
-    act_b: float = 0.0  # stored for B (and W)
-    act_w: float = 0.0  # stored for W only (inputs of weight GEMMs)
-    act_core: float = 0.0  # attention probabilities etc. (dropped by selective recompute)
-    layer_input: float = 0.0  # what full recompute keeps
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """Validated options shared by every layer's cost computation."""
-
-    micro_batch_size: int
-    recompute: str
-    tensor_parallel: int
-    sequence_parallel: bool
-
-
-def _block_part(
-    stack: TransformerStack,
-    shape: _Shape,
-    *,
-    layer_index: int,
-    kv_tokens: int,
-    kv_width: int,
-    extra_keys: int,
-) -> _Part:
-    """One transformer block: FLOPs per microbatch and stored bytes (Korthikanti terms)."""
-    t = shape.tensor_parallel
-    rep_div = t if shape.sequence_parallel else 1
-    n = shape.micro_batch_size * stack.sequences * stack.repeats  # sequences per microbatch
-    s, h, f = stack.seq_length, stack.hidden_size, stack.ffn_hidden_size
-    qd = stack.num_heads * stack.dim_per_head
-    kvd = stack.kv_heads * stack.dim_per_head
-    keys = kv_tokens + extra_keys  # keys each query attends to
-    a = stack.num_heads
-    two = ACTIVATION_BYTES
-    mlp_mats = 3 if stack.gated_mlp else 2
-    linear = 2.0 * n * (s * h * qd + kv_tokens * kv_width * 2 * kvd + s * qd * h + mlp_mats * s * h * f)
-    core = 2.0 * n * 2 * s * keys * qd
-    ada = 2.0 * shape.micro_batch_size * stack.repeats * h * h * sum(stack.adaptive_norm)
-    linear += ada
-    mask = _MASK_BYTES if stack.dropout else 0
-    # Stored for B: the norm inputs, Q, K, V, the MLP's nonlinearity inputs, dropout masks.
-    act_b_rep = n * s * (2 * two * h + 2 * mask * h)
-    act_b_tp = n * (two * s * qd + two * 2 * kv_tokens * kvd)
-    act_b_tp += n * s * two * (2 * f if stack.gated_mlp else f)
-    # Stored for W only: the inputs of the QKV, output, first and last MLP GEMMs.
-    # (A cross layer's K/V GEMMs read the source features, which the stage holds once as a
-    # received tensor; they are not counted per layer.)
-    act_w_rep = n * s * two * 2 * h
-    act_w_tp = n * s * two * (qd + f)
-    core_bytes = n * a * s * keys * (two + (mask + two if stack.dropout else 0))
-    params = _block_params(stack, layer_index=layer_index, kv_width=kv_width)
-    return _Part(
-        forward=(linear + core) / t,
-        linear=linear / t,
-        core=core / t,
-        params=params / t,
-        act_b=act_b_rep / rep_div + act_b_tp / t,
-        act_w=act_w_rep / rep_div + act_w_tp / t,
-        act_core=core_bytes / t,
-        layer_input=n * s * two * h / rep_div,
-    )
-
-
-def _block_params(stack: TransformerStack, *, layer_index: int, kv_width: int) -> float:
-    h, f = stack.hidden_size, stack.ffn_hidden_size
-    qd = stack.num_heads * stack.dim_per_head
-    kvd = stack.kv_heads * stack.dim_per_head
-    mlp_mats = 3 if stack.gated_mlp else 2
-    weights = h * qd + 2 * kv_width * kvd + qd * h + mlp_mats * h * f
-    biases = (qd + 2 * kvd + h + (2 if stack.gated_mlp else 1) * f + h) if stack.bias else 0
-    norms = sum(_NORM_PARAMS[stack.norm] * h for k in stack.adaptive_norm if k == 0)
-    ada = sum(k * h * h + k * h for k in stack.adaptive_norm if k)
-    scale = 2 * h if stack.layer_scale else 0
-    last = layer_index == stack.num_layers - 1
-    k = stack.final_norm_adaptive
-    final = (k * h * h + k * h if k else _NORM_PARAMS[stack.norm] * h) if stack.final_norm and last else 0
-    return float(weights + biases + norms + ada + scale + final)
-
-
-def _patch_part(encoder: VisionEncoder, shape: _Shape) -> _Part:
-    n = shape.micro_batch_size * encoder.repeats
-    pixels = encoder.channels * encoder.patch_size**2
-    h = encoder.hidden_size
-    tokens = encoder.tokens
-    linear = 2.0 * n * tokens * pixels * h
-    positions = encoder.patches_per_image if encoder.position_tokens is None else encoder.position_tokens
-    params = pixels * h + h + positions * h + encoder.extra_tokens * h
-    if encoder.map_head:
-        # SigLIP's attention-pooling head: a probe token, one attention, a norm and an MLP.
-        f = encoder.ffn_hidden_size
-        params += h + (4 * h * h + 4 * h) + 2 * h + (2 * h * f + f + h)
-    t = shape.tensor_parallel
-    return _Part(forward=linear / t, linear=linear / t, input_is_data=True, params=params / t,
-                 act_w=n * tokens * pixels * ACTIVATION_BYTES / t,
-                 layer_input=n * tokens * pixels * ACTIVATION_BYTES / t)
-
-
-def _projector_part(projector: Projector, shape: _Shape) -> _Part:
-    n = shape.micro_batch_size * projector.repeats
-    linear = 0.0
-    params = float(projector.norm_params + projector.extra_params)
-    act_w = act_b = 0.0
-    for index, layer in enumerate(projector.linears):
-        tokens = layer.tokens or projector.tokens
-        linear += 2.0 * n * tokens * layer.in_features * layer.out_features
-        params += layer.in_features * layer.out_features + (layer.out_features if projector.bias else 0)
-        act_w += n * tokens * layer.in_features * ACTIVATION_BYTES
-        if projector.activation and index + 1 < len(projector.linears):
-            act_b += n * tokens * layer.out_features * ACTIVATION_BYTES
-    first = projector.linears[0]
-    t = shape.tensor_parallel
-    return _Part(forward=linear / t, linear=linear / t, params=params / t, act_b=act_b / t, act_w=act_w / t,
-                 layer_input=n * (first.tokens or projector.tokens) * first.in_features * ACTIVATION_BYTES / t)
-
-
-def _embedding_part(embedding: Embedding, shape: _Shape) -> _Part:
-    n = shape.micro_batch_size * embedding.repeats
-    tokens, h = embedding.tokens, embedding.hidden_size
-    t = shape.tensor_parallel
-    rep_div = t if shape.sequence_parallel else 1
-    gather = 2.0 * n * tokens * h
-    ids = n * tokens * _TOKEN_ID_BYTES
-    mask = n * tokens * h * _MASK_BYTES if embedding.dropout else 0.0
-    params = embedding.vocab_size * h + embedding.position_tokens * h
-    return _Part(forward=gather / t, linear=gather / t, input_is_data=True, params=params / t,
-                 act_b=mask / rep_div, act_w=ids, layer_input=ids)
-
-
-def _head_part(head: LMHead, shape: _Shape) -> _Part:
-    n = shape.micro_batch_size * head.repeats
-    tokens, h, vocab = head.tokens, head.hidden_size, head.vocab_size
-    t = shape.tensor_parallel
-    linear = 2.0 * n * tokens * h * vocab
-    return _Part(forward=linear / t, linear=linear / t, params=vocab * h / t,
-                 act_b=n * tokens * vocab * 4 / t, act_w=n * tokens * h * ACTIVATION_BYTES,
-                 layer_input=n * tokens * h * ACTIVATION_BYTES)
-
-
-def _apply_training(part: _Part, *, trains: bool, needs_backward: bool, recompute: str) -> dict[str, float]:
-    """F, B, W, bytes of one part once frozen rules and recompute are applied."""
-    if not needs_backward:
-        return {"forward": part.forward, "input_grad": 0.0, "weight_grad": 0.0,
-                "activation": 0.0, "stash": 0.0}
-    input_grad = 0.0 if part.input_is_data else part.linear + 2.0 * part.core
-    weight_grad = part.linear if trains else 0.0
-    stash = part.act_w if trains else 0.0
-    stored = part.act_b + stash + part.act_core
-    if recompute == "selective":
-        input_grad += part.core
-        stored -= part.act_core
-    elif recompute == "full":
-        input_grad += part.forward
-        stored = part.layer_input
-        stash = min(stash, stored)
-    return {"forward": part.forward, "input_grad": input_grad, "weight_grad": weight_grad,
-            "activation": stored, "stash": stash}
 
 
 # ---------------------------------------------------------------- the spec
@@ -716,7 +271,7 @@ class ModelSpec:
 
     # ----------------------------------------------------------- parameters
     def _own_parameters(self, module: Module) -> float:
-        shape = _Shape(1, "none", 1, False)
+        shape = Shape(1, "none", 1, False)
         if isinstance(module, LMHead):
             return 0.0 if module.tied_to else float(module.vocab_size * module.hidden_size)
         return sum(self._parts(module, shape, index)[0].params for index in range(_depth(module)))
@@ -750,12 +305,12 @@ class ModelSpec:
         return ModelSpec(self.name, modules, self.description)
 
     # ---------------------------------------------------------------- costs
-    def _parts(self, module: Module, shape: _Shape, index: int) -> list[_Part]:
+    def _parts(self, module: Module, shape: Shape, index: int) -> list[Part]:
         """Costs of layer ``index`` of ``module`` (a joint stack's partner part excluded)."""
         if isinstance(module, VisionEncoder):
             if index == 0:
-                return [_patch_part(module, shape)]
-            return [_block_part(module.blocks(), shape, layer_index=index - 1, kv_tokens=module.blocks().seq_length,
+                return [patch_part(module, shape)]
+            return [block_part(module.blocks(), shape, layer_index=index - 1, kv_tokens=module.blocks().seq_length,
                                 kv_width=module.hidden_size, extra_keys=0)]
         if isinstance(module, TransformerStack):
             cross = module.cross_attention
@@ -763,17 +318,17 @@ class ModelSpec:
                 source = self.module(cross.source)
                 tokens, width = source.output_shape()
                 width = cross.kv_hidden_size or width
-                return [_block_part(module, shape, layer_index=index, kv_tokens=tokens, kv_width=width, extra_keys=0)]
+                return [block_part(module, shape, layer_index=index, kv_tokens=tokens, kv_width=width, extra_keys=0)]
             extra = 0
             if module.joint_with is not None:
                 extra = self.module(module.joint_with).seq_length  # type: ignore[union-attr]
-            return [_block_part(module, shape, layer_index=index, kv_tokens=module.seq_length,
+            return [block_part(module, shape, layer_index=index, kv_tokens=module.seq_length,
                                 kv_width=module.hidden_size, extra_keys=extra)]
         if isinstance(module, Projector):
-            return [_projector_part(module, shape)]
+            return [projector_part(module, shape)]
         if isinstance(module, Embedding):
-            return [_embedding_part(module, shape)]
-        return [_head_part(module, shape)]
+            return [embedding_part(module, shape)]
+        return [head_part(module, shape)]
 
     def layer_costs(
         self,
@@ -813,7 +368,7 @@ class ModelSpec:
                         member is partner and self.needs_grad(module.name)
                     )
                     for part in self._parts(member, shape, index):
-                        costs = _apply_training(part, trains=self.trains(member.name),
+                        costs = apply_training(part, trains=self.trains(member.name),
                                                 needs_backward=backward, recompute=shape.recompute)
                         for key in totals:
                             totals[key] += costs[key]
@@ -829,11 +384,11 @@ class ModelSpec:
             for (name, names, c, p, tp), send in zip(rows, sends)
         ]
 
-    def _output_bytes(self, module: Module, shape: _Shape) -> float:
+    def _output_bytes(self, module: Module, shape: Shape) -> float:
         tokens, width = module.output_shape()
         return float(shape.micro_batch_size * module.repeats * tokens * width * ACTIVATION_BYTES)
 
-    def _hidden_bytes(self, module: Module, shape: _Shape) -> float:
+    def _hidden_bytes(self, module: Module, shape: Shape) -> float:
         if isinstance(module, VisionEncoder):
             blocks = module.blocks()
             return float(shape.micro_batch_size * module.repeats * blocks.tokens * module.hidden_size * ACTIVATION_BYTES)
@@ -841,7 +396,7 @@ class ModelSpec:
             return float(shape.micro_batch_size * module.repeats * module.tokens * module.hidden_size * ACTIVATION_BYTES)
         return self._output_bytes(module, shape)
 
-    def _send_bytes(self, shape: _Shape, owners: list[tuple[str, ...]]) -> list[float]:
+    def _send_bytes(self, shape: Shape, owners: list[tuple[str, ...]]) -> list[float]:
         """Bytes live across the cut after each pipeline layer (module doc, 'Send bytes')."""
         first: dict[str, int] = {}
         last: dict[str, int] = {}
@@ -882,7 +437,7 @@ class ModelSpec:
             )
             for index in range(_depth(module)):
                 for part in self._parts(module, shape, index):
-                    costs = _apply_training(part, trains=self.trains(module.name), needs_backward=backward,
+                    costs = apply_training(part, trains=self.trains(module.name), needs_backward=backward,
                                             recompute=recompute)
                     total += costs["forward"] + costs["input_grad"] + costs["weight_grad"]
             out[module.name] = total
@@ -1113,11 +668,11 @@ def _check_module(module: Any, position: int) -> None:
 
 
 def _check_shape(micro_batch_size: object, recompute: object, tensor_parallel: object,
-                 sequence_parallel: object) -> _Shape:
+                 sequence_parallel: object) -> Shape:
     from .._validation import positive_int
 
     if recompute not in ("none", "selective", "full"):
         raise InvalidInputError(f"recompute must be 'none', 'selective' or 'full', got {recompute!r}")
-    return _Shape(positive_int("micro_batch_size", micro_batch_size), str(recompute),
+    return Shape(positive_int("micro_batch_size", micro_batch_size), str(recompute),
                   positive_int("tensor_parallel", tensor_parallel), bool(sequence_parallel))
 

@@ -1,0 +1,196 @@
+"""FLOPs, parameters and stored bytes of one layer of each module kind (private).
+
+    part = block_part(stack, Shape(4, "selective", 1, False), layer_index=0, kv_tokens=816,
+                       kv_width=2048, extra_keys=0)
+    costs = apply_training(part, trains=True, needs_backward=True, recompute="selective")
+
+The conventions are stated in :mod:`pipeplan.models.spec`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .modules import (
+    ACTIVATION_BYTES,
+    NORM_PARAMS,
+    Embedding,
+    LMHead,
+    Projector,
+    TransformerStack,
+    VisionEncoder,
+)
+
+__all__ = ["Part", "Shape", "apply_training", "block_part", "block_params", "embedding_part", "head_part",
+           "patch_part", "projector_part"]
+
+_MASK_BYTES = 1
+_TOKEN_ID_BYTES = 8
+
+
+@dataclass
+class Part:
+    """Costs of one module's share of a layer before frozen rules are applied."""
+
+    forward: float = 0.0
+    linear: float = 0.0  # matrix products with a weight: their dX and dW each cost as much
+    core: float = 0.0  # activation-activation products (attention scores, values)
+    input_is_data: bool = False  # no input gradient is ever needed (pixels, token ids)
+    params: float = 0.0
+    act_b: float = 0.0  # stored for B (and W)
+    act_w: float = 0.0  # stored for W only (inputs of weight GEMMs)
+    act_core: float = 0.0  # attention probabilities etc. (dropped by selective recompute)
+    layer_input: float = 0.0  # what full recompute keeps
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Validated options shared by every layer's cost computation."""
+
+    micro_batch_size: int
+    recompute: str
+    tensor_parallel: int
+    sequence_parallel: bool
+
+
+def block_part(
+    stack: TransformerStack,
+    shape: Shape,
+    *,
+    layer_index: int,
+    kv_tokens: int,
+    kv_width: int,
+    extra_keys: int,
+) -> Part:
+    """One transformer block: FLOPs per microbatch and stored bytes (Korthikanti terms)."""
+    t = shape.tensor_parallel
+    rep_div = t if shape.sequence_parallel else 1
+    n = shape.micro_batch_size * stack.sequences * stack.repeats  # sequences per microbatch
+    s, h, f = stack.seq_length, stack.hidden_size, stack.ffn_hidden_size
+    qd = stack.num_heads * stack.dim_per_head
+    kvd = stack.kv_heads * stack.dim_per_head
+    keys = kv_tokens + extra_keys  # keys each query attends to
+    a = stack.num_heads
+    two = ACTIVATION_BYTES
+    mlp_mats = 3 if stack.gated_mlp else 2
+    linear = 2.0 * n * (s * h * qd + kv_tokens * kv_width * 2 * kvd + s * qd * h + mlp_mats * s * h * f)
+    core = 2.0 * n * 2 * s * keys * qd
+    ada = 2.0 * shape.micro_batch_size * stack.repeats * h * h * sum(stack.adaptive_norm)
+    linear += ada
+    mask = _MASK_BYTES if stack.dropout else 0
+    # Stored for B: the norm inputs, Q, K, V, the MLP's nonlinearity inputs, dropout masks.
+    act_b_rep = n * s * (2 * two * h + 2 * mask * h)
+    act_b_tp = n * (two * s * qd + two * 2 * kv_tokens * kvd)
+    act_b_tp += n * s * two * (2 * f if stack.gated_mlp else f)
+    # Stored for W only: the inputs of the QKV, output, first and last MLP GEMMs.
+    # (A cross layer's K/V GEMMs read the source features, which the stage holds once as a
+    # received tensor; they are not counted per layer.)
+    act_w_rep = n * s * two * 2 * h
+    act_w_tp = n * s * two * (qd + f)
+    core_bytes = n * a * s * keys * (two + (mask + two if stack.dropout else 0))
+    params = block_params(stack, layer_index=layer_index, kv_width=kv_width)
+    return Part(
+        forward=(linear + core) / t,
+        linear=linear / t,
+        core=core / t,
+        params=params / t,
+        act_b=act_b_rep / rep_div + act_b_tp / t,
+        act_w=act_w_rep / rep_div + act_w_tp / t,
+        act_core=core_bytes / t,
+        layer_input=n * s * two * h / rep_div,
+    )
+
+
+def block_params(stack: TransformerStack, *, layer_index: int, kv_width: int) -> float:
+    h, f = stack.hidden_size, stack.ffn_hidden_size
+    qd = stack.num_heads * stack.dim_per_head
+    kvd = stack.kv_heads * stack.dim_per_head
+    mlp_mats = 3 if stack.gated_mlp else 2
+    weights = h * qd + 2 * kv_width * kvd + qd * h + mlp_mats * h * f
+    biases = (qd + 2 * kvd + h + (2 if stack.gated_mlp else 1) * f + h) if stack.bias else 0
+    norms = sum(NORM_PARAMS[stack.norm] * h for k in stack.adaptive_norm if k == 0)
+    ada = sum(k * h * h + k * h for k in stack.adaptive_norm if k)
+    scale = 2 * h if stack.layer_scale else 0
+    last = layer_index == stack.num_layers - 1
+    k = stack.final_norm_adaptive
+    final = (k * h * h + k * h if k else NORM_PARAMS[stack.norm] * h) if stack.final_norm and last else 0
+    return float(weights + biases + norms + ada + scale + final)
+
+
+def patch_part(encoder: VisionEncoder, shape: Shape) -> Part:
+    n = shape.micro_batch_size * encoder.repeats
+    pixels = encoder.channels * encoder.patch_size**2
+    h = encoder.hidden_size
+    tokens = encoder.tokens
+    linear = 2.0 * n * tokens * pixels * h
+    positions = encoder.patches_per_image if encoder.position_tokens is None else encoder.position_tokens
+    params = pixels * h + h + positions * h + encoder.extra_tokens * h
+    if encoder.map_head:
+        # SigLIP's attention-pooling head: a probe token, one attention, a norm and an MLP.
+        f = encoder.ffn_hidden_size
+        params += h + (4 * h * h + 4 * h) + 2 * h + (2 * h * f + f + h)
+    t = shape.tensor_parallel
+    return Part(forward=linear / t, linear=linear / t, input_is_data=True, params=params / t,
+                 act_w=n * tokens * pixels * ACTIVATION_BYTES / t,
+                 layer_input=n * tokens * pixels * ACTIVATION_BYTES / t)
+
+
+def projector_part(projector: Projector, shape: Shape) -> Part:
+    n = shape.micro_batch_size * projector.repeats
+    linear = 0.0
+    params = float(projector.norm_params + projector.extra_params)
+    act_w = act_b = 0.0
+    for index, layer in enumerate(projector.linears):
+        tokens = layer.tokens or projector.tokens
+        linear += 2.0 * n * tokens * layer.in_features * layer.out_features
+        params += layer.in_features * layer.out_features + (layer.out_features if projector.bias else 0)
+        act_w += n * tokens * layer.in_features * ACTIVATION_BYTES
+        if projector.activation and index + 1 < len(projector.linears):
+            act_b += n * tokens * layer.out_features * ACTIVATION_BYTES
+    first = projector.linears[0]
+    t = shape.tensor_parallel
+    return Part(forward=linear / t, linear=linear / t, params=params / t, act_b=act_b / t, act_w=act_w / t,
+                 layer_input=n * (first.tokens or projector.tokens) * first.in_features * ACTIVATION_BYTES / t)
+
+
+def embedding_part(embedding: Embedding, shape: Shape) -> Part:
+    n = shape.micro_batch_size * embedding.repeats
+    tokens, h = embedding.tokens, embedding.hidden_size
+    t = shape.tensor_parallel
+    rep_div = t if shape.sequence_parallel else 1
+    gather = 2.0 * n * tokens * h
+    ids = n * tokens * _TOKEN_ID_BYTES
+    mask = n * tokens * h * _MASK_BYTES if embedding.dropout else 0.0
+    params = embedding.vocab_size * h + embedding.position_tokens * h
+    return Part(forward=gather / t, linear=gather / t, input_is_data=True, params=params / t,
+                 act_b=mask / rep_div, act_w=ids, layer_input=ids)
+
+
+def head_part(head: LMHead, shape: Shape) -> Part:
+    n = shape.micro_batch_size * head.repeats
+    tokens, h, vocab = head.tokens, head.hidden_size, head.vocab_size
+    t = shape.tensor_parallel
+    linear = 2.0 * n * tokens * h * vocab
+    return Part(forward=linear / t, linear=linear / t, params=vocab * h / t,
+                 act_b=n * tokens * vocab * 4 / t, act_w=n * tokens * h * ACTIVATION_BYTES,
+                 layer_input=n * tokens * h * ACTIVATION_BYTES)
+
+
+def apply_training(part: Part, *, trains: bool, needs_backward: bool, recompute: str) -> dict[str, float]:
+    """F, B, W, bytes of one part once frozen rules and recompute are applied."""
+    if not needs_backward:
+        return {"forward": part.forward, "input_grad": 0.0, "weight_grad": 0.0,
+                "activation": 0.0, "stash": 0.0}
+    input_grad = 0.0 if part.input_is_data else part.linear + 2.0 * part.core
+    weight_grad = part.linear if trains else 0.0
+    stash = part.act_w if trains else 0.0
+    stored = part.act_b + stash + part.act_core
+    if recompute == "selective":
+        input_grad += part.core
+        stored -= part.act_core
+    elif recompute == "full":
+        input_grad += part.forward
+        stored = part.layer_input
+        stash = min(stash, stored)
+    return {"forward": part.forward, "input_grad": input_grad, "weight_grad": weight_grad,
+            "activation": stored, "stash": stash}
