@@ -81,6 +81,8 @@ from typing import Any, Literal
 
 from .._validation import positive_float
 from ..errors import InvalidInputError
+from ..hardware import Device
+from ..layers import LayerProfile
 from ._layer_math import (
     Part,
     Shape,
@@ -445,13 +447,13 @@ class ModelSpec:
 
     def to_layer_profile(
         self,
-        hardware: Any,
+        hardware: Device,
         micro_batch_size: int,
         *,
         recompute: Recompute = "selective",
         tensor_parallel: int = 1,
         sequence_parallel: bool = False,
-    ) -> Any:
+    ) -> LayerProfile:
         """The :class:`~pipeplan.layers.LayerProfile` of this model on ``hardware``.
 
         Times are milliseconds per microbatch: ``1e3 · FLOPs / hardware.achievable_flops``
@@ -466,8 +468,6 @@ class ModelSpec:
             micro_batch_size, recompute, tensor_parallel, sequence_parallel: as in
                 :meth:`layer_costs`.
         """
-        from ..layers import LayerProfile
-
         rate = positive_float("achievable_flops", getattr(hardware, "achievable_flops", None), unit="FLOP/s")
         layers = self.layer_costs(micro_batch_size, recompute=recompute, tensor_parallel=tensor_parallel,
                                   sequence_parallel=sequence_parallel)
