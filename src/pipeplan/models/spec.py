@@ -490,7 +490,7 @@ class ModelSpec:
         modules = []
         for module in self.modules:
             record: dict[str, Any] = {"kind": module.kind}
-            for item in fields(module):  # type: ignore[arg-type]
+            for item in fields(module):
                 value = getattr(module, item.name)
                 default = item.default
                 if value == default:
@@ -601,7 +601,7 @@ def _module_from_dict(record: Any, position: int) -> Module:
             if isinstance(values[key], (str, bytes)) or not isinstance(values[key], Sequence):
                 raise InvalidInputError(f"{where}.{key} must be a list, got {values[key]!r}")
             values[key] = tuple(values[key])
-    return cls(**values)  # type: ignore[no-any-return]
+    return cls(**values)
 
 
 _INT_FIELDS = ("num_layers", "hidden_size", "num_heads", "seq_length", "ffn_hidden_size", "image_size",
