@@ -19,9 +19,9 @@ import argparse
 import math
 import statistics
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
-from .._validation import positive_float, positive_int
+from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..schedules import SCHEDULES
 from ._common import make_console, print_json, require_torch
@@ -29,6 +29,8 @@ from ._common import make_console, print_json, require_torch
 __all__ = ["register", "run", "execute_rank"]
 
 _GRADIENT_TOLERANCE = 1e-5
+_TORCHRUN_QUIET_EXIT_DELAY = 5.0
+"""Seconds a torchrun rank other than 0 waits before leaving on a user error."""
 
 
 def register(subparsers: Any) -> None:
@@ -49,7 +51,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--model", default=None,
                         help="package.module:factory returning (nn.Sequential, loss_fn, make_batch) "
                              "(default: the built-in VLA-shaped model)")
-    parser.add_argument("--layers", type=int, default=8, help="transformer blocks of the default model (default 8)")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="transformer blocks of the built-in model (default 8; refused with --model)")
     parser.add_argument("--partition", default="auto",
                         help="layers per stage, e.g. 3,4,3; 'even'; or 'auto' (balanced on measured layer costs)")
     parser.add_argument("--steps", type=int, default=3, help="measured steps (default 3; the median one is shown)")
@@ -57,7 +60,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
                         help="process-group backend (default: nccl with CUDA, else gloo)")
     parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds before a stuck rank fails the run (default 120)")
+                        help="seconds (>= 1) one action may compute, or a rank wait for a peer, before the run "
+                             "fails naming the stuck rank (default 120)")
     parser.add_argument("--width", type=int, default=100, help="Gantt width in characters (default 100)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run)
@@ -65,7 +69,14 @@ def register(subparsers: Any) -> None:
 
 def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     """Validate the arguments into a plain, picklable configuration."""
+    from ..runtime.launch import check_timeout
+
     world_size = positive_int("--nproc", world_size)
+    if args.model is not None and args.layers is not None:
+        raise InvalidInputError(
+            f"--layers sets the built-in model's depth and does not apply to --model {args.model!r}; drop one"
+        )
+    positive_int("--width", args.width)
     dp = positive_int("--dp", args.dp)
     if world_size % dp:
         raise InvalidInputError(f"--dp must divide the {world_size} processes, got {dp}")
@@ -93,10 +104,11 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     return {
         "schedule": args.schedule, "num_stages": num_stages, "pp": pp, "dp": dp,
         "microbatches": microbatches, "batch_size": batch_size, "virtual_stages": virtual,
-        "checkpoint": bool(args.checkpoint), "model": args.model, "layers": positive_int("--layers", args.layers),
+        "checkpoint": bool(args.checkpoint), "model": args.model,
+        "layers": positive_int("--layers", 8 if args.layers is None else args.layers),
         "partition": partition, "steps": positive_int("--steps", args.steps),
         "warmup": positive_int("--warmup", args.warmup, minimum=0),
-        "timeout": positive_float("--timeout", args.timeout, unit="seconds"),
+        "timeout": check_timeout("--timeout", args.timeout),
     }
 
 
@@ -123,6 +135,10 @@ def _check_model(config: dict[str, Any]) -> None:
         model, _loss_fn, _make_batch = _load(config)
     except InvalidInputError:
         raise
+    except SystemExit as error:  # a module or factory that calls sys.exit() must not end pipeplan silently
+        module = str(config["model"]).split(":")[0].strip()
+        what = f"importing module {module!r}" if module not in sys.modules else "its factory"
+        raise InvalidInputError(f"--model {config['model']!r}: {what} called sys.exit({error.code!r})") from None
     except Exception as error:  # noqa: BLE001 - a user factory can fail in any way; report it as one line
         raise InvalidInputError(
             f"--model {config['model']!r}: the factory raised {type(error).__name__}: {error}"
@@ -149,43 +165,106 @@ def run(args: argparse.Namespace) -> int:
     """
     import os
 
+    # torch's C++ logging (store retries, gloo warnings) would bury pipeplan's one
+    # line; it is read once, when torch loads, so set it before the first import.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     require_torch("pipeplan run")
-    from ..runtime import default_backend, in_torchrun, init_from_env, spawn
+    from ..runtime import RunInterrupted, in_torchrun, spawn
 
-    timeout = positive_float("--timeout", args.timeout, unit="seconds")
-    backend = args.backend or default_backend()
-    torchrun = in_torchrun()
-    if torchrun:
-        world_size = positive_int("WORLD_SIZE", int(os.environ["WORLD_SIZE"]))
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    else:
-        world_size = local = positive_int("--nproc", args.nproc)
-    config = _config(args, world_size)
-    _check_backend(backend, local, explicit=args.backend is not None)
-    _check_model(config)
-    if torchrun:
-        import torch.distributed as dist
-
-        rank, world_size = init_from_env(backend=backend, timeout=timeout)
-        try:
-            report = execute_rank(rank, world_size, config)
-        finally:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        status = 0
-        if rank == 0 and report is not None:
-            _print(report, args)
-            status = 0 if report["gradient_check"]["ok"] else 1
-        # Like spawn's workers, leave without running C++ static destructors: a torch
-        # thread still joinable at interpreter exit aborts the process now and then
-        # ("terminate called without an active exception"), which torchrun reports as
-        # a failed rank.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
-    report = spawn(execute_rank, world_size, config, backend=backend, timeout=timeout)[0]
+    if in_torchrun():
+        return _run_under_torchrun(args)
+    config, backend = _validated(args, positive_int("--nproc", args.nproc), local=None)
+    try:
+        report = spawn(execute_rank, config["world_size"], config, backend=backend, timeout=config["timeout"])[0]
+    except RunInterrupted as stop:
+        print(f"pipeplan run: {stop}", file=sys.stderr)
+        return 128 + stop.signum
     _print(report, args)
     return 0 if report["gradient_check"]["ok"] else 1
+
+
+def _validated(args: argparse.Namespace, world_size: int, *, local: int | None) -> tuple[dict[str, Any], str]:
+    """Every check that needs no process group: ``(config, backend)``, or InvalidInputError.
+
+    ``local``: the processes on this machine (torchrun), default ``world_size``.
+    """
+    from ..runtime import default_backend
+
+    config = _config(args, world_size)
+    backend = args.backend or default_backend()
+    _check_backend(backend, world_size if local is None else local, explicit=args.backend is not None)
+    _check_model(config)
+    return {**config, "world_size": world_size}, backend
+
+
+def _run_under_torchrun(args: argparse.Namespace) -> int:
+    """One of torchrun's ranks: validate exactly as every other rank does, then join the group.
+
+    A user error is found identically on every rank before any of them joins the
+    process group: rank 0 prints the one line, and every rank leaves with status 2
+    at once (no rank waits in a rendezvous for one that already left).
+    """
+    import os
+    import time
+
+    import torch.distributed as dist
+
+    from ..errors import PipeplanError
+    from ..runtime import FaultMonitor, init_from_env
+    from ..runtime.faults import PEER_FAILED_EXIT, write_torchrun_error_file
+
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        world_size = positive_int("WORLD_SIZE", int(os.environ["WORLD_SIZE"]))
+        config, backend = _validated(args, world_size, local=int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    except PipeplanError as error:
+        if rank != 0:
+            # Every rank found the same error; rank 0 says it. The others leave
+            # later, so torchrun sees rank 0 fail first (its "Root Cause") and ends
+            # them itself, instead of ending rank 0 before it could print.
+            time.sleep(_TORCHRUN_QUIET_EXIT_DELAY)
+            _leave(2)
+        print(f"pipeplan run: error: {error}", file=sys.stderr)
+        _leave(2, f"pipeplan run: error: {error}")
+    rank, world_size = init_from_env(backend=backend, timeout=config["timeout"])
+    try:
+        report = execute_rank(rank, world_size, config)
+    except PipeplanError as error:
+        monitor = FaultMonitor.current_monitor()
+        if monitor is not None and monitor.echoed:
+            # Another rank reported this failure first and printed it: stop like a bystander.
+            write_torchrun_error_file(f"pipeplan: rank {rank} stopping because {error}", consequence=True)
+            _leave(PEER_FAILED_EXIT)
+        print(f"pipeplan run: error: {error}", file=sys.stderr)
+        _leave(2, f"pipeplan run: error: {error}")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    status = 0
+    if rank == 0:
+        _print(report, args)
+        status = 0 if report["gradient_check"]["ok"] else 1
+    _leave(status)
+
+
+def _leave(status: int, message: str = "") -> NoReturn:
+    """Exit a torchrun rank without running C++ static destructors.
+
+    Like spawn's workers: a torch thread still joinable at interpreter exit aborts
+    the process now and then ("terminate called without an active exception"),
+    which torchrun would report as a failed rank. ``message`` goes to torchrun's
+    error file, so its failure report quotes pipeplan's line.
+    """
+    import os
+
+    from ..runtime.faults import write_torchrun_error_file
+
+    if status and message:
+        write_torchrun_error_file(message)
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 # ------------------------------------------------------------- one rank's work
@@ -295,7 +374,7 @@ def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str
     from ..compare import compare
     from ..models import split_sequential
     from ..profile import measure_stage_costs
-    from ..runtime import PipelineRuntime, ProcessGrid
+    from ..runtime import FaultMonitor, PipelineRuntime, ProcessGrid
     from ..schedules import build_schedule
     from ..simulate import simulate
 
@@ -306,12 +385,15 @@ def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str
     sample = inputs.tensor_split(config["microbatches"])[0]
 
     # Rank 0 measures (partition, stage costs in isolation) and tells everyone.
+    monitor = FaultMonitor.ensure(rank)
     shared: list[Any] = [None]
     if rank == 0:
-        layers = _partition(model, sample, config)
-        costs = measure_stage_costs(split_sequential(model, layers), sample, repeats=3, warmup=1)
+        with monitor.phase_of("measuring the stages"):
+            layers = _partition(model, sample, config)
+            costs = measure_stage_costs(split_sequential(model, layers), sample, repeats=3, warmup=1)
         shared = [(layers, costs)]
-    dist.broadcast_object_list(shared, src=0)
+    with monitor.phase_of("receiving the partition from rank 0", collective=True):
+        dist.broadcast_object_list(shared, src=0)
     layers, costs = shared[0]
     schedule = build_schedule(config["schedule"], num_stages=config["num_stages"],
                               num_microbatches=config["microbatches"], **_schedule_options(config, costs))
@@ -333,7 +415,8 @@ def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str
                  for name, p in stages[s].named_parameters()]
              for s in runtime.local_stages}
     gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, (grid.dp_rank, local, results[-1][1].to_dict()))
+    with monitor.phase_of("gathering the gradients", collective=True):
+        dist.all_gather_object(gathered, (grid.dp_rank, local, results[-1][1].to_dict()))
     if rank != 0:
         return None
     reference_model, _loss, _batch = _load(config)

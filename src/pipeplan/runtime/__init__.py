@@ -16,10 +16,13 @@ from __future__ import annotations
 from .executor import PipelineRuntime, StepResult
 from .faults import FaultMonitor
 from .grid import ProcessGrid
-from .launch import default_backend, in_torchrun, init_from_env, spawn
+from .launch import MIN_TIMEOUT, RunInterrupted, check_timeout, default_backend, in_torchrun, init_from_env, spawn
 
 __all__ = [
+    "MIN_TIMEOUT",
     "FaultMonitor",
+    "RunInterrupted",
+    "check_timeout",
     "PipelineRuntime",
     "ProcessGrid",
     "StepResult",

@@ -247,7 +247,7 @@ class PipelineRuntime:
         digest = hashlib.sha256(repr(schedule.orders).encode()).hexdigest()
         fingerprint = (schedule.name, schedule.placement, schedule.num_microbatches, schedule.backward, digest)
         gathered: list[Any] = [None] * dist.get_world_size()
-        with self.monitor.phase_of("setup"):
+        with self.monitor.phase_of("setup", collective=True):
             dist.all_gather_object(gathered, (tuple(self.to_global), fingerprint, links, problem))
         self._check_world(gathered)  # raises on every rank if any rank found a problem
         assert plan is not None
@@ -256,7 +256,7 @@ class PipelineRuntime:
             for ranks, _fp, group_links, _problem in gathered
             for src, dst in group_links
         }
-        with self.monitor.phase_of("setup"):
+        with self.monitor.phase_of("setup", collective=True):
             every_group = link_groups(global_links, device=self.device)
         self.groups = {
             (src, dst): every_group[(self.to_global[src], self.to_global[dst])] for src, dst in plan.links()
@@ -370,20 +370,20 @@ class PipelineRuntime:
         recorder = StepRecorder(schedule, self.rank)
         state = _StepState(mb_inputs, mb_targets, sizes, batch, signature)
         excluded = {p.untyped_storage().data_ptr() for p in self._params}
-        with self.monitor.phase_of("the step's barrier"):
+        with self.monitor.phase_of("the step's barrier", collective=True):
             dist.barrier(group=self.pp_group)
         recorder.begin()
         for index, action in enumerate(schedule.orders[self.rank]):
             exchange.post_ahead()
             with self.monitor.action(action):
                 self._run(action, index, state, exchange, recorder, excluded)
-        with self.monitor.phase_of("waiting for the step's sends"):
+        with self.monitor.phase_of("waiting for the step's sends", collective=True):
             exchange.finish()
         if known is None:
             self._known_headers[signature] = (exchange.headers, exchange.tuple_flags)
         probe = self._probe(state, excluded)
         loss, rows, stage_bytes = self._gather(recorder, state)
-        with self.monitor.phase_of("the data-parallel all-reduce"):
+        with self.monitor.phase_of("the data-parallel all-reduce", collective=True):
             loss = self._all_reduce(loss)
         step_time = recorder.now()
         timeline = None
@@ -596,7 +596,7 @@ class PipelineRuntime:
         row = np.concatenate([recorder.row(width), [loss_value], stage_bytes])
         local = torch.tensor(row, dtype=torch.float64, device=self.device)
         rows = [torch.empty_like(local) for _ in range(schedule.num_ranks)]
-        with self.monitor.phase_of("gathering the timeline"):
+        with self.monitor.phase_of("gathering the timeline", collective=True):
             dist.all_gather(rows, local, group=self.pp_group)
         host = [r.cpu().numpy() for r in rows]
         offset = 2 * width + 2

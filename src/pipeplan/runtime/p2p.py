@@ -170,6 +170,16 @@ class _Pending(NamedTuple):
     buffers: list[Any]
 
 
+def _waiting_on(peer: int) -> Any:
+    """The fault monitor's note that this rank now blocks on global rank ``peer``."""
+    from contextlib import nullcontext
+
+    from .faults import FaultMonitor
+
+    monitor = FaultMonitor.current_monitor()
+    return nullcontext() if monitor is None else monitor.waiting(peer)
+
+
 class LinkExchange:
     """Posts, matches and waits the messages of one rank for one step.
 
@@ -237,9 +247,10 @@ class LinkExchange:
                 self._headed.add((dst, message.stage))
                 header = encode_header(tensors, self.device, is_tuple=is_tuple)
                 self._send_works.append((dist.isend(header, dst=peer, group=group), header))
-        for tensor in tensors:
-            tensor = tensor.contiguous()
-            self._send_works.append((dist.isend(tensor, dst=peer, group=group), tensor))
+        with _waiting_on(peer):  # isend raises at once on a pair its peer closed
+            for tensor in tensors:
+                tensor = tensor.contiguous()
+                self._send_works.append((dist.isend(tensor, dst=peer, group=group), tensor))
 
     # --------------------------------------------------------------- receive
     def _specs(self, src: int, message: Packet) -> list[TensorSpec] | None:
@@ -274,7 +285,8 @@ class LinkExchange:
         group = self.groups[(src, self.plan.rank)]
         peer = self.to_global[src]
         buffers = [torch.empty(s.shape, dtype=s.dtype, device=self.device) for s in specs]
-        works = [dist.irecv(buffer, src=peer, group=group) for buffer in buffers]
+        with _waiting_on(peer):
+            works = [dist.irecv(buffer, src=peer, group=group) for buffer in buffers]
         self._pending[(src, index)] = _Pending(works, buffers)
         self._posted[src] = index + 1
         return True
@@ -295,14 +307,16 @@ class LinkExchange:
     def _wait_index(self, src: int, index: int) -> None:
         while self._posted[src] <= index:
             self._post(src, force=True)
+        peer = self.to_global[src]
         try:
-            for work in self._pending[(src, index)].works:
-                work.wait()
+            with _waiting_on(peer):
+                for work in self._pending[(src, index)].works:
+                    work.wait()
         except RuntimeError as error:
             message = self.incoming[src][index]
             detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise RuntimeError(
-                f"receiving {message.kind}(stage {message.stage}, mb {message.microbatch}) from rank {src} "
+                f"receiving {message.kind}(stage {message.stage}, mb {message.microbatch}) from rank {peer} "
                 f"failed: {detail}"
             ) from error
 
