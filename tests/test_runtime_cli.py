@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +111,11 @@ def no_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
     (["--timeout", "-5"], "--timeout must be a number of seconds > 0, got -5.0"),
     (["--timeout", "nan"], "--timeout must be a number of seconds > 0, got nan"),
     (["--timeout", "inf"], "--timeout must be a number of seconds > 0, got inf"),
+    (["--timeout", "1e-9"], "--timeout must be at least 1 second(s), got 1e-09: it bounds connecting the ranks"),
+    (["--timeout", "0.01"], "--timeout must be at least 1 second(s), got 0.01"),
+    (["--width", "0"], "--width must be >= 1, got 0"),
+    (["--model", "test_runtime_cli:tiny_model", "--layers", "12"],
+     "--layers sets the built-in model's depth and does not apply to --model 'test_runtime_cli:tiny_model'"),
     (["--model", "nope"], "model must look like 'package.module:factory', got 'nope'"),
     (["--model", "no_such_module_xyz:build"], "cannot import module 'no_such_module_xyz': ModuleNotFoundError"),
     (["--model", "test_runtime_cli:no_such_factory"], "has no callable 'no_such_factory'"),
@@ -122,6 +129,84 @@ def test_run_rejects_bad_arguments_with_one_line(capfd: pytest.CaptureFixture[st
     assert out == ""
     assert err.startswith("pipeplan run: error: ") and len(err.strip().splitlines()) == 1, err
     assert expected in err and "Traceback" not in err
+
+
+def test_run_names_a_model_module_that_calls_sys_exit(capfd: pytest.CaptureFixture[str], no_spawn: None,
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(3)\n")
+    (tmp_path / "exits_in_factory.py").write_text("import sys\ndef build():\n    sys.exit('no GPU here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["run", "--model", "exits_on_import:f"]) == 2
+    assert main(["run", "--model", "exits_in_factory:build"]) == 2
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "pipeplan run: error: --model 'exits_on_import:f': importing module 'exits_on_import' called sys.exit(3)",
+        "pipeplan run: error: --model 'exits_in_factory:build': its factory called sys.exit('no GPU here')",
+    ]
+
+
+FAULTY = ["--model", "_fault_models:faulty_model", "--partition", "2,2", "--batch-size", "8", "-m", "4",
+          "--steps", "1", "--warmup", "0"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_run_blames_the_rank_that_exited(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPEPLAN_TEST_FAULT", "os_exit:1:2")  # rank 1's stage, its 3rd forward
+    assert main(["run", *FAULTY, "--timeout", "20"]) == 2
+    _out, err = capfd.readouterr()
+    assert err.startswith("pipeplan run: error: rank 1 died with exit status 1 in F(stage 1, mb 2); then rank 0 "), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def _processes_in_group(group: int) -> list[int]:
+    """Live (not zombie) processes whose process group is ``group``, from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="counts processes through /proc")
+def test_sigterm_to_run_ends_every_rank(tmp_path: Path) -> None:
+    """End to end through a real ``pipeplan run`` process (SIGINT in-process: test_runtime_faults.py)."""
+    signum = signal.SIGTERM
+    marker = tmp_path / "stuck"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PIPEPLAN_TEST_FAULT": "hang:1:2",
+           "PIPEPLAN_TEST_MARKER": str(marker),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    process = subprocess.Popen([sys.executable, "-m", "pipeplan", "run", *FAULTY, "--timeout", "60"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), process.communicate()[1]
+        assert len(_processes_in_group(process.pid)) == 3  # the parent and its two ranks, one of them stuck
+        began = time.monotonic()
+        process.send_signal(signum)
+        _out, err = process.communicate(timeout=30)
+        elapsed = time.monotonic() - began
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 128 + signum
+    name = signal.Signals(signum).name
+    assert err == (f"pipeplan run: interrupted by {name}; ended rank 0 in B(stage 0, mb 2), "
+                   "rank 1 in F(stage 1, mb 2)\n")
+    assert elapsed < 10, elapsed  # the ranks are ended at once, not after the 60 s timeout
+    time.sleep(0.2)
+    assert _processes_in_group(process.pid) == []
 
 
 def test_run_rejects_nccl_without_cuda(capfd: pytest.CaptureFixture[str], no_spawn: None,
@@ -200,3 +285,32 @@ def test_same_entry_runs_under_torchrun(tmp_path: Path) -> None:
     report = json.loads(completed.stdout)
     assert report["config"]["world_size"] == 2
     assert report["gradient_check"]["ok"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
+                    reason="torchrun not installed next to this Python")
+@pytest.mark.parametrize("argv, fault, line", [
+    (["--dp", "3"], "", "pipeplan run: error: --dp must divide the 2 processes, got 3"),
+    ([*FAULTY, "--timeout", "3"], "hang:1:2", "pipeplan run: error: rank 1 hung in F(stage 1, mb 2): no progress for "),
+])
+def test_torchrun_failures_print_pipeplans_line_once(tmp_path: Path, argv: list[str], fault: str, line: str) -> None:
+    """A user error (found by every rank before it joins the group) and a hung rank, under torchrun.
+
+    torchrun itself exits 1 and prints its ChildFailedError report whenever a rank
+    exits non-zero; pipeplan's line is its "Root Cause" (through the error file).
+    """
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PIPEPLAN_TEST_FAULT": fault,
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    completed = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "pipeplan", "run", "--backend", "gloo", *argv],
+        capture_output=True, text=True, timeout=110, env=env, cwd=tmp_path,
+    )
+    assert completed.returncode == 1, completed.stderr[-3000:]  # torchrun's own status for a failed rank
+    ours = [text for text in completed.stderr.splitlines() if text.startswith("pipeplan run: error:")]
+    assert len(ours) == 1 and ours[0].startswith(line), completed.stderr[:3000]
+    root_cause = completed.stderr.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 0 (local_rank: 0)" in root_cause and "exitcode  : 2 " in root_cause
+    assert f"traceback : {line}" in root_cause

@@ -7,7 +7,11 @@ rules on hand-made rank states, without processes.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +22,7 @@ nn = torch.nn
 import pipeplan  # noqa: E402
 from _fault_models import Faulty  # noqa: E402
 from pipeplan import InvalidInputError, RuntimeFailure  # noqa: E402
-from pipeplan.runtime import PipelineRuntime, ProcessGrid, spawn  # noqa: E402
+from pipeplan.runtime import PipelineRuntime, ProcessGrid, RunInterrupted, spawn  # noqa: E402
 from pipeplan.runtime.faults import (  # noqa: E402
     FINISHED,
     NOT_WAITING,
@@ -91,6 +95,43 @@ def test_a_hung_rank_is_blamed_in_a_pp_by_dp_grid() -> None:
     message, elapsed = _failure("hang", 3, world_size=4, dp=2, timeout=2)
     assert message.startswith("rank 3 hung in F(stage 1, mb 2): no progress for "), message
     assert elapsed < 2 + 2 + 15, elapsed
+
+
+def _children() -> set[int]:
+    """Live (not zombie) child processes of this process, from /proc."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if fields and fields[0] != "Z" and int(fields[1]) == os.getpid():
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="counts processes through /proc")
+def test_sigint_ends_every_rank_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "stuck"
+    monkeypatch.setenv("PIPEPLAN_TEST_MARKER", str(marker))
+    before = _children()
+
+    def interrupt_when_stuck() -> None:
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_stuck, daemon=True).start()
+    began = time.monotonic()
+    with pytest.raises(RunInterrupted) as info:
+        spawn(_worker, 2, "hang", 1, 1, timeout=30)
+    assert time.monotonic() - began < 20  # ended at once, not after the 30 s timeout
+    assert info.value.signum == signal.SIGINT
+    assert str(info.value) == "interrupted by SIGINT; ended rank 0 in B(stage 0, mb 2), rank 1 in F(stage 1, mb 2)"
+    assert _children() - before == set()
 
 
 def test_spawn_refuses_a_timeout_below_one_second() -> None:

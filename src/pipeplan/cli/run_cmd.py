@@ -211,7 +211,7 @@ def _run_under_torchrun(args: argparse.Namespace) -> int:
 
     from ..errors import PipeplanError
     from ..runtime import FaultMonitor, init_from_env
-    from ..runtime.faults import PEER_FAILED_EXIT, write_torchrun_error_file
+    from ..runtime.faults import PEER_FAILED_EXIT, format_failure, write_torchrun_error_file
 
     rank = int(os.environ.get("RANK", "0"))
     try:
@@ -226,17 +226,19 @@ def _run_under_torchrun(args: argparse.Namespace) -> int:
             _leave(2)
         print(f"pipeplan run: error: {error}", file=sys.stderr)
         _leave(2, f"pipeplan run: error: {error}")
-    rank, world_size = init_from_env(backend=backend, timeout=config["timeout"])
     try:
+        rank, world_size = init_from_env(backend=backend, timeout=config["timeout"])
         report = execute_rank(rank, world_size, config)
-    except PipeplanError as error:
+    except Exception as error:  # noqa: BLE001 - one line, whatever failed (joining the group, say)
         monitor = FaultMonitor.current_monitor()
         if monitor is not None and monitor.echoed:
             # Another rank reported this failure first and printed it: stop like a bystander.
             write_torchrun_error_file(f"pipeplan: rank {rank} stopping because {error}", consequence=True)
             _leave(PEER_FAILED_EXIT)
-        print(f"pipeplan run: error: {error}", file=sys.stderr)
-        _leave(2, f"pipeplan run: error: {error}")
+        text = str(error) if isinstance(error, PipeplanError) else format_failure(
+            rank, monitor.where() if monitor is not None else "setup", error)
+        print(f"pipeplan run: error: {text}", file=sys.stderr)
+        _leave(2, f"pipeplan run: error: {text}")
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

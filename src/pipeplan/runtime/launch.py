@@ -150,8 +150,14 @@ def _worker(
     # does not exist here and abort or hang this process.
     gc.freeze()
     torch.set_num_threads(threads)
-    store = dist.TCPStore(_HOST, port, world_size, is_master=False,
-                          timeout=datetime.timedelta(seconds=timeout))
+    try:
+        store = dist.TCPStore(_HOST, port, world_size, is_master=False,
+                              timeout=datetime.timedelta(seconds=timeout))
+    except Exception as error:  # noqa: BLE001 - the parent's store did not answer in time
+        results.put((rank, "error", (format_failure(rank, "setup", error), traceback.format_exc(), False, -1)))
+        results.close()
+        results.join_thread()
+        os._exit(1)
     monitor = FaultMonitor.install(store, rank, state=states[rank], parent_pid=parent_pid)
     status = 0
     try:
