@@ -349,18 +349,20 @@ class _Run:
                 failed_at = failed_at or (time.monotonic() if self.errors else None)
                 continue
             now = time.monotonic()
-            alive = []
+            alive, stuck = [], []
             for rank, process in enumerate(self.processes):
                 if process.exitcode is None:
                     alive.append(rank)
                     state = self.states[rank]
                     if (state.outcome == RUNNING and state.in_action and state.waiting_on == NOT_WAITING
                             and now - state.since > self.timeout):
-                        self.hung_rank = rank  # computing one action for longer than the timeout
+                        stuck.append((state.since, rank))  # computing one action for longer than the timeout
                 elif rank not in self.seen_dead:
                     self.seen_dead[rank] = now
                     if self.states[rank].outcome != FINISHED:
                         failed_at = failed_at or now
+            if stuck:
+                self.hung_rank = min(stuck)[1]  # the one stuck longest
             if not alive:
                 break
             if self.hung_rank is not None or (failed_at is not None and now - failed_at > self.timeout):
