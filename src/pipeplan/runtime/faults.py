@@ -3,9 +3,9 @@
 Every rank keeps a small :class:`RankState` up to date: the action or phase it is
 in, whether it is waiting for a peer (and which), since when, and how it ended.
 Under :func:`pipeplan.runtime.spawn` that state lives in shared memory the parent
-reads; under torchrun the watchdog thread publishes it to the c10d store every
-``poll_interval`` seconds (a heartbeat). The parent, or under torchrun the rank
-whose receive failed, then decides who is to blame with :func:`explain`::
+reads, and decides who is to blame with :func:`explain`. Under torchrun the
+watchdog thread publishes it to the c10d store every 0.2 s (a heartbeat), and the
+rank whose receive failed reads its peer's before it reports::
 
     monitor = FaultMonitor.install(store, rank)      # once per process
     with monitor.action(Action("F", 1, 2)):          # what this rank is doing now
@@ -67,6 +67,8 @@ RUNNING, FINISHED, RAISED, STOPPED = 0, 1, 2, 3
 stopped by its watchdog because a peer failed or the launcher went away."""
 
 _WHERE_BYTES = 120
+_BEAT_EVERY = 4
+"""Polls between two heartbeats published to the store (torchrun): 0.2 s at the default poll."""
 _TIMEOUT_ENV = "PIPEPLAN_TIMEOUT"  # the same as grid.TIMEOUT_ENV, read here without importing torch
 
 
@@ -422,12 +424,13 @@ class FaultMonitor:
         self.store.set(_STATE_KEY.format(rank=self.rank), json.dumps(payload))
 
     def _watch(self) -> None:
-        failures = 0
+        failures = polls = 0
         while not self._stop.wait(self.poll_interval):
+            polls += 1
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
                 os._exit(PEER_FAILED_EXIT)  # the launcher is gone: nobody is left to report to
             try:
-                if self.publish:
+                if self.publish and polls % _BEAT_EVERY == 1:
                     self._publish()
                 found = self.store.check([FAILURE_KEY])
                 message = self.store.get(FAILURE_KEY).decode() if found else None

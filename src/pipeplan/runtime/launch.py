@@ -98,6 +98,7 @@ def init_from_env(*, backend: str | None = None, timeout: float = 60.0) -> tuple
     import torch
     import torch.distributed as dist
 
+    timeout = check_timeout("timeout", timeout)
     os.environ.setdefault(TIMEOUT_ENV, str(timeout))
     if not dist.is_initialized():
         chosen = backend or default_backend()
