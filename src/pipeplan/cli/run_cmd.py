@@ -243,7 +243,7 @@ def _run_under_torchrun(args: argparse.Namespace) -> int:
         if dist.is_initialized():
             dist.destroy_process_group()
     status = 0
-    if rank == 0:
+    if rank == 0 and report is not None:
         _print(report, args)
         status = 0 if report["gradient_check"]["ok"] else 1
     _leave(status)
