@@ -156,7 +156,7 @@ def test_run_blames_the_rank_that_exited(capfd: pytest.CaptureFixture[str], monk
     monkeypatch.setenv("PIPEPLAN_TEST_FAULT", "os_exit:1:2")  # rank 1's stage, its 3rd forward
     assert main(["run", *FAULTY, "--timeout", "20"]) == 2
     _out, err = capfd.readouterr()
-    assert err.startswith("pipeplan run: error: rank 1 died with exit status 1 in F(stage 1, mb 2); then rank 0 "), err
+    assert err.startswith("pipeplan run: error: rank 1 died with exit status 1 in F(stage 1, mb 2)"), err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
@@ -202,8 +202,9 @@ def test_sigterm_to_run_ends_every_rank(tmp_path: Path) -> None:
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 128 + signum
     name = signal.Signals(signum).name
-    assert err == (f"pipeplan run: interrupted by {name}; ended rank 0 in B(stage 0, mb 2), "
-                   "rank 1 in F(stage 1, mb 2)\n")
+    # exactly one line (no store errors from orphaned ranks); rank 0 is wherever it got to
+    assert err.startswith(f"pipeplan run: interrupted by {name}; ended rank 0 in "), err
+    assert err.endswith(", rank 1 in F(stage 1, mb 2)\n") and err.count("\n") == 1, err
     assert elapsed < 10, elapsed  # the ranks are ended at once, not after the 60 s timeout
     time.sleep(0.2)
     assert _processes_in_group(process.pid) == []

@@ -8,6 +8,7 @@ rules on hand-made rank states, without processes.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -130,7 +131,9 @@ def test_sigint_ends_every_rank_at_once(tmp_path: Path, monkeypatch: pytest.Monk
         spawn(_worker, 2, "hang", 1, 1, timeout=30)
     assert time.monotonic() - began < 20  # ended at once, not after the 30 s timeout
     assert info.value.signum == signal.SIGINT
-    assert str(info.value) == "interrupted by SIGINT; ended rank 0 in B(stage 0, mb 2), rank 1 in F(stage 1, mb 2)"
+    # rank 1 hangs in its action; rank 0 is wherever it got to (waiting for rank 1 sooner or later)
+    assert re.fullmatch(r"interrupted by SIGINT; ended rank 0 in [^,]+, rank 1 in F\(stage 1, mb 2\)",
+                        str(info.value)), str(info.value)
     assert _children() - before == set()
 
 
