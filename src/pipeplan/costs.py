@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
+
 from ._validation import finite_floats, non_negative_float, positive_float
 from .errors import InvalidInputError
 
@@ -154,6 +156,23 @@ class StageCosts:
             raise InvalidInputError(f"kind must be one of F, B, I, W, got {kind!r}")
         if self.microbatch_scale is not None:
             base *= self.microbatch_scale[microbatch]
+        return base
+
+    def durations(self, kinds: np.ndarray, stages: np.ndarray, microbatches: np.ndarray) -> np.ndarray:
+        """:meth:`duration` of many actions at once, bit for bit.
+
+        Args:
+            kinds: per action, the index of its kind in :data:`pipeplan.schedule.KINDS`
+                (``F``, ``B``, ``I``, ``W``).
+            stages, microbatches: per action.
+        """
+        forward = np.asarray(self.forward)
+        backward = np.asarray(self.backward)
+        weight = np.asarray(self.weight)
+        table = np.stack([forward, backward, backward - weight, weight])  # rows in KINDS order
+        base = table[kinds, stages]
+        if self.microbatch_scale is not None:
+            base = base * np.asarray(self.microbatch_scale)[microbatches]
         return base
 
     def check_shape(self, num_stages: int, num_microbatches: int) -> None:

@@ -30,10 +30,14 @@ communication time, the runtime sends them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Literal, NamedTuple
+from itertools import chain
+from operator import itemgetter
+from typing import Any, Literal, NamedTuple, TypeVar
+
+import numpy as np
 
 from ._validation import positive_int
 from .errors import DeadlockError, InvalidInputError, InvalidScheduleError
@@ -44,6 +48,7 @@ __all__ = [
     "Message",
     "Payload",
     "Schedule",
+    "Lowered",
     "BackwardMode",
     "DEPENDENCIES",
     "KINDS",
@@ -76,6 +81,8 @@ class Kind(str, Enum):
 
 KINDS: tuple[Kind, ...] = tuple(Kind)
 _COERCE: dict[Any, Kind] = {kind.value: kind for kind in Kind}  # Kind members hash like their strings
+_KIND_CODE: dict[Kind, int] = {kind: code for code, kind in enumerate(KINDS)}
+_T = TypeVar("_T")
 
 #: Per kind, the actions it waits for as ``(kind, stage offset)``: ``(Kind.F, -1)``
 #: on ``I(s, mb)`` means ``F(s - 1, mb)``. Offsets that leave ``0..S-1`` are dropped.
@@ -197,6 +204,82 @@ def message_for(producer: Action, consumer: Action, placement: Sequence[int]) ->
         return None
     payload = Payload.ACTIVATION if consumer.stage > producer.stage else Payload.GRADIENT
     return Message(producer, consumer, src, dst, min(producer.stage, consumer.stage), payload)
+
+
+@dataclass(frozen=True, eq=False)
+class Lowered:
+    """A schedule in integer form, built once per schedule (:meth:`Schedule.lowered`).
+
+    Actions are numbered flat: rank 0's order, then rank 1's, ... (the order of a
+    Timeline's arrays). Messages are numbered in sender order (see
+    :meth:`Schedule.messages`). Arrays are numpy ``int64`` (``gradient`` is bool).
+
+    Attributes:
+        actions: the flat actions.
+        rank_offsets: ``rank_offsets[r]:rank_offsets[r + 1]`` are rank ``r``'s actions.
+        kind: per action, the index of its kind in :data:`KINDS`.
+        stage, microbatch, rank: per action.
+        producer, consumer: per message, the flat index of the sending and the receiving action.
+        boundary: per message, the stage boundary it crosses.
+        gradient: per message, True for a gradient (going up), False for an activation.
+    """
+
+    actions: tuple[Action, ...]
+    rank_offsets: tuple[int, ...]
+    kind: np.ndarray
+    stage: np.ndarray
+    microbatch: np.ndarray
+    rank: np.ndarray
+    producer: np.ndarray
+    consumer: np.ndarray
+    boundary: np.ndarray
+    gradient: np.ndarray
+
+
+def _lower(schedule: Schedule) -> Lowered:
+    """Number the actions and find every cross-rank edge with array operations on :data:`DEPENDENCIES`."""
+    actions = tuple(chain.from_iterable(schedule.orders))
+    count = len(actions)
+    lengths = [len(order) for order in schedule.orders]
+    offsets = tuple(int(x) for x in np.concatenate([[0], np.cumsum(lengths)]))
+    num_stages, num_mb = schedule.num_stages, schedule.num_microbatches
+    kind = np.fromiter(map(_KIND_CODE.__getitem__, map(itemgetter(0), actions)), dtype=np.int64, count=count)
+    stage = np.fromiter(map(itemgetter(1), actions), dtype=np.int64, count=count)
+    microbatch = np.fromiter(map(itemgetter(2), actions), dtype=np.int64, count=count)
+    rank = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    inside = (stage >= 0) & (stage < num_stages) & (microbatch >= 0) & (microbatch < num_mb)
+    ident = np.where(inside, (kind * num_stages + stage) * num_mb + microbatch, 0)
+    position = np.full(len(KINDS) * num_stages * num_mb, -1, dtype=np.int64)
+    position[ident[inside]] = np.flatnonzero(inside)
+    placement = np.asarray(schedule.placement, dtype=np.int64)
+    producers, consumers, boundaries, gradients = [], [], [], []
+    for consumer_kind, needs in DEPENDENCIES.items():
+        of_kind = inside & (kind == _KIND_CODE[consumer_kind])
+        for needed, offset in needs:
+            if offset == 0:
+                continue  # same stage: same rank, never a message
+            other = stage + offset
+            chosen = np.flatnonzero(of_kind & (other >= 0) & (other < num_stages))
+            other = other[chosen]
+            crosses = placement[other] != placement[stage[chosen]]
+            chosen, other = chosen[crosses], other[crosses]
+            source = position[(_KIND_CODE[needed] * num_stages + other) * num_mb + microbatch[chosen]]
+            present = source >= 0
+            producers.append(source[present])
+            consumers.append(chosen[present])
+            boundaries.append(np.minimum(other, stage[chosen])[present])
+            gradients.append(np.full(int(present.sum()), offset > 0))
+    if producers:
+        producer = np.concatenate(producers)
+        order = np.lexsort((np.concatenate(consumers), producer))  # sender order; ties by consumer
+        producer = producer[order]
+        consumer = np.concatenate(consumers)[order]
+        boundary = np.concatenate(boundaries)[order]
+        gradient = np.concatenate(gradients)[order]
+    else:
+        producer = consumer = boundary = np.zeros(0, dtype=np.int64)
+        gradient = np.zeros(0, dtype=bool)
+    return Lowered(actions, offsets, kind, stage, microbatch, rank, producer, consumer, boundary, gradient)
 
 
 def _dependencies(kind: Kind, stage: int, mb: int, num_stages: int) -> list[Action]:
@@ -342,6 +425,20 @@ class Schedule:
             self._cache["position"] = positions
         return positions[action]
 
+    def cached(self, key: str, build: Callable[[], _T]) -> _T:
+        """A value derived from this immutable schedule, built by ``build()`` once and kept.
+
+        For modules that compile a schedule (the simulator keeps its kernel's inputs
+        here); ``key`` should name the module.
+        """
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def lowered(self) -> Lowered:
+        """The schedule in integer form, with its messages as arrays (cached; see :class:`Lowered`)."""
+        return self.cached("lowered", lambda: _lower(self))
+
     # --------------------------------------------------------------- messages
     def messages(self) -> tuple[Message, ...]:
         """Every cross-rank edge, in sender order (cached).
@@ -353,22 +450,18 @@ class Schedule:
         Needs a schedule whose kinds are consistent (see :meth:`validate`); it
         lists edges only to consumers of this schedule's kinds.
         """
-        cached = self._cache.get("messages")
-        if cached is None:
-            cached = tuple(self._build_messages())
-            self._cache["messages"] = cached
-        return cached
+        return self.cached("messages", self._build_messages)
 
-    def _build_messages(self) -> Iterable[Message]:
-        placement = self.placement
-        num_stages = self.num_stages
-        kinds = self.kinds
-        for order in self.orders:
-            for producer in order:
-                for consumer in consumers_of(producer, num_stages, kinds):
-                    message = message_for(producer, consumer, placement)
-                    if message is not None:
-                        yield message
+    def _build_messages(self) -> tuple[Message, ...]:
+        low = self.lowered()
+        actions = low.actions
+        ranks = low.rank.tolist()
+        payloads = (Payload.ACTIVATION, Payload.GRADIENT)
+        return tuple(
+            Message(actions[p], actions[c], ranks[p], ranks[c], b, payloads[g])
+            for p, c, b, g in zip(low.producer.tolist(), low.consumer.tolist(), low.boundary.tolist(),
+                                  low.gradient.tolist())
+        )
 
     def messages_into(self, action: Action) -> tuple[Message, ...]:
         """The messages ``action`` waits for (empty when all its inputs are on its rank)."""

@@ -8,25 +8,137 @@ free and its inputs have arrived; a message between ranks arrives
     from pipeplan import build_schedule, simulate, StageCosts
     tl = simulate(build_schedule("1f1b", num_stages=4, num_microbatches=8), StageCosts([30, 10, 10, 20]))
     tl.makespan, tl.bubble_ratio
+    simulate(schedule, costs, iterations=4, optimizer="overlap").steady_step_time
 
 The simulation is event driven: a rank that waits for a message is parked on it
 and woken when it is produced, so the cost is linear in the number of actions.
+The messages come from :meth:`Schedule.messages` (through its integer form,
+:meth:`Schedule.lowered`); what the kernel needs of a schedule is compiled once and
+kept on the schedule, so simulating one schedule under many costs pays it once.
+
+Several iterations: ``iterations=k`` plays ``k`` training steps back to back. With
+``optimizer="barrier"`` every rank starts step ``i + 1`` when the slowest rank has
+finished step ``i`` (an optimizer step that waits for all ranks, e.g. for a global
+gradient-norm clip); with ``"overlap"`` each rank starts step ``i + 1`` as soon as
+its own part of step ``i`` is done. The optimizer step itself takes no time.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
 
+import numpy as np
+
+from ._validation import positive_int
 from .costs import CommModel, StageCosts
 from .errors import DeadlockError, InvalidInputError
-from .schedule import KINDS, Action, Schedule
+from .schedule import Message, Schedule
 from .timeline import Timeline
 
-__all__ = ["simulate"]
+__all__ = ["simulate", "OptimizerMode", "OPTIMIZER_MODES"]
+
+OptimizerMode = Literal["barrier", "overlap"]
+OPTIMIZER_MODES: tuple[str, ...] = ("barrier", "overlap")
 
 _NO_SEND = -1
-_POSTED_AT_ZERO = -2
+_POSTED_AT_START = -2  # the receiver's consumer is its first action: the receive is posted when its step starts
+
+
+@dataclass(frozen=True, eq=False)
+class _Compiled:
+    """What the kernels read of a schedule, as Python lists (fast to index), built once per schedule.
+
+    ``recorded``, then ``orders``, keep per send mode (``True``: rendezvous) the order in which
+    the first simulation in that mode computed the actions: a topological order of the
+    step's dependencies (they do not depend on the costs), which later simulations
+    replay without the event queue (:func:`_replay_eager`, :func:`_replay_rendezvous`).
+    """
+
+    rank_offsets: list[int]
+    dep: list[int]  # per action: flat index of the producer of its incoming message, or -1
+    post: list[int]  # per action: for a sender, the receiver's action before the consumer (or a marker)
+    senders: np.ndarray  # flat index of each message's producer (message order)
+    receivers: np.ndarray  # flat index of each message's consumer
+    receiver_rank: list[int]  # per action: rank of the consumer of its outgoing message (senders only)
+    recorded: dict[bool, list[tuple[int, int]]] = field(default_factory=dict)  # runs of the first simulation
+    orders: dict[bool, _Replay] = field(default_factory=dict)
+
+    def replay(self, schedule: Schedule, rendezvous: bool) -> _Replay | None:
+        """The replay plan for this send mode, built from the recorded runs on first use; None before any run."""
+        plan = self.orders.get(rendezvous)
+        if plan is None and rendezvous in self.recorded:
+            plan = self.orders[rendezvous] = _replay_plan(schedule, self, self.recorded.pop(rendezvous), rendezvous)
+        return plan
+
+
+@dataclass(frozen=True, eq=False)
+class _Replay:
+    """A recorded computation order and, per position in it, the kernel's operands (see :func:`_replay`)."""
+
+    order: np.ndarray  # flat indices in computation order
+    rank_offsets: list[int]
+    index: list[int]
+    previous: list[int]  # previous action on the rank, or the rank's begin slot (count + rank)
+    dep: list[int]  # producer of the incoming message, or the -inf slot (eager) / -1 (rendezvous)
+    posted_after: list[int]  # rendezvous: for a previous action that sends, its receiver's posting action
+    previous_sender: list[int]  # rendezvous: the previous action when it sends, else -1
+    previous_sender_array: np.ndarray
+    senders: np.ndarray  # every action that sends (rendezvous)
+    last_senders: list[tuple[int, int, int]]  # rendezvous: (rank, last action, posting slot) when it ends in a send
+
+
+def _compile(schedule: Schedule) -> _Compiled:
+    low = schedule.lowered()
+    count = len(low.actions)
+    if count and (np.bincount(low.consumer, minlength=count).max(initial=0) > 1
+                  or np.bincount(low.producer, minlength=count).max(initial=0) > 1):
+        raise InvalidInputError("the simulator handles at most one incoming and one outgoing message per action")
+    dep = np.full(count, -1, dtype=np.int64)
+    dep[low.consumer] = low.producer
+    offsets = np.asarray(low.rank_offsets, dtype=np.int64)
+    first = low.consumer == offsets[low.rank[low.consumer]]
+    post = np.full(count, _NO_SEND, dtype=np.int64)
+    post[low.producer] = np.where(first, _POSTED_AT_START, low.consumer - 1)
+    receiver_rank = np.full(count, -1, dtype=np.int64)
+    receiver_rank[low.producer] = low.rank[low.consumer]
+    return _Compiled(list(low.rank_offsets), dep.tolist(), post.tolist(), low.producer, low.consumer,
+                     receiver_rank.tolist())
+
+
+def _replay_plan(schedule: Schedule, compiled: _Compiled, segments: list[tuple[int, int]],
+                 rendezvous: bool) -> _Replay:
+    """Turn the recorded ``(first, stop)`` runs of computed actions into a :class:`_Replay`."""
+    low = schedule.lowered()
+    count = len(low.actions)
+    num_ranks = schedule.num_ranks
+    firsts = np.fromiter((a for a, _ in segments), dtype=np.int64, count=len(segments))
+    lengths = np.fromiter((b - a for a, b in segments), dtype=np.int64, count=len(segments))
+    ends = np.cumsum(lengths)
+    order = np.arange(count, dtype=np.int64) - np.repeat(ends - lengths - firsts, lengths)
+    offsets = np.asarray(compiled.rank_offsets, dtype=np.int64)
+    previous = np.arange(count, dtype=np.int64) - 1
+    starts = offsets[:-1][offsets[:-1] < offsets[1:]]
+    previous[starts] = count + low.rank[starts]
+    dep = np.asarray(compiled.dep, dtype=np.int64)
+    post = np.asarray(compiled.post, dtype=np.int64)
+    if not rendezvous:
+        dep = np.where(dep >= 0, dep, count + num_ranks)  # the -inf slot
+        return _Replay(order, compiled.rank_offsets, order.tolist(), previous[order].tolist(), dep[order].tolist(),
+                       [], [], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [])
+    receiver = np.asarray(compiled.receiver_rank, dtype=np.int64)
+    slot = np.where(post == _POSTED_AT_START, count + receiver, post)  # where the posting time is read
+    prev = previous[order]
+    is_sender = (prev < count) & (post[np.minimum(prev, count - 1)] != _NO_SEND)
+    posted_after = np.where(is_sender, slot[np.minimum(prev, count - 1)], -1)
+    previous_sender = np.where(is_sender, prev, -1)
+    last = offsets[1:] - 1
+    last_senders = [(rank, a, int(slot[a])) for rank, a in enumerate(last.tolist())
+                    if offsets[rank] <= a and post[a] != _NO_SEND]
+    return _Replay(order, compiled.rank_offsets, order.tolist(), prev.tolist(), dep[order].tolist(),
+                   posted_after.tolist(), previous_sender.tolist(), previous_sender,
+                   np.flatnonzero(post != _NO_SEND), last_senders)
 
 
 def simulate(
@@ -35,8 +147,10 @@ def simulate(
     comm: CommModel | None = None,
     *,
     validate: bool = True,
+    iterations: int = 1,
+    optimizer: OptimizerMode = "barrier",
 ) -> Timeline:
-    """Simulate one training step of ``schedule`` with ``costs`` and ``comm``.
+    """Simulate ``iterations`` training steps of ``schedule`` with ``costs`` and ``comm``.
 
     Args:
         schedule: the per-rank orders; validated first unless ``validate=False``.
@@ -44,176 +158,333 @@ def simulate(
         comm: communication model; ``None`` means free, eager messages.
         validate: run :meth:`Schedule.validate` first (skip only for schedules
             that a generator has just built and a test has validated).
+        iterations: training steps played back to back (``>= 1``).
+        optimizer: between steps, ``"barrier"`` (every rank waits for the slowest)
+            or ``"overlap"`` (each rank goes on when its own part is done); see the
+            module doc.
 
     Returns:
-        The predicted :class:`Timeline`.
+        The predicted :class:`Timeline` of the first step (times from its start at 0),
+        with ``step_ends`` (when the last rank finished each step) and
+        ``steady_step_time`` (the last step's time) covering all ``iterations``.
 
     Raises:
-        InvalidInputError: costs that do not match the schedule.
+        InvalidInputError: costs that do not match the schedule, ``iterations < 1``,
+            an unknown ``optimizer``.
         InvalidScheduleError: see :meth:`Schedule.validate`.
-        DeadlockError: rendezvous sends that wait on each other in a cycle.
+        DeadlockError: rendezvous sends that wait on each other in a cycle; names the
+            ranks, the messages and what each receiver does before posting.
     """
     comm = comm or CommModel()
+    iterations = positive_int("iterations", iterations)
+    if optimizer not in OPTIMIZER_MODES:
+        raise InvalidInputError(f"optimizer must be one of {', '.join(OPTIMIZER_MODES)}, got {optimizer!r}")
     num_stages = schedule.num_stages
-    num_mb = schedule.num_microbatches
-    costs.check_shape(num_stages, num_mb)
+    costs.check_shape(num_stages, schedule.num_microbatches)
+    boundary = np.asarray(comm.boundary_times(num_stages), dtype=float)
     if validate:
         schedule.validate()
-    boundary = comm.boundary_times(num_stages)
+    compiled = schedule.cached("simulate", lambda: _compile(schedule))
+    low = schedule.lowered()
+    count = len(low.actions)
+    durations = costs.durations(low.kind, low.stage, low.microbatch)
+    message_time = boundary[low.boundary] if len(low.boundary) else np.zeros(0)
     rendezvous = comm.send_mode == "rendezvous"
-    kind_index = {kind: index for index, kind in enumerate(KINDS)}
-
-    def ident(action: Action) -> int:
-        kind, stage, mb = action
-        return (kind_index[kind] * num_stages + stage) * num_mb + mb
-
-    # Per-rank compiled orders: (flat index, id, duration, dep id, dep comm).
-    flat_index: dict[int, int] = {}
-    predecessor: dict[Action, int] = {}
-    incoming = {message.consumer: message for message in schedule.messages()}
-    compiled: list[list[tuple[int, int, float, int, float]]] = []
-    flat = 0
-    for order in schedule.orders:
-        previous = _POSTED_AT_ZERO
-        rows = []
-        for action in order:
-            aid = ident(action)
-            flat_index[aid] = flat
-            predecessor[action] = previous
-            previous = aid
-            dep, dep_comm = -1, 0.0
-            received = incoming.get(action)
-            if received is not None:
-                dep, dep_comm = ident(received.producer), boundary[received.boundary]
-            rows.append((flat, aid, costs.duration(*action), dep, dep_comm))
-            flat += 1
-        compiled.append(rows)
-
-    # Rendezvous: a send completes once the receiver has posted (finished the action
-    # before the consumer) and the transfer is done.
-    sends: dict[int, tuple[int, float]] = {}
+    receive_time = np.zeros(count)
+    receive_time[compiled.receivers] = message_time
+    send_time = receive_time
     if rendezvous:
-        for sent in schedule.messages():
-            sends[ident(sent.producer)] = (predecessor[sent.consumer], boundary[sent.boundary])
+        send_time = np.zeros(count)
+        send_time[compiled.senders] = message_time
 
-    total = flat
-    start = [0.0] * total
-    end = [0.0] * total
-    free_after = [0.0] * total
-    done_at: dict[int, float] = {}
     num_ranks = schedule.num_ranks
-    pointer = [0] * num_ranks
-    rank_free = [0.0] * num_ranks
-    last_end = [0.0] * num_ranks  # compute end of the rank's previous action (its receives are posted then)
-    pending_send: list[int] = [_NO_SEND] * num_ranks  # id of a finished action whose send is unresolved
-    waiters: dict[int, list[int]] = {}
-    queue = deque(range(num_ranks))
-    queued = [True] * num_ranks
-
-    while queue:
-        rank = queue.popleft()
-        queued[rank] = False
-        rows = compiled[rank]
-        position = pointer[rank]
-        free = rank_free[rank]
-        prev_end = last_end[rank]
-        while True:
-            blocker = -1
-            if pending_send[rank] != _NO_SEND:
-                sender = pending_send[rank]
-                pred, message = sends[sender]
-                if pred == _POSTED_AT_ZERO:
-                    posted = 0.0
-                else:
-                    posted = done_at.get(pred, -1.0)
-                    if posted < 0.0:
-                        blocker = pred
-                if blocker < 0:
-                    free = max(prev_end, posted) + message
-                    free_after[flat_index[sender]] = free
-                    pending_send[rank] = _NO_SEND
-            if blocker < 0 and position < len(rows):
-                index, aid, duration, dep, dep_comm = rows[position]
-                ready = free
-                if dep >= 0:
-                    produced = done_at.get(dep, -1.0)
-                    if produced < 0.0:
-                        blocker = dep
-                    else:
-                        if rendezvous:
-                            arrival = max(produced, prev_end) + dep_comm
-                        else:
-                            arrival = produced + dep_comm
-                        if arrival > ready:
-                            ready = arrival
-                if blocker < 0:
-                    finish = ready + duration
-                    start[index] = ready
-                    end[index] = finish
-                    free_after[index] = finish
-                    done_at[aid] = finish
-                    prev_end = finish
-                    free = finish
-                    position += 1
-                    if rendezvous and aid in sends:
-                        pending_send[rank] = aid
-                    woken = waiters.pop(aid, None)
-                    if woken:
-                        for other in woken:
-                            if not queued[other]:
-                                queued[other] = True
-                                queue.append(other)
-                    continue
-            if blocker >= 0:
-                waiters.setdefault(blocker, []).append(rank)
-            break
-        pointer[rank] = position
-        rank_free[rank] = free
-        last_end[rank] = prev_end
-
-    stuck = [
-        r for r in range(num_ranks) if pointer[r] < len(compiled[r]) or pending_send[r] != _NO_SEND
-    ]
-    if stuck:
-        actions = [action for order in schedule.orders for action in order]
-        by_id = {aid: actions[index] for aid, index in flat_index.items()}
-        raise DeadlockError(_describe_deadlock(schedule, stuck, pointer, pending_send, sends, by_id))
-    if not math.isfinite(max(free_after, default=0.0) * num_ranks):  # busy sums stay finite too
+    begin = [0.0] * num_ranks
+    first: tuple[list[float], list[float], list[float] | np.ndarray] | None = None
+    step_ends = []
+    start: list[float]
+    end: list[float]
+    blocked: list[float] | np.ndarray
+    for _ in range(iterations):
+        replay = compiled.replay(schedule, rendezvous)
+        if replay is None:  # first simulation in this mode: event driven, and record the order
+            if rendezvous:
+                start, end, blocked, done, segments = _rendezvous_step(
+                    compiled, durations.tolist(), receive_time.tolist(), send_time.tolist(), begin, schedule)
+            else:
+                start, end, done, segments = _eager_step(
+                    compiled, durations.tolist(), receive_time.tolist(), begin, schedule)
+                blocked = end
+            compiled.recorded[rendezvous] = segments
+        elif rendezvous:
+            start, end, blocked, done = _replay_rendezvous(replay, durations, receive_time, send_time, begin)
+        else:
+            start, end, done = _replay_eager(replay, durations, receive_time, begin)
+            blocked = end
+        if first is None:
+            first = (start, end, blocked)
+        step_end = max(done)
+        step_ends.append(step_end)
+        begin = [step_end] * num_ranks if optimizer == "barrier" else done
+    assert first is not None
+    start_a, end_a, blocked_a = (np.asarray(values, dtype=float) for values in first)
+    makespan = float(blocked_a.max()) if count else 0.0
+    if not math.isfinite(makespan * num_ranks) or not math.isfinite(step_ends[-1] * num_ranks):
         raise InvalidInputError(
             "the step's makespan overflows to infinity; costs or communication times are too large "
             "to add up in floating point (rescale them, e.g. to seconds)"
         )
-    return Timeline(
+    timeline = Timeline(
         schedule,
-        start,
-        end,
-        free_after,
+        start_a,
+        end_a,
+        blocked_a,
         activation_bytes=costs.activation_bytes,
         weight_stash_bytes=costs.weight_stash_bytes,
         source="simulated",
     )
+    timeline.set_iterations(step_ends, optimizer)
+    return timeline
 
 
-def _describe_deadlock(
+def _eager_step(
+    compiled: _Compiled,
+    durations: list[float],
+    receive_time: list[float],
+    begin: list[float],
     schedule: Schedule,
-    stuck: list[int],
-    pointer: list[int],
-    pending: list[int],
-    sends: dict[int, tuple[int, float]],
-    by_id: dict[int, Action],
-) -> str:
-    parts = []
-    for rank in stuck:
-        if pending[rank] != _NO_SEND:
-            sent = by_id[pending[rank]]
-            awaited = by_id[sends[pending[rank]][0]]
-            parts.append(f"rank {rank} is blocked sending the output of {sent}; its receiver posts the "
-                         f"receive only after {awaited}")
+) -> tuple[list[float], list[float], list[float], list[tuple[int, int]]]:
+    """One step with eager sends: ``(start, end, when each rank is done, computed runs)``.
+
+    The runs ``(first, stop)`` list the actions in the order they were computed.
+    """
+    count = len(durations)
+    offsets = compiled.rank_offsets
+    dep = compiled.dep
+    start = [0.0] * count
+    end = [-1.0] * count  # -1: not run yet (every real end is >= 0)
+    pointer = offsets[:-1]
+    free = list(begin)
+    waiting: dict[int, int] = {}  # producer -> the rank parked on it
+    segments: list[tuple[int, int]] = []
+    queue = list(range(len(begin)))
+    while queue:
+        rank = queue.pop()
+        first = index = pointer[rank]
+        stop = offsets[rank + 1]
+        time = free[rank]
+        for index in range(first, stop):
+            producer = dep[index]
+            if producer >= 0:
+                produced = end[producer]
+                if produced < 0.0:
+                    waiting[producer] = rank
+                    break
+                arrival = produced + receive_time[index]
+                if arrival > time:
+                    time = arrival
+            start[index] = time
+            time += durations[index]
+            end[index] = time
+            if index in waiting:
+                queue.append(waiting.pop(index))
         else:
-            parts.append(f"rank {rank} is waiting at {_action_at(schedule, rank, pointer[rank])}")
-    return "rendezvous sends deadlock (each waits for a receiver that is itself blocked): " + "; ".join(parts)
+            index = stop
+        segments.append((first, index))
+        pointer[rank] = index
+        free[rank] = time
+    if any(pointer[r] < offsets[r + 1] for r in range(len(begin))):
+        raise DeadlockError(_describe_stuck(schedule, compiled, pointer, [_NO_SEND] * len(begin), end))
+    return start, end, free, segments
 
 
-def _action_at(schedule: Schedule, rank: int, position: int) -> str:
-    order = schedule.orders[rank]
-    return str(order[position]) if position < len(order) else "the end of its order"
+def _replay_eager(
+    replay: _Replay, durations: np.ndarray, receive_time: np.ndarray, begin: list[float]
+) -> tuple[list[float], list[float], list[float]]:
+    """:func:`_eager_step` in a recorded order: the same operations, no queue."""
+    count = len(durations)
+    order = replay.order
+    duration = durations[order].tolist()
+    comm = receive_time[order].tolist()
+    end = [0.0] * count + list(begin) + [-math.inf]  # slots: each rank's begin, then "no message"
+    start = [0.0] * count
+    for index, previous, producer, message, spent in zip(replay.index, replay.previous, replay.dep, comm, duration):
+        time = end[previous]
+        arrival = end[producer] + message
+        if arrival > time:
+            time = arrival
+        start[index] = time
+        end[index] = time + spent
+    offsets = replay.rank_offsets
+    done = [end[offsets[r + 1] - 1] if offsets[r + 1] > offsets[r] else begin[r] for r in range(len(begin))]
+    del end[count:]
+    return start, end, done
+
+
+def _rendezvous_step(
+    compiled: _Compiled,
+    durations: list[float],
+    receive_time: list[float],
+    send_time: list[float],
+    begin: list[float],
+    schedule: Schedule,
+) -> tuple[list[float], list[float], list[float], list[float], list[tuple[int, int]]]:
+    """One step with blocking sends: ``(start, end, blocked_until, when each rank is done, computed runs)``.
+
+    A sender is blocked from the end of its action until the receiver has posted
+    (finished the action before the consumer, or started its step when the consumer
+    is its first action) and the transfer is done; the receive of a rank's next
+    action is posted when its previous action ends.
+    """
+    count = len(durations)
+    offsets = compiled.rank_offsets
+    dep = compiled.dep
+    post = compiled.post
+    receiver_rank = compiled.receiver_rank
+    start = [0.0] * count
+    end = [-1.0] * count
+    blocked = [0.0] * count
+    pointer = offsets[:-1]
+    free = list(begin)
+    last_end = list(begin)  # compute end of the rank's previous action (its receives are posted then)
+    pending = [_NO_SEND] * len(begin)  # a finished action whose send is unresolved
+    data_waiting: dict[int, int] = {}  # producer -> rank parked on its message
+    post_waiting: dict[int, int] = {}  # action -> rank whose send waits for it to finish
+    segments: list[tuple[int, int]] = []
+    queue = list(range(len(begin)))
+    while queue:
+        rank = queue.pop()
+        first = index = pointer[rank]
+        stop = offsets[rank + 1]
+        time = free[rank]
+        previous = last_end[rank]
+        sender = pending[rank]
+        while True:
+            if sender != _NO_SEND:
+                posted_after = post[sender]
+                if posted_after == _POSTED_AT_START:
+                    posted = begin[receiver_rank[sender]]
+                else:
+                    posted = end[posted_after]
+                    if posted < 0.0:
+                        post_waiting[posted_after] = rank
+                        break
+                time = (previous if previous > posted else posted) + send_time[sender]
+                blocked[sender] = time
+                sender = _NO_SEND
+            if index >= stop:
+                break
+            producer = dep[index]
+            if producer >= 0:
+                produced = end[producer]
+                if produced < 0.0:
+                    data_waiting[producer] = rank
+                    break
+                arrival = (produced if produced > previous else previous) + receive_time[index]
+                if arrival > time:
+                    time = arrival
+            start[index] = time
+            time += durations[index]
+            end[index] = time
+            blocked[index] = time
+            previous = time
+            if post[index] != _NO_SEND:
+                sender = index
+            if index in data_waiting:
+                queue.append(data_waiting.pop(index))
+            if index in post_waiting:
+                queue.append(post_waiting.pop(index))
+            index += 1
+        if index > first:
+            segments.append((first, index))
+        pointer[rank] = index
+        free[rank] = time
+        last_end[rank] = previous
+        pending[rank] = sender
+    if any(pointer[r] < offsets[r + 1] or pending[r] != _NO_SEND for r in range(len(begin))):
+        raise DeadlockError(_describe_stuck(schedule, compiled, pointer, pending, end))
+    return start, end, blocked, free, segments
+
+
+def _replay_rendezvous(
+    replay: _Replay, durations: np.ndarray, receive_time: np.ndarray, send_time: np.ndarray,
+    begin: list[float],
+) -> tuple[list[float], list[float], np.ndarray, list[float]]:
+    """:func:`_rendezvous_step` in a recorded order: the same operations, no queue.
+
+    A send is resolved when the next action of its rank is computed (the recorded
+    order puts the receiver's posting action before it), or at the end for a
+    rank's last action.
+    """
+    count = len(durations)
+    order = replay.order
+    duration = durations[order].tolist()
+    comm = receive_time[order].tolist()
+    previous_send = send_time[np.maximum(replay.previous_sender_array, 0)].tolist()
+    end = [0.0] * count + list(begin)  # slots: each rank's begin
+    start = [0.0] * count
+    resolved = [0.0] * count  # when a sender's send was done
+    for index, previous, producer, message, spent, posted_after, sender, sent in zip(
+        replay.index, replay.previous, replay.dep, comm, duration, replay.posted_after,
+        replay.previous_sender, previous_send,
+    ):
+        previous_end = end[previous]
+        if sender >= 0:
+            posted = end[posted_after]
+            time = (previous_end if previous_end > posted else posted) + sent
+            resolved[sender] = time
+        else:
+            time = previous_end
+        if producer >= 0:
+            produced = end[producer]
+            arrival = (produced if produced > previous_end else previous_end) + message
+            if arrival > time:
+                time = arrival
+        start[index] = time
+        end[index] = time + spent
+    for _rank, last, slot in replay.last_senders:
+        posted = end[slot]
+        finish = end[last]
+        resolved[last] = (finish if finish > posted else posted) + float(send_time[last])
+    del end[count:]
+    blocked = np.array(end)
+    senders = replay.senders
+    blocked[senders] = np.array(resolved)[senders]
+    offsets = replay.rank_offsets
+    done = [float(blocked[offsets[r + 1] - 1]) if offsets[r + 1] > offsets[r] else begin[r]
+            for r in range(len(begin))]
+    return start, end, blocked, done
+
+
+def _describe_stuck(
+    schedule: Schedule, compiled: _Compiled, pointer: list[int], pending: list[int], end: list[float]
+) -> str:
+    """One line naming, per stuck rank, the message it cannot send or receive and the rank on the other end."""
+    low = schedule.lowered()
+    actions = low.actions
+    sent: dict[int, Message] = {}
+    received: dict[int, Message] = {}
+    for number, message in enumerate(schedule.messages()):
+        sent[int(low.producer[number])] = message
+        received[int(low.consumer[number])] = message
+    offsets = compiled.rank_offsets
+    parts = []
+    pairs: set[tuple[int, int]] = set()
+    for rank in range(schedule.num_ranks):
+        if pending[rank] != _NO_SEND:
+            sending = sent[pending[rank]]
+            pairs.add((min(sending.src, sending.dst), max(sending.src, sending.dst)))
+            parts.append(
+                f"rank {sending.src} is blocked sending {sending}; rank {sending.dst} posts that receive only "
+                f"after {actions[compiled.post[pending[rank]]]}"
+            )
+        elif pointer[rank] < offsets[rank + 1]:
+            index = pointer[rank]
+            awaited = received.get(index)
+            if awaited is not None and end[compiled.dep[index]] < 0.0:
+                pairs.add((min(awaited.src, awaited.dst), max(awaited.src, awaited.dst)))
+                parts.append(f"rank {rank} is waiting at {actions[index]} for {awaited}")
+            else:
+                parts.append(f"rank {rank} is waiting at {actions[index]}")
+    between = ", ".join(f"{a} and {b}" for a, b in sorted(pairs))
+    lead = "rendezvous sends deadlock" + (f" between ranks {between}" if between else "")
+    return f"{lead} (each waits for a receiver that is itself blocked): " + "; ".join(parts)

@@ -131,6 +131,40 @@ class Timeline:
             tuple(weight_stash_bytes) if weight_stash_bytes is not None else self.activation_bytes
         )
         self.source = source
+        self.iterations = 1
+        self.optimizer = "barrier"
+        self._step_ends: np.ndarray | None = None
+
+    def set_iterations(self, step_ends: Sequence[float], optimizer: str) -> None:
+        """Record a multi-step simulation: when the last rank finished each step (see :attr:`step_ends`)."""
+        self._step_ends = np.asarray(step_ends, dtype=float)
+        self.iterations = len(self._step_ends)
+        self.optimizer = optimizer
+
+    # ------------------------------------------------------------- iterations
+    @property
+    def step_ends(self) -> np.ndarray:
+        """When the last rank finished each step, from the first step's start (one entry per iteration).
+
+        A single step (or a measured timeline) has one entry, the makespan.
+        """
+        return np.array([self.makespan]) if self._step_ends is None else self._step_ends
+
+    @property
+    def step_times(self) -> np.ndarray:
+        """Time of each step: the differences of :attr:`step_ends` (the first from 0)."""
+        return np.diff(self.step_ends, prepend=0.0)
+
+    @property
+    def steady_step_time(self) -> float:
+        """The last step's time, the steady-state period once the steps have settled.
+
+        With ``optimizer="barrier"`` every step equals the makespan. With
+        ``"overlap"`` a rank's next step starts when its own part is done, so later
+        steps can be shorter than the first (fill and drain overlap); simulate
+        enough ``iterations`` (say ``P + 2``) for the last step to be steady.
+        """
+        return float(self.step_times[-1])
 
     # ---------------------------------------------------------------- indexing
     @cached_property
@@ -303,6 +337,10 @@ class Timeline:
             "makespan": self.makespan,
             "bubble_ratio": self.bubble_ratio,
             "span_bubble_rate": self.span_bubble_rate,
+            "iterations": self.iterations,
+            "optimizer": self.optimizer,
+            "step_ends": [float(t) for t in self.step_ends],
+            "steady_step_time": self.steady_step_time,
             "ranks": [
                 {
                     "rank": r,
