@@ -45,6 +45,18 @@ def test_simulate_human_output_has_gantt_and_table(capsys):
     assert "makespan" in out and "bubble" in out
 
 
+def test_simulate_iterations_report_the_steady_step_time(capsys):
+    argv = ["simulate", "--forward", "1,1,1,1", "--backward", "2,2,2,2", "--weight", "1,1,1,1", "-m", "8",
+            "--schedule", "zb-h2", "--iterations", "6"]
+    status, out, _ = run_cli(capsys, *argv, "--optimizer", "overlap")
+    assert status == 0
+    assert "6 steps, optimizer overlap: steady step time 24 ms (first step 27 ms)" in out
+    status, out, _ = run_cli(capsys, *argv, "--json")
+    payload = json.loads(out)
+    assert payload["iterations"] == 6 and payload["optimizer"] == "barrier"
+    assert payload["steady_step_time"] == pytest.approx(27.0) and len(payload["step_ends"]) == 6
+
+
 def test_simulate_step_table(capsys):
     status, out, _ = run_cli(capsys, "simulate", "--forward", "1,1,1", "--backward", "1,1,1", "-m", "4",
                              "--schedule", "gpipe", "--steps")
@@ -74,6 +86,11 @@ def test_simulate_writes_plot_and_trace(capsys, tmp_path):
         (["--forward", "30,10", "--comm-latency", "inf"], "latency must be a finite number >= 0"),
         (["--forward", "1e308,1e308", "--backward", "1e308,1e308"], "makespan overflows to infinity"),
         (["--forward", "1e308,1e308"], "the default backward .* overflows"),
+        (["--forward", "30,10", "--iterations", "0"], "iterations must be >= 1, got 0"),
+        (["--forward", "30,10", "--optimizer", "later"], "optimizer must be one of barrier, overlap, got 'later'"),
+        (["--forward", "1,1", "-m", "4", "--schedule", "zb-h2", "--send", "rendezvous"],
+         r"rendezvous sends deadlock between ranks 0 and 1 .*rank 0 is blocked sending the activation of "
+         r"F\(stage 0, mb 3\) from rank 0 to F\(stage 1, mb 3\) on rank 1"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(capsys, argv, message):

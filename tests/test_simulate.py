@@ -205,3 +205,82 @@ def test_bad_costs_name_the_field(kwargs, message):
 def test_bad_comm_names_the_field(kwargs, message):
     with pytest.raises(InvalidInputError, match=message):
         CommModel(**kwargs)
+
+
+# ------------------------------------------------------------------ several iterations
+def test_one_iteration_reports_the_makespan():
+    timeline = simulate(build_schedule("1f1b", num_stages=4, num_microbatches=8), StageCosts([30, 10, 10, 20]))
+    assert timeline.iterations == 1 and timeline.step_ends.tolist() == [timeline.makespan]
+    assert timeline.steady_step_time == timeline.makespan
+
+
+@given(st.sampled_from(["gpipe", "1f1b", "zb-h1", "zb-h2"]), st.integers(1, 5), st.integers(1, 8),
+       st.integers(2, 5), st.data())
+def test_barrier_repeats_the_step_and_overlap_is_never_slower(name, stages, microbatches, iterations, data):
+    costs = data.draw(unequal_costs(stages))
+    comm = data.draw(comm_models(stages))
+    schedule = build_schedule(name, num_stages=stages, num_microbatches=microbatches)
+    try:
+        single = simulate(schedule, costs, comm)
+    except DeadlockError:
+        return  # blocking sends can deadlock ZB-H2 at small m (docs/schedules.md)
+    barrier = simulate(schedule, costs, comm, iterations=iterations, optimizer="barrier")
+    overlap = simulate(schedule, costs, comm, iterations=iterations, optimizer="overlap")
+    for timeline in (barrier, overlap):  # the Timeline is the first step's, as with one iteration
+        assert timeline.start.tolist() == single.start.tolist() and timeline.iterations == iterations
+    # barrier: every rank starts step i + 1 together, so every step takes the makespan
+    assert barrier.step_times == pytest.approx([single.makespan] * iterations, rel=1e-9)
+    # overlap: never later than the barrier, and a step still holds every rank's work
+    assert (overlap.step_ends <= barrier.step_ends * (1 + 1e-12)).all()
+    assert overlap.steady_step_time >= single.busy.max() * (1 - 1e-9)
+
+
+def test_overlap_reaches_the_zero_bubble_span():
+    # Zero bubble (Qi et al., 2024), F = B = W: ZB-H2's per-rank span is m·(F + B + W) with no
+    # bubble, but its makespan is longer (the ranks start and end at different times). With a
+    # barrier each step takes the makespan; overlapped steps settle to the span.
+    schedule = build_schedule("zb-h2", num_stages=4, num_microbatches=8)
+    costs = StageCosts.uniform(4, forward=1.0, backward=2.0, weight=1.0)
+    barrier = simulate(schedule, costs, iterations=6)
+    overlap = simulate(schedule, costs, iterations=6, optimizer="overlap")
+    assert barrier.steady_step_time == pytest.approx(27.0)  # makespan: 24 + the (P − 1)·F fill
+    assert overlap.steady_step_time == pytest.approx(8 * 3.0)
+    assert overlap.steady_step_time == pytest.approx(float(barrier.spans.max()))
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"iterations": 0}, "iterations must be >= 1, got 0"),
+    ({"iterations": 1.5}, "iterations must be an integer >= 1"),
+    ({"optimizer": "later"}, "optimizer must be one of barrier, overlap, got 'later'"),
+])
+def test_bad_iterations_and_optimizer_are_named(options, message):
+    with pytest.raises(InvalidInputError, match=message):
+        simulate(build_schedule("1f1b", num_stages=2, num_microbatches=2), StageCosts([1, 1]), **options)
+
+
+def test_rendezvous_deadlock_names_the_rank_pair_and_the_messages():
+    # docs/schedules.md: ZB-H2 with P = 2, m = 4 deadlocks on blocking sends.
+    schedule = build_schedule("zb-h2", num_stages=2, num_microbatches=4)
+    with pytest.raises(DeadlockError) as error:
+        simulate(schedule, StageCosts([1, 1]), CommModel(send_mode="rendezvous"))
+    text = str(error.value)
+    assert text.startswith("rendezvous sends deadlock between ranks 0 and 1")
+    assert "rank 0 is blocked sending the activation of F(stage 0, mb 3) from rank 0 to F(stage 1, mb 3) on " \
+           "rank 1; rank 1 posts that receive only after W(stage 1, mb 0)" in text
+    assert "rank 1 is blocked sending the gradient of I(stage 1, mb 2)" in text
+
+
+def test_overlap_starts_each_rank_when_its_own_part_is_done():
+    # Forward-only GPipe, 2 stages of 1 and 5 ms, one microbatch, 0.5 ms blocking messages.
+    # Rank 0 (F0) sends to rank 1, whose first action F1 posts its receive when rank 1's step
+    # starts. Step 1: rank 0 ends F0 at 1, its send is done at 1.5; rank 1 runs F1 1.5..6.5.
+    # Step 2: rank 0 starts at 1.5, ends F0 at 2.5, but rank 1 posts only at 6.5: done at 7.0;
+    # rank 1 runs 7.0..12.0. Step 3 likewise: 12.5 and 17.5.
+    schedule = build_schedule("gpipe", num_stages=2, num_microbatches=1, backward="none")
+    timeline = simulate(schedule, StageCosts([1.0, 5.0]), CommModel(latency=0.5, send_mode="rendezvous"),
+                        iterations=3, optimizer="overlap")
+    assert timeline.rank_step_ends.tolist() == [[1.5, 6.5], [7.0, 12.0], [12.5, 17.5]]
+    assert timeline.step_ends.tolist() == [6.5, 12.0, 17.5] and timeline.steady_step_time == 5.5
+    barrier = simulate(schedule, StageCosts([1.0, 5.0]), CommModel(latency=0.5, send_mode="rendezvous"),
+                       iterations=3)
+    assert barrier.rank_step_ends.tolist() == [[1.5, 6.5], [8.0, 13.0], [14.5, 19.5]]

@@ -165,8 +165,9 @@ def simulate(
 
     Returns:
         The predicted :class:`Timeline` of the first step (times from its start at 0),
-        with ``step_ends`` (when the last rank finished each step) and
-        ``steady_step_time`` (the last step's time) covering all ``iterations``.
+        with ``rank_step_ends`` (when each rank finished each step), ``step_ends`` (when
+        the last one did) and ``steady_step_time`` (the last step's time) covering all
+        ``iterations``.
 
     Raises:
         InvalidInputError: costs that do not match the schedule, ``iterations < 1``,
@@ -200,7 +201,7 @@ def simulate(
     num_ranks = schedule.num_ranks
     begin = [0.0] * num_ranks
     first: tuple[list[float], list[float], list[float] | np.ndarray] | None = None
-    step_ends = []
+    rank_ends: list[list[float]] = []
     start: list[float]
     end: list[float]
     blocked: list[float] | np.ndarray
@@ -222,13 +223,13 @@ def simulate(
             blocked = end
         if first is None:
             first = (start, end, blocked)
+        rank_ends.append(done)
         step_end = max(done)
-        step_ends.append(step_end)
         begin = [step_end] * num_ranks if optimizer == "barrier" else done
     assert first is not None
     start_a, end_a, blocked_a = (np.asarray(values, dtype=float) for values in first)
     makespan = float(blocked_a.max()) if count else 0.0
-    if not math.isfinite(makespan * num_ranks) or not math.isfinite(step_ends[-1] * num_ranks):
+    if not math.isfinite(makespan * num_ranks) or not math.isfinite(max(rank_ends[-1]) * num_ranks):
         raise InvalidInputError(
             "the step's makespan overflows to infinity; costs or communication times are too large "
             "to add up in floating point (rescale them, e.g. to seconds)"
@@ -242,7 +243,7 @@ def simulate(
         weight_stash_bytes=costs.weight_stash_bytes,
         source="simulated",
     )
-    timeline.set_iterations(step_ends, optimizer)
+    timeline.set_iterations(rank_ends, optimizer)
     return timeline
 
 

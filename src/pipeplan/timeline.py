@@ -133,22 +133,44 @@ class Timeline:
         self.source = source
         self.iterations = 1
         self.optimizer = "barrier"
-        self._step_ends: np.ndarray | None = None
+        self._rank_step_ends: np.ndarray | None = None
 
-    def set_iterations(self, step_ends: Sequence[float], optimizer: str) -> None:
-        """Record a multi-step simulation: when the last rank finished each step (see :attr:`step_ends`)."""
-        self._step_ends = np.asarray(step_ends, dtype=float)
-        self.iterations = len(self._step_ends)
+    def set_iterations(self, rank_step_ends: Sequence[Sequence[float]], optimizer: str) -> None:
+        """Record a multi-step simulation: ``rank_step_ends[i][r]``, when rank ``r`` finished step ``i``."""
+        self._rank_step_ends = np.asarray(rank_step_ends, dtype=float).reshape(len(rank_step_ends), self.num_ranks)
+        self.iterations = len(self._rank_step_ends)
         self.optimizer = optimizer
 
     # ------------------------------------------------------------- iterations
+    @property
+    def rank_step_ends(self) -> np.ndarray:
+        """``[i, r]``: when rank ``r`` was done with step ``i`` (its last compute or blocked send).
+
+        Times from the first step's start; shape ``(iterations, num_ranks)``. Under
+        ``optimizer="overlap"`` row ``i`` is when each rank starts step ``i + 1``.
+        """
+        if self._rank_step_ends is None:
+            return self.blocked_until_by_rank()[None, :]
+        return self._rank_step_ends
+
+    def blocked_until_by_rank(self) -> np.ndarray:
+        """Per rank, when it was done with this step (0 for a rank without actions)."""
+        out = np.zeros(self.num_ranks)
+        for r in range(self.num_ranks):
+            part = self._rank_slice(r)
+            if part.stop > part.start:
+                out[r] = self.blocked_until[part.stop - 1]
+        return out
+
     @property
     def step_ends(self) -> np.ndarray:
         """When the last rank finished each step, from the first step's start (one entry per iteration).
 
         A single step (or a measured timeline) has one entry, the makespan.
         """
-        return np.array([self.makespan]) if self._step_ends is None else self._step_ends
+        if self._rank_step_ends is None:
+            return np.array([self.makespan])
+        return self._rank_step_ends.max(axis=1)
 
     @property
     def step_times(self) -> np.ndarray:

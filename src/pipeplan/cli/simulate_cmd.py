@@ -3,9 +3,11 @@
     $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedule 1f1b
     $ pipeplan simulate --forward 30,10,10,20 -m 8 --send rendezvous --comm-latency 1 --json
     $ pipeplan simulate --forward 1,1,1 --backward 1,1,1 -m 4 --schedule gpipe --steps
+    $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedule zb-h2 --iterations 6 --optimizer overlap
 
 Times are milliseconds per microbatch. Prints a per-rank Gantt and a table of busy
-time, idle time by cause and peak in-flight activations.
+time, idle time by cause and peak in-flight activations (of the first step), and with
+``--iterations`` the steady-state step time of back-to-back steps.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace JSON file")
     parser.add_argument("--steps", action="store_true", help="print the unit-step table (T=1: S1: F1(1) | ...)")
     parser.add_argument("--width", type=int, default=100, help="Gantt width in characters (default 100)")
+    parser.add_argument("--iterations", type=int, default=1,
+                        help="training steps played back to back (default 1); reports the steady step time")
+    parser.add_argument("--optimizer", default="barrier",
+                        help="between steps: barrier (every rank waits for the slowest) or overlap "
+                             "(each rank goes on when its own part is done); default barrier")
     parser.set_defaults(func=run)
 
 
@@ -106,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     costs = costs_from_args(args)
     comm = comm_from_args(args)
     schedule = schedule_from_args(args, costs, comm)
-    timeline = simulate(schedule, costs, comm)
+    timeline = simulate(schedule, costs, comm, iterations=args.iterations, optimizer=args.optimizer)
     write_outputs(timeline, args)
     if args.json:
         print_json(timeline.to_dict())
@@ -138,6 +145,12 @@ def show_timeline(timeline: Timeline, *, width: int = 100, steps: bool = False, 
         f"{schedule.num_microbatches} microbatches — makespan {timeline.makespan:.6g} ms, "
         f"bubble {timeline.bubble_ratio:.2%}"
     )
+    if timeline.iterations > 1:
+        console.print(
+            f"{timeline.iterations} steps, optimizer {timeline.optimizer}: steady step time "
+            f"{timeline.steady_step_time:.6g} ms (first step {timeline.step_times[0]:.6g} ms); "
+            "the chart shows the first step"
+        )
     console.print(text_gantt(timeline, width=width), markup=False, highlight=False)
     if steps:
         console.print(step_table(timeline), markup=False, highlight=False)
