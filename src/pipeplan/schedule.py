@@ -282,6 +282,55 @@ def _lower(schedule: Schedule) -> Lowered:
     return Lowered(actions, offsets, kind, stage, microbatch, rank, producer, consumer, boundary, gradient)
 
 
+def _dependency_runs(low: Lowered) -> list[tuple[int, int]] | None:
+    """Play the orders with zero costs, honouring every message; the runs ``(first, stop)`` of
+    flat indices in the order they could run, or None if some rank never finishes.
+
+    Assumes same-rank dependencies come earlier in their rank's order (checked by the caller)
+    and at most one incoming message per action (else None, and the caller checks slowly).
+    """
+    count = len(low.actions)
+    if count and np.bincount(low.consumer, minlength=count).max(initial=0) > 1:
+        return None
+    dep_array = np.full(count, -1, dtype=np.int64)
+    dep_array[low.consumer] = low.producer
+    dep = dep_array.tolist()
+    offsets = low.rank_offsets
+    done = [False] * count
+    pointer = list(offsets[:-1])
+    waiting: dict[int, int] = {}
+    runs: list[tuple[int, int]] = []
+    queue = list(range(len(offsets) - 1))
+    while queue:
+        rank = queue.pop()
+        first = index = pointer[rank]
+        stop = offsets[rank + 1]
+        for index in range(first, stop):
+            producer = dep[index]
+            if producer >= 0 and not done[producer]:
+                waiting[producer] = rank
+                break
+            done[index] = True
+            if index in waiting:
+                queue.append(waiting.pop(index))
+        else:
+            index = stop
+        if index > first:
+            runs.append((first, index))
+        pointer[rank] = index
+    if any(pointer[r] < offsets[r + 1] for r in range(len(offsets) - 1)):
+        return None
+    return runs
+
+
+def _runs_to_order(runs: list[tuple[int, int]], count: int) -> np.ndarray:
+    """The flat indices the runs ``(first, stop)`` cover, in run order."""
+    firsts = np.fromiter((a for a, _ in runs), dtype=np.int64, count=len(runs))
+    lengths = np.fromiter((b - a for a, b in runs), dtype=np.int64, count=len(runs))
+    ends = np.cumsum(lengths)
+    return np.arange(count, dtype=np.int64) - np.repeat(ends - lengths - firsts, lengths)
+
+
 def _dependencies(kind: Kind, stage: int, mb: int, num_stages: int) -> list[Action]:
     """The actions that must finish before ``kind(stage, mb)`` can start (the table's rule)."""
     out = []
@@ -498,6 +547,67 @@ class Schedule:
         """
         if self._cache.get("valid"):
             return self
+        runs = self._fast_validation()
+        if runs is None:  # something is wrong: find and name it (the slow, exact checks)
+            self._validate_each_action()
+            self._check_deadlock_free()
+            runs = _dependency_runs(self.lowered())
+            if runs is None:  # cannot happen once the exact checks pass; kept so a bug cannot pass silently
+                raise InvalidScheduleError("schedule failed validation")
+        self._cache["dependency_runs"] = runs
+        self._cache["valid"] = True
+        return self
+
+    def dependency_order(self) -> np.ndarray:
+        """Flat indices (as in :meth:`lowered`) of every action in an order that respects
+        each rank's order and every message: a topological order of the step.
+
+        Computed by :meth:`validate` (which it runs first); the simulator replays it.
+        """
+        self.validate()
+        runs = self._cache["dependency_runs"]
+        order = self._cache.get("dependency_order")
+        if order is None:
+            order = self._cache["dependency_order"] = _runs_to_order(runs, len(self.lowered().actions))
+        return order
+
+    def cached_dependency_runs(self) -> list[tuple[int, int]] | None:
+        """The runs behind :meth:`dependency_order` if :meth:`validate` has computed them, else None."""
+        return self._cache.get("dependency_runs")
+
+    def _fast_validation(self) -> list[tuple[int, int]] | None:
+        """Array checks of :meth:`validate`; the computed runs (see :func:`_dependency_runs`), or None on any fault."""
+        low = self.lowered()
+        num_stages, num_mb = self.num_stages, self.num_microbatches
+        allowed = np.array([_KIND_CODE[k] for k in self.kinds])
+        kind, stage, mb = low.kind, low.stage, low.microbatch
+        if not (np.isin(kind, allowed).all() and (stage >= 0).all() and (stage < num_stages).all()
+                and (mb >= 0).all() and (mb < num_mb).all()):
+            return None
+        if not (np.asarray(self.placement, dtype=np.int64)[stage] == low.rank).all():
+            return None
+        ident = (kind * num_stages + stage) * num_mb + mb
+        if len(ident) != num_stages * num_mb * len(allowed) or (
+                np.bincount(ident, minlength=1).max(initial=0) > 1):
+            return None
+        # Dependencies on the same rank must come earlier in its order (flat indices are in order).
+        position = np.full(len(KINDS) * num_stages * num_mb, -1, dtype=np.int64)
+        position[ident] = np.arange(len(ident))
+        for consumer_kind, needs in DEPENDENCIES.items():
+            chosen = np.flatnonzero(kind == _KIND_CODE[consumer_kind])
+            for needed, offset in needs:
+                other = stage[chosen] + offset
+                inside = (other >= 0) & (other < num_stages)
+                found = position[(_KIND_CODE[needed] * num_stages + other[inside]) * num_mb + mb[chosen][inside]]
+                if (found < 0).any():
+                    return None
+                local = low.rank[found] == low.rank[chosen[inside]]
+                if (found[local] >= chosen[inside][local]).any():
+                    return None
+        return _dependency_runs(low)
+
+    def _validate_each_action(self) -> None:
+        """The exact per-action checks (slow; run only to name what the array checks found wrong)."""
         num_stages = self.num_stages
         num_mb = self.num_microbatches
         kinds = set(self.kinds)
@@ -534,9 +644,6 @@ class Schedule:
                     raise InvalidScheduleError(
                         f"rank {self.placement[action.stage]}: {action} is missing from its order"
                     )
-        self._check_deadlock_free()
-        self._cache["valid"] = True
-        return self
 
     def _check_deadlock_free(self) -> None:
         """Run the orders with zero costs; raise DeadlockError if some rank never finishes.

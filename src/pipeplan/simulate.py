@@ -68,8 +68,12 @@ class _Compiled:
     def replay(self, schedule: Schedule, rendezvous: bool) -> _Replay | None:
         """The replay plan for this send mode, built from the recorded runs on first use; None before any run."""
         plan = self.orders.get(rendezvous)
-        if plan is None and rendezvous in self.recorded:
-            plan = self.orders[rendezvous] = _replay_plan(schedule, self, self.recorded.pop(rendezvous), rendezvous)
+        if plan is None:
+            runs = self.recorded.pop(rendezvous, None)
+            if runs is None and not rendezvous:
+                runs = schedule.cached_dependency_runs()  # validation's zero-cost run orders eager sends too
+            if runs is not None:
+                plan = self.orders[rendezvous] = _replay_plan(schedule, self, runs, rendezvous)
         return plan
 
 
@@ -81,10 +85,10 @@ class _Replay:
     rank_offsets: list[int]
     index: list[int]
     previous: list[int]  # previous action on the rank, or the rank's begin slot (count + rank)
-    dep: list[int]  # producer of the incoming message, or the -inf slot (eager) / -1 (rendezvous)
-    posted_after: list[int]  # rendezvous: for a previous action that sends, its receiver's posting action
-    previous_sender: list[int]  # rendezvous: the previous action when it sends, else -1
-    previous_sender_array: np.ndarray
+    dep: list[int]  # producer of the incoming message, or the -inf slot
+    posted_after: list[int]  # rendezvous: for a previous action that sends, its receiver's posting slot, else -inf
+    previous_sender: list[int]  # rendezvous: the previous action when it sends, else the spare slot
+    previous_sender_array: np.ndarray  # the same with -1 for "does not send"
     senders: np.ndarray  # every action that sends (rendezvous)
     last_senders: list[tuple[int, int, int]]  # rendezvous: (rank, last action, posting slot) when it ends in a send
 
@@ -131,13 +135,17 @@ def _replay_plan(schedule: Schedule, compiled: _Compiled, segments: list[tuple[i
     slot = np.where(post == _POSTED_AT_START, count + receiver, post)  # where the posting time is read
     prev = previous[order]
     is_sender = (prev < count) & (post[np.minimum(prev, count - 1)] != _NO_SEND)
-    posted_after = np.where(is_sender, slot[np.minimum(prev, count - 1)], -1)
+    # No branches in the kernel: a missing message or send reads the -inf slot, a send
+    # resolution that is not one is written to a spare slot.
+    no_message = count + num_ranks
+    posted_after = np.where(is_sender, slot[np.minimum(prev, count - 1)], no_message)
     previous_sender = np.where(is_sender, prev, -1)
+    dep = np.where(dep >= 0, dep, no_message)
     last = offsets[1:] - 1
     last_senders = [(rank, a, int(slot[a])) for rank, a in enumerate(last.tolist())
                     if offsets[rank] <= a and post[a] != _NO_SEND]
     return _Replay(order, compiled.rank_offsets, order.tolist(), prev.tolist(), dep[order].tolist(),
-                   posted_after.tolist(), previous_sender.tolist(), previous_sender,
+                   posted_after.tolist(), np.where(is_sender, prev, count).tolist(), previous_sender,
                    np.flatnonzero(post != _NO_SEND), last_senders)
 
 
@@ -420,26 +428,23 @@ def _replay_rendezvous(
     order = replay.order
     duration = durations[order].tolist()
     comm = receive_time[order].tolist()
-    previous_send = send_time[np.maximum(replay.previous_sender_array, 0)].tolist()
-    end = [0.0] * count + list(begin)  # slots: each rank's begin
+    senders = replay.previous_sender_array
+    previous_send = np.where(senders >= 0, send_time[np.maximum(senders, 0)], 0.0).tolist()
+    end = [0.0] * count + list(begin) + [-math.inf]  # slots: each rank's begin, then "none"
     start = [0.0] * count
-    resolved = [0.0] * count  # when a sender's send was done
+    resolved = [0.0] * (count + 1)  # when a sender's send was done; the last slot takes non-sends
     for index, previous, producer, message, spent, posted_after, sender, sent in zip(
         replay.index, replay.previous, replay.dep, comm, duration, replay.posted_after,
         replay.previous_sender, previous_send,
     ):
         previous_end = end[previous]
-        if sender >= 0:
-            posted = end[posted_after]
-            time = (previous_end if previous_end > posted else posted) + sent
-            resolved[sender] = time
-        else:
-            time = previous_end
-        if producer >= 0:
-            produced = end[producer]
-            arrival = (produced if produced > previous_end else previous_end) + message
-            if arrival > time:
-                time = arrival
+        posted = end[posted_after]
+        time = (previous_end if previous_end > posted else posted) + sent
+        resolved[sender] = time
+        produced = end[producer]
+        arrival = (produced if produced > previous_end else previous_end) + message
+        if arrival > time:
+            time = arrival
         start[index] = time
         end[index] = time + spent
     for _rank, last, slot in replay.last_senders:
@@ -448,8 +453,8 @@ def _replay_rendezvous(
         resolved[last] = (finish if finish > posted else posted) + float(send_time[last])
     del end[count:]
     blocked = np.array(end)
-    senders = replay.senders
-    blocked[senders] = np.array(resolved)[senders]
+    sent_by = replay.senders
+    blocked[sent_by] = np.array(resolved)[sent_by]
     offsets = replay.rank_offsets
     done = [float(blocked[offsets[r + 1] - 1]) if offsets[r + 1] > offsets[r] else begin[r]
             for r in range(len(begin))]
