@@ -255,6 +255,15 @@ def simulate(
     return timeline
 
 
+def _fresh_state(
+    compiled: _Compiled, count: int, begin: list[float]
+) -> tuple[list[int], list[int], list[float], list[float], list[int], list[float]]:
+    """The event-driven kernels' start: offsets, deps, start, end (-1: not run yet; every real
+    end is >= 0), each rank's next action and its free time."""
+    offsets = compiled.rank_offsets
+    return offsets, compiled.dep, [0.0] * count, [-1.0] * count, offsets[:-1], list(begin)
+
+
 def _eager_step(
     compiled: _Compiled,
     durations: list[float],
@@ -266,13 +275,7 @@ def _eager_step(
 
     The runs ``(first, stop)`` list the actions in the order they were computed.
     """
-    count = len(durations)
-    offsets = compiled.rank_offsets
-    dep = compiled.dep
-    start = [0.0] * count
-    end = [-1.0] * count  # -1: not run yet (every real end is >= 0)
-    pointer = offsets[:-1]
-    free = list(begin)
+    offsets, dep, start, end, pointer, free = _fresh_state(compiled, len(durations), begin)
     waiting: dict[int, int] = {}  # producer -> the rank parked on it
     segments: list[tuple[int, int]] = []
     queue = list(range(len(begin)))
@@ -344,16 +347,10 @@ def _rendezvous_step(
     is its first action) and the transfer is done; the receive of a rank's next
     action is posted when its previous action ends.
     """
-    count = len(durations)
-    offsets = compiled.rank_offsets
-    dep = compiled.dep
+    offsets, dep, start, end, pointer, free = _fresh_state(compiled, len(durations), begin)
     post = compiled.post
     receiver_rank = compiled.receiver_rank
-    start = [0.0] * count
-    end = [-1.0] * count
-    blocked = [0.0] * count
-    pointer = offsets[:-1]
-    free = list(begin)
+    blocked = [0.0] * len(durations)
     last_end = list(begin)  # compute end of the rank's previous action (its receives are posted then)
     pending = [_NO_SEND] * len(begin)  # a finished action whose send is unresolved
     data_waiting: dict[int, int] = {}  # producer -> rank parked on its message

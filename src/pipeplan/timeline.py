@@ -150,10 +150,10 @@ class Timeline:
         ``optimizer="overlap"`` row ``i`` is when each rank starts step ``i + 1``.
         """
         if self._rank_step_ends is None:
-            return self.blocked_until_by_rank()[None, :]
+            return self._rank_done_times()[None, :]
         return self._rank_step_ends
 
-    def blocked_until_by_rank(self) -> np.ndarray:
+    def _rank_done_times(self) -> np.ndarray:
         """Per rank, when it was done with this step (0 for a rank without actions)."""
         out = np.zeros(self.num_ranks)
         for r in range(self.num_ranks):
