@@ -82,6 +82,8 @@ class Kind(str, Enum):
 KINDS: tuple[Kind, ...] = tuple(Kind)
 _COERCE: dict[Any, Kind] = {kind.value: kind for kind in Kind}  # Kind members hash like their strings
 _KIND_CODE: dict[Kind, int] = {kind: code for code, kind in enumerate(KINDS)}
+_LETTER_CODE = np.zeros(128, dtype=np.int64)  # ASCII letter -> index in KINDS
+_LETTER_CODE[[ord(kind.value) for kind in KINDS]] = np.arange(len(KINDS))
 _T = TypeVar("_T")
 
 #: Per kind, the actions it waits for as ``(kind, stage offset)``: ``(Kind.F, -1)``
@@ -243,7 +245,9 @@ def _lower(schedule: Schedule) -> Lowered:
     lengths = [len(order) for order in schedule.orders]
     offsets = tuple(int(x) for x in np.concatenate([[0], np.cumsum(lengths)]))
     num_stages, num_mb = schedule.num_stages, schedule.num_microbatches
-    kind = np.fromiter(map(_KIND_CODE.__getitem__, map(itemgetter(0), actions)), dtype=np.int64, count=count)
+    # Kinds are one-letter strings: join them and map the letters (much faster than a lookup each).
+    letters = np.frombuffer("".join(map(itemgetter(0), actions)).encode("ascii"), dtype=np.uint8)
+    kind = _LETTER_CODE[letters]
     stage = np.fromiter(map(itemgetter(1), actions), dtype=np.int64, count=count)
     microbatch = np.fromiter(map(itemgetter(2), actions), dtype=np.int64, count=count)
     rank = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)

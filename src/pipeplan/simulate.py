@@ -235,7 +235,8 @@ def simulate(
         step_end = max(done)
         begin = [step_end] * num_ranks if optimizer == "barrier" else done
     assert first is not None
-    start_a, end_a, blocked_a = (np.asarray(values, dtype=float) for values in first)
+    start_a, end_a = np.asarray(first[0], dtype=float), np.asarray(first[1], dtype=float)
+    blocked_a = end_a if first[2] is first[1] else np.asarray(first[2], dtype=float)
     makespan = float(blocked_a.max()) if count else 0.0
     if not math.isfinite(makespan * num_ranks) or not math.isfinite(max(rank_ends[-1]) * num_ranks):
         raise InvalidInputError(
@@ -246,7 +247,7 @@ def simulate(
         schedule,
         start_a,
         end_a,
-        blocked_a,
+        None if blocked_a is end_a else blocked_a,
         activation_bytes=costs.activation_bytes,
         weight_stash_bytes=costs.weight_stash_bytes,
         source="simulated",
