@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .errors import InvalidInputError
-from .schedule import Action, Kind, Payload, Schedule
+from .schedule import Action, Payload, Schedule
 
 __all__ = ["Timeline", "IdleCause", "ActionRecord", "IdleInterval", "MemoryTrace"]
 
@@ -316,20 +316,13 @@ class Timeline:
         count_delta = np.zeros(len(ends))
         byte_delta = np.zeros(len(ends))
         if not self.schedule.forward_only:
-            act = self.activation_bytes
-            stash = self.weight_stash_bytes
-            for position, (kind, stage, _mb) in enumerate(self.schedule.orders[rank]):
-                if kind is Kind.F:
-                    count_delta[position] = 1
-                    byte_delta[position] = act[stage]
-                elif kind is Kind.B:
-                    count_delta[position] = -1
-                    byte_delta[position] = -act[stage]
-                elif kind is Kind.I:
-                    byte_delta[position] = -(act[stage] - stash[stage])
-                else:
-                    count_delta[position] = -1
-                    byte_delta[position] = -stash[stage]
+            low = self.schedule.lowered()
+            kind, stage = low.kind[part], low.stage[part]
+            act = np.asarray(self.activation_bytes, dtype=float)
+            stash = np.asarray(self.weight_stash_bytes, dtype=float)
+            # Rows in KINDS order (F, B, I, W): what an action's end adds to the count and the bytes.
+            count_delta = np.array([1.0, -1.0, 0.0, -1.0])[kind]
+            byte_delta = np.stack([act, -act, -(act - stash), -stash])[kind, stage]
         return MemoryTrace(
             np.concatenate([[0.0], ends]),
             np.concatenate([[0.0], np.cumsum(count_delta)]),
