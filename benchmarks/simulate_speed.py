@@ -14,7 +14,9 @@ Times 1F1B with unequal stage costs in CPU seconds (``time.process_time``, best 
   over costs, partitions or communication pays per call);
 * fresh: ``simulate(..., validate=False)`` of a schedule never simulated or validated
   (lowering, compiling and the event-driven kernel);
-* reference: the previous implementation (``tests/_reference_simulate.py``), eager.
+* reference: the previous implementation (``tests/_reference_simulate.py``), eager, and
+  the previous validation (the per-action checks ``validate`` still runs to name a fault),
+  which the previous ``simulate`` ran on every call.
 
 Actions per second are for "again" unless named.
 """
@@ -83,6 +85,12 @@ def measure(stages: int, microbatches: int, repeats: int) -> dict[str, float]:
         out[f"{name} fresh"] = cpu_best(repeats, fresh,
                                         lambda s: pipeplan.simulate(s, costs[0], comm, validate=False))
     out["reference"] = cpu_best(max(1, repeats // 2), lambda: built, lambda s: reference_times(s, costs[0], eager))
+
+    def old_validate(schedule: pipeplan.Schedule) -> None:
+        schedule._validate_each_action()
+        schedule._check_deadlock_free()
+
+    out["reference validate"] = cpu_best(max(1, repeats // 2), fresh, old_validate)
     return out
 
 
@@ -100,7 +108,7 @@ def main() -> None:
             f"{r['eager first']:.3f} | {r['eager again']:.3f} | **{n / r['eager again']:,.0f}** | "
             f"{r['rendezvous first']:.3f} | {r['rendezvous again']:.3f} | **{n / r['rendezvous again']:,.0f}** | "
             f"{r['eager fresh']:.3f} ({n / r['eager fresh']:,.0f}/s) | {r['rendezvous fresh']:.3f} | "
-            f"{r['reference']:.3f} ({n / r['reference']:,.0f}/s) |"
+            f"{r['reference']:.3f} ({n / r['reference']:,.0f}/s) | {r['reference validate']:.3f} |"
         )
     header = (
         f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores shared with other "
@@ -108,8 +116,8 @@ def main() -> None:
         f"seconds, best of {args.repeats}.\n\n"
         "| P | m | actions | build | validate | eager first | eager again | eager actions/s | "
         "rendezvous first | rendezvous again | rendezvous actions/s | eager fresh | rendezvous fresh | "
-        "previous simulator (eager) |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "previous simulator (eager) | previous validate |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     table = header + "\n" + "\n".join(rows)
     print(table)
