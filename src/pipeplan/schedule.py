@@ -286,9 +286,9 @@ def _lower(schedule: Schedule) -> Lowered:
     return Lowered(actions, offsets, kind, stage, microbatch, rank, producer, consumer, boundary, gradient)
 
 
-def _dependency_runs(low: Lowered) -> list[tuple[int, int]] | None:
-    """Play the orders with zero costs, honouring every message; the runs ``(first, stop)`` of
-    flat indices in the order they could run, or None if some rank never finishes.
+def _dependency_runs(low: Lowered) -> list[int] | None:
+    """Play the orders with zero costs, honouring every message; the runs of flat indices in the
+    order they could run, as ``[first, stop, first, stop, ...]``, or None if some rank never finishes.
 
     Assumes same-rank dependencies come earlier in their rank's order (checked by the caller)
     and at most one incoming message per action (else None, and the caller checks slowly).
@@ -302,8 +302,9 @@ def _dependency_runs(low: Lowered) -> list[tuple[int, int]] | None:
     offsets = low.rank_offsets
     done = [False] * count
     pointer = list(offsets[:-1])
-    waiting: dict[int, int] = {}
-    runs: list[tuple[int, int]] = []
+    waiter = [-1] * count  # producer -> the rank parked on it (one consumer per producer)
+    runs: list[int] = []
+    record = runs.append
     queue = list(range(len(offsets) - 1))
     while queue:
         rank = queue.pop()
@@ -312,25 +313,27 @@ def _dependency_runs(low: Lowered) -> list[tuple[int, int]] | None:
         for index in range(first, stop):
             producer = dep[index]
             if producer >= 0 and not done[producer]:
-                waiting[producer] = rank
+                waiter[producer] = rank
                 break
             done[index] = True
-            if index in waiting:
-                queue.append(waiting.pop(index))
+            if waiter[index] >= 0:
+                queue.append(waiter[index])
         else:
             index = stop
         if index > first:
-            runs.append((first, index))
+            record(first)
+            record(index)
         pointer[rank] = index
     if any(pointer[r] < offsets[r + 1] for r in range(len(offsets) - 1)):
         return None
     return runs
 
 
-def _runs_to_order(runs: list[tuple[int, int]], count: int) -> np.ndarray:
-    """The flat indices the runs ``(first, stop)`` cover, in run order."""
-    firsts = np.fromiter((a for a, _ in runs), dtype=np.int64, count=len(runs))
-    lengths = np.fromiter((b - a for a, b in runs), dtype=np.int64, count=len(runs))
+def runs_to_order(runs: list[int], count: int) -> np.ndarray:
+    """The ``count`` flat indices that the runs ``[first, stop, first, stop, ...]`` cover, in run order."""
+    pairs = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
+    firsts = pairs[:, 0]
+    lengths = pairs[:, 1] - firsts
     ends = np.cumsum(lengths)
     return np.arange(count, dtype=np.int64) - np.repeat(ends - lengths - firsts, lengths)
 
@@ -572,14 +575,14 @@ class Schedule:
         runs = self._cache["dependency_runs"]
         order = self._cache.get("dependency_order")
         if order is None:
-            order = self._cache["dependency_order"] = _runs_to_order(runs, len(self.lowered().actions))
+            order = self._cache["dependency_order"] = runs_to_order(runs, len(self.lowered().actions))
         return order
 
-    def cached_dependency_runs(self) -> list[tuple[int, int]] | None:
+    def cached_dependency_runs(self) -> list[int] | None:
         """The runs behind :meth:`dependency_order` if :meth:`validate` has computed them, else None."""
         return self._cache.get("dependency_runs")
 
-    def _fast_validation(self) -> list[tuple[int, int]] | None:
+    def _fast_validation(self) -> list[int] | None:
         """Array checks of :meth:`validate`; the computed runs (see :func:`_dependency_runs`), or None on any fault."""
         low = self.lowered()
         num_stages, num_mb = self.num_stages, self.num_microbatches

@@ -34,7 +34,7 @@ import numpy as np
 from ._validation import positive_int
 from .costs import CommModel, StageCosts
 from .errors import DeadlockError, InvalidInputError
-from .schedule import Message, Schedule
+from .schedule import Message, Schedule, runs_to_order
 from .timeline import Timeline
 
 __all__ = ["simulate", "OptimizerMode", "OPTIMIZER_MODES"]
@@ -62,7 +62,7 @@ class _Compiled:
     senders: np.ndarray  # flat index of each message's producer (message order)
     receivers: np.ndarray  # flat index of each message's consumer
     receiver_rank: list[int]  # per action: rank of the consumer of its outgoing message (senders only)
-    recorded: dict[bool, list[tuple[int, int]]] = field(default_factory=dict)  # runs of the first simulation
+    recorded: dict[bool, list[int]] = field(default_factory=dict)  # runs of the first simulation
     orders: dict[bool, _Replay] = field(default_factory=dict)
 
     def replay(self, schedule: Schedule, rendezvous: bool) -> _Replay | None:
@@ -111,16 +111,12 @@ def _compile(schedule: Schedule) -> _Compiled:
                      receiver_rank.tolist())
 
 
-def _replay_plan(schedule: Schedule, compiled: _Compiled, segments: list[tuple[int, int]],
-                 rendezvous: bool) -> _Replay:
-    """Turn the recorded ``(first, stop)`` runs of computed actions into a :class:`_Replay`."""
+def _replay_plan(schedule: Schedule, compiled: _Compiled, runs: list[int], rendezvous: bool) -> _Replay:
+    """Turn the recorded runs ``[first, stop, ...]`` of computed actions into a :class:`_Replay`."""
     low = schedule.lowered()
     count = len(low.actions)
     num_ranks = schedule.num_ranks
-    firsts = np.fromiter((a for a, _ in segments), dtype=np.int64, count=len(segments))
-    lengths = np.fromiter((b - a for a, b in segments), dtype=np.int64, count=len(segments))
-    ends = np.cumsum(lengths)
-    order = np.arange(count, dtype=np.int64) - np.repeat(ends - lengths - firsts, lengths)
+    order = runs_to_order(runs, count)
     offsets = np.asarray(compiled.rank_offsets, dtype=np.int64)
     previous = np.arange(count, dtype=np.int64) - 1
     starts = offsets[:-1][offsets[:-1] < offsets[1:]]
@@ -217,13 +213,13 @@ def simulate(
         replay = compiled.replay(schedule, rendezvous)
         if replay is None:  # first simulation in this mode: event driven, and record the order
             if rendezvous:
-                start, end, blocked, done, segments = _rendezvous_step(
+                start, end, blocked, done, runs = _rendezvous_step(
                     compiled, durations.tolist(), receive_time.tolist(), send_time.tolist(), begin, schedule)
             else:
-                start, end, done, segments = _eager_step(
+                start, end, done, runs = _eager_step(
                     compiled, durations.tolist(), receive_time.tolist(), begin, schedule)
                 blocked = end
-            compiled.recorded[rendezvous] = segments
+            compiled.recorded[rendezvous] = runs
         elif rendezvous:
             start, end, blocked, done = _replay_rendezvous(replay, durations, receive_time, send_time, begin)
         else:
@@ -271,14 +267,15 @@ def _eager_step(
     receive_time: list[float],
     begin: list[float],
     schedule: Schedule,
-) -> tuple[list[float], list[float], list[float], list[tuple[int, int]]]:
+) -> tuple[list[float], list[float], list[float], list[int]]:
     """One step with eager sends: ``(start, end, when each rank is done, computed runs)``.
 
-    The runs ``(first, stop)`` list the actions in the order they were computed.
+    The runs ``[first, stop, first, stop, ...]`` list the actions in the order they were computed.
     """
     offsets, dep, start, end, pointer, free = _fresh_state(compiled, len(durations), begin)
-    waiting: dict[int, int] = {}  # producer -> the rank parked on it
-    segments: list[tuple[int, int]] = []
+    waiter = [-1] * len(durations)  # producer -> the rank parked on it (one consumer per producer)
+    runs: list[int] = []
+    record = runs.append
     queue = list(range(len(begin)))
     while queue:
         rank = queue.pop()
@@ -290,7 +287,7 @@ def _eager_step(
             if producer >= 0:
                 produced = end[producer]
                 if produced < 0.0:
-                    waiting[producer] = rank
+                    waiter[producer] = rank
                     break
                 arrival = produced + receive_time[index]
                 if arrival > time:
@@ -298,16 +295,17 @@ def _eager_step(
             start[index] = time
             time += durations[index]
             end[index] = time
-            if index in waiting:
-                queue.append(waiting.pop(index))
+            if waiter[index] >= 0:
+                queue.append(waiter[index])
         else:
             index = stop
-        segments.append((first, index))
+        record(first)
+        record(index)
         pointer[rank] = index
         free[rank] = time
     if any(pointer[r] < offsets[r + 1] for r in range(len(begin))):
         raise DeadlockError(_describe_stuck(schedule, compiled, pointer, [_NO_SEND] * len(begin), end))
-    return start, end, free, segments
+    return start, end, free, runs
 
 
 def _replay_eager(
@@ -340,7 +338,7 @@ def _rendezvous_step(
     send_time: list[float],
     begin: list[float],
     schedule: Schedule,
-) -> tuple[list[float], list[float], list[float], list[float], list[tuple[int, int]]]:
+) -> tuple[list[float], list[float], list[float], list[float], list[int]]:
     """One step with blocking sends: ``(start, end, blocked_until, when each rank is done, computed runs)``.
 
     A sender is blocked from the end of its action until the receiver has posted
@@ -354,9 +352,10 @@ def _rendezvous_step(
     blocked = [0.0] * len(durations)
     last_end = list(begin)  # compute end of the rank's previous action (its receives are posted then)
     pending = [_NO_SEND] * len(begin)  # a finished action whose send is unresolved
-    data_waiting: dict[int, int] = {}  # producer -> rank parked on its message
-    post_waiting: dict[int, int] = {}  # action -> rank whose send waits for it to finish
-    segments: list[tuple[int, int]] = []
+    data_waiter = [-1] * len(durations)  # producer -> rank parked on its message
+    post_waiter = [-1] * len(durations)  # action -> rank whose send waits for it to finish
+    runs: list[int] = []
+    record = runs.append
     queue = list(range(len(begin)))
     while queue:
         rank = queue.pop()
@@ -373,7 +372,7 @@ def _rendezvous_step(
                 else:
                     posted = end[posted_after]
                     if posted < 0.0:
-                        post_waiting[posted_after] = rank
+                        post_waiter[posted_after] = rank
                         break
                 time = (previous if previous > posted else posted) + send_time[sender]
                 blocked[sender] = time
@@ -384,7 +383,7 @@ def _rendezvous_step(
             if producer >= 0:
                 produced = end[producer]
                 if produced < 0.0:
-                    data_waiting[producer] = rank
+                    data_waiter[producer] = rank
                     break
                 arrival = (produced if produced > previous else previous) + receive_time[index]
                 if arrival > time:
@@ -396,20 +395,21 @@ def _rendezvous_step(
             previous = time
             if post[index] != _NO_SEND:
                 sender = index
-            if index in data_waiting:
-                queue.append(data_waiting.pop(index))
-            if index in post_waiting:
-                queue.append(post_waiting.pop(index))
+            if data_waiter[index] >= 0:
+                queue.append(data_waiter[index])
+            if post_waiter[index] >= 0:
+                queue.append(post_waiter[index])
             index += 1
         if index > first:
-            segments.append((first, index))
+            record(first)
+            record(index)
         pointer[rank] = index
         free[rank] = time
         last_end[rank] = previous
         pending[rank] = sender
     if any(pointer[r] < offsets[r + 1] or pending[r] != _NO_SEND for r in range(len(begin))):
         raise DeadlockError(_describe_stuck(schedule, compiled, pointer, pending, end))
-    return start, end, blocked, free, segments
+    return start, end, blocked, free, runs
 
 
 def _replay_rendezvous(
