@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from ._validation import finite_floats, positive_int
 from .costs import CommModel, StageCosts
 from .errors import InvalidInputError
-from .schedule import Kind, Payload, Schedule
+from .schedule import Schedule
 
 __all__ = [
     "uniform_bubble",
@@ -98,31 +98,85 @@ def one_f_one_b_activation_bytes(stage: int, num_stages: int, num_microbatches: 
 
 
 def makespan_lower_bound(schedule: Schedule, costs: StageCosts, comm: CommModel | None = None) -> float:
-    """A bound no order of ``schedule``'s actions can beat.
+    """A bound no order of ``schedule``'s actions can beat (same placement, costs, comm).
 
-    ``max(busiest rank's total work, longest single-microbatch critical path)``;
-    the critical path runs every ``F`` down, every ``B`` (or ``I``) back up (then
-    ``W`` of stage 0 when split), paying for each of the microbatch's messages.
+    The largest of three families of bounds, each valid for any order:
+
+    * **rank**: a rank cannot start before its first input can arrive (the forward
+      path, with messages, to its shallowest stage: the *fill*), then runs all its
+      work one action at a time, and its last action still has the shortest path
+      that must follow it (the *drain*: zero when the rank ends on a ``W``);
+    * **stage flow**: the ``m`` forwards of a stage (likewise its backwards) run one
+      at a time on its rank, after the earliest of them can start and before the
+      shortest path that follows the last of them;
+    * **critical path**: one microbatch's forwards down, backwards back up and the
+      ``W`` of stage 0, paying every message.
+
+    Times in the costs' unit; messages cost ``comm``'s time per crossing (eager).
     """
     comm = comm or CommModel()
     stages = schedule.num_stages
-    costs.check_shape(stages, schedule.num_microbatches)
-    work = [0.0] * schedule.num_ranks
-    for rank, order in enumerate(schedule.orders):
-        work[rank] = sum(costs.duration(k, s, mb) for k, s, mb in order)
+    num_mb = schedule.num_microbatches
+    costs.check_shape(stages, num_mb)
     boundary = comm.boundary_times(stages)
-    # Every microbatch crosses the same boundaries (the placement's); read them off microbatch 0.
-    crossed = {payload: sorted(m.boundary for m in schedule.messages() if m.producer.microbatch == 0
-                               and m.payload is payload) for payload in Payload}
-    down = sum(boundary[b] for b in crossed[Payload.ACTIVATION])
-    up = sum(boundary[b] for b in crossed[Payload.GRADIENT])
-    gradient = schedule.gradient_kind
-    path = 0.0
-    for mb in range(schedule.num_microbatches):
-        length = sum(costs.duration(Kind.F, s, mb) for s in range(stages)) + down
-        if gradient is not None:
-            length += sum(costs.duration(gradient, s, mb) for s in range(stages)) + up
-            if schedule.split_backward:
-                length += costs.duration(Kind.W, 0, mb)
-        path = max(path, length)
-    return max(max(work), path)
+    # Message time per boundary, from the schedule's messages (every microbatch crosses the same ones).
+    crossing = [0.0] * max(0, stages - 1)
+    for message in schedule.messages():
+        if message.producer.microbatch == 0:
+            crossing[message.boundary] = boundary[message.boundary]
+    backward_kind = schedule.gradient_kind
+    split = schedule.split_backward
+    last = stages - 1
+    mbs = range(num_mb)
+
+    def d(kind: Kind, stage: int, mb: int) -> float:
+        return costs.duration(kind, stage, mb)
+
+    # Earliest start of F(s, mb) and of its backward; shortest path after each kind.
+    before_f = [[0.0] * num_mb for _ in range(stages)]
+    for mb in mbs:
+        for s in range(1, stages):
+            before_f[s][mb] = before_f[s - 1][mb] + d(Kind.F, s - 1, mb) + crossing[s - 1]
+    after_f = [[0.0] * num_mb for _ in range(stages)]
+    before_b = [[0.0] * num_mb for _ in range(stages)]
+    after_b = [[0.0] * num_mb for _ in range(stages)]
+    for mb in mbs:
+        tail_w = d(Kind.W, 0, mb) if split else 0.0
+        down = 0.0  # from the end of F(s) to the end of the last stage's F
+        for s in range(last, -1, -1):
+            after_f[s][mb] = down
+            down += d(Kind.F, s, mb) + (crossing[s - 1] if s > 0 else 0.0)
+        if backward_kind is not None:
+            chain = tail_w  # from the end of B(s) to the end of stage 0's backward and W
+            for s in range(stages):
+                after_b[s][mb] = max(chain, d(Kind.W, s, mb) if split else 0.0)
+                chain += d(backward_kind, s, mb) + (crossing[s] if s < last else 0.0)
+            up = before_f[last][mb] + d(Kind.F, last, mb)
+            for s in range(last, -1, -1):
+                before_b[s][mb] = up
+                up += d(backward_kind, s, mb) + (crossing[s - 1] if s > 0 else 0.0)
+            for s in range(stages):
+                after_f[s][mb] += sum(d(backward_kind, j, mb) for j in range(stages)) + sum(crossing) + tail_w
+
+    bound = 0.0
+    # Critical path of each microbatch.
+    for mb in mbs:
+        bound = max(bound, before_f[0][mb] + d(Kind.F, 0, mb) + after_f[0][mb])
+    # Stage flow: the m actions of one kind on one stage run one at a time.
+    for s in range(stages):
+        bound = max(bound, min(before_f[s]) + sum(d(Kind.F, s, mb) for mb in mbs) + min(after_f[s]))
+        if backward_kind is not None:
+            bound = max(bound, min(before_b[s]) + sum(d(backward_kind, s, mb) for mb in mbs) + min(after_b[s]))
+    # Rank: fill, all its work, drain.
+    for rank, order in enumerate(schedule.orders):
+        held = schedule.stages_of(rank)
+        fill = min(min(before_f[s]) for s in held)
+        work = sum(d(k, s, mb) for k, s, mb in order)
+        if split:
+            drain = 0.0
+        elif backward_kind is not None:
+            drain = min(min(after_b[s]) for s in held)
+        else:
+            drain = min(min(after_f[s]) for s in held)
+        bound = max(bound, fill + work + drain)
+    return bound

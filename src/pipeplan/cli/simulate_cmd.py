@@ -65,6 +65,9 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
                         help="chunks per rank for interleaved schedules")
     parser.add_argument("--memory-limit", type=parse_bytes, default=None,
                         help="activation memory per rank for the adaptive schedule (bytes, e.g. 12GB)")
+    parser.add_argument("--objective", choices=("makespan", "span"), default=None,
+                        help="what the adaptive schedule minimises: the step's makespan (the optimizer waits "
+                             "for every rank; default) or the largest per-rank span (each rank steps on its own)")
     parser.add_argument("--forward-only", action="store_true", help="simulate only the forward pass")
     parser.add_argument("--comm-latency", type=float, default=0.0, help="ms per message between ranks")
     parser.add_argument("--comm-bandwidth", type=float, default=float("inf"),
@@ -102,6 +105,10 @@ def schedule_from_args(args: argparse.Namespace, costs: StageCosts, comm: CommMo
         if "memory_limit" not in accepted:
             raise InvalidInputError(f"--memory-limit does not apply to schedule {args.schedule!r}")
         offered["memory_limit"] = args.memory_limit
+    if args.objective is not None:
+        if "objective" not in accepted:
+            raise InvalidInputError(f"--objective does not apply to schedule {args.schedule!r}")
+        offered["objective"] = args.objective
     if args.forward_only:
         offered["backward"] = "none"
     options = {key: value for key, value in offered.items() if key in accepted}

@@ -1,0 +1,156 @@
+"""How close the adaptive schedule comes to the zero-bubble paper and to the lower bound.
+
+Part 1 replays the zero-bubble paper's 1.5B rows (Qi et al., "Zero Bubble Pipeline
+Parallelism", ICLR 2024, appendix table of profiled F/B/W/comm times and bubble rates):
+p = 8, h = 2304, a = 24, s = 1024; activation memory per microbatch M_B = 34h + 5as
+and weight-gradient stash M_W = 32h (per token, the paper's Table 1); memory limit
+k·p·M_B. It reports adaptive's span bubble (objective "span") against the paper's
+ZB-1p (k = 1) and ZB-2p (k = 2), and its makespan (objective "makespan") against
+``analytic.makespan_lower_bound``.
+
+Part 2 runs unequal costs (lesson 16's dumbbell and its re-balanced split, P = 4 and
+8, m = 2P and 4P, limits p and 2p microbatches per rank) and reports the gap to the
+bound. Part 3 times adaptive at P = 16, m = 64 and P = 32, m = 128 (CPU seconds).
+
+    python benchmarks/schedule_quality.py            # print the tables
+    python benchmarks/schedule_quality.py --write    # also record them in docs/schedules.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+from pathlib import Path
+
+from pipeplan import CommModel, StageCosts, analytic, build_schedule, simulate
+from pipeplan.partition import partition_layers
+from pipeplan.schedules.adaptive import adaptive
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "schedules.md"
+BEGIN, END = "<!-- schedule-quality:begin -->", "<!-- schedule-quality:end -->"
+
+# The paper's 1.5B rows: m, F, B (input gradient), W, comm (ms); ZB-1p and ZB-2p bubble rates.
+PAPER_ROWS = [
+    (24, 18.522, 18.086, 9.337, 0.601, 0.1585, 0.0433),
+    (32, 18.513, 18.086, 9.331, 0.626, 0.1242, 0.0039),
+    (64, 18.546, 18.097, 9.321, 0.762, 0.0674, 0.0026),
+]
+HIDDEN, HEADS, SEQ, STAGES = 2304, 24, 1024, 8
+M_B = 34 * HIDDEN + 5 * HEADS * SEQ  # activation bytes per token until the input gradient
+M_W = 32 * HIDDEN  # bytes per token the weight gradient still needs
+
+
+def paper_costs(forward: float, backward: float, weight: float) -> StageCosts:
+    """Uniform per-stage costs of one paper row (``backward`` = B + W: the full backward)."""
+    return StageCosts(
+        forward=[forward] * STAGES, backward=[backward + weight] * STAGES, weight=[weight] * STAGES,
+        activation_bytes=[M_B] * STAGES, weight_stash_bytes=[M_W] * STAGES,
+    )
+
+
+def paper_table() -> list[str]:
+    lines = [
+        "| m | k | paper span bubble | adaptive span bubble (objective span) | gap | "
+        "makespan (objective makespan) | lower bound | gap to bound | seconds |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m, forward, backward, weight, comm_latency, zb1, zb2 in PAPER_ROWS:
+        costs = paper_costs(forward, backward, weight)
+        comm = CommModel(latency=comm_latency)
+        for k, paper in ((1, zb1), (2, zb2)):
+            limit = k * STAGES * M_B
+            started = time.process_time()
+            by_span = adaptive(STAGES, m, costs=costs, comm=comm, memory_limit=limit, objective="span")
+            by_makespan = adaptive(STAGES, m, costs=costs, comm=comm, memory_limit=limit, objective="makespan")
+            seconds = (time.process_time() - started) / 2
+            span_rate = simulate(by_span, costs, comm).span_bubble_rate
+            makespan = simulate(by_makespan, costs, comm).makespan
+            bound = analytic.makespan_lower_bound(by_makespan, costs, comm)
+            lines.append(
+                f"| {m} | {k} | {paper:.4f} | {span_rate:.4f} | {span_rate - paper:+.4f} | "
+                f"{makespan:.2f} | {bound:.2f} | {makespan / bound - 1:.2%} | {seconds:.2f} |"
+            )
+    return lines
+
+
+def lesson_stage_forwards(num_stages: int, *, rebalanced: bool) -> list[float]:
+    """Lesson 16's model split into ``num_stages``: 32 layers of 2 ms forward, a 16 ms vision
+    encoder on the first stage and an 8 ms action head on the last (seed 000, lesson 16);
+    an even split of the layers (the dumbbell) or the exact re-balanced one."""
+    layers, layer_ms, first, last = 32, 2.0, 16.0, 8.0
+    if rebalanced:
+        counts = partition_layers([layer_ms] * layers, num_stages, first_extra=first, last_extra=last).layers_per_stage
+    else:
+        counts = (layers // num_stages,) * num_stages
+    forward = [count * layer_ms for count in counts]
+    forward[0] += first
+    forward[-1] += last
+    return forward
+
+
+def unequal_table() -> list[str]:
+    lines = [
+        "| costs | P | m | limit (microbatches per rank) | 1f1b | adaptive makespan | lower bound | gap |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in ("dumbbell", "re-balanced"):
+        for p in (4, 8):
+            forward = lesson_stage_forwards(p, rebalanced=name == "re-balanced")
+            costs = StageCosts(forward=forward)  # backward 2F, W half of it; 1 byte per microbatch
+            comm = CommModel(latency=0.5)
+            for m in (2 * p, 4 * p):
+                baseline = simulate(build_schedule("1f1b", num_stages=p, num_microbatches=m), costs, comm).makespan
+                for k in (1, 2):
+                    schedule = adaptive(p, m, costs=costs, comm=comm, memory_limit=k * p, objective="makespan")
+                    makespan = simulate(schedule, costs, comm).makespan
+                    bound = analytic.makespan_lower_bound(schedule, costs, comm)
+                    lines.append(
+                        f"| {name} | {p} | {m} | {k * p} | {baseline:.1f} | {makespan:.1f} | {bound:.1f} | "
+                        f"{makespan / bound - 1:.2%} |"
+                    )
+    return lines
+
+
+def speed_table() -> list[str]:
+    lines = ["| P | m | actions | CPU seconds (objective makespan) | CPU seconds (objective span) |", "|---|---|---|---|---|"]
+    for p, m in ((16, 64), (32, 128)):
+        costs = StageCosts(forward=[1.0] * p, backward=[2.0] * p, weight=[0.9] * p)
+        comm = CommModel(latency=0.05)
+        times = []
+        for objective in ("makespan", "span"):
+            started = time.process_time()
+            adaptive(p, m, costs=costs, comm=comm, memory_limit=2 * p, objective=objective)
+            times.append(time.process_time() - started)
+        lines.append(f"| {p} | {m} | {3 * p * m} | {times[0]:.2f} | {times[1]:.2f} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="record the tables in docs/schedules.md")
+    args = parser.parse_args()
+    sections = [
+        "Zero-bubble paper, 1.5B rows (p = 8; memory limit k·p·M_B):", "", *paper_table(), "",
+        "Unequal costs (communication 0.5 ms per message; gap to `analytic.makespan_lower_bound`):", "",
+        *unequal_table(), "",
+        "Speed (uniform costs, limit 2p microbatches per rank):", "", *speed_table(), "",
+        f"Recorded by `python benchmarks/schedule_quality.py --write` ({time.strftime('%Y-%m-%d')}, "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores).",
+    ]
+    text = "\n".join(sections)
+    print(text)
+    if args.write:
+        doc = DOC.read_text()
+        block = f"{BEGIN}\n{text}\n{END}"
+        if BEGIN in doc:
+            doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc, flags=re.S)
+        else:
+            doc = doc.rstrip() + "\n\n## Quality against the paper and the bound\n\n" + block + "\n"
+        DOC.write_text(doc)
+        print(f"wrote {DOC}")
+
+
+if __name__ == "__main__":
+    main()
