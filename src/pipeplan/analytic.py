@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from ._validation import finite_floats, positive_int
 from .costs import CommModel, StageCosts
 from .errors import InvalidInputError
-from .schedule import Schedule
+from .schedule import Kind, Schedule
 
 __all__ = [
     "uniform_bubble",
