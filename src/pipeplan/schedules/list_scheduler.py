@@ -108,15 +108,14 @@ def list_schedule(
     window = list(forward_window) if forward_window is not None else [num_mb + 1] * num_stages
     first_rank = placement[0]
 
-    # Per rank: enabled forwards and backwards {(kind, stage, mb): ready time}; W's wait
+    # Per rank: enabled forwards and backwards {(kind, stage, mb): (ready time, priority, key)}; W's wait
     # in a heap by (mb, stage) and are ready as soon as they are enabled (their backward
     # ran on the same rank), so they never need a ready time.
-    enabled: list[dict[tuple[str, int, int], float]] = [{} for _ in range(num_ranks)]
+    enabled: list[dict[tuple[str, int, int], tuple[float, tuple[int, int, int], tuple[str, int, int]]]] = [
+        {} for _ in range(num_ranks)
+    ]
     weights: list[list[tuple[int, int]]] = [[] for _ in range(num_ranks)]
-    next_admit = 0  # stage-0 forwards are admitted in microbatch order
-    if num_mb:
-        enabled[first_rank][("F", 0, 0)] = 0.0
-        next_admit = 1
+    next_admit = 1  # stage-0 forwards are admitted in microbatch order
     free = [0.0] * num_ranks
     held = [0.0] * num_ranks
     reserved = [0.0] * num_ranks
@@ -138,41 +137,45 @@ def list_schedule(
 
     def decide(rank: int) -> tuple[float, tuple[str, int, int] | None]:
         best: tuple[str, int, int] | None = None
-        best_key: tuple[int, int, int] | None = None
+        best_prio: tuple[int, int, int] | None = None
         options = [
-            (ready, key)
-            for key, ready in enabled[rank].items()
-            if key[0] != "F" or fits(rank, key[1])
+            entry for key, entry in enabled[rank].items() if key[0] != "F" or fits(rank, key[1])
         ]
         heap = weights[rank]
         if not options and not heap:
             return math.inf, None
         when = free[rank]
         if not heap:
-            when = max(when, min(ready for ready, _ in options))
+            when = max(when, min(entry[0] for entry in options))
         horizon = when + TOLERANCE * max(1.0, abs(when))
         ready_at = when
-        for ready, key in options:
-            if ready > horizon:
-                continue
-            kind, stage, mb = key
-            if kind == "F":
-                prio = (rank_f, *forward_rank(stage, mb))
-            else:
-                prio = (rank_b, mb, stage)
-            if best_key is None or prio < best_key:
-                best, best_key, ready_at = key, prio, ready
+        for ready, prio, key in options:
+            if ready <= horizon and (best_prio is None or prio < best_prio):
+                best, best_prio, ready_at = key, prio, ready
         if heap:
             mb, stage = heap[0]
-            prio = (rank_w, mb, stage)
-            if best_key is None or prio < best_key:
+            if best_prio is None or (rank_w, mb, stage) < best_prio:
                 best, ready_at = ("W", stage, mb), when
         return max(when, ready_at), best
 
+    def enable(rank: int, key: tuple[str, int, int], ready: float) -> None:
+        kind, stage, mb = key
+        prio = (rank_f, *forward_rank(stage, mb)) if kind == "F" else (rank_b, mb, stage)
+        enabled[rank][key] = (ready, prio, key)
+
+    if num_mb:
+        enable(first_rank, ("F", 0, 0), 0.0)
     decisions = [decide(rank) for rank in range(num_ranks)]
+    # The rank that can start something first goes next (lowest rank on ties): a heap of
+    # (time, rank, version) whose stale entries are skipped.
+    versions = [0] * num_ranks
+    agenda = [(decisions[r][0], r, 0) for r in range(num_ranks)]
+    heapq.heapify(agenda)
     while scheduled < total:
-        rank = min(range(num_ranks), key=lambda r: decisions[r][0])
-        when, chosen = decisions[rank]
+        when, rank, version = heapq.heappop(agenda)
+        if version != versions[rank]:
+            continue
+        chosen = decisions[rank][1]
         if chosen is None:
             return None
         kind, stage, mb = chosen
@@ -195,14 +198,14 @@ def list_schedule(
             held[rank] += act[stage]
             open_forwards[stage] += 1
             if stage == 0 and next_admit < num_mb:
-                enabled[first_rank][("F", 0, next_admit)] = finish
+                enable(first_rank, ("F", 0, next_admit), finish)
                 next_admit += 1
             if stage < last:
                 target = placement[stage + 1]
-                enabled[target][("F", stage + 1, mb)] = finish + down_delay[stage]
+                enable(target, ("F", stage + 1, mb), finish + down_delay[stage])
                 touched.add(target)
             else:
-                enabled[rank][("B", stage, mb)] = finish
+                enable(rank, ("B", stage, mb), finish)
         elif kind == "B":
             held[rank] -= act[stage] - stash[stage]
             open_forwards[stage] -= 1
@@ -210,7 +213,7 @@ def list_schedule(
                 heapq.heappush(weights[rank], (mb, stage))
             if stage > 0:
                 target = placement[stage - 1]
-                enabled[target][("B", stage - 1, mb)] = finish + up_delay[stage - 1]
+                enable(target, ("B", stage - 1, mb), finish + up_delay[stage - 1])
                 touched.add(target)
         else:
             held[rank] -= stash[stage]
@@ -219,6 +222,8 @@ def list_schedule(
             touched.add(first_rank)  # admission looks at every rank's memory
         for r in touched:
             decisions[r] = decide(r)
+            versions[r] += 1
+            heapq.heappush(agenda, (decisions[r][0], r, versions[r]))
     return Schedule(orders, placement, num_mb, name="adaptive")
 
 
