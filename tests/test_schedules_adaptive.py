@@ -18,6 +18,7 @@ from pipeplan import (
     simulate,
 )
 from pipeplan.schedules.adaptive import adaptive, adaptive_candidates, list_schedule, minimum_memory_limit
+from pipeplan.schedules.list_scheduler import KIND_ORDERS
 from pipeplan.schedules.zb_v import zb_v_placement
 
 _SLACK = 1e-6
@@ -165,7 +166,7 @@ def test_reserving_list_schedules_never_deadlock_at_the_minimum_limit():
     placement = [0, 1, 0, 1]
     smallest = minimum_memory_limit(costs, placement)
     assert smallest == 3.0
-    for kind_order in ("BFW", "BWF", "FBW"):
+    for kind_order in KIND_ORDERS:
         schedule = list_schedule(6, costs, placement, memory_limit=smallest, kind_order=kind_order, reserve=True)
         assert schedule is not None
         assert max(simulate(schedule, costs).peak_bytes) <= smallest

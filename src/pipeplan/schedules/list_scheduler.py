@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from ..costs import CommModel, StageCosts
+from ..errors import InvalidInputError
 from ..schedule import Action, Kind, Schedule, message_for
 
 __all__ = ["list_schedule", "sequential_schedule", "forward_windows", "KIND_ORDERS", "FORWARD_KEYS"]
@@ -83,6 +84,10 @@ def list_schedule(
         The schedule (named ``"adaptive"``), or ``None`` when the rule deadlocks
         against the memory limit.
     """
+    if kind_order not in KIND_ORDERS:
+        raise InvalidInputError(f"kind_order must be one of {', '.join(KIND_ORDERS)}, got {kind_order!r}")
+    if forward_key not in FORWARD_KEYS:
+        raise InvalidInputError(f"forward_key must be one of {', '.join(FORWARD_KEYS)}, got {forward_key!r}")
     comm = comm or CommModel()
     num_stages = costs.num_stages
     num_mb = num_microbatches
