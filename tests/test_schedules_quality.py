@@ -165,8 +165,8 @@ def test_minimum_limit_is_still_reachable_with_either_objective():
 def test_cli_takes_the_objective_for_adaptive_and_refuses_it_elsewhere(capsys):
     from pipeplan.cli import main
 
-    argv = ["simulate", "--forward", "30,10,10,20", "-m", "8", "--memory-limit", "4", "--json"]
-    assert main([*argv, "--schedule", "adaptive", "--objective", "span"]) == 0
+    argv = ["simulate", "--forward", "30,10,10,20", "-m", "8", "--json"]
+    assert main([*argv, "--schedule", "adaptive", "--memory-limit", "4", "--objective", "span"]) == 0
     assert '"makespan"' in capsys.readouterr().out
     assert main([*argv, "--schedule", "1f1b", "--objective", "span"]) == 2
     assert "--objective does not apply to schedule '1f1b'" in capsys.readouterr().err
