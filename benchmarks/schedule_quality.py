@@ -10,7 +10,9 @@ ZB-1p (k = 1) and ZB-2p (k = 2), and its makespan (objective "makespan") against
 
 Part 2 runs unequal costs (lesson 16's dumbbell and its re-balanced split, P = 4 and
 8, m = 2P and 4P, limits p and 2p microbatches per rank) and reports the gap to the
-bound. Part 3 times adaptive at P = 16, m = 64 and P = 32, m = 128 (CPU seconds).
+bound. Part 3 plays several steps of each objective's order with the optimizer step
+waiting for every rank or overlapping. Part 4 times adaptive at P = 16, m = 64 and
+P = 32, m = 128 (CPU seconds).
 
     python benchmarks/schedule_quality.py            # print the tables
     python benchmarks/schedule_quality.py --write    # also record them in docs/schedules.md
@@ -113,6 +115,27 @@ def unequal_table() -> list[str]:
     return lines
 
 
+def objective_table(iterations: int = 8) -> list[str]:
+    """Steady-state step time of each objective's order under each optimizer mode."""
+    lines = [
+        f"| m | k | order by | barrier step ({iterations} steps) | overlap step ({iterations} steps) |",
+        "|---|---|---|---|---|",
+    ]
+    for m, forward, backward, weight, comm_latency, _, _ in PAPER_ROWS[:2]:
+        costs = paper_costs(forward, backward, weight)
+        comm = CommModel(latency=comm_latency)
+        for k in (1, 2):
+            for objective in ("makespan", "span"):
+                schedule = adaptive(STAGES, m, costs=costs, comm=comm, memory_limit=k * STAGES * M_B,
+                                    objective=objective)
+                steps = [
+                    simulate(schedule, costs, comm, iterations=iterations, optimizer=mode).steady_step_time
+                    for mode in ("barrier", "overlap")
+                ]
+                lines.append(f"| {m} | {k} | {objective} | {steps[0]:.2f} | {steps[1]:.2f} |")
+    return lines
+
+
 def speed_table() -> list[str]:
     lines = ["| P | m | actions | CPU seconds (objective makespan) | CPU seconds (objective span) |", "|---|---|---|---|---|"]
     for p, m in ((16, 64), (32, 128)):
@@ -135,6 +158,9 @@ def main() -> None:
         "Zero-bubble paper, 1.5B rows (p = 8; memory limit k·p·M_B):", "", *paper_table(), "",
         "Unequal costs (communication 0.5 ms per message; gap to `analytic.makespan_lower_bound`):", "",
         *unequal_table(), "",
+        "Which objective to pick: steady-state step time over several steps, the optimizer step "
+        "waiting for every rank (barrier) or each rank going on when its own part is done (overlap):", "",
+        *objective_table(), "",
         "Speed (uniform costs, limit 2p microbatches per rank):", "", *speed_table(), "",
         f"Recorded by `python benchmarks/schedule_quality.py --write` ({time.strftime('%Y-%m-%d')}, "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores).",
