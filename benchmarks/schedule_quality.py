@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import time
 from pathlib import Path
@@ -115,11 +116,15 @@ def unequal_table() -> list[str]:
     return lines
 
 
-def objective_table(iterations: int = 8) -> list[str]:
-    """Steady-state step time of each objective's order under each optimizer mode."""
+def objective_table(iterations: int = 6, problems: int = 40) -> list[str]:
+    """Steady-state step time of each objective's order under each optimizer mode.
+
+    Paper rows first, then seeded random unequal costs (P in {4, 8}, m in {P, 2P, 3P},
+    limit P or 2P microbatches per rank): how often each objective's order is faster.
+    """
     lines = [
-        f"| m | k | order by | barrier step ({iterations} steps) | overlap step ({iterations} steps) |",
-        "|---|---|---|---|---|",
+        f"| problem | order by | barrier step ({iterations} steps) | overlap step ({iterations} steps) |",
+        "|---|---|---|---|",
     ]
     for m, forward, backward, weight, comm_latency, _, _ in PAPER_ROWS[:2]:
         costs = paper_costs(forward, backward, weight)
@@ -132,7 +137,31 @@ def objective_table(iterations: int = 8) -> list[str]:
                     simulate(schedule, costs, comm, iterations=iterations, optimizer=mode).steady_step_time
                     for mode in ("barrier", "overlap")
                 ]
-                lines.append(f"| {m} | {k} | {objective} | {steps[0]:.2f} | {steps[1]:.2f} |")
+                lines.append(f"| paper m = {m}, k = {k} | {objective} | {steps[0]:.2f} | {steps[1]:.2f} |")
+    rng = random.Random(1)
+    better = {mode: {"makespan": 0, "span": 0, "tie": 0} for mode in ("barrier", "overlap")}
+    for _ in range(problems):
+        ranks = rng.choice([4, 8])
+        m = rng.choice([ranks, 2 * ranks, 3 * ranks])
+        forward = [rng.uniform(0.5, 3.0) for _ in range(ranks)]
+        costs = StageCosts(forward, [2 * f for f in forward], [0.7 * f for f in forward])
+        comm = CommModel(latency=0.1)
+        limit = rng.choice([ranks, 2 * ranks])
+        steps = {}
+        for objective in ("makespan", "span"):
+            schedule = adaptive(ranks, m, costs=costs, comm=comm, memory_limit=limit, objective=objective)
+            steps[objective] = {
+                mode: simulate(schedule, costs, comm, iterations=iterations, optimizer=mode).steady_step_time
+                for mode in ("barrier", "overlap")
+            }
+        for mode in better:
+            a, b = steps["makespan"][mode], steps["span"][mode]
+            better[mode]["tie" if abs(a - b) <= 1e-9 * max(a, b) else ("makespan" if a < b else "span")] += 1
+    for mode, counts in better.items():
+        lines.append(
+            f"| {problems} random unequal problems, {mode} | faster order | makespan: {counts['makespan']}, "
+            f"span: {counts['span']}, same: {counts['tie']} | |"
+        )
     return lines
 
 

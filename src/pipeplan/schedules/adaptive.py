@@ -181,14 +181,14 @@ def adaptive_candidates(
         if window_name not in windows:
             continue  # the same window as another for these costs
         window = windows[window_name]
-        schedule = list_schedule(
+        built = list_schedule(
             num_microbatches, costs, ranks, comm=comm, backward=backward,
             memory_limit=memory_limit, kind_order=kind_order, forward_key=forward_key,
             reserve=reserve, forward_window=window,
         )
-        if schedule is not None:
+        if built is not None:
             mode = "reserve" if reserve else "free"
-            consider(f"list:{kind_order}/{forward_key}/{mode}/{window_name}", schedule)
+            consider(f"list:{kind_order}/{forward_key}/{mode}/{window_name}", built)
     if not any(c.fits for c in candidates):
         consider("sequential", sequential_schedule(num_stages, num_microbatches, ranks, backward=backward))
     return candidates
