@@ -58,18 +58,18 @@ import numpy as np
 from ._validation import finite_floats, non_negative_float, positive_int
 from .errors import InfeasiblePlanError, InvalidInputError
 from .layers import LayerProfile
+from .partition_ties import StageWindows, lexicographic_bounds, variance_bounds
 
 __all__ = ["PartitionResult", "partition_layers", "inflight_per_stage", "even_split", "TieBreak", "Objective"]
 
 TieBreak = Literal["lexicographic", "variance", "none"]
 Objective = Literal["bottleneck", "step_time"]
 
-# The lexicographic tie-break walks every (start, end) pair that lies on some
-# optimal partition with Python tuples (about 1 µs each: 400,000 pairs take ~0.4 s
-# on 2 cores); above this many the (vectorised, also exact) variance tie-break is
-# applied instead, keeping 10,000 layers into 128 stages well under a second.
-# ``PartitionResult.tie_break`` says which one ran.
-_LEX_PAIR_BUDGET = 400_000
+# Up to this many (start, end) pairs on optimal partitions the tie-breaks walk
+# every pair (the lexicographic one with Python tuples, about 1 µs a pair); above
+# it they use the windowed algorithms of :mod:`pipeplan.partition_ties`, whose work
+# does not grow with the number of tied partitions.
+_PAIR_BUDGET = 100_000
 
 
 @dataclass(frozen=True)
@@ -443,11 +443,15 @@ class _Problem:
         if how == "none":
             return fallback, "none"
         pairs = self.optimal_pairs(bottleneck)
-        if how == "lexicographic":
-            work = sum(int((e - f + 1).sum()) for _, f, e in pairs)
-            if work <= _LEX_PAIR_BUDGET:
-                return self._lexicographic(pairs), "lexicographic"
-        return self._variance(pairs), "variance"
+        work = sum(int((e - f + 1).sum()) for _, f, e in pairs)
+        if work <= _PAIR_BUDGET:
+            chosen = self._lexicographic(pairs) if how == "lexicographic" else self._variance(pairs)
+            return chosen, how
+        windows = StageWindows(self, bottleneck)
+        if how == "variance":
+            return variance_bounds(self, windows), how
+        listed = lexicographic_bounds(self, windows, fallback)
+        return (self._lexicographic(pairs) if listed is None else listed), how
 
     def _pair_arrays(self, pairs, k):
         starts, first, last = pairs[k]

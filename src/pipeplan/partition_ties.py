@@ -1,0 +1,451 @@
+"""Exact tie-breaks among min-max partitions that stay fast when many partitions tie.
+
+:func:`pipeplan.partition.partition_layers` first finds the optimal bottleneck
+``T``; these routines then choose among the partitions whose slowest stage is
+``T``. When ``T`` is set by one part of the model (an indivisible layer, a fixed
+extra) the others have a lot of room and the number of (start, end) pairs on some
+optimal partition grows like ``S·L·L/S``; walking them all took 40 s for 10,000
+layers into 128 stages. Here::
+
+    windows = StageWindows(problem, bottleneck)        # per stage: first start for each end
+    variance_bounds(problem, windows)                  # min Σ stage², monotone divide and conquer
+    lexicographic_bounds(problem, windows, fallback)   # sorted stage times, level by level
+
+How it works (``v(k, s, e)`` is stage ``k`` on layers ``[s, e)``):
+
+* **Windows.** For stage ``k`` the last end that fits (time ``<= T``, memory,
+  room for the later stages) is non-decreasing in the start, so for each end
+  ``e`` the starts that fit are one interval ``[first_start[e], e - 1]``.
+* **Variance** minimises ``Σ v²`` by a dynamic program over ends. ``v²`` is a
+  convex function of an interval sum, so the cost matrix is Monge (also with the
+  infeasible entries, which form a staircase) and the best start is
+  non-decreasing in the end: divide and conquer evaluates ``O(L log L)`` starts
+  per stage instead of every pair, all nodes of one recursion level at once in
+  numpy.
+* **Lexicographic** (the stage times sorted slowest first, smallest
+  lexicographically) works in levels. Level one: every optimal partition has some
+  stages at ``T``; a min-count dynamic program over the windows (range minima,
+  sparse tables) gives the fewest, ``c₁``, and keeps only the (stage, position)
+  nodes that lie on a partition with exactly ``c₁``. The variance optimum, when
+  it also has ``c₁`` stages at ``T``, bounds the next value: the lexicographic
+  optimum's other stages are at most its largest other stage ``q`` (it minimises
+  that value among partitions with ``c₁`` stages at ``T``). The (start, end)
+  pairs with value ``T`` or ``<= q`` between kept nodes are then listed, and each
+  further level finds the smallest possible next value (a bottleneck pass over
+  the list), the fewest stages at it (a count pass) and keeps the pairs on such
+  partitions. Every level keeps the optimum in the list and every partition left
+  shares the values fixed so far, so once the list is short an exact dynamic
+  program over sorted tuples finishes it.
+
+Both are exact in exact arithmetic (the property tests compare them with brute
+force on integer costs); with real-valued costs stage values are the rounded
+prefix differences every part of the solver uses.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["StageWindows", "variance_bounds", "lexicographic_bounds", "LEVEL_PAIR_BUDGET"]
+
+# Below this many listed pairs the sorted-tuple dynamic program (about 1 µs a
+# pair) finishes the lexicographic tie-break; above it another level is peeled.
+LEVEL_PAIR_BUDGET = 60_000
+# Listing more pairs than this would need too much memory: the caller falls back
+# to the exact pair-by-pair dynamic program over all optimal pairs.
+LISTING_LIMIT = 6_000_000
+
+
+def _limit(problem: Any, k: int, threshold: float, *, time_only: bool) -> np.ndarray:
+    """Last end per start (``0..L``) for stage ``k`` at ``threshold``; non-decreasing."""
+    from .partition import _monotone_limit
+
+    starts = np.arange(problem.num_layers + 1)
+    if time_only:
+        return _monotone_limit(problem.prefixes[k], starts, problem.extra[k], threshold, problem.num_layers)
+    return problem._ends(k, starts, threshold)[0]
+
+
+class StageWindows:
+    """Per stage, which starts fit each end at the optimal bottleneck.
+
+    Attributes:
+        last_end: ``last_end[k][s]``, the last end stage ``k`` may have from ``s``.
+        below_end: ``below_end[k][s]``, the last end whose time is strictly below the bottleneck.
+        first_start: ``first_start[k][e]``, the first start that fits end ``e``.
+        first_below: ``first_below[k][e]``, the first start whose time to ``e`` is below the bottleneck.
+    """
+
+    def __init__(self, problem: Any, bottleneck: float) -> None:
+        self.bottleneck = bottleneck
+        below = float(np.nextafter(bottleneck, -math.inf))
+        cache: dict[tuple[int, float, int], tuple[np.ndarray, ...]] = {}
+        self.last_end: list[np.ndarray] = []
+        self.below_end: list[np.ndarray] = []
+        self.first_start: list[np.ndarray] = []
+        self.first_below: list[np.ndarray] = []
+        ends = np.arange(problem.num_layers + 1)
+        for k in range(problem.num_stages):
+            room = problem.num_layers - (problem.num_stages - 1 - k)
+            memory = id(problem.mem_limit[k]) if problem.mem_limit is not None else 0
+            key = (id(problem.prefixes[k]), float(problem.extra[k]), memory * 100_003 + room)
+            if key not in cache:
+                last = _limit(problem, k, bottleneck, time_only=False)
+                strict = _limit(problem, k, below, time_only=True)
+                cache[key] = (
+                    last,
+                    strict,
+                    np.searchsorted(last, ends, side="left"),
+                    np.searchsorted(strict, ends, side="left"),
+                )
+            last, strict, first, first_below = cache[key]
+            self.last_end.append(last)
+            self.below_end.append(strict)
+            self.first_start.append(first)
+            self.first_below.append(first_below)
+
+
+# ------------------------------------------------------------------- variance
+def variance_bounds(problem: Any, windows: StageWindows) -> list[int]:
+    """Bounds of an optimal partition with the smallest sum of squared stage times."""
+    num_layers, num_stages = problem.num_layers, problem.num_stages
+    cost = np.full(num_layers + 1, math.inf)
+    cost[0] = 0.0
+    pointers: list[np.ndarray] = []
+    for k in range(num_stages):
+        cost, pointer = _variance_stage(problem, windows, k, cost)
+        pointers.append(pointer)
+    return _walk_back(pointers, num_layers)
+
+
+def _variance_stage(problem: Any, windows: StageWindows, k: int, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One stage of the min Σv² program by level-synchronous divide and conquer."""
+    num_layers = problem.num_layers
+    prefix, extra = problem.prefixes[k], float(problem.extra[k])
+    first = windows.first_start[k]
+    finite = np.concatenate([[0], np.cumsum(np.isfinite(cost))])
+    ends = np.arange(1, num_layers + 1)
+    lows = first[1:]
+    has = (lows < ends) & (finite[ends] - finite[np.minimum(lows, ends)] > 0)
+    columns = ends[has]
+    new_cost = np.full(num_layers + 1, math.inf)
+    pointer = np.full(num_layers + 1, -1)
+    if len(columns) == 0:
+        return new_cost, pointer
+    # segments of columns [left, right] whose best start lies in [low, high]
+    left = np.array([0])
+    right = np.array([len(columns) - 1])
+    low = np.array([0])
+    high = np.array([num_layers])
+    while len(left):
+        middle = (left + right) // 2
+        column = columns[middle]
+        a = np.maximum(low, first[column])
+        b = np.minimum(high, column - 1)
+        counts = b - a + 1
+        offsets = np.cumsum(counts) - counts
+        segment = np.repeat(np.arange(len(left)), counts)
+        starts = np.repeat(a, counts) + (np.arange(int(counts.sum())) - np.repeat(offsets, counts))
+        e = column[segment]
+        value = (prefix[e] - prefix[starts]) + extra
+        total = cost[starts] + value * value
+        best = np.minimum.reduceat(total, offsets)
+        index = np.arange(len(total))
+        chosen = np.maximum.reduceat(np.where(total == best[segment], index, -1), offsets)
+        where = starts[chosen]
+        new_cost[column] = best
+        pointer[column] = where
+        go_left = middle > left
+        go_right = middle < right
+        left, right, low, high = (
+            np.concatenate([left[go_left], middle[go_right] + 1]),
+            np.concatenate([middle[go_left] - 1, right[go_right]]),
+            np.concatenate([low[go_left], where[go_right]]),
+            np.concatenate([where[go_left], high[go_right]]),
+        )
+    return new_cost, pointer
+
+
+def _walk_back(pointers: list[np.ndarray], num_layers: int) -> list[int]:
+    bounds = [num_layers]
+    for k in range(len(pointers) - 1, 0, -1):
+        bounds.append(int(pointers[k][bounds[-1]]))
+    bounds.append(0)
+    bounds.reverse()
+    return bounds
+
+
+class _Cap:
+    """Per stage, the starts/ends whose time is ``<= value`` (time only)."""
+
+    def __init__(self, problem: Any, value: float) -> None:
+        self.value = value
+        positions = np.arange(problem.num_layers + 1)
+        cache: dict[tuple[int, float], tuple[np.ndarray, np.ndarray]] = {}
+        self.last_end: list[np.ndarray] = []
+        self.first_start: list[np.ndarray] = []
+        for k in range(problem.num_stages):
+            key = (id(problem.prefixes[k]), float(problem.extra[k]))
+            if key not in cache:
+                last = _limit(problem, k, value, time_only=True)
+                cache[key] = (last, np.searchsorted(last, positions, side="left"))
+            self.last_end.append(cache[key][0])
+            self.first_start.append(cache[key][1])
+
+
+# ---------------------------------------------------------- range minimum
+class _RangeMin:
+    """Sparse table over an array: minimum of ``values[a..b]`` for many ``(a, b)`` at once."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.levels = [values]
+        width = 1
+        while 2 * width <= len(values):
+            previous = self.levels[-1]
+            self.levels.append(np.minimum(previous[:-width], previous[width:]))
+            width *= 2
+
+    def query(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``min(values[a..b])`` per pair; ``inf`` where ``a > b``."""
+        out = np.full(len(a), math.inf)
+        ok = a <= b
+        if not ok.any():
+            return out
+        a, b = a[ok], b[ok]
+        span = b - a + 1
+        level = np.floor(np.log2(span)).astype(int)
+        result = np.empty(len(a))
+        for j in np.unique(level):
+            pick = level == j
+            table = self.levels[int(j)]
+            result[pick] = np.minimum(table[a[pick]], table[b[pick] - (1 << int(j)) + 1])
+        out[ok] = result
+        return out
+
+
+def _count_forward(problem: Any, windows: StageWindows, cap: _Cap | None = None) -> list[np.ndarray]:
+    """``count[k][p]``: fewest stages at the bottleneck among stages ``0..k-1`` covering ``[0, p)``.
+
+    With ``cap``, stages below the bottleneck must also be ``<= cap.value``.
+    """
+    num_layers = problem.num_layers
+    count = np.full(num_layers + 1, math.inf)
+    count[0] = 0.0
+    out = [count]
+    ends = np.arange(num_layers + 1)
+    for k in range(problem.num_stages):
+        table = _RangeMin(count)
+        first, below = windows.first_start[k], windows.first_below[k]
+        split = np.minimum(np.maximum(below, first), ends)
+        at = table.query(first, split - 1) + 1.0
+        lowest = split if cap is None else np.maximum(split, cap.first_start[k])
+        under = table.query(lowest, ends - 1)
+        count = np.minimum(at, under)
+        out.append(count)
+    return out
+
+
+def _count_backward(problem: Any, windows: StageWindows, cap: _Cap | None = None) -> list[np.ndarray]:
+    """``count[k][p]``: fewest stages at the bottleneck among stages ``k..S-1`` covering ``[p, L)``."""
+    num_layers, num_stages = problem.num_layers, problem.num_stages
+    count = np.full(num_layers + 1, math.inf)
+    count[num_layers] = 0.0
+    out = [count]
+    starts = np.arange(num_layers + 1)
+    for k in range(num_stages - 1, -1, -1):
+        table = _RangeMin(count)
+        last, strict = windows.last_end[k], windows.below_end[k]
+        split = np.minimum(np.maximum(strict, starts), last)
+        highest = split if cap is None else np.minimum(split, cap.last_end[k])
+        under = table.query(starts + 1, highest)
+        at = table.query(split + 1, last) + 1.0
+        count = np.minimum(at, under)
+        out.append(count)
+    out.reverse()
+    return out
+
+
+# ------------------------------------------------------------ lexicographic
+class _Listing:
+    """The (start, end, value) pairs of each stage still on a candidate partition."""
+
+    def __init__(self, starts: list[np.ndarray], ends: list[np.ndarray], values: list[np.ndarray],
+                 fixed: list[np.ndarray]) -> None:
+        self.starts, self.ends, self.values, self.fixed = starts, ends, values, fixed
+
+    @property
+    def size(self) -> int:
+        return sum(len(s) for s in self.starts)
+
+    def keep(self, masks: list[np.ndarray]) -> None:
+        for k, mask in enumerate(masks):
+            self.starts[k] = self.starts[k][mask]
+            self.ends[k] = self.ends[k][mask]
+            self.values[k] = self.values[k][mask]
+            self.fixed[k] = self.fixed[k][mask]
+
+
+def lexicographic_bounds(problem: Any, windows: StageWindows, witness: list[int]) -> list[int] | None:
+    """Bounds of the optimal partition with lexicographically smallest sorted stage times.
+
+    Returns ``None`` when the pairs to list would exceed :data:`LISTING_LIMIT`
+    (the caller then runs the pair-by-pair program).
+    """
+    num_layers, num_stages = problem.num_layers, problem.num_stages
+    bottleneck = windows.bottleneck
+    fewest = float(_count_forward(problem, windows)[num_stages][num_layers])
+    if fewest == num_stages:
+        return list(witness)  # every optimal partition has all stages at the bottleneck
+    spread = variance_bounds(problem, windows)
+    values = problem.values(spread)
+    at_top = sum(1 for v in values if v == bottleneck)
+    cap = None
+    if at_top == fewest:
+        highest_other = max(v for v in values if v != bottleneck)
+        if highest_other <= 0.0:
+            return spread  # the other stages cannot go below zero
+        cap = _Cap(problem, highest_other)
+    forward = _count_forward(problem, windows, cap)
+    backward = _count_backward(problem, windows, cap)
+    listing = _list_pairs(problem, windows, forward, backward, fewest, cap)
+    if listing is None:
+        return None
+    while listing.size > LEVEL_PAIR_BUDGET:
+        if not _peel_level(listing, num_layers):
+            break
+    return _sorted_tuple_program(listing, num_layers)
+
+
+def _list_pairs(problem: Any, windows: StageWindows, forward: list[np.ndarray], backward: list[np.ndarray],
+                fewest: float, cap: _Cap | None) -> _Listing | None:
+    """Pairs at the bottleneck or ``<= cap`` on a partition with ``fewest`` bottleneck stages."""
+    num_layers, num_stages = problem.num_layers, problem.num_stages
+    on_path = [np.flatnonzero(forward[k] + backward[k] == fewest) for k in range(num_stages + 1)]
+    capped = windows.first_below if cap is None else cap.first_start
+    plans = []
+    total = 0
+    for k in range(num_stages):
+        ends = on_path[k + 1]
+        ends = ends[ends > 0]
+        first = windows.first_start[k][ends]
+        split = np.minimum(np.maximum(windows.first_below[k][ends], first), ends)
+        free = np.maximum(np.maximum(capped[k][ends], split), first)
+        top_count = split - first
+        free_count = np.maximum(ends - free, 0)
+        total += int(top_count.sum() + free_count.sum())
+        if total > LISTING_LIMIT:
+            return None
+        plans.append((ends, first, top_count, free, free_count))
+    starts_out, ends_out, values_out, fixed_out = [], [], [], []
+    for k, (ends, first, top_count, free, free_count) in enumerate(plans):
+        block_start = np.stack([first, free], axis=1).ravel()
+        block_count = np.stack([top_count, free_count], axis=1).ravel()
+        block_top = np.tile([True, False], len(ends))
+        n = int(block_count.sum())
+        offsets = np.cumsum(block_count) - block_count
+        starts = np.repeat(block_start, block_count) + (np.arange(n) - np.repeat(offsets, block_count))
+        e = np.repeat(np.repeat(ends, 2), block_count)
+        top = np.repeat(block_top, block_count)
+        tight = forward[k][starts] + top + backward[k + 1][e] == fewest
+        starts, e, top = starts[tight], e[tight], top[tight]
+        value = (problem.prefixes[k][e] - problem.prefixes[k][starts]) + problem.extra[k]
+        starts_out.append(starts)
+        ends_out.append(e)
+        values_out.append(value)
+        fixed_out.append(top)
+    return _Listing(starts_out, ends_out, values_out, fixed_out)
+
+
+def _bottleneck_pass(listing: _Listing, num_layers: int, reverse: bool) -> list[np.ndarray]:
+    """Smallest largest free value on a path to (or from) each node."""
+    num_stages = len(listing.starts)
+    node = np.full(num_layers + 1, math.inf)
+    node[num_layers if reverse else 0] = -math.inf
+    out = [node]
+    order = range(num_stages - 1, -1, -1) if reverse else range(num_stages)
+    for k in order:
+        source, target = (listing.ends[k], listing.starts[k]) if reverse else (listing.starts[k], listing.ends[k])
+        free = np.where(listing.fixed[k], -math.inf, listing.values[k])
+        candidate = np.maximum(node[source], free)
+        node = np.full(num_layers + 1, math.inf)
+        np.minimum.at(node, target, candidate)
+        out.append(node)
+    if reverse:
+        out.reverse()
+    return out
+
+
+def _count_pass(listing: _Listing, counted: list[np.ndarray], num_layers: int, reverse: bool) -> list[np.ndarray]:
+    num_stages = len(listing.starts)
+    node = np.full(num_layers + 1, math.inf)
+    node[num_layers if reverse else 0] = 0.0
+    out = [node]
+    order = range(num_stages - 1, -1, -1) if reverse else range(num_stages)
+    for k in order:
+        source, target = (listing.ends[k], listing.starts[k]) if reverse else (listing.starts[k], listing.ends[k])
+        candidate = node[source] + counted[k]
+        node = np.full(num_layers + 1, math.inf)
+        np.minimum.at(node, target, candidate)
+        out.append(node)
+    if reverse:
+        out.reverse()
+    return out
+
+
+def _peel_level(listing: _Listing, num_layers: int) -> bool:
+    """Fix the next value of the sorted optimum and its count; ``False`` if nothing is left free."""
+    forward = _bottleneck_pass(listing, num_layers, reverse=False)
+    num_stages = len(listing.starts)
+    level = float(forward[num_stages][num_layers])
+    if level == -math.inf:
+        return False
+    backward = _bottleneck_pass(listing, num_layers, reverse=True)
+    masks = []
+    for k in range(num_stages):
+        free = np.where(listing.fixed[k], -math.inf, listing.values[k])
+        worst = np.maximum(np.maximum(forward[k][listing.starts[k]], free), backward[k + 1][listing.ends[k]])
+        masks.append(worst <= level)
+    listing.keep(masks)
+    counted = [(~listing.fixed[k] & (listing.values[k] == level)).astype(float) for k in range(num_stages)]
+    ahead = _count_pass(listing, counted, num_layers, reverse=False)
+    behind = _count_pass(listing, counted, num_layers, reverse=True)
+    fewest = ahead[num_stages][num_layers]
+    masks = [
+        ahead[k][listing.starts[k]] + counted[k] + behind[k + 1][listing.ends[k]] == fewest
+        for k in range(num_stages)
+    ]
+    for k in range(num_stages):
+        listing.fixed[k] = listing.fixed[k] | (counted[k] > 0)
+    listing.keep(masks)
+    return True
+
+
+def _sorted_tuple_program(listing: _Listing, num_layers: int) -> list[int]:
+    """Exact lexicographic program over the listed pairs (negated sorted tuples; larger is better)."""
+    best: dict[int, tuple[tuple[float, ...], int]] = {0: ((), -1)}
+    pointers: list[dict[int, int]] = []
+    for k in range(len(listing.starts)):
+        current: dict[int, tuple[tuple[float, ...], int]] = {}
+        for s, e, v in zip(listing.starts[k].tolist(), listing.ends[k].tolist(), listing.values[k].tolist()):
+            entry = best.get(s)
+            if entry is None:
+                continue
+            vector = entry[0]
+            key = -v
+            at = bisect.bisect_right(vector, key)
+            merged = vector[:at] + (key,) + vector[at:]
+            old = current.get(e)
+            if old is None or merged > old[0] or (merged == old[0] and s > old[1]):
+                current[e] = (merged, s)
+        pointers.append({e: value[1] for e, value in current.items()})
+        best = current
+    bounds = [num_layers]
+    for k in range(len(pointers) - 1, 0, -1):
+        bounds.append(pointers[k][bounds[-1]])
+    bounds.append(0)
+    bounds.reverse()
+    return bounds
