@@ -442,16 +442,15 @@ class _Problem:
         """The tie-broken optimal bounds and the tie-break actually applied."""
         if how == "none":
             return fallback, "none"
-        pairs = self.optimal_pairs(bottleneck)
-        work = sum(int((e - f + 1).sum()) for _, f, e in pairs)
-        if work <= _PAIR_BUDGET:
+        windows = StageWindows(self, bottleneck)
+        if windows.pair_count() <= _PAIR_BUDGET:
+            pairs = self.optimal_pairs(bottleneck)
             chosen = self._lexicographic(pairs) if how == "lexicographic" else self._variance(pairs)
             return chosen, how
-        windows = StageWindows(self, bottleneck)
         if how == "variance":
             return variance_bounds(self, windows), how
         listed = lexicographic_bounds(self, windows, fallback)
-        return (self._lexicographic(pairs) if listed is None else listed), how
+        return (self._lexicographic(self.optimal_pairs(bottleneck)) if listed is None else listed), how
 
     def _pair_arrays(self, pairs, k):
         starts, first, last = pairs[k]

@@ -83,46 +83,94 @@ class StageWindows:
     def __init__(self, problem: Any, bottleneck: float) -> None:
         self.bottleneck = bottleneck
         below = float(np.nextafter(bottleneck, -math.inf))
+        num_layers = problem.num_layers
+        positions = np.arange(num_layers + 1)
         cache: dict[tuple[int, float, int], tuple[np.ndarray, ...]] = {}
         self.last_end: list[np.ndarray] = []
         self.below_end: list[np.ndarray] = []
         self.first_start: list[np.ndarray] = []
         self.first_below: list[np.ndarray] = []
-        ends = np.arange(problem.num_layers + 1)
         for k in range(problem.num_stages):
-            room = problem.num_layers - (problem.num_stages - 1 - k)
-            memory = id(problem.mem_limit[k]) if problem.mem_limit is not None else 0
-            key = (id(problem.prefixes[k]), float(problem.extra[k]), memory * 100_003 + room)
+            memory = problem.mem_limit[k] if problem.mem_limit is not None else None
+            key = (id(problem.prefixes[k]), float(problem.extra[k]), id(memory))
             if key not in cache:
-                last = _limit(problem, k, bottleneck, time_only=False)
+                by_time = _limit(problem, k, bottleneck, time_only=True)
+                last = by_time if memory is None else np.minimum(by_time, memory)
                 strict = _limit(problem, k, below, time_only=True)
                 cache[key] = (
                     last,
                     strict,
-                    np.searchsorted(last, ends, side="left"),
-                    np.searchsorted(strict, ends, side="left"),
+                    np.searchsorted(last, positions, side="left"),
+                    np.searchsorted(strict, positions, side="left"),
                 )
             last, strict, first, first_below = cache[key]
-            self.last_end.append(last)
+            # room for the later stages: stage k ends at most at L - (S - 1 - k)
+            room = num_layers - (problem.num_stages - 1 - k)
+            self.last_end.append(np.minimum(last, room))
             self.below_end.append(strict)
-            self.first_start.append(first)
+            self.first_start.append(np.where(positions <= room, first, num_layers + 1))
             self.first_below.append(first_below)
+
+
+    def reaching(self) -> list[np.ndarray]:
+        """``reaching[k][p]``: stages ``0..k-1`` can cover ``[0, p)`` within the bottleneck."""
+        num_layers = len(self.last_end[0]) - 1
+        positions = np.arange(num_layers + 1)
+        node = np.zeros(num_layers + 1, dtype=bool)
+        node[0] = True
+        out = [node]
+        for first in self.first_start:
+            reach = np.concatenate([[0], np.cumsum(node)])
+            low = np.minimum(first, positions)
+            node = reach[positions] - reach[low] > 0
+            out.append(node)
+        return out
+
+    def pair_count(self) -> int:
+        """How many (stage, start, end) pairs lie between positions on some optimal partition."""
+        reaching, finishing = self.reaching(), self.finishing()
+        total = 0
+        for k, first in enumerate(self.first_start):
+            ends = np.flatnonzero(reaching[k + 1] & finishing[k + 1])
+            valid = np.concatenate([[0], np.cumsum(reaching[k] & finishing[k])])
+            low = np.minimum(first[ends], ends)
+            total += int((valid[ends] - valid[low]).sum())
+        return total
+
+    def finishing(self) -> list[np.ndarray]:
+        """``finishing[k][p]``: stages ``k..S-1`` can cover ``[p, L)`` within the bottleneck."""
+        num_stages = len(self.last_end)
+        num_layers = len(self.last_end[0]) - 1
+        positions = np.arange(num_layers + 1)
+        node = np.zeros(num_layers + 1, dtype=bool)
+        node[num_layers] = True
+        out = [node]
+        for k in range(num_stages - 1, -1, -1):
+            reach = np.concatenate([[0], np.cumsum(node)])
+            last = np.maximum(self.last_end[k], positions)
+            node = reach[last + 1] - reach[positions + 1] > 0
+            out.append(node)
+        out.reverse()
+        return out
 
 
 # ------------------------------------------------------------------- variance
 def variance_bounds(problem: Any, windows: StageWindows) -> list[int]:
     """Bounds of an optimal partition with the smallest sum of squared stage times."""
     num_layers, num_stages = problem.num_layers, problem.num_stages
+    finishes = windows.finishing()
     cost = np.full(num_layers + 1, math.inf)
     cost[0] = 0.0
     pointers: list[np.ndarray] = []
     for k in range(num_stages):
-        cost, pointer = _variance_stage(problem, windows, k, cost)
+        cost, pointer = _variance_stage(problem, windows, k, cost, finishes[k + 1])
         pointers.append(pointer)
     return _walk_back(pointers, num_layers)
 
 
-def _variance_stage(problem: Any, windows: StageWindows, k: int, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _variance_stage(
+    problem: Any, windows: StageWindows, k: int, cost: np.ndarray, finishes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """One stage of the min Σv² program by level-synchronous divide and conquer."""
     num_layers = problem.num_layers
     prefix, extra = problem.prefixes[k], float(problem.extra[k])
@@ -130,33 +178,46 @@ def _variance_stage(problem: Any, windows: StageWindows, k: int, cost: np.ndarra
     finite = np.concatenate([[0], np.cumsum(np.isfinite(cost))])
     ends = np.arange(1, num_layers + 1)
     lows = first[1:]
-    has = (lows < ends) & (finite[ends] - finite[np.minimum(lows, ends)] > 0)
+    has = (lows < ends) & (finite[ends] - finite[np.minimum(lows, ends)] > 0) & finishes[1:]
     columns = ends[has]
     new_cost = np.full(num_layers + 1, math.inf)
     pointer = np.full(num_layers + 1, -1)
     if len(columns) == 0:
         return new_cost, pointer
-    # segments of columns [left, right] whose best start lies in [low, high]
+    def best_starts(column: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Smallest cost and the latest start achieving it, per column, starts in ``[low, high]``."""
+        a = np.maximum(low, first[column])
+        b = np.minimum(high, column - 1)
+        counts = b - a + 1
+        offsets = np.cumsum(counts) - counts
+        segment = np.repeat(np.arange(len(column)), counts)
+        starts = np.repeat(a - offsets, counts) + np.arange(int(counts.sum()))
+        value = (prefix[column[segment]] - prefix[starts]) + extra
+        total = cost[starts] + value * value
+        best = np.minimum.reduceat(total, offsets)
+        latest = np.maximum.reduceat(np.where(total == best[segment], starts, -1), offsets)
+        return best, latest
+
+    # segments of columns [left, right] (indices into ``columns``) whose best start lies in [low, high]
     left = np.array([0])
     right = np.array([len(columns) - 1])
     low = np.array([0])
     high = np.array([num_layers])
     while len(left):
+        widths = high - low + 1
+        spans = right - left + 1
+        levels_left = math.log2(int(spans.max()) + 1)
+        if int((spans * widths).sum()) <= 2.0 * levels_left * int(widths.sum() + len(widths)):
+            # the rest at once: every column of every segment over the segment's range
+            owner = np.repeat(np.arange(len(left)), spans)
+            index = np.repeat(left - (np.cumsum(spans) - spans), spans) + np.arange(int(spans.sum()))
+            best, where = best_starts(columns[index], low[owner], high[owner])
+            new_cost[columns[index]] = best
+            pointer[columns[index]] = where
+            break
         middle = (left + right) // 2
         column = columns[middle]
-        a = np.maximum(low, first[column])
-        b = np.minimum(high, column - 1)
-        counts = b - a + 1
-        offsets = np.cumsum(counts) - counts
-        segment = np.repeat(np.arange(len(left)), counts)
-        starts = np.repeat(a, counts) + (np.arange(int(counts.sum())) - np.repeat(offsets, counts))
-        e = column[segment]
-        value = (prefix[e] - prefix[starts]) + extra
-        total = cost[starts] + value * value
-        best = np.minimum.reduceat(total, offsets)
-        index = np.arange(len(total))
-        chosen = np.maximum.reduceat(np.where(total == best[segment], index, -1), offsets)
-        where = starts[chosen]
+        best, where = best_starts(column, low, high)
         new_cost[column] = best
         pointer[column] = where
         go_left = middle > left
@@ -202,28 +263,27 @@ class _RangeMin:
     """Sparse table over an array: minimum of ``values[a..b]`` for many ``(a, b)`` at once."""
 
     def __init__(self, values: np.ndarray) -> None:
-        self.levels = [values]
-        width = 1
-        while 2 * width <= len(values):
-            previous = self.levels[-1]
-            self.levels.append(np.minimum(previous[:-width], previous[width:]))
-            width *= 2
+        size = len(values)
+        depth = max(1, size.bit_length())
+        table = np.full((depth, size), math.inf)
+        table[0] = values
+        for j in range(1, depth):
+            width = 1 << (j - 1)
+            np.minimum(table[j - 1, : size - width], table[j - 1, width:], out=table[j, : size - width])
+        self.size = size
+        self.flat = table.ravel()
+        self.floor_log2 = np.zeros(size + 1, dtype=np.int64)
+        self.floor_log2[1:] = np.log2(np.arange(1, size + 1)).astype(np.int64)
 
     def query(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """``min(values[a..b])`` per pair; ``inf`` where ``a > b``."""
-        out = np.full(len(a), math.inf)
-        ok = a <= b
-        if not ok.any():
-            return out
-        a, b = a[ok], b[ok]
-        span = b - a + 1
-        level = np.floor(np.log2(span)).astype(int)
-        result = np.empty(len(a))
-        for j in np.unique(level):
-            pick = level == j
-            table = self.levels[int(j)]
-            result[pick] = np.minimum(table[a[pick]], table[b[pick] - (1 << int(j)) + 1])
-        out[ok] = result
+        empty = a > b
+        a = np.where(empty, 0, a)
+        b = np.where(empty, 0, b)
+        level = self.floor_log2[b - a + 1]
+        row = level * self.size
+        out = np.minimum(self.flat[row + a], self.flat[row + b - (1 << level) + 1])
+        out[empty] = math.inf
         return out
 
 
