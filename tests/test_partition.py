@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import time
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 import pipeplan
 from pipeplan import AsymmetricPipelineScheduler, InfeasiblePlanError, InvalidInputError, simulate
 from pipeplan import partition as partition_module
+from pipeplan import partition_ties
 from pipeplan.layers import LayerProfile
 from pipeplan.partition import _inflight_from_orders, even_split, inflight_per_stage, partition_layers
 from pipeplan.schedules import build_schedule
@@ -108,18 +110,102 @@ def test_other_tie_breaks_keep_the_optimal_bottleneck(instance, tie_break):
         assert sum(v * v for v in result.stage_times) == best
 
 
-@settings(max_examples=80, deadline=None)
-@given(instances())
-def test_over_budget_lexicographic_falls_back_to_exact_variance(instance):
+@st.composite
+def adversarial_instances(draw):
+    """Small instances shaped like issue 11's slow cases: a dominant layer, equal or zero costs."""
+    num_layers = draw(st.integers(2, 9))
+    num_stages = draw(st.integers(2, num_layers))
+    kind = draw(st.sampled_from(["dominant_first", "dominant_first_last", "dominant_middle", "uniform", "zeros"]))
+    light = draw(st.lists(st.integers(1, 3), min_size=num_layers, max_size=num_layers))
+    if kind == "uniform":
+        costs = [draw(st.integers(0, 3))] * num_layers
+    elif kind == "zeros":
+        costs = draw(st.lists(st.sampled_from([0, 0, 1, 2]), min_size=num_layers, max_size=num_layers))
+    else:
+        costs = list(light)
+        heavy = draw(st.integers(8, 30))
+        where = {"dominant_first": [0], "dominant_first_last": [0, num_layers - 1],
+                 "dominant_middle": [num_layers // 2]}[kind]
+        for index in where:
+            costs[index] = heavy
+    first = draw(st.sampled_from([0, 0, 5]))
+    last = draw(st.sampled_from([0, 0, 3]))
+    return [float(c) for c in costs], num_stages, float(first), float(last)
+
+
+@contextlib.contextmanager
+def windowed(level_budget: int = partition_ties.LEVEL_PAIR_BUDGET):
+    """Force the windowed tie-breaks; a level budget of 0 peels every level, a huge one none."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(partition_module, "_PAIR_BUDGET", -1)
+        patch.setattr(partition_ties, "LEVEL_PAIR_BUDGET", level_budget)
+        yield
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(adversarial_instances(), instances()), st.sampled_from([0, 4, 10**9]))
+def test_windowed_tie_breaks_equal_brute_force(instance, level_budget):
     costs, num_stages, first, last = instance
-    saved = partition_module._LEX_PAIR_BUDGET
-    partition_module._LEX_PAIR_BUDGET = -1
-    try:
-        result = partition_layers(costs, num_stages, first_extra=first, last_extra=last)
-    finally:
-        partition_module._LEX_PAIR_BUDGET = saved
-    assert result.tie_break == "variance"
-    assert result.bottleneck == brute_lexicographic(costs, num_stages, first, last)[0]
+    candidates = [stage_values(costs, b, first, last) for b in all_bounds(len(costs), num_stages)]
+    lexicographic = min(sorted(v, reverse=True) for v in candidates)
+    optimum = lexicographic[0]
+    smallest_squares = min(sum(x * x for x in v) for v in candidates if max(v) == optimum)
+    with windowed(level_budget):
+        lex = partition_layers(costs, num_stages, first_extra=first, last_extra=last)
+        spread = partition_layers(costs, num_stages, first_extra=first, last_extra=last, tie_break="variance")
+    assert lex.tie_break == "lexicographic"
+    assert sorted(lex.stage_times, reverse=True) == lexicographic
+    assert lex.stage_times == tuple(stage_values(costs, lex.boundaries, first, last))
+    assert spread.bottleneck == optimum
+    assert sum(x * x for x in spread.stage_times) == smallest_squares
+
+
+@settings(max_examples=150, deadline=None)
+@given(adversarial_instances())
+def test_tie_breaks_on_adversarial_instances_equal_brute_force(instance):
+    costs, num_stages, first, last = instance
+    result = partition_layers(costs, num_stages, first_extra=first, last_extra=last)
+    assert sorted(result.stage_times, reverse=True) == brute_lexicographic(costs, num_stages, first, last)
+
+
+# Found by a random search: the two tie-breaks disagree here (the variance optimum
+# is not the lexicographic one), so a tie-break that returns the other fails.
+DISAGREEING = [
+    ([8, 2, 4, 1, 1, 6, 1], 5, [8, 6, 6, 2, 1], [8, 7, 4, 2, 2]),
+    ([12, 5, 3, 2, 6, 3, 6, 0], 5, [12, 8, 8, 6, 3], [12, 9, 6, 5, 5]),
+    ([10, 2, 5, 0, 0, 4, 2, 1, 5], 5, [10, 6, 6, 5, 2], [10, 7, 5, 4, 3]),
+]
+
+
+@pytest.mark.parametrize("costs,num_stages,lexicographic,variance", DISAGREEING)
+@pytest.mark.parametrize("level_budget", [None, 0, 10**9])
+def test_tie_breaks_that_disagree(costs, num_stages, lexicographic, variance, level_budget):
+    context = contextlib.nullcontext() if level_budget is None else windowed(level_budget)
+    with context:
+        lex = partition_layers([float(c) for c in costs], num_stages)
+        spread = partition_layers([float(c) for c in costs], num_stages, tie_break="variance")
+    assert sorted(lex.stage_times, reverse=True) == lexicographic == brute_lexicographic(costs, num_stages)
+    assert sorted(spread.stage_times, reverse=True) == variance
+
+
+def test_windowed_and_pair_walk_agree_on_a_medium_dominant_instance(monkeypatch):
+    # 400 layers with a dominant first layer: too many tied pairs to brute force,
+    # few enough for the pair-by-pair programs; both are exact, so the sorted
+    # stage times (lexicographic) and the sum of squares (variance) must agree.
+    costs = [1.0 + (i % 7) * 0.25 for i in range(400)]
+    costs[0] = 80.0
+    costs[200] = 60.0
+    monkeypatch.setattr(partition_module, "_PAIR_BUDGET", 10**12)
+    walked = {how: partition_layers(costs, 16, tie_break=how) for how in ("lexicographic", "variance")}
+    monkeypatch.setattr(partition_module, "_PAIR_BUDGET", -1)
+    for level_budget in (0, 1000, 10**9):
+        monkeypatch.setattr(partition_ties, "LEVEL_PAIR_BUDGET", level_budget)
+        lex = partition_layers(costs, 16)
+        assert sorted(lex.stage_times, reverse=True) == sorted(walked["lexicographic"].stage_times, reverse=True)
+    spread = partition_layers(costs, 16, tie_break="variance")
+    assert sum(v * v for v in spread.stage_times) == pytest.approx(
+        sum(v * v for v in walked["variance"].stage_times), rel=1e-12
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -192,6 +278,27 @@ def test_memory_is_respected_and_infeasibility_is_exact(instance):
         assert "needed by stage" in message
         # that capacity does fit
         partition_layers(profile, num_stages, **{**options, "memory_capacity": smallest})
+
+
+@settings(max_examples=150, deadline=None)
+@given(memory_instances(), st.sampled_from(["lexicographic", "variance"]))
+def test_windowed_tie_breaks_respect_memory(instance, tie_break):
+    profile, num_stages, schedule, micro, capacity = instance
+    inflight = [min(micro, num_stages - k) for k in range(num_stages)] if schedule == "1f1b" else [micro] * num_stages
+    fitting = [(t, m) for t, m in brute_memory(profile, num_stages, inflight, 2) if max(m) <= capacity]
+    if not fitting:
+        return
+    with windowed(0):
+        result = partition_layers(profile, num_stages, memory_capacity=capacity, bytes_per_param=2,
+                                  schedule=schedule, num_microbatches=micro, tie_break=tie_break)
+    assert max(result.stage_memory) <= capacity
+    optimum = min(max(t) for t, _ in fitting)
+    assert result.bottleneck == optimum
+    if tie_break == "lexicographic":
+        assert sorted(result.stage_times, reverse=True) == min(sorted(t, reverse=True) for t, _ in fitting)
+    else:
+        assert sum(v * v for v in result.stage_times) == min(sum(v * v for v in t) for t, _ in fitting
+                                                               if max(t) == optimum)
 
 
 def test_first_stage_holds_more_microbatches_under_1f1b():
