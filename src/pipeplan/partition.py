@@ -48,6 +48,7 @@ How it works:
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,7 +61,8 @@ from .errors import InfeasiblePlanError, InvalidInputError
 from .layers import LayerProfile
 from .partition_ties import StageWindows, lexicographic_bounds, variance_bounds
 
-__all__ = ["PartitionResult", "partition_layers", "inflight_per_stage", "even_split", "TieBreak", "Objective"]
+__all__ = ["PartitionResult", "partition_layers", "inflight_per_stage", "even_split", "rank_totals", "TieBreak",
+           "Objective"]
 
 TieBreak = Literal["lexicographic", "variance", "none"]
 Objective = Literal["bottleneck", "step_time"]
@@ -70,6 +72,11 @@ Objective = Literal["bottleneck", "step_time"]
 # it they use the windowed algorithms of :mod:`pipeplan.partition_ties`, whose work
 # does not grow with the number of tied partitions.
 _PAIR_BUDGET = 100_000
+# Splits of the rank capacities the per-rank memory search starts from.
+_SHARE_STARTS = 6
+# With several stages per rank and at most this many partitions, the per-rank
+# memory problem is solved exactly by listing them all (numpy).
+_EXHAUSTIVE_LIMIT = 200_000
 
 
 @dataclass(frozen=True)
@@ -92,7 +99,24 @@ class PartitionResult:
         tie_break: how ties on the bottleneck were broken (the one applied).
         profile: the layer profile the plan was made from (``None`` for a plain
             list of costs without a step time); exports read its layer names.
+        proven_optimal: ``False`` only when several stages share a rank, a memory
+            capacity binds per rank, and the best split of the rank capacities that
+            was found has a larger bottleneck than the per-stage relaxation (the
+            module doc, *Memory*). The plan always fits per rank.
     """
+
+    @property
+    def num_ranks(self) -> int:
+        """Number of ranks (GPUs) the stages are placed on."""
+        return max(self.placement) + 1 if self.placement else self.num_stages
+
+    @property
+    def rank_memory(self) -> tuple[float, ...]:
+        """Bytes each rank holds: the sum of its stages' :attr:`stage_memory`."""
+        if not self.stage_memory:
+            return ()
+        placement = self.placement or tuple(range(self.num_stages))
+        return tuple(rank_totals(self.stage_memory, placement))
 
     layers_per_stage: tuple[int, ...]
     stage_times: tuple[float, ...]
@@ -106,6 +130,7 @@ class PartitionResult:
     objective: str = "bottleneck"
     tie_break: str = "lexicographic"
     profile: LayerProfile | None = field(default=None, repr=False, compare=False)
+    proven_optimal: bool = True
 
     @property
     def num_stages(self) -> int:
@@ -131,6 +156,7 @@ class PartitionResult:
             "stage_times": list(self.stage_times),
             "stage_memory": list(self.stage_memory),
             "placement": list(self.placement),
+            "rank_memory": list(self.rank_memory),
             "inflight": list(self.inflight),
             "bottleneck": self.bottleneck,
             "step_time": self.step_time,
@@ -138,6 +164,7 @@ class PartitionResult:
             "num_microbatches": self.num_microbatches,
             "objective": self.objective,
             "tie_break": self.tie_break,
+            "proven_optimal": self.proven_optimal,
         }
 
 
@@ -618,20 +645,40 @@ def partition_layers(
 
     memory_prefixes = _memory_prefixes(params, activations, per_param, inflight)
     memory_problem = _Problem(memory_prefixes, extra_bytes)
-    mem_limit = None
-    if capacity is not None:
-        mem_limit = [
-            _monotone_limit(prefix, np.arange(num_layers + 1), extra_bytes[k], capacity, num_layers)
-            for k, prefix in enumerate(memory_prefixes)
-        ]
     time_prefix = np.concatenate([[0.0], np.cumsum(times)])
-    problem = _Problem([time_prefix] * stages, extra_time, mem_limit)
-    solved = problem.min_bottleneck()
-    if solved is None:
+    context = _Context(memory_problem, tuple(placement), schedule, micro, per_param)
+
+    def solve(capacities: Sequence[float] | None) -> tuple[_Problem, list[int], str] | None:
+        limits = None if capacities is None else _memory_limits(memory_problem, capacities)
+        candidate = _Problem([time_prefix] * stages, extra_time, limits)
+        solved = candidate.min_bottleneck()
+        if solved is None:
+            return None
+        chosen, applied = candidate.tie_break(solved[0], tie_break, solved[1])
+        return candidate, chosen, applied
+
+    outcome = solve(None if capacity is None else [capacity] * stages)
+    proven = True
+    if outcome is None:
         assert capacity is not None
-        raise _infeasible(memory_problem, capacity, schedule, micro, per_param)
-    bottleneck, witness = solved
-    bounds, applied = problem.tie_break(bottleneck, tie_break, witness)
+        raise context.infeasible(capacity)
+    if capacity is not None and context.shared and max(context.rank_memory(outcome[1])) > capacity:
+        # The per-stage solve is a relaxation (its bottleneck is a lower bound); keep
+        # the best split of each rank's capacity over its stages that fits per rank.
+        relaxed = max(outcome[0].values(outcome[1]))
+        exhaustive = context.exhaustive(time_prefix, extra_time, capacity, tie_break)
+        if exhaustive is not None:
+            fitting = exhaustive[0]
+            relaxed = exhaustive[1]  # the exact optimum per rank
+        else:
+            fitting = context.fit_per_rank(time_prefix, extra_time, capacity, relaxed)
+        if fitting is None:
+            raise context.infeasible(capacity)
+        found = solve(context.capacities_around(fitting, capacity))
+        assert found is not None  # the partition found fits these capacities
+        outcome = found
+        proven = max(outcome[0].values(outcome[1])) == relaxed
+    problem, bounds, applied = outcome
 
     if simulate_step and profile is None:
         profile = LayerProfile.from_costs(times.tolist())
@@ -657,6 +704,7 @@ def partition_layers(
         objective=objective,
         tie_break=applied if objective == "bottleneck" else "none",
         profile=profile,
+        proven_optimal=proven,
     )
 
 
@@ -679,18 +727,209 @@ def _memory_prefixes(
     return [cache.setdefault(count, base + count * act) for count in inflight]
 
 
-def _infeasible(
-    memory_problem: _Problem, capacity: float, schedule: str, micro: int, per_param: float
-) -> InfeasiblePlanError:
-    needed, bounds = memory_problem.min_bottleneck()  # type: ignore[misc]
-    values = memory_problem.values(bounds)
-    stage = int(np.argmax(values))
-    return InfeasiblePlanError(
-        f"memory_capacity={capacity:.6g} bytes fits no partition of {memory_problem.num_layers} layers "
-        f"into {memory_problem.num_stages} stages under {schedule!r} with {micro} microbatches "
-        f"({per_param:g} bytes per parameter); the smallest capacity that fits is {needed:.6g} bytes, "
-        f"needed by stage {stage} (layers {bounds[stage]}..{bounds[stage + 1] - 1})"
-    )
+def _memory_limits(memory_problem: _Problem, capacities: Sequence[float]) -> list[np.ndarray]:
+    """Per stage, the last end whose memory fits ``capacities[k]`` from each start."""
+    starts = np.arange(memory_problem.num_layers + 1)
+    return [
+        _monotone_limit(prefix, starts, memory_problem.extra[k], capacities[k], memory_problem.num_layers)
+        for k, prefix in enumerate(memory_problem.prefixes)
+    ]
+
+
+class _Context:
+    """Memory per rank: which stages share a rank, and the infeasibility report."""
+
+    def __init__(self, memory_problem: _Problem, placement: tuple[int, ...], schedule: str, micro: int,
+                 per_param: float) -> None:
+        self.memory_problem = memory_problem
+        self.placement = placement
+        self.num_ranks = max(placement) + 1
+        self.shared = len(set(placement)) < len(placement)
+        self.schedule, self.micro, self.per_param = schedule, micro, per_param
+
+    def rank_memory(self, bounds: Sequence[int]) -> list[float]:
+        return rank_totals(self.memory_problem.values(bounds), self.placement)
+
+    def shares_of(self, bounds: Sequence[int]) -> list[float]:
+        """Each stage's part of its rank's memory in ``bounds`` (mixed with an equal split)."""
+        values = self.memory_problem.values(bounds)
+        totals = rank_totals(values, self.placement)
+        counts = rank_totals([1.0] * len(values), self.placement)
+        return [
+            0.9 * values[k] / totals[r] + 0.1 / counts[r] if totals[r] > 0 else 1.0 / counts[r]
+            for k, r in enumerate(self.placement)
+        ]
+
+    def equal_shares(self) -> list[float]:
+        counts = rank_totals([1.0] * len(self.placement), self.placement)
+        return [1.0 / counts[r] for r in self.placement]
+
+    def smallest_rank_capacity(self, time_limits: Sequence[np.ndarray] | None = None) -> tuple[float, list[int]]:
+        """A partition with a small largest rank memory (stage times within ``time_limits``), and that memory.
+
+        With shares ``w`` (summing to 1 on each rank) the exact solver minimises
+        ``max_k memory_k / w_k``, and every rank then holds at most that. The
+        shares are re-read from each result a few times; the best partition is kept.
+        Returns ``(inf, [])`` when no partition meets ``time_limits``.
+        """
+        best: tuple[float, list[int]] = (math.inf, [])
+        for shares in self._starting_shares():
+            for _ in range(3):
+                scaled = _Problem([p / w for p, w in zip(self.memory_problem.prefixes, shares)],
+                                  self.memory_problem.extra / np.asarray(shares), time_limits)
+                solved = scaled.min_bottleneck()
+                if solved is None:
+                    return best
+                needed = max(self.rank_memory(solved[1]))
+                if needed < best[0]:
+                    best = (needed, solved[1])
+                shares = self.shares_of(solved[1])
+        return best
+
+    def _starting_shares(self) -> list[list[float]]:
+        """Equal shares, then a few seeded random splits of each rank's capacity."""
+        rng = np.random.default_rng(0)
+        out = [self.equal_shares()]
+        for _ in range(_SHARE_STARTS - 1):
+            raw = rng.uniform(0.2, 1.0, len(self.placement))
+            totals = rank_totals(raw, self.placement)
+            out.append([raw[k] / totals[r] for k, r in enumerate(self.placement)])
+        return out
+
+    def fit_per_rank(self, time_prefix: np.ndarray, extra_time: np.ndarray, capacity: float,
+                     lower: float) -> list[int] | None:
+        """A partition that fits ``capacity`` per rank with a small slowest stage (``None``: none found).
+
+        Bisects the slowest stage time ``T`` from ``lower`` (the per-stage
+        relaxation's optimum) up: at each ``T`` it looks for a partition with every
+        stage ``<= T`` whose largest rank memory fits (:meth:`smallest_rank_capacity`).
+        """
+        starts = np.arange(self.memory_problem.num_layers + 1)
+        last = self.memory_problem.num_layers
+
+        def attempt(threshold: float) -> list[int] | None:
+            limits = [_monotone_limit(time_prefix, starts, extra, threshold, last) for extra in extra_time]
+            needed, bounds = self.smallest_rank_capacity(limits)
+            return bounds if needed <= capacity else None
+
+        def slowest(bounds: Sequence[int]) -> float:
+            return max(float(time_prefix[b] - time_prefix[a] + x)
+                       for a, b, x in zip(bounds[:-1], bounds[1:], extra_time))
+
+        best = attempt(lower)
+        if best is not None:
+            return best
+        best = attempt(math.inf)
+        if best is None:
+            return None
+        low, high = lower, slowest(best)
+        for _ in range(30):
+            if not low < high * (1 - 1e-9):
+                break
+            middle = low + (high - low) / 2
+            found = attempt(middle)
+            if found is None:
+                low = middle
+            else:
+                best, high = found, slowest(found)
+        return best
+
+    def exhaustive(self, time_prefix: np.ndarray, extra_time: np.ndarray, capacity: float,
+                   tie_break: str) -> tuple[list[int] | None, float] | None:
+        """Every partition at once when there are at most :data:`_EXHAUSTIVE_LIMIT`.
+
+        Returns ``(best bounds or None if none fits, optimal bottleneck)``, or
+        ``None`` when there are too many partitions to list.
+        """
+        listed = self._every_partition()
+        if listed is None:
+            return None
+        bounds, largest = listed
+        times = time_prefix[bounds[:, 1:]] - time_prefix[bounds[:, :-1]] + extra_time
+        fits = largest <= capacity
+        if not fits.any():
+            return None, math.inf
+        times, bounds = times[fits], bounds[fits]
+        slowest = times.max(axis=1)
+        optimum = float(slowest.min())
+        times, bounds = times[slowest == optimum], bounds[slowest == optimum]
+        if tie_break == "lexicographic":
+            ordered = -np.sort(-times, axis=1)
+            pick = np.lexsort(ordered.T[::-1])[0]
+        elif tie_break == "variance":
+            pick = int(np.argmin((times * times).sum(axis=1)))
+        else:
+            pick = 0
+        return [int(b) for b in bounds[pick]], optimum
+
+    def _every_partition(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Bounds of every partition (one row each) and its largest rank memory, if few enough."""
+        problem = self.memory_problem
+        num_layers, num_stages = problem.num_layers, problem.num_stages
+        if math.comb(num_layers - 1, num_stages - 1) > _EXHAUSTIVE_LIMIT:
+            return None
+        cuts = np.array(list(itertools.combinations(range(1, num_layers), num_stages - 1)), dtype=np.int64)
+        cuts = cuts.reshape(-1, num_stages - 1)
+        bounds = np.hstack([np.zeros((len(cuts), 1), np.int64), cuts, np.full((len(cuts), 1), num_layers)])
+        memory = np.stack([problem.prefixes[k][bounds[:, k + 1]] - problem.prefixes[k][bounds[:, k]]
+                           + problem.extra[k] for k in range(num_stages)], axis=1)
+        largest = np.stack([memory[:, list(self.stages_of(rank))].sum(axis=1) for rank in range(self.num_ranks)],
+                           axis=1).max(axis=1)
+        return bounds, largest
+
+    def stages_of(self, rank: int) -> tuple[int, ...]:
+        return tuple(k for k, r in enumerate(self.placement) if r == rank)
+
+    def smallest_listed(self) -> tuple[float, list[int]] | None:
+        """The exact smallest capacity per rank and its partition, when the partitions can be listed."""
+        listed = self._every_partition()
+        if listed is None:
+            return None
+        bounds, largest = listed
+        pick = int(np.argmin(largest))
+        return float(largest[pick]), [int(b) for b in bounds[pick]]
+
+    def capacities_around(self, bounds: Sequence[int], capacity: float) -> list[float]:
+        """Per-stage capacities summing to ``capacity`` on each rank that ``bounds`` fits:
+        each stage's memory plus an equal part of its rank's slack."""
+        memory = self.memory_problem.values(bounds)
+        totals = rank_totals(memory, self.placement)
+        counts = rank_totals([1.0] * len(memory), self.placement)
+        return [memory[k] + max(capacity - totals[r], 0.0) / counts[r] for k, r in enumerate(self.placement)]
+
+    def infeasible(self, capacity: float) -> InfeasiblePlanError:
+        problem = self.memory_problem
+        where = (f"{problem.num_layers} layers into {problem.num_stages} stages under {self.schedule!r} "
+                 f"with {self.micro} microbatches ({self.per_param:g} bytes per parameter)")
+        if not self.shared:
+            needed, bounds = problem.min_bottleneck()  # type: ignore[misc]
+            values = problem.values(bounds)
+            stage = int(np.argmax(values))
+            return InfeasiblePlanError(
+                f"memory_capacity={capacity:.6g} bytes fits no partition of {where}; the smallest capacity "
+                f"that fits is {needed:.6g} bytes, needed by stage {stage} "
+                f"(layers {bounds[stage]}..{bounds[stage + 1] - 1})"
+            )
+        listed = self.smallest_listed()
+        exact = listed is not None
+        needed, bounds = listed if listed is not None else self.smallest_rank_capacity()
+        totals = self.rank_memory(bounds)
+        rank = int(np.argmax(totals))
+        stages = [k for k, r in enumerate(self.placement) if r == rank]
+        held = ", ".join(f"stage {k}: layers {bounds[k]}..{bounds[k + 1] - 1}" for k in stages)
+        return InfeasiblePlanError(
+            f"memory_capacity={capacity:.6g} bytes per rank fits no partition of {where} on "
+            f"{self.num_ranks} ranks; the smallest capacity per rank {'that fits' if exact else 'found to fit'} "
+            f"is {needed:.6g} bytes, needed by rank {rank} ({held})"
+        )
+
+
+def rank_totals(values: Sequence[float] | np.ndarray, placement: Sequence[int]) -> list[float]:
+    """Sum of ``values[s]`` over the stages ``s`` on each rank (``placement[s]`` is the rank)."""
+    totals = [0.0] * (max(placement) + 1)
+    for stage, rank in enumerate(placement):
+        totals[rank] += float(values[stage])
+    return totals
 
 
 class _StepTimer:
