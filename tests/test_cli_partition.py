@@ -71,6 +71,48 @@ def test_profile_file_with_memory(capsys, tmp_path):
     assert sum(payload["layers_per_stage"]) == 18
 
 
+def vla_profile(tmp_path):
+    path = tmp_path / "vla.csv"
+    rows = ["name,forward,activation_bytes,params", "vision,20,4e9,3e8"]
+    rows += [f"layers.{i},2,1e9,2e8" for i in range(16)]
+    rows += ["action_head,4,5e8,1e8"]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_zb_v_memory_is_per_rank_in_table_and_json(capsys, tmp_path):
+    # Issue 13: four stages on two ranks; the capacity is per GPU and the tables say so.
+    path = vla_profile(tmp_path)
+    status, out, err = run_cli(capsys, "partition", str(path), "--stages", "4", "--schedule", "zb-v",
+                               "--memory", "56GB", "-m", "8", "--json")
+    assert status == 0, err
+    payload = json.loads(out)
+    assert payload["num_ranks"] == 2 and payload["placement"] == [0, 1, 1, 0]
+    assert max(payload["rank_memory"]) <= 56e9
+    assert payload["rank_memory"][1] == pytest.approx(payload["stage_memory"][1] + payload["stage_memory"][2])
+    status, out, _ = run_cli(capsys, "partition", str(path), "--stages", "4", "--schedule", "zb-v",
+                             "--memory", "56GB", "-m", "8")
+    assert status == 0
+    assert "4 stages on 2 ranks, ≤ 56 GB per rank" in out
+    assert "memory per rank" in out and "0 + 3" in out and "1 + 2" in out
+
+
+@pytest.mark.parametrize("flag,value", [("--layer-params", "1e9"), ("--layer-activation", "1GB")])
+def test_layer_flags_with_a_profile_file_are_refused(capsys, tmp_path, flag, value):
+    status, out, err = run_cli(capsys, "partition", str(vla_profile(tmp_path)), "--stages", "2", flag, value)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and f"{flag} only applies with --layers" in err
+
+
+def test_help_names_the_units(capsys):
+    with pytest.raises(SystemExit):
+        main(["partition", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "F + B + W time of one layer per microbatch, ms" in text
+    assert "S/2 for zb-v and interleaved" in text
+    assert "memory capacity per rank (GPU)" in text
+
+
 def test_memory_infeasible_is_one_line_exit_2(capsys):
     status, out, err = run_cli(capsys, *LESSON16, "--layer-params", "1e9", "--memory", "10GB")
     assert status == 2

@@ -301,6 +301,86 @@ def test_windowed_tie_breaks_respect_memory(instance, tie_break):
                                                                if max(t) == optimum)
 
 
+# ------------------------------------------------------------- memory per rank
+@st.composite
+def shared_rank_instances(draw):
+    """Profiles on schedules with two stages per rank (zb-v: V, interleaved: round robin)."""
+    schedule = draw(st.sampled_from(["zb-v", "interleaved"]))
+    num_stages = 4 if schedule == "zb-v" else draw(st.sampled_from([4, 6]))
+    num_layers = draw(st.integers(num_stages, 9))
+    profile = LayerProfile(
+        draw(st.lists(st.integers(1, 5), min_size=num_layers, max_size=num_layers)),
+        activation_bytes=draw(st.lists(st.integers(0, 5), min_size=num_layers, max_size=num_layers)),
+        params=draw(st.lists(st.integers(0, 3), min_size=num_layers, max_size=num_layers)),
+        first_extra_bytes=draw(st.sampled_from([0, 4])),
+    )
+    micro = draw(st.integers(1, 6))
+    return profile, num_stages, schedule, micro, draw(st.floats(0.8, 1.6))
+
+
+def brute_per_rank(profile, num_stages, schedule, micro):
+    """(rank memories, stage times) of every partition, and the placement."""
+    plain = partition_layers(profile, num_stages, schedule=schedule, num_microbatches=micro, bytes_per_param=2)
+    out = []
+    for times, memory in brute_memory(profile, num_stages, plain.inflight, 2):
+        out.append((pipeplan.partition.rank_totals(memory, plain.placement), times))
+    return out, plain.placement
+
+
+@settings(max_examples=120, deadline=None)
+@given(shared_rank_instances(), st.booleans())
+def test_capacity_is_per_rank_when_stages_share_a_rank(instance, exhaustive):
+    profile, num_stages, schedule, micro, scale = instance
+    everything, placement = brute_per_rank(profile, num_stages, schedule, micro)
+    assert len(set(placement)) == num_stages // 2
+    smallest = min(max(ranks) for ranks, _ in everything)
+    capacity = max(smallest, 1.0) * scale
+    fitting = [sorted(times, reverse=True) for ranks, times in everything if max(ranks) <= capacity]
+    options = dict(memory_capacity=capacity, bytes_per_param=2, schedule=schedule, num_microbatches=micro)
+    with pytest.MonkeyPatch.context() as patch:
+        if not exhaustive:  # the search over capacity splits, for problems too big to list
+            patch.setattr(partition_module, "_EXHAUSTIVE_LIMIT", -1)
+        try:
+            result = partition_layers(profile, num_stages, **options)
+        except InfeasiblePlanError as caught:
+            message = str(caught)
+            assert "per rank" in message and "needed by rank" in message
+            if exhaustive:
+                assert not fitting
+                assert f"smallest capacity per rank that fits is {smallest:.6g} bytes" in message
+            else:
+                found = float(message.split("found to fit is ")[1].split(" ")[0])
+                assert found >= smallest * (1 - 1e-5)
+            return
+    assert fitting
+    assert max(result.rank_memory) <= capacity * (1 + 1e-12)
+    assert result.rank_memory == tuple(pipeplan.partition.rank_totals(result.stage_memory, placement))
+    optimum = min(fitting)
+    assert result.bottleneck >= optimum[0]
+    if exhaustive:
+        assert result.proven_optimal
+        assert sorted(result.stage_times, reverse=True) == optimum
+    elif result.proven_optimal:
+        assert result.bottleneck == optimum[0]
+
+
+def test_zb_v_fits_memory_per_rank_not_per_stage():
+    # Issue 13: with two stages per rank (zb-v's V: stages 0+3 and 1+2) the
+    # capacity is per GPU. Per stage, 56 GB admits (1, 6, 6, 5) layers with rank 1
+    # holding 37.2 + 31.2 = 68.4 GB; per rank the solver must pick another split.
+    rows = [(20, 4e9, 3e8)] + [(2, 1e9, 2e8)] * 16 + [(4, 5e8, 1e8)]
+    profile = LayerProfile([r[0] for r in rows], activation_bytes=[r[1] for r in rows], params=[r[2] for r in rows])
+    per_stage = partition_layers(profile, 4, schedule="1f1b", num_microbatches=8, memory_capacity=56e9)
+    assert max(per_stage.rank_memory) <= 56e9
+    result = partition_layers(profile, 4, schedule="zb-v", num_microbatches=8, memory_capacity=56e9)
+    assert result.placement == (0, 1, 1, 0)
+    assert max(result.rank_memory) <= 56e9
+    assert result.rank_memory[1] == result.stage_memory[1] + result.stage_memory[2]
+    assert result.bottleneck == 60.0 and result.proven_optimal
+    with pytest.raises(InfeasiblePlanError, match=r"per rank .* needed by rank \d \(stage \d: layers"):
+        partition_layers(profile, 4, schedule="zb-v", num_microbatches=8, memory_capacity=40e9)
+
+
 def test_first_stage_holds_more_microbatches_under_1f1b():
     # Equal layers and activations: 1F1B's stage 0 holds P microbatches, the last
     # one, so a tight capacity pushes layers off the first stage.

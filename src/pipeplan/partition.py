@@ -156,6 +156,7 @@ class PartitionResult:
             "stage_times": list(self.stage_times),
             "stage_memory": list(self.stage_memory),
             "placement": list(self.placement),
+            "num_ranks": self.num_ranks,
             "rank_memory": list(self.rank_memory),
             "inflight": list(self.inflight),
             "bottleneck": self.bottleneck,

@@ -39,8 +39,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("profile", nargs="?", help="a layer profile, .csv or .json (see pipeplan.layers)")
     parser.add_argument("--layers", type=int, help="number of identical layers (instead of a profile file)")
-    parser.add_argument("--layer-cost", type=float, help="F + B + W time of one layer, ms (with --layers)")
-    parser.add_argument("--layer-params", type=float, default=0.0,
+    parser.add_argument("--layer-cost", type=float,
+                        help="F + B + W time of one layer per microbatch, ms (with --layers; the whole "
+                             "forward-and-backward time, not the forward time: forward is a third of it)")
+    parser.add_argument("--layer-params", type=float, default=None,
                         help="parameters per layer, a count (with --layers; default 0)")
     parser.add_argument("--layer-activation", type=parse_bytes, default=None,
                         help="activation bytes per layer per microbatch (with --layers, e.g. 200MB)")
@@ -49,10 +51,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--first-extra-bytes", type=parse_bytes, default=None, help="fixed bytes on the first stage")
     parser.add_argument("--last-extra-bytes", type=parse_bytes, default=None, help="fixed bytes on the last stage")
     parser.add_argument("--stages", type=int, required=True,
-                        help="pipeline stages (ranks; with --chunks-per-rank, ranks)")
+                        help="pipeline stages S (model pieces). Ranks (GPUs) follow from --schedule: S for "
+                             "1f1b, gpipe, zb-h1/zb-h2; S/2 for zb-v and interleaved (two stages per rank). "
+                             "With --chunks-per-rank v: the number of ranks (S·v chunks)")
     parser.add_argument("--chunks-per-rank", type=int, default=1,
                         help="chunks per rank (v > 1 chooses chunk boundaries and their ranks)")
-    parser.add_argument("--memory", type=parse_bytes, default=None, help="memory capacity per stage, e.g. 80GB")
+    parser.add_argument("--memory", type=parse_bytes, default=None,
+                        help="memory capacity per rank (GPU), e.g. 80GB; the stages sharing a rank must fit "
+                             "together")
     parser.add_argument("--bytes-per-param", type=float, default=16.0,
                         help="bytes of weights, gradients and optimizer state per parameter (default 16)")
     parser.add_argument("--schedule", default="1f1b", help=f"one of {', '.join(SCHEDULES)} (default 1f1b)")
@@ -78,8 +84,13 @@ def profile_from_args(args: argparse.Namespace) -> LayerProfile:
     if args.profile and args.layers is not None:
         raise InvalidInputError("give either a profile file or --layers/--layer-cost, not both")
     if args.profile:
-        if args.layer_cost is not None:
-            raise InvalidInputError("--layer-cost only applies with --layers, not with a profile file")
+        for flag, value in (("--layer-cost", args.layer_cost), ("--layer-params", args.layer_params),
+                            ("--layer-activation", args.layer_activation)):
+            if value is not None:
+                raise InvalidInputError(
+                    f"{flag} only applies with --layers, not with a profile file (the file gives each layer's "
+                    "times, params and activation_bytes)"
+                )
         return LayerProfile.from_file(args.profile)
     if args.layers is None or args.layer_cost is None:
         raise InvalidInputError("give a profile file, or both --layers N and --layer-cost MS")
@@ -89,7 +100,7 @@ def profile_from_args(args: argparse.Namespace) -> LayerProfile:
         args.layers,
         forward=args.layer_cost / 3.0,
         activation_bytes=args.layer_activation or 0.0,
-        params=args.layer_params,
+        params=args.layer_params or 0.0,
     )
 
 
@@ -140,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     console = make_console()
     console.print(_stage_table(result, args.memory))
+    if result.num_ranks < result.num_stages:
+        console.print(_rank_table(result, args.memory))
     console.print(
         f"slowest stage {result.bottleneck:.6g} ms (even split {baseline['bottleneck']:.6g} ms); "
         f"{args.schedule}, m={micro}: step {chosen['step_time']:.6g} ms, bubble {chosen['bubble_ratio']:.2%} "
@@ -164,9 +177,9 @@ def _evaluate(profile: LayerProfile, sizes: Any, schedule: str, micro: int) -> d
 
 
 def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
-    title = f"{sum(result.layers_per_stage)} layers into {result.num_stages} stages"
+    title = f"{sum(result.layers_per_stage)} layers into {result.num_stages} stages on {result.num_ranks} ranks"
     if capacity is not None:
-        title += f", ≤ {_human_bytes(capacity)} each"
+        title += f", ≤ {_human_bytes(capacity)} per rank"
     table = Table(title=title)
     for column in ("stage", "rank", "layers", "count", "time ms", "memory", "in flight"):
         table.add_column(column, justify="right")
@@ -181,6 +194,21 @@ def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
             _human_bytes(result.stage_memory[stage]) if has_memory else "—",
             str(result.inflight[stage]),
         )
+    return table
+
+
+def _rank_table(result: PartitionResult, capacity: float | None) -> Table:
+    """Per rank (GPU): its stages and the memory they hold together."""
+    table = Table(title="memory per rank" + (f" (capacity {_human_bytes(capacity)})" if capacity else ""))
+    for column in ("rank", "stages", "time ms", "memory"):
+        table.add_column(column, justify="right")
+    loads = [0.0] * result.num_ranks
+    for stage, rank in enumerate(result.placement):
+        loads[rank] += result.stage_times[stage]
+    for rank in range(result.num_ranks):
+        stages = [str(s) for s, r in enumerate(result.placement) if r == rank]
+        memory = _human_bytes(result.rank_memory[rank]) if any(result.stage_memory) else "—"
+        table.add_row(str(rank), " + ".join(stages), f"{loads[rank]:.6g}", memory)
     return table
 
 
