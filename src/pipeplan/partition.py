@@ -765,7 +765,8 @@ class _Context:
         counts = rank_totals([1.0] * len(self.placement), self.placement)
         return [1.0 / counts[r] for r in self.placement]
 
-    def smallest_rank_capacity(self, time_limits: Sequence[np.ndarray] | None = None) -> tuple[float, list[int]]:
+    def smallest_rank_capacity(self, time_limits: Sequence[np.ndarray] | None = None,
+                               starts: list[list[float]] | None = None) -> tuple[float, list[int]]:
         """A partition with a small largest rank memory (stage times within ``time_limits``), and that memory.
 
         With shares ``w`` (summing to 1 on each rank) the exact solver minimises
@@ -774,7 +775,7 @@ class _Context:
         Returns ``(inf, [])`` when no partition meets ``time_limits``.
         """
         best: tuple[float, list[int]] = (math.inf, [])
-        for shares in self._starting_shares():
+        for shares in starts or self._starting_shares():
             for _ in range(3):
                 scaled = _Problem([p / w for p, w in zip(self.memory_problem.prefixes, shares)],
                                   self.memory_problem.extra / np.asarray(shares), time_limits)
@@ -808,9 +809,11 @@ class _Context:
         starts = np.arange(self.memory_problem.num_layers + 1)
         last = self.memory_problem.num_layers
 
-        def attempt(threshold: float) -> list[int] | None:
+        def attempt(threshold: float, near: Sequence[int] | None = None) -> list[int] | None:
             limits = [_monotone_limit(time_prefix, starts, extra, threshold, last) for extra in extra_time]
-            needed, bounds = self.smallest_rank_capacity(limits)
+            # bisection probes start from the best split so far (and an equal one) only
+            seeds = None if near is None else [self.shares_of(near), self.equal_shares()]
+            needed, bounds = self.smallest_rank_capacity(limits, seeds)
             return bounds if needed <= capacity else None
 
         def slowest(bounds: Sequence[int]) -> float:
@@ -828,7 +831,7 @@ class _Context:
             if not low < high * (1 - 1e-9):
                 break
             middle = low + (high - low) / 2
-            found = attempt(middle)
+            found = attempt(middle, best)
             if found is None:
                 low = middle
             else:
