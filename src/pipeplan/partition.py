@@ -20,24 +20,32 @@ How it works:
 2. **Tie-break.** Among partitions whose slowest stage equals the optimum (and
    that fit memory), ``tie_break="lexicographic"`` picks the one whose stage
    times, sorted from slowest to fastest, are lexicographically smallest: it
-   lowers the second-slowest stage, then the third, and so on. This is a dynamic
-   program over the (start, end) pairs that lie on some optimal partition (the
-   order on sorted vectors is compatible with adding a stage, so it is exact).
-   It walks those pairs with Python tuples; above ``_LEX_PAIR_BUDGET`` pairs
-   (10,000 identical layers into 128 stages has about a million) the exact,
-   vectorised ``"variance"`` tie-break is applied instead and
-   :attr:`PartitionResult.tie_break` says so. ``"variance"`` picks the smallest
-   sum of squared stage times (lesson 16's smallest spread), ``"none"`` any
-   optimal partition.
+   lowers the second-slowest stage, then the third, and so on. ``"variance"``
+   picks the smallest sum of squared stage times (lesson 16's smallest spread),
+   ``"none"`` any optimal partition. Both are exact. With few tied (start, end)
+   pairs (up to ``_PAIR_BUDGET``) a dynamic program walks every pair; with more
+   (one dominant layer leaves the other stages loose: ~10⁸ pairs for 10,000
+   layers into 128 stages) :mod:`pipeplan.partition_ties` works on per-stage
+   windows instead (monotone divide and conquer for the variance, level-by-level
+   peeling for the lexicographic order), under a second for ``L = 10,000``,
+   ``S = 128`` on every case of ``benchmarks/partition_speed.py``.
 3. **Memory.** Stage ``k`` holds ``bytes_per_param × params`` (parameters,
    gradients and optimizer state; 16 bytes per parameter for mixed-precision
    Adam) plus ``inflight[k] × activation_bytes`` plus its fixed extra bytes.
    ``inflight[k]`` is the peak number of microbatches whose activations stage
    ``k`` holds under the chosen schedule; it is read off the schedule's per-rank
-   orders (1F1B: ``min(m, P − k)``, GPipe: ``m``). When no partition fits, the
-   same solver minimises the largest stage memory instead and
-   :class:`~pipeplan.errors.InfeasiblePlanError` names that smallest capacity
-   and the stage that needs it.
+   orders (1F1B: ``min(m, P − k)``, GPipe: ``m``). ``memory_capacity`` is per
+   **rank** (GPU): a rank holds the sum of its stages' memory (zb-v and
+   interleaved put two stages on each rank). With one stage per rank the solve
+   is exact. With several, the per-stage solve is a relaxation: when its answer
+   fits per rank it is exact; otherwise, up to ``_EXHAUSTIVE_LIMIT`` partitions
+   are listed and the exact optimum taken, and beyond that a search over splits
+   of each rank's capacity among its stages (each split is solved exactly)
+   returns a plan that fits, with ``proven_optimal=False`` unless it meets the
+   relaxation's bound. When no partition fits,
+   :class:`~pipeplan.errors.InfeasiblePlanError` names the smallest capacity
+   that fits (per stage; per rank when ranks share, "found to fit" when it came
+   from the search) and the stage or rank that needs it.
 4. **Schedule-aware.** ``objective="step_time"`` starts from the bottleneck
    optimum and moves one boundary at a time by one layer while the simulated
    step time of the schedule improves (first improvement, memory respected). That

@@ -26,10 +26,11 @@ How it works (``v(k, s, e)`` is stage ``k`` on layers ``[s, e)``):
   lexicographically) works in levels. Level one: every optimal partition has some
   stages at ``T``; a min-count dynamic program over the windows (range minima,
   sparse tables) gives the fewest, ``c₁``, and keeps only the (stage, position)
-  nodes that lie on a partition with exactly ``c₁``. The variance optimum, when
-  it also has ``c₁`` stages at ``T``, bounds the next value: the lexicographic
-  optimum's other stages are at most its largest other stage ``q`` (it minimises
-  that value among partitions with ``c₁`` stages at ``T``). The (start, end)
+  nodes that lie on a partition with exactly ``c₁``. One such partition is
+  traced back and each run of stages between its ``T`` stages re-solved min-max;
+  its largest other stage ``q`` bounds the next value: the lexicographic
+  optimum's other stages are at most ``q`` (it minimises that value among
+  partitions with ``c₁`` stages at ``T``). The (start, end)
   pairs with value ``T`` or ``<= q`` between kept nodes are then listed, and each
   further level finds the smallest possible next value (a bottleneck pass over
   the list), the fewest stages at it (a count pass) and keeps the pairs on such
@@ -357,17 +358,20 @@ def lexicographic_bounds(problem: Any, windows: StageWindows, witness: list[int]
     """
     num_layers, num_stages = problem.num_layers, problem.num_stages
     bottleneck = windows.bottleneck
-    fewest = float(_count_forward(problem, windows)[num_stages][num_layers])
+    counts = _count_forward(problem, windows)
+    fewest = float(counts[num_stages][num_layers])
     if fewest == num_stages:
         return list(witness)  # every optimal partition has all stages at the bottleneck
-    spread = variance_bounds(problem, windows)
-    values = problem.values(spread)
+    # A partition with the fewest stages at the bottleneck whose other stages are
+    # as fast as possible between those: its slowest other stage bounds the optimum's.
+    balanced = _rebalanced_between_top_stages(problem, windows, counts)
+    values = problem.values(balanced)
     at_top = sum(1 for v in values if v == bottleneck)
     cap = None
     if at_top == fewest:
         highest_other = max(v for v in values if v != bottleneck)
         if highest_other <= 0.0:
-            return spread  # the other stages cannot go below zero
+            return balanced  # the other stages cannot go below zero
         cap = _Cap(problem, highest_other)
     forward = _count_forward(problem, windows, cap)
     backward = _count_backward(problem, windows, cap)
@@ -378,6 +382,50 @@ def lexicographic_bounds(problem: Any, windows: StageWindows, witness: list[int]
         if not _peel_level(listing, num_layers):
             break
     return _sorted_tuple_program(listing, num_layers)
+
+
+def _rebalanced_between_top_stages(problem: Any, windows: StageWindows, counts: list[np.ndarray]) -> list[int]:
+    """One partition with the fewest bottleneck stages, the runs between them re-solved min-max.
+
+    The runs' optima stay below the bottleneck (the traced partition has no
+    bottleneck stage there), so the result keeps the fewest bottleneck stages.
+    """
+    from .partition import _Problem
+
+    num_layers, num_stages = problem.num_layers, problem.num_stages
+    bounds = [num_layers]
+    at_top = []
+    for k in range(num_stages - 1, -1, -1):
+        end = bounds[-1]
+        starts = np.arange(windows.first_start[k][end], end)
+        top = starts < windows.first_below[k][end]
+        ok = np.flatnonzero(counts[k][starts] + top == counts[k + 1][end])
+        bounds.append(int(starts[ok[-1]]))
+        at_top.append(bool(top[ok[-1]]))
+    bounds.reverse()
+    at_top.reverse()
+    out = list(bounds)
+    k = 0
+    while k < num_stages:
+        if at_top[k]:
+            k += 1
+            continue
+        last = k
+        while last + 1 < num_stages and not at_top[last + 1]:
+            last += 1
+        low, high = bounds[k], bounds[last + 1]
+        sliced: dict[int, np.ndarray] = {}
+        prefixes = [sliced.setdefault(id(problem.prefixes[j]), problem.prefixes[j][low : high + 1])
+                    for j in range(k, last + 1)]
+        limits = None
+        if problem.mem_limit is not None:
+            limits = [np.minimum(problem.mem_limit[j][low : high + 1], high) - low for j in range(k, last + 1)]
+        run = _Problem(prefixes, problem.extra[k : last + 1], limits)
+        solved = run.min_bottleneck()
+        assert solved is not None  # the traced partition fits
+        out[k : last + 2] = [low + b for b in solved[1]]
+        k = last + 1
+    return out
 
 
 def _list_pairs(problem: Any, windows: StageWindows, forward: list[np.ndarray], backward: list[np.ndarray],
