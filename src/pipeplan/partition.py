@@ -476,8 +476,8 @@ class _Problem:
 
     def tie_break(self, bottleneck: float, how: TieBreak, fallback: list[int]) -> tuple[list[int], str]:
         """The tie-broken optimal bounds and the tie-break actually applied."""
-        if how == "none":
-            return fallback, "none"
+        if how == "none" or bottleneck <= 0.0:
+            return fallback, how  # at a zero bottleneck every optimal partition is all zeros
         windows = StageWindows(self, bottleneck)
         if windows.pair_count() <= _PAIR_BUDGET:
             pairs = self.optimal_pairs(bottleneck)
