@@ -55,7 +55,6 @@ How it works:
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 from collections.abc import Sequence
@@ -67,7 +66,7 @@ import numpy as np
 from ._validation import finite_floats, non_negative_float, positive_int
 from .errors import InfeasiblePlanError, InvalidInputError
 from .layers import LayerProfile
-from .partition_ties import StageWindows, lexicographic_bounds, variance_bounds
+from .partition_ties import Listing, StageWindows, lexicographic_bounds, sorted_tuple_program, variance_bounds
 
 __all__ = ["PartitionResult", "partition_layers", "inflight_per_stage", "even_split", "rank_totals", "TieBreak",
            "Objective"]
@@ -523,37 +522,15 @@ class _Problem:
         return bounds
 
     def _lexicographic(self, pairs) -> list[int]:
-        """Exact lexicographic DP with sorted tuples (negated, ascending: larger is better)."""
-        num_layers = self.num_layers
-        best: dict[int, tuple[tuple[float, ...], int]] = {0: ((), -1)}
-        back: list[dict[int, int]] = []
-        prefix_lists: dict[int, list[float]] = {}
+        """Exact lexicographic program over every pair on an optimal partition."""
+        starts, ends, values = [], [], []
         for k in range(self.num_stages):
-            prefix = prefix_lists.setdefault(id(self.prefixes[k]), self.prefixes[k].tolist())
-            starts, first, last = pairs[k]
-            extra = float(self.extra[k])
-            current: dict[int, tuple[tuple[float, ...], int]] = {}
-            for s, lo_e, hi_e in zip(starts.tolist(), first.tolist(), last.tolist()):
-                entry = best.get(s)
-                if entry is None:
-                    continue
-                vector = entry[0]
-                base = prefix[s]
-                for e in range(lo_e, hi_e + 1):
-                    key = -((prefix[e] - base) + extra)
-                    at = bisect.bisect_right(vector, key)
-                    merged = vector[:at] + (key,) + vector[at:]
-                    old = current.get(e)
-                    if old is None or merged > old[0] or (merged == old[0] and s > old[1]):
-                        current[e] = (merged, s)
-            back.append({e: v[1] for e, v in current.items()})
-            best = current
-        bounds = [num_layers]
-        for k in range(self.num_stages - 1, 0, -1):
-            bounds.append(back[k][bounds[-1]])
-        bounds.append(0)
-        bounds.reverse()
-        return bounds
+            s, e = self._pair_arrays(pairs, k)
+            starts.append(s)
+            ends.append(e)
+            values.append((self.prefixes[k][e] - self.prefixes[k][s]) + self.extra[k])
+        fixed = [np.zeros(len(s), dtype=bool) for s in starts]
+        return sorted_tuple_program(Listing(starts, ends, values, fixed), self.num_layers)
 
 
 # ---------------------------------------------------------------- public entry

@@ -51,7 +51,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["StageWindows", "variance_bounds", "lexicographic_bounds", "LEVEL_PAIR_BUDGET"]
+__all__ = ["StageWindows", "Listing", "variance_bounds", "lexicographic_bounds", "sorted_tuple_program",
+           "LEVEL_PAIR_BUDGET"]
 
 # Below this many listed pairs the sorted-tuple dynamic program (about 1 µs a
 # pair) finishes the lexicographic tie-break; above it another level is peeled.
@@ -331,7 +332,7 @@ def _count_backward(problem: Any, windows: StageWindows, cap: _Cap | None = None
 
 
 # ------------------------------------------------------------ lexicographic
-class _Listing:
+class Listing:
     """The (start, end, value) pairs of each stage still on a candidate partition."""
 
     def __init__(self, starts: list[np.ndarray], ends: list[np.ndarray], values: list[np.ndarray],
@@ -381,7 +382,7 @@ def lexicographic_bounds(problem: Any, windows: StageWindows, witness: list[int]
     while listing.size > LEVEL_PAIR_BUDGET:
         if not _peel_level(listing, num_layers):
             break
-    return _sorted_tuple_program(listing, num_layers)
+    return sorted_tuple_program(listing, num_layers)
 
 
 def _rebalanced_between_top_stages(problem: Any, windows: StageWindows, counts: list[np.ndarray]) -> list[int]:
@@ -429,7 +430,7 @@ def _rebalanced_between_top_stages(problem: Any, windows: StageWindows, counts: 
 
 
 def _list_pairs(problem: Any, windows: StageWindows, forward: list[np.ndarray], backward: list[np.ndarray],
-                fewest: float, cap: _Cap | None) -> _Listing | None:
+                fewest: float, cap: _Cap | None) -> Listing | None:
     """Pairs at the bottleneck or ``<= cap`` on a partition with ``fewest`` bottleneck stages."""
     num_layers, num_stages = problem.num_layers, problem.num_stages
     on_path = [np.flatnonzero(forward[k] + backward[k] == fewest) for k in range(num_stages + 1)]
@@ -465,20 +466,24 @@ def _list_pairs(problem: Any, windows: StageWindows, forward: list[np.ndarray], 
         ends_out.append(e)
         values_out.append(value)
         fixed_out.append(top)
-    return _Listing(starts_out, ends_out, values_out, fixed_out)
+    return Listing(starts_out, ends_out, values_out, fixed_out)
 
 
-def _bottleneck_pass(listing: _Listing, num_layers: int, reverse: bool) -> list[np.ndarray]:
-    """Smallest largest free value on a path to (or from) each node."""
+def _relax(listing: Listing, edge_values: list[np.ndarray], num_layers: int, *, reverse: bool,
+           bottleneck: bool) -> list[np.ndarray]:
+    """Best value per node over paths from the start (or, ``reverse``, to the end).
+
+    ``bottleneck`` takes the largest edge value along a path (else the sum); the
+    best is the smallest.
+    """
     num_stages = len(listing.starts)
     node = np.full(num_layers + 1, math.inf)
-    node[num_layers if reverse else 0] = -math.inf
+    node[num_layers if reverse else 0] = -math.inf if bottleneck else 0.0
     out = [node]
     order = range(num_stages - 1, -1, -1) if reverse else range(num_stages)
     for k in order:
         source, target = (listing.ends[k], listing.starts[k]) if reverse else (listing.starts[k], listing.ends[k])
-        free = np.where(listing.fixed[k], -math.inf, listing.values[k])
-        candidate = np.maximum(node[source], free)
+        candidate = np.maximum(node[source], edge_values[k]) if bottleneck else node[source] + edge_values[k]
         node = np.full(num_layers + 1, math.inf)
         np.minimum.at(node, target, candidate)
         out.append(node)
@@ -487,40 +492,22 @@ def _bottleneck_pass(listing: _Listing, num_layers: int, reverse: bool) -> list[
     return out
 
 
-def _count_pass(listing: _Listing, counted: list[np.ndarray], num_layers: int, reverse: bool) -> list[np.ndarray]:
-    num_stages = len(listing.starts)
-    node = np.full(num_layers + 1, math.inf)
-    node[num_layers if reverse else 0] = 0.0
-    out = [node]
-    order = range(num_stages - 1, -1, -1) if reverse else range(num_stages)
-    for k in order:
-        source, target = (listing.ends[k], listing.starts[k]) if reverse else (listing.starts[k], listing.ends[k])
-        candidate = node[source] + counted[k]
-        node = np.full(num_layers + 1, math.inf)
-        np.minimum.at(node, target, candidate)
-        out.append(node)
-    if reverse:
-        out.reverse()
-    return out
-
-
-def _peel_level(listing: _Listing, num_layers: int) -> bool:
+def _peel_level(listing: Listing, num_layers: int) -> bool:
     """Fix the next value of the sorted optimum and its count; ``False`` if nothing is left free."""
-    forward = _bottleneck_pass(listing, num_layers, reverse=False)
     num_stages = len(listing.starts)
+    free = [np.where(listing.fixed[k], -math.inf, listing.values[k]) for k in range(num_stages)]
+    forward = _relax(listing, free, num_layers, reverse=False, bottleneck=True)
     level = float(forward[num_stages][num_layers])
     if level == -math.inf:
         return False
-    backward = _bottleneck_pass(listing, num_layers, reverse=True)
-    masks = []
-    for k in range(num_stages):
-        free = np.where(listing.fixed[k], -math.inf, listing.values[k])
-        worst = np.maximum(np.maximum(forward[k][listing.starts[k]], free), backward[k + 1][listing.ends[k]])
-        masks.append(worst <= level)
-    listing.keep(masks)
+    backward = _relax(listing, free, num_layers, reverse=True, bottleneck=True)
+    listing.keep([
+        np.maximum(np.maximum(forward[k][listing.starts[k]], free[k]), backward[k + 1][listing.ends[k]]) <= level
+        for k in range(num_stages)
+    ])
     counted = [(~listing.fixed[k] & (listing.values[k] == level)).astype(float) for k in range(num_stages)]
-    ahead = _count_pass(listing, counted, num_layers, reverse=False)
-    behind = _count_pass(listing, counted, num_layers, reverse=True)
+    ahead = _relax(listing, counted, num_layers, reverse=False, bottleneck=False)
+    behind = _relax(listing, counted, num_layers, reverse=True, bottleneck=False)
     fewest = ahead[num_stages][num_layers]
     masks = [
         ahead[k][listing.starts[k]] + counted[k] + behind[k + 1][listing.ends[k]] == fewest
@@ -532,7 +519,7 @@ def _peel_level(listing: _Listing, num_layers: int) -> bool:
     return True
 
 
-def _sorted_tuple_program(listing: _Listing, num_layers: int) -> list[int]:
+def sorted_tuple_program(listing: Listing, num_layers: int) -> list[int]:
     """Exact lexicographic program over the listed pairs (negated sorted tuples; larger is better)."""
     best: dict[int, tuple[tuple[float, ...], int]] = {0: ((), -1)}
     pointers: list[dict[int, int]] = []
