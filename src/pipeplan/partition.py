@@ -391,7 +391,7 @@ class _Problem:
     def lower_bound(self) -> float:
         """A value at most the optimum (nudged down so rounding cannot lift it above)."""
         if all(p is self.prefixes[0] for p in self.prefixes):
-            total = float(self.prefix[-1] + self.extra.sum())
+            total = float(self.prefix[-1] - self.prefix[0] + self.extra.sum())
             bound = max(
                 total / self.num_stages,
                 float(self.singles[0].max() + self.extra.min()),

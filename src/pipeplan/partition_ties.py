@@ -401,8 +401,15 @@ def _rebalanced_between_top_stages(problem: Any, windows: StageWindows, counts: 
         starts = np.arange(windows.first_start[k][end], end)
         top = starts < windows.first_below[k][end]
         ok = np.flatnonzero(counts[k][starts] + top == counts[k + 1][end])
-        bounds.append(int(starts[ok[-1]]))
-        at_top.append(bool(top[ok[-1]]))
+        # of the starts that keep the fewest bottleneck stages, the one whose stage
+        # time is nearest an even share of what is left (so a floating bottleneck
+        # stage lands where both sides keep enough stages)
+        prefix = problem.prefixes[k]
+        share = (prefix[end] - prefix[0]) / (k + 1)
+        gap = np.abs((prefix[end] - prefix[starts[ok]]) + problem.extra[k] - share)
+        pick = int(ok[np.argmin(gap)])
+        bounds.append(int(starts[pick]))
+        at_top.append(bool(top[pick]))
     bounds.reverse()
     at_top.reverse()
     out = list(bounds)
