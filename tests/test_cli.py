@@ -79,7 +79,7 @@ def test_simulate_writes_plot_and_trace(capsys, tmp_path):
     [
         (["--forward", "30,nan,10"], r"forward\[1\] must be finite"),
         (["--forward", "30,-1,10"], r"forward\[1\] must be > 0"),
-        (["--forward", "30,10", "-m", "0"], "num_microbatches must be >= 1, got 0"),
+        (["--forward", "30,10", "-m", "0"], "-m/--microbatches must be >= 1, got 0"),
         (["--forward", "30,10", "--backward", "1"], "backward has 1 entries, expected 2"),
         (["--forward", "30,10", "--schedule", "2f2b"], "--schedule must be one of"),
         (["--forward", "30,10", "--comm-latency", "-1"], "latency must be a finite number >= 0"),
@@ -125,8 +125,14 @@ def test_demo_seed002_step_tables(capsys):
     assert out.count("T=1: S1: F1(1)") == 2
 
 
-@pytest.mark.parametrize("story", ["lesson16", "seed002"])
-def test_demo_rejects_zero_microbatches(capsys, story):
-    status, _, err = run_cli(capsys, "demo", "--story", story, "-m", "0")
+def test_demo_rejects_zero_microbatches(capsys):
+    status, _, err = run_cli(capsys, "demo", "-m", "0")
     assert status == 2
     assert err.strip() == "pipeplan demo: error: -m/--microbatches must be >= 1, got 0"
+
+
+@pytest.mark.parametrize("flag", [["-m", "3"], ["--width", "50"]])
+def test_demo_seed002_refuses_flags_it_would_ignore(capsys, flag):
+    status, _, err = run_cli(capsys, "demo", "--story", "seed002", *flag)
+    assert status == 2
+    assert err.strip().startswith(f"pipeplan demo: error: {flag[0]}") and "does not apply" in err

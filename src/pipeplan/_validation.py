@@ -9,10 +9,55 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .errors import InvalidInputError
+
+__all__ = [
+    "positive_int",
+    "finite_floats",
+    "non_negative_float",
+    "positive_float",
+    "expect_instance",
+    "check_simulate_arguments",
+]
+
+
+def _not_a_number(value: object) -> bool:
+    """True for values ``float()`` would take but that are not numbers: ``True``, ``False``.
+
+    Numeric strings stay accepted: the CSV loader hands its cells over as text.
+    """
+    return isinstance(value, (bool, np.bool_))
+
+
+def expect_instance(field: str, value: object, expected: type, example: str) -> Any:
+    """Return ``value`` if it is an ``expected``, else raise naming ``field`` and the type wanted.
+
+    ``example`` shows how to make one, e.g. ``"StageCosts(forward=[30, 10, 10, 20])"``.
+    """
+    if not isinstance(value, expected):
+        raise InvalidInputError(
+            f"{field} must be a {expected.__name__} (e.g. {example}), got {type(value).__name__} {value!r:.60}"
+        )
+    return value
+
+
+def check_simulate_arguments(schedule: object, costs: object, comm: object, validate: object) -> None:
+    """The argument check of :func:`pipeplan.simulate`: types, and a size that fits in memory."""
+    from .costs import CommModel, StageCosts
+    from .limits import check_simulation_size
+    from .schedule import Schedule
+
+    expect_instance("schedule", schedule, Schedule, "pipeplan.build_schedule('1f1b', num_stages=4, num_microbatches=8)")
+    expect_instance("costs", costs, StageCosts, "StageCosts(forward=[30, 10, 10, 20])")
+    if comm is not None:
+        expect_instance("comm", comm, CommModel, "CommModel(latency=0.5, send_mode='rendezvous'), or None")
+    if not isinstance(validate, bool):
+        raise InvalidInputError(f"validate must be True or False, got {validate!r}")
+    check_simulation_size(schedule.num_actions)  # type: ignore[attr-defined]
 
 
 def positive_int(field: str, value: object, *, minimum: int = 1) -> int:
@@ -44,6 +89,8 @@ def finite_floats(
     out: list[float] = []
     for index, raw in enumerate(values):
         try:
+            if _not_a_number(raw):
+                raise TypeError
             number = float(raw)
         except (TypeError, ValueError):
             raise InvalidInputError(f"{field}[{index}] must be a number, got {raw!r}") from None
@@ -63,6 +110,8 @@ def finite_floats(
 def non_negative_float(field: str, value: object) -> float:
     """Return ``value`` as a finite float >= 0, or raise naming ``field``."""
     try:
+        if _not_a_number(value):
+            raise TypeError
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise InvalidInputError(f"{field} must be a finite number >= 0, got {value!r}") from None
@@ -75,6 +124,8 @@ def positive_float(field: str, value: object, *, unit: str = "", allow_inf: bool
     """Return ``value`` as a float > 0 (``inf`` only with ``allow_inf``), or raise naming ``field``."""
     what = f"a number{' of ' + unit if unit else ''} > 0"
     try:
+        if _not_a_number(value):
+            raise TypeError
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise InvalidInputError(f"{field} must be {what}, got {value!r}") from None

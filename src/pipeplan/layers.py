@@ -47,6 +47,7 @@ File formats (:meth:`LayerProfile.from_file`):
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from ._files import read_text
 from ._validation import finite_floats, non_negative_float, positive_int
 from .costs import StageCosts, forward_backward_weight
 from .errors import InvalidInputError
@@ -308,16 +310,18 @@ class LayerProfile:
         """Load a ``.csv`` or ``.json`` profile (formats in the module doc).
 
         Raises:
-            InvalidInputError: a missing file, an unknown suffix, or bad values
-                (naming the row and column).
+            InvalidInputError: a file that is missing, a directory, not a regular
+                file, unreadable, empty or not UTF-8; an unknown suffix; or bad
+                values (naming the row and column).
         """
         file = Path(path)
-        if not file.is_file():
-            raise InvalidInputError(f"profile file {str(file)!r} does not exist")
         suffix = file.suffix.lower()
+        text = read_text(file, "profile file")
         if suffix == ".csv":
-            with file.open(newline="") as handle:
-                rows = list(csv.DictReader(handle))
+            try:
+                rows = list(csv.DictReader(io.StringIO(text, newline="")))
+            except csv.Error as error:
+                raise InvalidInputError(f"profile file {str(file)!r} is not valid CSV: {error}") from None
             if not rows:
                 raise InvalidInputError(f"profile file {str(file)!r} has no layer rows")
             records = [{k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items() if k}
@@ -325,7 +329,7 @@ class LayerProfile:
             return cls.from_records(records, **options)
         if suffix == ".json":
             try:
-                payload = json.loads(file.read_text())
+                payload = json.loads(text)
             except json.JSONDecodeError as error:
                 raise InvalidInputError(f"profile file {str(file)!r} is not valid JSON: {error}") from None
             if isinstance(payload, Mapping):

@@ -31,7 +31,7 @@ from typing import Literal
 
 import numpy as np
 
-from ._validation import positive_int
+from ._validation import check_simulate_arguments, positive_int
 from .costs import CommModel, StageCosts
 from .errors import DeadlockError, InvalidInputError
 from .schedule import Message, Schedule, runs_to_order
@@ -174,12 +174,14 @@ def simulate(
         ``iterations``.
 
     Raises:
-        InvalidInputError: costs that do not match the schedule, ``iterations < 1``,
-            an unknown ``optimizer``.
+        InvalidInputError: arguments of the wrong type, costs that do not match the
+            schedule, ``iterations < 1``, an unknown ``optimizer``, or a schedule too
+            large to simulate in the memory available.
         InvalidScheduleError: see :meth:`Schedule.validate`.
         DeadlockError: rendezvous sends that wait on each other in a cycle; names the
             ranks, the messages and what each receiver does before posting.
     """
+    check_simulate_arguments(schedule, costs, comm, validate)
     comm = comm or CommModel()
     iterations = positive_int("iterations", iterations)
     if optimizer not in OPTIMIZER_MODES:

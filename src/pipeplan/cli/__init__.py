@@ -5,7 +5,8 @@
 
 Every verb module exposes ``register(subparsers)``, which adds its parser and sets
 ``func``. A :class:`~pipeplan.errors.PipeplanError` (bad input, infeasible plan,
-failed rank) is printed as one line on stderr and the command exits 2.
+failed rank) or an argument the parser rejects is printed as one line on stderr
+and the command exits 2; so is a number that overflows floating point inside numpy.
 """
 
 from __future__ import annotations
@@ -14,21 +15,34 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 from ..errors import PipeplanError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "OneLineParser"]
 
 # Verb modules, in the order ``pipeplan --help`` lists them.
 _VERBS = ("simulate", "partition", "presets", "model", "run", "demo")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block) and exit 2."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every available verb."""
-    parser = argparse.ArgumentParser(
+    """The top-level parser with every available verb (sub-parsers share its class)."""
+    from .. import __version__
+
+    parser = OneLineParser(
         prog="pipeplan",
         description="Plan, simulate and run pipeline-parallel training for unequal stages.",
     )
+    parser.add_argument("--version", action="version", version=f"pipeplan {__version__}")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
     subparsers.required = True
     for verb in _VERBS:
@@ -47,9 +61,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        status = args.func(args)
+        with np.errstate(over="raise"):  # an overflow is an error to report, not a warning to scroll past
+            status = args.func(args)
     except PipeplanError as error:
         print(f"pipeplan {args.verb}: error: {error}", file=sys.stderr)
+        return 2
+    except FloatingPointError as error:
+        print(f"pipeplan {args.verb}: error: a number is too large to compute with ({error}); "
+              "rescale the inputs (e.g. seconds instead of ms, GB instead of bytes)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"pipeplan {args.verb}: interrupted", file=sys.stderr)

@@ -1,7 +1,9 @@
-"""Argument helpers shared by the verbs: number lists, sizes, output options.
+"""Argument helpers shared by the verbs: number lists, sizes, output files, progress.
 
-    from pipeplan.cli._common import float_list
-    float_list("forward")("30,10,10,20")   # [30.0, 10.0, 10.0, 20.0]
+    from pipeplan.cli._common import float_list, progress
+    float_list("--forward")("30,10,10,20")   # [30.0, 10.0, 10.0, 20.0]
+    with progress(3, "simulating") as advance:  # a bar on stderr once the work passes ~1 s
+        advance(1, "building the schedule")
 """
 
 from __future__ import annotations
@@ -9,14 +11,32 @@ from __future__ import annotations
 import argparse
 import os
 import json
+import math
 import re
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
 
-__all__ = ["float_list", "parse_bytes", "print_json", "make_console", "require_torch"]
+from .._files import check_output_path
+from ..errors import InvalidInputError
+
+__all__ = [
+    "float_list",
+    "parse_bytes",
+    "ByteSize",
+    "print_json",
+    "make_console",
+    "require_torch",
+    "check_scaled",
+    "refuse_unless",
+    "output_path",
+    "report_written",
+    "progress",
+]
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -26,8 +46,15 @@ def float_list(field: str) -> Callable[[str], list[float]]:
     """An argparse type for comma-separated numbers, naming ``field`` on error."""
 
     def parse(text: str) -> list[float]:
+        parts = text.split(",")
+        for position, part in enumerate(parts, start=1):
+            if not part.strip():
+                raise argparse.ArgumentTypeError(
+                    f"entry {position} of {len(parts)} in {text!r} is empty; give one number per entry, "
+                    "like 30,10,10,20"
+                )
         try:
-            return [float(part) for part in text.split(",") if part.strip()]
+            return [float(part) for part in parts]
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"{field} must be comma-separated numbers like 30,10,10,20, got {text!r}"
@@ -36,8 +63,14 @@ def float_list(field: str) -> Callable[[str], list[float]]:
     return parse
 
 
+class ByteSize(float):
+    """A size in bytes that remembers whether it was written with a unit (``12GB``) or bare (``12``)."""
+
+    unit: str = ""
+
+
 def parse_bytes(text: str) -> float:
-    """``"80GB"`` → 8e10, ``"24GiB"`` → 24·2**30, ``"1e9"`` → 1e9 (an argparse type)."""
+    """``"80GB"`` → 8e10, ``"24GiB"`` → 24·2**30, ``"1e9"`` → 1e9 (an argparse type; a :class:`ByteSize`)."""
     match = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([a-zA-Z]*)\s*", text)
     if not match or match.group(2).lower() not in _UNITS:
         raise argparse.ArgumentTypeError(f"a size must look like 80GB or 24GiB, got {text!r}")
@@ -45,9 +78,81 @@ def parse_bytes(text: str) -> float:
         value = float(match.group(1)) * _UNITS[match.group(2).lower()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"a size must look like 80GB or 24GiB, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"a size must be > 0, got {text!r}")
-    return value
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"a size must be a finite number > 0, got {text!r}")
+    size = ByteSize(value)
+    size.unit = match.group(2)
+    return size
+
+
+def check_scaled(flag: str, value: float | None, factor: float, why: str) -> None:
+    """Raise naming ``flag`` when ``value × factor`` (what the step adds up) overflows floating point."""
+    if value is not None and not math.isfinite(value * factor):
+        raise InvalidInputError(
+            f"{flag} = {value:g} is too large: {why} (× {factor:g}) overflows floating point; "
+            "rescale (e.g. seconds instead of ms)"
+        )
+
+
+def refuse_unless(applies: bool, flag: str, reason: str) -> None:
+    """Raise the one-line error for a flag given where it does nothing: ``--steps does not apply: ...``."""
+    if not applies:
+        raise InvalidInputError(f"{flag} does not apply {reason}")
+
+
+def output_path(path: str | None, flag: str) -> str | None:
+    """Check before any work that ``path`` (a ``--plot``/``--trace`` file) can be written."""
+    if path is not None:
+        check_output_path(path, flag)
+    return path
+
+
+def report_written(path: str) -> None:
+    """Tell the user where an output file went (on stderr, so ``--json`` stays clean)."""
+    print(f"wrote {path}", file=sys.stderr)
+
+
+@contextmanager
+def progress(
+    total: float, description: str, *, delay: float = 1.0, console: Console | None = None
+) -> Iterator[Callable[..., None]]:
+    """A rich progress bar on stderr that appears only once the work has run ``delay`` seconds.
+
+    Yields ``advance(amount, description=None)``; ``total`` is in the same units
+    (actions, say). Nothing is drawn when stderr is not a terminal, so pipes and
+    ``--json`` output stay clean.
+    """
+    console = console or Console(stderr=True)
+    if not console.is_terminal or not total > 0:
+        yield lambda amount, description=None: None
+        return
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                   TimeElapsedColumn(), console=console, transient=True)
+    task = bar.add_task(description, total=total)
+    lock = threading.Lock()
+    finished = False
+
+    def start() -> None:
+        with lock:
+            if not finished:
+                bar.start()
+
+    timer = threading.Timer(delay, start)
+    timer.daemon = True
+    timer.start()
+
+    def advance(amount: float, description: str | None = None) -> None:
+        bar.update(task, advance=amount, **({"description": description} if description else {}))
+
+    try:
+        yield advance
+    finally:
+        with lock:
+            finished = True
+            timer.cancel()
+            bar.stop()
 
 
 def print_json(payload: Any) -> None:

@@ -10,6 +10,7 @@ Every number printed comes from :func:`pipeplan.simulate` or :mod:`pipeplan.anal
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -18,18 +19,22 @@ from rich.table import Table
 from .. import analytic
 from .._validation import positive_int
 from ..costs import StageCosts
+from ..limits import check_gantt_size, check_schedule_size
 from ..partition import partition_layers
 from ..schedules import build_schedule
 from ..simulate import simulate
-from ._common import make_console, require_torch
+from ._common import make_console, progress, refuse_unless, require_torch
 from ..timeline import IdleCause, Timeline
 
 __all__ = ["register", "lesson16_story", "DUMBBELL_FORWARD"]
 
 #: Lesson 16's dumbbell: a 30 ms vision stage, two 10 ms middle stages, a 20 ms action head.
 DUMBBELL_FORWARD = (30.0, 10.0, 10.0, 20.0)
-#: Lesson 16's layer model: 32 transformer layers of 2 ms, a 16 ms vision encoder, an 8 ms action head.
+#: Lesson 16's layer model, forward times: 32 transformer layers of 2 ms, a 16 ms vision encoder,
+#: an 8 ms action head (backward = 2 × forward, so F + B is three times these).
 LAYERS, LAYER_COST, VISION_COST, ACTION_COST = 32, 2.0, 16.0, 8.0
+#: The lesson's microbatch counts in part 3, as multiples of ``-m``.
+MORE_MICROBATCHES = (1, 4, 16, 64)
 
 
 def register(subparsers: Any) -> None:
@@ -37,17 +42,22 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("demo", help="lesson 16's story on a built-in VLA-shaped pipeline")
     parser.add_argument("--story", choices=("lesson16", "seed002", "seed003"), default="lesson16",
                         help="which story to tell (default lesson16)")
-    parser.add_argument("-m", "--microbatches", type=int, default=8,
-                        help="microbatches per step (default 8; seed002 always uses the seed's 4)")
-    parser.add_argument("--width", type=int, default=80, help="Gantt width in characters")
+    parser.add_argument("-m", "--microbatches", type=int, default=None,
+                        help="microbatches per step (default 8; not with seed002, which uses the seed's 4)")
+    parser.add_argument("--width", type=int, default=None,
+                        help="Gantt width in characters (default 80; seed003: 96; not with seed002)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan demo``."""
     console = make_console()
-    positive_int("-m/--microbatches", args.microbatches)
-    positive_int("--width", args.width)
+    if args.story == "seed002":
+        refuse_unless(args.microbatches is None, "-m/--microbatches", "to --story seed002 (the seed's tables use 4)")
+        refuse_unless(args.width is None, "--width", "to --story seed002 (its step tables have one column per step)")
+    micro = positive_int("-m/--microbatches", 8 if args.microbatches is None else args.microbatches)
+    width = positive_int("--width", (96 if args.story == "seed003" else 80) if args.width is None else args.width)
+    check_gantt_size(width, len(DUMBBELL_FORWARD), field="--width")
     if args.story == "seed002":
         from ..viz import step_table
 
@@ -61,10 +71,22 @@ def run(args: argparse.Namespace) -> int:
         require_torch("pipeplan demo --story seed003")
         from ..runtime.seed import run_demo
 
-        console.print(run_demo(num_stages=4, num_microbatches=args.microbatches), markup=False, highlight=False)
+        console.print(run_demo(num_stages=4, num_microbatches=micro, chart_width=width),
+                      markup=False, highlight=False, soft_wrap=True)
         return 0
-    lesson16_story(console, num_microbatches=args.microbatches, width=args.width)
+    stages = len(DUMBBELL_FORWARD)
+    largest = MORE_MICROBATCHES[-1] * micro
+    check_schedule_size("1f1b", num_stages=stages, num_microbatches=largest, backward="full", simulated=True,
+                        names=("stages", f"{MORE_MICROBATCHES[-1]} × m (part 3's largest step)"))
+    work = _story_microbatches(micro)
+    with progress(work, f"lesson 16, m = {micro}") as advance:
+        lesson16_story(console, num_microbatches=micro, width=width, advance=advance)
     return 0
+
+
+def _story_microbatches(num_microbatches: int) -> int:
+    """Microbatches the lesson 16 story simulates in all (its parts' steps), the progress bar's total."""
+    return num_microbatches * (1 + 2 + sum(MORE_MICROBATCHES) + 2)
 
 
 def _idle_table(title: str, timelines: dict[str, Timeline]) -> Table:
@@ -83,11 +105,22 @@ def _idle_table(title: str, timelines: dict[str, Timeline]) -> Table:
     return table
 
 
-def lesson16_story(console: Console, *, num_microbatches: int = 8, width: int = 80) -> None:
-    """Print lesson 16's argument with numbers from the simulator."""
+def lesson16_story(
+    console: Console,
+    *,
+    num_microbatches: int = 8,
+    width: int = 80,
+    advance: Callable[..., None] | None = None,
+) -> None:
+    """Print lesson 16's argument with numbers from the simulator.
+
+    ``advance(microbatches, description)`` is called after each simulated step
+    (the CLI's progress bar); the story simulates :func:`_story_microbatches` in all.
+    """
     from ..viz import text_gantt
 
     m = num_microbatches
+    advance = advance or (lambda amount, description=None: None)
     forward = list(DUMBBELL_FORWARD)
     stages = len(forward)
     costs = StageCosts(forward)
@@ -98,6 +131,7 @@ def lesson16_story(console: Console, *, num_microbatches: int = 8, width: int = 
     )
 
     forward_only = simulate(build_schedule("1f1b", num_stages=stages, num_microbatches=m, backward="none"), costs)
+    advance(m, "part 2: the full step")
     console.print(
         f"\n[bold]1. Forward phase[/bold] (the lesson's simulator): makespan {forward_only.makespan:g} ms "
         f"= Σt + (m−1)·max t = {analytic.forward_makespan(forward, m):g}; bubble {forward_only.bubble_ratio:.1%} "
@@ -106,6 +140,7 @@ def lesson16_story(console: Console, *, num_microbatches: int = 8, width: int = 
 
     steps = {name: simulate(build_schedule(name, num_stages=stages, num_microbatches=m), costs)
              for name in ("gpipe", "1f1b")}
+    advance(2 * m, "part 3: more microbatches")
     console.print("\n[bold]2. The full training step[/bold]")
     for name, timeline in steps.items():
         console.print(f"   {name:>5}: makespan {timeline.makespan:g} ms, bubble {timeline.bubble_ratio:.1%}, "
@@ -114,23 +149,28 @@ def lesson16_story(console: Console, *, num_microbatches: int = 8, width: int = 
     console.print(text_gantt(steps["1f1b"], width=width), markup=False, highlight=False)
 
     console.print("\n[bold]3. More microbatches do not cure it[/bold]")
-    for count in (m, 4 * m, 16 * m, 64 * m):
+    for count in (factor * m for factor in MORE_MICROBATCHES):
         timeline = simulate(build_schedule("1f1b", num_stages=stages, num_microbatches=count), costs, validate=False)
+        advance(count)
         console.print(f"   m = {count:>4}: 1F1B bubble {timeline.bubble_ratio:.1%}")
     console.print(f"   limit 1 − mean/max = {analytic.asymmetric_bubble_limit(forward):.1%}: the fast ranks wait "
                   "for the slowest one forever.")
 
-    console.print(f"\n[bold]4. Re-balance the layers[/bold]: {LAYERS} layers × {LAYER_COST:g} ms, vision encoder "
-                  f"{VISION_COST:g} ms on stage 0, action head {ACTION_COST:g} ms on stage {stages - 1}")
+    console.print(f"\n[bold]4. Re-balance the layers[/bold] (forward times): {LAYERS} layers × {LAYER_COST:g} ms, "
+                  f"vision encoder {VISION_COST:g} ms on stage 0, action head {ACTION_COST:g} ms on stage "
+                  f"{stages - 1}. `pipeplan partition` takes F + B + W per layer, so this case is "
+                  f"--layer-cost {3 * LAYER_COST:g} --first-extra {3 * VISION_COST:g} "
+                  f"--last-extra {3 * ACTION_COST:g} there.")
     even = [LAYERS // stages] * stages
-    balanced = list(partition_layers([LAYER_COST] * LAYERS, stages, first_extra=VISION_COST,
-                                     last_extra=ACTION_COST).layers_per_stage)
+    balanced = list(partition_layers([3 * LAYER_COST] * LAYERS, stages, first_extra=3 * VISION_COST,
+                                     last_extra=3 * ACTION_COST).layers_per_stage)
     plans: dict[str, Timeline] = {}
     for label, layers in (("even split", even), ("re-balanced", balanced)):
         times = [n * LAYER_COST for n in layers]
         times[0] += VISION_COST
         times[-1] += ACTION_COST
         timeline = simulate(build_schedule("1f1b", num_stages=stages, num_microbatches=m), StageCosts(times))
+        advance(m)
         plans[label] = timeline
         shown = ", ".join(f"{t:g}" for t in times)
         console.print(f"   {label:>11}: layers {layers} → forward ms [{shown}] → "

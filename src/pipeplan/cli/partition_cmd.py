@@ -17,11 +17,13 @@ from typing import Any
 
 from rich.table import Table
 
+from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
+from ..limits import check_schedule_size
 from ..partition import PartitionResult, even_split, partition_layers
-from ..schedules import SCHEDULES
-from ._common import make_console, parse_bytes, print_json
+from ..schedules import SCHEDULES, backward_mode
+from ._common import check_scaled, make_console, parse_bytes, print_json, progress
 from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
 
 __all__ = ["register", "run", "profile_from_args"]
@@ -116,29 +118,35 @@ def _extras(args: argparse.Namespace) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan partition``."""
+    micro = args.microbatches if args.microbatches is not None else 2 * args.stages
+    _check_size(args, micro)
+    for flag, value in (("--first-extra", args.first_extra), ("--last-extra", args.last_extra)):
+        check_scaled(flag, value, 2.0 * micro, "its backward share summed over the microbatches")
     profile = profile_from_args(args)
     extras = _extras(args)
     if extras:
         profile = profile.with_extras(**extras)
     if args.chunks_per_rank != 1:
         return _run_chunks(args, profile)
-    micro = args.microbatches if args.microbatches is not None else 2 * args.stages
     options: dict[str, Any] = {
         "memory_capacity": args.memory,
         "bytes_per_param": args.bytes_per_param,
         "schedule": args.schedule,
         "num_microbatches": micro,
     }
-    result = partition_layers(
-        profile,
-        args.stages,
-        objective="step_time" if args.objective == "step-time" else "bottleneck",
-        tie_break=args.tie_break,
-        **options,
-    )
-    even_sizes = even_split(profile.num_layers, args.stages)
-    baseline = _evaluate(profile, even_sizes, args.schedule, micro)
-    chosen = _evaluate(profile, result.layers_per_stage, args.schedule, micro)
+    with progress(2, f"partitioning {profile.num_layers} layers into {args.stages} stages") as advance:
+        result = partition_layers(
+            profile,
+            args.stages,
+            objective="step_time" if args.objective == "step-time" else "bottleneck",
+            tie_break=args.tie_break,
+            **options,
+        )
+        advance(1, "simulating the even split")
+        even_sizes = even_split(profile.num_layers, args.stages)
+        chosen = _simulated(profile, result, micro)
+        same = tuple(even_sizes) == tuple(result.layers_per_stage)
+        baseline = chosen if same else _evaluate(profile, even_sizes, args.schedule, micro)
     exported = _export(args.export, result, args.schedule, micro) if args.export else None
     if args.json:
         payload = result.to_dict()
@@ -162,6 +170,31 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[bold]{args.export}[/bold]")
         console.print(exported, markup=False, highlight=False)
     return 0
+
+
+def _check_size(args: argparse.Namespace, micro: int) -> None:
+    """Refuse up front a step too large to simulate in this machine's memory."""
+    stages = positive_int("--stages", args.stages)
+    micro = positive_int("-m/--microbatches", micro)
+    if args.chunks_per_rank != 1:
+        check_schedule_size("adaptive", num_stages=stages * positive_int("--chunks-per-rank", args.chunks_per_rank),
+                            num_microbatches=micro, names=("chunks", "m"))
+    elif args.schedule in SCHEDULES:
+        check_schedule_size(args.schedule, num_stages=stages, num_microbatches=micro,
+                            backward=backward_mode(args.schedule), simulated=True, names=("--stages", "m"))
+
+
+def _simulated(profile: LayerProfile, result: PartitionResult, micro: int) -> dict[str, float]:
+    """The chosen partition's figures from the step the solver simulated (no second simulation).
+
+    The bubble follows from its definition: busy time is ``m × Σ (F + B)`` over stages.
+    """
+    costs = profile.stage_costs(result.layers_per_stage)
+    totals = [f + b for f, b in zip(costs.forward, costs.backward)]
+    assert result.step_time is not None  # partition_layers simulates when given num_microbatches
+    ranks = len(set(result.placement))
+    bubble = 1.0 - micro * sum(totals) / (ranks * result.step_time) if result.step_time > 0 else 0.0
+    return {"bottleneck": max(totals), "step_time": result.step_time, "bubble_ratio": bubble}
 
 
 def _evaluate(profile: LayerProfile, sizes: Any, schedule: str, micro: int) -> dict[str, float]:

@@ -7,7 +7,8 @@
 
 Times are milliseconds per microbatch. Prints a per-rank Gantt and a table of busy
 time, idle time by cause and peak in-flight activations (of the first step), and with
-``--iterations`` the steady-state step time of back-to-back steps.
+``--iterations`` the steady-state step time of back-to-back steps. A size that cannot
+fit in memory is refused up front (:mod:`pipeplan.limits`); a long run shows a progress bar.
 """
 
 from __future__ import annotations
@@ -17,13 +18,24 @@ from typing import Any
 
 from rich.console import Console
 
+from .._validation import positive_int
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
+from ..limits import check_gantt_size, check_schedule_size
 from ..schedule import Schedule
-from ..schedules import SCHEDULES, build_schedule, schedule_options
+from ..schedules import SCHEDULES, backward_mode, build_schedule, schedule_options
 from ..simulate import simulate
 from ..timeline import Timeline
-from ._common import float_list, make_console, parse_bytes, print_json
+from ._common import (
+    float_list,
+    make_console,
+    output_path,
+    parse_bytes,
+    print_json,
+    progress,
+    refuse_unless,
+    report_written,
+)
 
 __all__ = ["register", "add_cost_arguments", "costs_from_args", "comm_from_args", "schedule_from_args"]
 
@@ -36,11 +48,13 @@ def register(subparsers: Any) -> None:
         description="Simulate one training step of a pipeline schedule on per-stage costs (ms per microbatch).",
     )
     add_cost_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the timeline as JSON")
+    parser.add_argument("--json", action="store_true", help="print the timeline as JSON (instead of the text views)")
     parser.add_argument("--plot", metavar="PATH", help="draw the Gantt and memory to a PNG/SVG file")
     parser.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace JSON file")
-    parser.add_argument("--steps", action="store_true", help="print the unit-step table (T=1: S1: F1(1) | ...)")
-    parser.add_argument("--width", type=int, default=100, help="Gantt width in characters (default 100)")
+    parser.add_argument("--steps", action="store_true",
+                        help="also print the unit-step table (T=1: S1: F1(1) | ...); text output only")
+    parser.add_argument("--width", type=int, default=None,
+                        help="text Gantt width in characters (default 100); text output only")
     parser.add_argument("--iterations", type=int, default=1,
                         help="training steps played back to back (default 1); reports the steady step time")
     parser.add_argument("--optimizer", default="barrier",
@@ -58,20 +72,23 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weight", type=float_list("--weight"),
                         help="weight-gradient part of the backward per stage, ms (default: half the backward)")
     parser.add_argument("--activation-bytes", type=float_list("--activation-bytes"),
-                        help="activation bytes per microbatch per stage (default 1: counts microbatches)")
+                        help="activation bytes per microbatch per stage (default 1 each, so memory "
+                             "figures count microbatches)")
     parser.add_argument("-m", "--microbatches", type=int, default=8, help="microbatches per step (default 8)")
     parser.add_argument("--schedule", default="1f1b", help=f"one of {', '.join(SCHEDULES)} (default 1f1b)")
     parser.add_argument("--virtual-stages", type=int, default=None,
                         help="chunks per rank for interleaved schedules")
     parser.add_argument("--memory-limit", type=parse_bytes, default=None,
-                        help="activation memory per rank for the adaptive schedule (bytes, e.g. 12GB)")
+                        help="activation memory per rank for the adaptive schedule, in the unit of "
+                             "--activation-bytes: bytes (e.g. 12GB) when they are given, else a count "
+                             "of microbatches (e.g. 4)")
     parser.add_argument("--objective", choices=("makespan", "span"), default=None,
                         help="what the adaptive schedule minimises: the step's makespan (the optimizer waits "
                              "for every rank; default) or the largest per-rank span (each rank steps on its own)")
     parser.add_argument("--forward-only", action="store_true", help="simulate only the forward pass")
     parser.add_argument("--comm-latency", type=float, default=0.0, help="ms per message between ranks")
-    parser.add_argument("--comm-bandwidth", type=float, default=float("inf"),
-                        help="bytes per ms between ranks (default: infinite)")
+    parser.add_argument("--comm-bandwidth", type=float, default=None,
+                        help="bytes per ms between ranks, with --boundary-bytes (default: infinite)")
     parser.add_argument("--boundary-bytes", type=float_list("--boundary-bytes"), default=None,
                         help="bytes per message per stage boundary (one number or S-1 numbers)")
     parser.add_argument("--send", choices=("eager", "rendezvous"), default="eager",
@@ -79,7 +96,23 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def costs_from_args(args: argparse.Namespace) -> StageCosts:
-    """The StageCosts the arguments describe."""
+    """The StageCosts the arguments describe; refuses cost flags the schedule would ignore."""
+    if args.schedule in SCHEDULES:
+        if args.forward_only:
+            for flag, value in (("--backward", args.backward), ("--weight", args.weight),
+                                ("--activation-bytes", args.activation_bytes)):
+                refuse_unless(value is None, flag, "with --forward-only (a forward-only step has no "
+                                                   "backward and holds no activations)")
+        splits = backward_mode(args.schedule) == "split"
+        refuse_unless(args.weight is None or splits, "--weight",
+                      f"to schedule {args.schedule!r}: it runs the full backward in one piece "
+                      "(use zb-h1, zb-h2, zb-v or adaptive)")
+    memory_limit = getattr(args, "memory_limit", None)
+    if memory_limit is not None and getattr(memory_limit, "unit", "") and args.activation_bytes is None:
+        raise InvalidInputError(
+            f"--memory-limit {memory_limit:g} bytes needs --activation-bytes: without them each "
+            "microbatch counts 1, so the limit is a count of microbatches (e.g. --memory-limit 4)"
+        )
     return StageCosts(args.forward, args.backward, args.weight, args.activation_bytes)
 
 
@@ -88,7 +121,10 @@ def comm_from_args(args: argparse.Namespace) -> CommModel:
     sizes: Any = 0.0
     if args.boundary_bytes:
         sizes = args.boundary_bytes[0] if len(args.boundary_bytes) == 1 else args.boundary_bytes
-    return CommModel(args.comm_latency, args.comm_bandwidth, sizes, args.send)
+    refuse_unless(args.comm_bandwidth is None or bool(args.boundary_bytes), "--comm-bandwidth",
+                  "without --boundary-bytes (messages have no size, so bandwidth costs nothing)")
+    bandwidth = float("inf") if args.comm_bandwidth is None else args.comm_bandwidth
+    return CommModel(args.comm_latency, bandwidth, sizes, args.send)
 
 
 def schedule_from_args(args: argparse.Namespace, costs: StageCosts, comm: CommModel) -> Schedule:
@@ -110,35 +146,60 @@ def schedule_from_args(args: argparse.Namespace, costs: StageCosts, comm: CommMo
             raise InvalidInputError(f"--objective does not apply to schedule {args.schedule!r}")
         offered["objective"] = args.objective
     if args.forward_only:
+        refuse_unless("backward" in accepted, "--forward-only", f"to schedule {args.schedule!r}")
         offered["backward"] = "none"
     options = {key: value for key, value in offered.items() if key in accepted}
     return build_schedule(args.schedule, num_stages=costs.num_stages, num_microbatches=args.microbatches, **options)
 
 
+def check_size(args: argparse.Namespace, num_stages: int) -> int:
+    """Refuse up front a step (or Gantt) too large for this machine's memory; returns its actions."""
+    micro = positive_int("-m/--microbatches", args.microbatches)
+    backward = "none" if args.forward_only else backward_mode(args.schedule)
+    if not args.json:
+        check_gantt_size(positive_int("--width", args.width), num_stages, field="--width")
+    return check_schedule_size(args.schedule, num_stages=num_stages, num_microbatches=micro,
+                               backward=backward, simulated=True, names=("stages", "m"))
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan simulate``."""
+    if args.json:
+        refuse_unless(args.width is None, "--width", "with --json (it sets the text Gantt's width)")
+        refuse_unless(not args.steps, "--steps", "with --json (it adds a table to the text output)")
+    args.width = 100 if args.width is None else args.width
+    output_path(args.plot, "--plot")
+    output_path(args.trace, "--trace")
     costs = costs_from_args(args)
     comm = comm_from_args(args)
-    schedule = schedule_from_args(args, costs, comm)
-    timeline = simulate(schedule, costs, comm, iterations=args.iterations, optimizer=args.optimizer)
-    write_outputs(timeline, args)
-    if args.json:
-        print_json(timeline.to_dict())
-        return 0
-    show_timeline(timeline, width=args.width, steps=args.steps)
+    actions = check_size(args, costs.num_stages) if args.schedule in SCHEDULES else 0
+    iterations = args.iterations if isinstance(args.iterations, int) and args.iterations > 0 else 1
+    with progress((3 + iterations) * actions, f"{args.schedule}: building {actions:,} actions") as advance:
+        schedule = schedule_from_args(args, costs, comm)
+        advance(actions, "simulating")
+        timeline = simulate(schedule, costs, comm, iterations=args.iterations, optimizer=args.optimizer)
+        advance(iterations * actions, "writing outputs")
+        write_outputs(timeline, args)
+        advance(actions, "drawing")
+        if args.json:
+            print_json(timeline.to_dict())
+        else:
+            show_timeline(timeline, width=args.width, steps=args.steps)
     return 0
 
 
 def write_outputs(timeline: Timeline, args: argparse.Namespace) -> None:
-    """Write the ``--plot`` and ``--trace`` files when asked."""
+    """Write the ``--plot`` and ``--trace`` files when asked, saying where each went."""
     if args.plot:
         from ..viz import plot_timeline
 
         plot_timeline(timeline, args.plot)
+        report_written(args.plot)
     if args.trace:
         from ..viz import write_trace
 
         write_trace(timeline, args.trace)
+        report_written(args.trace)
 
 
 def show_timeline(timeline: Timeline, *, width: int = 100, steps: bool = False, console: Console | None = None) -> None:
@@ -158,7 +219,8 @@ def show_timeline(timeline: Timeline, *, width: int = 100, steps: bool = False, 
             f"{timeline.steady_step_time:.6g} ms (first step {timeline.step_times[0]:.6g} ms); "
             "the chart shows the first step"
         )
-    console.print(text_gantt(timeline, width=width), markup=False, highlight=False)
+    # soft_wrap: a chart wider than the terminal is cut by the terminal, not re-flowed (and stays linear).
+    console.print(text_gantt(timeline, width=width), markup=False, highlight=False, soft_wrap=True)
     if steps:
-        console.print(step_table(timeline), markup=False, highlight=False)
+        console.print(step_table(timeline), markup=False, highlight=False, soft_wrap=True)
     console.print(rank_table(timeline))

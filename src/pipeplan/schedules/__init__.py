@@ -14,7 +14,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from .._validation import positive_int
 from ..errors import InvalidInputError
+from ..limits import check_schedule_size
 from ..schedule import Schedule
 from .adaptive import adaptive
 from .gpipe import gpipe
@@ -23,7 +25,7 @@ from .one_f_one_b import one_f_one_b
 from .zb_v import zb_v
 from .zero_bubble import zb_h1, zb_h2
 
-__all__ = ["build_schedule", "SCHEDULES", "register_schedule", "schedule_options"]
+__all__ = ["build_schedule", "SCHEDULES", "register_schedule", "schedule_options", "backward_mode"]
 
 ScheduleFactory = Callable[..., Schedule]
 
@@ -62,15 +64,34 @@ def schedule_options(name: str) -> frozenset[str]:
     return frozenset(p.name for p in parameters if p.kind in named)
 
 
+def backward_mode(name: str, options: dict[str, Any] | None = None) -> str:
+    """The ``backward`` mode the generator ``name`` builds with ``options`` (its default if not given)."""
+    if options and "backward" in options:
+        return str(options["backward"])
+    factory = SCHEDULES[name]
+    parameter = inspect.signature(factory).parameters.get("backward")
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        return "split"  # unknown: count three kinds, the most
+    return str(parameter.default)
+
+
 def build_schedule(name: str, *, num_stages: int, num_microbatches: int, **options: Any) -> Schedule:
     """Build the schedule called ``name`` (see ``SCHEDULES`` for the names).
 
     Raises:
-        InvalidInputError: an unknown name, or options the generator rejects.
+        InvalidInputError: an unknown name, bad sizes, a size whose schedule cannot
+            fit in the memory available (see :mod:`pipeplan.limits`), or options
+            the generator rejects.
     """
-    factory = SCHEDULES.get(name)
-    if factory is None:
+    if not isinstance(name, str) or name not in SCHEDULES:
         raise InvalidInputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {name!r}")
+    factory = SCHEDULES[name]
+    check_schedule_size(
+        name,
+        num_stages=positive_int("num_stages", num_stages),
+        num_microbatches=positive_int("num_microbatches", num_microbatches),
+        backward=backward_mode(name, options),
+    )
     try:
         return factory(num_stages, num_microbatches, **options)
     except TypeError as error:

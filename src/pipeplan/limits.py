@@ -1,0 +1,131 @@
+"""How large a schedule, simulation or chart this machine can hold, checked up front.
+
+A size that cannot fit in memory is refused before any work starts, with one line
+that gives the size, the estimate and the memory available::
+
+    from pipeplan.limits import check_schedule_size
+    check_schedule_size("1f1b", num_stages=4, num_microbatches=10**10, backward="full")
+    # InvalidInputError: num_stages = 4 × num_microbatches = 10000000000 × 2 action kinds
+    #   = 8e+10 actions would need ~17.5 TiB of memory; this machine has 22.4 GiB available
+
+Estimates are bytes per action (and per text-Gantt cell) measured by
+``benchmarks/action_memory.py`` (peak resident-set growth; table in
+docs/simulator.md), rounded up, times the action count ``stages × m × kinds``.
+The limit is the memory available right now: ``MemAvailable`` in /proc/meminfo,
+else ``sysconf`` available pages; where neither exists nothing is refused.
+Everything below the limit runs in time proportional to its size.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import InvalidInputError
+
+__all__ = [
+    "SCHEDULE_BYTES_PER_ACTION",
+    "SIMULATION_BYTES_PER_ACTION",
+    "ADAPTIVE_BYTES_PER_ACTION",
+    "GANTT_BYTES_PER_CELL",
+    "available_memory",
+    "action_count",
+    "check_schedule_size",
+    "check_simulation_size",
+    "check_gantt_size",
+]
+
+#: A built schedule (its Action tuples and orders): measured 193–212 B per action.
+SCHEDULE_BYTES_PER_ACTION = 240
+#: Schedule + simulation + Timeline + the CLI's views: measured 493–569 B per action.
+SIMULATION_BYTES_PER_ACTION = 640
+#: The adaptive generator builds and simulates ~15 candidate orders: measured 2,299 B per action.
+ADAPTIVE_BYTES_PER_ACTION = 2600
+#: One character of a text Gantt (cell lists, joined lines, printed unwrapped): measured 8.5 B.
+GANTT_BYTES_PER_CELL = 10
+
+_KINDS = {"none": 1, "full": 2, "split": 3}
+
+
+def available_memory() -> float | None:
+    """Bytes of memory available to a new allocation now, or ``None`` when unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024  # the file counts KiB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def action_count(num_stages: int, num_microbatches: int, backward: str = "split") -> int:
+    """Actions a complete schedule holds: ``stages × m × kinds`` (F; F, B; or F, B, W)."""
+    return num_stages * num_microbatches * _KINDS.get(backward, 3)
+
+
+def _human(value: float) -> str:
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} EiB"
+
+
+def _refuse_if_too_big(what: str, needed: float) -> None:
+    available = available_memory()
+    if available is not None and needed > available:
+        raise InvalidInputError(
+            f"{what} would need ~{_human(needed)} of memory; this machine has {_human(available)} available"
+        )
+
+
+def check_schedule_size(
+    name: str,
+    *,
+    num_stages: int,
+    num_microbatches: int,
+    backward: str = "split",
+    simulated: bool = False,
+    names: tuple[str, str] = ("num_stages", "num_microbatches"),
+) -> int:
+    """Raise :class:`InvalidInputError` when the schedule ``name`` of this size cannot fit in memory.
+
+    Args:
+        name: the generator (``"adaptive"`` costs more per action, see the constants).
+        num_stages, num_microbatches: the size (validated integers >= 1).
+        backward: ``"full"``, ``"split"`` or ``"none"`` (how many action kinds).
+        simulated: count the simulation and views too, not only the schedule.
+        names: how the message names the two sizes (the CLI passes its flags).
+
+    Returns:
+        The number of actions.
+    """
+    actions = action_count(num_stages, num_microbatches, backward)
+    if name == "adaptive":
+        per_action = ADAPTIVE_BYTES_PER_ACTION
+    else:
+        per_action = SIMULATION_BYTES_PER_ACTION if simulated else SCHEDULE_BYTES_PER_ACTION
+    kinds = _KINDS.get(backward, 3)
+    _refuse_if_too_big(
+        f"{names[0]} = {num_stages} × {names[1]} = {num_microbatches} × {kinds} action "
+        f"kind{'s' if kinds > 1 else ''} = {actions:.3g} actions",
+        actions * per_action,
+    )
+    return actions
+
+
+def check_simulation_size(num_actions: int) -> None:
+    """Raise when simulating a schedule of ``num_actions`` actions cannot fit in memory."""
+    extra = SIMULATION_BYTES_PER_ACTION - SCHEDULE_BYTES_PER_ACTION  # the schedule exists already
+    _refuse_if_too_big(f"simulating {num_actions:.3g} actions", num_actions * extra)
+
+
+def check_gantt_size(width: int, num_ranks: int, *, field: str = "width") -> None:
+    """Raise when a text Gantt ``width`` columns wide for ``num_ranks`` ranks cannot fit in memory."""
+    cells = (width + 1) * (num_ranks + 1)  # one line per rank and the time axis
+    _refuse_if_too_big(f"{field} = {width} ({num_ranks} ranks: {cells:.3g} characters)",
+                       cells * GANTT_BYTES_PER_CELL)
