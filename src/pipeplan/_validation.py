@@ -21,6 +21,7 @@ __all__ = [
     "non_negative_float",
     "positive_float",
     "expect_instance",
+    "expect_timeline",
     "check_simulate_arguments",
 ]
 
@@ -43,6 +44,13 @@ def expect_instance(field: str, value: object, expected: type, example: str) -> 
             f"{field} must be a {expected.__name__} (e.g. {example}), got {type(value).__name__} {value!r:.60}"
         )
     return value
+
+
+def expect_timeline(field: str, value: object) -> Any:
+    """Return ``value`` if it is a :class:`~pipeplan.timeline.Timeline`, else raise naming ``field``."""
+    from .timeline import Timeline
+
+    return expect_instance(field, value, Timeline, "pipeplan.simulate(schedule, costs)")
 
 
 def check_simulate_arguments(schedule: object, costs: object, comm: object, validate: object) -> None:

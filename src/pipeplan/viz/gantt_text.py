@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import math
 
-from .._validation import positive_int
+from .._validation import expect_timeline, positive_int
 from ..timeline import IdleCause, Timeline
+from .tables import format_time
 
 __all__ = ["text_gantt", "IDLE_CHARS"]
 
@@ -67,6 +68,7 @@ def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True) -> 
     Raises:
         InvalidInputError: ``width`` is not an integer >= 1.
     """
+    expect_timeline("timeline", timeline)
     width = positive_int("width", width)
     makespan = timeline.makespan
     scale = width / makespan if makespan > 0 else 0.0
@@ -155,7 +157,7 @@ def _legend(timeline: Timeline, width: int) -> list[str]:
     schedule = timeline.schedule
     kinds = "  ".join(f"{kind} {_KIND_NAMES[kind]}" for kind in schedule.kinds)
     out = [
-        f"{schedule.name}, {timeline.source}: makespan {timeline.makespan:g}, "
+        f"{schedule.name}, {timeline.source}: makespan {format_time(timeline.makespan)}, "
         f"1 column = {timeline.makespan / width:.3g} time units",
         f"actions: {kinds}; the number is the microbatch (0-based)",
         "idle: " + "  ".join(f"{char} {cause.value.replace('_', ' ')}" for cause, char in IDLE_CHARS.items()),

@@ -27,6 +27,7 @@ import os
 from typing import Any
 
 from ..errors import InvalidInputError, PipeplanError
+from .._validation import expect_timeline
 from ..schedule import Kind
 from ..timeline import IdleCause, Timeline
 from .tables import format_time
@@ -75,6 +76,7 @@ def plot_timeline(
         InvalidInputError: an unsupported extension or a path that cannot be written.
         PipeplanError: matplotlib is not installed.
     """
+    expect_timeline("timeline", timeline)
     target = os.fspath(path)
     suffix = os.path.splitext(target)[1].lower()
     if suffix not in _FORMATS:

@@ -22,6 +22,7 @@ import math
 from fractions import Fraction
 
 from ..errors import InvalidInputError
+from .._validation import expect_timeline
 from ..timeline import Timeline
 
 __all__ = ["step_table"]
@@ -70,6 +71,7 @@ def step_table(timeline: Timeline, *, unit: float | None = None) -> str:
             ``unit`` is not a positive number, or the table would exceed
             :data:`MAX_STEPS` lines.
     """
+    expect_timeline("timeline", timeline)
     records = list(timeline.records())
     times = [t for record in records for t in (record.start, record.end)]
     if unit is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from .._validation import expect_timeline
 from ..timeline import IdleCause, Timeline
 
 __all__ = ["rank_table", "format_bytes", "format_time"]
@@ -62,6 +63,7 @@ def rank_table(timeline: Timeline) -> Table:
     Returns:
         The table; its caption gives makespan, bubble ratio and span bubble rate.
     """
+    expect_timeline("timeline", timeline)
     schedule = timeline.schedule
     idle = timeline.idle_by_cause()
     causes = [cause for cause in IdleCause if any(per_rank[cause] > 0 for per_rank in idle)]

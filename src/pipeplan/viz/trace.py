@@ -32,6 +32,7 @@ import os
 from typing import Any
 
 from ..errors import InvalidInputError
+from .._validation import expect_timeline
 from ..timeline import Timeline
 
 __all__ = ["chrome_trace", "write_trace"]
@@ -57,6 +58,7 @@ def chrome_trace(timeline: Timeline, *, us_per_unit: float = 1000.0) -> dict[str
     Raises:
         InvalidInputError: ``us_per_unit`` is not a finite number > 0.
     """
+    expect_timeline("timeline", timeline)
     try:
         factor = float(us_per_unit)
     except (TypeError, ValueError):
