@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+import pipeplan
+
 from pipeplan import StageCosts, analytic, build_schedule, simulate
 from pipeplan.cli import main
 
@@ -136,3 +138,145 @@ def test_demo_seed002_refuses_flags_it_would_ignore(capsys, flag):
     status, _, err = run_cli(capsys, "demo", "--story", "seed002", *flag)
     assert status == 2
     assert err.strip().startswith(f"pipeplan demo: error: {flag[0]}") and "does not apply" in err
+
+
+# ----------------------------------------------------------------- hardening (issue 13)
+def _one_error_line(err: str, verb: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"pipeplan {verb}: error:"), err
+    return lines[0]
+
+
+def test_empty_list_entry_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", "--forward", "30,10,,20"])
+    captured = capsys.readouterr()
+    assert exit_.value.code == 2 and captured.out == ""
+    assert "entry 3 of 4 in '30,10,,20' is empty" in _one_error_line(captured.err, "simulate")
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--json", "--steps"], "--steps"),
+    (["--json", "--width", "0"], "--width"),
+    (["--weight", "1,1,1,1"], "--weight"),
+    (["--forward-only", "--backward", "1,1,1,1"], "--backward"),
+    (["--comm-bandwidth", "10"], "--comm-bandwidth"),
+])
+def test_flags_that_do_not_apply_are_refused(capsys, argv, flag):
+    status, _, err = run_cli(capsys, "simulate", "--forward", "30,10,10,20", *argv)
+    assert status == 2
+    line = _one_error_line(err, "simulate")
+    assert f"error: {flag} does not apply" in line
+
+
+def test_memory_limit_in_bytes_needs_activation_bytes(capsys):
+    status, _, err = run_cli(capsys, "simulate", "--forward", "30,10,10,20", "--schedule", "adaptive",
+                             "--memory-limit", "12GB")
+    assert status == 2 and "needs --activation-bytes" in _one_error_line(err, "simulate")
+    status, _, _ = run_cli(capsys, "simulate", "--forward", "30,10,10,20", "--schedule", "adaptive",
+                           "--memory-limit", "12GB", "--activation-bytes", "4e9,1e9,1e9,2e9")
+    assert status == 0
+
+
+def test_sizes_past_memory_are_refused_up_front(capsys, monkeypatch):
+    from pipeplan import limits
+
+    status, _, err = run_cli(capsys, "simulate", "--forward", "30,10,10,20", "-m", "10000000000")
+    assert status == 2
+    assert re.search(r"m = 10000000000 × 2 action kinds = 8e\+10 actions would need ~.* of memory",
+                     _one_error_line(err, "simulate"))
+    monkeypatch.setattr(limits, "available_memory", lambda: 1e9)
+    for verb, argv, what in [("simulate", ["--forward", "1,1", "--width", "100000000"], "--width = 100000000"),
+                             ("partition", ["--layers", "8", "--layer-cost", "1", "--stages", "4", "-m",
+                                            "1000000000"], "m = 1000000000"),
+                             ("demo", ["-m", "100000"], "64 × m")]:
+        status, out, err = run_cli(capsys, verb, *argv)
+        assert status == 2 and out == ""
+        assert what in _one_error_line(err, verb) and "would need" in err
+
+
+def test_partition_of_one_layer_per_stage_builds_its_schedule_once(capsys, monkeypatch):
+    import pipeplan.schedules as schedules
+
+    calls = []
+    real = schedules.build_schedule
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("num_microbatches"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(schedules, "build_schedule", counting)
+    status, out, _ = run_cli(capsys, "partition", "--layers", "40", "--layer-cost", "1", "--stages", "40", "--json")
+    assert status == 0 and calls == [80]
+    payload = json.loads(out)
+    assert payload["simulated"]["step_time"] == payload["even_split"]["step_time"]
+
+
+def test_partition_bubble_without_resimulating_matches_the_simulator(capsys):
+    status, out, _ = run_cli(capsys, "partition", "--layers", "32", "--layer-cost", "6", "--first-extra", "48",
+                             "--last-extra", "24", "--stages", "4", "-m", "8", "--json")
+    assert status == 0
+    payload = json.loads(out)
+    timeline = simulate(build_schedule("1f1b", num_stages=4, num_microbatches=8),
+                        StageCosts([22.0, 22.0, 22.0, 22.0]))  # forward thirds of 66 ms per stage
+    assert payload["simulated"]["step_time"] == pytest.approx(timeline.makespan)
+    assert payload["simulated"]["bubble_ratio"] == pytest.approx(timeline.bubble_ratio)
+
+
+def test_overflowing_extra_names_its_flag(capsys):
+    status, _, err = run_cli(capsys, "partition", "--layers", "32", "--layer-cost", "2", "--last-extra", "1e308",
+                             "--stages", "4")
+    assert status == 2
+    assert "--last-extra = 1e+308 is too large" in _one_error_line(err, "partition")
+    assert "RuntimeWarning" not in err
+
+
+def test_profile_file_errors_name_the_reason(capsys, tmp_path):
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff\xfe\x00")
+    for path, reason in [(binary, "is not UTF-8"), (tmp_path, "is a directory"), ("/dev/null", "not a regular file")]:
+        status, _, err = run_cli(capsys, "partition", str(path), "--stages", "2")
+        assert status == 2 and reason in _one_error_line(err, "partition")
+
+
+def test_version_and_wrote_lines(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"pipeplan {pipeplan.__version__}"
+    png, trace = tmp_path / "g.png", tmp_path / "t.json"
+    status, out, err = run_cli(capsys, "simulate", "--forward", "3,1,2", "-m", "4", "--plot", str(png),
+                               "--trace", str(trace), "--json")
+    assert status == 0 and json.loads(out)["makespan"] > 0
+    assert err.splitlines() == [f"wrote {png}", f"wrote {trace}"]
+
+
+def test_unwritable_output_is_refused_before_the_work(capsys, tmp_path):
+    status, out, err = run_cli(capsys, "simulate", "--forward", "3,1,2", "--plot", str(tmp_path / "no" / "g.png"))
+    assert status == 2 and out == ""
+    assert "does not exist" in _one_error_line(err, "simulate")
+
+
+def test_progress_bar_appears_only_on_a_terminal_after_the_delay():
+    import io
+    import time
+
+    from rich.console import Console
+
+    from pipeplan.cli._common import progress
+
+    terminal = io.StringIO()
+    with progress(2, "simulating", delay=0.0, console=Console(file=terminal, force_terminal=True)) as advance:
+        time.sleep(0.3)
+        advance(1, "drawing")
+        time.sleep(0.3)
+    assert "drawing" in terminal.getvalue() or "simulating" in terminal.getvalue()
+    quick = io.StringIO()
+    with progress(2, "simulating", delay=5.0, console=Console(file=quick, force_terminal=True)) as advance:
+        advance(2)
+    assert quick.getvalue() == ""
+    piped = io.StringIO()
+    with progress(2, "simulating", delay=0.0, console=Console(file=piped)) as advance:
+        time.sleep(0.2)
+        advance(2)
+    assert piped.getvalue() == ""

@@ -11,8 +11,9 @@ that gives the size, the estimate and the memory available::
 Estimates are bytes per action (and per text-Gantt cell) measured by
 ``benchmarks/action_memory.py`` (peak resident-set growth; table in
 docs/simulator.md), rounded up, times the action count ``stages × m × kinds``.
-The limit is the memory available right now: ``MemAvailable`` in /proc/meminfo,
-else ``sysconf`` available pages; where neither exists nothing is refused.
+The limit is the memory available right now: ``MemAvailable`` in /proc/meminfo
+(else ``sysconf`` available pages), capped by what the process's address-space
+limit (``ulimit -v``) leaves; where none is known nothing is refused.
 Everything below the limit runs in time proportional to its size.
 """
 
@@ -47,7 +48,19 @@ _KINDS = {"none": 1, "full": 2, "split": 3}
 
 
 def available_memory() -> float | None:
-    """Bytes of memory available to a new allocation now, or ``None`` when unknown."""
+    """Bytes of memory available to a new allocation now, or ``None`` when unknown.
+
+    The machine's available memory, and no more than this process's address-space
+    limit (``ulimit -v``) leaves.
+    """
+    machine = _machine_available()
+    room = _address_space_room()
+    if machine is None or room is None:
+        return machine if room is None else room
+    return min(machine, room)
+
+
+def _machine_available() -> float | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as handle:
             for line in handle:
@@ -58,6 +71,20 @@ def available_memory() -> float | None:
     try:
         return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _address_space_room() -> float | None:
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            used = int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        return float(max(0, soft - used))
+    except (ImportError, OSError, ValueError, IndexError):
         return None
 
 

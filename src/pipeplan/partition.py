@@ -582,6 +582,7 @@ def partition_layers(
             gives the smallest capacity that fits and the stage that needs it.
     """
     stages = positive_int("num_stages", num_stages)
+    _check_stage_count(layer_costs, stages)
     if objective not in ("bottleneck", "step_time"):
         raise InvalidInputError(f"objective must be 'bottleneck' or 'step_time', got {objective!r}")
     if tie_break not in ("lexicographic", "variance", "none"):
@@ -692,6 +693,20 @@ def partition_layers(
         profile=profile,
         proven_optimal=proven,
     )
+
+
+def _check_stage_count(layer_costs: object, stages: int) -> None:
+    """Refuse more stages than layers before any per-stage array is allocated."""
+    if isinstance(layer_costs, LayerProfile):
+        count = layer_costs.num_layers
+    elif isinstance(layer_costs, (Sequence, np.ndarray)) and not isinstance(layer_costs, (str, bytes)):
+        count = len(layer_costs)
+    else:
+        return  # not a list: finite_floats names the problem
+    if count < stages:
+        raise InvalidInputError(
+            f"num_stages must be <= the number of layers ({count}) so no stage is empty, got {stages}"
+        )
 
 
 def _positive(field_name: str, value: object, unit: str) -> float:

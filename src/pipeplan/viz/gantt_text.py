@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 
 from .._validation import expect_timeline, positive_int
+from ..limits import check_gantt_size
 from ..timeline import IdleCause, Timeline
 from .tables import format_time
 
@@ -66,10 +67,12 @@ def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True) -> 
         trailing newline.
 
     Raises:
-        InvalidInputError: ``width`` is not an integer >= 1.
+        InvalidInputError: ``timeline`` is not a Timeline, ``width`` is not an
+            integer >= 1, or the chart would not fit in the memory available.
     """
     expect_timeline("timeline", timeline)
     width = positive_int("width", width)
+    check_gantt_size(width, timeline.num_ranks)
     makespan = timeline.makespan
     scale = width / makespan if makespan > 0 else 0.0
     label_width = len(f"rank {timeline.num_ranks - 1}")
