@@ -3,7 +3,8 @@
 Every ```python block of README.md and docs/*.md runs, a file's blocks in order in
 one fresh interpreter (later blocks may use names earlier ones defined), in a
 temporary directory. Every ``pipeplan ...`` line of a ```bash block runs as
-``python -m pipeplan ...`` with a timeout and must exit 0. A block right after a
+``python -m pipeplan ...`` with a timeout and must exit 0; a block's lines run in
+order in one directory that also holds the repository's ``examples/``. A block right after a
 line ``<!-- docs-test: skip REASON -->`` is not run (torchrun, a GPU, your own
 package, many processes); the reason is required.
 """
@@ -45,7 +46,7 @@ def _env() -> dict[str, str]:
 def test_skip_markers_give_a_reason():
     for path in DOCS:
         for line in path.read_text().splitlines():
-            if "docs-test:" in line:
+            if line.lstrip().startswith("<!-- docs-test"):
                 assert _SKIP.search(line), f"{path.name}: malformed marker {line!r}"
 
 
@@ -64,22 +65,25 @@ def test_python_blocks_run(path, tmp_path):
     assert result.returncode == 0, f"{path.name}:\n{result.stderr[-3000:]}"
 
 
-def _pipeplan_lines() -> list[tuple[str, str]]:
-    lines = []
+def _bash_blocks() -> list[tuple[str, list[str]]]:
+    """``(where, lines)``: the ``pipeplan ...`` lines of each bash block, in order."""
+    out = []
     for path in DOCS:
         for lang, code, first in blocks(path):
-            if lang != "bash":
-                continue
-            for offset, line in enumerate(code.splitlines(), start=1):
-                if line.startswith("pipeplan "):
-                    lines.append((f"{path.name}:{first + offset}", line))
-    return lines
+            lines = [line for line in code.splitlines() if line.startswith("pipeplan ")]
+            if lang == "bash" and lines:
+                out.append((f"{path.name}:{first}", lines))
+    return out
 
 
-@pytest.mark.parametrize("where, line", _pipeplan_lines(), ids=[w for w, _ in _pipeplan_lines()])
-def test_pipeplan_lines_run(where, line, tmp_path):
-    argv = shlex.split(line, comments=True)[1:]
-    result = subprocess.run([sys.executable, "-m", "pipeplan", *argv], cwd=tmp_path, env=_env(),
-                            capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert result.returncode == 0, f"{where}: {line}\n{result.stderr[-3000:]}"
-    assert "Traceback" not in result.stderr
+@pytest.mark.parametrize("where, lines", _bash_blocks(), ids=[w for w, _ in _bash_blocks()])
+def test_pipeplan_lines_run(where, lines, tmp_path):
+    """A block's lines run in order in one directory (a later line may read what an earlier wrote),
+    next to the repository's examples/."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    for line in lines:
+        argv = shlex.split(line, comments=True)[1:]
+        result = subprocess.run([sys.executable, "-m", "pipeplan", *argv], cwd=tmp_path, env=_env(),
+                                capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert result.returncode == 0, f"{where}: {line}\n{result.stderr[-3000:]}"
+        assert "Traceback" not in result.stderr

@@ -6,7 +6,7 @@ that gives the size, the estimate and the memory available::
     from pipeplan.limits import check_schedule_size
     check_schedule_size("1f1b", num_stages=4, num_microbatches=10**10, backward="full")
     # InvalidInputError: num_stages = 4 × num_microbatches = 10000000000 × 2 action kinds
-    #   = 8e+10 actions would need ~17.5 TiB of memory; this machine has 22.4 GiB available
+    #   = 8e+10 actions would need ~11.6 TiB of memory; this machine has 22.4 GiB available
 
 Estimates are bytes per action (and per text-Gantt cell) measured by
 ``benchmarks/action_memory.py`` (peak resident-set growth; table in
@@ -35,12 +35,12 @@ __all__ = [
     "check_gantt_size",
 ]
 
-#: A built schedule (its Action tuples and orders): measured 193–212 B per action.
-SCHEDULE_BYTES_PER_ACTION = 240
-#: Schedule + simulation + Timeline + the CLI's views: measured 493–569 B per action.
-SIMULATION_BYTES_PER_ACTION = 640
-#: The adaptive generator builds and simulates ~15 candidate orders: measured 2,299 B per action.
-ADAPTIVE_BYTES_PER_ACTION = 2600
+#: A built schedule (its Action tuples and orders): measured 113–132 B per action.
+SCHEDULE_BYTES_PER_ACTION = 160
+#: Schedule + simulation + Timeline + the CLI's views: measured 693–771 B per action.
+SIMULATION_BYTES_PER_ACTION = 850
+#: The adaptive generator builds and simulates ~15 candidate orders: measured 4,257 B per action.
+ADAPTIVE_BYTES_PER_ACTION = 4700
 #: One character of a text Gantt (cell lists, joined lines, printed unwrapped): measured 8.5 B.
 GANTT_BYTES_PER_CELL = 10
 

@@ -30,7 +30,7 @@ _VERBS = ("simulate", "partition", "presets", "model", "run", "demo")
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (no usage block) and exit 2."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

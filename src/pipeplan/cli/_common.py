@@ -144,7 +144,7 @@ def progress(
     timer.start()
 
     def advance(amount: float, description: str | None = None) -> None:
-        bar.update(task, advance=amount, **({"description": description} if description else {}))
+        bar.update(task, advance=amount, description=description)
 
     try:
         yield advance

@@ -27,6 +27,7 @@ from ..schedules import SCHEDULES, backward_mode, build_schedule, schedule_optio
 from ..simulate import simulate
 from ..timeline import Timeline
 from ._common import (
+    ByteSize,
     float_list,
     make_console,
     output_path,
@@ -108,7 +109,8 @@ def costs_from_args(args: argparse.Namespace) -> StageCosts:
                       f"to schedule {args.schedule!r}: it runs the full backward in one piece "
                       "(use zb-h1, zb-h2, zb-v or adaptive)")
     memory_limit = getattr(args, "memory_limit", None)
-    if memory_limit is not None and getattr(memory_limit, "unit", "") and args.activation_bytes is None:
+    if memory_limit is not None and isinstance(memory_limit, ByteSize) and memory_limit.unit \
+            and args.activation_bytes is None:
         raise InvalidInputError(
             f"--memory-limit {memory_limit:g} bytes needs --activation-bytes: without them each "
             "microbatch counts 1, so the limit is a count of microbatches (e.g. --memory-limit 4)"
