@@ -70,7 +70,8 @@ def _bash_blocks() -> list[tuple[str, list[str]]]:
     out = []
     for path in DOCS:
         for lang, code, first in blocks(path):
-            lines = [line for line in code.splitlines() if line.startswith("pipeplan ")]
+            joined = code.replace("\\\n", " ")  # shell line continuations
+            lines = [line for line in joined.splitlines() if line.startswith("pipeplan ")]
             if lang == "bash" and lines:
                 out.append((f"{path.name}:{first}", lines))
     return out

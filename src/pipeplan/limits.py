@@ -37,10 +37,10 @@ __all__ = [
 
 #: A built schedule (its Action tuples and orders): measured 113–132 B per action.
 SCHEDULE_BYTES_PER_ACTION = 160
-#: Schedule + simulation + Timeline + the CLI's views: measured 693–771 B per action.
-SIMULATION_BYTES_PER_ACTION = 850
-#: The adaptive generator builds and simulates ~15 candidate orders: measured 4,257 B per action.
-ADAPTIVE_BYTES_PER_ACTION = 4700
+#: Schedule + simulation + Timeline + the CLI's views: measured 653–898 B per action.
+SIMULATION_BYTES_PER_ACTION = 1000
+#: The adaptive generator builds and simulates ~15 candidate orders: measured 3,371 B per action.
+ADAPTIVE_BYTES_PER_ACTION = 3800
 #: One character of a text Gantt (cell lists, joined lines, printed unwrapped): measured 8.5 B.
 GANTT_BYTES_PER_CELL = 10
 
