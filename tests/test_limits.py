@@ -72,3 +72,11 @@ def test_adaptive_costs_more_per_action(monkeypatch):
     limits.check_schedule_size("zb-h1", num_stages=4, num_microbatches=100, simulated=True)
     with pytest.raises(InvalidInputError):
         limits.check_schedule_size("adaptive", num_stages=4, num_microbatches=100)
+
+
+def test_run_refuses_a_built_in_model_too_deep_for_memory_before_building_it(capsys):
+    from pipeplan.cli import main
+
+    assert main(["run", "--nproc", "2", "--layers", "10000000000"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "--layers 10000000000" in error and "would need" in error

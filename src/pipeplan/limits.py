@@ -110,6 +110,14 @@ def _refuse_if_too_big(what: str, needed: float) -> None:
         )
 
 
+def check_memory(what: str, needed_bytes: float) -> None:
+    """Raise :class:`InvalidInputError` when ``what`` needs more than the memory available now.
+
+    ``what`` names the input and how the estimate was made; the message adds both sizes.
+    """
+    _refuse_if_too_big(what, needed_bytes)
+
+
 def check_schedule_size(
     name: str,
     *,

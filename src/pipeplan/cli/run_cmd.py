@@ -69,6 +69,7 @@ def register(subparsers: Any) -> None:
 
 def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     """Validate the arguments into a plain, picklable configuration."""
+    from ..limits import check_memory
     from ..runtime.launch import check_timeout
 
     world_size = positive_int("--nproc", world_size)
@@ -101,11 +102,21 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
             raise InvalidInputError(
                 f"--partition has {len(partition)} entries, expected {num_stages} (one per stage of {args.schedule})"
             )
+    layers = positive_int("--layers", 8 if args.layers is None else args.layers)
+    if args.model is None:
+        # One TransformerBlock of the built-in model (hidden 64): 12·h² + 13·h fp32 weights,
+        # with their gradients, in the parent and in every rank.
+        per_layer = 4 * (12 * 64**2 + 13 * 64)
+        check_memory(
+            f"--layers {layers} (the built-in model: {per_layer} bytes of weights per layer, "
+            f"weights and gradients in {world_size + 1} processes)",
+            2.0 * layers * per_layer * (world_size + 1),
+        )
     return {
         "schedule": args.schedule, "num_stages": num_stages, "pp": pp, "dp": dp,
         "microbatches": microbatches, "batch_size": batch_size, "virtual_stages": virtual,
         "checkpoint": bool(args.checkpoint), "model": args.model,
-        "layers": positive_int("--layers", 8 if args.layers is None else args.layers),
+        "layers": layers,
         "partition": partition, "steps": positive_int("--steps", args.steps),
         "warmup": positive_int("--warmup", args.warmup, minimum=0),
         "timeout": check_timeout("--timeout", args.timeout),
