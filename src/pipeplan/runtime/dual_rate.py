@@ -49,7 +49,15 @@ from .._validation import non_negative_float, positive_float, positive_int
 from ..errors import InvalidInputError
 from ..schedules.dual_rate import DualRateShape, check_damping
 
-__all__ = ["DualRateConfig", "DualRateRun", "run_dual_rate", "run_dual_rate_configs", "execute_dual_rate"]
+__all__ = [
+    "DualRateConfig",
+    "DualRateCosts",
+    "DualRateRun",
+    "execute_dual_rate",
+    "measure_dual_rate_costs",
+    "run_dual_rate",
+    "run_dual_rate_configs",
+]
 
 _METHODS = ("dual-rate", "synchronous")
 _SCALINGS = ("damping", "inverse")
@@ -62,7 +70,11 @@ class DualRateConfig:
 
     Args:
         method: ``"dual-rate"`` or ``"synchronous"``.
-        rate_ratio: control steps per camera frame, an integer ``k >= 1``.
+        rate_ratio: action steps per vision update, an integer ``k >= 1``.
+        camera_ratio: control steps per camera frame of the task (default ``rate_ratio``);
+            a multiple of ``rate_ratio``. ``rate_ratio=1, max_staleness=0`` on a
+            ``camera_ratio=4`` task is the synchronous pipeline: the vision stage runs
+            (and updates) on every step, on the same image four steps in a row.
         num_vision_stages: vision ranks ``V`` (the encoder's children are split evenly).
         max_staleness: frames the vision side may run ahead (0: no overlap).
         buffer_frames: latent slots on the action side (default ``max_staleness + 1``).
@@ -84,6 +96,7 @@ class DualRateConfig:
 
     method: str = "dual-rate"
     rate_ratio: int = 4
+    camera_ratio: int | None = None
     num_vision_stages: int = 1
     max_staleness: int = 1
     buffer_frames: int | None = None
@@ -123,6 +136,12 @@ class DualRateConfig:
         if self.method == "synchronous" and stages != 1:
             raise InvalidInputError(f"the synchronous baseline runs one vision stage, got num_vision_stages = {stages}")
         self.shape()  # rate ratio, staleness and buffer checks
+        camera = positive_int("camera_ratio", self.camera_period)
+        if camera % self.rate_ratio:
+            raise InvalidInputError(
+                f"camera_ratio = {camera} must be a multiple of rate_ratio = {self.rate_ratio} "
+                "(a vision update must not straddle two camera frames)"
+            )
         positive_int("sync_microbatches", self.sync_microbatches)
         if self.sync_microbatches > self.num_envs:
             raise InvalidInputError(
@@ -140,6 +159,11 @@ class DualRateConfig:
         """The schedule shape this run walks (one action rank)."""
         return DualRateShape(self.num_vision_stages, 1, self.rate_ratio, num_frames or self.max_frames,
                              self.max_staleness, self.buffer_frames)
+
+    @property
+    def camera_period(self) -> int:
+        """Control steps per camera frame: ``camera_ratio``, or ``rate_ratio`` when not given."""
+        return self.rate_ratio if self.camera_ratio is None else self.camera_ratio
 
     @property
     def world_size(self) -> int:
@@ -165,7 +189,10 @@ class DualRateRun:
             the training loss is the step's loss before its update, on fresh samples.
         final_loss: held-out mean squared error with the final weights.
         staleness: per vision stage, the measured Δt of every frame's gradient.
-        records: ``(rank, kind, stage, index, start_ms, end_ms)`` of every action.
+        records: ``(rank, kind, stage, index, start_ms, end_ms, cpu_ms)`` of every action:
+            wall-clock start and end (ms since the start barrier; the start is taken
+            after the action's message arrived, so waiting is not counted) and the
+            rank's thread CPU time spent in it (what it would take on an idle core).
         weights: with ``config.return_weights``, ``"encoder.<name>"`` and ``"head.<name>"``
             final parameters (encoder names as in the unsplit encoder).
     """
@@ -177,7 +204,7 @@ class DualRateRun:
     curve: list[tuple[float, int, float]]
     final_loss: float
     staleness: dict[int, list[int]] = field(default_factory=dict)
-    records: list[tuple[int, str, int, int, float, float]] = field(default_factory=list)
+    records: list[tuple[int, str, int, int, float, float, float]] = field(default_factory=list)
     weights: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -189,6 +216,15 @@ class DualRateRun:
     def frames_per_s(self) -> float:
         """Vision forward batches per second (the synchronous pipeline runs one per step)."""
         return self.frames / self.wall_s
+
+    def stage_costs(self) -> dict[int, tuple[float, float, float]]:
+        """Per stage, mean CPU ms of its ``F``, ``B`` and ``U`` (dual-rate runs; 0 for a kind it never ran)."""
+        sums: dict[tuple[int, str], list[float]] = {}
+        for _rank, kind, stage, _index, _start, _end, cpu in self.records:
+            sums.setdefault((stage, kind), []).append(cpu)
+        stages = sorted({stage for stage, _kind in sums})
+        return {s: tuple(sum(sums.get((s, k), [0.0])) / len(sums.get((s, k), [0.0])) for k in "FBU")  # type: ignore[misc]
+                for s in stages}
 
     def staleness_histogram(self) -> dict[int, int]:
         """Δt → number of gradients, over all vision stages."""
@@ -254,6 +290,98 @@ def execute_dual_rate(rank: int, world_size: int, configs: list[DualRateConfig])
     return out if rank == vision else None
 
 
+# ---------------------------------------------------------------- calibration
+@dataclass(frozen=True)
+class DualRateCosts:
+    """CPU milliseconds of each action of the dual-rate policy, measured in isolation (one thread).
+
+    Attributes:
+        vision: ``(F, B, U)`` of the whole encoder on one frame with weight stashing.
+        vision_recompute_backward: ``B`` without stashing (the forward runs again).
+        vision_frozen_forward: ``F`` of the frozen encoder (no graph).
+        action: ``(F, B, U)`` of the head on one step.
+    """
+
+    vision: tuple[float, float, float]
+    vision_recompute_backward: float
+    vision_frozen_forward: float
+    action: tuple[float, float, float]
+
+    def period(self, config: DualRateConfig) -> float:
+        """Steady-state ms per vision update of ``config`` on idle cores (one vision stage, free messages).
+
+        :func:`pipeplan.analytic.dual_rate_period`; a frozen encoder has no ``B``/``U``,
+        no stashing means the recomputing ``B``.
+        """
+        from ..analytic import dual_rate_period
+
+        forward, backward, update = self.vision
+        if not config.train_vision:
+            forward, backward, update = self.vision_frozen_forward, 0.0, 0.0
+        elif not config.stash_weights:
+            backward = self.vision_recompute_backward
+        return dual_rate_period([(forward, backward, update)], [self.action], rate_ratio=config.rate_ratio,
+                                max_staleness=config.max_staleness)
+
+    def samples_per_s(self, config: DualRateConfig) -> float:
+        """Action-side samples per second of ``config`` on idle cores."""
+        return config.rate_ratio * config.num_envs / (self.period(config) / 1e3)
+
+
+def measure_dual_rate_costs(config: DualRateConfig, *, repeats: int = 15) -> DualRateCosts:
+    """Time every action of ``config``'s policy in this process: the minimum CPU time over ``repeats``.
+
+    Runs on one thread (the runtime's ranks each have one); the minimum is robust to
+    other load on the machine.
+    """
+    import torch
+    from torch.func import functional_call
+
+    repeats = positive_int("repeats", repeats)
+    task, head, _stages, encoder = _build(config)
+    images = task.frame(0)
+    fast, target = task.step(0)
+    vision_opt = _optimizer(list(encoder.parameters()), config)
+    action_opt = _optimizer(list(head.parameters()), config)
+    params = dict(encoder.named_parameters())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    timings: dict[str, list[float]] = {}
+
+    def timed(name: str, work: Any) -> Any:
+        began = time.thread_time()
+        value = work()
+        timings.setdefault(name, []).append((time.thread_time() - began) * 1e3)
+        return value
+
+    try:
+        for _ in range(repeats + 1):  # the first round warms up
+            snapshot = timed("vF", lambda: {n: p.detach().clone().requires_grad_(True) for n, p in params.items()})
+            latent = timed("vF+", lambda: functional_call(encoder, snapshot, (images,)))
+            gradient = torch.ones_like(latent) / latent.numel()
+            timed("vB", lambda: torch.autograd.backward(latent, gradient))
+            for name, param in params.items():
+                param.grad = snapshot[name].grad
+            timed("vU", lambda: (vision_opt.step(), vision_opt.zero_grad(set_to_none=True)))
+            timed("vR", lambda: torch.autograd.backward(encoder(images), gradient))
+            vision_opt.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                timed("vN", lambda: encoder(images))
+            read = latent.detach().requires_grad_(True)
+            loss = timed("aF", lambda: _mse(head(torch.cat([read, fast], dim=1)), target))
+            timed("aB", lambda: loss.backward())
+            timed("aU", lambda: (action_opt.step(), action_opt.zero_grad(set_to_none=True)))
+    finally:
+        torch.set_num_threads(threads)
+    best = {name: min(values[1:]) for name, values in timings.items()}
+    return DualRateCosts(
+        vision=(best["vF"] + best["vF+"], best["vB"], best["vU"]),
+        vision_recompute_backward=best["vR"],
+        vision_frozen_forward=best["vN"],
+        action=(best["aF"], best["aB"], best["aU"]),
+    )
+
+
 # ------------------------------------------------------------------ the model
 def _build(config: DualRateConfig) -> tuple[Any, Any, list[Any], Any]:
     """``(task, head, vision stage modules, encoder)``, identical on every rank."""
@@ -262,7 +390,7 @@ def _build(config: DualRateConfig) -> tuple[Any, Any, list[Any], Any]:
     from ..models import split_sequential
     from ..partition import even_split
 
-    task = TemporalTask(rate_ratio=config.rate_ratio, num_envs=config.num_envs, image_size=config.image_size,
+    task = TemporalTask(rate_ratio=config.camera_period, num_envs=config.num_envs, image_size=config.image_size,
                         seed=config.seed)
     encoder, head = build_dual_rate_policy(image_size=config.image_size, channels=config.channels,
                                            conv_blocks=config.conv_blocks, seed=config.seed)
@@ -299,7 +427,7 @@ class _DualRateRank:
                 value = module(value)
                 self.out_shapes.append(tuple(value.shape))
         self.sends: list[tuple[Any, Any]] = []
-        self.records: list[tuple[int, str, int, int, float, float]] = []
+        self.records: list[tuple[int, str, int, int, float, float, float]] = []
         self.shape = config.shape()
 
     # ----------------------------------------------------------- messaging
@@ -376,12 +504,12 @@ class _DualRateRank:
     def _now_ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1e3
 
-    def _truncate(self, order: list[Any], position: int, frames: int) -> list[Any]:
+    def _truncate(self, position: int, frames: int) -> None:
         """Switch to the order for ``frames`` frames; the part already run is a prefix of it."""
-        shorter = self.shape.with_frames(frames).orders()[self.rank]
-        if shorter[: position + 1] != order[: position + 1]:  # pragma: no cover - a bug in the shape's orders
+        shorter = self.shape.with_frames(frames)
+        if shorter.action_at(self.rank, position) != self.shape.action_at(self.rank, position):  # pragma: no cover
             raise AssertionError(f"rank {self.rank}: the order for {frames} frames does not extend the run so far")
-        return shorter
+        self.shape = shorter
 
     # -------------------------------------------------------------- vision
     def _vision(self) -> list[int]:
@@ -399,23 +527,22 @@ class _DualRateRank:
         version = 0
         in_flight: dict[int, dict[str, Any]] = {}
         staleness: dict[int, int] = {}
-        order = self.shape.orders()[stage]
-        planned = config.max_frames
         position = 0
         downstream = stage + 1  # the next vision rank, or the action rank
         in_numel = math.prod(self.out_shapes[stage - 1]) if stage > 0 else 0
         out_numel = math.prod(self.out_shapes[stage])
-        while position < len(order):
-            kind, _stage, frame = order[position]
-            began = self._now_ms()
+        while position < self.shape.order_length(stage):
+            kind, _stage, frame = self.shape.action_at(stage, position)
+            began, cpu = self._now_ms(), time.thread_time()
             if kind == "F":
                 if stage == 0:
-                    inputs = self.task.frame(frame)
+                    inputs = self.task.frame(frame * config.rate_ratio // config.camera_period)
                     last = frame == config.max_frames - 1 or (
                         config.time_budget is not None and began / 1e3 >= config.time_budget
                     )
                 else:
                     message = self._recv(_HEADER + in_numel, stage - 1)
+                    began, cpu = self._now_ms(), time.thread_time()
                     last = bool(message[2] > 0.5)
                     inputs = message[_HEADER:].view(self.out_shapes[stage - 1]).clone()
                 entry: dict[str, Any] = {"inputs": inputs, "version": version}
@@ -430,12 +557,12 @@ class _DualRateRank:
                         output = module(inputs)
                 self._isend(self._pack((frame, version, float(last)), output), downstream)
                 in_flight[frame] = entry
-                if last and frame + 1 < planned:
-                    planned = frame + 1
-                    order = self._truncate(order, position, planned)
+                if last and frame + 1 < self.shape.num_frames:
+                    self._truncate(position, frame + 1)
             elif kind == "B":
                 numel = _HEADER + (out_numel if config.train_vision else 0)
                 message = self._recv(numel, downstream)
+                began, cpu = self._now_ms(), time.thread_time()
                 entry = in_flight[frame]
                 delta = version - entry["version"]
                 staleness[frame] = delta
@@ -466,7 +593,8 @@ class _DualRateRank:
                     optimizer.zero_grad(set_to_none=True)
                 version += 1
                 del in_flight[frame]
-            self.records.append((self.rank, kind, stage, frame, began, self._now_ms()))
+            self.records.append((self.rank, kind, stage, frame, began, self._now_ms(),
+                                 (time.thread_time() - cpu) * 1e3))
             position += 1
         return [staleness[j] for j in sorted(staleness)]
 
@@ -493,29 +621,30 @@ class _DualRateRank:
         latent_shape = self.out_shapes[-1]
         latent_numel = math.prod(latent_shape)
         source = self.vision_ranks - 1
-        order = self.shape.orders()[self.rank]
         pending: dict[int, tuple[Any, Any]] = {0: self._irecv(_HEADER + latent_numel, source)}
         ahead = self.shape.buffer_frames is not None and self.shape.buffer_frames >= 2
         curve: list[tuple[float, int, float]] = []
         latent: Any = None
-        latent_version = 0.0
+        latent_version, last = 0.0, False
         loss: Any = None
         steps = frames = 0
         position = 0
-        while position < len(order):
-            kind, _stage, step = order[position]
+        while position < self.shape.order_length(self.rank):
+            kind, _stage, step = self.shape.action_at(self.rank, position)
             frame = step // config.rate_ratio
             first, last_of_window = step % config.rate_ratio == 0, step % config.rate_ratio == config.rate_ratio - 1
-            began = self._now_ms()
+            began, cpu = self._now_ms(), time.thread_time()
             if kind == "F":
                 if first:
                     work, message = pending.pop(frame)
                     work.wait()
+                    began, cpu = self._now_ms(), time.thread_time()
                     latent_version, last = float(message[1]), bool(message[2] > 0.5)
                     latent = message[_HEADER:].view(latent_shape).clone().requires_grad_(config.train_vision)
                     frames += 1
                     if last:
-                        order = self._truncate(order, position, frame + 1)
+                        if frame + 1 < self.shape.num_frames:
+                            self._truncate(position, frame + 1)
                     elif ahead:
                         pending[frame + 1] = self._irecv(_HEADER + latent_numel, source)
                 fast, target = self.task.step(step)
@@ -525,15 +654,15 @@ class _DualRateRank:
                 if last_of_window:
                     gradient = latent.grad if config.train_vision else torch.empty(0)
                     self._isend(self._pack((frame, latent_version, 0.0), gradient), source)
-                    is_last_frame = frame == len(order) // (3 * config.rate_ratio) - 1
-                    if not ahead and not is_last_frame:
+                    if not ahead and not last:
                         pending[frame + 1] = self._irecv(_HEADER + latent_numel, source)
             else:  # U
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 steps += 1
                 curve.append((self._now_ms() / 1e3, steps * config.num_envs, float(loss.detach())))
-            self.records.append((self.rank, kind, self.rank, step, began, self._now_ms()))
+            self.records.append((self.rank, kind, self.rank, step, began, self._now_ms(),
+                                 (time.thread_time() - cpu) * 1e3))
             position += 1
         return steps, frames, self._now_ms() / 1e3, curve
 
@@ -566,21 +695,21 @@ def _synchronous_rank(rank: int, config: DualRateConfig) -> DualRateRun | None:
     image_shape = (config.num_envs, 3, config.image_size, config.image_size)
     placeholder = torch.zeros(image_shape)
     curve: list[tuple[float, int, float]] = []
-    records: list[tuple[int, str, int, int, float, float]] = []
+    records: list[tuple[int, str, int, int, float, float, float]] = []
     flag = torch.zeros(1)
     dist.barrier()
     t0 = time.perf_counter()
     step = 0
     while True:
         began = (time.perf_counter() - t0) * 1e3
-        images = task.frame(step // config.rate_ratio) if rank == 0 else placeholder
+        images = task.frame(step // config.camera_period) if rank == 0 else placeholder
         fast, target = task.step(step)
         result = runtime.step((images, fast), target)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
         now = time.perf_counter() - t0
-        records.append((rank, "step", rank, step - 1, began, now * 1e3))
+        records.append((rank, "step", rank, step - 1, began, now * 1e3, float("nan")))
         curve.append((now, step * config.num_envs, float(result.loss)))
         if rank == 0:
             done = step >= config.max_frames * config.rate_ratio or (

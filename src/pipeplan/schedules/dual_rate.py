@@ -140,21 +140,36 @@ class DualRateShape:
                              self.max_staleness, self.buffer_frames)
 
     # ----------------------------------------------------------------- orders
+    def order_length(self, rank: int) -> int:
+        """Actions in ``rank``'s order: ``3·J`` on a vision rank, ``3·J·k`` on an action rank."""
+        return 3 * (self.num_frames if self.is_vision(rank) else self.num_steps)
+
+    def action_at(self, rank: int, position: int) -> RawAction:
+        """The ``position``-th action of ``rank``'s order, without building the order.
+
+        Vision stage ``s`` (rank ``s``): ``W_s`` forwards, then per frame ``j``:
+        ``B(s, j)``, ``U(s, j)`` and, while frames remain, ``F(s, j + W_s)``. Action
+        rank: ``F``, ``B``, ``U`` of step 0, then of step 1, ...
+        """
+        if not 0 <= position < self.order_length(rank):
+            raise InvalidInputError(f"position must be in 0..{self.order_length(rank) - 1} on rank {rank}, got {position}")
+        if not self.is_vision(rank):
+            return ("FBU"[position % 3], rank, position // 3)
+        warmup = self.in_flight(rank)
+        if position < warmup:
+            return ("F", rank, position)
+        rest = position - warmup
+        steady = self.num_frames - warmup  # frames whose B, U are followed by a forward
+        if rest < 3 * steady:
+            frame, piece = divmod(rest, 3)
+            return ("B", rank, frame) if piece == 0 else ("U", rank, frame) if piece == 1 else ("F", rank, frame + warmup)
+        frame, piece = divmod(rest - 3 * steady, 2)
+        return ("B" if piece == 0 else "U", rank, steady + frame)
+
     def orders(self) -> list[list[RawAction]]:
         """Per rank (= per stage), the ordered ``(kind, stage, index)`` actions (see module doc)."""
-        out: list[list[RawAction]] = []
-        frames = self.num_frames
-        for stage in range(self.num_vision_stages):
-            warmup = self.in_flight(stage)
-            order: list[RawAction] = [("F", stage, j) for j in range(warmup)]
-            for j in range(frames):
-                order += [("B", stage, j), ("U", stage, j)]
-                if j + warmup < frames:
-                    order.append(("F", stage, j + warmup))
-            out.append(order)
-        for stage in range(self.first_action_stage, self.num_stages):
-            out.append([(kind, stage, i) for i in range(self.num_steps) for kind in ("F", "B", "U")])
-        return out
+        return [[self.action_at(rank, position) for position in range(self.order_length(rank))]
+                for rank in range(self.num_stages)]
 
     def dependencies(self, action: RawAction) -> list[RawAction]:
         """The actions that must finish before ``action`` (besides its rank's order).
