@@ -9,9 +9,10 @@ and the action side returns the latent's gradient, summed over the frame's ``k``
 steps, once the frame's window is done::
 
     from pipeplan.schedules.dual_rate import DualRateShape
-    shape = DualRateShape(num_vision_stages=1, num_action_stages=1, rate_ratio=4, num_frames=6)
-    shape.orders()[0][:4]                      # [('F', 0, 0), ('F', 0, 1), ('B', 0, 0), ('U', 0, 0)]
-    shape.staleness(0)                         # (0, 1, 1, 1, 1, 1): Δt of each frame's gradient
+    schedule = build_schedule("dual-rate", num_stages=2, num_microbatches=24, rate_ratio=4)
+    [a.label for a in schedule.orders[0][:4]]  # ['F0', 'F1', 'B0', 'U0']: frames on the vision rank
+    schedule.staleness(0)                      # (0, 1, 1, 1, 1, 1): Δt of each frame's gradient
+    simulate(schedule, StageCosts([30, 4], update=[1, 0.5]))
 
 Actions are ``(kind, stage, index)``: stages ``0..V-1`` are the vision stages
 (index = frame ``j``), stages ``V..V+A-1`` the action stages (index = action step
@@ -40,8 +41,9 @@ from dataclasses import dataclass
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
+from ..schedule import DEPENDENCIES, Action, Kind, Message, Payload, Schedule
 
-__all__ = ["DualRateShape", "RawAction", "check_damping"]
+__all__ = ["DualRateSchedule", "DualRateShape", "RawAction", "check_damping", "dual_rate"]
 
 RawAction = tuple[str, int, int]
 
@@ -171,30 +173,18 @@ class DualRateShape:
         return [[self.action_at(rank, position) for position in range(self.order_length(rank))]
                 for rank in range(self.num_stages)]
 
-    def dependencies(self, action: RawAction) -> list[RawAction]:
-        """The actions that must finish before ``action`` (besides its rank's order).
+    def source_index(self, stage: int, other: int, index: int) -> int:
+        """The index on stage ``other`` that action ``index`` of ``stage`` depends on.
 
-        Vision ``F(s, j)`` needs ``F(s−1, j)``; the first action stage's ``F(V, i)``
-        needs the latent ``F(V−1, i // k)``; later action ``F`` need the previous
-        stage's ``F`` of the step. ``B`` needs its own ``F`` and the next stage's ``B``
-        (for ``B(V−1, j)``: ``B(V, last step of j's window)``). ``U`` needs its ``B``.
+        The same index on the same side; across the rate boundary, action step ``i``
+        reads frame ``i // k`` and vision frame ``j``'s backward waits for the last
+        step of its window, ``k·j + k − 1``.
         """
-        kind, stage, index = action
-        vision, first, last = self.num_vision_stages, self.first_action_stage, self.num_stages - 1
-        if kind == "U":
-            return [("B", stage, index)]
-        if kind == "F":
-            if stage == 0:
-                return []
-            if stage == first:
-                return [("F", vision - 1, self.frame_of(index))]
-            return [("F", stage - 1, index)]
-        needs: list[RawAction] = [("F", stage, index)]
-        if stage == vision - 1:
-            needs.append(("B", first, self.window(index)[-1]))
-        elif stage != last:
-            needs.append(("B", stage + 1, index))
-        return needs
+        if self.is_vision(stage) == self.is_vision(other):
+            return index
+        if self.is_vision(other):
+            return self.frame_of(index)
+        return self.window(index)[-1]
 
     # -------------------------------------------------------------- staleness
     def staleness(self, stage: int) -> tuple[int, ...]:
@@ -214,3 +204,124 @@ class DualRateShape:
                 out[j] = updates - version_at_forward[j]
                 updates += 1
         return tuple(out)
+
+
+class DualRateSchedule(Schedule):
+    """The dual-rate pipeline as a :class:`~pipeplan.schedule.Schedule` (``F``, ``B``, ``U`` actions).
+
+    The dependency rules are the schedule table's (:data:`~pipeplan.schedule.DEPENDENCIES`:
+    ``F`` needs the previous stage's ``F``, ``B`` the next stage's ``B``, ``U`` its
+    ``B``); this class only maps indices across the rate boundary
+    (:meth:`DualRateShape.source_index`). Its messages: activations and gradients
+    inside each side; one ``latent`` message per frame from the last vision stage
+    to the window's first action step (latest wins: the sender never waits; the
+    window's other steps read the buffer); one gradient per frame back, after the
+    window's last backward. ``num_microbatches`` is the number of action steps.
+
+    Args:
+        shape: the pipeline's :class:`DualRateShape` (one stage per rank).
+    """
+
+    shape: DualRateShape
+
+    def __init__(self, shape: DualRateShape) -> None:
+        super().__init__(shape.orders(), list(range(shape.num_stages)), shape.num_steps, name="dual-rate")
+        object.__setattr__(self, "shape", shape)
+
+    def _needs(self, action: Action) -> list[Action]:
+        kind, stage, index = action
+        shape = self.shape
+        out = []
+        for needed, offset in DEPENDENCIES[kind]:
+            other = stage + offset
+            if 0 <= other < shape.num_stages:
+                out.append(Action(needed, other, shape.source_index(stage, other, index)))
+        return out
+
+    def dependencies(self, action: Action) -> tuple[Action, ...]:
+        """The actions that must finish before ``action`` (the table's rules, indices mapped across the rates)."""
+        return tuple(self._needs(Action(*action)))
+
+    def expected_actions(self) -> list[Action]:
+        """``F``, ``B``, ``U`` of every frame on each vision stage and of every step on each action stage."""
+        shape = self.shape
+        return [
+            Action(kind, stage, index)
+            for stage in range(shape.num_stages)
+            for kind in (Kind.F, Kind.B, Kind.U)
+            for index in range(shape.num_frames if shape.is_vision(stage) else shape.num_steps)
+        ]
+
+    def _expected_count(self) -> int:
+        shape = self.shape
+        return 3 * (shape.num_vision_stages * shape.num_frames + shape.num_action_stages * shape.num_steps)
+
+    def _build_messages(self) -> tuple[Message, ...]:
+        shape = self.shape
+        first = shape.first_action_stage
+        found: list[tuple[tuple[int, int], int, Message]] = []
+        for rank, order in enumerate(self.orders):
+            for consumer in order:
+                kind, stage, index = consumer
+                if kind is Kind.F and stage == first and index % shape.rate_ratio:
+                    continue  # the window's later steps read the latent already in the buffer
+                for producer in self._needs(consumer):
+                    if producer.stage == stage:
+                        continue
+                    if producer.stage < stage:
+                        payload = Payload.LATENT if stage == first else Payload.ACTIVATION
+                    else:
+                        payload = Payload.GRADIENT
+                    message = Message(producer, consumer, producer.stage, rank, min(producer.stage, stage), payload)
+                    found.append((self.position(producer), self.position(consumer)[1], message))
+        found.sort(key=lambda item: (item[0], item[1]))
+        return tuple(message for _position, _consumer, message in found)
+
+    def staleness(self, stage: int) -> tuple[int, ...]:
+        """Per frame, Δt of vision stage ``stage``'s gradient (see :meth:`DualRateShape.staleness`)."""
+        return self.shape.staleness(stage)
+
+    def step_staleness(self) -> tuple[int, ...]:
+        """Per action step, Δt of the gradient it sends to the last vision stage (its frame's Δt)."""
+        per_frame = self.shape.staleness(self.shape.num_vision_stages - 1)
+        return tuple(per_frame[self.shape.frame_of(step)] for step in range(self.shape.num_steps))
+
+
+def dual_rate(
+    num_stages: int,
+    num_microbatches: int,
+    *,
+    rate_ratio: int = 4,
+    vision_stages: int = 1,
+    max_staleness: int = 1,
+    buffer_frames: int | None = None,
+) -> DualRateSchedule:
+    """Build the dual-rate schedule (registered as ``"dual-rate"``).
+
+    Args:
+        num_stages: ``V + A`` stages, one per rank.
+        num_microbatches: action steps ``J·k``; a multiple of ``rate_ratio``.
+        rate_ratio: ``k``, action steps per vision update (an integer >= 1).
+        vision_stages: ``V``, the first ``V`` stages are the vision side (``1 <= V < num_stages``).
+        max_staleness: ``L``, frames the last vision stage may run ahead (0: no overlap).
+        buffer_frames: latent slots on the action side (>= ``L + 1``).
+
+    Raises:
+        InvalidInputError: a count out of range, steps that are not a whole number of
+            frames, or a buffer too small for the staleness bound.
+    """
+    stages = positive_int("num_stages", num_stages, minimum=2)
+    steps = positive_int("num_microbatches", num_microbatches)
+    ratio = positive_int("rate_ratio", rate_ratio)
+    vision = positive_int("vision_stages", vision_stages)
+    if vision >= stages:
+        raise InvalidInputError(
+            f"vision_stages must be < num_stages = {stages} (at least one action stage), got {vision}"
+        )
+    if steps % ratio:
+        raise InvalidInputError(
+            f"num_microbatches = {steps} must be a multiple of rate_ratio = {ratio} (whole frames of {ratio} steps)"
+        )
+    shape = DualRateShape(vision, stages - vision, ratio, steps // ratio, max_staleness, buffer_frames)
+    return DualRateSchedule(shape)
+
