@@ -226,6 +226,30 @@ class DualRateRun:
         return {s: tuple(sum(sums.get((s, k), [0.0])) / len(sums.get((s, k), [0.0])) for k in "FBU")  # type: ignore[misc]
                 for s in stages}
 
+    def timeline(self) -> Any:
+        """The measured :class:`~pipeplan.timeline.Timeline` of a dual-rate run (ms; on its schedule).
+
+        Raises:
+            InvalidInputError: a synchronous-pipeline run (it has no dual-rate schedule).
+        """
+        import numpy as np
+
+        from ..schedule import Action
+        from ..schedules.dual_rate import DualRateSchedule
+        from ..timeline import Timeline
+
+        if self.config.method != "dual-rate":
+            raise InvalidInputError("only a dual-rate run has a dual-rate timeline")
+        schedule = DualRateSchedule(self.config.shape(self.frames))
+        offsets = np.concatenate([[0], np.cumsum([len(order) for order in schedule.orders])])
+        start = np.zeros(schedule.num_actions)
+        end = np.zeros(schedule.num_actions)
+        for _rank, kind, stage, index, began, ended, _cpu in self.records:
+            rank, position = schedule.position(Action(kind, stage, index))
+            start[offsets[rank] + position] = began
+            end[offsets[rank] + position] = ended
+        return Timeline(schedule, start, end, source="measured")
+
     def staleness_histogram(self) -> dict[int, int]:
         """Δt → number of gradients, over all vision stages."""
         counts: Counter[int] = Counter()
@@ -426,6 +450,18 @@ class _DualRateRank:
             for module in self.stages:
                 value = module(value)
                 self.out_shapes.append(tuple(value.shape))
+        from torch.func import functional_call  # imported before the clock starts: the first import takes seconds
+
+        self.functional_call = functional_call
+        # Optimizers before the clock starts too (the first one imports much of torch).
+        if rank == self.action_rank:
+            self.optimizer = _optimizer(list(self.head.parameters()), config)
+        elif config.train_vision:
+            self.optimizer = _optimizer(list(self.stages[rank].parameters()), config)
+        else:
+            self.optimizer = None
+            for param in self.stages[rank].parameters():
+                param.requires_grad_(False)
         self.sends: list[tuple[Any, Any]] = []
         self.records: list[tuple[int, str, int, int, float, float, float]] = []
         self.shape = config.shape()
@@ -462,9 +498,21 @@ class _DualRateRank:
         self.sends = []
 
     # ---------------------------------------------------------------- run
+    def _warm_links(self) -> None:
+        """One small message over every link first: gloo connects a pair lazily, at its first message."""
+        import torch
+        import torch.distributed as dist
+
+        for (src, dst), group in sorted(self.groups.items()):  # the same order on every rank: no deadlock
+            if self.rank == src:
+                dist.send(torch.zeros(1), dst, group=group)
+            elif self.rank == dst:
+                dist.recv(torch.zeros(1), src, group=group)
+
     def run(self) -> DualRateRun | None:
         import torch.distributed as dist
 
+        self._warm_links()
         dist.barrier()
         self.t0 = time.perf_counter()
         if self.rank < self.vision_ranks:
@@ -514,16 +562,13 @@ class _DualRateRank:
     # -------------------------------------------------------------- vision
     def _vision(self) -> list[int]:
         import torch
-        from torch.func import functional_call
 
+        functional_call = self.functional_call
         config = self.config
         stage = self.rank
         module = self.stages[stage]
         params = dict(module.named_parameters())
-        if not config.train_vision:
-            for param in params.values():
-                param.requires_grad_(False)
-        optimizer = _optimizer(list(params.values()), config) if config.train_vision else None
+        optimizer = self.optimizer
         version = 0
         in_flight: dict[int, dict[str, Any]] = {}
         staleness: dict[int, int] = {}
@@ -617,7 +662,7 @@ class _DualRateRank:
 
         config = self.config
         head = self.head
-        optimizer = _optimizer(list(head.parameters()), config)
+        optimizer = self.optimizer
         latent_shape = self.out_shapes[-1]
         latent_numel = math.prod(latent_shape)
         source = self.vision_ranks - 1
