@@ -6,7 +6,8 @@ in the same two processes; the tests then check:
 * k = 1, no overlap, λ = 1: the dual-rate run's weights after every step equal the
   synchronous pipeline's (PipelineRuntime, one microbatch), bit for bit;
 * k = 2, staleness 1, λ = 0.5: the final weights equal a single-process replay of
-  the dual-rate algorithm (stashed weights, λ^Δt on the vision gradient), and the
+  the dual-rate algorithm (:func:`replay_dual_rate`: stashed weights, λ^Δt on the
+  vision gradient; also without stashing and with the encoder frozen), and the
   measured Δt per frame is what the schedule says;
 * without weight stashing the stale backward runs on the current weights, so it
   differs from the stashed run once Δt > 0;
@@ -23,8 +24,7 @@ torch = pytest.importorskip("torch")
 
 from pipeplan import InvalidInputError  # noqa: E402
 from pipeplan.models.dual_rate_policy import build_dual_rate_policy  # noqa: E402
-from pipeplan.models.temporal_task import TemporalTask  # noqa: E402
-from pipeplan.runtime.dual_rate import DualRateConfig, run_dual_rate_configs  # noqa: E402
+from pipeplan.runtime.dual_rate import DualRateConfig, replay_dual_rate, run_dual_rate_configs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -61,53 +61,15 @@ def test_k1_no_overlap_equals_the_synchronous_pipeline(runs):
     assert exact.staleness == {0: [0, 0, 0, 0]}
 
 
-def _replay(config: DualRateConfig) -> dict:
-    """The dual-rate algorithm in one process, V = 1: F(0..L) ahead, then per frame j the
-    k action steps, the stashed backward scaled by λ^Δt, the update, the next forward."""
-    task = TemporalTask(rate_ratio=config.rate_ratio, num_envs=config.num_envs, image_size=config.image_size,
-                        seed=config.seed)
-    encoder, head = build_dual_rate_policy(image_size=config.image_size, channels=config.channels,
-                                           conv_blocks=config.conv_blocks, seed=config.seed)
-    vision_opt = torch.optim.SGD(encoder.parameters(), lr=config.lr, momentum=config.momentum)
-    action_opt = torch.optim.SGD(head.parameters(), lr=config.lr, momentum=config.momentum)
-    frames, ahead, k = config.max_frames, config.max_staleness, config.rate_ratio
-    stash: dict[int, tuple] = {}
-    version = 0
-
-    def forward(frame: int) -> None:
-        snapshot = {n: p.detach().clone().requires_grad_(True) for n, p in encoder.named_parameters()}
-        latent = torch.func.functional_call(encoder, snapshot, (task.frame(frame),))
-        stash[frame] = (snapshot, latent, version)
-
-    for frame in range(min(ahead + 1, frames)):
-        forward(frame)
-    for frame in range(frames):
-        snapshot, latent, made_at = stash.pop(frame)
-        read = latent.detach().requires_grad_(True)
-        for step in range(frame * k, frame * k + k):
-            fast, target = task.step(step)
-            loss = ((head(torch.cat([read, fast], dim=1)) - target) ** 2).mean()
-            loss.backward()
-            action_opt.step()
-            action_opt.zero_grad()
-        torch.autograd.backward(latent, read.grad)
-        for name, param in encoder.named_parameters():
-            param.grad = snapshot[name].grad * config.damping ** (version - made_at)
-        vision_opt.step()
-        vision_opt.zero_grad()
-        version += 1
-        if frame + ahead + 1 < frames:
-            forward(frame + ahead + 1)
-    weights = {f"encoder.{n}": p.detach() for n, p in encoder.named_parameters()}
-    weights.update({f"head.{n}": p.detach() for n, p in head.named_parameters()})
-    return weights
-
-
 def test_stale_run_equals_the_single_process_replay(runs):
     stale = runs["stale"]
     assert stale.steps == 10 and stale.frames == 5
     assert stale.staleness == {0: [0, 1, 1, 1, 1]}
-    assert _max_difference(stale.weights, _replay(STALE)) < 1e-6
+    assert _max_difference(stale.weights, replay_dual_rate(STALE)) < 1e-6
+    # and the damping is there: the replay without it differs
+    assert _max_difference(stale.weights, replay_dual_rate(replace(STALE, damping=1.0))) > 1e-4
+    assert _max_difference(runs["stale_recompute"].weights, replay_dual_rate(replace(STALE, stash_weights=False))) < 1e-6
+    assert _max_difference(runs["frozen"].weights, replay_dual_rate(replace(STALE, train_vision=False))) < 1e-6
 
 
 def test_without_stashing_the_stale_gradient_uses_current_weights(runs):

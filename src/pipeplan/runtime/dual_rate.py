@@ -55,6 +55,7 @@ __all__ = [
     "DualRateRun",
     "execute_dual_rate",
     "measure_dual_rate_costs",
+    "replay_dual_rate",
     "run_dual_rate",
     "run_dual_rate_configs",
 ]
@@ -312,6 +313,77 @@ def execute_dual_rate(rank: int, world_size: int, configs: list[DualRateConfig])
             run = _DualRateRank(rank, config, groups).run()
         out.append(run)
     return out if rank == vision else None
+
+
+# ------------------------------------------------------------ the reference
+def replay_dual_rate(config: DualRateConfig) -> dict[str, Any]:
+    """The dual-rate algorithm of ``config`` in this one process; its final weights.
+
+    The reference the distributed run must equal (one vision stage): the first
+    ``L + 1`` forwards on stashed copies of the weights, then per frame ``j`` the
+    frame's ``k`` action steps (forward, backward, update each), the stashed
+    vision backward with the window's summed latent gradient scaled by
+    ``config.gradient_scale(Δt)``, the vision update, and the forward of frame
+    ``j + L + 1``. Without stashing the backward recomputes on the current weights.
+
+    Returns:
+        ``{"encoder.<name>": tensor, "head.<name>": tensor}`` like :attr:`DualRateRun.weights`.
+
+    Raises:
+        InvalidInputError: a synchronous-pipeline configuration, or more than one vision stage.
+    """
+    import torch
+    from torch.func import functional_call
+
+    if config.method != "dual-rate" or config.num_vision_stages != 1:
+        raise InvalidInputError("replay_dual_rate replays dual-rate runs with one vision stage")
+    task, head, _stages, encoder = _build(config)
+    vision_opt = _optimizer(list(encoder.parameters()), config) if config.train_vision else None
+    action_opt = _optimizer(list(head.parameters()), config)
+    if not config.train_vision:
+        for param in encoder.parameters():
+            param.requires_grad_(False)
+    frames, ahead, ratio = config.max_frames, config.max_staleness, config.rate_ratio
+    held: dict[int, tuple[Any, Any, Any, int]] = {}
+    version = 0
+
+    def forward(frame: int) -> None:
+        images = task.frame(frame * ratio // config.camera_period)
+        if config.train_vision and config.stash_weights:
+            snapshot = {n: p.detach().clone().requires_grad_(True) for n, p in encoder.named_parameters()}
+            held[frame] = (images, snapshot, functional_call(encoder, snapshot, (images,)), version)
+        else:
+            with torch.no_grad():
+                held[frame] = (images, None, encoder(images), version)
+
+    for frame in range(min(ahead + 1, frames)):
+        forward(frame)
+    for frame in range(frames):
+        images, snapshot, latent, made_at = held.pop(frame)
+        read = latent.detach().requires_grad_(config.train_vision)
+        for step in range(frame * ratio, (frame + 1) * ratio):
+            fast, target = task.step(step)
+            _mse(head(torch.cat([read, fast], dim=1)), target).backward()
+            action_opt.step()
+            action_opt.zero_grad(set_to_none=True)
+        if vision_opt is not None:
+            if snapshot is not None:
+                torch.autograd.backward(latent, read.grad)
+                for name, param in encoder.named_parameters():
+                    param.grad = snapshot[name].grad
+            else:
+                torch.autograd.backward(encoder(images), read.grad)
+            scale = config.gradient_scale(version - made_at)
+            for param in encoder.parameters():
+                param.grad.mul_(scale)
+            vision_opt.step()
+            vision_opt.zero_grad(set_to_none=True)
+        version += 1
+        if frame + ahead + 1 < frames:
+            forward(frame + ahead + 1)
+    weights = {f"encoder.{n}": p.detach().clone() for n, p in encoder.named_parameters()}
+    weights.update({f"head.{n}": p.detach().clone() for n, p in head.named_parameters()})
+    return weights
 
 
 # ---------------------------------------------------------------- calibration
