@@ -19,7 +19,7 @@ from typing import Any
 
 from ._validation import finite_floats, positive_float, positive_int
 from .errors import InvalidInputError
-from .schedule import Kind
+from .schedule import Action, Kind
 from .schedules.dual_rate import DualRateSchedule
 from .timeline import Timeline
 
@@ -119,13 +119,13 @@ def dual_rate_metrics(
     first, last_vision = shape.first_action_stage, shape.num_vision_stages - 1
     window_ends = [timeline.end_of(schedule.orders[first][3 * step + 1])  # B of the window's last step
                    for step in (shape.window(j)[-1] for j in range(shape.num_frames))]
-    latents = [(timeline.end_of(schedule.orders[last_vision][schedule.position((Kind.F, last_vision, j))[1]]),
+    latents = [(timeline.end_of(schedule.orders[last_vision][schedule.position(Action(Kind.F, last_vision, j))[1]]),
                 window_ends[j]) for j in range(shape.num_frames)]
     frames = []
     for stage in range(shape.num_vision_stages):
         order = schedule.orders[stage]
-        held = [(timeline.end_of(order[schedule.position((Kind.F, stage, j))[1]]),
-                 timeline.end_of(order[schedule.position((Kind.U, stage, j))[1]])) for j in range(shape.num_frames)]
+        held = [(timeline.end_of(order[schedule.position(Action(Kind.F, stage, j))[1]]),
+                 timeline.end_of(order[schedule.position(Action(Kind.U, stage, j))[1]])) for j in range(shape.num_frames)]
         frames.append(_peak_overlap(held))
     update_ends = [timeline.end_of(schedule.orders[first][3 * shape.window(j)[-1] + 2]) for j in range(shape.num_frames)]
     steady = steady_rate = None

@@ -209,7 +209,7 @@ def run_verb(args: argparse.Namespace) -> int:
         f"measured: {run.samples_per_s:,.0f} samples/s, {run.frames_per_s:.1f} frames/s over {run.wall_s:.2f} s; "
         f"utilisation per rank " + ", ".join(f"{u:.0%}" for u in metrics.utilisation),
         f"Δt of the vision gradients: {run.staleness_histogram()} (schedule: "
-        f"{_runs(timeline.schedule.staleness(vision - 1))})",
+        f"{_runs(config.shape(run.frames).staleness(vision - 1))})",
         f"final held-out MSE {run.final_loss:.5f}; training loss {run.curve[0][2]:.4f} → {run.curve[-1][2]:.4f}",
     ]
     if check["checked"]:
@@ -263,6 +263,7 @@ def dual_rate_story(console: Console) -> None:
     from ..runtime.dual_rate import DualRateConfig, measure_dual_rate_costs
     from ..runtime.dual_rate_study import run_study
     from ..schedules import build_schedule
+    from ..schedules.dual_rate import dual_rate
     from ..simulate import simulate
     from ..viz import text_gantt
 
@@ -279,7 +280,7 @@ def dual_rate_story(console: Console) -> None:
     stage_costs = StageCosts([vision[0], action[0]], [vision[1], action[1]], update=[vision[2], action[2]])
     sync = simulate(build_schedule("dual-rate", num_stages=2, num_microbatches=8, rate_ratio=1, max_staleness=0),
                     stage_costs)
-    dual_schedule = build_schedule("dual-rate", num_stages=2, num_microbatches=32, rate_ratio=4)
+    dual_schedule = dual_rate(2, 32, rate_ratio=4)
     dual = simulate(dual_schedule, stage_costs)
     console.print("\n[bold]1. Synchronous pipeline[/bold]: the vision rank runs (and updates) on every control "
                   "step, though the image changes only every 4th; the ranks take turns.")

@@ -290,7 +290,8 @@ def run_dual_rate_configs(configs: list[DualRateConfig], *, timeout: float = 120
         raise InvalidInputError(f"configurations in one launch must have the same world size, got {sorted(sizes)}")
     world = sizes.pop()
     results = spawn(execute_dual_rate, world, list(configs), backend=backend, timeout=timeout)
-    return results[world - 1]  # type: ignore[no-any-return]
+    runs: list[DualRateRun] = results[world - 1]
+    return runs
 
 
 def execute_dual_rate(rank: int, world_size: int, configs: list[DualRateConfig]) -> list[DualRateRun] | None:
@@ -302,7 +303,7 @@ def execute_dual_rate(rank: int, world_size: int, configs: list[DualRateConfig])
     vision = world_size - 1
     links = [(s, s + 1) for s in range(vision)] + [(s + 1, s) for s in range(vision)]
     groups = link_groups(links)
-    out = []
+    out: list[DualRateRun] = []
     for config in configs:
         if config.world_size != world_size:
             raise InvalidInputError(f"configuration needs {config.world_size} processes, the world has {world_size}")
@@ -311,7 +312,8 @@ def execute_dual_rate(rank: int, world_size: int, configs: list[DualRateConfig])
             run = _synchronous_rank(rank, config)
         else:
             run = _DualRateRank(rank, config, groups).run()
-        out.append(run)
+        if run is not None:  # the action rank's result; the others return None
+            out.append(run)
     return out if rank == vision else None
 
 
