@@ -1,6 +1,6 @@
 """The dual-rate pipeline against honest baselines, on real processes (lesson 16, Q3).
 
-    python benchmarks/dual_rate.py                # 4 s (idle-core) budget, 3 seeds, every method
+    python benchmarks/dual_rate.py                # 3 s (idle-core) budget, 3 seeds, every method
     python benchmarks/dual_rate.py --quick        # 0.5 s, one seed, four methods (for tests)
     python benchmarks/dual_rate.py --json         # per method: name, samples_per_s, final_loss, ...
     python benchmarks/dual_rate.py --write        # also update docs/dual_rate.md and docs/img/dual_rate_*.png
@@ -85,6 +85,10 @@ def findings(study: Study) -> str:
         out.append(f"* Fastest to the target: **{best_time['name']}**, {best_time['time_to_target_s']:.2f} s against "
                    f"the synchronous pipeline's {sync['time_to_target_s']:.2f} s "
                    f"({sync['time_to_target_s'] / best_time['time_to_target_s']:.1f}× sooner).")
+    if best_time is not None and sync["samples_to_target"] is not None and best_time["samples_to_target"]:
+        out.append(f"* Samples to the target: synchronous {sync['samples_to_target']:,.0f}, {best_time['name']} "
+                   f"{best_time['samples_to_target']:,.0f}: per sample the synchronous pipeline learns more (a fresh "
+                   "vision update every step); per second the dual-rate one trains more samples.")
     out.append(f"* Lowest final held-out loss: **{best_loss['name']}**, {best_loss['final_loss']:.5f} "
                f"(synchronous {sync['final_loss']:.5f}).")
     if "dual-rate λ=1" in rows:
@@ -237,12 +241,12 @@ def plot_gantts(costs: DualRateCosts, directory: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="0.5 s budget, one seed, four methods")
-    parser.add_argument("--budget", type=float, default=None, help="idle-core seconds per run (default 4; quick 0.5)")
+    parser.add_argument("--budget", type=float, default=None, help="idle-core seconds per run (default 3; quick 0.5)")
     parser.add_argument("--seeds", type=int, default=None, help="number of seeds (default 3; quick 1)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--write", action="store_true", help="update docs/dual_rate.md and its plots")
     args = parser.parse_args(argv)
-    budget = args.budget if args.budget is not None else (0.5 if args.quick else 4.0)
+    budget = args.budget if args.budget is not None else (0.5 if args.quick else 3.0)
     seeds = tuple(range(args.seeds if args.seeds is not None else (1 if args.quick else 3)))
     methods = QUICK_METHODS if args.quick else tuple(METHODS)
     began = time.perf_counter()

@@ -335,10 +335,21 @@ def replay_dual_rate(config: DualRateConfig) -> dict[str, Any]:
         InvalidInputError: a synchronous-pipeline configuration, or more than one vision stage.
     """
     import torch
-    from torch.func import functional_call
 
     if config.method != "dual-rate" or config.num_vision_stages != 1:
         raise InvalidInputError("replay_dual_rate replays dual-rate runs with one vision stage")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as on the ranks: the same kernels sum in the same order
+    try:
+        return _replay(config)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _replay(config: DualRateConfig) -> dict[str, Any]:
+    import torch
+    from torch.func import functional_call
+
     task, head, _stages, encoder = _build(config)
     vision_opt = _optimizer(list(encoder.parameters()), config) if config.train_vision else None
     action_opt = _optimizer(list(head.parameters()), config)

@@ -161,6 +161,7 @@ class Study:
                 "frames_per_s": rate / runs[0].config.rate_ratio / runs[0].config.num_envs,
                 "final_loss": statistics.fmean(r.final_loss for r in runs),
                 "time_to_target_s": _mean_or_none(times),
+                "samples_to_target": _mean_or_none([float(r[1]) if r else None for r in reaches]),
                 "measured_samples_per_s": statistics.fmean(r.samples_per_s for r in runs),
                 "measured_time_to_target_s": _mean_or_none(wall_times),
                 "seeds": list(self.seeds),
@@ -192,7 +193,7 @@ class Study:
 
 def run_study(
     *,
-    budget_s: float = 4.0,
+    budget_s: float = 3.0,
     seeds: Sequence[int] = (0, 1, 2),
     methods: Sequence[str] = tuple(METHODS),
     base: DualRateConfig | None = None,
