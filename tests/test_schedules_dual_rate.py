@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeplan import CommModel, InvalidInputError, StageCosts, build_schedule, simulate
+from pipeplan import CommModel, IdleCause, InvalidInputError, StageCosts, build_schedule, simulate
 from pipeplan.analytic import dual_rate_period
 from pipeplan.dual_rate_metrics import dual_rate_metrics
 from pipeplan.schedule import Action, Kind, Payload
@@ -83,7 +83,7 @@ costs_strategy = st.tuples(
 @given(costs_strategy)
 def test_closed_form_period_equals_the_simulated_steady_state(case):
     vision, action, ratio, staleness, comm = case
-    schedule = _schedule(len(vision), len(action), ratio, 64, staleness)
+    schedule = _schedule(len(vision), len(action), ratio, 160, staleness)  # long enough to leave the transient
     rows = vision + action
     costs = StageCosts([r[0] for r in rows], [r[1] for r in rows], update=[r[2] for r in rows])
     metrics = dual_rate_metrics(simulate(schedule, costs, CommModel(latency=comm)))
@@ -141,3 +141,14 @@ def test_bad_input_names_the_field(options, message):
 def test_shape_positions_out_of_range_are_rejected():
     with pytest.raises(InvalidInputError, match="position must be in 0..5"):
         DualRateShape(1, 1, 1, 2).action_at(0, 6)
+
+
+def test_latent_sends_never_block_even_with_blocking_sends():
+    """Latest wins: with rendezvous sends the vision rank writes each latent and goes on."""
+    schedule = _schedule(1, 1, 4, 8, 1)
+    assert [schedule.messages()[i].payload for i in schedule.latest_wins()] == [Payload.LATENT] * 8
+    costs = StageCosts([30.0, 4.0], update=[1.0, 0.5])
+    blocking = simulate(schedule, costs, CommModel(latency=2.0, send_mode="rendezvous"))
+    assert blocking.idle_by_cause()[0][IdleCause.BLOCKED] == 0.0  # rank 0 sends only latents
+    assert blocking.idle_by_cause()[1][IdleCause.BLOCKED] > 0.0  # the gradients back do wait
+    assert build_schedule("1f1b", num_stages=2, num_microbatches=4).latest_wins().size == 0

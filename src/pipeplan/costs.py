@@ -175,16 +175,18 @@ class StageCosts:
 
         Args:
             kinds: per action, the index of its kind in :data:`pipeplan.schedule.KINDS`
-                (``F``, ``B``, ``I``, ``W``).
+                (``F``, ``B``, ``I``, ``W``, ``U``).
             stages, microbatches: per action.
         """
         forward = np.asarray(self.forward)
         backward = np.asarray(self.backward)
         weight = np.asarray(self.weight)
-        table = np.stack([forward, backward, backward - weight, weight])  # rows in KINDS order
+        update = np.asarray(self.update)
+        table = np.stack([forward, backward, backward - weight, weight, update])  # rows in KINDS order
         base = table[kinds, stages]
         if self.microbatch_scale is not None:
-            base = base * np.asarray(self.microbatch_scale)[microbatches]
+            scale = np.asarray(self.microbatch_scale)[microbatches]
+            base = base * np.where(kinds == len(table) - 1, 1.0, scale)  # an update is not per sample
         return base
 
     def check_shape(self, num_stages: int, num_microbatches: int) -> None:

@@ -13,6 +13,7 @@ Times are in the timeline's unit (the CLI says ms; per-second rates assume ms).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,8 +36,9 @@ class DualRateMetrics:
         makespan: time of the whole run (timeline units).
         samples_per_s, frames_per_s: action samples and vision frames per second over
             the whole run (fill and drain included).
-        steady_period: time per frame in the middle half of the run (``None`` for runs
-            shorter than 8 frames); compare with :func:`pipeplan.analytic.dual_rate_period`.
+        steady_period: time per frame in the middle half of the run, over a whole number of
+            the steady state's repeats (``None`` for runs shorter than 8 frames); compare with
+            :func:`pipeplan.analytic.dual_rate_period`.
         steady_samples_per_s: ``k · batch_size / steady_period`` per second (``None`` likewise).
         utilisation: busy fraction per rank.
         staleness: per vision stage, Δt of every frame's gradient (from the schedule).
@@ -85,6 +87,13 @@ def _peak_overlap(intervals: list[tuple[float, float]]) -> int:
     return peak
 
 
+def _repeat_length(num_vision: int, lag: int) -> int:
+    """lcm of the frame counts of the schedule's cycles (see :func:`pipeplan.analytic.dual_rate_period`)."""
+    counts = {lag * (last - first) + 1 for first in range(num_vision) for last in range(first, num_vision)}
+    counts |= {1 + lag * (num_vision - first) for first in range(num_vision)}
+    return math.lcm(*counts)
+
+
 def dual_rate_metrics(
     timeline: Timeline,
     *,
@@ -131,6 +140,10 @@ def dual_rate_metrics(
     steady = steady_rate = None
     if shape.num_frames >= 8:
         low, high = shape.num_frames // 4, 3 * shape.num_frames // 4
+        # The steady state repeats every lcm(frames on its critical cycles) frames; measure whole repeats.
+        repeat = _repeat_length(shape.num_vision_stages, shape.max_staleness)
+        if high - low >= repeat:
+            high = low + (high - low) // repeat * repeat
         steady = (update_ends[high] - update_ends[low]) / (high - low)
         steady_rate = shape.rate_ratio * batch / (steady * unit) if steady > 0 else None
     peak_latents = _peak_overlap(latents)

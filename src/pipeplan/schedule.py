@@ -506,6 +506,11 @@ class Schedule:
         """The schedule in integer form, with its messages as arrays (cached; see :class:`Lowered`)."""
         return self.cached("lowered", lambda: _lower(self))
 
+    def latest_wins(self) -> np.ndarray:
+        """Indices (into :meth:`lowered`'s messages) of ``Payload.LATENT`` messages: their sender never
+        waits for the receiver, even with blocking sends. None in the fixed schedules (dual-rate has them)."""
+        return np.zeros(0, dtype=np.int64)
+
     # --------------------------------------------------------------- messages
     def messages(self) -> tuple[Message, ...]:
         """Every cross-rank edge, in sender order (cached).

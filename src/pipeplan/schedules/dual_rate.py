@@ -41,7 +41,9 @@ from dataclasses import dataclass
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
-from ..schedule import DEPENDENCIES, Action, Kind, Message, Payload, Schedule
+import numpy as np
+
+from ..schedule import DEPENDENCIES, KINDS, Action, Kind, Lowered, Message, Payload, Schedule
 
 __all__ = ["DualRateSchedule", "DualRateShape", "RawAction", "check_damping", "dual_rate"]
 
@@ -276,6 +278,44 @@ class DualRateSchedule(Schedule):
                     found.append((self.position(producer), self.position(consumer)[1], message))
         found.sort(key=lambda item: (item[0], item[1]))
         return tuple(message for _position, _consumer, message in found)
+
+    def lowered(self) -> Lowered:
+        """The integer form the simulator and the validator read, with this schedule's messages.
+
+        A latent counts as an activation there (``gradient`` False); its latest-wins
+        semantics live in :meth:`messages` (``Payload.LATENT``).
+        """
+        return self.cached("lowered", self._lower_dual_rate)
+
+    def _lower_dual_rate(self) -> Lowered:
+        actions = tuple(a for order in self.orders for a in order)
+        lengths = [len(order) for order in self.orders]
+        offsets = tuple(int(x) for x in np.concatenate([[0], np.cumsum(lengths)]))
+        code = {kind: index for index, kind in enumerate(KINDS)}
+
+        def flat(action: Action) -> int:
+            rank, position = self.position(action)
+            return offsets[rank] + position
+
+        messages = self.messages()
+        return Lowered(
+            actions=actions,
+            rank_offsets=offsets,
+            kind=np.array([code[a.kind] for a in actions], dtype=np.int64),
+            stage=np.array([a.stage for a in actions], dtype=np.int64),
+            microbatch=np.array([a.microbatch for a in actions], dtype=np.int64),
+            rank=np.repeat(np.arange(len(lengths), dtype=np.int64), lengths),
+            producer=np.array([flat(m.producer) for m in messages], dtype=np.int64),
+            consumer=np.array([flat(m.consumer) for m in messages], dtype=np.int64),
+            boundary=np.array([m.boundary for m in messages], dtype=np.int64),
+            gradient=np.array([m.payload is Payload.GRADIENT for m in messages], dtype=bool),
+        )
+
+    def latest_wins(self) -> np.ndarray:
+        """The latent messages (indices into :meth:`lowered`'s messages): with blocking sends too,
+        the vision rank writes the latent and goes on; the action rank takes it when it is ready."""
+        return self.cached("latest_wins", lambda: np.array(
+            [i for i, m in enumerate(self.messages()) if m.payload is Payload.LATENT], dtype=np.int64))
 
     def staleness(self, stage: int) -> tuple[int, ...]:
         """Per frame, Δt of vision stage ``stage``'s gradient (see :meth:`DualRateShape.staleness`)."""
