@@ -83,12 +83,16 @@ costs_strategy = st.tuples(
 @given(costs_strategy)
 def test_closed_form_period_equals_the_simulated_steady_state(case):
     vision, action, ratio, staleness, comm = case
-    schedule = _schedule(len(vision), len(action), ratio, 160, staleness)  # long enough to leave the transient
     rows = vision + action
     costs = StageCosts([r[0] for r in rows], [r[1] for r in rows], update=[r[2] for r in rows])
-    metrics = dual_rate_metrics(simulate(schedule, costs, CommModel(latency=comm)))
     period = dual_rate_period(vision, action, rate_ratio=ratio, max_staleness=staleness, comm=comm)
-    assert metrics.steady_period == pytest.approx(period, rel=1e-9)
+    # Two cycles of close means make the start-up transient long: measure later in a longer run if needed.
+    for frames in (160, 640):
+        schedule = _schedule(len(vision), len(action), ratio, frames, staleness)
+        simulated = dual_rate_metrics(simulate(schedule, costs, CommModel(latency=comm))).steady_period
+        if simulated == pytest.approx(period, rel=1e-9):
+            break
+    assert simulated == pytest.approx(period, rel=1e-9)
 
 
 def test_closed_form_with_a_deeper_lookahead_after_a_long_transient():
