@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -146,7 +145,7 @@ def plot_losses(study: Study, path: Path) -> None:
         axes.grid(alpha=0.3)
     by_time.set_xlabel("seconds on idle cores (samples / calibrated samples per second)")
     by_samples.set_xlabel("training samples (the frozen encoder's line runs on past the right edge)")
-    by_time.set_ylabel(f"training MSE (mean of the last 25 steps)")
+    by_time.set_ylabel("training MSE (mean of the last 25 steps)")
     by_samples.legend(fontsize=7, loc="upper right")
     figure.suptitle(f"Dual-rate vs synchronous, {len(study.seeds)} seeds (line: median, band: range); dotted: target")
     figure.tight_layout()

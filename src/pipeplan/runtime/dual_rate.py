@@ -9,7 +9,7 @@ per frame. Each rank walks its order of :class:`~pipeplan.schedules.dual_rate.Du
     run = run_dual_rate(DualRateConfig(rate_ratio=4, damping=0.95, time_budget=5.0))
     run.samples_per_s, run.final_loss, run.staleness[0]
 
-What travels (one gloo/NCCL process group per directed link, so the latent and
+What travels (one gloo process group per directed link, so the latent and
 its gradient never queue behind each other):
 
 * latent, vision ``V-1`` → action: ``isend`` right after the forward (the vision
