@@ -151,7 +151,7 @@ def test_cross_rank_cycle_names_both_ranks():
 def test_unknown_kind_and_out_of_range_are_named():
     with pytest.raises(InvalidScheduleError, match="rank 0: B.* a full backward is B, a split one I and W, never both"):
         Schedule([[Action("F", 0, 0), Action("B", 0, 0), Action("W", 0, 0)]], [0], 1).validate()
-    with pytest.raises(InvalidInputError, match="action kind must be one of F, B, I, W, got 'X'"):
+    with pytest.raises(InvalidInputError, match="action kind must be one of F, B, I, W, U, got 'X'"):
         Schedule([[("F", 0, 0), ("X", 0, 0)]], [0], 1)
     with pytest.raises(InvalidScheduleError, match="microbatch outside 0..0"):
         Schedule([[Action("F", 0, 0), Action("F", 0, 1), Action("B", 0, 0)]], [0], 1).validate()

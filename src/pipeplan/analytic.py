@@ -29,6 +29,7 @@ __all__ = [
     "activation_bytes_per_microbatch",
     "one_f_one_b_activation_bytes",
     "makespan_lower_bound",
+    "dual_rate_period",
 ]
 
 
@@ -180,3 +181,61 @@ def makespan_lower_bound(schedule: Schedule, costs: StageCosts, comm: CommModel 
             drain = min(min(after_f[s]) for s in held)
         bound = max(bound, fill + work + drain)
     return bound
+
+
+def dual_rate_period(
+    vision: Sequence[tuple[float, float, float]],
+    action: Sequence[tuple[float, float, float]],
+    *,
+    rate_ratio: int,
+    max_staleness: int = 1,
+    comm: float = 0.0,
+) -> float:
+    """Steady-state time per camera frame of the dual-rate pipeline (``k`` action steps).
+
+    ``vision[s]`` and ``action[a]`` are ``(forward, backward, update)`` times of each
+    stage (one stage per rank; a vision backward without weight stashing includes
+    its recomputed forward); ``comm`` is the time of one message between ranks. The
+    period is the largest cycle mean of the schedule's dependency graph
+    (:mod:`pipeplan.schedules.dual_rate`; ``W_s = 1 + L·(V − s)`` frames in flight on
+    vision stage ``s``):
+
+    * the action side: ``k · T_step``, with ``T_step = max_a [Σ_{a'≥a}(f+b) + u_a + 2(A−1−a)·c]``;
+    * a vision stage alone: ``f_s + b_s + u_s``; stages ``s..s'`` of the vision chain:
+      ``[Σ_{t=s..s'}(f_t+b_t) + u_s + 2(s'−s)·c] / (L·(s'−s) + 1)``;
+    * the round trip from stage ``s`` through the action side:
+      ``[Σ_{t≥s}(f_t+b_t) + u_s + 2(V−s)·c + D + (k−1)·T_step] / W_s``, where
+      ``D = Σ_a (f_a+b_a) + 2(A−1)·c`` is one step's forward-backward chain.
+
+    With no comm and ``L >= 1`` on one vision rank this is ``max(k·T_step, f+b+u)``:
+    the slow side sets the pace and the other side's work hides behind it. The
+    action side trains ``k`` steps per period, so samples per second are
+    ``k · batch / period`` and frames per second ``1 / period``.
+    """
+    k = positive_int("rate_ratio", rate_ratio)
+    lag = positive_int("max_staleness", max_staleness, minimum=0)
+    c = float(comm)
+    if not (c >= 0 and c < float("inf")):
+        raise InvalidInputError(f"comm must be a finite time >= 0, got {comm!r}")
+    if not vision or not action:
+        raise InvalidInputError("vision and action must each hold at least one stage's (forward, backward, update)")
+    vis = [finite_floats(f"vision[{s}]", list(times), allow_zero=True) for s, times in enumerate(vision)]
+    act = [finite_floats(f"action[{a}]", list(times), allow_zero=True) for a, times in enumerate(action)]
+    for name, rows in (("vision", vis), ("action", act)):
+        for index, row in enumerate(rows):
+            if len(row) != 3:
+                raise InvalidInputError(f"{name}[{index}] must be (forward, backward, update), got {row}")
+    num_vision, num_action = len(vis), len(act)
+    step = max(
+        sum(f + b for f, b, _u in act[a:]) + act[a][2] + 2 * (num_action - 1 - a) * c for a in range(num_action)
+    )
+    chain = sum(f + b for f, b, _u in act) + 2 * (num_action - 1) * c
+    candidates = [k * step]
+    for s in range(num_vision):
+        for last in range(s, num_vision):
+            work = sum(f + b for f, b, _u in vis[s:last + 1]) + vis[s][2] + 2 * (last - s) * c
+            candidates.append(work / (lag * (last - s) + 1))
+        trip = (sum(f + b for f, b, _u in vis[s:]) + vis[s][2] + 2 * (num_vision - s) * c
+                + chain + (k - 1) * step)
+        candidates.append(trip / (1 + lag * (num_vision - s)))
+    return max(candidates)

@@ -80,6 +80,8 @@ class StageCosts:
             Defaults to all of ``activation_bytes`` (a conservative bound).
         microbatch_scale: optional per-microbatch multiplier of every cost, e.g.
             ``[1, 1, 1, 0.5]`` for a smaller last microbatch. Length ``m``.
+        update: time of one optimizer update ``U`` per stage, >= 0 (default 0); only
+            schedules that update inside the step (dual-rate) run ``U``.
     """
 
     forward: tuple[float, ...]
@@ -88,6 +90,7 @@ class StageCosts:
     activation_bytes: tuple[float, ...]
     weight_stash_bytes: tuple[float, ...]
     microbatch_scale: tuple[float, ...] | None
+    update: tuple[float, ...]
 
     def __init__(
         self,
@@ -97,6 +100,7 @@ class StageCosts:
         activation_bytes: Sequence[float] | None = None,
         weight_stash_bytes: Sequence[float] | None = None,
         microbatch_scale: Sequence[float] | None = None,
+        update: Sequence[float] | None = None,
     ) -> None:
         fwd, bwd, wgt = forward_backward_weight(forward, backward, weight)
         num_stages = len(fwd)
@@ -123,6 +127,11 @@ class StageCosts:
         object.__setattr__(self, "activation_bytes", act)
         object.__setattr__(self, "weight_stash_bytes", stash)
         object.__setattr__(self, "microbatch_scale", scale)
+        object.__setattr__(
+            self, "update",
+            (0.0,) * num_stages if update is None
+            else finite_floats("update", update, length=num_stages, allow_zero=True),
+        )
 
     @classmethod
     def uniform(
@@ -143,7 +152,8 @@ class StageCosts:
 
     def duration(self, kind: Kind | str, stage: int, microbatch: int) -> float:
         """Time of one action: ``F`` forward, ``B`` the full backward, ``I`` its
-        input-gradient part (``backward - weight``), ``W`` its weight part (``weight``)."""
+        input-gradient part (``backward - weight``), ``W`` its weight part (``weight``),
+        ``U`` the optimizer update (``update``; not scaled per microbatch)."""
         if kind == "F":
             base = self.forward[stage]
         elif kind == "B":
@@ -152,8 +162,10 @@ class StageCosts:
             base = self.backward[stage] - self.weight[stage]
         elif kind == "W":
             base = self.weight[stage]
+        elif kind == "U":
+            return self.update[stage]
         else:
-            raise InvalidInputError(f"kind must be one of F, B, I, W, got {kind!r}")
+            raise InvalidInputError(f"kind must be one of F, B, I, W, U, got {kind!r}")
         if self.microbatch_scale is not None:
             base *= self.microbatch_scale[microbatch]
         return base
@@ -163,16 +175,18 @@ class StageCosts:
 
         Args:
             kinds: per action, the index of its kind in :data:`pipeplan.schedule.KINDS`
-                (``F``, ``B``, ``I``, ``W``).
+                (``F``, ``B``, ``I``, ``W``, ``U``).
             stages, microbatches: per action.
         """
         forward = np.asarray(self.forward)
         backward = np.asarray(self.backward)
         weight = np.asarray(self.weight)
-        table = np.stack([forward, backward, backward - weight, weight])  # rows in KINDS order
+        update = np.asarray(self.update)
+        table = np.stack([forward, backward, backward - weight, weight, update])  # rows in KINDS order
         base = table[kinds, stages]
         if self.microbatch_scale is not None:
-            base = base * np.asarray(self.microbatch_scale)[microbatches]
+            scale = np.asarray(self.microbatch_scale)[microbatches]
+            base = base * np.where(kinds == len(table) - 1, 1.0, scale)  # an update is not per sample
         return base
 
     def check_shape(self, num_stages: int, num_microbatches: int) -> None:

@@ -17,6 +17,9 @@ Action kinds (:class:`Kind`, named as in ``torch.distributed.pipelining``):
 * ``I(s, mb)``: the input-gradient part of a split backward (zero-bubble's "B").
   Needs ``F(s, mb)`` and, unless ``s`` is the last stage, ``I(s+1, mb)``.
 * ``W(s, mb)``: the weight-gradient part of a split backward. Needs ``I(s, mb)``.
+* ``U(s, mb)``: the optimizer update of stage ``s``'s weights after ``mb``, for
+  schedules that update inside the step (the dual-rate pipeline,
+  :mod:`pipeplan.schedules.dual_rate`). Needs ``B(s, mb)``.
 
 A schedule runs either full backwards (``F``, ``B``), split backwards (``F``,
 ``I``, ``W``) or none (``F`` only); :attr:`Schedule.backward` says which, read
@@ -71,6 +74,8 @@ class Kind(str, Enum):
     """Input-gradient backward (a split backward's first half; sends the gradient upstream)."""
     W = "W"
     """Weight-gradient backward (a split backward's second half)."""
+    U = "U"
+    """Optimizer update of the stage's weights (schedules that update within the step)."""
 
     def __str__(self) -> str:
         return self.value
@@ -94,6 +99,7 @@ DEPENDENCIES: dict[Kind, tuple[tuple[Kind, int], ...]] = {
     Kind.B: ((Kind.F, 0), (Kind.B, +1)),
     Kind.I: ((Kind.F, 0), (Kind.I, +1)),
     Kind.W: ((Kind.I, 0),),
+    Kind.U: ((Kind.B, 0),),
 }
 
 #: The inverse of :data:`DEPENDENCIES`: per kind, ``(consumer kind, stage offset)``.
@@ -161,6 +167,10 @@ class Payload(str, Enum):
     """A stage's output, sent down to the next stage's ``F``."""
     GRADIENT = "gradient"
     """The gradient of a stage's input, sent up to the previous stage's ``B`` or ``I``."""
+    LATENT = "latent"
+    """Latest wins: a slow stage's output written into the fast stage's buffer. The
+    sender never waits for the receiver (even with blocking sends) and several
+    consumers read it (the dual-rate pipeline's latent state tokens)."""
 
     def __str__(self) -> str:
         return self.value
@@ -438,8 +448,9 @@ class Schedule:
 
     @property
     def kinds(self) -> tuple[Kind, ...]:
-        """The action kinds this schedule must contain (see :func:`kinds_for`)."""
-        return _BACKWARD_KINDS[self.backward]
+        """The action kinds this schedule must contain (see :func:`kinds_for`; plus ``U`` when it updates)."""
+        kinds = _BACKWARD_KINDS[self.backward]
+        return kinds + (Kind.U,) if Kind.U in self.present_kinds else kinds
 
     @property
     def gradient_kind(self) -> Kind | None:
@@ -494,6 +505,11 @@ class Schedule:
     def lowered(self) -> Lowered:
         """The schedule in integer form, with its messages as arrays (cached; see :class:`Lowered`)."""
         return self.cached("lowered", lambda: _lower(self))
+
+    def latest_wins(self) -> np.ndarray:
+        """Indices (into :meth:`lowered`'s messages) of ``Payload.LATENT`` messages: their sender never
+        waits for the receiver, even with blocking sends. None in the fixed schedules (dual-rate has them)."""
+        return np.zeros(0, dtype=np.int64)
 
     # --------------------------------------------------------------- messages
     def messages(self) -> tuple[Message, ...]:
@@ -644,13 +660,21 @@ class Schedule:
                 if action in seen:
                     raise InvalidScheduleError(f"rank {rank}: {action} appears more than once")
                 seen[action] = rank
-        expected = num_stages * num_mb * len(kinds)
+        expected = self._expected_count()
         if len(seen) != expected:
             for action in self.expected_actions():
                 if action not in seen:
                     raise InvalidScheduleError(
                         f"rank {self.placement[action.stage]}: {action} is missing from its order"
                     )
+
+    def _expected_count(self) -> int:
+        """``len(self.expected_actions())``, without building the list."""
+        return self.num_stages * self.num_microbatches * len(self.kinds)
+
+    def _needs(self, action: Action) -> list[Action]:
+        """The dependencies of ``action`` (the table's rule; a subclass may map microbatch indices)."""
+        return _dependencies(action.kind, action.stage, action.microbatch, self.num_stages)
 
     def _check_deadlock_free(self) -> None:
         """Run the orders with zero costs; raise DeadlockError if some rank never finishes.
@@ -669,11 +693,7 @@ class Schedule:
             index = pointers[rank]
             while index < len(order):
                 action = order[index]
-                missing = next(
-                    (d for d in _dependencies(action.kind, action.stage, action.microbatch, num_stages)
-                     if d not in done),
-                    None,
-                )
+                missing = next((d for d in self._needs(action) if d not in done), None)
                 if missing is not None:
                     waiters.setdefault(missing, []).append(rank)
                     break
@@ -689,9 +709,7 @@ class Schedule:
         parts = []
         for rank in stuck:
             action = self.orders[rank][pointers[rank]]
-            missing_deps = [
-                d for d in _dependencies(action.kind, action.stage, action.microbatch, num_stages) if d not in done
-            ]
+            missing_deps = [d for d in self._needs(action) if d not in done]
             waits = ", ".join(
                 f"{d} on rank {self.placement[d.stage]}"
                 + (" (later in its own order)" if self.placement[d.stage] == rank else "")

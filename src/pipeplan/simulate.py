@@ -105,6 +105,7 @@ def _compile(schedule: Schedule) -> _Compiled:
     first = low.consumer == offsets[low.rank[low.consumer]]
     post = np.full(count, _NO_SEND, dtype=np.int64)
     post[low.producer] = np.where(first, _POSTED_AT_START, low.consumer - 1)
+    post[low.producer[schedule.latest_wins()]] = _NO_SEND  # latest wins: the sender never waits for its receiver
     receiver_rank = np.full(count, -1, dtype=np.int64)
     receiver_rank[low.producer] = low.rank[low.consumer]
     return _Compiled(list(low.rank_offsets), dep.tolist(), post.tolist(), low.producer, low.consumer,

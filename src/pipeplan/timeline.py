@@ -287,7 +287,7 @@ class Timeline:
                         cause = IdleCause.FILL
                     elif not incoming:
                         cause = IdleCause.OVERHEAD
-                    elif incoming[0].payload is Payload.ACTIVATION:
+                    elif incoming[0].payload is not Payload.GRADIENT:  # an activation or a latent
                         cause = IdleCause.STARVED_UPSTREAM
                     else:
                         cause = IdleCause.STARVED_DOWNSTREAM
@@ -320,9 +320,9 @@ class Timeline:
             kind, stage = low.kind[part], low.stage[part]
             act = np.asarray(self.activation_bytes, dtype=float)
             stash = np.asarray(self.weight_stash_bytes, dtype=float)
-            # Rows in KINDS order (F, B, I, W): what an action's end adds to the count and the bytes.
-            count_delta = np.array([1.0, -1.0, 0.0, -1.0])[kind]
-            byte_delta = np.stack([act, -act, -(act - stash), -stash])[kind, stage]
+            # Rows in KINDS order (F, B, I, W, U): what an action's end adds to the count and the bytes.
+            count_delta = np.array([1.0, -1.0, 0.0, -1.0, 0.0])[kind]
+            byte_delta = np.stack([act, -act, -(act - stash), -stash, np.zeros_like(act)])[kind, stage]
         return MemoryTrace(
             np.concatenate([[0.0], ends]),
             np.concatenate([[0.0], np.cumsum(count_delta)]),

@@ -3,6 +3,7 @@
     $ pipeplan demo                 # lesson 16: the dumbbell bubble and its cure
     $ pipeplan demo --story seed002 # the unit-step tables of GPipe and 1F1B
     $ pipeplan demo --story seed003 # seed 003's 4-stage pipeline on real torch modules
+    $ pipeplan demo --story dual-rate  # lesson 16 Q3: a slow camera, a fast controller, measured
 
 Every number printed comes from :func:`pipeplan.simulate` or :mod:`pipeplan.analytic`.
 """
@@ -40,7 +41,7 @@ MORE_MICROBATCHES = (1, 4, 16, 64)
 def register(subparsers: Any) -> None:
     """Add the ``demo`` verb."""
     parser = subparsers.add_parser("demo", help="lesson 16's story on a built-in VLA-shaped pipeline")
-    parser.add_argument("--story", choices=("lesson16", "seed002", "seed003"), default="lesson16",
+    parser.add_argument("--story", choices=("lesson16", "seed002", "seed003", "dual-rate"), default="lesson16",
                         help="which story to tell (default lesson16)")
     parser.add_argument("-m", "--microbatches", type=int, default=None,
                         help="microbatches per step (default 8; not with seed002, which uses the seed's 4)")
@@ -66,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
                                 StageCosts.uniform(3, forward=1.0, backward=1.0))
             console.print(f"[bold]{name}[/bold], M=3 stages, N=4 microbatches, F = B = 1 step:")
             console.print(step_table(timeline), markup=False, highlight=False)
+        return 0
+    if args.story == "dual-rate":
+        from .dual_rate_cmd import dual_rate_story
+
+        dual_rate_story(console)
         return 0
     if args.story == "seed003":
         require_torch("pipeplan demo --story seed003")

@@ -3,6 +3,7 @@
     $ pipeplan run --nproc 2 --schedule 1f1b -m 4
     $ pipeplan run --nproc 4 --dp 2 --schedule zb-h1 --checkpoint --json
     $ torchrun --nproc-per-node 2 -m pipeplan run --schedule gpipe
+    $ pipeplan run --schedule dual-rate --rate-ratio 4 --damping 0.95   # see cli/dual_rate_cmd.py
 
 Starts ``--nproc`` CPU processes (gloo; NCCL when ``--backend nccl``) unless it
 already runs under torchrun (``RANK``/``WORLD_SIZE`` set), builds the model on
@@ -24,6 +25,7 @@ from typing import Any, NoReturn
 from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..schedules import SCHEDULES
+from . import dual_rate_cmd
 from ._common import make_console, print_json, require_torch
 
 __all__ = ["register", "run", "execute_rank"]
@@ -64,6 +66,7 @@ def register(subparsers: Any) -> None:
                              "fails naming the stuck rank (default 120)")
     parser.add_argument("--width", type=int, default=100, help="Gantt width in characters (default 100)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    dual_rate_cmd.add_run_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -179,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
     # torch's C++ logging (store retries, gloo warnings) would bury pipeplan's one
     # line; it is read once, when torch loads, so set it before the first import.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    if args.schedule == "dual-rate":
+        return dual_rate_cmd.run_verb(args)
     require_torch("pipeplan run")
     from ..runtime import RunInterrupted, in_torchrun, spawn
 

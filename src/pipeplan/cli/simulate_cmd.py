@@ -4,6 +4,7 @@
     $ pipeplan simulate --forward 30,10,10,20 -m 8 --send rendezvous --comm-latency 1 --json
     $ pipeplan simulate --forward 1,1,1 --backward 1,1,1 -m 4 --schedule gpipe --steps
     $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedule zb-h2 --iterations 6 --optimizer overlap
+    $ pipeplan simulate --forward 30,4 --update 1,0.5 -m 64 --schedule dual-rate --rate-ratio 4
 
 Times are milliseconds per microbatch. Prints a per-rank Gantt and a table of busy
 time, idle time by cause and peak in-flight activations (of the first step), and with
@@ -24,8 +25,11 @@ from ..errors import InvalidInputError
 from ..limits import check_gantt_size, check_schedule_size
 from ..schedule import Schedule
 from ..schedules import SCHEDULES, backward_mode, build_schedule, schedule_options
+from ..dual_rate_metrics import dual_rate_metrics
+from ..schedules.dual_rate import DualRateSchedule
 from ..simulate import simulate
 from ..timeline import Timeline
+from . import dual_rate_cmd
 from ._common import (
     ByteSize,
     float_list,
@@ -61,6 +65,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--optimizer", default="barrier",
                         help="between steps: barrier (every rank waits for the slowest) or overlap "
                              "(each rank goes on when its own part is done); default barrier")
+    dual_rate_cmd.add_rate_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -72,6 +77,8 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
                         help="full backward time per stage, ms (default: twice the forward)")
     parser.add_argument("--weight", type=float_list("--weight"),
                         help="weight-gradient part of the backward per stage, ms (default: half the backward)")
+    parser.add_argument("--update", type=float_list("--update"),
+                        help="optimizer update time per stage, ms (default 0; only dual-rate runs U)")
     parser.add_argument("--activation-bytes", type=float_list("--activation-bytes"),
                         help="activation bytes per microbatch per stage (default 1 each, so memory "
                              "figures count microbatches)")
@@ -115,7 +122,8 @@ def costs_from_args(args: argparse.Namespace) -> StageCosts:
             f"--memory-limit {memory_limit:g} bytes needs --activation-bytes: without them each "
             "microbatch counts 1, so the limit is a count of microbatches (e.g. --memory-limit 4)"
         )
-    return StageCosts(args.forward, args.backward, args.weight, args.activation_bytes)
+    return StageCosts(args.forward, args.backward, args.weight, args.activation_bytes,
+                      update=getattr(args, "update", None))
 
 
 def comm_from_args(args: argparse.Namespace) -> CommModel:
@@ -150,6 +158,10 @@ def schedule_from_args(args: argparse.Namespace, costs: StageCosts, comm: CommMo
     if args.forward_only:
         refuse_unless("backward" in accepted, "--forward-only", f"to schedule {args.schedule!r}")
         offered["backward"] = "none"
+    for key, value in dual_rate_cmd.rate_options(args).items() if hasattr(args, "rate_ratio") else ():
+        if key not in accepted:
+            raise InvalidInputError(f"--{key.replace('_', '-')} does not apply to schedule {args.schedule!r}")
+        offered[key] = value
     options = {key: value for key, value in offered.items() if key in accepted}
     return build_schedule(args.schedule, num_stages=costs.num_stages, num_microbatches=args.microbatches, **options)
 
@@ -183,10 +195,17 @@ def run(args: argparse.Namespace) -> int:
         advance(iterations * actions, "writing outputs")
         write_outputs(timeline, args)
         advance(actions, "drawing")
+        dual = isinstance(schedule, DualRateSchedule)
         if args.json:
-            print_json(timeline.to_dict())
+            payload = timeline.to_dict()
+            if dual:
+                payload["dual_rate"] = dual_rate_metrics(timeline).to_dict()
+            print_json(payload)
         else:
             show_timeline(timeline, width=args.width, steps=args.steps)
+            if dual:
+                for line in dual_rate_cmd.simulate_lines(timeline, costs, comm):
+                    print(line)
     return 0
 
 

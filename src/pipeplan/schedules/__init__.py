@@ -19,6 +19,7 @@ from ..errors import InvalidInputError
 from ..limits import check_schedule_size
 from ..schedule import Schedule
 from .adaptive import adaptive
+from .dual_rate import dual_rate
 from .gpipe import gpipe
 from .interleaved import interleaved
 from .one_f_one_b import one_f_one_b
@@ -37,6 +38,7 @@ SCHEDULES: dict[str, ScheduleFactory] = {
     "zb-h2": zb_h2,
     "zb-v": zb_v,
     "adaptive": adaptive,
+    "dual-rate": dual_rate,
 }
 
 

@@ -48,7 +48,7 @@ IDLE_CHARS: dict[IdleCause, str] = {
     IdleCause.OVERHEAD: "*",
 }
 
-_KIND_NAMES = {"F": "forward", "B": "backward", "I": "input gradient", "W": "weight gradient"}
+_KIND_NAMES = {"F": "forward", "B": "backward", "I": "input gradient", "W": "weight gradient", "U": "update"}
 
 
 def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True) -> str:

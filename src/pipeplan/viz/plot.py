@@ -35,7 +35,7 @@ from .tables import format_time
 __all__ = ["plot_timeline", "KIND_COLORS", "IDLE_COLORS"]
 
 #: Bar colour per action kind.
-KIND_COLORS = {"F": "#4878d0", "B": "#ee854a", "I": "#d65f5f", "W": "#6acc64"}
+KIND_COLORS = {"F": "#4878d0", "B": "#ee854a", "I": "#d65f5f", "W": "#6acc64", "U": "#956cb4"}
 
 #: Shade (colour, hatch) per idle cause.
 IDLE_COLORS: dict[IdleCause, tuple[str, str]] = {
@@ -47,7 +47,7 @@ IDLE_COLORS: dict[IdleCause, tuple[str, str]] = {
     IdleCause.OVERHEAD: ("#bdbdbd", "xx"),
 }
 
-_KIND_NAMES = {"F": "forward", "B": "backward", "I": "input grad", "W": "weight grad"}
+_KIND_NAMES = {"F": "forward", "B": "backward", "I": "input grad", "W": "weight grad", "U": "update"}
 _FORMATS = (".png", ".svg", ".pdf")
 _BAR_HEIGHT = 0.8
 _LABEL_FONT_PT = 7.0

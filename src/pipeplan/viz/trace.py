@@ -39,7 +39,7 @@ __all__ = ["chrome_trace", "write_trace"]
 
 COMPUTE_THREAD = 0
 IDLE_THREAD = 1
-_KIND_NAMES = {"F": "forward", "B": "backward", "I": "input_grad", "W": "weight_grad"}
+_KIND_NAMES = {"F": "forward", "B": "backward", "I": "input_grad", "W": "weight_grad", "U": "update"}
 
 
 def chrome_trace(timeline: Timeline, *, us_per_unit: float = 1000.0) -> dict[str, Any]:
