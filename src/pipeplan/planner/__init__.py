@@ -1,0 +1,41 @@
+"""The planner: from a model and a cluster to the fastest pipeline plan that fits.
+
+    from pipeplan.planner import Cluster, Workload, search
+    result = search(workload, Cluster(num_gpus=8, memory_bytes=80e9), global_batch=256)
+    result.best.schedule, result.best.layers_per_stage, result.ratio(result.best)
+
+Modules: :mod:`~pipeplan.planner.plan` (the Plan type), :mod:`~pipeplan.planner.workload`
+(per-layer costs per micro-batch size and recompute mode), :mod:`~pipeplan.planner.cluster`
+(GPUs and links), :mod:`~pipeplan.planner.memory` (bytes per parameter),
+:mod:`~pipeplan.planner.space` (what is enumerated), :mod:`~pipeplan.planner.search`
+(partition, bound, simulate, rank; baselines).
+"""
+
+from __future__ import annotations
+
+from .cluster import Cluster, Link
+from .memory import OptimizerBytes
+from .plan import RECOMPUTE_MODES, Plan, RankMemory, Recompute, as_plan
+from .search import Rejection, SearchResult, SearchStats, evaluate_layout, search, step_time_lower_bound
+from .space import Config, SearchSpace
+from .workload import Workload
+
+__all__ = [
+    "Cluster",
+    "Config",
+    "Link",
+    "OptimizerBytes",
+    "Plan",
+    "RECOMPUTE_MODES",
+    "RankMemory",
+    "Recompute",
+    "Rejection",
+    "SearchResult",
+    "SearchSpace",
+    "SearchStats",
+    "Workload",
+    "as_plan",
+    "evaluate_layout",
+    "search",
+    "step_time_lower_bound",
+]

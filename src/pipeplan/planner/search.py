@@ -1,0 +1,815 @@
+"""The planner's search: the fastest plans that fit, a Megatron-LM baseline, and why others do not fit.
+
+    from pipeplan.planner import Cluster, Workload, search
+    result = search(workload, Cluster(num_gpus=8, memory_bytes=80e9), global_batch=256)
+    best = result.plans[0]; best.step_time, result.ratio(best)   # vs Megatron's default
+
+For each :class:`~pipeplan.planner.space.Config` (pp × dp, micro-batch size,
+schedule, v, recompute mode) the search:
+
+1. solves the **exact** min-max partition of the layers into ``pp · v`` stages
+   (:func:`pipeplan.partition_layers`) under the per-stage memory the schedule's
+   in-flight counts imply, then checks the per-rank sum where a rank holds
+   several stages (retrying with the capacity split over its ``v`` stages);
+2. **relaxes recompute** stage by stage: a stage solved under ``"full"`` or
+   ``"selective"`` goes back to the cheapest mode whose rank still fits;
+3. computes a **lower bound** on the step time (:func:`step_time_lower_bound`)
+   and skips the candidate when it cannot beat the ``top``-th plan found so far;
+4. otherwise builds the schedule (cached for fixed templates), **simulates** it
+   with the links' communication, reads each rank's activation peak off the
+   timeline, and keeps the plan or the reason it does not fit.
+
+Configurations are visited in order of a bound that needs no partition
+(``m · max(T / pp, heaviest layer)``); once that bound reaches the ``top``-th
+best step time every later configuration is skipped at once. Pruning only drops
+candidates that provably cannot enter the top list, so the best plan is the best
+of the space (``exhaustive=True`` evaluates everything; a test compares them).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .._validation import positive_int
+from ..costs import CommModel, StageCosts
+from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
+from ..layers import LayerProfile
+from ..partition import even_split, inflight_per_stage, partition_layers
+from ..schedule import Schedule
+from ..schedules import build_schedule, schedule_options
+from ..simulate import simulate
+from .cluster import Cluster
+from .memory import OptimizerBytes
+from .plan import RECOMPUTE_MODES, Plan, RankMemory, Recompute
+from .space import Config, SearchSpace
+from .workload import Workload
+
+__all__ = ["search", "SearchResult", "SearchStats", "Rejection", "step_time_lower_bound", "evaluate_layout"]
+
+Progress = Callable[[int, int], None]
+_TIE = 1e-12
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A configuration that does not fit, and why.
+
+    Attributes:
+        config: what was tried.
+        reason: one line naming the rank (or stage) and the bytes over capacity.
+        needed_bytes: the smallest per-GPU memory this configuration needs, when known.
+    """
+
+    config: Config
+    reason: str
+    needed_bytes: float | None = None
+
+
+@dataclass
+class SearchStats:
+    """What the search did.
+
+    Attributes:
+        candidates: configurations in the space.
+        partitions: exact partitions solved.
+        simulated: schedules simulated.
+        pruned: candidates skipped by a lower bound.
+        rejected: candidates that do not fit memory (or cannot be built).
+        cache_hits: layouts or simulations reused.
+        seconds: wall time of the search.
+        complete: ``False`` when the budget stopped it (the plans are the best so far).
+    """
+
+    candidates: int = 0
+    partitions: int = 0
+    simulated: int = 0
+    pruned: int = 0
+    rejected: int = 0
+    cache_hits: int = 0
+    seconds: float = 0.0
+    complete: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready counts."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Ranked plans that fit, the Megatron-LM default and the best one-knob changes.
+
+    Attributes:
+        plans: the best plans that fit, fastest first.
+        baseline: Megatron-LM's default for the best plan's GPUs and batch: an
+            even split, 1F1B, the same micro-batch size and ``m``, no recompute
+            (``baseline.fits`` says whether it fits).
+        one_knob: the best plan that changes one knob of the baseline, by knob
+            (``"partition"``, ``"schedule"``, ``"micro_batch_size"``,
+            ``"recompute"``, ``"pp"``).
+        rejected: configurations that do not fit, with the reason.
+        stats: counts and time.
+        lower_bound: a bound no plan of the space beats (see :func:`space_lower_bound`).
+    """
+
+    plans: tuple[Plan, ...]
+    baseline: Plan | None
+    one_knob: dict[str, Plan]
+    rejected: tuple[Rejection, ...]
+    stats: SearchStats
+    lower_bound: float
+
+    @property
+    def best(self) -> Plan:
+        """The fastest plan that fits."""
+        return self.plans[0]
+
+    def ratio(self, plan: Plan) -> float | None:
+        """Baseline step time ÷ ``plan``'s (> 1: faster than Megatron's default)."""
+        if self.baseline is None or self.baseline.step_time is None or not plan.step_time:
+            return None
+        return self.baseline.step_time / plan.step_time
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready result (plans without exports; the CLI adds them)."""
+        return {
+            "plans": [dict(p.to_dict(), ratio_to_baseline=self.ratio(p)) for p in self.plans],
+            "baseline": None if self.baseline is None else self.baseline.to_dict(),
+            "one_knob": {k: dict(p.to_dict(), ratio_to_baseline=self.ratio(p)) for k, p in self.one_knob.items()},
+            "lower_bound": self.lower_bound,
+            "rejected": [
+                {"config": _config_dict(r.config), "reason": r.reason, "needed_bytes": r.needed_bytes}
+                for r in self.rejected[:50]
+            ],
+            "search": self.stats.to_dict(),
+        }
+
+
+def _config_dict(config: Config) -> dict[str, Any]:
+    return {
+        "pp": config.pp, "dp": config.dp, "micro_batch_size": config.micro_batch_size,
+        "microbatches": config.num_microbatches, "schedule": config.schedule,
+        "virtual_stages": config.virtual_stages, "recompute": config.recompute,
+    }
+
+
+# ------------------------------------------------------------------ the bound
+def step_time_lower_bound(
+    costs: StageCosts, boundary: Sequence[float], placement: Sequence[int], num_microbatches: int, *, split: bool
+) -> float:
+    """A pipeline makespan no order of these actions can beat.
+
+    For rank ``r`` whose lowest stage is ``s_r``: it cannot start before the
+    first microbatch reaches ``s_r`` (``head_r = Σ_{s < s_r} F_s`` plus the
+    messages on the way) and it has ``W_r = m · Σ_{s on r} (F_s + B_s)`` of work.
+    With a full backward, every action of ``r`` precedes the backward of ``s_r``
+    for the last microbatch, after which the gradient still travels down to
+    stage 0 (``tail_r = Σ_{s < s_r} B_s`` plus messages). With a split backward
+    only the input-gradient parts (``B − W``) are chained that way, and stage 0's
+    ``W`` follows. The bound is ``max_r`` of those; for uniform 1F1B it equals
+    the makespan ``(m + P − 1)(F + B)``.
+    """
+    forward = np.asarray(costs.forward)
+    backward = np.asarray(costs.backward)
+    weight = np.asarray(costs.weight)
+    chained = backward - weight if split else backward
+    num_stages = len(forward)
+    crossing = np.array(
+        [boundary[s] if placement[s] != placement[s + 1] else 0.0 for s in range(num_stages - 1)]
+    )
+    head = np.concatenate([[0.0], np.cumsum(forward[:-1] + crossing)])
+    tail = np.concatenate([[0.0], np.cumsum(chained[:-1] + crossing)])
+    best = 0.0
+    for rank in range(max(placement) + 1):
+        stages = [s for s, r in enumerate(placement) if r == rank]
+        low = stages[0]
+        work = num_microbatches * float(forward[stages].sum() + backward[stages].sum())
+        if split:
+            chain = num_microbatches * float(forward[stages].sum() + chained[stages].sum()) + tail[low]
+            chain += float(weight[0]) if low > 0 else 0.0
+            bound = head[low] + max(work, chain)
+        else:
+            bound = head[low] + work + tail[low]
+        best = max(best, bound)
+    return best
+
+
+# ------------------------------------------------------------------ layouts
+@dataclass(frozen=True)
+class _Layout:
+    """A partition with its costs: everything the simulation needs."""
+
+    sizes: tuple[int, ...]
+    placement: tuple[int, ...]
+    recompute: tuple[Recompute, ...]
+    costs: StageCosts
+    boundary: tuple[float, ...]
+    static: tuple[RankMemory, ...]  # activations 0
+    activation_bound: tuple[float, ...]  # per rank, from in-flight counts
+
+
+class _Evaluator:
+    """Partitions, costs, bounds and simulations for one workload and cluster, with caches."""
+
+    def __init__(
+        self, workload: Workload, cluster: Cluster, capacity: float | None, optimizer: str | float, send_mode: str
+    ) -> None:
+        self.workload = workload
+        self.cluster = cluster
+        self.capacity = capacity
+        self.optimizer = optimizer
+        self.send_mode = send_mode
+        self.stats = SearchStats()
+        self.trainable = np.asarray(workload.trainable_mask(), dtype=bool)
+        self._layouts: dict[tuple[Any, ...], _Layout | Rejection] = {}
+        self._templates: dict[tuple[Any, ...], Schedule] = {}
+        self._plans: dict[tuple[Any, ...], Plan | Rejection] = {}
+        self._inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+    # ------------------------------------------------------------ pieces
+    def bytes_per_param(self, dp: int) -> OptimizerBytes:
+        return OptimizerBytes.for_optimizer(self.optimizer, dp)
+
+    def layer_static_bytes(self, micro: int, dp: int) -> np.ndarray:
+        """Bytes of weights, gradients and optimizer state per layer."""
+        per = self.bytes_per_param(dp)
+        params = np.asarray(self.workload.profile(micro).params)
+        return params * np.where(self.trainable, per.per_trainable, per.weights)
+
+    def memory_profile(self, micro: int, mode: Recompute, dp: int) -> tuple[LayerProfile, float]:
+        """The profile the partitioner sees: params scaled so ``bytes_per_param`` × params is each layer's static bytes."""
+        profile = self.workload.profile(micro, mode)
+        per = self.bytes_per_param(dp)
+        if self.trainable.all():
+            return profile, per.per_trainable
+        scaled = np.asarray(profile.params) * np.where(self.trainable, 1.0, per.weights / per.per_trainable)
+        return (
+            LayerProfile(profile.forward, profile.backward, profile.weight, activation_bytes=profile.activation_bytes,
+                         params=scaled.tolist(), names=profile.names, first_extra=profile.first_extra,
+                         last_extra=profile.last_extra, first_extra_bytes=profile.first_extra_bytes,
+                         last_extra_bytes=profile.last_extra_bytes),
+            per.per_trainable,
+        )
+
+    def schedule_options(self, config: Config) -> dict[str, Any]:
+        return {"virtual_stages": config.virtual_stages} if config.schedule == "interleaved" else {}
+
+    def inflight(self, config: Config) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Peak in-flight microbatches per stage and the placement the schedule implies."""
+        name = "1f1b" if config.schedule == "adaptive" or config.pp == 1 else config.schedule
+        key = (name, config.num_stages, config.num_microbatches, config.virtual_stages)
+        if key not in self._inflight:
+            options = self.schedule_options(config) if name == config.schedule else {}
+            counts = inflight_per_stage(name, config.num_stages, config.num_microbatches, **options)
+            template = self.template(replace(config, schedule=name)) if name != "1f1b" else None
+            placement = template.placement if template is not None else tuple(range(config.num_stages))
+            self._inflight[key] = (tuple(counts), tuple(placement))
+        return self._inflight[key]
+
+    def template(self, config: Config) -> Schedule:
+        """A fixed schedule (not cost-aware), built once per shape."""
+        key = (config.schedule, config.num_stages, config.num_microbatches, config.virtual_stages)
+        built = self._templates.get(key)
+        if built is None:
+            built = build_schedule(config.schedule, num_stages=config.num_stages,
+                                   num_microbatches=config.num_microbatches, **self.schedule_options(config))
+            self._templates[key] = built
+        else:
+            self.stats.cache_hits += 1
+        return built
+
+    def boundary_times(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[float, ...]:
+        """Message time across each stage boundary, in profile time units."""
+        out_bytes = self.workload.layer_output_bytes(config.micro_batch_size)
+        ends = np.cumsum(sizes)[:-1] - 1
+        unit = self.workload.time_unit
+        times = []
+        for s, layer in enumerate(ends):
+            a, b = placement[s], placement[s + 1]
+            if a == b:
+                times.append(0.0)
+                continue
+            link = self.cluster.pipeline_link(config.pp, config.dp, a, b)
+            times.append(link.seconds(out_bytes[int(layer)]) / unit)
+        return tuple(times)
+
+    def dp_comm(self, config: Config, static: Sequence[RankMemory]) -> float:
+        """All-reduce of the largest rank's gradients over data parallel, in profile time units."""
+        if config.dp == 1:
+            return 0.0
+        link = self.cluster.data_parallel_link(config.pp, config.dp)
+        largest = max(rank.gradients for rank in static)
+        return link.allreduce_seconds(largest, config.dp) / self.workload.time_unit
+
+    # ------------------------------------------------------------ layout
+    def layout(
+        self, config: Config, sizes: Sequence[int], placement: Sequence[int], recompute: Sequence[Recompute]
+    ) -> _Layout:
+        """Costs, messages and static memory of a given partition and recompute assignment."""
+        micro = config.micro_batch_size
+        per_mode = {mode: self.workload.profile(micro, mode).stage_costs(sizes) for mode in set(recompute)}
+        pick = lambda attr: [getattr(per_mode[mode], attr)[s] for s, mode in enumerate(recompute)]  # noqa: E731
+        costs = StageCosts(pick("forward"), pick("backward"), pick("weight"), activation_bytes=pick("activation_bytes"))
+        static = self.static_memory(config, sizes, placement)
+        counts, _ = self.inflight(config)
+        bound = [0.0] * config.pp
+        for s, rank in enumerate(placement):
+            bound[rank] += counts[s] * costs.activation_bytes[s]
+        return _Layout(tuple(sizes), tuple(placement), tuple(recompute), costs,
+                       self.boundary_times(config, sizes, placement), static, tuple(bound))
+
+    def static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[RankMemory, ...]:
+        per = self.bytes_per_param(config.dp)
+        profile = self.workload.profile(config.micro_batch_size)
+        params = np.asarray(profile.params)
+        trainable_params = params * self.trainable
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        weights = [0.0] * config.pp
+        grads = [0.0] * config.pp
+        extras = [0.0] * config.pp
+        for s, rank in enumerate(placement):
+            weights[rank] += float(params[bounds[s]:bounds[s + 1]].sum())
+            grads[rank] += float(trainable_params[bounds[s]:bounds[s + 1]].sum())
+        extras[placement[0]] += profile.first_extra_bytes
+        extras[placement[-1]] += profile.last_extra_bytes
+        return tuple(
+            RankMemory(per.weights * weights[r] + extras[r], per.gradients * grads[r], per.optimizer * grads[r], 0.0)
+            for r in range(config.pp)
+        )
+
+    def partitioned(self, config: Config) -> _Layout | Rejection:
+        """The exact partition of ``config`` with recompute relaxed per stage (cached)."""
+        counts, placement = self.inflight(config)
+        key = (config.pp, config.dp, config.micro_batch_size, config.recompute, config.num_stages, counts, placement)
+        cached = self._layouts.get(key)
+        if cached is not None:
+            self.stats.cache_hits += 1
+            return cached
+        result = self._partition(config, counts, placement)
+        self._layouts[key] = result
+        return result
+
+    def _partition(
+        self, config: Config, counts: tuple[int, ...], placement: tuple[int, ...]
+    ) -> _Layout | Rejection:
+        profile, per_param = self.memory_profile(config.micro_batch_size, config.recompute, config.dp)
+        name = "1f1b" if config.schedule == "adaptive" or config.pp == 1 else config.schedule
+        options = self.schedule_options(config) if name == config.schedule else {}
+        stages = config.num_stages
+        # in-flight counts at m = S equal those at m for most schedules: then the
+        # solver needs no microbatch count (and simulates nothing)
+        same = tuple(inflight_per_stage(name, stages, stages, **options)) == counts
+        capacities = [self.capacity] if self.capacity is None or config.virtual_stages == 1 else [
+            self.capacity, self.capacity / config.virtual_stages
+        ]
+        last_reason = ""
+        needed: float | None = None
+        for capacity in capacities:
+            try:
+                self.stats.partitions += 1
+                result = partition_layers(
+                    profile, stages, memory_capacity=capacity, bytes_per_param=per_param, schedule=name,
+                    num_microbatches=None if same else config.num_microbatches, schedule_options=options,
+                )
+            except InfeasiblePlanError as error:
+                # with one stage per rank the solver's smallest capacity is exact;
+                # with chunks it is only the bound of a single stage
+                needed = _needed_bytes(str(error)) if config.virtual_stages == 1 else None
+                last_reason = self._name_binding_layer(str(error), config)
+                continue
+            except PipeplanError as error:
+                return Rejection(config, str(error))
+            recompute = self._relax(config, result.layers_per_stage, placement)
+            built = self.layout(config, result.layers_per_stage, placement, recompute)
+            over = self._over_capacity(built)
+            if over is None:
+                return built
+            rank, total = over
+            offsets = np.concatenate([[0], np.cumsum(built.sizes)])
+            layers = [i for s, r in enumerate(placement) if r == rank
+                      for i in range(int(offsets[s]), int(offsets[s + 1]))]
+            last_reason = (
+                f"rank {rank} holds {_gb(total)} with its {config.virtual_stages} stages, "
+                f"{_gb(total - (self.capacity or 0))} over; its largest module is {self._heaviest(config, layers)}"
+            )
+            needed = None
+        return Rejection(config, last_reason, needed)
+
+    def _heaviest(self, config: Config, layers: Sequence[int]) -> str:
+        """The layer among ``layers`` with the most bytes (static plus one microbatch's activations)."""
+        profile = self.workload.profile(config.micro_batch_size, config.recompute)
+        static = self.layer_static_bytes(config.micro_batch_size, config.dp)
+        act = np.asarray(profile.activation_bytes)
+        index = max(layers, key=lambda i: static[i] + act[i])
+        return f"{profile.names[index]!r} ({_gb(static[index])} of weights and optimizer state)"
+
+    def _name_binding_layer(self, message: str, config: Config) -> str:
+        """A short reason from the partitioner's: the stage, its layers, its largest module."""
+        match = re.search(r"smallest capacity that fits is ([0-9.eE+-]+) bytes, needed by stage (\d+) "
+                          r"\(layers (\d+)\.\.(\d+)\)", message)
+        if match is None:
+            return message
+        needed, stage, lo, hi = float(match.group(1)), int(match.group(2)), int(match.group(3)), int(match.group(4))
+        return (f"stage {stage} (layers {lo}..{hi}) needs at least {_gb(needed)} on its own; its largest module is "
+                f"{self._heaviest(config, range(lo, hi + 1))}")
+
+    def _over_capacity(self, layout: _Layout) -> tuple[int, float] | None:
+        if self.capacity is None:
+            return None
+        totals = [s.total + a for s, a in zip(layout.static, layout.activation_bound)]
+        worst = int(np.argmax(totals))
+        limit = self.capacity * (1 + 1e-9)
+        return (worst, totals[worst]) if totals[worst] > limit else None
+
+    def _relax(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[Recompute, ...]:
+        """Per stage, the cheapest recompute mode (in time) that keeps its rank within capacity."""
+        ceiling = RECOMPUTE_MODES.index(config.recompute)
+        assignment: list[Recompute] = [config.recompute] * len(sizes)
+        if ceiling == 0 or self.capacity is None:
+            return tuple(assignment)
+        counts, _ = self.inflight(config)
+        static = self.static_memory(config, sizes, placement)
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        act = {
+            mode: np.asarray(self.workload.profile(config.micro_batch_size, mode).activation_bytes)
+            for mode in RECOMPUTE_MODES[: ceiling + 1]
+        }
+        stage_act = {mode: [float(a[bounds[s]:bounds[s + 1]].sum()) * counts[s] for s in range(len(sizes))]
+                     for mode, a in act.items()}
+        for s in range(len(sizes)):
+            rank = placement[s]
+            others = sum(stage_act[assignment[t]][t] for t in range(len(sizes)) if placement[t] == rank and t != s)
+            for mode in RECOMPUTE_MODES[: ceiling + 1]:
+                if mode not in self.workload.recompute_modes:
+                    continue
+                if static[rank].total + others + stage_act[mode][s] <= self.capacity * (1 + 1e-9):
+                    assignment[s] = mode
+                    break
+        return tuple(assignment)
+
+    # ------------------------------------------------------------ simulate
+    def lower_bound(self, config: Config, layout: _Layout) -> float:
+        split = config.schedule not in ("1f1b", "gpipe", "interleaved") and config.pp > 1
+        pipeline = step_time_lower_bound(layout.costs, layout.boundary, layout.placement,
+                                         config.num_microbatches, split=split)
+        return pipeline + self.dp_comm(config, layout.static)
+
+    def simulate(self, config: Config, layout: _Layout) -> Plan:
+        """Build, simulate and measure one candidate (cached by its layout)."""
+        key = (config.pp, config.dp, config.micro_batch_size, config.num_microbatches, config.schedule,
+               config.virtual_stages, layout.sizes, layout.recompute)
+        cached = self._plans.get(key)
+        if isinstance(cached, Plan):
+            self.stats.cache_hits += 1
+            return cached
+        comm = CommModel(latency=0.0, bandwidth=1.0, boundary_bytes=list(layout.boundary) or 0.0,
+                         send_mode=self.send_mode)  # type: ignore[arg-type]
+        # boundary "bytes" are message times: latency + bytes / bandwidth of each link, precomputed
+        options: dict[str, Any] = {}
+        if config.schedule == "adaptive" and config.pp > 1:
+            options = {"costs": layout.costs, "comm": comm}
+            if self.capacity is not None:
+                options["memory_limit"] = min(self.capacity - s.total for s in layout.static)
+            schedule = build_schedule("adaptive", num_stages=config.num_stages,
+                                      num_microbatches=config.num_microbatches, **options)
+        else:
+            schedule = self.template(config if config.pp > 1 else replace(config, schedule="1f1b"))
+        self.stats.simulated += 1
+        timeline = simulate(schedule, layout.costs, comm, validate=False)
+        peaks = timeline.peak_bytes
+        memory = tuple(replace(static, activations=float(peaks[r])) for r, static in enumerate(layout.static))
+        dp_time = self.dp_comm(config, layout.static)
+        fits, reason = True, ""
+        if self.capacity is not None:
+            totals = [rank.total for rank in memory]
+            worst = int(np.argmax(totals))
+            if totals[worst] > self.capacity * (1 + 1e-9):
+                fits = False
+                reason = (f"rank {worst} peaks at {_gb(totals[worst])}, {_gb(totals[worst] - self.capacity)} over "
+                          f"the capacity of {_gb(self.capacity)}")
+        profile = self.workload.profile(config.micro_batch_size)
+        plan = Plan(
+            pp=config.pp,
+            dp=config.dp,
+            layers_per_stage=layout.sizes,
+            placement=tuple(schedule.placement),
+            schedule=config.schedule if config.pp > 1 else "1f1b",
+            schedule_options={k: v for k, v in options.items() if k == "memory_limit"} | self.schedule_options(config),
+            micro_batch_size=config.micro_batch_size,
+            num_microbatches=config.num_microbatches,
+            recompute=layout.recompute,
+            step_time=float(timeline.makespan) + dp_time,
+            pipeline_time=float(timeline.makespan),
+            dp_comm_time=dp_time,
+            memory=memory,
+            memory_capacity=self.capacity,
+            layer_names=tuple(profile.names),
+            time_unit=self.workload.time_unit,
+            flops_per_sample=self.workload.flops_per_sample,
+            peak_flops=self.cluster.peak_flops,
+            tokens_per_sample=self.workload.tokens_per_sample,
+            timeline=timeline,
+            fits=fits,
+            reason=reason,
+        )
+        self._plans[key] = plan
+        return plan
+
+
+def _gb(num_bytes: float) -> str:
+    """``3.36 GB``."""
+    return f"{num_bytes / 1e9:.4g} GB"
+
+
+def _needed_bytes(message: str) -> float | None:
+    """The smallest capacity an InfeasiblePlanError message names, if it names one."""
+    match = re.search(r"smallest capacity that fits is ([0-9.eE+-]+) bytes", message)
+    return float(match.group(1)) if match else None
+
+
+def evaluate_layout(
+    workload: Workload,
+    cluster: Cluster,
+    config: Config,
+    layers_per_stage: Sequence[int],
+    *,
+    recompute: Sequence[Recompute] | None = None,
+    memory_capacity: float | None = None,
+    optimizer: str | float = "adam",
+    send_mode: str = "eager",
+) -> Plan:
+    """Simulate one given layout (a baseline, a user's own split) as the search would."""
+    evaluator = _Evaluator(workload, cluster, memory_capacity, optimizer, send_mode)
+    return _evaluate_fixed(evaluator, config, tuple(layers_per_stage),
+                           tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)
+
+
+def _evaluate_fixed(evaluator: _Evaluator, config: Config, sizes: tuple[int, ...],
+                    recompute: tuple[Recompute, ...]) -> Plan:
+    _, placement = evaluator.inflight(config)
+    layout = evaluator.layout(config, sizes, placement, recompute)
+    return evaluator.simulate(config, layout)
+
+
+# ------------------------------------------------------------------ search
+def search(
+    workload: Workload,
+    cluster: Cluster,
+    global_batch: int,
+    *,
+    pp: int | None = None,
+    micro_batch_size: int | None = None,
+    schedules: Sequence[str] | None = None,
+    memory_capacity: float | None = None,
+    optimizer: str | float = "adam",
+    max_virtual_stages: int | None = None,
+    send_mode: str = "eager",
+    top: int = 10,
+    budget: float | None = None,
+    progress: Progress | None = None,
+    exhaustive: bool = False,
+) -> SearchResult:
+    """Search the space for the fastest plans that fit.
+
+    Args:
+        workload: the model's per-layer costs (:class:`~pipeplan.planner.Workload`).
+        cluster: GPUs and links; its ``memory_bytes`` is the capacity unless
+            ``memory_capacity`` overrides it.
+        global_batch: samples per optimizer step.
+        pp: fix the pipeline degree.
+        micro_batch_size: fix the micro-batch size.
+        schedules: schedules to try (default all registered).
+        memory_capacity: bytes per GPU (default ``cluster.memory_bytes``).
+        optimizer: ``"adam"`` (16 bytes per parameter), ``"distributed"``
+            (6 + 12/dp) or bytes per parameter (:mod:`pipeplan.planner.memory`).
+        max_virtual_stages: largest ``v`` for interleaved.
+        send_mode: ``"eager"`` or ``"rendezvous"`` messages.
+        top: how many plans to keep.
+        budget: seconds; once a plan is found, the search stops after that many
+            and returns the best so far with ``stats.complete = False``.
+        progress: ``progress(done, total)`` after each configuration.
+        exhaustive: simulate every candidate (no pruning), for checking.
+
+    Returns:
+        A :class:`SearchResult`.
+
+    Raises:
+        InvalidInputError: bad numbers, a batch no ``dp × b`` divides, unknown schedules.
+        InfeasiblePlanError: no plan fits; names the smallest memory that would
+            and the rank and layers that need it.
+    """
+    keep = positive_int("top", top)
+    if budget is not None and not (isinstance(budget, (int, float)) and budget > 0):
+        raise InvalidInputError(f"budget must be a number of seconds > 0, got {budget!r}")
+    if send_mode not in ("eager", "rendezvous"):
+        raise InvalidInputError(f"send_mode must be 'eager' or 'rendezvous', got {send_mode!r}")
+    capacity = cluster.memory_bytes if memory_capacity is None else float(memory_capacity)
+    if not capacity > 0:
+        raise InvalidInputError(f"memory_capacity must be > 0 bytes, got {memory_capacity!r}")
+    OptimizerBytes.for_optimizer(optimizer, 1)  # validates
+    space = SearchSpace(
+        num_gpus=cluster.num_gpus, global_batch=global_batch, num_layers=workload.num_layers,
+        micro_batch_sizes=workload.micro_batch_sizes, recompute_modes=workload.recompute_modes, pp=pp,
+        micro_batch_size=micro_batch_size, schedules=tuple(schedules) if schedules is not None else None,
+        max_virtual_stages=max_virtual_stages,
+    )
+    started = time.perf_counter()
+    evaluator = _Evaluator(workload, cluster, capacity, optimizer, send_mode)
+    configs = space.configs()
+    evaluator.stats.candidates = len(configs)
+    ordered = sorted(configs, key=lambda c: (_config_bound(evaluator, c), c))
+    best: list[tuple[float, int, Plan]] = []  # heap of the kept plans, slowest on top
+    seen: set[tuple[Any, ...]] = set()
+    rejected: list[Rejection] = []
+    counter = 0
+
+    def threshold(count: int) -> float:
+        if len(best) < count:
+            return math.inf
+        return -best[0][0] if count == keep else min(-e[0] for e in best)
+
+    # Fixed templates first; the cost-aware "adaptive" generator is far dearer to
+    # build, and is never slower than the templates it also tries, so it runs
+    # last and only where its bound could beat the best plan found.
+    passes = [[c for c in ordered if c.schedule != "adaptive" or c.pp == 1],
+              [c for c in ordered if c.schedule == "adaptive" and c.pp > 1]]
+    done = 0
+    for index, group in enumerate(passes):
+        rank_needed = keep if index == 0 else 1
+        for position, config in enumerate(group):
+            if budget is not None and best and time.perf_counter() - started > budget:
+                evaluator.stats.complete = False
+                break
+            if progress is not None:
+                progress(done, len(ordered))
+            done += 1
+            limit = threshold(rank_needed) * (1 - _TIE)
+            if not exhaustive and _config_bound(evaluator, config) >= limit:
+                evaluator.stats.pruned += len(group) - position
+                done += len(group) - position - 1
+                break
+            layout = evaluator.partitioned(config)
+            if isinstance(layout, Rejection):
+                evaluator.stats.rejected += 1
+                rejected.append(layout)
+                continue
+            if not exhaustive and evaluator.lower_bound(config, layout) >= limit:
+                evaluator.stats.pruned += 1
+                continue
+            try:
+                plan = evaluator.simulate(config, layout)
+            except PipeplanError as error:  # e.g. adaptive finds no order within the memory limit
+                evaluator.stats.rejected += 1
+                rejected.append(Rejection(config, str(error)))
+                continue
+            if not plan.fits:
+                evaluator.stats.rejected += 1
+                rejected.append(Rejection(config, plan.reason, max(plan.peak_memory)))
+                continue
+            identity = (plan.pp, plan.schedule, plan.virtual_stages, plan.micro_batch_size,
+                        plan.layers_per_stage, plan.recompute)
+            if identity in seen:
+                continue
+            seen.add(identity)
+            counter += 1
+            assert plan.step_time is not None
+            entry = (-plan.step_time, -counter, plan)
+            if len(best) < keep:
+                heapq.heappush(best, entry)
+            elif plan.step_time < threshold(keep):
+                heapq.heapreplace(best, entry)
+        if not evaluator.stats.complete:
+            break
+    if progress is not None:
+        progress(len(ordered), len(ordered))
+    # fastest first; equal step times go to the plan with the smaller worst rank
+    plans = tuple(sorted((p for _, _, p in best), key=lambda p: (p.step_time, max(p.peak_memory))))
+    evaluator.stats.seconds = time.perf_counter() - started
+    if not plans:
+        raise _no_plan_fits(rejected, capacity, evaluator.stats, workload)
+    baseline = _megatron_default(evaluator, plans[0])
+    knobs = _one_knob(evaluator, space, plans[0], baseline)
+    evaluator.stats.seconds = time.perf_counter() - started
+    return SearchResult(plans, baseline, knobs, tuple(rejected), evaluator.stats,
+                        space_lower_bound(evaluator, configs))
+
+
+def _config_bound(evaluator: _Evaluator, config: Config) -> float:
+    """``m · max(T / pp, heaviest layer)`` plus the smallest gradient all-reduce: no partition needed."""
+    profile = evaluator.workload.profile(config.micro_batch_size)
+    total = profile.total
+    work = float(total.sum()) + profile.first_extra + profile.last_extra
+    per_rank = max(work / config.pp, float(total.max()))
+    bound = config.num_microbatches * per_rank
+    if config.dp > 1:
+        per = evaluator.bytes_per_param(config.dp)
+        grads = float((np.asarray(profile.params) * evaluator.trainable).sum()) * per.gradients / config.pp
+        link = evaluator.cluster.data_parallel_link(config.pp, config.dp)
+        bound += link.allreduce_seconds(grads, config.dp) / evaluator.workload.time_unit
+    return bound
+
+
+def space_lower_bound(evaluator: _Evaluator, configs: Sequence[Config]) -> float:
+    """The smallest no-partition bound over the configurations that can fit memory.
+
+    ``min over configs of m · max(T / pp, heaviest layer) + all-reduce``, where a
+    configuration counts only if its rank with the most weights fits (static
+    bytes ÷ pp ≤ capacity). ``T`` is one microbatch's work without recompute:
+    total work ÷ ranks, and no partition or schedule can do better.
+    """
+    best = math.inf
+    for config in configs:
+        profile = evaluator.workload.profile(config.micro_batch_size)
+        static = float(evaluator.layer_static_bytes(config.micro_batch_size, config.dp).sum())
+        static += profile.first_extra_bytes + profile.last_extra_bytes
+        if evaluator.capacity is not None and static / config.pp > evaluator.capacity:
+            continue
+        best = min(best, _config_bound(evaluator, config))
+    return best
+
+
+def _no_plan_fits(rejected: Sequence[Rejection], capacity: float, stats: SearchStats,
+                  workload: Workload) -> PipeplanError:
+    if not rejected:
+        return InfeasiblePlanError(
+            "no candidate could be evaluated"
+        )
+    known = [r for r in rejected if r.needed_bytes is not None]
+    if not known:
+        return InfeasiblePlanError(f"no plan fits: {rejected[0].reason}")
+    closest = min(known, key=lambda r: r.needed_bytes or math.inf)
+    c = closest.config
+    return InfeasiblePlanError(
+        f"no plan fits {_gb(capacity)} per GPU; the smallest memory that fits is {_gb(closest.needed_bytes or 0)} "
+        f"(pp={c.pp}, dp={c.dp}, {c.schedule_label}, micro-batch size {c.micro_batch_size}, "
+        f"recompute {c.recompute}): {closest.reason}"
+    )
+
+
+# ------------------------------------------------------------------ baselines
+def _megatron_default(evaluator: _Evaluator, best: Plan) -> Plan | None:
+    """Even split, 1F1B, no recompute, the best plan's pp, dp, micro-batch size and m."""
+    config = Config(best.pp, best.dp, best.micro_batch_size, best.num_microbatches, "1f1b", 1, "none")
+    sizes = even_split(best.num_layers, best.pp)
+    try:
+        none: tuple[Recompute, ...] = ("none",) * best.pp
+        return _evaluate_fixed(evaluator, config, sizes, none)
+    except PipeplanError:
+        return None
+
+
+def _one_knob(evaluator: _Evaluator, space: SearchSpace, best: Plan, baseline: Plan | None) -> dict[str, Plan]:
+    """The best fitting plan that changes one knob of the Megatron default."""
+    if baseline is None:
+        return {}
+    base = Config(baseline.pp, baseline.dp, baseline.micro_batch_size, baseline.num_microbatches, "1f1b", 1, "none")
+    num_layers = best.num_layers
+    trials: dict[str, list[tuple[Config, tuple[int, ...] | None]]] = {
+        "partition": [(base, None)],
+        "schedule": [
+            (replace(base, schedule=name, virtual_stages=v), even_split(num_layers, base.pp * v))
+            for name, v in space.schedule_shapes(base.pp, base.num_microbatches) if name != "1f1b"
+        ],
+        "recompute": [(replace(base, recompute=mode), even_split(num_layers, base.pp))
+                      for mode in evaluator.workload.recompute_modes if mode != "none"],
+        "micro_batch_size": [
+            (replace(base, micro_batch_size=b, num_microbatches=space.global_batch // (base.dp * b)),
+             even_split(num_layers, base.pp))
+            for b in space.micro_batches_for(base.dp) if b != base.micro_batch_size
+        ],
+        "pp": [
+            (Config(p, space.num_gpus // p, base.micro_batch_size,
+                    space.global_batch // (space.num_gpus // p * base.micro_batch_size), "1f1b"),
+             even_split(num_layers, p))
+            for p in space.pipeline_degrees()
+            if p != base.pp and space.global_batch % (space.num_gpus // p * base.micro_batch_size) == 0
+        ],
+    }
+    out: dict[str, Plan] = {}
+    for knob, options in trials.items():
+        found: Plan | None = None
+        for config, sizes in options:
+            try:
+                if sizes is None:
+                    layout = evaluator.partitioned(config)
+                    if isinstance(layout, Rejection):
+                        continue
+                    plan = evaluator.simulate(config, layout)
+                else:
+                    if config.pp > 1 and len(sizes) > num_layers:
+                        continue
+                    plan = _evaluate_fixed(evaluator, config, sizes, (config.recompute,) * len(sizes))
+            except PipeplanError:
+                continue
+            if plan.fits and plan.step_time is not None and (found is None or plan.step_time < (found.step_time or 0)):
+                found = plan
+        if found is not None:
+            out[knob] = found
+    return out

@@ -1,0 +1,195 @@
+"""The search space: every (pp × dp, micro-batch size, schedule, v, recompute) the planner tries.
+
+    from pipeplan.planner.space import SearchSpace
+    space = SearchSpace(num_gpus=8, global_batch=256, num_layers=48)
+    len(space.configs()), space.configs()[0]
+
+A :class:`Config` fixes everything but the partition; the search then solves the
+exact partition for it (:mod:`pipeplan.planner.search`). What is enumerated:
+
+* ``pp`` every divisor of the GPU count with ``pp ≤ L`` (or the one given);
+  ``dp = G / pp``;
+* micro-batch size ``b`` every size the workload answers for with
+  ``dp · b`` dividing the global batch (or the one given); ``m = B / (dp · b)``;
+* every registered schedule: ``interleaved`` with each ``v ≥ 2`` such that
+  ``pp · v ≤ L`` and ``m`` is a multiple of ``pp`` (Megatron-LM requires it),
+  ``zb-v`` with ``v = 2``, every other schedule with one stage per rank;
+  ``pp = 1`` has a single candidate (no pipeline: ``"1f1b"`` of one stage);
+* the partition's recompute mode: each mode the workload has (``"none"``,
+  ``"selective"``, ``"full"``); the search then relaxes it stage by stage
+  where memory allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .._validation import positive_int
+from ..errors import InvalidInputError
+from ..schedules import SCHEDULES
+from .plan import RECOMPUTE_MODES, Recompute
+
+__all__ = ["Config", "SearchSpace", "divisors"]
+
+#: Schedules whose stage count is not the pipeline degree.
+_CHUNKED = {"interleaved", "zb-v"}
+
+
+def divisors(number: int) -> list[int]:
+    """The positive divisors of ``number``, ascending."""
+    return [d for d in range(1, number + 1) if number % d == 0]
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """One point of the space before the partition is chosen.
+
+    Attributes:
+        pp, dp: pipeline and data-parallel degrees.
+        micro_batch_size: samples per microbatch ``b``.
+        num_microbatches: microbatches per step per pipeline ``m``.
+        schedule: registered schedule name.
+        virtual_stages: stages per rank ``v``.
+        recompute: the mode the partition is solved under (relaxed per stage later).
+    """
+
+    pp: int
+    dp: int
+    micro_batch_size: int
+    num_microbatches: int
+    schedule: str
+    virtual_stages: int = 1
+    recompute: Recompute = "none"
+
+    @property
+    def num_stages(self) -> int:
+        """Stages ``pp · v``."""
+        return self.pp * self.virtual_stages
+
+    @property
+    def schedule_label(self) -> str:
+        """``"interleaved v=2"``, ``"zb-v"``, ``"1f1b"`` ..."""
+        if self.schedule == "interleaved":
+            return f"interleaved v={self.virtual_stages}"
+        return self.schedule
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The configurations for one model, GPU count and global batch.
+
+    Args:
+        num_gpus: GPUs ``G``.
+        global_batch: samples per optimizer step ``B``.
+        num_layers: layers of the model ``L``.
+        micro_batch_sizes: sizes the workload answers for (``None``: every
+            divisor of ``B``).
+        recompute_modes: modes the workload answers for.
+        pp: fix the pipeline degree (``None``: every divisor of ``G``).
+        micro_batch_size: fix ``b``.
+        schedules: the schedules to try (default every registered one).
+        max_virtual_stages: largest ``v`` tried for ``interleaved`` (``None``: ``L // pp``).
+    """
+
+    num_gpus: int
+    global_batch: int
+    num_layers: int
+    micro_batch_sizes: tuple[int, ...] | None = None
+    recompute_modes: tuple[Recompute, ...] = RECOMPUTE_MODES
+    pp: int | None = None
+    micro_batch_size: int | None = None
+    schedules: tuple[str, ...] | None = None
+    max_virtual_stages: int | None = None
+
+    def __post_init__(self) -> None:
+        positive_int("num_gpus", self.num_gpus)
+        positive_int("global_batch", self.global_batch)
+        positive_int("num_layers", self.num_layers)
+        if self.pp is not None:
+            positive_int("pp", self.pp)
+            if self.num_gpus % self.pp:
+                raise InvalidInputError(f"pp must divide the GPU count {self.num_gpus}, got {self.pp}")
+            if self.pp > self.num_layers:
+                raise InvalidInputError(
+                    f"pp={self.pp} needs at least that many layers, but the model has {self.num_layers}"
+                )
+        if self.micro_batch_size is not None:
+            positive_int("micro_batch_size", self.micro_batch_size)
+            if self.micro_batch_sizes is not None and self.micro_batch_size not in self.micro_batch_sizes:
+                raise InvalidInputError(
+                    f"micro_batch_size must be one of {list(self.micro_batch_sizes)} for this model, "
+                    f"got {self.micro_batch_size}"
+                )
+        for name in self.schedule_names:
+            if name not in SCHEDULES:
+                raise InvalidInputError(f"schedules must be among {', '.join(SCHEDULES)}, got {name!r}")
+        if self.max_virtual_stages is not None:
+            positive_int("max_virtual_stages", self.max_virtual_stages)
+
+    @property
+    def schedule_names(self) -> tuple[str, ...]:
+        """The schedules tried."""
+        return tuple(SCHEDULES) if self.schedules is None else tuple(self.schedules)
+
+    def pipeline_degrees(self) -> list[int]:
+        """``pp`` values tried."""
+        if self.pp is not None:
+            return [self.pp]
+        return [pp for pp in divisors(self.num_gpus) if pp <= self.num_layers]
+
+    def micro_batches_for(self, dp: int) -> list[int]:
+        """Micro-batch sizes ``b`` with ``dp · b`` dividing the global batch."""
+        if self.global_batch % dp:
+            return []
+        per_replica = self.global_batch // dp
+        sizes: Sequence[int] = (
+            [self.micro_batch_size] if self.micro_batch_size is not None
+            else self.micro_batch_sizes if self.micro_batch_sizes is not None
+            else divisors(per_replica)
+        )
+        return [b for b in sizes if per_replica % b == 0]
+
+    def schedule_shapes(self, pp: int, num_microbatches: int) -> list[tuple[str, int]]:
+        """``(schedule, v)`` pairs valid for ``pp`` and ``m``."""
+        if pp == 1:
+            return [("1f1b", 1)]
+        shapes: list[tuple[str, int]] = []
+        for name in self.schedule_names:
+            if name == "interleaved":
+                if num_microbatches % pp:
+                    continue
+                top = self.num_layers // pp
+                if self.max_virtual_stages is not None:
+                    top = min(top, self.max_virtual_stages)
+                shapes += [(name, v) for v in range(2, top + 1)]
+            elif name == "zb-v":
+                if 2 * pp <= self.num_layers:
+                    shapes.append((name, 2))
+            else:
+                shapes.append((name, 1))
+        return shapes
+
+    def configs(self) -> list[Config]:
+        """Every configuration of the space.
+
+        Raises:
+            InvalidInputError: no ``pp``/``b`` pair divides the global batch
+                (naming ``B``, ``dp`` and ``b``).
+        """
+        out: list[Config] = []
+        for pp in self.pipeline_degrees():
+            dp = self.num_gpus // pp
+            for size in self.micro_batches_for(dp):
+                micro = self.global_batch // (dp * size)
+                for name, virtual in self.schedule_shapes(pp, micro):
+                    for mode in self.recompute_modes:
+                        out.append(Config(pp, dp, size, micro, name, virtual, mode))
+        if not out:
+            fixed = f" × micro-batch size {self.micro_batch_size}" if self.micro_batch_size else ""
+            degrees = ", ".join(f"dp={self.num_gpus // pp}" for pp in self.pipeline_degrees())
+            raise InvalidInputError(
+                f"global_batch={self.global_batch} is not divisible by dp{fixed} for any pipeline degree "
+                f"({degrees}); choose a global batch that dp × micro-batch size divides"
+            )
+        return out

@@ -1,0 +1,47 @@
+"""Workloads for the planner tests: a GPT stack with the three recompute modes, from shapes.
+
+Activation bytes per layer per microbatch (Korthikanti et al., 2022, "Reducing
+Activation Recomputation in Large Transformer Models", §4): no recompute
+``s·b·h·(34 + 5·a·s/h)``, selective ``34·s·b·h``, full ``2·s·b·h`` (the layer input).
+Recompute adds the recomputed forward to the backward: all of it for full, the
+attention core (``4·b·s²·h`` FLOPs) for selective.
+"""
+
+from __future__ import annotations
+
+from pipeplan.layers import LayerProfile, transformer_layer_flops
+from pipeplan.planner import Workload
+
+
+def gpt_workload(
+    *, num_layers: int = 8, hidden: int = 1024, heads: int = 16, seq: int = 1024,
+    throughput: float = 4e14, micro_batch_sizes=(1, 2, 4), first_extra: float = 0.0,
+    first_extra_bytes: float = 0.0,
+) -> Workload:
+    """A GPT decoder stack; times in ms."""
+    profiles = {}
+    for b in micro_batch_sizes:
+        flops = transformer_layer_flops(hidden_size=hidden, seq_length=seq, micro_batch_size=b)
+        forward = 1e3 * flops / throughput
+        attention = 1e3 * 4.0 * b * seq * seq * hidden / throughput
+        params = 12 * hidden * hidden + 13 * hidden
+        acts = {
+            "none": seq * b * hidden * (34 + 5 * heads * seq / hidden),
+            "selective": 34.0 * seq * b * hidden,
+            "full": 2.0 * seq * b * hidden,
+        }
+        extra = {"none": 0.0, "selective": attention, "full": forward}
+        for mode, act in acts.items():
+            profiles[(b, mode)] = LayerProfile(
+                [forward] * num_layers, [2 * forward + extra[mode]] * num_layers, [forward] * num_layers,
+                activation_bytes=[act] * num_layers, params=[params] * num_layers,
+                first_extra=first_extra * b, first_extra_bytes=first_extra_bytes,
+            )
+    return Workload.from_profiles(
+        profiles,
+        output_bytes=lambda b: [2.0 * seq * b * hidden] * num_layers,
+        flops_per_sample=3 * num_layers * transformer_layer_flops(hidden_size=hidden, seq_length=seq,
+                                                                 micro_batch_size=1),
+        tokens_per_sample=seq,
+        name="gpt",
+    )

@@ -1,0 +1,221 @@
+"""The planner's search: exact against enumeration, valid bounds, memory model, baselines, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from _planner_models import gpt_workload
+from pipeplan import InfeasiblePlanError, InvalidInputError, StageCosts, build_schedule, simulate
+from pipeplan.costs import CommModel
+from pipeplan.layers import LayerProfile
+from pipeplan.partition import even_split, partition_layers
+from pipeplan.planner import (
+    Cluster,
+    Config,
+    Link,
+    OptimizerBytes,
+    SearchSpace,
+    Workload,
+    evaluate_layout,
+    search,
+    step_time_lower_bound,
+)
+
+NVLINK = Link(latency=2e-6, bandwidth=4.5e11)
+
+
+def small_cluster(gpus: int = 4, memory: float = 4e9) -> Cluster:
+    return Cluster(num_gpus=gpus, memory_bytes=memory, peak_flops=989e12, intra_node=NVLINK, gpus_per_node=2,
+                   inter_node=Link(latency=5e-6, bandwidth=5e10))
+
+
+# ------------------------------------------------------------- optimality
+@pytest.mark.parametrize(
+    "layers,gpus,batch,memory,extra",
+    [
+        (8, 4, 16, 4e9, 0.0),     # memory is loose: pp = 1 wins
+        (8, 4, 16, 0.9e9, 12.0),  # tight: pipelines, recompute on some stages
+        (6, 4, 8, 0.7e9, 30.0),   # a heavy first stage (a vision encoder)
+    ],
+)
+def test_pruned_search_equals_exhaustive_enumeration(layers, gpus, batch, memory, extra):
+    workload = gpt_workload(num_layers=layers, hidden=512, heads=8, seq=512, first_extra=extra,
+                            first_extra_bytes=1e8)
+    cluster = small_cluster(gpus, memory)
+    pruned = search(workload, cluster, batch, top=3)
+    full = search(workload, cluster, batch, top=3, exhaustive=True)
+    assert full.stats.pruned == 0 and full.stats.simulated >= pruned.stats.simulated
+    assert pruned.best.step_time == pytest.approx(full.best.step_time, rel=1e-12)
+    # the whole top list is exact for the templates (adaptive is pruned against the best only)
+    templates = ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"]
+    pruned = search(workload, cluster, batch, top=3, schedules=templates)
+    full = search(workload, cluster, batch, top=3, schedules=templates, exhaustive=True)
+    assert [p.step_time for p in pruned.plans] == pytest.approx([p.step_time for p in full.plans], rel=1e-12)
+
+
+def test_best_equals_an_independent_enumeration_of_the_space():
+    """Rebuild every candidate with the public pieces (partition, build, simulate) and take the minimum."""
+    profile = LayerProfile([2.0, 1.0, 1.0, 1.0, 1.0, 3.0], params=[1e6] * 6, activation_bytes=[1e5] * 6)
+    workload = Workload.from_profile(profile)
+    cluster = Cluster(num_gpus=4, memory_bytes=1e12)
+    result = search(workload, cluster, 8, schedules=["1f1b", "gpipe", "zb-h1", "interleaved"], top=1)
+    space = SearchSpace(num_gpus=4, global_batch=8, num_layers=6, micro_batch_sizes=(1,), recompute_modes=("none",),
+                        schedules=("1f1b", "gpipe", "zb-h1", "interleaved"))
+    best = math.inf
+    for config in space.configs():
+        options = {"virtual_stages": config.virtual_stages} if config.schedule == "interleaved" else {}
+        split = partition_layers(profile, config.num_stages, schedule=config.schedule, schedule_options=options)
+        costs = profile.stage_costs(split.layers_per_stage)
+        schedule = build_schedule(config.schedule, num_stages=config.num_stages,
+                                  num_microbatches=config.num_microbatches, **options)
+        best = min(best, simulate(schedule, costs, CommModel()).makespan)
+    assert result.best.step_time == pytest.approx(best, rel=1e-12)
+
+
+# ------------------------------------------------------------- bounds
+@settings(max_examples=40, deadline=None)
+@given(
+    forward=st.lists(st.floats(0.5, 5.0), min_size=2, max_size=5),
+    micro=st.integers(1, 9),
+    name=st.sampled_from(["1f1b", "gpipe", "zb-h1", "zb-h2"]),
+    latency=st.floats(0.0, 2.0),
+)
+def test_lower_bound_never_exceeds_the_simulated_makespan(forward, micro, name, latency):
+    costs = StageCosts(forward)
+    schedule = build_schedule(name, num_stages=len(forward), num_microbatches=micro)
+    boundary = [latency] * (len(forward) - 1)
+    timeline = simulate(schedule, costs, CommModel(latency=latency))
+    bound = step_time_lower_bound(costs, boundary, schedule.placement, micro, split=schedule.split_backward)
+    assert bound <= timeline.makespan * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("name,virtual", [("interleaved", 2), ("zb-v", 2)])
+def test_lower_bound_holds_with_chunks(name, virtual):
+    costs = StageCosts([3.0, 1.0, 2.0, 1.0, 1.0, 2.5, 1.0, 4.0])
+    options = {"virtual_stages": virtual} if name == "interleaved" else {}
+    schedule = build_schedule(name, num_stages=8, num_microbatches=8, **options)
+    makespan = simulate(schedule, costs, CommModel(latency=0.3)).makespan
+    bound = step_time_lower_bound(costs, [0.3] * 7, schedule.placement, 8, split=schedule.split_backward)
+    assert 0 < bound <= makespan
+
+
+def test_lower_bound_is_exact_for_uniform_one_f_one_b():
+    # (m + P − 1)(F + B): DESIGN.md's closed form
+    costs = StageCosts.uniform(4, forward=1.0, backward=2.0)
+    schedule = build_schedule("1f1b", num_stages=4, num_microbatches=8)
+    assert step_time_lower_bound(costs, [0.0] * 3, schedule.placement, 8, split=False) == 11 * 3.0
+    assert simulate(schedule, costs).makespan == 33.0
+
+
+# ------------------------------------------------------------- memory
+def test_optimizer_bytes_per_parameter():
+    assert OptimizerBytes.for_optimizer("adam", 8).per_trainable == 16
+    # Megatron-LM theoretical_memory_usage.py: 6 + 12 / dp with the distributed optimizer
+    assert OptimizerBytes.for_optimizer("distributed", 8).per_trainable == pytest.approx(6 + 12 / 8)
+    assert OptimizerBytes.for_optimizer(18.0, 1).per_trainable == 18
+    with pytest.raises(InvalidInputError, match="optimizer"):
+        OptimizerBytes.for_optimizer("sgd", 1)
+
+
+def test_plan_memory_is_weights_state_and_the_one_f_one_b_activation_peak():
+    params, act = 1e7, 3e6
+    profile = LayerProfile.uniform(8, forward=1.0, params=params, activation_bytes=act)
+    workload = Workload.from_profile(profile)
+    cluster = Cluster(num_gpus=4, memory_bytes=1e12)
+    config = Config(pp=4, dp=1, micro_batch_size=1, num_microbatches=8, schedule="1f1b")
+    plan = evaluate_layout(workload, cluster, config, (2, 2, 2, 2), memory_capacity=1e12)
+    for rank, memory in enumerate(plan.memory):
+        assert memory.parameters == 2 * 2 * params
+        assert memory.gradients == 2 * 2 * params
+        assert memory.optimizer == 12 * 2 * params
+        assert memory.activations == min(8, 4 - rank) * 2 * act  # 1F1B holds min(m, P − p)
+    distributed = evaluate_layout(workload, cluster, replace_dp(config, 2), (2, 2, 2, 2), optimizer="distributed")
+    assert distributed.memory[0].optimizer == 12 / 2 * 2 * params
+    assert distributed.memory[0].gradients == 4 * 2 * params
+
+
+def replace_dp(config: Config, dp: int) -> Config:
+    return Config(config.pp, dp, config.micro_batch_size, config.num_microbatches, config.schedule)
+
+
+def test_frozen_layers_hold_only_their_weights():
+    profile = LayerProfile.uniform(4, forward=1.0, params=1e6)
+    workload = Workload.from_profile(profile, trainable=(False, False, True, True))
+    config = Config(pp=2, dp=1, micro_batch_size=1, num_microbatches=2, schedule="1f1b")
+    plan = evaluate_layout(workload, Cluster(num_gpus=2, memory_bytes=1e12), config, (2, 2))
+    assert plan.memory[0].total == 2 * 2e6  # bf16 weights only
+    assert plan.memory[1].total == 16 * 2e6
+
+
+def test_tight_memory_recomputes_only_the_stages_that_need_it():
+    workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512)
+    loose = search(workload, small_cluster(4, 4e9), 16, pp=4, micro_batch_size=4, schedules=["1f1b"], top=1)
+    assert set(loose.best.recompute) == {"none"}
+    peak_stage0 = loose.best.memory[0].total
+    tight = search(workload, small_cluster(4, peak_stage0 * 0.8), 16, pp=4, micro_batch_size=4,
+                   schedules=["1f1b"], top=1)
+    assert tight.best.recompute[0] != "none"  # 1F1B's first stage holds the most microbatches
+    assert "none" in tight.best.recompute  # the last stage holds one: no recompute there
+    assert max(tight.best.peak_memory) <= peak_stage0 * 0.8
+
+
+# ------------------------------------------------------------- baselines
+def test_baseline_is_megatron_default_and_one_knob_plans_change_one_knob():
+    workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, first_extra=25.0)
+    result = search(workload, small_cluster(4, 4e9), 16, pp=4, top=3)
+    base = result.baseline
+    assert base is not None and base.schedule == "1f1b"
+    assert base.layers_per_stage == even_split(8, 4)
+    assert (base.pp, base.dp, base.micro_batch_size, base.num_microbatches) == (
+        result.best.pp, result.best.dp, result.best.micro_batch_size, result.best.num_microbatches)
+    assert set(base.recompute) == {"none"}
+    assert result.ratio(result.best) == pytest.approx(base.step_time / result.best.step_time)
+    assert result.ratio(result.best) > 1.0  # the heavy first stage makes the even split slow
+    knobs = result.one_knob
+    assert knobs["partition"].schedule == "1f1b" and knobs["partition"].layers_per_stage != base.layers_per_stage
+    assert knobs["schedule"].layers_per_stage == even_split(8, knobs["schedule"].num_stages)
+    for plan in knobs.values():
+        assert result.best.step_time <= plan.step_time * (1 + 1e-12) or plan.pp != result.best.pp
+
+
+def test_plans_are_ranked_and_fit():
+    workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, first_extra=10.0)
+    result = search(workload, small_cluster(4, 1.5e9), 16, top=5)
+    times = [p.step_time for p in result.plans]
+    assert times == sorted(times)
+    assert all(p.fits and max(p.peak_memory) <= 1.5e9 for p in result.plans)
+    assert all(p.global_batch == 16 and p.pp * p.dp == 4 for p in result.plans)
+    assert result.lower_bound <= result.best.step_time
+
+
+# ------------------------------------------------------------- bad input
+def test_no_plan_fits_names_the_smallest_memory_and_the_module():
+    workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512)
+    with pytest.raises(InfeasiblePlanError, match=r"smallest memory that fits is .* GB .*largest module is 'layers"):
+        search(workload, small_cluster(4, 5e7), 16)
+
+
+def test_bad_batches_stages_and_schedules():
+    workload = gpt_workload(num_layers=4, hidden=256, heads=4, seq=128, micro_batch_sizes=(1, 2))
+    cluster = small_cluster(4, 4e9)
+    with pytest.raises(InvalidInputError, match="global_batch=6 is not divisible by dp"):
+        search(workload, cluster, 6, pp=1)
+    with pytest.raises(InvalidInputError, match="pp=4 needs at least that many layers"):
+        search(gpt_workload(num_layers=3, hidden=256, heads=4, seq=128), cluster, 8, pp=4)
+    with pytest.raises(InvalidInputError, match="schedules must be among"):
+        search(workload, cluster, 8, schedules=["1f2b"])
+    with pytest.raises(InvalidInputError, match="pp must divide"):
+        search(workload, cluster, 8, pp=3)
+    with pytest.raises(InvalidInputError, match="budget"):
+        search(workload, cluster, 8, budget=0)
+
+
+def test_a_tiny_budget_returns_the_best_so_far_and_says_so():
+    workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, first_extra=10.0)
+    result = search(workload, small_cluster(4, 1.5e9), 16, budget=1e-9)
+    assert not result.stats.complete
+    assert len(result.plans) >= 1 and result.plans[0].fits
