@@ -12,7 +12,12 @@ import pytest
 import pipeplan
 from pipeplan import InvalidInputError, build_schedule
 from pipeplan.export import (
+    deepspeed_config,
     deepspeed_parts,
+    export_notes,
+    export_plan,
+    torchtitan_schedule_name,
+    torchtitan_toml,
     deepspeed_snippet,
     megatron_args,
     megatron_layout,
@@ -23,6 +28,21 @@ from pipeplan.export import (
 )
 from pipeplan.layers import LayerProfile
 from pipeplan.placement import place_chunks
+from pipeplan.planner import Plan
+
+# Flags that set batch sizes and recompute, not the split (checked on their own below).
+_NON_SPLIT = {"--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
+              "--recompute-num-layers"}
+
+
+def split_flags(args: list[str]) -> list[str]:
+    """The pipeline-split part of Megatron arguments (flags and values in order)."""
+    out = []
+    pairs = list(zip(args[::2], args[1::2]))
+    for flag, value in pairs:
+        if flag not in _NON_SPLIT:
+            out += [flag, value]
+    return out
 
 
 # ------------------------------------------------------------------ Megatron
@@ -78,12 +98,13 @@ def test_lesson16_plan_uses_first_and_last_flags():
     assert args == [
         "--pipeline-model-parallel-size", "4", "--num-layers", "32",
         "--decoder-first-pipeline-num-layers", "3", "--decoder-last-pipeline-num-layers", "7",
+        "--micro-batch-size", "1", "--global-batch-size", "4",  # m defaults to S in the partitioner
     ]
     assert megatron_split(args) == [3, 11, 11, 7]
 
 
 def test_flags_only_where_needed():
-    assert megatron_args([8, 8, 8, 8]) == ["--pipeline-model-parallel-size", "4", "--num-layers", "32"]
+    assert split_flags(megatron_args([8, 8, 8, 8])) == ["--pipeline-model-parallel-size", "4", "--num-layers", "32"]
     args = megatron_args([6, 9, 9, 9])
     assert "--decoder-last-pipeline-num-layers" not in args
     assert megatron_split(args) == [6, 9, 9, 9]
@@ -91,7 +112,7 @@ def test_flags_only_where_needed():
 
 
 def test_uneven_middle_needs_the_layout():
-    args = megatron_args([3, 10, 12, 7])
+    args = split_flags(megatron_args([3, 10, 12, 7]))
     assert args[:4] == ["--pipeline-model-parallel-size", "4", "--num-layers", "32"]
     assert args[4] == "--pipeline-model-parallel-layout"
     stages = parse_megatron_layout(args[5], 4, 32)
@@ -99,12 +120,38 @@ def test_uneven_middle_needs_the_layout():
 
 
 def test_interleaved_layout_lists_virtual_stage_zero_first():
-    plan = pipeplan.partition_layers([1.0] * 20, 4, schedule="interleaved", schedule_options={"virtual_stages": 2})
+    plan = pipeplan.partition_layers([1.0] * 19, 4, schedule="interleaved", schedule_options={"virtual_stages": 2})
     assert plan.placement == (0, 1, 0, 1)
     args = megatron_args(plan)
     layout = args[args.index("--pipeline-model-parallel-layout") + 1]
-    stages = parse_megatron_layout(layout, 2, 20)
+    stages = parse_megatron_layout(layout, 2, 19)
     assert [stage.count("t") for stage in stages] == list(plan.layers_per_stage)
+
+
+def test_equal_chunks_use_layers_per_virtual_stage():
+    plan = pipeplan.partition_layers([1.0] * 20, 4, schedule="interleaved", schedule_options={"virtual_stages": 2})
+    args = dict(pairwise(megatron_args(plan)))
+    # Megatron-LM: virtual stages per rank = num_layers / pp / layers per virtual stage
+    assert args["--num-layers-per-virtual-pipeline-stage"] == "5"
+    assert int(args["--num-layers"]) // int(args["--pipeline-model-parallel-size"]) // 5 == 2
+
+
+def pairwise(args: list[str]) -> list[tuple[str, str]]:
+    return list(zip(args[::2], args[1::2]))
+
+
+def test_batch_and_recompute_flags():
+    plan = Plan(pp=2, dp=4, layers_per_stage=(4, 4), placement=(0, 1), micro_batch_size=2, num_microbatches=8,
+                recompute=("full", "none"))
+    args = dict(pairwise(megatron_args(plan)))
+    # Megatron derives m = global / (micro × dp) = 64 / (2 × 4) = 8
+    assert (args["--micro-batch-size"], args["--global-batch-size"]) == ("2", "64")
+    assert args["--recompute-granularity"] == "full" and args["--recompute-method"] == "uniform"
+    assert args["--recompute-num-layers"] == "1"
+    assert "recomputes per stage" in export_notes(plan, "megatron")[0]
+    selective = Plan(pp=1, dp=8, layers_per_stage=(8,), placement=(0,), recompute=("selective",))
+    assert dict(pairwise(megatron_args(selective)))["--recompute-granularity"] == "selective"
+    assert export_notes(selective, "megatron") == []
 
 
 def test_embedding_and_loss_layers_are_detected_from_the_profile():
@@ -120,9 +167,13 @@ def test_embedding_and_loss_layers_are_detected_from_the_profile():
 
 
 def test_megatron_rejects_a_custom_placement():
-    v_shape = SimpleNamespace(layers_per_stage=(3, 3, 3, 3), placement=(0, 1, 1, 0))
+    v_shape = Plan(pp=2, dp=1, layers_per_stage=(3, 3, 3, 3), placement=(0, 1, 1, 0), schedule="interleaved")
     with pytest.raises(InvalidInputError, match="s mod P"):
         megatron_args(v_shape)
+    with pytest.raises(InvalidInputError, match="1F1B and interleaved 1F1B only"):
+        megatron_args(Plan(pp=2, dp=1, layers_per_stage=(3, 3), placement=(0, 1), schedule="zb-h1"))
+    with pytest.raises(InvalidInputError, match="expected a Plan"):
+        megatron_args(SimpleNamespace(layers_per_stage=(3, 3), placement=(0, 1)))
 
 
 # ------------------------------------------------------------------ DeepSpeed
@@ -229,3 +280,108 @@ def test_custom_placement_schedule_csv_is_accepted_by_torch():
     assert tuple(mapping[s] for s in range(4)) == plan.placement
     if schedule.split_backward:
         assert any("I" in cell for row in rows for cell in row)
+
+
+# ------------------------------------------------------- DeepSpeed config
+# deepspeed/runtime/constants.py and runtime/activation_checkpointing/config.py: the keys we may write.
+DEEPSPEED_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                  "activation_checkpointing"}
+DEEPSPEED_CHECKPOINT_KEYS = {"partition_activations", "contiguous_memory_optimization", "cpu_checkpointing",
+                             "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}
+
+
+def test_deepspeed_config_satisfies_its_batch_assertion():
+    plan = Plan(pp=4, dp=2, layers_per_stage=(2, 2, 2, 2), placement=(0, 1, 2, 3), micro_batch_size=4,
+                num_microbatches=8, recompute=("full",) * 4)
+    config = deepspeed_config(plan)
+    assert set(config) <= DEEPSPEED_KEYS
+    assert set(config["activation_checkpointing"]) <= DEEPSPEED_CHECKPOINT_KEYS
+    # DeepSpeedConfig._batch_assertion: train_batch = micro × grad_acc × data-parallel world size
+    assert config["train_batch_size"] == (config["train_micro_batch_size_per_gpu"]
+                                          * config["gradient_accumulation_steps"] * plan.dp) == 64
+    assert "activation_checkpoint_interval=1" in deepspeed_snippet(plan)
+    with pytest.raises(InvalidInputError, match="its own 1F1B-like schedule"):
+        deepspeed_config(Plan(pp=2, dp=1, layers_per_stage=(2, 2), placement=(0, 1), schedule="zb-h1"))
+
+
+# ------------------------------------------------------------- torchtitan
+# torchtitan/config/job_config.py at e347b1e5e (2026-02-15, the last TOML release): the keys we may write.
+TORCHTITAN_KEYS = {
+    "parallelism": {"pipeline_parallel_degree", "module_fqns_per_model_part", "pipeline_parallel_schedule",
+                    "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size",
+                    "pipeline_parallel_layers_per_stage", "pipeline_parallel_first_stage_less_layers",
+                    "pipeline_parallel_last_stage_less_layers"},
+    "training": {"local_batch_size", "global_batch_size"},
+    "activation_checkpoint": {"mode", "selective_ac_option"},
+}
+
+
+def planned(schedule: str, virtual: int = 1, micro: int = 8):
+    from _planner_models import gpt_workload
+    from pipeplan.planner import Cluster, Config, evaluate_layout
+
+    workload = gpt_workload(num_layers=8, hidden=256, heads=4, seq=128, micro_batch_sizes=(2,))
+    config = Config(pp=2, dp=2, micro_batch_size=2, num_microbatches=micro, schedule=schedule,
+                    virtual_stages=virtual, recompute="selective")
+    sizes = (8 // (2 * virtual),) * (2 * virtual)
+    return evaluate_layout(workload, Cluster(num_gpus=4, memory_bytes=80e9), config, sizes)
+
+
+def check_torchtitan(plan: Plan) -> dict:
+    """Parse the TOML and apply torchtitan's own checks (pipeline_parallel.py at e347b1e5e)."""
+    import tomllib
+
+    torch = pytest.importorskip("torch")
+    from torch.distributed.pipelining.schedules import (
+        ScheduleDualPipeV, ScheduleZBVZeroBubble, get_schedule_class,
+    )
+
+    toml = tomllib.loads(torchtitan_toml(plan))
+    for section, keys in toml.items():
+        assert set(keys) <= TORCHTITAN_KEYS[section]
+    par, training = toml["parallelism"], toml["training"]
+    schedule_class = get_schedule_class(par["pipeline_parallel_schedule"])  # raises on an unknown name
+    assert training["local_batch_size"] % par["pipeline_parallel_microbatch_size"] == 0
+    assert training["local_batch_size"] // par["pipeline_parallel_microbatch_size"] == plan.num_microbatches
+    assert training["global_batch_size"] == training["local_batch_size"] * plan.dp
+    parts = par["module_fqns_per_model_part"]
+    assert [len(p) for p in parts] == list(plan.layers_per_stage)
+    assert [name for part in parts for name in part] == list(plan.layer_names)
+    pp, stages = par["pipeline_parallel_degree"], len(parts)
+    style = "v" if schedule_class in (ScheduleZBVZeroBubble, ScheduleDualPipeV) else "loop"
+    if style == "loop":
+        placement = tuple(s % pp for s in range(stages))
+    else:
+        placement = tuple(s if s < pp else 2 * pp - 1 - s for s in range(stages))
+    assert placement == plan.placement
+    assert toml["activation_checkpoint"]["mode"] in ("none", "selective", "full")
+    del torch
+    return toml
+
+
+@pytest.mark.parametrize("schedule,virtual,csv_needed", [
+    ("1f1b", 1, False), ("interleaved", 2, False), ("zb-v", 2, False), ("zb-h1", 1, True), ("adaptive", 1, True),
+])
+def test_torchtitan_toml_passes_torchtitan_checks(schedule, virtual, csv_needed):
+    plan = planned(schedule, virtual)
+    toml = check_torchtitan(plan)
+    assert ("pipeline_parallel_schedule_csv" in toml["parallelism"]) == csv_needed
+    assert torchtitan_schedule_name(plan)[1] == csv_needed
+    text = export_plan(plan, "torchtitan")
+    if csv_needed:
+        from torch.distributed.pipelining.schedules import _Action, _validate_schedule
+
+        rows = [line[2:].split(",") for line in text.split("(one row per rank):\n")[1].splitlines()]
+        actions = {rank: [_Action.from_str(cell) for cell in row] for rank, row in enumerate(rows)}
+        mapping = _validate_schedule(actions, plan.pp, plan.num_stages, plan.num_microbatches)
+        assert tuple(mapping[s] for s in range(plan.num_stages)) == plan.placement
+
+
+def test_every_engine_exports_a_planned_one_f_one_b_plan():
+    plan = planned("1f1b")
+    for engine in ("megatron", "deepspeed", "torchtitan", "torch"):
+        assert export_plan(plan, engine)
+    with pytest.raises(InvalidInputError, match="engine must be one of"):
+        export_plan(plan, "jax")
+    with pytest.raises(InvalidInputError, match="1F1B and interleaved 1F1B only"):
+        export_plan(planned("zb-h1"), "megatron")

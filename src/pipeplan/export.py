@@ -1,9 +1,16 @@
-"""Turn a partition (and a schedule) into what Megatron-LM, DeepSpeed and torch accept.
+"""Turn a :class:`~pipeplan.planner.Plan` into what Megatron-LM, DeepSpeed, torchtitan and torch accept.
 
     from pipeplan import partition_layers
-    from pipeplan.export import megatron_args, deepspeed_parts, torch_split_spec
+    from pipeplan.export import megatron_args, torchtitan_toml
     plan = partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8)
     megatron_args(plan)   # ['--pipeline-model-parallel-size', '4', '--num-layers', '32', ...]
+
+Every function takes a Plan; a :class:`~pipeplan.partition.PartitionResult`, a
+:class:`~pipeplan.placement.ChunkPlacement` or a list of layers per stage is
+turned into one by :func:`pipeplan.planner.as_plan` first. An engine that cannot
+express a plan (a schedule it does not run, a placement it cannot make) raises
+:class:`~pipeplan.errors.InvalidInputError` saying which export can;
+:func:`export_notes` lists what an export approximates (recompute per stage).
 
 What each engine accepts (read from their sources):
 
@@ -19,11 +26,33 @@ What each engine accepts (read from their sources):
   loss (with the output layer), ``x*n`` repeats a symbol, commas are cosmetic.
   The layout must have ``P·V`` stages, start with ``E``, end with ``L``, and hold
   exactly ``--num-layers`` ``t``. Megatron cannot express any other placement.
+  Equal chunks use ``--num-layers-per-virtual-pipeline-stage``. Batches:
+  ``--micro-batch-size``, ``--global-batch-size`` (Megatron derives ``m``).
+  Recompute: ``--recompute-granularity selective``, or ``full`` with
+  ``--recompute-method uniform --recompute-num-layers 1`` (every layer); it
+  applies to every stage alike. Megatron-LM runs 1F1B and interleaved 1F1B only
+  (the zero-bubble schedules live in a fork, sail-sg/zero-bubble-pipeline-parallelism).
 * **DeepSpeed** (``deepspeed/runtime/pipe/module.py``): ``PipelineModule``
   accepts ``partition_method`` ``"uniform"``, ``"parameters"`` or
   ``"type:<regex>"`` only; explicit boundaries are its ``parts`` list (``S + 1``
   offsets into the layer specs), which a subclass sets in ``_partition_layers``
-  before calling ``_set_bounds``. One stage per rank.
+  before calling ``_set_bounds``. One stage per rank, its own 1F1B-like
+  ``TrainSchedule``. The config JSON (``deepspeed/runtime/constants.py``):
+  ``train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps
+  × data-parallel size``, where the pipeline engine's ``gradient_accumulation_steps``
+  is the number of microbatches; recompute is ``PipelineModule(activation_checkpoint_interval=1)``.
+* **torchtitan** (the last TOML release, ``torchtitan/config/job_config.py`` and
+  ``torchtitan/distributed/pipeline_parallel.py`` at commit e347b1e5e,
+  2026-02-15; later versions configure in Python): ``[parallelism]``
+  ``pipeline_parallel_degree``, ``module_fqns_per_model_part`` (the module names
+  of each stage, in stage order), ``pipeline_parallel_schedule`` (a torch schedule
+  class name; ``ZBVZeroBubble``/``DualPipeV`` place stages in a V, any other
+  name loops stage ``s`` onto rank ``s mod P``), ``pipeline_parallel_schedule_csv``
+  (a path: torchtitan then runs ``_PipelineScheduleRuntime._load_csv`` on it),
+  ``pipeline_parallel_microbatch_size``; ``[training] local_batch_size`` (per
+  data-parallel rank: microbatches = local ÷ microbatch size) and
+  ``global_batch_size``; ``[activation_checkpoint] mode`` (``none``,
+  ``selective``, ``full``).
 * **torch.distributed.pipelining** (``_IR.py``, ``schedules.py``): ``pipeline(module,
   mb_args, split_spec={"layers.4": SplitPoint.BEGINNING, ...})`` splits a module
   before the named submodules; a schedule with any stage → rank map is a CSV
@@ -36,6 +65,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,37 +77,60 @@ __all__ = [
     "megatron_layout",
     "deepspeed_parts",
     "deepspeed_snippet",
+    "deepspeed_config",
+    "torchtitan_toml",
+    "torchtitan_schedule_name",
     "torch_split_spec",
     "torch_split_snippet",
     "torch_schedule_csv",
     "torch_actions",
+    "plan_schedule",
+    "export_plan",
+    "export_notes",
+    "ENGINES",
 ]
 
+ENGINES = ("megatron", "deepspeed", "torchtitan", "torch")
 
-def _plan_shape(plan: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``(layers_per_stage, placement)`` of a PartitionResult, ChunkPlacement or list of sizes."""
-    if hasattr(plan, "layers_per_stage"):
-        sizes = tuple(int(n) for n in plan.layers_per_stage)
-        placement = tuple(int(r) for r in getattr(plan, "placement", ()) or range(len(sizes)))
-    else:
-        sizes = tuple(int(n) for n in plan)
-        placement = tuple(range(len(sizes)))
-    if not sizes or any(n < 1 for n in sizes):
-        raise InvalidInputError(f"layers_per_stage must be counts >= 1, got {list(sizes)}")
-    if len(placement) != len(sizes):
-        raise InvalidInputError(
-            f"placement has {len(placement)} entries, expected {len(sizes)} (one per stage)"
-        )
-    return sizes, placement
+PlanLike = Any  # Plan | PartitionResult | ChunkPlacement | Sequence[int]
+
+
+def _plan(plan: PlanLike) -> Any:
+    from .planner.plan import as_plan
+
+    return as_plan(plan)
 
 
 def _detect(plan: Any, embedding_layer: bool | None, loss_layer: bool | None) -> tuple[bool, bool]:
-    names: Sequence[str] = getattr(getattr(plan, "profile", None), "names", ()) or ()
+    names = plan.layer_names
     if embedding_layer is None:
         embedding_layer = bool(names) and names[0] in ("embedding", "embed", "tok_embeddings")
     if loss_layer is None:
         loss_layer = bool(names) and names[-1] in ("output_layer", "lm_head", "loss", "output")
     return embedding_layer, loss_layer
+
+
+def _strongest_recompute(plan: Any) -> str:
+    """The most memory-saving mode any stage uses (engines apply one mode to every stage)."""
+    modes = set(plan.recompute or ("none",))
+    for mode in ("full", "selective"):
+        if mode in modes:
+            return mode
+    return "none"
+
+
+def export_notes(plan: PlanLike, engine: str) -> list[str]:
+    """What an export approximates for ``plan`` (empty when it is exact)."""
+    plan = _plan(plan)
+    notes = []
+    if plan.uniform_recompute is None:
+        notes.append(
+            f"the plan recomputes per stage ({', '.join(plan.recompute)}); {engine} applies one mode to every "
+            f"stage, so the export uses {_strongest_recompute(plan)!r} everywhere (slower, never more memory)"
+        )
+    if engine == "deepspeed" and _strongest_recompute(plan) == "selective":
+        notes.append("DeepSpeed checkpoints whole layers: selective recompute is exported as full")
+    return notes
 
 
 # ------------------------------------------------------------------ Megatron
@@ -91,26 +144,26 @@ def _decoder_counts(sizes: Sequence[int], embedding_layer: bool, loss_layer: boo
 
 
 def megatron_layout(
-    plan: Any, *, embedding_layer: bool | None = None, loss_layer: bool | None = None
+    plan: PlanLike, *, embedding_layer: bool | None = None, loss_layer: bool | None = None
 ) -> str:
     """The ``--pipeline-model-parallel-layout`` string for ``plan``.
 
     Args:
-        plan: a partition result, a chunk placement, or a list of layers per stage.
+        plan: a Plan (or what :func:`~pipeplan.planner.as_plan` takes).
         embedding_layer: the first profiled layer *is* the embedding (written ``E``
-            instead of ``t``). Default: detected from the profile's layer names;
-            otherwise ``E`` is added to the first stage.
+            instead of ``t``). Default: detected from the layer names; otherwise
+            ``E`` is added to the first stage.
         loss_layer: the last profiled layer is the output layer/loss (``L``);
             otherwise ``L`` is added to the last stage.
 
     Raises:
         InvalidInputError: a placement other than Megatron's ``s mod P``.
     """
-    sizes, placement = _plan_shape(plan)
+    plan = _plan(plan)
+    sizes, placement = plan.layers_per_stage, plan.placement
     embedding_layer, loss_layer = _detect(plan, embedding_layer, loss_layer)
-    num_ranks = max(placement) + 1
-    expected = tuple(s % num_ranks for s in range(len(sizes)))
-    if len(sizes) % num_ranks or placement != expected:
+    expected = tuple(s % plan.pp for s in range(len(sizes)))
+    if placement != expected:
         raise InvalidInputError(
             f"Megatron-LM places stage s on rank s mod P; placement {list(placement)} is not that "
             f"(use the torch export's schedule CSV for a custom placement)"
@@ -129,64 +182,120 @@ def megatron_layout(
 
 
 def megatron_args(
-    plan: Any, *, embedding_layer: bool | None = None, loss_layer: bool | None = None
+    plan: PlanLike, *, embedding_layer: bool | None = None, loss_layer: bool | None = None
 ) -> list[str]:
     """Megatron-LM command-line arguments that reproduce ``plan``.
 
     One chunk per rank with equal middle stages gives
     ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
-    (only those that differ from the middle); anything else gives
+    (only those that differ from the middle); equal chunks of an interleaved plan
+    give ``--num-layers-per-virtual-pipeline-stage``; anything else gives
     ``--pipeline-model-parallel-layout`` (see :func:`megatron_layout`).
-    ``--num-layers`` counts decoder layers only.
+    ``--num-layers`` counts decoder layers only. Then the batch sizes and the
+    recompute flags.
+
+    Raises:
+        InvalidInputError: a schedule Megatron-LM does not run (zero-bubble,
+            adaptive, GPipe), or a placement it cannot make.
     """
-    sizes, placement = _plan_shape(plan)
+    plan = _plan(plan)
+    if plan.pp > 1 and plan.schedule not in ("1f1b", "interleaved"):
+        raise InvalidInputError(
+            f"Megatron-LM runs 1F1B and interleaved 1F1B only, not {plan.schedule!r}; "
+            "use the torch or torchtitan export (schedule CSV) for this plan"
+        )
+    sizes, placement = plan.layers_per_stage, plan.placement
     embedding_layer, loss_layer = _detect(plan, embedding_layer, loss_layer)
-    num_ranks = max(placement) + 1
     counts = _decoder_counts(sizes, embedding_layer, loss_layer)
-    args = ["--pipeline-model-parallel-size", str(num_ranks), "--num-layers", str(sum(counts))]
-    one_chunk = len(sizes) == num_ranks and placement == tuple(range(num_ranks))
-    if one_chunk and len(set(counts)) == 1:
-        return args  # Megatron's default even split
-    middle = counts[1:-1]
-    if one_chunk and num_ranks > 1 and counts[0] > 0 and counts[-1] > 0 and len(set(middle)) <= 1:
-        share = middle[0] if middle else None
-        if share is None or counts[0] != share:
-            args += ["--decoder-first-pipeline-num-layers", str(counts[0])]
-        if share is None or counts[-1] != share:
-            args += ["--decoder-last-pipeline-num-layers", str(counts[-1])]
-        return args
-    layout = megatron_layout(plan, embedding_layer=embedding_layer, loss_layer=loss_layer)
-    return args + ["--pipeline-model-parallel-layout", layout]
+    args = ["--pipeline-model-parallel-size", str(plan.pp), "--num-layers", str(sum(counts))]
+    args += _megatron_split(plan, counts, embedding_layer, loss_layer)
+    args += ["--micro-batch-size", str(plan.micro_batch_size), "--global-batch-size", str(plan.global_batch)]
+    mode = _strongest_recompute(plan)
+    if mode == "selective":
+        args += ["--recompute-granularity", "selective"]
+    elif mode == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    return args
+
+
+def _megatron_split(plan: Any, counts: list[int], embedding_layer: bool, loss_layer: bool) -> list[str]:
+    num_ranks = plan.pp
+    if plan.one_stage_per_rank:
+        if len(set(counts)) == 1:
+            return []  # Megatron's default even split
+        middle = counts[1:-1]
+        if num_ranks > 1 and counts[0] > 0 and counts[-1] > 0 and len(set(middle)) <= 1:
+            share = middle[0] if middle else None
+            args = []
+            if share is None or counts[0] != share:
+                args += ["--decoder-first-pipeline-num-layers", str(counts[0])]
+            if share is None or counts[-1] != share:
+                args += ["--decoder-last-pipeline-num-layers", str(counts[-1])]
+            return args
+    elif len(set(plan.layers_per_stage)) == 1 and not embedding_layer and not loss_layer:
+        megatron_layout(plan)  # checks the placement
+        return ["--num-layers-per-virtual-pipeline-stage", str(plan.layers_per_stage[0])]
+    return ["--pipeline-model-parallel-layout",
+            megatron_layout(plan, embedding_layer=embedding_layer, loss_layer=loss_layer)]
 
 
 # ------------------------------------------------------------------ DeepSpeed
-def deepspeed_parts(plan: Any, *, offset: int = 0, trailing: int = 0) -> list[int]:
+def _one_stage_per_rank(plan: Any, engine: str) -> None:
+    if not plan.one_stage_per_rank:
+        raise InvalidInputError(
+            f"{engine} runs one stage per rank in order; placement {list(plan.placement)} is not that"
+        )
+
+
+def deepspeed_parts(plan: PlanLike, *, offset: int = 0, trailing: int = 0) -> list[int]:
     """``PipelineModule.parts``: ``S + 1`` offsets into the layer specs.
 
     Args:
-        plan: a partition result or a list of layers per stage (one stage per rank).
+        plan: a Plan with one stage per rank.
         offset: specs before the first profiled layer that belong to stage 0
             (an embedding spec, a lambda), not in the profile.
         trailing: specs after the last profiled layer that belong to the last stage.
     """
-    sizes, placement = _plan_shape(plan)
-    if placement != tuple(range(len(sizes))):
-        raise InvalidInputError(
-            f"DeepSpeed runs one stage per rank in order; placement {list(placement)} is not that"
-        )
+    plan = _plan(plan)
+    _one_stage_per_rank(plan, "DeepSpeed")
     if offset < 0 or trailing < 0:
         raise InvalidInputError(f"offset and trailing must be >= 0, got {offset} and {trailing}")
     parts = [0]
-    for index, count in enumerate(sizes):
+    for index, count in enumerate(plan.layers_per_stage):
         parts.append(parts[-1] + count + (offset if index == 0 else 0))
     parts[-1] += trailing
     return parts
 
 
-def deepspeed_snippet(plan: Any, *, offset: int = 0, trailing: int = 0) -> str:
-    """Python a user pastes: a ``PipelineModule`` subclass with pipeplan's boundaries."""
+def deepspeed_config(plan: PlanLike) -> dict[str, Any]:
+    """The DeepSpeed config JSON entries for ``plan``'s batch and recompute.
+
+    Raises:
+        InvalidInputError: a schedule other than 1F1B (DeepSpeed runs its own).
+    """
+    plan = _plan(plan)
+    if plan.pp > 1 and plan.schedule != "1f1b":
+        raise InvalidInputError(
+            f"DeepSpeed's pipeline engine runs its own 1F1B-like schedule, not {plan.schedule!r}; "
+            "use the torch or torchtitan export for this plan"
+        )
+    config: dict[str, Any] = {
+        "train_batch_size": plan.global_batch,
+        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
+        "gradient_accumulation_steps": plan.num_microbatches,
+    }
+    if _strongest_recompute(plan) != "none":
+        config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
+                                              "contiguous_memory_optimization": False}
+    return config
+
+
+def deepspeed_snippet(plan: PlanLike, *, offset: int = 0, trailing: int = 0) -> str:
+    """Python a user pastes: a ``PipelineModule`` subclass with pipeplan's boundaries, and the config."""
+    plan = _plan(plan)
     parts = deepspeed_parts(plan, offset=offset, trailing=trailing)
-    return (
+    interval = 1 if _strongest_recompute(plan) != "none" else 0
+    text = (
         "from deepspeed.pipe import PipelineModule\n\n"
         f"PIPEPLAN_PARTS = {parts}  # stage s builds layer specs [parts[s], parts[s + 1])\n\n\n"
         "class PlannedPipelineModule(PipelineModule):\n"
@@ -197,22 +306,94 @@ def deepspeed_snippet(plan: Any, *, offset: int = 0, trailing: int = 0) -> str:
         "        assert len(self.parts) == self._topo.get_dim('pipe') + 1\n"
         "        assert self.parts[-1] == len(self._layer_specs)\n"
         "        self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])\n\n\n"
-        f"# model = PlannedPipelineModule(layers=specs, num_stages={len(parts) - 1}, loss_fn=loss_fn)\n"
+        f"# model = PlannedPipelineModule(layers=specs, num_stages={len(parts) - 1}, loss_fn=loss_fn, "
+        f"activation_checkpoint_interval={interval})\n"
+    )
+    try:
+        config = deepspeed_config(plan)
+    except InvalidInputError:
+        return text
+    return text + f"# ds_config (merge into yours): {json.dumps(config)}\n"
+
+
+# ----------------------------------------------------------------- torchtitan
+_TORCH_SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble"}
+
+
+def torchtitan_schedule_name(plan: PlanLike) -> tuple[str, bool]:
+    """``(pipeline_parallel_schedule, needs_csv)``: torch's class name, or a carrier for a CSV order.
+
+    1F1B, GPipe, interleaved 1F1B and ZB-V have torch classes of their own. Any
+    other order (ZB-H1/H2, adaptive) runs from a CSV; the name then only tells
+    torchtitan how to place stages: ``ZBVZeroBubble`` for a V, ``Interleaved1F1B``
+    for a loop, ``1F1B`` for one stage per rank.
+    """
+    plan = _plan(plan)
+    if plan.schedule in _TORCH_SCHEDULE_NAMES:
+        return _TORCH_SCHEDULE_NAMES[plan.schedule], False
+    from .schedules.zb_v import zb_v_placement
+
+    if plan.one_stage_per_rank:
+        return "1F1B", True
+    if plan.placement == tuple(s % plan.pp for s in range(plan.num_stages)):
+        return "Interleaved1F1B", True
+    if plan.num_stages == 2 * plan.pp and list(plan.placement) == zb_v_placement(plan.pp):
+        return "ZBVZeroBubble", True
+    raise InvalidInputError(
+        f"torchtitan places stages in a loop or a V; placement {list(plan.placement)} is neither "
+        "(use the torch export)"
     )
 
 
+def torchtitan_toml(plan: PlanLike, *, schedule_csv: str = "pipeplan_schedule.csv") -> str:
+    """torchtitan's TOML sections for ``plan`` (paste into the job's ``.toml``).
+
+    Args:
+        plan: a Plan; its layer names are the module FQNs of each stage.
+        schedule_csv: the path written into ``pipeline_parallel_schedule_csv``
+            when the order needs a CSV (write :func:`torch_schedule_csv` there).
+    """
+    plan = _plan(plan)
+    name, needs_csv = torchtitan_schedule_name(plan)
+    names = plan.layer_names or tuple(f"layers.{i}" for i in range(plan.num_layers))
+    parts = [[names[i] for i in span] for span in plan.layer_ranges]
+    lines = [
+        "[parallelism]",
+        f"pipeline_parallel_degree = {plan.pp}",
+        f"pipeline_parallel_schedule = {json.dumps(name)}",
+    ]
+    if needs_csv:
+        lines.append(f"pipeline_parallel_schedule_csv = {json.dumps(schedule_csv)}")
+    lines.append(f"pipeline_parallel_microbatch_size = {plan.micro_batch_size}")
+    lines.append("module_fqns_per_model_part = [")
+    lines += [f"    {json.dumps(part)}," for part in parts]
+    lines += [
+        "]",
+        "",
+        "[training]",
+        f"local_batch_size = {plan.micro_batch_size * plan.num_microbatches}",
+        f"global_batch_size = {plan.global_batch}",
+        "",
+        "[activation_checkpoint]",
+        f"mode = {json.dumps(_strongest_recompute(plan))}",
+    ]
+    if _strongest_recompute(plan) == "selective":
+        lines.append('selective_ac_option = "op"')
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------- torch
-def torch_split_spec(plan: Any, names: Sequence[str] | None = None) -> dict[str, str]:
+def torch_split_spec(plan: PlanLike, names: Sequence[str] | None = None) -> dict[str, str]:
     """``{module name: "BEGINNING"}`` for the first layer of stages 1..S-1.
 
     Args:
-        plan: a partition result (its profile's names are used) or a chunk placement.
-        names: module names, one per layer; default the profile's (``layers.0``, ...).
+        plan: a Plan (its layer names are used).
+        names: module names, one per layer; default the plan's (``layers.0``, ...).
     """
-    sizes, _ = _plan_shape(plan)
+    plan = _plan(plan)
+    sizes = plan.layers_per_stage
     if names is None:
-        profile = getattr(plan, "profile", None)
-        names = profile.names if profile is not None else [f"layers.{i}" for i in range(sum(sizes))]
+        names = plan.layer_names or [f"layers.{i}" for i in range(sum(sizes))]
     if len(names) != sum(sizes):
         raise InvalidInputError(f"names has {len(names)} entries, expected {sum(sizes)} (one per layer)")
     spec = {}
@@ -223,7 +404,7 @@ def torch_split_spec(plan: Any, names: Sequence[str] | None = None) -> dict[str,
     return spec
 
 
-def torch_split_snippet(plan: Any, names: Sequence[str] | None = None) -> str:
+def torch_split_snippet(plan: PlanLike, names: Sequence[str] | None = None) -> str:
     """Python a user pastes: the ``split_spec`` for ``torch.distributed.pipelining.pipeline``."""
     spec = torch_split_spec(plan, names)
     lines = ["from torch.distributed.pipelining import SplitPoint, pipeline", "", "split_spec = {"]
@@ -250,3 +431,53 @@ def torch_schedule_csv(schedule: Schedule) -> str:
     for row in torch_actions(schedule):
         writer.writerow(row)
     return buffer.getvalue()
+
+
+def plan_schedule(plan: PlanLike) -> Schedule:
+    """The per-rank order ``plan`` runs: its timeline's, or the fixed template rebuilt.
+
+    Raises:
+        InvalidInputError: a cost-aware schedule without a timeline (nothing to rebuild it from).
+    """
+    plan = _plan(plan)
+    if plan.timeline is not None:
+        return plan.timeline.schedule
+    from .schedules import build_schedule, schedule_options
+
+    if plan.schedule == "custom" or "costs" in schedule_options(plan.schedule):
+        raise InvalidInputError(
+            f"schedule {plan.schedule!r} depends on the costs; export a plan from the planner (it keeps its timeline)"
+        )
+    options = {"virtual_stages": plan.virtual_stages} if plan.schedule == "interleaved" else {}
+    return build_schedule(plan.schedule, num_stages=plan.num_stages, num_microbatches=plan.num_microbatches,
+                          **options)
+
+
+def export_plan(plan: PlanLike, engine: str) -> str:
+    """The text a user pastes for ``engine`` (one of :data:`ENGINES`).
+
+    Raises:
+        InvalidInputError: an unknown engine, or a plan the engine cannot express.
+    """
+    plan = _plan(plan)
+    if engine == "megatron":
+        return " ".join(megatron_args(plan))
+    if engine == "deepspeed":
+        deepspeed_config(plan)  # raises for a schedule DeepSpeed does not run
+        return deepspeed_snippet(plan)
+    if engine == "torchtitan":
+        text = torchtitan_toml(plan)
+        if torchtitan_schedule_name(plan)[1]:
+            text += "\n# pipeplan_schedule.csv (one row per rank):\n" + _commented(torch_schedule_csv(plan_schedule(plan)))
+        return text
+    if engine == "torch":
+        return (
+            torch_split_snippet(plan)
+            + "\n# schedule CSV for _PipelineScheduleRuntime._load_csv (one row per rank):\n"
+            + torch_schedule_csv(plan_schedule(plan))
+        )
+    raise InvalidInputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+
+
+def _commented(text: str) -> str:
+    return "".join(f"# {line}\n" for line in text.splitlines())

@@ -303,12 +303,14 @@ def as_plan(source: Plan | PartitionResult | ChunkPlacement | Sequence[int]) -> 
             layer_names=tuple(names),
         )
     if isinstance(source, ChunkPlacement):
+        looped = source.placement == tuple(s % source.num_ranks for s in range(len(source.placement)))
         return Plan(
             pp=source.num_ranks,
             dp=1,
             layers_per_stage=tuple(source.layers_per_stage),
             placement=tuple(source.placement),
-            schedule="custom",
+            schedule="interleaved" if looped else "custom",
+            schedule_options={"virtual_stages": len(source.placement) // source.num_ranks} if looped else {},
         )
     if isinstance(source, (str, bytes)) or not isinstance(source, Sequence):
         raise InvalidInputError(

@@ -759,7 +759,7 @@ def _megatron_default(evaluator: _Evaluator, best: Plan) -> Plan | None:
     config = Config(best.pp, best.dp, best.micro_batch_size, best.num_microbatches, "1f1b", 1, "none")
     sizes = even_split(best.num_layers, best.pp)
     try:
-        none: tuple[Recompute, ...] = ("none",) * best.pp
+        none: tuple[Recompute, ...] = tuple("none" for _ in range(best.pp))
         return _evaluate_fixed(evaluator, config, sizes, none)
     except PipeplanError:
         return None
