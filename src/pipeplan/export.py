@@ -87,6 +87,8 @@ __all__ = [
     "plan_schedule",
     "export_plan",
     "export_notes",
+    "plan_exports",
+    "first_exportable",
     "ENGINES",
 ]
 
@@ -481,3 +483,29 @@ def export_plan(plan: PlanLike, engine: str) -> str:
 
 def _commented(text: str) -> str:
     return "".join(f"# {line}\n" for line in text.splitlines())
+
+
+def plan_exports(plan: PlanLike) -> dict[str, dict[str, Any]]:
+    """Every engine's export of ``plan``: ``{"text": .., "notes": [..]}``, or ``{"error": ..}`` where it cannot."""
+    out: dict[str, dict[str, Any]] = {}
+    for engine in ENGINES:
+        try:
+            out[engine] = {"text": export_plan(plan, engine), "notes": export_notes(plan, engine)}
+        except InvalidInputError as error:
+            out[engine] = {"error": str(error)}
+    return out
+
+
+def first_exportable(plans: Sequence[PlanLike], engine: str) -> tuple[int, str]:
+    """The index of the first (fastest) plan ``engine`` can run, and its export.
+
+    Raises:
+        InvalidInputError: none of them (the message gives the first plan's reason).
+    """
+    first_error: InvalidInputError | None = None
+    for index, plan in enumerate(plans):
+        try:
+            return index, export_plan(plan, engine)
+        except InvalidInputError as error:
+            first_error = first_error or error
+    raise first_error or InvalidInputError("no plan to export")

@@ -455,6 +455,28 @@ class _Evaluator:
         return tuple(assignment)
 
     # ------------------------------------------------------------ simulate
+    def _adaptive(self, config: Config, layout: _Layout, comm: CommModel) -> Schedule:
+        """The adaptive order under each rank's own activation budget.
+
+        ``adaptive`` takes one limit for every rank; each rank here has its own
+        (capacity − its weights and state). Scaling rank ``r``'s activation bytes
+        by ``1 / budget_r`` turns those budgets into the single limit 1 exactly;
+        the timeline is then simulated with the real bytes.
+        """
+        costs = layout.costs
+        limit: float | None = None
+        if self.capacity is not None:
+            budgets = [self.capacity - rank.total for rank in layout.static]
+            if min(budgets) <= 0:
+                raise InfeasiblePlanError(f"a rank's weights and optimizer state alone exceed {_gb(self.capacity)}")
+            scale = [1.0 / budgets[rank] for rank in layout.placement]
+            costs = StageCosts(costs.forward, costs.backward, costs.weight,
+                               activation_bytes=[a * k for a, k in zip(costs.activation_bytes, scale)],
+                               weight_stash_bytes=[a * k for a, k in zip(costs.weight_stash_bytes, scale)])
+            limit = 1.0
+        return build_schedule("adaptive", num_stages=config.num_stages, num_microbatches=config.num_microbatches,
+                              costs=costs, comm=comm, memory_limit=limit)
+
     def lower_bound(self, config: Config, layout: _Layout) -> float:
         split = config.schedule not in ("1f1b", "gpipe", "interleaved") and config.pp > 1
         pipeline = step_time_lower_bound(layout.costs, layout.boundary, layout.placement,
@@ -474,11 +496,9 @@ class _Evaluator:
         # boundary "bytes" are message times: latency + bytes / bandwidth of each link, precomputed
         options: dict[str, Any] = {}
         if config.schedule == "adaptive" and config.pp > 1:
-            options = {"costs": layout.costs, "comm": comm}
+            schedule = self._adaptive(config, layout, comm)
             if self.capacity is not None:
-                options["memory_limit"] = min(self.capacity - s.total for s in layout.static)
-            schedule = build_schedule("adaptive", num_stages=config.num_stages,
-                                      num_microbatches=config.num_microbatches, **options)
+                options = {"memory_limit": min(self.capacity - s.total for s in layout.static)}
         else:
             schedule = self.template(config if config.pp > 1 else replace(config, schedule="1f1b"))
         self.stats.simulated += 1
@@ -501,7 +521,7 @@ class _Evaluator:
             layers_per_stage=layout.sizes,
             placement=tuple(schedule.placement),
             schedule=config.schedule if config.pp > 1 else "1f1b",
-            schedule_options={k: v for k, v in options.items() if k == "memory_limit"} | self.schedule_options(config),
+            schedule_options=options | self.schedule_options(config),
             micro_batch_size=config.micro_batch_size,
             num_microbatches=config.num_microbatches,
             recompute=layout.recompute,

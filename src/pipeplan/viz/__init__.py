@@ -1,4 +1,4 @@
-"""Views of a timeline: text Gantt, step table, rank table, plot, Chrome/Perfetto trace.
+"""Views of a timeline: text Gantt, step table, rank table, plot, Chrome/Perfetto trace; the planner's table.
 
 Every view takes any :class:`~pipeplan.timeline.Timeline` (simulated or measured;
 full, split or no backward; one or several stages per rank)::
@@ -13,9 +13,10 @@ full, split or no backward; one or several stages per rank)::
 from __future__ import annotations
 
 from .gantt_text import text_gantt
+from .plans import plan_table
 from .plot import plot_timeline
 from .steps import step_table
 from .tables import rank_table
 from .trace import chrome_trace, write_trace
 
-__all__ = ["text_gantt", "step_table", "rank_table", "plot_timeline", "chrome_trace", "write_trace"]
+__all__ = ["text_gantt", "step_table", "rank_table", "plan_table", "plot_timeline", "chrome_trace", "write_trace"]

@@ -1,0 +1,192 @@
+"""``pipeplan plan``: the fastest pipeline plans that fit, against Megatron-LM's default, with engine flags.
+
+    $ pipeplan plan --profile prof.json --gpus 8 --memory 80GB --global-batch 256
+    $ pipeplan plan --profile prof.json --gpus 8 --memory 80GB --global-batch 256 --pp 4 --export torchtitan
+    $ pipeplan plan --profile prof.json --gpus 32 --memory 80GB --global-batch 512 --json --budget 5
+
+Prints the ranked table (rank, pp×dp, schedule, b×m, layers per stage,
+recompute, step time, samples/s, MFU, bubble, worst rank's memory / capacity,
+ratio to the Megatron default), then the default and the best plan changing one
+knob of it, and the search's counts. ``--json`` prints ``plans`` (each with
+``exports``), ``baseline`` and ``search``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from ..errors import InvalidInputError
+from ..layers import LayerProfile
+from ..planner import Cluster, SearchResult, Workload, search
+from ..schedules import SCHEDULES
+from ._common import make_console, parse_bytes, print_json
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``plan`` verb."""
+    parser = subparsers.add_parser(
+        "plan",
+        help="search pp × dp, partition, schedule, microbatches and recompute for the fastest plan that fits",
+        description=(
+            "Search pipeline × data parallel degrees, the exact partition, every schedule, the micro-batch "
+            "size and recompute per stage under per-GPU memory; rank by simulated step time; compare with "
+            "Megatron-LM's default; export the flags."
+        ),
+    )
+    parser.add_argument("--profile", metavar="FILE", help="a measured layer profile, .csv or .json (times in ms)")
+    parser.add_argument("--profile-micro-batch-size", type=int, default=1,
+                        help="micro-batch size the --profile was measured at (default 1)")
+    parser.add_argument("--gpus", type=int, required=True, help="number of GPUs")
+    parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    parser.add_argument("--memory", type=parse_bytes, default=None, help="memory per GPU, e.g. 80GB")
+    parser.add_argument("--peak-flops", type=float, default=None, help="dense FLOP/s of one GPU (for MFU)")
+    parser.add_argument("--global-batch", type=int, required=True, help="samples per optimizer step")
+    parser.add_argument("--pp", type=int, default=None, help="fix the pipeline-parallel degree")
+    parser.add_argument("--micro-batch-size", type=int, default=None, help="fix the micro-batch size")
+    parser.add_argument("--schedules", default=None,
+                        help=f"comma-separated schedules to try (default all: {','.join(SCHEDULES)})")
+    parser.add_argument("--optimizer", default="adam",
+                        help="adam (16 bytes/param), distributed (Megatron: 6 + 12/dp) or bytes per parameter")
+    parser.add_argument("--send", choices=("eager", "rendezvous"), default="eager", help="message semantics")
+    parser.add_argument("--top", type=int, default=10, help="plans to show (default 10)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="stop after this many seconds and report the best plans found so far")
+    parser.add_argument("--export", choices=("megatron", "deepspeed", "torchtitan", "torch"), default=None,
+                        help="print the best plan for this engine")
+    parser.add_argument("--plot", metavar="PATH", help="draw the best plan's Gantt and memory (PNG/SVG)")
+    parser.add_argument("--trace", metavar="PATH", help="write the best plan's Chrome/Perfetto trace")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(func=run)
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    if not args.profile:
+        raise InvalidInputError("give the model: --profile FILE")
+    profile = LayerProfile.from_file(args.profile)
+    return Workload.from_profile(profile, micro_batch_size=args.profile_micro_batch_size, name=args.profile)
+
+
+def _cluster(args: argparse.Namespace) -> Cluster:
+    if args.memory is None:
+        raise InvalidInputError("give the memory per GPU: --memory 80GB")
+    return Cluster(num_gpus=args.gpus, memory_bytes=args.memory, peak_flops=args.peak_flops,
+                   gpus_per_node=args.gpus_per_node)
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr that appears only once a search has run for a second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.started = time.perf_counter()
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.perf_counter() - self.started < 1.0:
+                return
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("searching plans", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``pipeplan plan``."""
+    workload = _workload(args)
+    cluster = _cluster(args)
+    schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",") if s.strip()]
+    progress = _ProgressBar(enabled=not args.json)
+    try:
+        result = search(
+            workload, cluster, args.global_batch, pp=args.pp, micro_batch_size=args.micro_batch_size,
+            schedules=schedules, optimizer=args.optimizer, send_mode=args.send, top=args.top,
+            budget=args.budget, progress=progress,
+        )
+    finally:
+        progress.close()
+    _write_files(args, result)
+    if args.json:
+        print_json(_payload(result))
+        return 0
+    _print(args, result)
+    return 0
+
+
+def _payload(result: SearchResult) -> dict[str, Any]:
+    from ..export import plan_exports
+
+    payload = result.to_dict()
+    for entry, plan in zip(payload["plans"], result.plans):
+        entry["exports"] = plan_exports(plan)
+    if result.baseline is not None:
+        payload["baseline"]["exports"] = plan_exports(result.baseline)
+    return payload
+
+
+def _print(args: argparse.Namespace, result: SearchResult) -> None:
+    from ..export import export_notes, first_exportable
+    from ..viz import plan_table, text_gantt
+
+    console = make_console()
+    stats = result.stats
+    best = result.best
+    console.print(plan_table(result, title=f"pipeline plans for {args.gpus} GPUs, global batch {args.global_batch}"))
+    status = "complete" if stats.complete else f"stopped by --budget {args.budget:g} s: the best plans so far"
+    console.print(
+        f"search {status}: {stats.candidates} candidates, {stats.partitions} exact partitions, "
+        f"{stats.simulated} simulated, {stats.pruned} pruned by bounds, {stats.rejected} over memory, "
+        f"{stats.seconds:.2f} s; lower bound {result.lower_bound:.6g} ms "
+        f"(best is {(best.step_time or 0.0) / result.lower_bound:.3f}× it)"
+    )
+    if best.timeline is not None:
+        console.print(f"[bold]best plan[/bold]: one pipeline of {best.pp} rank(s), ms")
+        console.print(text_gantt(best.timeline, width=100), markup=False, highlight=False)
+    if args.export:
+        index, text = first_exportable(result.plans, args.export)
+        plan = result.plans[index]
+        heading = f"[bold]{args.export}[/bold] (plan {index + 1}"
+        if index:
+            heading += f"; {args.export} cannot run plan 1: {_reason(result.plans[0], args.export)}"
+        console.print(heading + ")")
+        console.print(text, markup=False, highlight=False)
+        for note in export_notes(plan, args.export):
+            console.print(f"note: {note}")
+
+
+def _reason(plan: Any, engine: str) -> str:
+    from ..export import export_plan
+
+    try:
+        export_plan(plan, engine)
+    except InvalidInputError as error:
+        return str(error)
+    return ""
+
+
+def _write_files(args: argparse.Namespace, result: SearchResult) -> None:
+    timeline = result.best.timeline
+    if timeline is None:
+        return
+    if args.plot:
+        from ..viz import plot_timeline
+
+        plot_timeline(timeline, args.plot)
+    if args.trace:
+        from ..viz import write_trace
+
+        write_trace(timeline, args.trace)

@@ -1,0 +1,110 @@
+"""``pipeplan plan``: the table, the --json contract, exports, files, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeplan.cli import main
+from pipeplan.layers import LayerProfile
+
+
+@pytest.fixture
+def vla_profile(tmp_path):
+    """A dumbbell VLA: a heavy vision block, 12 decoder layers, an action head (times in ms)."""
+    profile = LayerProfile(
+        [30.0] + [2.0] * 12 + [10.0],
+        params=[4e8] + [2e8] * 12 + [1e8],
+        activation_bytes=[3e9] + [1e9] * 12 + [5e8],
+        names=["vision"] + [f"layers.{i}" for i in range(12)] + ["action_head"],
+    )
+    path = tmp_path / "vla.json"
+    path.write_text(json.dumps(profile.to_records()))
+    return str(path)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def base(path: str, *extra: str) -> list[str]:
+    return ["plan", "--profile", path, "--gpus", "4", "--memory", "40GB", "--global-batch", "16", *extra]
+
+
+def test_table_baseline_gantt_and_export(capsys, vla_profile):
+    status, out, err = run_cli(capsys, *base(vla_profile, "--pp", "4", "--export", "megatron"))
+    assert status == 0, err
+    for column in ("pp×dp", "schedule", "layers per stage", "recompute", "step ms", "samples/s", "MFU", "bubble",
+                   "worst rank / capacity", "× Megatron"):
+        assert column in out
+    assert "Megatron default" in out and "only partition" in out
+    assert "search complete" in out and "rank 3 |" in out
+    assert "--pipeline-model-parallel-size 4" in out
+
+
+def test_json_contract(capsys, vla_profile):
+    status, out, err = run_cli(capsys, *base(vla_profile, "--json", "--top", "3"))
+    assert status == 0, err
+    payload = json.loads(out)
+    assert set(payload) >= {"plans", "baseline", "search"}
+    assert 1 <= len(payload["plans"]) <= 3
+    keys = {"schedule", "pp", "dp", "micro_batch_size", "microbatches", "layers_per_stage", "recompute",
+            "step_time", "peak_memory", "memory_capacity", "exports"}
+    for plan in payload["plans"]:
+        assert keys <= set(plan)
+        assert plan["pp"] * plan["dp"] == 4
+        assert plan["micro_batch_size"] * plan["microbatches"] * plan["dp"] == 16
+        assert sum(plan["layers_per_stage"]) == 14
+        assert len(plan["peak_memory"]) == plan["pp"]
+        assert max(plan["peak_memory"]) <= plan["memory_capacity"] == 40e9
+        assert set(plan["exports"]) == {"megatron", "deepspeed", "torchtitan", "torch"}
+    times = [plan["step_time"] for plan in payload["plans"]]
+    assert times == sorted(times)
+    assert keys - {"exports"} <= set(payload["baseline"]) and "fits" in payload["baseline"]
+    assert payload["baseline"]["schedule"] == "1f1b"
+    assert {"candidates", "simulated", "seconds"} <= set(payload["search"])
+
+
+def test_plot_and_trace_files(capsys, vla_profile, tmp_path):
+    pytest.importorskip("matplotlib")
+    png, trace = tmp_path / "best.png", tmp_path / "best.json"
+    status, _, err = run_cli(capsys, *base(vla_profile, "--pp", "2", "--plot", str(png), "--trace", str(trace)))
+    assert status == 0, err
+    assert png.stat().st_size > 1000
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_budget_says_it_stopped(capsys, vla_profile):
+    status, out, err = run_cli(capsys, *base(vla_profile, "--budget", "1e-9"))
+    assert status == 0, err
+    assert "stopped by --budget" in out and "best plans so far" in out
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--memory", "1GB"], "no plan fits 1 GB per GPU; the smallest memory that fits is"),
+    (["--global-batch", "6", "--pp", "1"], "global_batch=6 is not divisible by dp"),
+    (["--micro-batch-size", "4"], "micro_batch_size must be one of [1] for this model, got 4"),
+    (["--pp", "4", "--gpus", "16"], None),
+    (["--schedules", "1f2b"], "schedules must be among"),
+    (["--budget", "-1"], "budget must be a number of seconds > 0"),
+    (["--optimizer", "sgd"], "optimizer must be 'adam', 'distributed'"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, vla_profile, extra, message):
+    status, out, err = run_cli(capsys, *base(vla_profile), *extra)
+    if message is None:  # 16 GPUs, pp=4: a valid request
+        assert status == 0, err
+        return
+    assert status == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert message in err
+
+
+def test_more_stages_than_layers(capsys, tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(LayerProfile([1.0, 1.0, 1.0]).to_records()))
+    status, _, err = run_cli(capsys, "plan", "--profile", str(path), "--gpus", "4", "--memory", "40GB",
+                             "--global-batch", "8", "--pp", "4")
+    assert status == 2 and "pp=4 needs at least that many layers, but the model has 3" in err
