@@ -228,10 +228,11 @@ class _Evaluator:
         self.send_mode = send_mode
         self.stats = SearchStats()
         self.trainable = np.asarray(workload.trainable_mask(), dtype=bool)
-        self._layouts: dict[tuple[Any, ...], _Layout | Rejection] = {}
+        self._layouts: dict[tuple[Any, ...], _Layout | Rejection | None] = {}
         self._templates: dict[tuple[Any, ...], Schedule] = {}
         self._plans: dict[tuple[Any, ...], Plan | Rejection] = {}
         self._inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._free: dict[tuple[Any, ...], tuple[int, ...]] = {}
 
     # ------------------------------------------------------------ pieces
     def bytes_per_param(self, dp: int) -> OptimizerBytes:
@@ -261,16 +262,19 @@ class _Evaluator:
     def schedule_options(self, config: Config) -> dict[str, Any]:
         return {"virtual_stages": config.virtual_stages} if config.schedule == "interleaved" else {}
 
-    def inflight(self, config: Config) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Peak in-flight microbatches per stage and the placement the schedule implies."""
+    def inflight(self, config: Config, num_microbatches: int | None = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Peak in-flight microbatches per stage and the placement, read off the schedule's orders.
+
+        Adaptive and ``pp = 1`` use 1F1B's counts (adaptive is bounded by the
+        per-rank memory limit it is given instead).
+        """
         name = "1f1b" if config.schedule == "adaptive" or config.pp == 1 else config.schedule
-        key = (name, config.num_stages, config.num_microbatches, config.virtual_stages)
+        micro = config.num_microbatches if num_microbatches is None else num_microbatches
+        key = (name, config.num_stages, micro, config.virtual_stages)
         if key not in self._inflight:
-            options = self.schedule_options(config) if name == config.schedule else {}
-            counts = inflight_per_stage(name, config.num_stages, config.num_microbatches, **options)
-            template = self.template(replace(config, schedule=name)) if name != "1f1b" else None
-            placement = template.placement if template is not None else tuple(range(config.num_stages))
-            self._inflight[key] = (tuple(counts), tuple(placement))
+            shape = replace(config, schedule=name, num_microbatches=micro)
+            counts = inflight_per_stage(name, config.num_stages, micro, **self.schedule_options(shape))
+            self._inflight[key] = (tuple(counts), tuple(self.template(shape).placement))
         return self._inflight[key]
 
     def template(self, config: Config) -> Schedule:
@@ -344,17 +348,40 @@ class _Evaluator:
             for r in range(config.pp)
         )
 
-    def partitioned(self, config: Config) -> _Layout | Rejection:
-        """The exact partition of ``config`` with recompute relaxed per stage (cached)."""
+    def partitioned(self, config: Config) -> _Layout | Rejection | None:
+        """The exact partition of ``config`` with recompute relaxed per stage (cached).
+
+        Returns ``None`` when ``config`` recomputes although the partition without
+        recompute already fits: such a configuration is not in the space (recompute
+        is tried only where memory needs it).
+        """
         counts, placement = self.inflight(config)
         key = (config.pp, config.dp, config.micro_batch_size, config.recompute, config.num_stages, counts, placement)
-        cached = self._layouts.get(key)
-        if cached is not None:
+        if key in self._layouts:
             self.stats.cache_hits += 1
-            return cached
-        result = self._partition(config, counts, placement)
+            return self._layouts[key]
+        free = self._unconstrained(config, "none", counts, placement)
+        result: _Layout | Rejection | None
+        if free is not None:
+            result = free if config.recompute == "none" else None
+        else:
+            result = self._partition(config, counts, placement)
         self._layouts[key] = result
         return result
+
+    def _unconstrained(
+        self, config: Config, mode: Recompute, counts: tuple[int, ...], placement: tuple[int, ...]
+    ) -> _Layout | None:
+        """The min-max partition ignoring memory, when it fits anyway (then it is the constrained optimum too)."""
+        key = (config.micro_batch_size, mode, config.num_stages)
+        sizes = self._free.get(key)
+        if sizes is None:
+            self.stats.partitions += 1
+            sizes = partition_layers(self.workload.profile(config.micro_batch_size, mode),
+                                     config.num_stages).layers_per_stage
+            self._free[key] = sizes
+        layout = self.layout(config, sizes, placement, (mode,) * config.num_stages)
+        return layout if self._over_capacity(layout) is None else None
 
     def _partition(
         self, config: Config, counts: tuple[int, ...], placement: tuple[int, ...]
@@ -365,7 +392,7 @@ class _Evaluator:
         stages = config.num_stages
         # in-flight counts at m = S equal those at m for most schedules: then the
         # solver needs no microbatch count (and simulates nothing)
-        same = tuple(inflight_per_stage(name, stages, stages, **options)) == counts
+        same = self.inflight(config, num_microbatches=stages)[0] == counts
         capacities = [self.capacity] if self.capacity is None or config.virtual_stages == 1 else [
             self.capacity, self.capacity / config.virtual_stages
         ]
@@ -589,7 +616,7 @@ def search(
     schedules: Sequence[str] | None = None,
     memory_capacity: float | None = None,
     optimizer: str | float = "adam",
-    max_virtual_stages: int | None = None,
+    max_virtual_stages: int | None = 4,
     send_mode: str = "eager",
     top: int = 10,
     budget: float | None = None,
@@ -609,7 +636,8 @@ def search(
         memory_capacity: bytes per GPU (default ``cluster.memory_bytes``).
         optimizer: ``"adam"`` (16 bytes per parameter), ``"distributed"``
             (6 + 12/dp) or bytes per parameter (:mod:`pipeplan.planner.memory`).
-        max_virtual_stages: largest ``v`` for interleaved.
+        max_virtual_stages: largest ``v`` for interleaved (default 4; ``None``:
+            every ``v`` with ``pp · v ≤ L``).
         send_mode: ``"eager"`` or ``"rendezvous"`` messages.
         top: how many plans to keep.
         budget: seconds; once a plan is found, the search stops after that many
@@ -644,7 +672,9 @@ def search(
     evaluator = _Evaluator(workload, cluster, capacity, optimizer, send_mode)
     configs = space.configs()
     evaluator.stats.candidates = len(configs)
-    ordered = sorted(configs, key=lambda c: (_config_bound(evaluator, c), c))
+    # by bound; within a configuration, no recompute first (the others need it to bind)
+    ordered = sorted(configs, key=lambda c: (_config_bound(evaluator, c), c.pp, c.micro_batch_size, c.schedule,
+                                             c.virtual_stages, RECOMPUTE_MODES.index(c.recompute)))
     best: list[tuple[float, int, Plan]] = []  # heap of the kept plans, slowest on top
     seen: set[tuple[Any, ...]] = set()
     rejected: list[Rejection] = []
@@ -676,6 +706,8 @@ def search(
                 done += len(group) - position - 1
                 break
             layout = evaluator.partitioned(config)
+            if layout is None:  # recompute where memory does not need it
+                continue
             if isinstance(layout, Rejection):
                 evaluator.stats.rejected += 1
                 rejected.append(layout)
@@ -819,7 +851,7 @@ def _one_knob(evaluator: _Evaluator, space: SearchSpace, best: Plan, baseline: P
             try:
                 if sizes is None:
                     layout = evaluator.partitioned(config)
-                    if isinstance(layout, Rejection):
+                    if layout is None or isinstance(layout, Rejection):
                         continue
                     plan = evaluator.simulate(config, layout)
                 else:
