@@ -9,8 +9,9 @@ attention core (``4·b·s²·h`` FLOPs) for selective.
 
 from __future__ import annotations
 
+from pipeplan.hardware import Device, Link
 from pipeplan.layers import LayerProfile, transformer_layer_flops
-from pipeplan.planner import Workload
+from pipeplan.planner import Cluster, Workload
 
 
 def gpt_workload(
@@ -35,13 +36,20 @@ def gpt_workload(
             profiles[(b, mode)] = LayerProfile(
                 [forward] * num_layers, [2 * forward + extra[mode]] * num_layers, [forward] * num_layers,
                 activation_bytes=[act] * num_layers, params=[params] * num_layers,
+                send_bytes=[2.0 * seq * b * hidden] * num_layers,
                 first_extra=first_extra * b, first_extra_bytes=first_extra_bytes,
             )
     return Workload.from_profiles(
         profiles,
-        output_bytes=lambda b: [2.0 * seq * b * hidden] * num_layers,
         flops_per_sample=3 * num_layers * transformer_layer_flops(hidden_size=hidden, seq_length=seq,
                                                                  micro_batch_size=1),
         tokens_per_sample=seq,
         name="gpt",
     )
+
+
+def make_cluster(gpus: int = 4, memory: float = 4e9, *, gpus_per_node: int = 2) -> Cluster:
+    """A made-up GPU (989 TFLOP/s, ``memory`` bytes), NVLink-like inside a node, IB-like between."""
+    device = Device("test-gpu", memory_bytes=memory, peak_flops=989e12)
+    return Cluster(gpus, device, Link("nvlink", latency_ms=0.002, bandwidth=4.5e11),
+                   Link("ib", latency_ms=0.005, bandwidth=5e10), gpus_per_node)

@@ -108,3 +108,36 @@ def test_more_stages_than_layers(capsys, tmp_path):
     status, _, err = run_cli(capsys, "plan", "--profile", str(path), "--gpus", "4", "--memory", "40GB",
                              "--global-batch", "8", "--pp", "4")
     assert status == 2 and "pp=4 needs at least that many layers, but the model has 3" in err
+
+
+def test_preset_end_to_end_with_torchtitan_export(capsys):
+    status, out, err = run_cli(capsys, "plan", "--preset", "pi0", "--gpus", "8", "--gpu", "h100-80g",
+                               "--global-batch", "64", "--pp", "2", "--micro-batch-size", "4",
+                               "--schedules", "1f1b,zb-h1", "--export", "torchtitan", "--top", "3")
+    assert status == 0, err
+    assert "pi0 on 8 × h100-80g" in out and "Megatron default" in out
+    assert "[parallelism]" in out and "pipeline_parallel_degree = 2" in out
+
+
+def test_preset_json_frozen_vision_holds_less(capsys):
+    args = ["plan", "--preset", "pi0", "--gpus", "4", "--global-batch", "16", "--pp", "2", "--micro-batch-size",
+            "2", "--schedules", "1f1b", "--json", "--top", "1"]
+    status, out, err = run_cli(capsys, *args)
+    assert status == 0, err
+    trained = json.loads(out)["plans"][0]
+    status, out, err = run_cli(capsys, *args, "--freeze", "vision")
+    assert status == 0, err
+    frozen = json.loads(out)["plans"][0]
+    assert sum(r["optimizer"] for r in frozen["memory"]) < sum(r["optimizer"] for r in trained["memory"])
+    assert frozen["step_time"] < trained["step_time"]  # no weight gradients for the frozen tower
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--preset", "pi9"], "preset must be one of"),
+    (["--preset", "pi0", "--profile", "x.json"], "exactly one of --preset"),
+    (["--preset", "pi0", "--gpu", "tpu"], "gpu must be one of"),
+    (["--preset", "pi0", "--inter-link", "smoke-signals"], "link must be one of"),
+])
+def test_bad_model_and_hardware(capsys, argv, message):
+    status, _, err = run_cli(capsys, "plan", "--gpus", "8", "--global-batch", "64", *argv)
+    assert status == 2 and message in err and err.count("\n") == 1

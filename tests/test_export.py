@@ -317,14 +317,14 @@ TORCHTITAN_KEYS = {
 
 
 def planned(schedule: str, virtual: int = 1, micro: int = 8):
-    from _planner_models import gpt_workload
-    from pipeplan.planner import Cluster, Config, evaluate_layout
+    from _planner_models import gpt_workload, make_cluster
+    from pipeplan.planner import Config, evaluate_layout
 
     workload = gpt_workload(num_layers=8, hidden=256, heads=4, seq=128, micro_batch_sizes=(2,))
     config = Config(pp=2, dp=2, micro_batch_size=2, num_microbatches=micro, schedule=schedule,
                     virtual_stages=virtual, recompute="selective")
     sizes = (8 // (2 * virtual),) * (2 * virtual)
-    return evaluate_layout(workload, Cluster(num_gpus=4, memory_bytes=80e9), config, sizes)
+    return evaluate_layout(workload, make_cluster(4, 80e9), config, sizes)
 
 
 def check_torchtitan(plan: Plan) -> dict:

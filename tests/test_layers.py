@@ -134,3 +134,12 @@ def test_missing_file_and_bad_values():
         LayerProfile([1.0], first_extra=-1)
     with pytest.raises(InvalidInputError, match="unknown extras"):
         LayerProfile([1.0]).with_extras(middle_extra=1.0)
+
+
+def test_stage_costs_keep_weight_within_backward_despite_rounding():
+    # layer 1 is all weight gradient (weight == backward); its prefix sums round apart:
+    # 0.1 + 0.2 − 0.1 = 0.20000000000000004 > 0.2 + 0.2 − 0.2
+    profile = LayerProfile([1.0, 1.0], [0.2, 0.2], [0.1, 0.2])
+    costs = profile.stage_costs([1, 1])
+    assert costs.weight[1] <= costs.backward[1]
+    assert costs.weight[1] == pytest.approx(0.2)

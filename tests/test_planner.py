@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _planner_models import gpt_workload
+from _planner_models import gpt_workload, make_cluster
 from pipeplan import InfeasiblePlanError, InvalidInputError, StageCosts, build_schedule, simulate
 from pipeplan.costs import CommModel
+from pipeplan.hardware import Device, Link
 from pipeplan.layers import LayerProfile
 from pipeplan.partition import even_split, partition_layers
 from pipeplan.planner import (
     Cluster,
     Config,
-    Link,
     OptimizerBytes,
     SearchSpace,
     Workload,
@@ -25,12 +25,10 @@ from pipeplan.planner import (
     step_time_lower_bound,
 )
 
-NVLINK = Link(latency=2e-6, bandwidth=4.5e11)
 
 
 def small_cluster(gpus: int = 4, memory: float = 4e9) -> Cluster:
-    return Cluster(num_gpus=gpus, memory_bytes=memory, peak_flops=989e12, intra_node=NVLINK, gpus_per_node=2,
-                   inter_node=Link(latency=5e-6, bandwidth=5e10))
+    return make_cluster(gpus, memory, gpus_per_node=2)
 
 
 # ------------------------------------------------------------- optimality
@@ -61,7 +59,8 @@ def test_best_equals_an_independent_enumeration_of_the_space():
     """Rebuild every candidate with the public pieces (partition, build, simulate) and take the minimum."""
     profile = LayerProfile([2.0, 1.0, 1.0, 1.0, 1.0, 3.0], params=[1e6] * 6, activation_bytes=[1e5] * 6)
     workload = Workload.from_profile(profile)
-    cluster = Cluster(num_gpus=4, memory_bytes=1e12)
+    free = Link("free", latency_ms=0.0, bandwidth=1e30)  # the enumeration below charges no messages
+    cluster = Cluster(4, Device("test-gpu", memory_bytes=1e12, peak_flops=1e15), free, free)
     result = search(workload, cluster, 8, schedules=["1f1b", "gpipe", "zb-h1", "interleaved"], top=1)
     space = SearchSpace(num_gpus=4, global_batch=8, num_layers=6, micro_batch_sizes=(1,), recompute_modes=("none",),
                         schedules=("1f1b", "gpipe", "zb-h1", "interleaved"))
@@ -125,7 +124,7 @@ def test_plan_memory_is_weights_state_and_the_one_f_one_b_activation_peak():
     params, act = 1e7, 3e6
     profile = LayerProfile.uniform(8, forward=1.0, params=params, activation_bytes=act)
     workload = Workload.from_profile(profile)
-    cluster = Cluster(num_gpus=4, memory_bytes=1e12)
+    cluster = small_cluster(4, 1e12)
     config = Config(pp=4, dp=1, micro_batch_size=1, num_microbatches=8, schedule="1f1b")
     plan = evaluate_layout(workload, cluster, config, (2, 2, 2, 2), memory_capacity=1e12)
     for rank, memory in enumerate(plan.memory):
@@ -143,10 +142,10 @@ def replace_dp(config: Config, dp: int) -> Config:
 
 
 def test_frozen_layers_hold_only_their_weights():
-    profile = LayerProfile.uniform(4, forward=1.0, params=1e6)
-    workload = Workload.from_profile(profile, trainable=(False, False, True, True))
+    profile = LayerProfile([1.0] * 4, params=[1e6] * 4, trainable_params=[0, 0, 1e6, 1e6])
+    workload = Workload.from_profile(profile)
     config = Config(pp=2, dp=1, micro_batch_size=1, num_microbatches=2, schedule="1f1b")
-    plan = evaluate_layout(workload, Cluster(num_gpus=2, memory_bytes=1e12), config, (2, 2))
+    plan = evaluate_layout(workload, small_cluster(2, 1e12), config, (2, 2))
     assert plan.memory[0].total == 2 * 2e6  # bf16 weights only
     assert plan.memory[1].total == 16 * 2e6
 

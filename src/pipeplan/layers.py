@@ -392,7 +392,8 @@ class LayerProfile:
         extra_time, extra_bytes = self.stage_extras(len(sizes))
         fwd = _segment_sums(self.forward, bounds) + extra_time / 3.0
         bwd = _segment_sums(self.backward, bounds) + 2.0 * extra_time / 3.0
-        wgt = _segment_sums(self.weight, bounds) + extra_time / 3.0
+        # a layer may have weight == backward; sums rounded apart must not make W > B
+        wgt = np.minimum(_segment_sums(self.weight, bounds) + extra_time / 3.0, bwd)
         act = _segment_sums(self.activation_bytes, bounds)
         stash = np.minimum(_segment_sums(self.weight_stash_bytes, bounds), act)
         return StageCosts(fwd.tolist(), bwd.tolist(), wgt.tolist(), activation_bytes=act.tolist(),

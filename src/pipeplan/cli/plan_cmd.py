@@ -1,8 +1,9 @@
 """``pipeplan plan``: the fastest pipeline plans that fit, against Megatron-LM's default, with engine flags.
 
-    $ pipeplan plan --profile prof.json --gpus 8 --memory 80GB --global-batch 256
-    $ pipeplan plan --profile prof.json --gpus 8 --memory 80GB --global-batch 256 --pp 4 --export torchtitan
-    $ pipeplan plan --profile prof.json --gpus 32 --memory 80GB --global-batch 512 --json --budget 5
+    $ pipeplan plan --preset pi0 --gpus 8 --gpu h100-80g --global-batch 256
+    $ pipeplan plan --preset pi0 --gpus 8 --global-batch 256 --pp 4 --export torchtitan
+    $ pipeplan plan --preset driving-6cam --gpus 32 --global-batch 256 --json --budget 5
+    $ pipeplan plan --profile prof.json --gpus 8 --global-batch 64     # a measured profile (ms)
 
 Prints the ranked table (rank, pp×dp, schedule, b×m, layers per stage,
 recompute, step time, samples/s, MFU, bubble, worst rank's memory / capacity,
@@ -17,11 +18,13 @@ import argparse
 import time
 from typing import Any
 
+from .. import hardware, presets
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..planner import Cluster, SearchResult, Workload, search
 from ..schedules import SCHEDULES
 from ._common import make_console, parse_bytes, print_json
+from ._spec_args import spec_from_args
 
 __all__ = ["register", "run"]
 
@@ -37,16 +40,28 @@ def register(subparsers: Any) -> None:
             "Megatron-LM's default; export the flags."
         ),
     )
+    parser.add_argument("--preset", default=None, help=f"a model preset: {', '.join(presets.names())}")
+    parser.add_argument("--spec", default=None, metavar="FILE", help="a ModelSpec .json (or .yaml) file")
     parser.add_argument("--profile", metavar="FILE", help="a measured layer profile, .csv or .json (times in ms)")
     parser.add_argument("--profile-micro-batch-size", type=int, default=1,
                         help="micro-batch size the --profile was measured at (default 1)")
+    parser.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
+    parser.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")
     parser.add_argument("--gpus", type=int, required=True, help="number of GPUs")
+    parser.add_argument("--gpu", default="h100-80g", help=f"device: {', '.join(hardware.device_names())}")
+    parser.add_argument("--mfu", type=float, default=None,
+                        help="achievable fraction of peak FLOP/s (default the device's, 0.4)")
+    parser.add_argument("--memory", type=parse_bytes, default=None,
+                        help="memory per GPU, e.g. 80GB (default the device's)")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
-    parser.add_argument("--memory", type=parse_bytes, default=None, help="memory per GPU, e.g. 80GB")
-    parser.add_argument("--peak-flops", type=float, default=None, help="dense FLOP/s of one GPU (for MFU)")
+    parser.add_argument("--intra-link", default=None,
+                        help=f"link inside a node (default NVLink of the GPU): {', '.join(hardware.link_names())}")
+    parser.add_argument("--inter-link", default="ib-ndr", help="link between nodes (default ib-ndr)")
     parser.add_argument("--global-batch", type=int, required=True, help="samples per optimizer step")
     parser.add_argument("--pp", type=int, default=None, help="fix the pipeline-parallel degree")
     parser.add_argument("--micro-batch-size", type=int, default=None, help="fix the micro-batch size")
+    parser.add_argument("--max-virtual-stages", type=int, default=4,
+                        help="largest v tried for interleaved (default 4)")
     parser.add_argument("--schedules", default=None,
                         help=f"comma-separated schedules to try (default all: {','.join(SCHEDULES)})")
     parser.add_argument("--optimizer", default="adam",
@@ -63,18 +78,25 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _workload(args: argparse.Namespace) -> Workload:
-    if not args.profile:
-        raise InvalidInputError("give the model: --profile FILE")
-    profile = LayerProfile.from_file(args.profile)
-    return Workload.from_profile(profile, micro_batch_size=args.profile_micro_batch_size, name=args.profile)
+def _workload(args: argparse.Namespace, cluster: Cluster) -> Workload:
+    given = [flag for flag, value in (("--preset", args.preset), ("--spec", args.spec), ("--profile", args.profile))
+             if value]
+    if len(given) != 1:
+        raise InvalidInputError(
+            f"give the model with exactly one of --preset (one of {', '.join(presets.names())}), --spec FILE "
+            f"or --profile FILE; got {', '.join(given) if given else 'none'}"
+        )
+    if args.profile:
+        if args.freeze or args.unfreeze:
+            raise InvalidInputError("--freeze/--unfreeze apply to --preset or --spec, not to a measured --profile")
+        profile = LayerProfile.from_file(args.profile)
+        return Workload.from_profile(profile, micro_batch_size=args.profile_micro_batch_size, name=args.profile)
+    return Workload.from_spec(spec_from_args(args), cluster.device)
 
 
 def _cluster(args: argparse.Namespace) -> Cluster:
-    if args.memory is None:
-        raise InvalidInputError("give the memory per GPU: --memory 80GB")
-    return Cluster(num_gpus=args.gpus, memory_bytes=args.memory, peak_flops=args.peak_flops,
-                   gpus_per_node=args.gpus_per_node)
+    return Cluster.of(args.gpu, args.gpus, intra_node=args.intra_link, inter_node=args.inter_link,
+                      gpus_per_node=args.gpus_per_node, achievable_fraction=args.mfu)
 
 
 class _ProgressBar:
@@ -107,15 +129,15 @@ class _ProgressBar:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan plan``."""
-    workload = _workload(args)
     cluster = _cluster(args)
+    workload = _workload(args, cluster)
     schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",") if s.strip()]
     progress = _ProgressBar(enabled=not args.json)
     try:
         result = search(
             workload, cluster, args.global_batch, pp=args.pp, micro_batch_size=args.micro_batch_size,
-            schedules=schedules, optimizer=args.optimizer, send_mode=args.send, top=args.top,
-            budget=args.budget, progress=progress,
+            schedules=schedules, memory_capacity=args.memory, optimizer=args.optimizer, send_mode=args.send,
+            top=args.top, budget=args.budget, progress=progress, max_virtual_stages=args.max_virtual_stages,
         )
     finally:
         progress.close()
@@ -145,7 +167,8 @@ def _print(args: argparse.Namespace, result: SearchResult) -> None:
     console = make_console()
     stats = result.stats
     best = result.best
-    console.print(plan_table(result, title=f"pipeline plans for {args.gpus} GPUs, global batch {args.global_batch}"))
+    model = args.preset or args.spec or args.profile
+    console.print(plan_table(result, title=f"{model} on {args.gpus} × {args.gpu}, global batch {args.global_batch}"))
     status = "complete" if stats.complete else f"stopped by --budget {args.budget:g} s: the best plans so far"
     console.print(
         f"search {status}: {stats.candidates} candidates, {stats.partitions} exact partitions, "

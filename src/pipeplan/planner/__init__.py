@@ -1,7 +1,7 @@
 """The planner: from a model and a cluster to the fastest pipeline plan that fits.
 
     from pipeplan.planner import Cluster, Workload, search
-    result = search(workload, Cluster(num_gpus=8, memory_bytes=80e9), global_batch=256)
+    result = search(Workload.from_spec(presets.get("pi0"), device), Cluster.of("h100-80g", 8), global_batch=256)
     result.best.schedule, result.best.layers_per_stage, result.ratio(result.best)
 
 Modules: :mod:`~pipeplan.planner.plan` (the Plan type), :mod:`~pipeplan.planner.workload`
@@ -13,7 +13,7 @@ Modules: :mod:`~pipeplan.planner.plan` (the Plan type), :mod:`~pipeplan.planner.
 
 from __future__ import annotations
 
-from .cluster import Cluster, Link
+from .cluster import Cluster, allreduce_ms
 from .memory import OptimizerBytes
 from .plan import RECOMPUTE_MODES, Plan, RankMemory, Recompute, as_plan
 from .search import Rejection, SearchResult, SearchStats, evaluate_layout, search, step_time_lower_bound
@@ -23,7 +23,6 @@ from .workload import Workload
 __all__ = [
     "Cluster",
     "Config",
-    "Link",
     "OptimizerBytes",
     "Plan",
     "RECOMPUTE_MODES",
@@ -34,6 +33,7 @@ __all__ = [
     "SearchSpace",
     "SearchStats",
     "Workload",
+    "allreduce_ms",
     "as_plan",
     "evaluate_layout",
     "search",

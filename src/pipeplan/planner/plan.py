@@ -200,7 +200,7 @@ class Plan:
     def uniform_recompute(self) -> Recompute | None:
         """The recompute mode when every stage uses the same one, else ``None``."""
         modes = set(self.recompute or ("none",))
-        return next(iter(modes)) if len(modes) == 1 else None  # type: ignore[return-value]
+        return next(iter(modes)) if len(modes) == 1 else None
 
     # ------------------------------------------------------------- headline
     @property

@@ -1,7 +1,7 @@
 """The planner's search: the fastest plans that fit, a Megatron-LM baseline, and why others do not fit.
 
     from pipeplan.planner import Cluster, Workload, search
-    result = search(workload, Cluster(num_gpus=8, memory_bytes=80e9), global_batch=256)
+    result = search(workload, Cluster.of("h100-80g", num_gpus=8), global_batch=256)
     best = result.plans[0]; best.step_time, result.ratio(best)   # vs Megatron's default
 
 For each :class:`~pipeplan.planner.space.Config` (pp × dp, micro-batch size,
@@ -46,7 +46,7 @@ from ..partition import even_split, inflight_per_stage, partition_layers
 from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_options
 from ..simulate import simulate
-from .cluster import Cluster
+from .cluster import Cluster, allreduce_ms
 from .memory import OptimizerBytes
 from .plan import RECOMPUTE_MODES, Plan, RankMemory, Recompute
 from .space import Config, SearchSpace
@@ -227,7 +227,6 @@ class _Evaluator:
         self.optimizer = optimizer
         self.send_mode = send_mode
         self.stats = SearchStats()
-        self.trainable = np.asarray(workload.trainable_mask(), dtype=bool)
         self._layouts: dict[tuple[Any, ...], _Layout | Rejection | None] = {}
         self._templates: dict[tuple[Any, ...], Schedule] = {}
         self._plans: dict[tuple[Any, ...], Plan | Rejection] = {}
@@ -241,16 +240,17 @@ class _Evaluator:
     def layer_static_bytes(self, micro: int, dp: int) -> np.ndarray:
         """Bytes of weights, gradients and optimizer state per layer."""
         per = self.bytes_per_param(dp)
-        params = np.asarray(self.workload.profile(micro).params)
-        return params * np.where(self.trainable, per.per_trainable, per.weights)
+        profile = self.workload.profile(micro)
+        params = np.asarray(profile.params)
+        return params * per.weights + np.asarray(profile.trainable_params) * (per.gradients + per.optimizer)
 
     def memory_profile(self, micro: int, mode: Recompute, dp: int) -> tuple[LayerProfile, float]:
         """The profile the partitioner sees: params scaled so ``bytes_per_param`` × params is each layer's static bytes."""
         profile = self.workload.profile(micro, mode)
         per = self.bytes_per_param(dp)
-        if self.trainable.all():
+        if profile.trainable_params == profile.params:
             return profile, per.per_trainable
-        scaled = np.asarray(profile.params) * np.where(self.trainable, 1.0, per.weights / per.per_trainable)
+        scaled = self.layer_static_bytes(micro, dp) / per.per_trainable
         return (
             LayerProfile(profile.forward, profile.backward, profile.weight, activation_bytes=profile.activation_bytes,
                          params=scaled.tolist(), names=profile.names, first_extra=profile.first_extra,
@@ -291,9 +291,9 @@ class _Evaluator:
 
     def boundary_times(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[float, ...]:
         """Message time across each stage boundary, in profile time units."""
-        out_bytes = self.workload.layer_output_bytes(config.micro_batch_size)
+        out_bytes = self.workload.profile(config.micro_batch_size).send_bytes
         ends = np.cumsum(sizes)[:-1] - 1
-        unit = self.workload.time_unit
+        per_ms = 1e-3 / self.workload.time_unit  # profile time units per millisecond
         times = []
         for s, layer in enumerate(ends):
             a, b = placement[s], placement[s + 1]
@@ -301,7 +301,7 @@ class _Evaluator:
                 times.append(0.0)
                 continue
             link = self.cluster.pipeline_link(config.pp, config.dp, a, b)
-            times.append(link.seconds(out_bytes[int(layer)]) / unit)
+            times.append(link.milliseconds(out_bytes[int(layer)]) * per_ms)
         return tuple(times)
 
     def dp_comm(self, config: Config, static: Sequence[RankMemory]) -> float:
@@ -310,7 +310,7 @@ class _Evaluator:
             return 0.0
         link = self.cluster.data_parallel_link(config.pp, config.dp)
         largest = max(rank.gradients for rank in static)
-        return link.allreduce_seconds(largest, config.dp) / self.workload.time_unit
+        return allreduce_ms(link, largest, config.dp) * 1e-3 / self.workload.time_unit
 
     # ------------------------------------------------------------ layout
     def layout(
@@ -333,7 +333,7 @@ class _Evaluator:
         per = self.bytes_per_param(config.dp)
         profile = self.workload.profile(config.micro_batch_size)
         params = np.asarray(profile.params)
-        trainable_params = params * self.trainable
+        trainable_params = np.asarray(profile.trainable_params)
         bounds = np.concatenate([[0], np.cumsum(sizes)])
         weights = [0.0] * config.pp
         grads = [0.0] * config.pp
@@ -762,9 +762,9 @@ def _config_bound(evaluator: _Evaluator, config: Config) -> float:
     bound = config.num_microbatches * per_rank
     if config.dp > 1:
         per = evaluator.bytes_per_param(config.dp)
-        grads = float((np.asarray(profile.params) * evaluator.trainable).sum()) * per.gradients / config.pp
+        grads = float(np.sum(profile.trainable_params)) * per.gradients / config.pp
         link = evaluator.cluster.data_parallel_link(config.pp, config.dp)
-        bound += link.allreduce_seconds(grads, config.dp) / evaluator.workload.time_unit
+        bound += allreduce_ms(link, grads, config.dp) * 1e-3 / evaluator.workload.time_unit
     return bound
 
 

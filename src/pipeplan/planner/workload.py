@@ -15,15 +15,21 @@ Recompute, in profile terms (what a source must give for modes other than ``"non
 * ``activation_bytes`` is what the layer keeps per microbatch under that mode;
 * ``backward`` includes the recomputed forward work (``weight`` does not change).
 
-A measured profile is one micro-batch size and no recompute unless the caller
-passes profiles for more. Model specs (:mod:`pipeplan.models.spec`) give every
-micro-batch size and all three modes.
+The profile's ``trainable_params`` (frozen layers hold only weights) and
+``send_bytes`` (what crosses a cut after a layer) feed the memory model and the
+messages. A measured profile is one micro-batch size and no recompute unless the
+caller passes profiles for more; :meth:`Workload.from_spec` answers every
+micro-batch size and all three modes from a :class:`~pipeplan.models.spec.ModelSpec`::
+
+    from pipeplan import hardware, presets
+    work = Workload.from_spec(presets.get("pi0"), hardware.device("h100-80g"))
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
@@ -45,11 +51,6 @@ class Workload:
         micro_batch_sizes: the micro-batch sizes ``source`` answers for
             (``None``: any size).
         recompute_modes: the modes ``source`` answers for (``"none"`` always).
-        output_bytes: ``output_bytes(micro_batch_size)`` → bytes each layer sends
-            to the next (the activation crossing a stage boundary); ``None``:
-            messages cost only the link latency.
-        trainable: per layer, whether it has gradients and optimizer state
-            (``False`` for a frozen module); default all trainable.
         flops_per_sample: model FLOPs of one sample's forward and backward
             (no recompute), for MFU; ``None`` if unknown.
         tokens_per_sample: tokens per sample, for tokens/s; ``None`` if unknown.
@@ -60,8 +61,6 @@ class Workload:
     source: ProfileSource
     micro_batch_sizes: tuple[int, ...] | None = None
     recompute_modes: tuple[Recompute, ...] = ("none",)
-    output_bytes: Callable[[int], Sequence[float]] | None = None
-    trainable: tuple[bool, ...] | None = None
     flops_per_sample: float | None = None
     tokens_per_sample: float | None = None
     time_unit: float = 1e-3
@@ -80,7 +79,28 @@ class Workload:
     def from_profile(cls, profile: LayerProfile, *, micro_batch_size: int = 1, **options: object) -> Workload:
         """A measured (or hand-written) profile: one micro-batch size, no recompute."""
         size = positive_int("micro_batch_size", micro_batch_size)
-        return cls.from_profiles({(size, "none"): profile}, **options)  # type: ignore[arg-type]
+        return cls.from_profiles({(size, "none"): profile}, **options)
+
+    @classmethod
+    def from_spec(cls, spec: Any, device: Any, *, tensor_parallel: int = 1) -> Workload:
+        """Every micro-batch size and recompute mode of a :class:`~pipeplan.models.spec.ModelSpec` on ``device``.
+
+        Times are ``spec.to_layer_profile`` milliseconds (FLOPs at the device's
+        achievable FLOP/s); MFU counts the spec's training FLOPs without
+        recompute; tokens per sample are those of its longest module.
+        """
+
+        def source(size: int, mode: Recompute) -> LayerProfile:
+            return spec.to_layer_profile(device, size, recompute=mode, tensor_parallel=tensor_parallel)
+
+        tokens = spec.module_tokens()
+        return cls(
+            source,
+            recompute_modes=RECOMPUTE_MODES,
+            flops_per_sample=float(sum(spec.flops_per_sample(recompute="none").values())),
+            tokens_per_sample=float(max(tokens.values())) if tokens else None,
+            name=getattr(spec, "name", "model"),
+        )
 
     @classmethod
     def from_profiles(cls, profiles: Mapping[tuple[int, Recompute], LayerProfile], **options: object) -> Workload:
@@ -127,24 +147,3 @@ class Workload:
     def smallest_micro_batch(self) -> int:
         """The smallest micro-batch size the source answers for."""
         return min(self.micro_batch_sizes) if self.micro_batch_sizes else 1
-
-    def trainable_mask(self) -> tuple[bool, ...]:
-        """Per layer, whether it trains (all ``True`` unless given)."""
-        if self.trainable is None:
-            return (True,) * self.num_layers
-        if len(self.trainable) != self.num_layers:
-            raise InvalidInputError(
-                f"trainable has {len(self.trainable)} entries, expected {self.num_layers} (one per layer)"
-            )
-        return tuple(bool(flag) for flag in self.trainable)
-
-    def layer_output_bytes(self, micro_batch_size: int) -> tuple[float, ...]:
-        """Bytes each layer sends to the next, per microbatch (zeros if unknown)."""
-        if self.output_bytes is None:
-            return (0.0,) * self.num_layers
-        values = tuple(float(v) for v in self.output_bytes(micro_batch_size))
-        if len(values) != self.num_layers:
-            raise InvalidInputError(
-                f"output_bytes gave {len(values)} entries, expected {self.num_layers} (one per layer)"
-            )
-        return values
