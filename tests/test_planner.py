@@ -193,9 +193,12 @@ def test_plans_are_ranked_and_fit():
 
 # ------------------------------------------------------------- bad input
 def test_no_plan_fits_names_the_smallest_memory_and_the_module():
+    # 8 layers of 3.1M parameters (50 MB each with Adam): at pp = 8 a rank holds 50 MB plus activations
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512)
     with pytest.raises(InfeasiblePlanError, match=r"smallest memory that fits is .* GB .*largest module is 'layers"):
-        search(workload, small_cluster(4, 5e7), 16)
+        search(workload, small_cluster(8, 5.1e7), 16)
+    with pytest.raises(InfeasiblePlanError, match=r"weights and optimizer state alone need at least 0.05.* GB"):
+        search(workload, small_cluster(8, 4e7), 16)
 
 
 def test_bad_batches_stages_and_schedules():
@@ -218,3 +221,29 @@ def test_a_tiny_budget_returns_the_best_so_far_and_says_so():
     result = search(workload, small_cluster(4, 1.5e9), 16, budget=1e-9)
     assert not result.stats.complete
     assert len(result.plans) >= 1 and result.plans[0].fits
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    stages=st.lists(st.floats(0.1, 10.0), min_size=2, max_size=6),
+    micro=st.integers(1, 12),
+    name=st.sampled_from(["1f1b", "gpipe", "zb-h1", "zb-h2"]),
+)
+def test_fill_bound_holds_for_any_partition(stages, micro, name):
+    """The partition-free bound never exceeds a simulated makespan (F = T/3 per stage: ratio 1/3 when split)."""
+    from pipeplan.planner.search import fill_bound
+
+    costs = StageCosts([t / 3 for t in stages])
+    schedule = build_schedule(name, num_stages=len(stages), num_microbatches=micro)
+    makespan = simulate(schedule, costs).makespan
+    ratio = 1 / 3 if schedule.split_backward else 1.0
+    assert fill_bound(sum(stages), micro, len(stages), ratio) <= makespan * (1 + 1e-9)
+
+
+def test_fill_bound_is_one_f_one_b_on_equal_stages_for_large_m():
+    from pipeplan.planner.search import fill_bound
+
+    # (m + P − 1)·T/P for 1F1B on equal stages; the bound reaches m·T/P + (P − 1)·T/(2P) as m grows
+    total, ranks, micro = 8.0, 4, 10_000
+    assert fill_bound(total, micro, ranks, 1.0) == pytest.approx(micro * total / ranks + 3 * total / 8, rel=1e-4)
+    assert fill_bound(total, 1, 1, 1.0) == total

@@ -4,6 +4,7 @@
     $ pipeplan demo --story seed002 # the unit-step tables of GPipe and 1F1B
     $ pipeplan demo --story seed003 # seed 003's 4-stage pipeline on real torch modules
     $ pipeplan demo --story dual-rate  # lesson 16 Q3: a slow camera, a fast controller, measured
+    $ pipeplan demo --story pi0     # plan π0 on 8 H100s: the table, the Gantt, the Megatron-LM flags
 
 Every number printed comes from :func:`pipeplan.simulate` or :mod:`pipeplan.analytic`.
 """
@@ -27,7 +28,7 @@ from ..simulate import simulate
 from ._common import make_console, progress, refuse_unless, require_torch
 from ..timeline import IdleCause, Timeline
 
-__all__ = ["register", "lesson16_story", "DUMBBELL_FORWARD"]
+__all__ = ["register", "lesson16_story", "pi0_story", "DUMBBELL_FORWARD"]
 
 #: Lesson 16's dumbbell: a 30 ms vision stage, two 10 ms middle stages, a 20 ms action head.
 DUMBBELL_FORWARD = (30.0, 10.0, 10.0, 20.0)
@@ -41,7 +42,7 @@ MORE_MICROBATCHES = (1, 4, 16, 64)
 def register(subparsers: Any) -> None:
     """Add the ``demo`` verb."""
     parser = subparsers.add_parser("demo", help="lesson 16's story on a built-in VLA-shaped pipeline")
-    parser.add_argument("--story", choices=("lesson16", "seed002", "seed003", "dual-rate"), default="lesson16",
+    parser.add_argument("--story", choices=("lesson16", "seed002", "seed003", "dual-rate", "pi0"), default="lesson16",
                         help="which story to tell (default lesson16)")
     parser.add_argument("-m", "--microbatches", type=int, default=None,
                         help="microbatches per step (default 8; not with seed002, which uses the seed's 4)")
@@ -80,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
         console.print(run_demo(num_stages=4, num_microbatches=micro, chart_width=width),
                       markup=False, highlight=False, soft_wrap=True)
         return 0
+    if args.story == "pi0":
+        refuse_unless(args.microbatches is None, "-m/--microbatches", "to --story pi0 (the planner chooses m)")
+        pi0_story(console, width=width)
+        return 0
     stages = len(DUMBBELL_FORWARD)
     largest = MORE_MICROBATCHES[-1] * micro
     check_schedule_size("1f1b", num_stages=stages, num_microbatches=largest, backward="full", simulated=True,
@@ -93,6 +98,49 @@ def run(args: argparse.Namespace) -> int:
 def _story_microbatches(num_microbatches: int) -> int:
     """Microbatches the lesson 16 story simulates in all (its parts' steps), the progress bar's total."""
     return num_microbatches * (1 + 2 + sum(MORE_MICROBATCHES) + 2)
+
+
+def pi0_story(console: Console, *, width: int = 100, gpus: int = 8, global_batch: int = 256, pp: int = 4) -> None:
+    """Plan π0 on ``gpus`` H100s with ``pp`` pipeline stages: the ranked table, the Gantt, the Megatron-LM flags."""
+    from .. import presets
+    from ..export import export_notes, first_exportable, megatron_args
+    from ..planner import Cluster, Workload, search
+    from ..viz import plan_table, text_gantt
+
+    cluster = Cluster.of("h100-80g", gpus)
+    spec = presets.get("pi0")
+    workload = Workload.from_spec(spec, cluster.device)
+    console.rule(f"[bold]Planning π0 on {gpus} × H100 80GB, global batch {global_batch}, {pp} pipeline stages")
+    console.print(
+        f"π0 (openpi): a SigLIP vision tower, Gemma 2B and an action expert that runs in lockstep with every "
+        f"Gemma layer — {spec.num_parameters() / 1e9:.2f}B parameters, {workload.num_layers} pipeline layers "
+        "(a Gemma layer and its action-expert layer are one). Times come from FLOPs at 40% of the H100's "
+        "989 TFLOP/s; links: NVLink in the node."
+    )
+    result = search(workload, cluster, global_batch, pp=pp, top=5)
+    console.print(plan_table(result, title="ranked plans (step time is one optimizer step)"))
+    best, base = result.best, result.baseline
+    assert base is not None and best.step_time is not None and base.step_time is not None
+    console.print(
+        f"Megatron-LM's default for the same GPUs and batch splits the {workload.num_layers} layers evenly "
+        f"({list(base.layers_per_stage)}): the cheap vision layers fill the first stages and the Gemma layers "
+        f"pile up on the last, so its step takes {base.step_time:.0f} ms. The best plan puts "
+        f"{list(best.layers_per_stage)} layers on its stages and runs {best.schedule_label}: {best.step_time:.0f} ms, "
+        f"{result.ratio(best):.2f}× faster; the search's lower bound is {result.lower_bound:.0f} ms."
+    )
+    if best.timeline is not None:
+        console.print("\n[bold]The best plan's step[/bold] (one pipeline; ms)")
+        console.print(text_gantt(best.timeline, width=width), markup=False, highlight=False)
+    index, flags = first_exportable(result.plans, "megatron")
+    console.print(f"\n[bold]Megatron-LM flags[/bold] for plan {index + 1}:")
+    console.print(flags, markup=False, highlight=False)
+    for note in export_notes(result.plans[index], "megatron"):
+        console.print(f"note: {note}")
+    console.print("default Megatron-LM run: " + " ".join(megatron_args(base)), markup=False, highlight=False)
+    console.print(
+        f"\nThe full search (every pp) is `pipeplan plan --preset pi0 --gpus {gpus} --gpu h100-80g "
+        f"--global-batch {global_batch}`; add --export torchtitan|deepspeed|torch for the other engines."
+    )
 
 
 def _idle_table(title: str, timelines: dict[str, Timeline]) -> Table:

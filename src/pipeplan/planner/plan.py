@@ -192,6 +192,13 @@ class Plan:
         return tuple(s for s, r in enumerate(self.placement) if r == rank)
 
     @property
+    def schedule_label(self) -> str:
+        """``"interleaved v=3"``, ``"zb-v"``, ``"1f1b"`` ..."""
+        if self.schedule == "interleaved":
+            return f"interleaved v={self.virtual_stages}"
+        return self.schedule
+
+    @property
     def one_stage_per_rank(self) -> bool:
         """Stage ``s`` on rank ``s`` (no chunks)."""
         return self.placement == tuple(range(self.num_stages))

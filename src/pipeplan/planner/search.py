@@ -52,7 +52,8 @@ from .plan import RECOMPUTE_MODES, Plan, RankMemory, Recompute
 from .space import Config, SearchSpace
 from .workload import Workload
 
-__all__ = ["search", "SearchResult", "SearchStats", "Rejection", "step_time_lower_bound", "evaluate_layout"]
+__all__ = ["search", "SearchResult", "SearchStats", "Rejection", "step_time_lower_bound", "evaluate_layout",
+           "fill_bound", "space_lower_bound"]
 
 Progress = Callable[[int, int], None]
 _TIE = 1e-12
@@ -66,11 +67,13 @@ class Rejection:
         config: what was tried.
         reason: one line naming the rank (or stage) and the bytes over capacity.
         needed_bytes: the smallest per-GPU memory this configuration needs, when known.
+        at_least_bytes: a lower bound on it (weights and optimizer state alone).
     """
 
     config: Config
     reason: str
     needed_bytes: float | None = None
+    at_least_bytes: float | None = None
 
 
 @dataclass
@@ -232,6 +235,7 @@ class _Evaluator:
         self._plans: dict[tuple[Any, ...], Plan | Rejection] = {}
         self._inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._free: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self.bounds: dict[tuple[Any, ...], float] = {}
 
     # ------------------------------------------------------------ pieces
     def bytes_per_param(self, dp: int) -> OptimizerBytes:
@@ -360,14 +364,27 @@ class _Evaluator:
         if key in self._layouts:
             self.stats.cache_hits += 1
             return self._layouts[key]
-        free = self._unconstrained(config, "none", counts, placement)
         result: _Layout | Rejection | None
+        static = self._static_bound(config)
+        if self.capacity is not None and static > self.capacity * (1 + 1e-9):
+            result = Rejection(config, f"weights and optimizer state alone need at least {_gb(static)} on the "
+                                       f"fullest rank (pp={config.pp})", at_least_bytes=static)
+            self._layouts[key] = result
+            return result
+        free = self._unconstrained(config, "none", counts, placement)
         if free is not None:
             result = free if config.recompute == "none" else None
         else:
             result = self._partition(config, counts, placement)
         self._layouts[key] = result
         return result
+
+    def _static_bound(self, config: Config) -> float:
+        """Bytes some rank must hold whatever the partition: ``max(static ÷ pp, largest layer)``."""
+        profile = self.workload.profile(config.micro_batch_size)
+        static = self.layer_static_bytes(config.micro_batch_size, config.dp)
+        total = float(static.sum()) + profile.first_extra_bytes + profile.last_extra_bytes
+        return max(total / config.pp, float(static.max()))
 
     def _unconstrained(
         self, config: Config, mode: Recompute, counts: tuple[int, ...], placement: tuple[int, ...]
@@ -753,18 +770,55 @@ def search(
                         space_lower_bound(evaluator, configs))
 
 
+def fill_bound(total: float, num_microbatches: int, num_ranks: int, ratio: float) -> float:
+    """Least makespan of ``m`` microbatches over ``P`` ranks in pipeline order, whatever the partition.
+
+    Rank ``r`` cannot start before the first microbatch has run ``ratio`` of the
+    work of the ranks before it (``A_r``, the forward share; with a full backward
+    the gradient's way back adds the rest, so ``ratio = 1``), and then has
+    ``m · t_r`` of work: makespan ≥ ``max_r (ratio · A_r + m · t_r)`` with
+    ``Σ t_r = T``. Over every split of ``T`` (real-valued, so over every
+    partition too) the least maximum equalises the terms, ``t_r ∝ q^r`` with
+    ``q = 1 − ratio / m``:
+
+    ``L = ratio · T / (1 − q^P)``  (→ ``m·T/P + (P − 1)·ratio·T/(2P)`` for large ``m``).
+    """
+    if num_ranks == 1 or ratio <= 0:
+        return num_microbatches * total / num_ranks
+    q = 1.0 - ratio / num_microbatches
+    return ratio * total / (1.0 - q**num_ranks) if q > 0 else total * ratio
+
+
 def _config_bound(evaluator: _Evaluator, config: Config) -> float:
-    """``m · max(T / pp, heaviest layer)`` plus the smallest gradient all-reduce: no partition needed."""
+    """A step-time bound that needs no partition (cached per configuration shape).
+
+    ``max(m · heaviest layer, m · T / pp)`` plus the smallest gradient all-reduce;
+    with one stage per rank the work share ``m · T / pp`` becomes
+    :func:`fill_bound` (the first microbatch must reach each rank).
+    """
+    key = (config.pp, config.dp, config.micro_batch_size, config.num_microbatches, config.schedule,
+           config.virtual_stages)
+    cached = evaluator.bounds.get(key)
+    if cached is not None:
+        return cached
     profile = evaluator.workload.profile(config.micro_batch_size)
     total = profile.total
     work = float(total.sum()) + profile.first_extra + profile.last_extra
-    per_rank = max(work / config.pp, float(total.max()))
-    bound = config.num_microbatches * per_rank
+    micro = config.num_microbatches
+    shared = micro * work / config.pp
+    if config.virtual_stages == 1 and config.pp > 1:
+        split = config.schedule not in ("1f1b", "gpipe")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            forward_share = np.where(total > 0, np.asarray(profile.forward) / total, 1.0)
+        ratio = float(forward_share.min()) if split else 1.0
+        shared = fill_bound(work, micro, config.pp, ratio)
+    bound = max(shared, micro * float(total.max()))
     if config.dp > 1:
         per = evaluator.bytes_per_param(config.dp)
         grads = float(np.sum(profile.trainable_params)) * per.gradients / config.pp
         link = evaluator.cluster.data_parallel_link(config.pp, config.dp)
         bound += allreduce_ms(link, grads, config.dp) * 1e-3 / evaluator.workload.time_unit
+    evaluator.bounds[key] = bound
     return bound
 
 
@@ -795,6 +849,14 @@ def _no_plan_fits(rejected: Sequence[Rejection], capacity: float, stats: SearchS
         )
     known = [r for r in rejected if r.needed_bytes is not None]
     if not known:
+        bounds = [r for r in rejected if r.at_least_bytes is not None]
+        if bounds:
+            closest = min(bounds, key=lambda r: r.at_least_bytes or math.inf)
+            return InfeasiblePlanError(
+                f"no plan fits {_gb(capacity)} per GPU: weights and optimizer state alone need at least "
+                f"{_gb(closest.at_least_bytes or 0)} per GPU even at pp={closest.config.pp} (use more GPUs, "
+                "--optimizer distributed, or freeze modules)"
+            )
         return InfeasiblePlanError(f"no plan fits: {rejected[0].reason}")
     closest = min(known, key=lambda r: r.needed_bytes or math.inf)
     c = closest.config

@@ -36,8 +36,7 @@ def _layers_label(plan: Any) -> str:
 
 def plan_row(label: str, plan: Any, ratio: float | None) -> list[str]:
     """One table row for ``plan`` (see :data:`PLAN_COLUMNS`)."""
-    schedule = plan.schedule if plan.virtual_stages == 1 or plan.schedule == "zb-v" else (
-        f"{plan.schedule} v={plan.virtual_stages}")
+    schedule = plan.schedule_label
     worst = plan.worst_rank
     memory = "—"
     if worst is not None:

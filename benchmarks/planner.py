@@ -1,0 +1,116 @@
+"""The planner's numbers: search time, distance to the lower bound, speed-up over Megatron-LM's default.
+
+    python benchmarks/planner.py            # print the tables
+    python benchmarks/planner.py --write    # also record them in docs/planner.md
+
+What it runs (the default search of ``pipeplan plan``: every pp dividing the GPU
+count, every micro-batch size, every schedule with interleaved v ≤ 4, recompute
+where memory needs it, 16-byte Adam, eager messages, H100 80GB with NVLink in a
+node and InfiniBand NDR between nodes, global batch 256):
+
+* **speed**: ``pi0`` on 8 GPUs and ``driving-6cam`` on 32. CPU seconds of the
+  search (``time.process_time``, the least of ``--repeats`` runs; the machine is
+  shared, so CPU time is the number to compare with the 10 s target) and wall seconds;
+* **quality**: every preset on 8 GPUs (``driving-6cam`` on 32): the best plan's
+  step time ÷ the search's lower bound (total work ÷ GPUs, see docs/planner.md);
+* **baseline**: the best plan vs the Megatron-LM default it reports (even split,
+  1F1B, same pp, dp, micro-batch size and m, no recompute), for ``pi0`` at pp = 4
+  and for ``driving-6cam``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _markers import replace_between  # noqa: E402
+
+from pipeplan import presets  # noqa: E402
+from pipeplan.planner import Cluster, Workload, search  # noqa: E402
+
+GPU = "h100-80g"
+BATCH = 256
+GPUS = {"driving-6cam": 32}  # every other preset: 8
+
+
+def run(preset: str, gpus: int, *, pp: int | None = None) -> tuple[object, float, float]:
+    """One default search: ``(result, cpu seconds, wall seconds)``."""
+    cluster = Cluster.of(GPU, gpus)
+    workload = Workload.from_spec(presets.get(preset), cluster.device)
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = search(workload, cluster, BATCH, pp=pp)
+    return result, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def describe(plan) -> str:  # type: ignore[no-untyped-def]
+    schedule = plan.schedule_label
+    modes = sorted(set(plan.recompute))
+    return (f"pp={plan.pp}×dp={plan.dp}, {schedule}, b={plan.micro_batch_size}, m={plan.num_microbatches}, "
+            f"recompute {'/'.join(modes)}")
+
+
+def speed_table(repeats: int) -> str:
+    rows = ["| model | GPUs | CPU s (min of runs) | wall s | candidates | partitions | simulated | pruned | best |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for preset, gpus in (("pi0", 8), ("driving-6cam", 32)):
+        runs = [run(preset, gpus) for _ in range(repeats)]
+        result, cpu, wall = min(runs, key=lambda r: r[1])
+        stats = result.stats  # type: ignore[attr-defined]
+        rows.append(f"| {preset} | {gpus} | {cpu:.2f} | {wall:.2f} | {stats.candidates} | {stats.partitions} | "
+                    f"{stats.simulated} | {stats.pruned} | {describe(result.best)} |")  # type: ignore[attr-defined]
+    return "\n".join(rows)
+
+
+def quality_table() -> str:
+    rows = ["| model | GPUs | best step ms | lower bound ms | best ÷ bound | Megatron default ms | × default | best plan |",
+            "|---|---|---|---|---|---|---|---|"]
+    for preset in presets.names():
+        gpus = GPUS.get(preset, 8)
+        result, _, _ = run(preset, gpus)
+        best, base = result.best, result.baseline  # type: ignore[attr-defined]
+        ratio = result.ratio(best)  # type: ignore[attr-defined]
+        fits = "" if base.fits else " (over memory)"
+        rows.append(f"| {preset} | {gpus} | {best.step_time:.1f} | {result.lower_bound:.1f} | "  # type: ignore[attr-defined]
+                    f"{best.step_time / result.lower_bound:.3f} | {base.step_time:.1f}{fits} | {ratio:.2f}× | "  # type: ignore[attr-defined]
+                    f"{describe(best)} |")
+    return "\n".join(rows)
+
+
+def baseline_table() -> str:
+    rows = ["| model | GPUs | pp | best step ms | best plan | Megatron default ms | default plan | × default |",
+            "|---|---|---|---|---|---|---|---|"]
+    for preset, gpus, pp in (("pi0", 8, 4), ("driving-6cam", 32, None), ("driving-6cam", 32, 4)):
+        result, _, _ = run(preset, gpus, pp=pp)
+        best, base = result.best, result.baseline  # type: ignore[attr-defined]
+        fits = "" if base.fits else ", over memory"
+        rows.append(f"| {preset} | {gpus} | {pp or 'searched'} | {best.step_time:.1f} | {describe(best)}, layers "
+                    f"{list(best.layers_per_stage)} | {base.step_time:.1f} | layers {list(base.layers_per_stage)}{fits} | "
+                    f"{result.ratio(best):.2f}× |")  # type: ignore[attr-defined]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="record the tables in docs/planner.md")
+    parser.add_argument("--repeats", type=int, default=2, help="speed runs per model (the least CPU time counts)")
+    args = parser.parse_args()
+    machine = (f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores "
+               f"({platform.machine()}), shared with other jobs while measured")
+    speed = speed_table(args.repeats)
+    quality = quality_table()
+    baseline = baseline_table()
+    print(f"# {machine}\n\n## speed\n{speed}\n\n## quality\n{quality}\n\n## against Megatron-LM's default\n{baseline}")
+    if args.write:
+        docs = Path(__file__).resolve().parent.parent / "docs" / "planner.md"
+        replace_between(docs, "planner-speed", f"Measured on {machine}.\n\n{speed}")
+        replace_between(docs, "planner-quality", quality)
+        replace_between(docs, "planner-baseline", baseline)
+
+
+if __name__ == "__main__":
+    main()
