@@ -374,6 +374,12 @@ class _Evaluator:
         free = self._unconstrained(config, "none", counts, placement)
         if free is not None:
             result = free if config.recompute == "none" else None
+        elif config.recompute != "full" and "full" in self.workload.recompute_modes and isinstance(
+            lightest := self.partitioned(replace(config, recompute="full")), Rejection
+        ):
+            # full recompute holds the fewest bytes on every stage of every partition:
+            # where it does not fit, nothing lighter in time does
+            result = replace(lightest, config=config)
         else:
             result = self._partition(config, counts, placement)
         self._layouts[key] = result
@@ -386,17 +392,33 @@ class _Evaluator:
         total = float(static.sum()) + profile.first_extra_bytes + profile.last_extra_bytes
         return max(total / config.pp, float(static.max()))
 
+    def free_sizes(self, micro: int, mode: Recompute, num_stages: int) -> tuple[int, ...]:
+        """The exact min-max partition ignoring memory (cached: schedules with the same stage count share it)."""
+        key = (micro, mode, num_stages)
+        sizes = self._free.get(key)
+        if sizes is None:
+            self.stats.partitions += 1
+            sizes = partition_layers(self.workload.profile(micro, mode), num_stages).layers_per_stage
+            self._free[key] = sizes
+        return sizes
+
+    def bottleneck_bound(self, config: Config) -> float:
+        """``m ·`` the least possible slowest stage (no memory, no recompute) plus the all-reduce.
+
+        Any partition of ``config``, with any recompute, has a stage at least that
+        slow, and a rank holds at least that stage.
+        """
+        sizes = self.free_sizes(config.micro_batch_size, "none", config.num_stages)
+        costs = self.workload.profile(config.micro_batch_size).stage_costs(sizes)
+        slowest = max(f + b for f, b in zip(costs.forward, costs.backward))
+        static = self.static_memory(config, sizes, self.inflight(config)[1])
+        return config.num_microbatches * slowest + self.dp_comm(config, static)
+
     def _unconstrained(
         self, config: Config, mode: Recompute, counts: tuple[int, ...], placement: tuple[int, ...]
     ) -> _Layout | None:
         """The min-max partition ignoring memory, when it fits anyway (then it is the constrained optimum too)."""
-        key = (config.micro_batch_size, mode, config.num_stages)
-        sizes = self._free.get(key)
-        if sizes is None:
-            self.stats.partitions += 1
-            sizes = partition_layers(self.workload.profile(config.micro_batch_size, mode),
-                                     config.num_stages).layers_per_stage
-            self._free[key] = sizes
+        sizes = self.free_sizes(config.micro_batch_size, mode, config.num_stages)
         layout = self.layout(config, sizes, placement, (mode,) * config.num_stages)
         return layout if self._over_capacity(layout) is None else None
 
@@ -722,6 +744,9 @@ def search(
                 evaluator.stats.pruned += len(group) - position
                 done += len(group) - position - 1
                 break
+            if not exhaustive and evaluator.bottleneck_bound(config) >= limit:
+                evaluator.stats.pruned += 1
+                continue
             layout = evaluator.partitioned(config)
             if layout is None:  # recompute where memory does not need it
                 continue
