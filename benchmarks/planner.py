@@ -38,12 +38,12 @@ BATCH = 256
 GPUS = {"driving-6cam": 32}  # every other preset: 8
 
 
-def run(preset: str, gpus: int, *, pp: int | None = None) -> tuple[object, float, float]:
+def run(preset: str, gpus: int, *, pp: int | None = None, batch: int = BATCH) -> tuple[object, float, float]:
     """One default search: ``(result, cpu seconds, wall seconds)``."""
     cluster = Cluster.of(GPU, gpus)
     workload = Workload.from_spec(presets.get(preset), cluster.device)
     cpu, wall = time.process_time(), time.perf_counter()
-    result = search(workload, cluster, BATCH, pp=pp)
+    result = search(workload, cluster, batch, pp=pp)
     return result, time.process_time() - cpu, time.perf_counter() - wall
 
 
@@ -67,18 +67,32 @@ def speed_table(repeats: int) -> str:
 
 
 def quality_table() -> str:
-    rows = ["| model | GPUs | best step ms | lower bound ms | best ÷ bound | Megatron default ms | × default | best plan |",
-            "|---|---|---|---|---|---|---|---|"]
-    for preset in presets.names():
-        gpus = GPUS.get(preset, 8)
-        result, _, _ = run(preset, gpus)
+    rows = ["| model | GPUs | batch | best step ms | of which all-reduce | lower bound ms | best ÷ bound | "
+            "Megatron default ms | × default | best plan |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    cases = [(preset, GPUS.get(preset, 8), BATCH) for preset in presets.names()]
+    cases.append(("driving-6cam", 32, 1024))  # the same model with 4× the microbatches per pipeline
+    for preset, gpus, batch in cases:
+        result, _, _ = run(preset, gpus, batch=batch)
         best, base = result.best, result.baseline  # type: ignore[attr-defined]
         ratio = result.ratio(best)  # type: ignore[attr-defined]
         fits = "" if base.fits else " (over memory)"
-        rows.append(f"| {preset} | {gpus} | {best.step_time:.1f} | {result.lower_bound:.1f} | "  # type: ignore[attr-defined]
-                    f"{best.step_time / result.lower_bound:.3f} | {base.step_time:.1f}{fits} | {ratio:.2f}× | "  # type: ignore[attr-defined]
-                    f"{describe(best)} |")
+        bound = result.lower_bound  # type: ignore[attr-defined]
+        rows.append(f"| {preset} | {gpus} | {batch} | {best.step_time:.1f} | {best.dp_comm_time:.1f} | {bound:.1f} | "
+                    f"{best.step_time / bound:.3f} | {base.step_time:.1f}{fits} | {ratio:.2f}× | {describe(best)} |")
     return "\n".join(rows)
+
+
+def walkthrough() -> str:
+    """The ranked table of ``pipeplan plan --preset pi0 --gpus 8 --gpu h100-80g --global-batch 256 --pp 4``."""
+    from rich.console import Console
+
+    from pipeplan.viz import plan_table
+
+    result, _, _ = run("pi0", 8, pp=4)
+    console = Console(record=True, width=220, file=open(os.devnull, "w"))
+    console.print(plan_table(result))  # type: ignore[arg-type]
+    return "```text\n" + console.export_text().rstrip() + "\n```"
 
 
 def baseline_table() -> str:
@@ -104,12 +118,15 @@ def main() -> None:
     speed = speed_table(args.repeats)
     quality = quality_table()
     baseline = baseline_table()
-    print(f"# {machine}\n\n## speed\n{speed}\n\n## quality\n{quality}\n\n## against Megatron-LM's default\n{baseline}")
+    table = walkthrough()
+    print(f"# {machine}\n\n## speed\n{speed}\n\n## quality\n{quality}\n\n## against Megatron-LM's default\n{baseline}"
+          f"\n\n## pi0 at pp = 4\n{table}")
     if args.write:
         docs = Path(__file__).resolve().parent.parent / "docs" / "planner.md"
         replace_between(docs, "planner-speed", f"Measured on {machine}.\n\n{speed}")
         replace_between(docs, "planner-quality", quality)
         replace_between(docs, "planner-baseline", baseline)
+        replace_between(docs, "planner-walkthrough", table)
 
 
 if __name__ == "__main__":
