@@ -409,10 +409,19 @@ class _Evaluator:
         slow, and a rank holds at least that stage.
         """
         sizes = self.free_sizes(config.micro_batch_size, "none", config.num_stages)
-        costs = self.workload.profile(config.micro_batch_size).stage_costs(sizes)
+        profile = self.workload.profile(config.micro_batch_size)
+        costs = profile.stage_costs(sizes)
         slowest = max(f + b for f, b in zip(costs.forward, costs.backward))
-        static = self.static_memory(config, sizes, self.inflight(config)[1])
-        return config.num_microbatches * slowest + self.dp_comm(config, static)
+        return config.num_microbatches * slowest + self.least_dp_comm(config)
+
+    def least_dp_comm(self, config: Config) -> float:
+        """The all-reduce of an even share of the gradients (some rank holds at least that many)."""
+        if config.dp == 1:
+            return 0.0
+        profile = self.workload.profile(config.micro_batch_size)
+        grads = float(np.sum(profile.trainable_params)) * self.bytes_per_param(config.dp).gradients / config.pp
+        link = self.cluster.data_parallel_link(config.pp, config.dp)
+        return allreduce_ms(link, grads, config.dp) * 1e-3 / self.workload.time_unit
 
     def _unconstrained(
         self, config: Config, mode: Recompute, counts: tuple[int, ...], placement: tuple[int, ...]
@@ -837,12 +846,7 @@ def _config_bound(evaluator: _Evaluator, config: Config) -> float:
             forward_share = np.where(total > 0, np.asarray(profile.forward) / total, 1.0)
         ratio = float(forward_share.min()) if split else 1.0
         shared = fill_bound(work, micro, config.pp, ratio)
-    bound = max(shared, micro * float(total.max()))
-    if config.dp > 1:
-        per = evaluator.bytes_per_param(config.dp)
-        grads = float(np.sum(profile.trainable_params)) * per.gradients / config.pp
-        link = evaluator.cluster.data_parallel_link(config.pp, config.dp)
-        bound += allreduce_ms(link, grads, config.dp) * 1e-3 / evaluator.workload.time_unit
+    bound = max(shared, micro * float(total.max())) + evaluator.least_dp_comm(config)
     evaluator.bounds[key] = bound
     return bound
 
