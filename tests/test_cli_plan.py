@@ -84,7 +84,8 @@ def test_budget_says_it_stopped(capsys, vla_profile):
 
 
 @pytest.mark.parametrize("extra,message", [
-    (["--memory", "1GB"], "no plan fits 1 GB per GPU; the smallest memory that fits is"),
+    (["--memory", "15GB"], "no plan fits 15 GB per GPU; the smallest memory that fits is 23.1 GB (pp=4"),
+    (["--memory", "1GB"], "no plan fits 1 GB per GPU: weights and optimizer state alone need at least"),
     (["--global-batch", "6", "--pp", "1"], "global_batch=6 is not divisible by dp"),
     (["--micro-batch-size", "4"], "micro_batch_size must be one of [1] for this model, got 4"),
     (["--pp", "4", "--gpus", "16"], None),
