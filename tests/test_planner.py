@@ -189,6 +189,10 @@ def test_plans_are_ranked_and_fit():
     assert all(p.fits and max(p.peak_memory) <= 1.5e9 for p in result.plans)
     assert all(p.global_batch == 16 and p.pp * p.dp == 4 for p in result.plans)
     assert result.lower_bound <= result.best.step_time
+    everything = search(workload, small_cluster(4, 1.5e9), 16, top=1000, exhaustive=True)
+    single = [p.step_time for p in everything.plans if p.virtual_stages == 1]
+    assert everything.lower_bound <= min(p.step_time for p in everything.plans)
+    assert result.lower_bound <= result.single_stage_bound <= min(single)
 
 
 # ------------------------------------------------------------- bad input

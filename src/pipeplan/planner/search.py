@@ -120,6 +120,8 @@ class SearchResult:
         rejected: configurations that do not fit, with the reason.
         stats: counts and time.
         lower_bound: a bound no plan of the space beats (see :func:`space_lower_bound`).
+        single_stage_bound: the same over the one-stage-per-rank configurations
+            only (it includes their pipeline fill).
     """
 
     plans: tuple[Plan, ...]
@@ -128,6 +130,7 @@ class SearchResult:
     rejected: tuple[Rejection, ...]
     stats: SearchStats
     lower_bound: float
+    single_stage_bound: float = math.inf
 
     @property
     def best(self) -> Plan:
@@ -147,6 +150,7 @@ class SearchResult:
             "baseline": None if self.baseline is None else self.baseline.to_dict(),
             "one_knob": {k: dict(p.to_dict(), ratio_to_baseline=self.ratio(p)) for k, p in self.one_knob.items()},
             "lower_bound": self.lower_bound,
+            "single_stage_bound": self.single_stage_bound,
             "rejected": [
                 {"config": _config_dict(r.config), "reason": r.reason, "needed_bytes": r.needed_bytes}
                 for r in self.rejected[:50]
@@ -799,9 +803,9 @@ def search(
         raise _no_plan_fits(rejected, capacity, evaluator.stats, workload)
     baseline = _megatron_default(evaluator, plans[0])
     knobs = _one_knob(evaluator, space, plans[0], baseline)
+    bounds = space_lower_bound(evaluator, configs), space_lower_bound(evaluator, configs, chunked=False)
     evaluator.stats.seconds = time.perf_counter() - started
-    return SearchResult(plans, baseline, knobs, tuple(rejected), evaluator.stats,
-                        space_lower_bound(evaluator, configs))
+    return SearchResult(plans, baseline, knobs, tuple(rejected), evaluator.stats, *bounds)
 
 
 def fill_bound(total: float, num_microbatches: int, num_ranks: int, ratio: float) -> float:
@@ -851,22 +855,23 @@ def _config_bound(evaluator: _Evaluator, config: Config) -> float:
     return bound
 
 
-def space_lower_bound(evaluator: _Evaluator, configs: Sequence[Config]) -> float:
-    """The smallest no-partition bound over the configurations that can fit memory.
+def space_lower_bound(evaluator: _Evaluator, configs: Sequence[Config], *, chunked: bool = True) -> float:
+    """A step time no plan of these configurations beats.
 
-    ``min over configs of m · max(T / pp, heaviest layer) + all-reduce``, where a
-    configuration counts only if its rank with the most weights fits (static
-    bytes ÷ pp ≤ capacity). ``T`` is one microbatch's work without recompute:
-    total work ÷ ranks, and no partition or schedule can do better.
+    ``min over configs of max(partition-free bound, m · least slowest stage + all-reduce)``
+    (see the module doc and docs/planner.md), over the configurations whose
+    weights and optimizer state can fit (``max(static ÷ pp, largest layer) ≤ capacity``).
+    With ``chunked=False`` only the one-stage-per-rank configurations count (the
+    fill bound applies to them). Evaluated lazily in order of the cheap bound.
     """
+    candidates = [c for c in configs if chunked or c.virtual_stages == 1]
+    candidates = [c for c in candidates
+                  if evaluator.capacity is None or evaluator._static_bound(c) <= evaluator.capacity * (1 + 1e-9)]
     best = math.inf
-    for config in configs:
-        profile = evaluator.workload.profile(config.micro_batch_size)
-        static = float(evaluator.layer_static_bytes(config.micro_batch_size, config.dp).sum())
-        static += profile.first_extra_bytes + profile.last_extra_bytes
-        if evaluator.capacity is not None and static / config.pp > evaluator.capacity:
-            continue
-        best = min(best, _config_bound(evaluator, config))
+    for bound, config in sorted(((_config_bound(evaluator, c), c) for c in candidates), key=lambda e: e[0]):
+        if bound >= best:
+            break
+        best = min(best, max(bound, evaluator.bottleneck_bound(config)))
     return best
 
 
