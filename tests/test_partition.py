@@ -487,3 +487,23 @@ def test_ten_thousand_layers_into_128_stages_is_fast():
     problem = partition_module._Problem([np.concatenate([[0.0], np.cumsum(costs)])] * 128, np.zeros(128))
     assert problem.check(result.bottleneck)[0]
     assert not problem.check(np.nextafter(result.bottleneck, 0))[0]
+
+
+def test_even_rank_capacity_fits_every_rank_in_one_solve():
+    # four chunks on two ranks (interleaved v=2); memory binds so the per-stage relaxation
+    # does not fit per rank: "even" splits each rank's capacity over its stages
+    profile = LayerProfile([1.0] * 12, params=[3e6] + [1e6] * 11, activation_bytes=[4e5] + [1e5] * 11)
+    options = {"virtual_stages": 2}
+    loose = partition_layers(profile, 4, schedule="interleaved", schedule_options=options, num_microbatches=4)
+    capacity = 0.99 * max(loose.rank_memory)
+    exact = partition_layers(profile, 4, schedule="interleaved", schedule_options=options, num_microbatches=4,
+                             memory_capacity=capacity)
+    even = partition_layers(profile, 4, schedule="interleaved", schedule_options=options, num_microbatches=4,
+                            memory_capacity=capacity, rank_capacity="even")
+    assert max(even.rank_memory) <= capacity and max(exact.rank_memory) <= capacity
+    assert even.bottleneck >= exact.bottleneck and not even.proven_optimal
+    with pytest.raises(InfeasiblePlanError, match="split evenly over its stages"):
+        partition_layers(profile, 4, schedule="interleaved", schedule_options=options, num_microbatches=4,
+                         memory_capacity=0.5 * capacity, rank_capacity="even")
+    with pytest.raises(InvalidInputError, match="rank_capacity must be"):
+        partition_layers(profile, 4, rank_capacity="odd")

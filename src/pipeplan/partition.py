@@ -549,6 +549,7 @@ def partition_layers(
     schedule_options: dict[str, Any] | None = None,
     objective: Objective = "bottleneck",
     tie_break: TieBreak = "lexicographic",
+    rank_capacity: Literal["exact", "even"] = "exact",
 ) -> PartitionResult:
     """Split layers into ``num_stages`` non-empty contiguous stages, slowest stage first.
 
@@ -572,6 +573,11 @@ def partition_layers(
         objective: ``"bottleneck"`` (exact, the default) or ``"step_time"`` (local
             search on the simulated makespan, seeded by the bottleneck optimum).
         tie_break: ``"lexicographic"``, ``"variance"`` or ``"none"`` (module doc).
+        rank_capacity: where a rank holds several stages, ``"exact"`` finds the
+            fastest partition whose ranks fit (a search over capacity splits);
+            ``"even"`` gives each stage an equal share of its rank's capacity and
+            solves once (always fits per rank, not proven fastest; the planner's
+            quick path).
 
     Returns:
         A :class:`PartitionResult`.
@@ -585,6 +591,8 @@ def partition_layers(
     _check_stage_count(layer_costs, stages)
     if objective not in ("bottleneck", "step_time"):
         raise InvalidInputError(f"objective must be 'bottleneck' or 'step_time', got {objective!r}")
+    if rank_capacity not in ("exact", "even"):
+        raise InvalidInputError(f"rank_capacity must be 'exact' or 'even', got {rank_capacity!r}")
     if tie_break not in ("lexicographic", "variance", "none"):
         raise InvalidInputError(f"tie_break must be 'lexicographic', 'variance' or 'none', got {tie_break!r}")
     per_param = non_negative_float("bytes_per_param", bytes_per_param)
@@ -646,10 +654,19 @@ def partition_layers(
 
     outcome = solve(None if capacity is None else [capacity] * stages)
     proven = True
-    if outcome is None:
+    if capacity is not None and context.shared and rank_capacity == "even":
+        if outcome is None or max(context.rank_memory(outcome[1])) > capacity:
+            outcome = solve([capacity / placement.count(rank) for rank in placement])
+            proven = False
+        if outcome is None:
+            raise InfeasiblePlanError(
+                f"memory_capacity={capacity:.6g} bytes per rank fits no partition of {num_layers} layers into "
+                f"{stages} stages under {schedule!r} with each rank's capacity split evenly over its stages"
+            )
+    elif outcome is None:
         assert capacity is not None
         raise context.infeasible(capacity)
-    if capacity is not None and context.shared and max(context.rank_memory(outcome[1])) > capacity:
+    elif capacity is not None and context.shared and max(context.rank_memory(outcome[1])) > capacity:
         # The per-stage solve is a relaxation (its bottleneck is a lower bound); keep
         # the best split of each rank's capacity over its stages that fits per rank.
         relaxed = max(outcome[0].values(outcome[1]))

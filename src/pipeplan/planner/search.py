@@ -8,9 +8,8 @@ For each :class:`~pipeplan.planner.space.Config` (pp × dp, micro-batch size,
 schedule, v, recompute mode) the search:
 
 1. solves the **exact** min-max partition of the layers into ``pp · v`` stages
-   (:func:`pipeplan.partition_layers`) under the per-stage memory the schedule's
-   in-flight counts imply, then checks the per-rank sum where a rank holds
-   several stages (retrying with the capacity split over its ``v`` stages);
+   (:func:`pipeplan.partition_layers`) under the memory the schedule's in-flight
+   counts imply, per rank where a rank holds several stages;
 2. **relaxes recompute** stage by stage: a stage solved under ``"full"`` or
    ``"selective"`` goes back to the cheapest mode whose rank still fits;
 3. computes a **lower bound** on the step time (:func:`step_time_lower_bound`)
@@ -20,8 +19,10 @@ schedule, v, recompute mode) the search:
    timeline, and keeps the plan or the reason it does not fit.
 
 Configurations are visited in order of a bound that needs no partition
-(``m · max(T / pp, heaviest layer)``); once that bound reaches the ``top``-th
-best step time every later configuration is skipped at once. Pruning only drops
+(``m · max(T / pp, heaviest layer)``, with the pipeline fill for one stage per
+rank: :func:`fill_bound`); once that bound reaches the ``top``-th best step time
+every later configuration is skipped at once, and ``m ·`` the least slowest
+stage rules out more before any memory-constrained partition is solved. Pruning only drops
 candidates that provably cannot enter the top list, so the best plan is the best
 of the space (``exhaustive=True`` evaluates everything; a test compares them).
 """
@@ -34,7 +35,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -234,6 +235,9 @@ class _Evaluator:
         self.optimizer = optimizer
         self.send_mode = send_mode
         self.stats = SearchStats()
+        # ranks with several stages: each stage gets an even share of the capacity (one
+        # solve); "exact" searches the splits (seconds per call at 70 layers)
+        self.rank_capacity: Literal["exact", "even"] = "even"
         self._layouts: dict[tuple[Any, ...], _Layout | Rejection | None] = {}
         self._templates: dict[tuple[Any, ...], Schedule] = {}
         self._plans: dict[tuple[Any, ...], Plan | Rejection] = {}
@@ -445,22 +449,19 @@ class _Evaluator:
         # in-flight counts at m = S equal those at m for most schedules: then the
         # solver needs no microbatch count (and simulates nothing)
         same = self.inflight(config, num_microbatches=stages)[0] == counts
-        capacities = [self.capacity] if self.capacity is None or config.virtual_stages == 1 else [
-            self.capacity, self.capacity / config.virtual_stages
-        ]
         last_reason = ""
         needed: float | None = None
-        for capacity in capacities:
+        # the partitioner checks the capacity per rank where a rank holds several stages
+        for capacity in (self.capacity,):
             try:
                 self.stats.partitions += 1
                 result = partition_layers(
                     profile, stages, memory_capacity=capacity, bytes_per_param=per_param, schedule=name,
                     num_microbatches=None if same else config.num_microbatches, schedule_options=options,
+                    rank_capacity=self.rank_capacity,
                 )
             except InfeasiblePlanError as error:
-                # with one stage per rank the solver's smallest capacity is exact;
-                # with chunks it is only the bound of a single stage
-                needed = _needed_bytes(str(error)) if config.virtual_stages == 1 else None
+                needed = _needed_bytes(str(error))
                 last_reason = self._name_binding_layer(str(error), config)
                 continue
             except PipeplanError as error:
@@ -629,7 +630,7 @@ def _gb(num_bytes: float) -> str:
 
 def _needed_bytes(message: str) -> float | None:
     """The smallest capacity an InfeasiblePlanError message names, if it names one."""
-    match = re.search(r"smallest capacity that fits is ([0-9.eE+-]+) bytes", message)
+    match = re.search(r"smallest capacity (?:per rank )?that fits is ([0-9.eE+-]+) bytes", message)
     return float(match.group(1)) if match else None
 
 
