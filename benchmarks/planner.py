@@ -2,6 +2,7 @@
 
     python benchmarks/planner.py            # print the tables
     python benchmarks/planner.py --write    # also record them in docs/planner.md
+    python benchmarks/planner.py --only baseline --write
 
 What it runs (the default search of ``pipeplan plan``: every pp dividing the GPU
 count, every micro-batch size, every schedule with interleaved v ≤ 4, recompute
@@ -98,15 +99,20 @@ def walkthrough() -> str:
 
 
 def baseline_table() -> str:
-    rows = ["| model | GPUs | pp | best step ms | best plan | Megatron default ms | default plan | × default |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| model | GPUs | pp | best step ms | best plan | Megatron default ms | default plan | × default | "
+            "default made to fit (recompute) ms | × it |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for preset, gpus, pp in (("pi0", 8, 4), ("driving-6cam", 32, None), ("driving-6cam", 32, 4)):
         result, _, _ = run(preset, gpus, pp=pp)
         best, base = result.best, result.baseline  # type: ignore[attr-defined]
         fits = "" if base.fits else ", over memory"
+        fitting = base if base.fits else result.one_knob.get("recompute")  # type: ignore[attr-defined]
+        made_fit = "—" if fitting is None else (
+            f"{fitting.step_time:.1f} ({'/'.join(sorted(set(fitting.recompute)))}) | "
+            f"{fitting.step_time / best.step_time:.2f}×")
         rows.append(f"| {preset} | {gpus} | {pp or 'searched'} | {best.step_time:.1f} | {describe(best)}, layers "
                     f"{list(best.layers_per_stage)} | {base.step_time:.1f} | layers {list(base.layers_per_stage)}{fits} | "
-                    f"{result.ratio(best):.2f}× |")  # type: ignore[attr-defined]
+                    f"{result.ratio(best):.2f}× | {made_fit} |")  # type: ignore[attr-defined]
     return "\n".join(rows)
 
 
@@ -114,21 +120,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="record the tables in docs/planner.md")
     parser.add_argument("--repeats", type=int, default=2, help="speed runs per model (the least CPU time counts)")
+    parser.add_argument("--only", choices=("speed", "quality", "baseline", "walkthrough"), default=None,
+                        help="run (and with --write, record) one table only")
     args = parser.parse_args()
     machine = (f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores "
                f"({platform.machine()}), shared with other jobs while measured")
-    speed = speed_table(args.repeats)
-    quality = quality_table()
-    baseline = baseline_table()
-    table = walkthrough()
-    print(f"# {machine}\n\n## speed\n{speed}\n\n## quality\n{quality}\n\n## against Megatron-LM's default\n{baseline}"
-          f"\n\n## pi0 at pp = 4\n{table}")
-    if args.write:
-        docs = Path(__file__).resolve().parent.parent / "docs" / "planner.md"
-        replace_between(docs, "planner-speed", f"Measured on {machine}.\n\n{speed}")
-        replace_between(docs, "planner-quality", quality)
-        replace_between(docs, "planner-baseline", baseline)
-        replace_between(docs, "planner-walkthrough", table)
+    makers = {"speed": lambda: f"Measured on {machine}.\n\n{speed_table(args.repeats)}",
+              "quality": quality_table, "baseline": baseline_table, "walkthrough": walkthrough}
+    docs = Path(__file__).resolve().parent.parent / "docs" / "planner.md"
+    for name, make in makers.items():
+        if args.only not in (None, name):
+            continue
+        text = make()
+        print(f"## {name}\n{text}\n")
+        if args.write:
+            replace_between(docs, f"planner-{name}", text)
 
 
 if __name__ == "__main__":
