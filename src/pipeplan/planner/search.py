@@ -694,7 +694,9 @@ def search(
         send_mode: ``"eager"`` or ``"rendezvous"`` messages.
         top: how many plans to keep.
         budget: seconds; once a plan is found, the search stops after that many
-            and returns the best so far with ``stats.complete = False``.
+            and returns the best so far with ``stats.complete = False`` (the
+            one-knob baselines and the bound's refinement stop at it too; the
+            Megatron default is always simulated).
         progress: ``progress(done, total)`` after each configuration.
         exhaustive: simulate every candidate (no pruning), for checking.
 
@@ -803,8 +805,10 @@ def search(
     if not plans:
         raise _no_plan_fits(rejected, capacity, evaluator.stats, workload)
     baseline = _megatron_default(evaluator, plans[0])
-    knobs = _one_knob(evaluator, space, plans[0], baseline)
-    bounds = space_lower_bound(evaluator, configs), space_lower_bound(evaluator, configs, chunked=False)
+    deadline = math.inf if budget is None else started + budget
+    knobs = _one_knob(evaluator, space, plans[0], baseline, deadline)
+    bounds = (space_lower_bound(evaluator, configs, deadline=deadline),
+              space_lower_bound(evaluator, configs, chunked=False, deadline=deadline))
     evaluator.stats.seconds = time.perf_counter() - started
     return SearchResult(plans, baseline, knobs, tuple(rejected), evaluator.stats, *bounds)
 
@@ -856,14 +860,16 @@ def _config_bound(evaluator: _Evaluator, config: Config) -> float:
     return bound
 
 
-def space_lower_bound(evaluator: _Evaluator, configs: Sequence[Config], *, chunked: bool = True) -> float:
+def space_lower_bound(evaluator: _Evaluator, configs: Sequence[Config], *, chunked: bool = True,
+                      deadline: float = math.inf) -> float:
     """A step time no plan of these configurations beats.
 
     ``min over configs of max(partition-free bound, m · least slowest stage + all-reduce)``
     (see the module doc and docs/planner.md), over the configurations whose
     weights and optimizer state can fit (``max(static ÷ pp, largest layer) ≤ capacity``).
     With ``chunked=False`` only the one-stage-per-rank configurations count (the
-    fill bound applies to them). Evaluated lazily in order of the cheap bound.
+    fill bound applies to them). Evaluated lazily in order of the cheap bound;
+    past ``deadline`` only the partition-free bounds are used (still valid, looser).
     """
     candidates = [c for c in configs if chunked or c.virtual_stages == 1]
     candidates = [c for c in candidates
@@ -872,7 +878,8 @@ def space_lower_bound(evaluator: _Evaluator, configs: Sequence[Config], *, chunk
     for bound, config in sorted(((_config_bound(evaluator, c), c) for c in candidates), key=lambda e: e[0]):
         if bound >= best:
             break
-        best = min(best, max(bound, evaluator.bottleneck_bound(config)))
+        sharper = evaluator.bottleneck_bound(config) if time.perf_counter() <= deadline else bound
+        best = min(best, max(bound, sharper))
     return best
 
 
@@ -914,8 +921,9 @@ def _megatron_default(evaluator: _Evaluator, best: Plan) -> Plan | None:
         return None
 
 
-def _one_knob(evaluator: _Evaluator, space: SearchSpace, best: Plan, baseline: Plan | None) -> dict[str, Plan]:
-    """The best fitting plan that changes one knob of the Megatron default."""
+def _one_knob(evaluator: _Evaluator, space: SearchSpace, best: Plan, baseline: Plan | None,
+              deadline: float = math.inf) -> dict[str, Plan]:
+    """The best fitting plan that changes one knob of the Megatron default (the knobs tried by ``deadline``)."""
     if baseline is None:
         return {}
     base = Config(baseline.pp, baseline.dp, baseline.micro_batch_size, baseline.num_microbatches, "1f1b", 1, "none")
@@ -945,6 +953,8 @@ def _one_knob(evaluator: _Evaluator, space: SearchSpace, best: Plan, baseline: P
     for knob, options in trials.items():
         found: Plan | None = None
         for config, sizes in options:
+            if time.perf_counter() > deadline:
+                break
             try:
                 if sizes is None:
                     layout = evaluator.partitioned(config)
