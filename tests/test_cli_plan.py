@@ -142,3 +142,12 @@ def test_preset_json_frozen_vision_holds_less(capsys):
 def test_bad_model_and_hardware(capsys, argv, message):
     status, _, err = run_cli(capsys, "plan", "--gpus", "8", "--global-batch", "64", *argv)
     assert status == 2 and message in err and err.count("\n") == 1
+
+
+def test_pi0_demo_story(capsys):
+    status, out, err = run_cli(capsys, "demo", "--story", "pi0")
+    assert status == 0, err
+    assert "Megatron default" in out and "Megatron-LM flags for plan 1" in out
+    assert "--pipeline-model-parallel-size 4" in out and "rank 3 |" in out
+    status, _, err = run_cli(capsys, "demo", "--story", "pi0", "-m", "4")
+    assert status == 2 and "does not apply to --story pi0" in err
