@@ -251,3 +251,10 @@ def test_fill_bound_is_one_f_one_b_on_equal_stages_for_large_m():
     total, ranks, micro = 8.0, 4, 10_000
     assert fill_bound(total, micro, ranks, 1.0) == pytest.approx(micro * total / ranks + 3 * total / 8, rel=1e-4)
     assert fill_bound(total, 1, 1, 1.0) == total
+
+
+def test_the_asynchronous_dual_rate_schedule_is_not_planned():
+    workload = gpt_workload(num_layers=4, hidden=256, heads=4, seq=128, micro_batch_sizes=(1,))
+    assert "dual-rate" not in SearchSpace(num_gpus=4, global_batch=8, num_layers=4).schedule_names
+    with pytest.raises(InvalidInputError, match="'dual-rate' is not planned: it trains asynchronously"):
+        search(workload, small_cluster(4, 4e9), 8, schedules=["dual-rate"])

@@ -22,6 +22,7 @@ from .. import hardware, presets
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..planner import Cluster, SearchResult, Workload, search
+from ..planner.space import NOT_PLANNED
 from ..schedules import SCHEDULES
 from ._common import make_console, parse_bytes, print_json
 from ._spec_args import spec_from_args
@@ -63,7 +64,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--max-virtual-stages", type=int, default=4,
                         help="largest v tried for interleaved (default 4)")
     parser.add_argument("--schedules", default=None,
-                        help=f"comma-separated schedules to try (default all: {','.join(SCHEDULES)})")
+                        help="comma-separated schedules to try (default all but dual-rate: "
+                             f"{','.join(n for n in SCHEDULES if n not in NOT_PLANNED)})")
     parser.add_argument("--optimizer", default="adam",
                         help="adam (16 bytes/param), distributed (Megatron: 6 + 12/dp) or bytes per parameter")
     parser.add_argument("--send", choices=("eager", "rendezvous"), default="eager", help="message semantics")

@@ -11,7 +11,8 @@ exact partition for it (:mod:`pipeplan.planner.search`). What is enumerated:
   ``dp = G / pp``;
 * micro-batch size ``b`` every size the workload answers for with
   ``dp · b`` dividing the global batch (or the one given); ``m = B / (dp · b)``;
-* every registered schedule: ``interleaved`` with each ``v ≥ 2`` such that
+* every registered synchronous schedule (not ``dual-rate``, which trains on
+  stale gradients): ``interleaved`` with each ``v ≥ 2`` such that
   ``pp · v ≤ L`` and ``m`` is a multiple of ``pp`` (Megatron-LM requires it),
   ``zb-v`` with ``v = 2``, every other schedule with one stage per rank;
   ``pp = 1`` has a single candidate (no pipeline: ``"1f1b"`` of one stage);
@@ -34,10 +35,13 @@ from ..errors import InvalidInputError
 from ..schedules import SCHEDULES
 from .plan import RECOMPUTE_MODES, Recompute
 
-__all__ = ["Config", "SearchSpace", "divisors"]
+__all__ = ["Config", "SearchSpace", "divisors", "NOT_PLANNED"]
 
-#: Schedules whose stage count is not the pipeline degree.
-_CHUNKED = {"interleaved", "zb-v"}
+#: Registered schedules the planner does not plan, and why.
+NOT_PLANNED = {
+    "dual-rate": "it trains asynchronously on stale gradients (lesson 16 Q3), a different step than the "
+                 "synchronous one every other schedule computes",
+}
 
 
 def divisors(number: int) -> list[int]:
@@ -126,15 +130,20 @@ class SearchSpace:
                     f"got {self.micro_batch_size}"
                 )
         for name in self.schedule_names:
+            if name in NOT_PLANNED:
+                raise InvalidInputError(f"schedule {name!r} is not planned: {NOT_PLANNED[name]}")
             if name not in SCHEDULES:
-                raise InvalidInputError(f"schedules must be among {', '.join(SCHEDULES)}, got {name!r}")
+                plannable = [n for n in SCHEDULES if n not in NOT_PLANNED]
+                raise InvalidInputError(f"schedules must be among {', '.join(plannable)}, got {name!r}")
         if self.max_virtual_stages is not None:
             positive_int("max_virtual_stages", self.max_virtual_stages)
 
     @property
     def schedule_names(self) -> tuple[str, ...]:
-        """The schedules tried."""
-        return tuple(SCHEDULES) if self.schedules is None else tuple(self.schedules)
+        """The schedules tried (default every registered one the planner plans)."""
+        if self.schedules is None:
+            return tuple(name for name in SCHEDULES if name not in NOT_PLANNED)
+        return tuple(self.schedules)
 
     def pipeline_degrees(self) -> list[int]:
         """``pp`` values tried."""
