@@ -65,3 +65,29 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["model", "--preset", "pi0", "--freeze", "vision,,llm"], "--freeze: entry 2 of 3 in 'vision,,llm' is empty"),
+    (["model", "--preset", "pi0", "--unfreeze", ""], "--unfreeze: entry 1 of 1 in '' is empty"),
+    (["model", "--preset", "pi0", "--freeze", "llm", "--unfreeze", "llm"], "'llm' is given to both"),
+    (["model", "--preset", "pi0", "--sequence-parallel"], "--sequence-parallel does not apply"),
+    (["partition", "--preset", "pi0", "--stages", "2", "--sequence-parallel"], "--sequence-parallel does not apply"),
+])
+def test_spec_flags_that_are_empty_contradictory_or_do_not_apply_are_refused(argv, message, capsys):
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda path: path.mkdir(), "is a directory"),
+    (lambda path: path.write_bytes(b""), "is empty"),
+    (lambda path: path.write_bytes(b"\xff\xfe{}"), "is not UTF-8 text"),
+])
+def test_spec_file_errors_name_the_real_reason(make, reason, tmp_path, capsys):
+    spec = tmp_path / "spec.json"
+    make(spec)
+    assert main(["model", "--spec", str(spec)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and reason in lines[0], lines

@@ -43,14 +43,31 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
         raise InvalidInputError("give either --preset or --spec, not both")
     if not (args.preset or args.spec):
         raise InvalidInputError(f"give --preset (one of {', '.join(presets.names())}) or --spec FILE")
+    if getattr(args, "sequence_parallel", False) and args.tensor_parallel == 1:
+        raise InvalidInputError("--sequence-parallel does not apply without --tensor-parallel > 1 "
+                                "(it splits the norms and dropouts across tensor-parallel ranks)")
     spec = presets.get(args.preset) if args.preset else ModelSpec.from_file(args.spec)
     flags: dict[str, bool] = {}
     for option, value in (("freeze", True), ("unfreeze", False)):
-        text = getattr(args, option)
-        if text:
-            for name in (part.strip() for part in text.split(",") if part.strip()):
-                flags[name] = value
+        for name in _module_names(option, getattr(args, option)):
+            if flags.get(name, value) != value:
+                raise InvalidInputError(f"module {name!r} is given to both --freeze and --unfreeze; pick one")
+            flags[name] = value
     return spec.with_frozen(flags) if flags else spec
+
+
+def _module_names(option: str, text: str | None) -> list[str]:
+    """The comma-separated module names of ``--freeze``/``--unfreeze``; an empty entry is refused."""
+    if text is None:
+        return []
+    names = [part.strip() for part in text.split(",")]
+    for index, name in enumerate(names):
+        if not name:
+            raise InvalidInputError(
+                f"--{option}: entry {index + 1} of {len(names)} in {text!r} is empty; "
+                "give module names separated by commas, like vision,llm"
+            )
+    return names
 
 
 def profile_from_spec_args(args: argparse.Namespace) -> LayerProfile:

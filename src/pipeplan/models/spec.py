@@ -79,6 +79,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from .._files import read_text
 from .._validation import positive_float
 from ..errors import InvalidInputError
 from ..hardware import Device
@@ -533,16 +534,16 @@ class ModelSpec:
                 a bad spec (see :meth:`from_dict`).
         """
         file = Path(path)
-        if not file.is_file():
-            raise InvalidInputError(f"spec file {str(file)!r} does not exist")
         suffix = file.suffix.lower()
-        text = file.read_text()
+        if suffix not in (".json", ".yaml", ".yml"):
+            raise InvalidInputError(f"spec file must end in .json, .yaml or .yml, got {str(file)!r}")
+        text = read_text(file, "spec file")  # names the real reason: missing, a directory, empty, not UTF-8
         if suffix == ".json":
             try:
                 payload = json.loads(text)
             except json.JSONDecodeError as error:
                 raise InvalidInputError(f"spec file {str(file)!r} is not valid JSON: {error}") from None
-        elif suffix in (".yaml", ".yml"):
+        else:
             try:
                 import yaml  # type: ignore[import-untyped]
             except ImportError:
@@ -553,8 +554,6 @@ class ModelSpec:
                 payload = yaml.safe_load(text)
             except yaml.YAMLError as error:
                 raise InvalidInputError(f"spec file {str(file)!r} is not valid YAML: {error}") from None
-        else:
-            raise InvalidInputError(f"spec file must end in .json, .yaml or .yml, got {str(file)!r}")
         try:
             return cls.from_dict(payload)
         except TypeError as error:
