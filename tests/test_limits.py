@@ -66,6 +66,17 @@ def test_simulate_and_text_gantt_check_their_sizes(monkeypatch):
         text_gantt(timeline)
 
 
+def test_iterations_past_memory_are_refused_before_simulating(monkeypatch):
+    """``iterations=10**10`` used to run for hours; each step keeps its ranks' end times."""
+    schedule = pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8)
+    costs = pipeplan.StageCosts([30, 10, 10, 20])
+    per_step = limits.ITERATION_BYTES + 4 * limits.ITERATION_BYTES_PER_RANK
+    monkeypatch.setattr(limits, "available_memory", lambda: 10**6)
+    assert pipeplan.simulate(schedule, costs, iterations=10**6 // per_step - 100).iterations == 10**6 // per_step - 100
+    with pytest.raises(InvalidInputError, match=r"iterations = 10000000000 steps × 4 ranks would need ~"):
+        pipeplan.simulate(schedule, costs, iterations=10**10)
+
+
 def test_adaptive_costs_more_per_action(monkeypatch):
     actions = limits.action_count(4, 100, "split")
     monkeypatch.setattr(limits, "available_memory", lambda: actions * limits.SIMULATION_BYTES_PER_ACTION * 1.5)

@@ -34,6 +34,7 @@ import numpy as np
 from ._validation import check_simulate_arguments, positive_int
 from .costs import CommModel, StageCosts
 from .errors import DeadlockError, InvalidInputError
+from .limits import check_iterations_size
 from .schedule import Message, Schedule, runs_to_order
 from .timeline import Timeline
 
@@ -176,7 +177,7 @@ def simulate(
 
     Raises:
         InvalidInputError: arguments of the wrong type, costs that do not match the
-            schedule, ``iterations < 1``, an unknown ``optimizer``, or a schedule too
+            schedule, ``iterations < 1``, an unknown ``optimizer``, or a schedule (or ``iterations``) too
             large to simulate in the memory available.
         InvalidScheduleError: see :meth:`Schedule.validate`.
         DeadlockError: rendezvous sends that wait on each other in a cycle; names the
@@ -189,6 +190,7 @@ def simulate(
         raise InvalidInputError(f"optimizer must be one of {', '.join(OPTIMIZER_MODES)}, got {optimizer!r}")
     num_stages = schedule.num_stages
     costs.check_shape(num_stages, schedule.num_microbatches)
+    check_iterations_size(iterations, schedule.num_ranks)
     boundary = np.asarray(comm.boundary_times(num_stages), dtype=float)
     if validate:
         schedule.validate()
