@@ -90,6 +90,8 @@ def test_simulate_writes_plot_and_trace(capsys, tmp_path):
         (["--forward", "1e308,1e308"], "the default backward .* overflows"),
         (["--forward", "30,10", "--iterations", "0"], "iterations must be >= 1, got 0"),
         (["--forward", "30,10", "--optimizer", "later"], "optimizer must be one of barrier, overlap, got 'later'"),
+        (["--forward", "30,10", "--optimizer", "overlap"], "--optimizer does not apply with one step"),
+        (["--forward", "30,10", "--update", "1,1"], "--update does not apply to schedule '1f1b'"),
         (["--forward", "1,1", "-m", "4", "--schedule", "zb-h2", "--send", "rendezvous"],
          r"rendezvous sends deadlock between ranks 0 and 1 .*rank 0 is blocked sending the activation of "
          r"F\(stage 0, mb 3\) from rank 0 to F\(stage 1, mb 3\) on rank 1"),

@@ -27,7 +27,7 @@ from ..schedule import Schedule
 from ..schedules import SCHEDULES, backward_mode, build_schedule, schedule_options
 from ..dual_rate_metrics import dual_rate_metrics
 from ..schedules.dual_rate import DualRateSchedule
-from ..simulate import simulate
+from ..simulate import OPTIMIZER_MODES, simulate
 from ..timeline import Timeline
 from . import dual_rate_cmd
 from ._common import (
@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
                         help="text Gantt width in characters (default 100); text output only")
     parser.add_argument("--iterations", type=int, default=1,
                         help="training steps played back to back (default 1); reports the steady step time")
-    parser.add_argument("--optimizer", default="barrier",
+    parser.add_argument("--optimizer", default=None,
                         help="between steps: barrier (every rank waits for the slowest) or overlap "
                              "(each rank goes on when its own part is done); default barrier")
     dual_rate_cmd.add_rate_arguments(parser)
@@ -182,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         refuse_unless(args.width is None, "--width", "with --json (it sets the text Gantt's width)")
         refuse_unless(not args.steps, "--steps", "with --json (it adds a table to the text output)")
     args.width = 100 if args.width is None else args.width
+    refuse_flags_without_effect(args)
     output_path(args.plot, "--plot")
     output_path(args.trace, "--trace")
     costs = costs_from_args(args)
@@ -207,6 +208,16 @@ def run(args: argparse.Namespace) -> int:
                 for line in dual_rate_cmd.simulate_lines(timeline, costs, comm):
                     print(line)
     return 0
+
+
+def refuse_flags_without_effect(args: argparse.Namespace) -> None:
+    """Refuse ``--update`` off dual-rate and ``--optimizer`` for a single step; default the optimizer."""
+    refuse_unless(getattr(args, "update", None) is None or args.schedule == "dual-rate", "--update",
+                  f"to schedule {args.schedule!r} (only dual-rate runs the optimizer update U inside the step)")
+    if args.optimizer in OPTIMIZER_MODES:  # an unknown name is the simulator's error, listing the modes
+        refuse_unless(args.iterations != 1, "--optimizer",
+                      "with one step (it sets what happens between steps; add --iterations N > 1)")
+    args.optimizer = "barrier" if args.optimizer is None else args.optimizer
 
 
 def write_outputs(timeline: Timeline, args: argparse.Namespace) -> None:
