@@ -92,6 +92,9 @@ def test_budget_says_it_stopped(capsys, vla_profile):
     (["--schedules", "1f2b"], "schedules must be among"),
     (["--budget", "-1"], "budget must be a number of seconds > 0"),
     (["--optimizer", "sgd"], "optimizer must be 'adam', 'distributed'"),
+    (["--schedules", "1f1b,,zb-v"], "--schedules has an empty entry"),
+    (["--gpus", "8", "--gpus-per-node", "3"], "8 GPUs do not fill whole nodes of 3 GPUs"),
+    (["--gpus", "1000000000"], "is not divisible by dp"),  # enumerated in O(sqrt) time
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, vla_profile, extra, message):
     status, out, err = run_cli(capsys, *base(vla_profile), *extra)

@@ -258,3 +258,15 @@ def test_the_asynchronous_dual_rate_schedule_is_not_planned():
     assert "dual-rate" not in SearchSpace(num_gpus=4, global_batch=8, num_layers=4).schedule_names
     with pytest.raises(InvalidInputError, match="'dual-rate' is not planned: it trains asynchronously"):
         search(workload, small_cluster(4, 4e9), 8, schedules=["dual-rate"])
+
+
+def test_divisors_are_complete_and_sorted_for_large_numbers():
+    from pipeplan.planner.space import divisors
+
+    for number in (1, 2, 12, 36, 97, 360, 1_000_000_007, 10**12):
+        found = divisors(number)
+        assert found == sorted(set(found))
+        assert all(number % d == 0 for d in found)
+        if number <= 360:
+            assert found == [d for d in range(1, number + 1) if number % d == 0]
+    assert len(divisors(10**12)) == 169  # (12 + 1)²

@@ -15,6 +15,7 @@ knob of it, and the search's counts. ``--json`` prints ``plans`` (each with
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -133,8 +134,10 @@ def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan plan``."""
     cluster = _cluster(args)
     workload = _workload(args, cluster)
-    schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",") if s.strip()]
-    progress = _ProgressBar(enabled=not args.json)
+    schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",")]
+    if schedules is not None and not all(schedules):
+        raise InvalidInputError(f"--schedules has an empty entry: {args.schedules!r}")
+    progress = _ProgressBar(enabled=not args.json and sys.stderr.isatty())
     try:
         result = search(
             workload, cluster, args.global_batch, pp=args.pp, micro_batch_size=args.micro_batch_size,

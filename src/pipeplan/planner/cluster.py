@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from .. import hardware
 from .._validation import positive_int
+from ..errors import InvalidInputError
 from ..hardware import Device, Link
 
 __all__ = ["Cluster", "allreduce_ms", "DEFAULT_INTRA_NODE"]
@@ -70,6 +71,11 @@ class Cluster:
     def __post_init__(self) -> None:
         positive_int("num_gpus", self.num_gpus)
         positive_int("gpus_per_node", self.gpus_per_node)
+        if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
+            raise InvalidInputError(
+                f"{self.num_gpus} GPUs do not fill whole nodes of {self.gpus_per_node} GPUs "
+                "(gpus_per_node must divide the GPU count)"
+            )
 
     @classmethod
     def of(

@@ -27,6 +27,8 @@ Megatron-LM recipes use 2–4, and every extra chunk adds ``2m`` messages per ra
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,8 +47,9 @@ NOT_PLANNED = {
 
 
 def divisors(number: int) -> list[int]:
-    """The positive divisors of ``number``, ascending."""
-    return [d for d in range(1, number + 1) if number % d == 0]
+    """The positive divisors of ``number``, ascending (trial division up to its square root)."""
+    small = [d for d in range(1, math.isqrt(number) + 1) if number % d == 0]
+    return small + [number // d for d in reversed(small) if d * d != number]
 
 
 @dataclass(frozen=True, order=True)
