@@ -208,13 +208,19 @@ def _signals_stop_the_run() -> Iterator[None]:
         return
 
     def stop(signum: int, _frame: Any) -> None:
-        raise RunInterrupted("", signum)
+        # One stop is enough: a second signal while the ranks are being ended must not
+        # interrupt that (and escape with no message).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise RunInterrupted(f"interrupted by {signal.Signals(signum).name}", signum)
 
     previous = signal.signal(signal.SIGTERM, stop)
+    previous_int = signal.getsignal(signal.SIGINT)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def spawn(
