@@ -120,7 +120,11 @@ def test_measure_layers_returns_a_layer_profile_for_the_partitioner():
     assert profile.names[1] == "1:Square"
     assert profile.params == (8 * 16 + 16, 0, 16 * 4 + 4, 4 * 4 + 4)
     assert profile.activation_bytes[1] == 3 * 16 * 4
-    assert all(w < b for w, b in zip(profile.weight, profile.backward))
+    assert profile.send_bytes == (3 * 16 * 4, 3 * 16 * 4, 3 * 4 * 4, 3 * 4 * 4)  # each output, what a cut sends
+    # the split halves are measured as the runtime runs them, the data layer has no input gradient
+    assert profile.backward_input is not None and profile.backward_input[0] == 0.0
+    assert all(w >= 0 for w in profile.weight) and set(profile.spread) == {
+        "forward", "backward", "backward_input", "weight"}
     result = partition_layers(profile, 2)
     assert sum(result.layers_per_stage) == 4
 
@@ -132,7 +136,8 @@ def test_stage_costs_feed_the_simulator():
     assert isinstance(costs, pipeplan.StageCosts)
     assert costs.num_stages == 3
     assert costs.activation_bytes[1] > costs.activation_bytes[0]
-    assert all(w < b for w, b in zip(costs.weight, costs.backward))
+    assert costs.backward_input is not None and costs.backward_input[0] == 0.0
+    assert all(i > 0 for i in costs.backward_input[1:])
     schedule = pipeplan.build_schedule("1f1b", num_stages=3, num_microbatches=4)
     timeline = pipeplan.simulate(schedule, costs)
     assert timeline.makespan > 0

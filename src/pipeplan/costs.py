@@ -10,7 +10,10 @@ the cost of one microbatch on one stage. Bytes are bytes::
 Backward convention: ``backward[s]`` is always the *full* backward time of stage
 ``s`` (a ``B`` action). ``weight[s]`` is the part of it spent on weight gradients.
 A split backward runs ``I`` = ``backward - weight`` (input gradient) and
-``W`` = ``weight``.
+``W`` = ``weight``. When the split halves were measured as a real split
+backward runs them (their sum is then more than the full backward: the split
+pays a second autograd traversal), pass ``backward_input``: ``I`` then costs
+``backward_input`` and ``W`` ``weight``, independently of ``backward``.
 """
 
 from __future__ import annotations
@@ -34,12 +37,18 @@ SendMode = Literal["eager", "rendezvous"]
 
 
 def forward_backward_weight(
-    forward: Sequence[float], backward: Sequence[float] | None, weight: Sequence[float] | None
+    forward: Sequence[float],
+    backward: Sequence[float] | None,
+    weight: Sequence[float] | None,
+    *,
+    split_measured: bool = False,
 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
     """Validate per-stage (or per-layer) times and fill in the defaults.
 
     ``backward`` defaults to twice ``forward``; ``weight`` to half of ``backward``
-    and must satisfy ``0 <= weight <= backward`` (see the module doc's convention).
+    and must satisfy ``0 <= weight <= backward`` (see the module doc's convention),
+    unless ``split_measured`` (the input-gradient half is given on its own, so
+    ``weight`` is a measured time of its own and need only be >= 0).
     """
     fwd = finite_floats("forward", forward)
     count = len(fwd)
@@ -52,6 +61,8 @@ def forward_backward_weight(
     if weight is None:
         return fwd, bwd, tuple(b / 2.0 for b in bwd)
     wgt = finite_floats("weight", weight, length=count, allow_zero=True)
+    if split_measured:
+        return fwd, bwd, wgt
     for index, (w, b) in enumerate(zip(wgt, bwd)):
         if w > b:
             raise InvalidInputError(
@@ -82,6 +93,10 @@ class StageCosts:
             ``[1, 1, 1, 0.5]`` for a smaller last microbatch. Length ``m``.
         update: time of one optimizer update ``U`` per stage, >= 0 (default 0); only
             schedules that update inside the step (dual-rate) run ``U``.
+        backward_input: optional input-gradient time per stage (``I`` of a split
+            backward, each >= 0) as measured, independent of ``backward``; with
+            it, ``weight`` need only be >= 0 (not below ``backward``). ``None``:
+            ``I`` = ``backward - weight``.
     """
 
     forward: tuple[float, ...]
@@ -91,6 +106,7 @@ class StageCosts:
     weight_stash_bytes: tuple[float, ...]
     microbatch_scale: tuple[float, ...] | None
     update: tuple[float, ...]
+    backward_input: tuple[float, ...] | None
 
     def __init__(
         self,
@@ -101,9 +117,13 @@ class StageCosts:
         weight_stash_bytes: Sequence[float] | None = None,
         microbatch_scale: Sequence[float] | None = None,
         update: Sequence[float] | None = None,
+        backward_input: Sequence[float] | None = None,
     ) -> None:
-        fwd, bwd, wgt = forward_backward_weight(forward, backward, weight)
+        fwd, bwd, wgt = forward_backward_weight(forward, backward, weight, split_measured=backward_input is not None)
         num_stages = len(fwd)
+        split_input = None if backward_input is None else finite_floats(
+            "backward_input", backward_input, length=num_stages, allow_zero=True
+        )
         act = (
             (1.0,) * num_stages
             if activation_bytes is None
@@ -132,6 +152,7 @@ class StageCosts:
             (0.0,) * num_stages if update is None
             else finite_floats("update", update, length=num_stages, allow_zero=True),
         )
+        object.__setattr__(self, "backward_input", split_input)
 
     @classmethod
     def uniform(
@@ -152,14 +173,18 @@ class StageCosts:
 
     def duration(self, kind: Kind | str, stage: int, microbatch: int) -> float:
         """Time of one action: ``F`` forward, ``B`` the full backward, ``I`` its
-        input-gradient part (``backward - weight``), ``W`` its weight part (``weight``),
-        ``U`` the optimizer update (``update``; not scaled per microbatch)."""
+        input-gradient part (``backward_input``, else ``backward - weight``), ``W`` its
+        weight part (``weight``), ``U`` the optimizer update (``update``; not scaled per
+        microbatch)."""
         if kind == "F":
             base = self.forward[stage]
         elif kind == "B":
             base = self.backward[stage]
         elif kind == "I":
-            base = self.backward[stage] - self.weight[stage]
+            if self.backward_input is not None:
+                base = self.backward_input[stage]
+            else:
+                base = self.backward[stage] - self.weight[stage]
         elif kind == "W":
             base = self.weight[stage]
         elif kind == "U":

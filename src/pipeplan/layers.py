@@ -34,14 +34,29 @@ Units and conventions, shared with :class:`~pipeplan.costs.StageCosts`:
   When a profile is turned into :class:`StageCosts`, an extra time is split
   one third forward, two thirds backward, half of which is weight gradient.
 
-File formats (:meth:`LayerProfile.from_file`):
+A *measured* profile (``pipeplan profile``, :func:`pipeplan.profile.measure_layers`)
+also carries, per layer, ``backward_input`` (the input-gradient half of a split
+backward as the runtime runs it; with it ``weight`` is the weight half as run, and
+the two add up to more than ``backward``), ``send_bytes`` measured as the
+layer's output size, the interquartile range of each measured time
+(``spread``), and for the whole file a :class:`~pipeplan.calibration.Calibration`
+(message latency and bandwidth, processes sharing cores) and free-form
+``measurement`` notes (model, batch, threads, repeats, machine load).
+
+File formats (:meth:`LayerProfile.from_file`, :meth:`LayerProfile.to_file`; both
+round-trip exactly, floats written with ``repr``):
 
 * CSV with a header; columns ``forward`` (required), ``backward``, ``weight``,
-  ``activation_bytes``, ``params``, ``name``, ``weight_stash_bytes``,
-  ``send_bytes``, ``trainable_params`` (optional, in any order).
-* JSON: a list of objects with the same keys, or an object
-  ``{"layers": [...], "first_extra": .., "last_extra": .., "first_extra_bytes": ..,
-  "last_extra_bytes": ..}``.
+  ``backward_input``, ``activation_bytes``, ``params``, ``name``,
+  ``weight_stash_bytes``, ``send_bytes``, ``trainable_params`` and ``<time>_iqr``
+  (optional, in any order). Version 2 files start with one comment line
+  ``# pipeplan-profile {json}`` holding the version, the extras, the calibration
+  and the measurement notes.
+* JSON: a list of objects with the same keys (version 1), or an object
+  ``{"format": "pipeplan-profile", "version": 2, "layers": [...], "first_extra": ..,
+  "last_extra": .., "first_extra_bytes": .., "last_extra_bytes": .., "calibration":
+  {...}, "measurement": {...}}``; an object without ``version`` is version 1 and
+  may hold only ``layers`` and the extras.
 """
 
 from __future__ import annotations
@@ -58,15 +73,21 @@ import numpy as np
 
 from ._files import read_text
 from ._validation import finite_floats, non_negative_float, positive_int
+from .calibration import Calibration
 from .costs import StageCosts, forward_backward_weight
 from .errors import InvalidInputError
 
-__all__ = ["LayerProfile", "transformer_layer_flops"]
+__all__ = ["LayerProfile", "transformer_layer_flops", "PROFILE_VERSION"]
 
-_FIELDS = ("forward", "backward", "weight", "activation_bytes", "params", "name",
-           "weight_stash_bytes", "send_bytes", "trainable_params")
-_OPTIONAL_COLUMNS = ("weight_stash_bytes", "send_bytes", "trainable_params")
+#: The profile file version :meth:`LayerProfile.to_file` writes (1: no version field).
+PROFILE_VERSION = 2
+_FORMAT = "pipeplan-profile"
+_TIMES = ("forward", "backward", "weight", "backward_input")
+_SPREAD = tuple(f"{name}_iqr" for name in _TIMES)
+_OPTIONAL_COLUMNS = ("weight_stash_bytes", "send_bytes", "trainable_params", "backward_input")
+_FIELDS = ("forward", "backward", "weight", "activation_bytes", "params", "name", *_OPTIONAL_COLUMNS, *_SPREAD)
 _EXTRAS = ("first_extra", "last_extra", "first_extra_bytes", "last_extra_bytes")
+_TOP_LEVEL = ("format", "version", "layers", *_EXTRAS, "calibration", "measurement")
 
 
 def transformer_layer_flops(
@@ -105,6 +126,13 @@ class LayerProfile:
         send_bytes: per layer, bytes crossing a cut right after it; defaults to 0.
         trainable_params: per layer, the part of ``params`` that is trained;
             defaults to ``params``.
+        backward_input: measured input-gradient time of a split backward per
+            layer (>= 0), or ``None`` (then it is ``backward - weight``). With it,
+            ``weight`` is the measured weight half (>= 0, not bounded by ``backward``).
+        spread: per measured time (``"forward"``, ``"backward"``, ``"weight"``,
+            ``"backward_input"``), its interquartile range per layer, same unit.
+        calibration: the machine's message and core-sharing calibration, if measured.
+        measurement: free-form JSON-ready notes on how the profile was measured.
     """
 
     forward: tuple[float, ...]
@@ -120,6 +148,10 @@ class LayerProfile:
     weight_stash_bytes: tuple[float, ...]
     send_bytes: tuple[float, ...]
     trainable_params: tuple[float, ...]
+    backward_input: tuple[float, ...] | None
+    spread: Mapping[str, tuple[float, ...]]
+    calibration: Calibration | None
+    measurement: Mapping[str, Any]
 
     def __init__(
         self,
@@ -137,8 +169,12 @@ class LayerProfile:
         weight_stash_bytes: Sequence[float] | None = None,
         send_bytes: Sequence[float] | None = None,
         trainable_params: Sequence[float] | None = None,
+        backward_input: Sequence[float] | None = None,
+        spread: Mapping[str, Sequence[float]] | None = None,
+        calibration: Calibration | None = None,
+        measurement: Mapping[str, Any] | None = None,
     ) -> None:
-        fwd, bwd, wgt = forward_backward_weight(forward, backward, weight)
+        fwd, bwd, wgt = forward_backward_weight(forward, backward, weight, split_measured=backward_input is not None)
         count = len(fwd)
         zeros = (0.0,) * count
         act = zeros if activation_bytes is None else finite_floats(
@@ -174,6 +210,20 @@ class LayerProfile:
             self, "first_extra_bytes", non_negative_float("first_extra_bytes", first_extra_bytes)
         )
         object.__setattr__(self, "last_extra_bytes", non_negative_float("last_extra_bytes", last_extra_bytes))
+        object.__setattr__(self, "backward_input", None if backward_input is None else finite_floats(
+            "backward_input", backward_input, length=count, allow_zero=True))
+        spreads = {}
+        for key, values in (spread or {}).items():
+            if key not in _TIMES:
+                raise InvalidInputError(f"spread has unknown time {key!r}; allowed: {', '.join(_TIMES)}")
+            spreads[key] = finite_floats(f"{key}_iqr", values, length=count, allow_zero=True)
+        object.__setattr__(self, "spread", spreads)
+        if calibration is not None and not isinstance(calibration, Calibration):
+            raise InvalidInputError(f"calibration must be a Calibration, got {type(calibration).__name__}")
+        object.__setattr__(self, "calibration", calibration)
+        if measurement is not None and not isinstance(measurement, Mapping):
+            raise InvalidInputError(f"measurement must be a mapping of notes, got {measurement!r}")
+        object.__setattr__(self, "measurement", dict(measurement or {}))
 
     # ----------------------------------------------------------- constructors
     @classmethod
@@ -293,56 +343,126 @@ class LayerProfile:
             if key in present and any(value is None or value == "" for value in columns[key]):
                 missing = next(i for i, value in enumerate(columns[key]) if value is None or value == "")
                 raise InvalidInputError(f"layers[{missing}] lacks '{key}', which other layers give")
+
+        def column(key: str) -> list[Any] | None:
+            return columns[key] if key in present else None
+
         optional: dict[str, Any] = {key: columns[key] for key in _OPTIONAL_COLUMNS if key in present}
+        spread = {time: columns[f"{time}_iqr"] for time in _TIMES if f"{time}_iqr" in present}
         return cls(
             columns["forward"],
-            columns["backward"] if "backward" in present else None,
-            columns["weight"] if "weight" in present else None,
-            activation_bytes=columns["activation_bytes"] if "activation_bytes" in present else None,
-            params=columns["params"] if "params" in present else None,
-            names=columns["name"] if "name" in present else None,
+            column("backward"),
+            column("weight"),
+            activation_bytes=column("activation_bytes"),
+            params=column("params"),
+            names=column("name"),
+            spread=spread or None,
             **optional,
             **options,
         )
 
     @classmethod
     def from_file(cls, path: str | Path, **options: Any) -> LayerProfile:
-        """Load a ``.csv`` or ``.json`` profile (formats in the module doc).
+        """Load a ``.csv`` or ``.json`` profile (formats and versions in the module doc).
 
         Raises:
             InvalidInputError: a file that is missing, a directory, not a regular
-                file, unreadable, empty or not UTF-8; an unknown suffix; or bad
-                values (naming the row and column).
+                file, unreadable, empty or not UTF-8; an unknown suffix; a version
+                this pipeplan does not read; or bad values (naming the row and column).
         """
         file = Path(path)
         suffix = file.suffix.lower()
         text = read_text(file, "profile file")
+        where = f"profile file {str(file)!r}"
         if suffix == ".csv":
+            lines = text.splitlines()
+            header: dict[str, Any] = {}
+            if lines and lines[0].startswith("#"):
+                comment = lines.pop(0).lstrip("#").strip()
+                if not comment.startswith(_FORMAT):
+                    raise InvalidInputError(f"{where}: its first line must be '# {_FORMAT} {{...}}', got {comment!r}")
+                try:
+                    header = json.loads(comment[len(_FORMAT):])
+                except json.JSONDecodeError as error:
+                    raise InvalidInputError(f"{where}: its '# {_FORMAT}' line is not valid JSON: {error}") from None
+                if not isinstance(header, dict) or "version" not in header:
+                    raise InvalidInputError(f"{where}: its '# {_FORMAT}' line needs a JSON object with a 'version'")
             try:
-                rows = list(csv.DictReader(io.StringIO(text, newline="")))
+                rows = list(csv.DictReader(io.StringIO("\n".join(lines), newline="")))
             except csv.Error as error:
-                raise InvalidInputError(f"profile file {str(file)!r} is not valid CSV: {error}") from None
+                raise InvalidInputError(f"{where} is not valid CSV: {error}") from None
             if not rows:
-                raise InvalidInputError(f"profile file {str(file)!r} has no layer rows")
+                raise InvalidInputError(f"{where} has no layer rows")
             records = [{k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items() if k}
                        for row in rows]
-            return cls.from_records(records, **options)
+            return cls._from_payload({**header, "layers": records}, where, options)
         if suffix == ".json":
             try:
                 payload = json.loads(text)
             except json.JSONDecodeError as error:
-                raise InvalidInputError(f"profile file {str(file)!r} is not valid JSON: {error}") from None
+                raise InvalidInputError(f"{where} is not valid JSON: {error}") from None
             if isinstance(payload, Mapping):
-                unknown = set(payload) - {"layers", *_EXTRAS}
-                if unknown or "layers" not in payload:
-                    raise InvalidInputError(
-                        f"a JSON profile object needs 'layers' and may have {', '.join(_EXTRAS)}; "
-                        f"got keys {sorted(payload)}"
-                    )
-                extras = {key: payload[key] for key in _EXTRAS if key in payload}
-                return cls.from_records(payload["layers"], **{**extras, **options})
+                return cls._from_payload(payload, where, options)
             return cls.from_records(payload, **options)
         raise InvalidInputError(f"profile file must end in .csv or .json, got {str(file)!r}")
+
+    @classmethod
+    def _from_payload(cls, payload: Mapping[str, Any], where: str, options: Mapping[str, Any]) -> LayerProfile:
+        """A profile from a file's top-level object (version 1 or 2)."""
+        version = payload.get("version", 1)
+        if version not in (1, PROFILE_VERSION) or isinstance(version, bool):
+            raise InvalidInputError(
+                f"{where} has version {version!r}; this pipeplan reads versions 1 and {PROFILE_VERSION} "
+                "(re-measure it with 'pipeplan profile')"
+            )
+        allowed = _TOP_LEVEL if version == PROFILE_VERSION else ("layers", *_EXTRAS)
+        unknown = set(payload) - set(allowed)
+        if unknown or "layers" not in payload:
+            raise InvalidInputError(
+                f"a version {version} JSON profile object needs 'layers' and may have "
+                f"{', '.join(k for k in allowed if k != 'layers')}; got keys {sorted(payload)}"
+            )
+        if version == PROFILE_VERSION and payload.get("format", _FORMAT) != _FORMAT:
+            raise InvalidInputError(f"{where}: 'format' must be {_FORMAT!r}, got {payload.get('format')!r}")
+        extras = {key: payload[key] for key in _EXTRAS if key in payload}
+        calibration = payload.get("calibration")
+        if calibration is not None:
+            extras["calibration"] = Calibration.from_dict(calibration)
+        if payload.get("measurement") is not None:
+            extras["measurement"] = payload["measurement"]
+        return cls.from_records(payload["layers"], **{**extras, **options})
+
+    def to_file(self, path: str | Path) -> None:
+        """Write the profile as ``.json`` or ``.csv`` (version 2); :meth:`from_file` reads it back equal.
+
+        Raises:
+            InvalidInputError: an unknown suffix or a path that cannot be written.
+        """
+        file = Path(path)
+        suffix = file.suffix.lower()
+        header: dict[str, Any] = {"format": _FORMAT, "version": PROFILE_VERSION}
+        header.update({key: getattr(self, key) for key in _EXTRAS})
+        if self.calibration is not None:
+            header["calibration"] = self.calibration.to_dict()
+        if self.measurement:
+            header["measurement"] = dict(self.measurement)
+        try:
+            if suffix == ".json":
+                file.write_text(json.dumps({**header, "layers": self.to_records()}, indent=1) + "\n")
+            elif suffix == ".csv":
+                records = self.to_records()
+                columns = list(records[0])
+                with file.open("w", newline="") as handle:
+                    handle.write(f"# {_FORMAT} {json.dumps(header)}\n")
+                    writer = csv.writer(handle)
+                    writer.writerow(columns)
+                    for record in records:
+                        writer.writerow([value if isinstance(value, str) else repr(value)
+                                         for value in record.values()])
+            else:
+                raise InvalidInputError(f"profile file must end in .csv or .json, got {str(file)!r}")
+        except OSError as error:
+            raise InvalidInputError(f"cannot write the profile to {str(file)!r}: {error.strerror or error}") from None
 
     # ---------------------------------------------------------------- queries
     @property
@@ -382,11 +502,22 @@ class LayerProfile:
             weight_stash_bytes=self.weight_stash_bytes,
             send_bytes=self.send_bytes,
             trainable_params=self.trainable_params,
+            backward_input=self.backward_input,
+            spread=self.spread,
+            calibration=self.calibration,
+            measurement=self.measurement,
             **values,
         )
 
     def stage_costs(self, layers_per_stage: Sequence[int]) -> StageCosts:
-        """Per-stage :class:`StageCosts` for a partition (extras split as the module doc says)."""
+        """Per-stage :class:`StageCosts` for a partition (extras split as the module doc says).
+
+        With measured ``backward_input``, a stage's split ``B`` is the sum of its
+        layers' ``backward_input`` and its ``W`` the sum of their ``weight``,
+        except on stage 0: its input is data, so a split backward there has no
+        input gradient to compute (``B`` costs 0) and its ``W`` runs the stage's
+        whole backward (the sum of ``backward``), as the runtime does.
+        """
         sizes = _check_sizes(layers_per_stage, self.num_layers)
         bounds = np.concatenate([[0], np.cumsum(sizes)])
         extra_time, extra_bytes = self.stage_extras(len(sizes))
@@ -396,8 +527,14 @@ class LayerProfile:
         wgt = np.minimum(_segment_sums(self.weight, bounds) + extra_time / 3.0, bwd)
         act = _segment_sums(self.activation_bytes, bounds)
         stash = np.minimum(_segment_sums(self.weight_stash_bytes, bounds), act)
+        if self.backward_input is None:
+            return StageCosts(fwd.tolist(), bwd.tolist(), wgt.tolist(), activation_bytes=act.tolist(),
+                              weight_stash_bytes=stash.tolist())
+        split_input = _segment_sums(self.backward_input, bounds) + extra_time / 3.0
+        split_input[0] = extra_time[0] / 3.0
+        wgt[0] = bwd[0] - split_input[0]
         return StageCosts(fwd.tolist(), bwd.tolist(), wgt.tolist(), activation_bytes=act.tolist(),
-                          weight_stash_bytes=stash.tolist())
+                          weight_stash_bytes=stash.tolist(), backward_input=split_input.tolist())
 
     def boundary_bytes(self, layers_per_stage: Sequence[int]) -> tuple[float, ...]:
         """Bytes sent across each of the ``S - 1`` stage boundaries (for :class:`CommModel`)."""
@@ -406,24 +543,32 @@ class LayerProfile:
         return tuple(float(self.send_bytes[end]) for end in ends)
 
     def to_records(self) -> list[dict[str, Any]]:
-        """One JSON-ready dict per layer (the inverse of :meth:`from_records`)."""
-        return [
-            {
+        """One JSON-ready dict per layer (the inverse of :meth:`from_records`).
+
+        ``backward_input`` and the ``*_iqr`` columns appear only when the profile has them.
+        """
+        records = []
+        for index, name in enumerate(self.names):
+            record: dict[str, Any] = {
                 "name": name,
-                "forward": f,
-                "backward": b,
-                "weight": w,
-                "activation_bytes": a,
-                "params": p,
-                "weight_stash_bytes": stash,
-                "send_bytes": send,
-                "trainable_params": trained,
+                "forward": self.forward[index],
+                "backward": self.backward[index],
+                "weight": self.weight[index],
             }
-            for name, f, b, w, a, p, stash, send, trained in zip(
-                self.names, self.forward, self.backward, self.weight, self.activation_bytes, self.params,
-                self.weight_stash_bytes, self.send_bytes, self.trainable_params,
+            if self.backward_input is not None:
+                record["backward_input"] = self.backward_input[index]
+            record.update(
+                activation_bytes=self.activation_bytes[index],
+                params=self.params[index],
+                weight_stash_bytes=self.weight_stash_bytes[index],
+                send_bytes=self.send_bytes[index],
+                trainable_params=self.trainable_params[index],
             )
-        ]
+            for time in _TIMES:
+                if time in self.spread:
+                    record[f"{time}_iqr"] = self.spread[time][index]
+            records.append(record)
+        return records
 
 
 def _bounded(field: str, values: Sequence[float], bound: tuple[float, ...], bound_field: str,

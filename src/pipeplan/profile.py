@@ -7,17 +7,23 @@
     pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=len(stages), num_microbatches=8), costs)
 
 Every time is the median over ``repeats`` runs (after ``warmup`` runs that are not
-timed), in **milliseconds**, for one microbatch (``sample_inputs``). Each module
-is measured in isolation on the output of the modules before it:
+timed), in **milliseconds**, for one microbatch (``sample_inputs``), with its
+interquartile range beside it. Each module is measured in isolation on the output
+of the modules before it, **running the same calls the runtime runs**
+(:mod:`pipeplan.runtime.executor`), so a prediction charges what a step pays:
 
 * ``forward``: the module's forward pass.
-* ``backward_input`` (``I``): ``torch.autograd.grad`` of the output with respect
-  to the module's input only, the input-gradient half of a split backward.
-  The first module's input (the data) needs no gradient, as in a real run, so
-  its ``I`` is 0; every later module's input does.
-* ``backward_weight`` (``W``): the full backward (input and every parameter)
-  minus ``backward_input``, floored at 0; the weight-gradient part of the
-  backward in the convention of :class:`~pipeplan.costs.StageCosts`.
+* ``full_backward`` (``B`` of a schedule without a split): ``torch.autograd.backward``
+  from the output, accumulating every parameter's ``.grad``.
+* ``backward_input`` (``I``, a split backward's first half): building the
+  :class:`~pipeplan.runtime.split.SplitBackward` of a fresh forward and its
+  :meth:`~pipeplan.runtime.split.SplitBackward.backward_input`. The first
+  module's input (the data) needs no gradient, as in a real run, so its ``I`` is 0.
+* ``backward_weight`` (``W``): that split's
+  :meth:`~pipeplan.runtime.split.SplitBackward.backward_weight`. A real split pays
+  a second autograd traversal, so ``backward_input + backward_weight`` is more than
+  ``full_backward`` (on the default model's transformer blocks about 1.8×); the
+  old convention (``W`` = full − input) charged an ideal split no runtime achieves.
 * ``activation_bytes``: bytes of the distinct tensors autograd saves for the
   backward during the forward (found with
   ``torch.autograd.graph.saved_tensors_hooks``), the module's own parameters and
@@ -29,7 +35,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -38,10 +44,12 @@ from ._validation import positive_int
 from .costs import StageCosts
 from .errors import InvalidInputError
 from .layers import LayerProfile
+from .runtime.split import SplitBackward
 
 __all__ = [
     "LayerMeasurement",
     "ModuleCost",
+    "check_spread",
     "measure_layer_details",
     "measure_layers",
     "measure_module",
@@ -57,12 +65,14 @@ class ModuleCost:
 
     Attributes:
         forward: forward time.
-        backward_input: input-gradient time (``I`` of a split backward).
-        backward_weight: weight-gradient time (``W``); ``backward_input +
-            backward_weight`` is the full backward.
+        backward_input: input-gradient time of a split backward as the runtime runs it (``I``).
+        backward_weight: weight-gradient time of that split (``W``).
         activation_bytes: bytes saved for the backward (parameters excluded).
         output_bytes: bytes of the output tensor (what a pipeline sends downstream).
         parameters: number of trainable parameter elements.
+        full_backward: time of the unsplit backward (input and weight gradients in one call).
+        iqr: interquartile range (ms) of each time, keyed ``"forward"``,
+            ``"backward"`` (the full one), ``"backward_input"``, ``"weight"``.
     """
 
     forward: float
@@ -71,11 +81,19 @@ class ModuleCost:
     activation_bytes: int
     output_bytes: int
     parameters: int
+    full_backward: float = 0.0
+    iqr: dict[str, float] = field(default_factory=dict)
 
     @property
     def backward(self) -> float:
-        """Full backward time (input and weight gradients), ms."""
-        return self.backward_input + self.backward_weight
+        """Full (unsplit) backward time, ms."""
+        return self.full_backward
+
+    @property
+    def relative_spread(self) -> float:
+        """The largest interquartile range of the four times over ``forward + backward`` (0 when not measured)."""
+        total = self.forward + self.full_backward
+        return max(self.iqr.values(), default=0.0) / total if total > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -133,6 +151,14 @@ def _check_output(output: object, where: str) -> torch.Tensor:
     return output
 
 
+def _median_iqr(samples: Sequence[float]) -> tuple[float, float]:
+    """Median and interquartile range of ``samples``."""
+    if len(samples) < 2:
+        return float(samples[0]), 0.0
+    quartiles = statistics.quantiles(samples, n=4, method="inclusive")
+    return statistics.median(samples), quartiles[2] - quartiles[0]
+
+
 def measure_module(
     module: nn.Module,
     sample_inputs: torch.Tensor,
@@ -144,6 +170,9 @@ def measure_module(
     timer: Timer = time.perf_counter,
 ) -> tuple[ModuleCost, torch.Tensor]:
     """Measure one module on one microbatch; also return its output (detached).
+
+    Each run times a forward, the full backward, then a second forward's split
+    backward (``B`` then ``W``), the calls the runtime makes (see the module doc).
 
     Args:
         module: takes one tensor and returns one tensor.
@@ -159,6 +188,7 @@ def measure_module(
 
     Returns:
         ``(cost, output)``; ``output`` feeds the next module's measurement.
+        The parameters' ``.grad`` are left as they were.
     """
     repeats = positive_int("repeats", repeats)
     warmup = positive_int("warmup", warmup, minimum=0)
@@ -167,50 +197,57 @@ def measure_module(
     device = sample_inputs.device
     differentiable = input_grad and (sample_inputs.is_floating_point() or sample_inputs.is_complex())
     params = [p for p in module.parameters() if p.requires_grad]
+    saved_grads = [p.grad for p in params]
 
     def fresh_input() -> torch.Tensor:
         leaf = sample_inputs.detach()
         return leaf.requires_grad_(True) if differentiable else leaf
 
-    forward_ms: list[float] = []
-    input_ms: list[float] = []
-    full_ms: list[float] = []
-    output: torch.Tensor | None = None
-    for run in range(warmup + repeats):
-        leaf = fresh_input()
-        elapsed, produced = _timed(lambda: module(leaf), device, timer)
-        output = result = _check_output(produced, name)
-        needs_grad = output.requires_grad
-        grad_output = torch.ones_like(output) if needs_grad else None
-        full = 0.0
-        inputs_only = 0.0
-        if needs_grad:
-            targets = ([leaf] if differentiable else []) + params
-            full, _ = _timed(
-                lambda: torch.autograd.grad(result, targets, grad_output, allow_unused=True), device, timer
-            )
-            if differentiable:
-                again = module(leaf)
-                inputs_only, _ = _timed(
-                    lambda: torch.autograd.grad(again, [leaf], grad_output, allow_unused=True), device, timer
-                )
-        if run >= warmup:
-            forward_ms.append(elapsed)
-            full_ms.append(full)
-            input_ms.append(inputs_only)
+    samples: dict[str, list[float]] = {"forward": [], "backward": [], "backward_input": [], "weight": []}
+    output = None
+    try:
+        for run in range(warmup + repeats):
+            for param in params:
+                param.grad = None
+            leaf = fresh_input()
+            elapsed, output = _timed(lambda: module(leaf), device, timer)
+            output = _check_output(output, name)
+            full = inputs_only = weight_only = 0.0
+            if output.requires_grad:
+                grad_output = torch.ones_like(output)
+                full, _ = _timed(lambda: torch.autograd.backward([output], [grad_output]), device, timer)
+                again = _check_output(module(leaf), name)
+                split: list[SplitBackward] = []
+
+                def backward_input() -> None:
+                    split.append(SplitBackward([again], [leaf] if differentiable else [], params))
+                    split[0].backward_input([grad_output])
+
+                inputs_only, _ = _timed(backward_input, device, timer)
+                weight_only, _ = _timed(split[0].backward_weight, device, timer)
+                if not differentiable:
+                    inputs_only = 0.0  # nothing to send upstream: the runtime's I has no work
+            if run >= warmup:
+                samples["forward"].append(elapsed)
+                samples["backward"].append(full)
+                samples["backward_input"].append(inputs_only)
+                samples["weight"].append(weight_only)
+    finally:
+        for param, grad in zip(params, saved_grads):
+            param.grad = grad
     with torch.enable_grad():
         output, saved = _saved_bytes_forward(module, fresh_input())
     output = _check_output(output, name).detach()
-    forward = statistics.median(forward_ms)
-    backward_input = statistics.median(input_ms)
-    backward_weight = max(statistics.median(full_ms) - backward_input, 0.0)
+    stats = {key: _median_iqr(values) for key, values in samples.items()}
     cost = ModuleCost(
-        forward=forward,
-        backward_input=backward_input,
-        backward_weight=backward_weight,
+        forward=stats["forward"][0],
+        backward_input=stats["backward_input"][0],
+        backward_weight=stats["weight"][0],
         activation_bytes=saved,
         output_bytes=output.nelement() * output.element_size(),
         parameters=sum(p.numel() for p in params),
+        full_backward=stats["backward"][0],
+        iqr={key: value[1] for key, value in stats.items()},
     )
     return cost, output
 
@@ -251,6 +288,11 @@ def measure_layer_details(
             timer=timer,
         )
         results.append(LayerMeasurement(**vars(cost), index=index, name=f"{name}:{type(layer).__name__}"))
+    if all(layer.forward <= 0 and layer.full_backward <= 0 for layer in results):
+        raise InvalidInputError(
+            "every measured time is zero or negative: the timer does not advance (timer trouble); "
+            "use time.perf_counter or a clock with sub-millisecond resolution"
+        )
     return results
 
 
@@ -264,24 +306,52 @@ def measure_layers(
 ) -> LayerProfile:
     """Measure every top-level child of ``model`` as a :class:`~pipeplan.layers.LayerProfile` (ms).
 
-    The profile feeds :func:`pipeplan.partition.partition_layers` directly:
-    ``forward``, ``backward`` (full: input plus weight gradient), ``weight``,
-    ``activation_bytes`` and ``params`` (counts) per layer, named after the
-    children (``"0:ImageEncoder"``). Times are clamped as the profile requires
-    (``forward``, ``backward`` > 0 and ``weight < backward``: the first layer,
-    whose input is data, gets ``weight`` = ``backward`` − 1e-6 ms). Use
-    :func:`measure_layer_details` for the unclamped numbers and output sizes.
+    The profile feeds :func:`pipeplan.partition.partition_layers` and
+    :meth:`~pipeplan.layers.LayerProfile.stage_costs` directly: ``forward``,
+    ``backward`` (the full backward), ``backward_input`` and ``weight`` (the
+    halves of a split backward as the runtime runs them), ``activation_bytes``,
+    ``params`` (counts), ``send_bytes`` (each output's size) and the interquartile ranges
+    (``spread``) per layer, named after the children (``"0:ImageEncoder"``).
+    ``forward`` and ``backward`` are clamped at 1e-6 ms (a profile needs them
+    > 0). Use :func:`measure_layer_details` for the raw numbers.
     """
     layers = measure_layer_details(model, sample_inputs, repeats=repeats, warmup=warmup, timer=timer)
-    backward = [max(layer.backward, 2 * _MIN_MS) for layer in layers]
     return LayerProfile(
         forward=[max(layer.forward, _MIN_MS) for layer in layers],
-        backward=backward,
-        weight=[min(layer.backward_weight, b - _MIN_MS) for layer, b in zip(layers, backward)],
+        backward=[max(layer.full_backward, _MIN_MS) for layer in layers],
+        weight=[layer.backward_weight for layer in layers],
+        backward_input=[layer.backward_input for layer in layers],
         activation_bytes=[layer.activation_bytes for layer in layers],
         params=[layer.parameters for layer in layers],
+        send_bytes=[layer.output_bytes for layer in layers],
         names=[layer.name for layer in layers],
+        spread={key: [layer.iqr[key] for layer in layers]
+                for key in ("forward", "backward", "backward_input", "weight")},
+        measurement={"repeats": repeats, "warmup": warmup, "statistic": "median",
+                     "timer": getattr(timer, "__name__", str(timer))},
     )
+
+
+def check_spread(profile: LayerProfile, max_relative_iqr: float) -> None:
+    """Refuse a profile whose measurements scatter too much to plan with.
+
+    A layer fails when the interquartile range of any of its measured times is
+    more than ``max_relative_iqr`` times the layer's ``forward + backward``.
+
+    Raises:
+        InvalidInputError: naming the first such layer, its time, median and IQR.
+    """
+    for index, name in enumerate(profile.names):
+        total = profile.forward[index] + profile.backward[index]
+        for key, spread in profile.spread.items():
+            if spread[index] > max_relative_iqr * total:
+                median = getattr(profile, key)[index]
+                raise InvalidInputError(
+                    f"layer {index} ({name}): {key} median {median:.3f} ms has an interquartile range of "
+                    f"{spread[index]:.3f} ms, more than {max_relative_iqr:g} x the layer's forward + backward "
+                    f"({total:.3f} ms); the measurement is too noisy to trust (a loaded machine?): "
+                    "measure again with more repeats, or raise the limit"
+                )
 
 
 def measure_stage_costs(
@@ -296,9 +366,9 @@ def measure_stage_costs(
 
     Stage ``s`` is measured on stage ``s - 1``'s output. The result feeds
     :func:`pipeplan.simulate` directly: ``forward``, ``backward`` (the full
-    backward), ``weight`` (its weight-gradient part) and ``activation_bytes``.
-    Stage 0's input is data, so its whole backward is weight gradient; ``weight``
-    is then kept 1e-6 ms below ``backward``, as ``StageCosts`` requires.
+    backward), ``backward_input`` and ``weight`` (a split backward's halves as
+    the runtime runs them) and ``activation_bytes``. Stage 0's input is data, so
+    its ``I`` is 0 and its ``W`` is its whole backward.
 
     Args:
         stages: the stage modules in pipeline order.
@@ -316,7 +386,7 @@ def measure_stage_costs(
     activation = sample_inputs
     for index, stage in enumerate(stage_list):
         cost, activation = measure_module(
-                        stage,
+            stage,
             activation,
             repeats=repeats,
             warmup=warmup,
@@ -325,11 +395,10 @@ def measure_stage_costs(
             timer=timer,
         )
         costs.append(cost)
-    backward = [max(c.backward, 2 * _MIN_MS) for c in costs]
-    weight = [min(c.backward_weight, b - _MIN_MS) for c, b in zip(costs, backward)]
     return StageCosts(
         forward=[max(c.forward, _MIN_MS) for c in costs],
-        backward=backward,
-        weight=weight,
+        backward=[max(c.full_backward, _MIN_MS) for c in costs],
+        weight=[c.backward_weight for c in costs],
+        backward_input=[c.backward_input for c in costs],
         activation_bytes=[c.activation_bytes for c in costs],
     )

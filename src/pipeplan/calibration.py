@@ -1,0 +1,157 @@
+"""What a machine adds to the layer costs: message times and processes sharing cores.
+
+A :class:`Calibration` is measured once, beside the layer profile, in the same
+processes the runtime will use (``pipeplan profile`` writes it into the profile
+file), and turns into the simulator's inputs::
+
+    from pipeplan.calibration import Calibration, fit_link
+    calibration = Calibration(latency=0.12, bandwidth=2.5e6, slowdown=(1.0, 1.9), backend="gloo")
+    comm = calibration.comm_model([4_620_800])       # CommModel for one boundary of 4.6 MB
+
+Fields and units (times in ms, like every pipeplan cost):
+
+* ``latency`` (ms) and ``bandwidth`` (bytes per ms): a one-way message of ``n``
+  bytes takes ``latency + n / bandwidth``, fitted by :func:`fit_link` to
+  ping-pong samples (half a round trip each).
+* ``slowdown``: ``slowdown[k - 1]`` is how much longer the same work takes on
+  each of ``k`` processes computing at the same time than on one alone
+  (``slowdown[0] = 1``). On a machine with fewer free cores than processes this
+  is about ``k / cores``; on one with a core per process and memory to spare it
+  stays near 1. :func:`pipeplan.contention.simulate_shared` charges it.
+* ``samples``: the ``(bytes, one-way ms)`` pairs the link was fitted to, kept so
+  a reader can check the fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._validation import finite_floats, non_negative_float, positive_float
+from .costs import CommModel, SendMode
+from .errors import InvalidInputError
+
+__all__ = ["Calibration", "fit_link"]
+
+
+def fit_link(samples: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares ``(latency ms, bandwidth bytes/ms)`` of ``time = latency + bytes / bandwidth``.
+
+    Args:
+        samples: ``(bytes, one-way time in ms)`` pairs, at least one; with a
+            single size the bandwidth is infinite and the latency the mean time.
+
+    Returns:
+        The latency (clamped at 0) and the bandwidth (``inf`` when the fitted
+        slope is not positive: size did not cost measurable time).
+    """
+    if not samples:
+        raise InvalidInputError("fit_link needs at least one (bytes, ms) sample, got none")
+    sizes = np.array([float(s) for s, _t in samples])
+    times = np.array([float(t) for _s, t in samples])
+    if not np.all(np.isfinite(times)) or np.any(times < 0):
+        raise InvalidInputError(f"message times must be finite and >= 0 ms, got {times.tolist()}")
+    if np.ptp(sizes) == 0:
+        return float(times.mean()), math.inf
+    slope, intercept = np.polyfit(sizes, times, 1)
+    if slope <= 0:
+        return max(float(times.mean()), 0.0), math.inf
+    return max(float(intercept), 0.0), float(1.0 / slope)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Message cost and core sharing of one machine and backend (see the module doc).
+
+    Args:
+        latency: one-way time of an empty message, ms, >= 0.
+        bandwidth: bytes per ms, > 0 (``inf``: size costs nothing).
+        slowdown: per number of processes computing at once (1, 2, ...), the
+            factor on every action's time; the first entry must be 1.
+        backend: the process-group backend it was measured on (``"gloo"``, ``"nccl"``).
+        samples: the ``(bytes, one-way ms)`` ping-pong samples behind ``latency`` and ``bandwidth``.
+    """
+
+    latency: float = 0.0
+    bandwidth: float = math.inf
+    slowdown: tuple[float, ...] = (1.0,)
+    backend: str = "gloo"
+    samples: tuple[tuple[float, float], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "latency", non_negative_float("calibration.latency", self.latency))
+        object.__setattr__(
+            self, "bandwidth", positive_float("calibration.bandwidth", self.bandwidth, allow_inf=True)
+        )
+        slowdown = finite_floats("calibration.slowdown", self.slowdown)
+        if slowdown[0] != 1.0:
+            raise InvalidInputError(
+                f"calibration.slowdown[0] must be 1 (one process alone is the reference), got {slowdown[0]}"
+            )
+        object.__setattr__(self, "slowdown", slowdown)
+        pairs = []
+        for index, pair in enumerate(self.samples):
+            if len(pair) != 2:
+                raise InvalidInputError(f"calibration.samples[{index}] must be [bytes, ms], got {pair!r}")
+            pairs.append((non_negative_float(f"calibration.samples[{index}] bytes", pair[0]),
+                          non_negative_float(f"calibration.samples[{index}] ms", pair[1])))
+        object.__setattr__(self, "samples", tuple(pairs))
+        if not isinstance(self.backend, str) or not self.backend:
+            raise InvalidInputError(f"calibration.backend must be a name like 'gloo', got {self.backend!r}")
+
+    def comm_model(self, boundary_bytes: float | Sequence[float] = 0.0, *,
+                   send_mode: SendMode = "eager") -> CommModel:
+        """The :class:`~pipeplan.costs.CommModel` of this link for the given boundary sizes (bytes)."""
+        return CommModel(latency=self.latency, bandwidth=self.bandwidth, boundary_bytes=boundary_bytes,
+                         send_mode=send_mode)
+
+    def slowdown_for(self, processes: int) -> float:
+        """The factor for ``processes`` computing at once (the last measured one beyond the table)."""
+        if processes <= 1:
+            return 1.0
+        if processes <= len(self.slowdown):
+            return self.slowdown[processes - 1]
+        # Beyond what was measured: processor sharing grows linearly in the processes.
+        last = len(self.slowdown)
+        return self.slowdown[-1] * processes / last
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the inverse of :meth:`from_dict`); an infinite bandwidth is ``null``."""
+        return {
+            "latency": self.latency,
+            "bandwidth": None if math.isinf(self.bandwidth) else self.bandwidth,
+            "slowdown": list(self.slowdown),
+            "backend": self.backend,
+            "samples": [list(pair) for pair in self.samples],
+        }
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> Calibration:
+        """Read :meth:`to_dict`'s form; names the key that is missing or unknown."""
+        if not isinstance(payload, Mapping):
+            raise InvalidInputError(f"calibration must be an object, got {payload!r}")
+        allowed = {"latency", "bandwidth", "slowdown", "backend", "samples"}
+        unknown = set(payload) - allowed
+        if unknown:
+            raise InvalidInputError(f"calibration has unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        missing = {"latency", "bandwidth", "slowdown"} - set(payload)
+        if missing:
+            raise InvalidInputError(f"calibration lacks {', '.join(sorted(missing))}")
+        bandwidth = payload["bandwidth"]
+        slowdown = payload["slowdown"]
+        if isinstance(slowdown, (str, bytes)) or not isinstance(slowdown, Sequence) or not slowdown:
+            raise InvalidInputError(f"calibration.slowdown must be a non-empty list of numbers, got {slowdown!r}")
+        samples = payload.get("samples", [])
+        if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence):
+            raise InvalidInputError(f"calibration.samples must be a list of [bytes, ms], got {samples!r}")
+        return cls(
+            latency=payload["latency"],
+            bandwidth=math.inf if bandwidth is None else bandwidth,
+            slowdown=tuple(slowdown),
+            backend=payload.get("backend", "gloo"),
+            samples=tuple(tuple(pair) for pair in samples),  # type: ignore[misc]
+        )
