@@ -113,11 +113,7 @@ class Calibration:
         """The factor for ``processes`` computing at once (the last measured one beyond the table)."""
         if processes <= 1:
             return 1.0
-        if processes <= len(self.slowdown):
-            return self.slowdown[processes - 1]
-        # Beyond what was measured: processor sharing grows linearly in the processes.
-        last = len(self.slowdown)
-        return self.slowdown[-1] * processes / last
+        return self.slowdown[min(processes, len(self.slowdown)) - 1]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the inverse of :meth:`from_dict`); an infinite bandwidth is ``null``."""

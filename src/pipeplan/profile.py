@@ -159,6 +159,77 @@ def _median_iqr(samples: Sequence[float]) -> tuple[float, float]:
     return statistics.median(samples), quartiles[2] - quartiles[0]
 
 
+class _Probe:
+    """Times one module's forward, full backward and split backward on a fixed input, one run at a time."""
+
+    def __init__(self, module: nn.Module, sample_inputs: torch.Tensor, *, name: str, input_grad: bool,
+                 timer: Timer) -> None:
+        if not isinstance(sample_inputs, torch.Tensor):
+            raise InvalidInputError(f"sample_inputs must be a torch.Tensor, got {type(sample_inputs).__name__}")
+        self.module = module
+        self.sample = sample_inputs
+        self.name = name
+        self.timer = timer
+        self.device = sample_inputs.device
+        self.differentiable = input_grad and (sample_inputs.is_floating_point() or sample_inputs.is_complex())
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.samples: dict[str, list[float]] = {"forward": [], "backward": [], "backward_input": [], "weight": []}
+
+    def fresh_input(self) -> torch.Tensor:
+        leaf = self.sample.detach()
+        return leaf.requires_grad_(True) if self.differentiable else leaf
+
+    def run(self, *, keep: bool) -> None:
+        """One forward, full backward, forward and split backward; recorded when ``keep``."""
+        saved_grads = [p.grad for p in self.params]
+        try:
+            for param in self.params:
+                param.grad = None
+            leaf = self.fresh_input()
+            elapsed, output = _timed(lambda: self.module(leaf), self.device, self.timer)
+            output = _check_output(output, self.name)
+            full = inputs_only = weight_only = 0.0
+            if output.requires_grad:
+                grad_output = torch.ones_like(output)
+                full, _ = _timed(lambda: torch.autograd.backward([output], [grad_output]), self.device, self.timer)
+                again = _check_output(self.module(leaf), self.name)
+                split: list[SplitBackward] = []
+
+                def backward_input() -> None:
+                    split.append(SplitBackward([again], [leaf] if self.differentiable else [], self.params))
+                    split[0].backward_input([grad_output])
+
+                inputs_only, _ = _timed(backward_input, self.device, self.timer)
+                weight_only, _ = _timed(split[0].backward_weight, self.device, self.timer)
+                if not self.differentiable:
+                    inputs_only = 0.0  # nothing to send upstream: the runtime's I has no work
+        finally:
+            for param, grad in zip(self.params, saved_grads):
+                param.grad = grad
+        if keep:
+            self.samples["forward"].append(elapsed)
+            self.samples["backward"].append(full)
+            self.samples["backward_input"].append(inputs_only)
+            self.samples["weight"].append(weight_only)
+
+    def result(self) -> tuple[ModuleCost, torch.Tensor]:
+        with torch.enable_grad():
+            output, saved = _saved_bytes_forward(self.module, self.fresh_input())
+        output = _check_output(output, self.name).detach()
+        stats = {key: _median_iqr(values) for key, values in self.samples.items()}
+        cost = ModuleCost(
+            forward=stats["forward"][0],
+            backward_input=stats["backward_input"][0],
+            backward_weight=stats["weight"][0],
+            activation_bytes=saved,
+            output_bytes=output.nelement() * output.element_size(),
+            parameters=sum(p.numel() for p in self.params),
+            full_backward=stats["backward"][0],
+            iqr={key: value[1] for key, value in stats.items()},
+        )
+        return cost, output
+
+
 def measure_module(
     module: nn.Module,
     sample_inputs: torch.Tensor,
@@ -192,64 +263,10 @@ def measure_module(
     """
     repeats = positive_int("repeats", repeats)
     warmup = positive_int("warmup", warmup, minimum=0)
-    if not isinstance(sample_inputs, torch.Tensor):
-        raise InvalidInputError(f"sample_inputs must be a torch.Tensor, got {type(sample_inputs).__name__}")
-    device = sample_inputs.device
-    differentiable = input_grad and (sample_inputs.is_floating_point() or sample_inputs.is_complex())
-    params = [p for p in module.parameters() if p.requires_grad]
-    saved_grads = [p.grad for p in params]
-
-    def fresh_input() -> torch.Tensor:
-        leaf = sample_inputs.detach()
-        return leaf.requires_grad_(True) if differentiable else leaf
-
-    samples: dict[str, list[float]] = {"forward": [], "backward": [], "backward_input": [], "weight": []}
-    output = None
-    try:
-        for run in range(warmup + repeats):
-            for param in params:
-                param.grad = None
-            leaf = fresh_input()
-            elapsed, output = _timed(lambda: module(leaf), device, timer)
-            output = _check_output(output, name)
-            full = inputs_only = weight_only = 0.0
-            if output.requires_grad:
-                grad_output = torch.ones_like(output)
-                full, _ = _timed(lambda: torch.autograd.backward([output], [grad_output]), device, timer)
-                again = _check_output(module(leaf), name)
-                split: list[SplitBackward] = []
-
-                def backward_input() -> None:
-                    split.append(SplitBackward([again], [leaf] if differentiable else [], params))
-                    split[0].backward_input([grad_output])
-
-                inputs_only, _ = _timed(backward_input, device, timer)
-                weight_only, _ = _timed(split[0].backward_weight, device, timer)
-                if not differentiable:
-                    inputs_only = 0.0  # nothing to send upstream: the runtime's I has no work
-            if run >= warmup:
-                samples["forward"].append(elapsed)
-                samples["backward"].append(full)
-                samples["backward_input"].append(inputs_only)
-                samples["weight"].append(weight_only)
-    finally:
-        for param, grad in zip(params, saved_grads):
-            param.grad = grad
-    with torch.enable_grad():
-        output, saved = _saved_bytes_forward(module, fresh_input())
-    output = _check_output(output, name).detach()
-    stats = {key: _median_iqr(values) for key, values in samples.items()}
-    cost = ModuleCost(
-        forward=stats["forward"][0],
-        backward_input=stats["backward_input"][0],
-        backward_weight=stats["weight"][0],
-        activation_bytes=saved,
-        output_bytes=output.nelement() * output.element_size(),
-        parameters=sum(p.numel() for p in params),
-        full_backward=stats["backward"][0],
-        iqr={key: value[1] for key, value in stats.items()},
-    )
-    return cost, output
+    probe = _Probe(module, sample_inputs, name=name, input_grad=input_grad, timer=timer)
+    for run in range(warmup + repeats):
+        probe.run(keep=run >= warmup)
+    return probe.result()
 
 
 def measure_layer_details(
@@ -261,6 +278,9 @@ def measure_layer_details(
     timer: Timer = time.perf_counter,
 ) -> list[LayerMeasurement]:
     """Measure every top-level child of ``model`` in order, each on its predecessor's output.
+
+    The runs go round robin over the layers (run ``r`` of every layer, then run
+    ``r + 1``), so load from other processes spreads over all layers alike.
 
     Args:
         model: an ``nn.Sequential`` whose children each take and return one tensor.
@@ -275,18 +295,23 @@ def measure_layer_details(
     """
     if not isinstance(model, nn.Sequential) or len(model) == 0:
         raise InvalidInputError(f"model must be a non-empty torch.nn.Sequential, got {type(model).__name__}")
-    results = []
+    repeats = positive_int("repeats", repeats)
+    warmup = positive_int("warmup", warmup, minimum=0)
+    probes = []
     activation = sample_inputs
     for index, (name, layer) in enumerate(model.named_children()):
-        cost, activation = measure_module(
-            layer,
-            activation,
-            repeats=repeats,
-            warmup=warmup,
-            name=f"layer {index} ({name})",
-            input_grad=index > 0,
-            timer=timer,
-        )
+        probe = _Probe(layer, activation, name=f"layer {index} ({name})", input_grad=index > 0, timer=timer)
+        with torch.no_grad():
+            activation = _check_output(layer(activation), probe.name)
+        probes.append(probe)
+    # Round robin: run r of every layer before run r + 1 of any, so a burst of load
+    # from other processes falls on all layers alike instead of on one layer's runs.
+    for run in range(warmup + repeats):
+        for probe in probes:
+            probe.run(keep=run >= warmup)
+    results = []
+    for index, ((name, layer), probe) in enumerate(zip(model.named_children(), probes)):
+        cost, _output = probe.result()
         results.append(LayerMeasurement(**vars(cost), index=index, name=f"{name}:{type(layer).__name__}"))
     if all(layer.forward <= 0 and layer.full_backward <= 0 for layer in results):
         raise InvalidInputError(

@@ -18,11 +18,19 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["DEFAULT_MODEL", "build_default_model", "load_model", "split_sequential"]
+__all__ = ["BUILTIN_MODELS", "DEFAULT_MODEL", "build_default_model", "build_dumbbell_model", "load_model",
+           "split_sequential"]
 
 DEFAULT_MODEL = "pipeplan.models.vla:build_default_model"
 
-_LAZY = {"build_default_model": ".vla", "load_model": ".loading", "split_sequential": ".loading"}
+#: Built-in models by short name (``--model vla``, ``--model dumbbell``); each takes ``num_layers``.
+BUILTIN_MODELS = {
+    "vla": DEFAULT_MODEL,
+    "dumbbell": "pipeplan.models.vla:build_dumbbell_model",
+}
+
+_LAZY = {"build_default_model": ".vla", "build_dumbbell_model": ".vla", "load_model": ".loading",
+         "split_sequential": ".loading"}
 
 
 def __getattr__(name: str) -> Any:

@@ -14,16 +14,17 @@ from typing import Any
 from torch import nn
 
 from ..errors import InvalidInputError
-from . import DEFAULT_MODEL
+from . import BUILTIN_MODELS, DEFAULT_MODEL
 
 __all__ = ["load_model", "split_sequential"]
 
 
 def load_model(spec: str = DEFAULT_MODEL, **options: Any) -> tuple[nn.Sequential, Any, Any]:
-    """Import ``"package.module:factory"`` and call ``factory(**options)``.
+    """Import ``"package.module:factory"`` (or a :data:`BUILTIN_MODELS` name) and call ``factory(**options)``.
 
     Args:
-        spec: module path and factory name separated by one colon.
+        spec: module path and factory name separated by one colon, or a
+            built-in name (``"vla"``, ``"dumbbell"``).
         **options: keyword arguments passed to the factory (for example
             ``num_layers=8`` for the default model).
 
@@ -35,8 +36,13 @@ def load_model(spec: str = DEFAULT_MODEL, **options: Any) -> tuple[nn.Sequential
             missing or non-callable factory, or a factory that does not return an
             ``nn.Sequential`` with a callable loss and batch maker.
     """
+    if isinstance(spec, str) and spec in BUILTIN_MODELS:
+        spec = BUILTIN_MODELS[spec]
     if not isinstance(spec, str) or spec.count(":") != 1:
-        raise InvalidInputError(f"model must look like 'package.module:factory', got {spec!r}")
+        raise InvalidInputError(
+            f"model must look like 'package.module:factory', got {spec!r} (or name a built-in model: "
+            f"{', '.join(BUILTIN_MODELS)})"
+        )
     module_name, factory_name = (part.strip() for part in spec.split(":"))
     if not module_name or not factory_name:
         raise InvalidInputError(f"model must look like 'package.module:factory', got {spec!r}")

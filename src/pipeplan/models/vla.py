@@ -39,6 +39,7 @@ __all__ = [
     "TransformerBlock",
     "FlowMatchingActionHead",
     "build_default_model",
+    "build_dumbbell_model",
     "LossFn",
     "MakeBatch",
 ]
@@ -181,6 +182,7 @@ def build_default_model(
     horizon: int = 8,
     action_dim: int = 7,
     denoising_steps: int = 8,
+    encoder_layers: int = 2,
 ) -> tuple[nn.Sequential, LossFn, MakeBatch]:
     """Build the default VLA-shaped model, its loss and a synthetic-batch maker.
 
@@ -197,6 +199,7 @@ def build_default_model(
         horizon: actions per predicted chunk.
         action_dim: size of one action.
         denoising_steps: integration steps of the action head.
+        encoder_layers: residual patch-MLP layers of the image encoder.
 
     Returns:
         ``(model, loss_fn, make_batch)``: ``model`` is a float32 ``nn.Sequential``
@@ -219,6 +222,7 @@ def build_default_model(
         "horizon": horizon,
         "action_dim": action_dim,
         "denoising_steps": denoising_steps,
+        "encoder_layers": encoder_layers,
     }
     for field, value in sizes.items():
         positive_int(field, value)
@@ -236,7 +240,8 @@ def build_default_model(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         layers: list[nn.Module] = [
-            ImageEncoder(hidden, cameras=cameras, image_size=image_size, patch_size=patch_size, tokens=tokens)
+            ImageEncoder(hidden, cameras=cameras, image_size=image_size, patch_size=patch_size, tokens=tokens,
+                         mlp_layers=encoder_layers)
         ]
         layers += [TransformerBlock(hidden, num_heads=num_heads) for _ in range(num_layers)]
         layers.append(
@@ -257,3 +262,16 @@ def build_default_model(
         return images, targets
 
     return model, loss_fn, make_batch
+
+
+def build_dumbbell_model(num_layers: int = 8, *, seed: int = 0) -> tuple[nn.Sequential, LossFn, MakeBatch]:
+    """The default model with a heavy front: four cameras into a deep encoder, then blocks and the head.
+
+    Four cameras and four patch-MLP layers make the encoder about as costly as
+    all 8 transformer blocks together; the action head (4 denoising steps) costs
+    about one and a half blocks (CPU, batch 4; ``pipeplan profile --model
+    dumbbell`` measures them). An even split by layer count piles the encoder
+    *and* its neighbouring blocks on stage 0, the lesson's unbalanced pipeline;
+    a split balanced on the measured costs gives the encoder a stage of its own.
+    """
+    return build_default_model(num_layers, seed=seed, cameras=4, encoder_layers=4, denoising_steps=4)

@@ -1,0 +1,457 @@
+"""The user's path as a library: profile a model, balance it, run it, compare with the prediction.
+
+    from pipeplan.runtime.loop import RunConfig, profile_model, run_pipeline
+    profile = profile_model("dumbbell", nproc=2)                 # LayerProfile with its Calibration
+    profile.to_file("prof.json")
+    report = run_pipeline(RunConfig(schedule="1f1b", pp=2, microbatches=8, profile=profile))
+    report["prediction"]["makespan_relative_error"]
+
+``pipeplan profile`` and ``pipeplan run`` are thin wrappers over
+:func:`profile_model` and :func:`run_pipeline`.
+
+What the prediction charges (:func:`predict`): the profile's per-layer costs
+summed per stage (:meth:`~pipeplan.layers.LayerProfile.stage_costs`, split
+halves as the runtime runs them), messages at the calibrated latency and
+bandwidth for the boundary sizes the profile measured, and core sharing: while
+``k`` ranks compute at once each is ``slowdown[k - 1]`` times slower
+(:func:`pipeplan.contention.simulate_shared`). Profile, calibration and run must
+use the same threads per process; :func:`threads_per_process` is the number
+:func:`pipeplan.runtime.spawn` gives each rank.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from .._validation import positive_int
+from ..calibration import Calibration
+from ..contention import simulate_shared
+from ..costs import StageCosts
+from ..errors import InvalidInputError
+from ..layers import LayerProfile
+from ..schedule import Schedule
+from ..timeline import Timeline
+
+__all__ = [
+    "GRADIENT_TOLERANCE",
+    "RunConfig",
+    "costs_as_run",
+    "execute_rank",
+    "gradient_check",
+    "load_configured_model",
+    "predict",
+    "profile_model",
+    "run_pipeline",
+    "threads_per_process",
+]
+
+GRADIENT_TOLERANCE = 1e-5
+"""Largest allowed |runtime gradient − single-process gradient| (float32)."""
+
+
+def threads_per_process(nproc: int) -> int:
+    """Intra-op threads each of ``nproc`` local ranks gets from :func:`pipeplan.runtime.spawn`."""
+    return max(1, (os.cpu_count() or 1) // nproc)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One ``pipeplan run``: what to build, how to split it, how to schedule and time it.
+
+    Attributes:
+        schedule: a name from :data:`pipeplan.schedules.SCHEDULES`.
+        pp, dp: pipeline ranks and data-parallel replicas (``pp × dp`` processes).
+        microbatches: per step; ``batch_size`` samples per replica per step.
+        virtual_stages: chunks per rank for ``interleaved``.
+        checkpoint: recompute activations in the backward.
+        model: ``package.module:factory`` or a built-in name (``None``: the default model).
+        layers: transformer blocks of a built-in model.
+        partition: ``"auto"`` (balanced on the profile), ``"even"`` or layers per stage.
+        steps, warmup: measured and unmeasured steps.
+        timeout: seconds before a stuck rank fails the run.
+        profile: a measured :class:`~pipeplan.layers.LayerProfile` (then nothing is re-measured).
+        keep_timelines: return every measured step's timeline, not only the median one.
+    """
+
+    schedule: str = "1f1b"
+    pp: int = 2
+    dp: int = 1
+    microbatches: int = 4
+    batch_size: int = 16
+    virtual_stages: int = 2
+    checkpoint: bool = False
+    model: str | None = None
+    layers: int = 8
+    partition: str | Sequence[int] = "auto"
+    steps: int = 3
+    warmup: int = 1
+    timeout: float = 120.0
+    profile: LayerProfile | None = None
+    keep_timelines: bool = False
+
+    @property
+    def num_stages(self) -> int:
+        """Stages of the schedule: ``pp × v`` for interleaved, ``2 pp`` for zb-v, else ``pp``."""
+        return {"interleaved": self.pp * self.virtual_stages, "zb-v": 2 * self.pp}.get(self.schedule, self.pp)
+
+    @property
+    def world_size(self) -> int:
+        """Processes of the run."""
+        return self.pp * self.dp
+
+
+def load_configured_model(config: RunConfig) -> tuple[Any, Any, Any]:
+    """``(nn.Sequential, loss_fn, make_batch)`` of the configured model (seeded, the same on every rank)."""
+    from ..models import BUILTIN_MODELS, DEFAULT_MODEL, load_model
+
+    if config.model is None or config.model in BUILTIN_MODELS:
+        return load_model(config.model or DEFAULT_MODEL, num_layers=config.layers, seed=0)
+    return load_model(config.model)
+
+
+def _sample(make_batch: Any, batch_size: int, microbatches: int) -> Any:
+    """One microbatch of replica 0's batch, the size every profile measures."""
+    return make_batch(batch_size, seed=1)[0].tensor_split(microbatches)[0]
+
+
+# ------------------------------------------------------------------ profile
+def profile_model(
+    model: str | None = None,
+    *,
+    layers: int = 8,
+    batch_size: int = 16,
+    microbatches: int = 4,
+    nproc: int = 2,
+    repeats: int = 7,
+    warmup: int = 2,
+    backend: str = "gloo",
+    max_spread: float | None = 0.5,
+    timeout: float = 120.0,
+    calibrate: bool = True,
+) -> LayerProfile:
+    """Measure a model's layers and the machine into one :class:`LayerProfile`.
+
+    The layers are measured in this process with :func:`threads_per_process`
+    threads (what each of ``nproc`` ranks will have), on one microbatch of
+    ``batch_size / microbatches`` samples; then ``nproc`` ranks measure the link
+    (ping-pong at the model's boundary sizes) and core sharing (every rank
+    running one microbatch's forward and backward of the whole model at once)
+    into the profile's :class:`~pipeplan.calibration.Calibration`.
+
+    Args:
+        model: ``package.module:factory`` or a built-in name (``None``: the default model).
+        layers: transformer blocks of a built-in model.
+        batch_size, microbatches: fix the microbatch that is measured.
+        nproc: processes the profile is for (>= 1; 1 skips the calibration).
+        repeats, warmup: timed and untimed runs of each measurement.
+        backend: the process-group backend of the calibration.
+        max_spread: refuse the profile (InvalidInputError) when some layer's
+            interquartile range exceeds this fraction of its forward + backward;
+            ``None`` accepts anything.
+        timeout: seconds for the calibration ranks.
+        calibrate: measure the calibration (False: layers only).
+
+    Raises:
+        InvalidInputError: a bad model or sizes, timer trouble, or a spread too large to trust.
+    """
+    import torch
+
+    from ..profile import check_spread, measure_layers
+    from .launch import spawn
+
+    nproc = positive_int("nproc", nproc)
+    microbatches = positive_int("microbatches", microbatches)
+    batch_size = positive_int("batch_size", batch_size)
+    if batch_size < microbatches:
+        raise InvalidInputError(f"batch_size must be >= the {microbatches} microbatches, got {batch_size}")
+    config = RunConfig(model=model, layers=layers, batch_size=batch_size, microbatches=microbatches)
+    module, _loss_fn, make_batch = load_configured_model(config)
+    sample = _sample(make_batch, batch_size, microbatches)
+    threads = threads_per_process(nproc)
+    before = os.getloadavg()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        profile = measure_layers(module, sample, repeats=repeats, warmup=warmup)
+    finally:
+        torch.set_num_threads(previous)
+    if max_spread is not None:
+        check_spread(profile, max_spread)
+    calibration = None
+    if calibrate and nproc > 1:
+        sizes = sorted(set(profile.output_bytes))
+        chosen = [sizes[0], sizes[len(sizes) // 2], sizes[-1]] if sizes else []
+        calibration = spawn(_calibrate_rank, nproc, config, chosen, repeats, backend=backend,
+                            timeout=timeout)[0]
+    notes = {
+        **profile.measurement,
+        "model": model or "vla",
+        "layers": layers,
+        "batch_size": batch_size,
+        "microbatches": microbatches,
+        "microbatch_size": int(sample.shape[0]),
+        "nproc": nproc,
+        "threads_per_process": threads,
+        "backend": backend,
+        "loadavg_before": list(before),
+        "loadavg_after": list(os.getloadavg()),
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    return LayerProfile(
+        profile.forward, profile.backward, profile.weight,
+        activation_bytes=profile.activation_bytes, params=profile.params, names=profile.names,
+        backward_input=profile.backward_input, output_bytes=profile.output_bytes, spread=profile.spread,
+        calibration=calibration, measurement=notes,
+    )
+
+
+def _calibrate_rank(rank: int, world_size: int, config: RunConfig, sizes: list[float],
+                    repeats: int) -> Calibration:
+    """One rank of the calibration: the link, then core sharing on the model's forward + backward."""
+    import torch
+
+    from .calibrate import calibrate_machine
+
+    module, loss_fn, make_batch = load_configured_model(config)
+    inputs, targets = make_batch(config.batch_size, seed=1)
+    sample, target = inputs.tensor_split(config.microbatches)[0], targets.tensor_split(config.microbatches)[0]
+
+    def work() -> None:
+        loss_fn(module(sample), target).backward()
+        for param in module.parameters():
+            param.grad = None
+
+    with torch.enable_grad():
+        return calibrate_machine(work, sizes, repeats=repeats)
+
+
+# ------------------------------------------------------------------ predict
+def costs_as_run(costs: StageCosts, checkpoint: bool) -> StageCosts:
+    """Stage costs adjusted to what the runtime does with checkpointing.
+
+    The backward repeats the forward, and (split schedules) a checkpointed
+    stage's ``B`` computes both halves, so its ``W`` is empty.
+    """
+    if not checkpoint:
+        return costs
+    full = [b + f for b, f in zip(costs.backward, costs.forward)]
+    return StageCosts(
+        forward=costs.forward,
+        backward=full,
+        weight=[0.0] * costs.num_stages,
+        activation_bytes=costs.activation_bytes,
+        backward_input=None if costs.backward_input is None else full,
+    )
+
+
+def predict(profile: LayerProfile, schedule: Schedule, layers_per_stage: Sequence[int], *,
+            checkpoint: bool = False) -> Timeline:
+    """The step the profile predicts for ``schedule`` on this partition (see the module doc).
+
+    Without a calibration in the profile, messages are free and cores are not shared.
+    """
+    costs = costs_as_run(profile.stage_costs(layers_per_stage), checkpoint)
+    calibration = profile.calibration or Calibration()
+    comm = calibration.comm_model(profile.boundary_bytes(layers_per_stage)) if schedule.num_stages > 1 \
+        else calibration.comm_model(0.0)
+    return simulate_shared(schedule, costs, comm, slowdown=calibration.slowdown)
+
+
+# ---------------------------------------------------------------------- run
+def _partition(profile: LayerProfile, config: RunConfig, num_layers: int) -> list[int]:
+    from ..partition import even_split, partition_layers
+
+    num_stages = config.num_stages
+    if num_layers < num_stages:
+        raise InvalidInputError(
+            f"the model has {num_layers} layers, fewer than the {num_stages} stages of {config.schedule}"
+        )
+    if not isinstance(config.partition, str):
+        return list(config.partition)
+    if config.partition == "even":
+        return list(even_split(num_layers, num_stages))
+    return list(partition_layers(profile, num_stages).layers_per_stage)
+
+
+def _schedule_options(config: RunConfig, costs: StageCosts) -> dict[str, Any]:
+    if config.schedule == "interleaved":
+        return {"virtual_stages": config.virtual_stages}
+    if config.schedule == "adaptive":
+        return {"costs": costs}
+    return {}
+
+
+def gradient_check(gathered: list[tuple[int, dict[int, list[tuple[str, Any]]]]],
+                   reference: list[Any]) -> dict[str, Any]:
+    """Every runtime gradient against the single-process ``reference`` stages' ``.grad``.
+
+    ``gathered`` holds, per rank, ``(dp replica, {stage: [(parameter name, gradient or None)]})``.
+    A parameter with a gradient on one side only (the runtime never filled it, or
+    filled one the reference does not have) fails the check and is named in
+    ``problems``; no gradient on either side (a frozen parameter) is equal.
+    """
+    worst = 0.0
+    problems: list[str] = []
+    several = len({replica for replica, _grads in gathered}) > 1
+    for replica, grads in gathered:
+        for stage, named in grads.items():
+            want = dict(reference[stage].named_parameters())
+            where = f"stage {stage}" + (f" of replica {replica}" if several else "")
+            for name in sorted(set(want) - {n for n, _ in named}):
+                problems.append(f"{where}: parameter {name!r} missing from the runtime's stage")
+            for name, got in named:
+                param = want.get(name)
+                if param is None:
+                    problems.append(f"{where}: parameter {name!r} is not in the reference model")
+                    continue
+                if got is None and param.grad is None:
+                    continue  # frozen or unused on both sides
+                if got is None:
+                    problems.append(f"{where}: parameter {name!r} has no gradient from the runtime, "
+                                    "but one in the single-process step")
+                elif param.grad is None:
+                    problems.append(f"{where}: parameter {name!r} has a gradient from the runtime, "
+                                    "but none in the single-process step")
+                elif tuple(got.shape) != tuple(param.grad.shape):
+                    problems.append(f"{where}: parameter {name!r} has a gradient of shape {tuple(got.shape)}, "
+                                    f"expected {tuple(param.grad.shape)}")
+                else:
+                    difference = float((got - param.grad).abs().max())
+                    if not math.isfinite(difference):  # max() would drop a NaN silently
+                        problems.append(f"{where}: parameter {name!r} has a non-finite gradient difference "
+                                        f"({difference})")
+                        difference = math.inf
+                    worst = max(worst, difference)
+    return {"max_abs_diff": worst, "tolerance": GRADIENT_TOLERANCE,
+            "ok": worst <= GRADIENT_TOLERANCE and not problems, "problems": problems}
+
+
+def check_profile_fits(profile: LayerProfile, num_layers: int) -> None:
+    """Raise when a profile does not describe a model of ``num_layers`` top-level layers."""
+    if profile.num_layers != num_layers:
+        raise InvalidInputError(
+            f"the profile has {profile.num_layers} layers but the model has {num_layers}; "
+            "profile this model (pipeplan profile) or pick the model the profile was measured on"
+        )
+
+
+def execute_rank(rank: int, world_size: int, config: RunConfig) -> dict[str, Any] | None:
+    """Everything one rank does for :func:`run_pipeline`; returns the report on rank 0, else ``None``.
+
+    Rank 0 measures the layers unless ``config.profile`` holds them (then nothing
+    is re-measured), chooses the partition and tells every rank.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from ..compare import compare
+    from ..models import split_sequential
+    from ..profile import measure_layers
+    from ..schedules import build_schedule
+    from . import PipelineRuntime, ProcessGrid
+
+    model, loss_fn, make_batch = load_configured_model(config)
+    grid = ProcessGrid.create(pp=config.pp, dp=config.dp)
+    replica_batches = [make_batch(config.batch_size, seed=1 + d) for d in range(config.dp)]
+    inputs, targets = replica_batches[grid.dp_rank]
+    shared: list[Any] = [None]
+    if rank == 0:
+        profile = config.profile
+        if profile is None:
+            profile = measure_layers(model, _sample(make_batch, config.batch_size, config.microbatches),
+                                     repeats=3, warmup=1)
+        check_profile_fits(profile, len(model))
+        shared = [(_partition(profile, config, len(model)), profile)]
+    dist.broadcast_object_list(shared, src=0)
+    layers, profile = shared[0]
+    costs = costs_as_run(profile.stage_costs(layers), config.checkpoint)
+    schedule = build_schedule(config.schedule, num_stages=config.num_stages,
+                              num_microbatches=config.microbatches, **_schedule_options(config, costs))
+    stages = split_sequential(model, layers)
+    runtime = PipelineRuntime(stages, schedule, loss_fn, checkpoint=config.checkpoint,
+                              pp_group=grid.pp_group, dp_group=grid.dp_group)
+    params = [p for s in runtime.local_stages for p in stages[s].parameters()]
+    results = []
+    first: Timeline | None = None
+    for step in range(config.warmup + config.steps):
+        for param in params:
+            param.grad = None
+        began = time.perf_counter()
+        result = runtime.step(inputs, targets)
+        wall = (time.perf_counter() - began) * 1e3
+        if step == 0:
+            first = result.timeline
+        if step >= config.warmup:
+            results.append((wall, result))
+    local = {s: [(name, p.grad.detach().cpu().clone() if p.grad is not None else None)
+                 for name, p in stages[s].named_parameters()]
+             for s in runtime.local_stages}
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, (grid.dp_rank, local, results[-1][1].to_dict()))
+    if rank != 0:
+        return None
+    reference_model, _loss, _batch = load_configured_model(config)
+    full_inputs = torch.cat([b[0] for b in replica_batches])
+    full_targets = torch.cat([b[1] for b in replica_batches])
+    reference_loss = loss_fn(reference_model(full_inputs), full_targets)
+    reference_loss.backward()
+    reference = split_sequential(reference_model, layers)
+    check = gradient_check([(replica, grads) for replica, grads, _summary in gathered], reference)
+    ordered = sorted(results, key=lambda item: item[1].timeline.makespan)
+    wall, chosen = ordered[len(ordered) // 2]
+    predicted = predict(profile, schedule, layers, checkpoint=config.checkpoint)
+    comparison = compare(predicted, chosen.timeline)
+    per_rank = [summary for _replica, _grads, summary in gathered]
+    report = {
+        "config": {**{k: v for k, v in asdict(replace(config, profile=None)).items() if k != "profile"},
+                   "num_stages": config.num_stages, "world_size": world_size, "backend": dist.get_backend(),
+                   "layers_per_stage": layers, "placement": list(schedule.placement),
+                   "profile": "given" if config.profile is not None else "measured on rank 0"},
+        "schedule": schedule.name,
+        "timeline": chosen.timeline,
+        "predicted_timeline": predicted,
+        "measured": chosen.timeline.to_dict(),
+        "step_time_ms": {"median": statistics.median(w for w, _ in results), "all": [w for w, _ in results]},
+        "makespan_ms": {"median": statistics.median(r.timeline.makespan for _w, r in results),
+                        "all": [r.timeline.makespan for _w, r in results],
+                        "first_step": None if first is None else first.makespan},
+        "loss": chosen.loss,
+        "gradient_check": {**check, "loss": results[-1][1].loss,
+                           "reference_loss": float(reference_loss.detach())},
+        "prediction": {"predicted_makespan": predicted.makespan,
+                       "measured_makespan": chosen.timeline.makespan, **comparison.to_dict()},
+        "comparison_report": comparison.report(),
+        "stage_costs": {"forward": list(costs.forward), "backward": list(costs.backward),
+                        "weight": list(costs.weight), "activation_bytes": list(costs.activation_bytes),
+                        "backward_input": None if costs.backward_input is None else list(costs.backward_input)},
+        "calibration": None if profile.calibration is None else profile.calibration.to_dict(),
+        "ranks": per_rank,
+    }
+    if config.keep_timelines:
+        report["timelines"] = [r.timeline for _w, r in results]
+    return report
+
+
+def run_pipeline(config: RunConfig, *, backend: str = "gloo") -> dict[str, Any]:
+    """Spawn ``config.world_size`` local ranks, run :func:`execute_rank` on each, return rank 0's report.
+
+    The report holds the configuration, the median measured step's timeline
+    (``"timeline"``) and the predicted one (``"predicted_timeline"``), step and
+    makespan statistics (``"makespan_ms"`` with the first, unmeasured step), the
+    gradient check and the comparison (:func:`pipeplan.compare`).
+    """
+    from .launch import spawn
+
+    report = spawn(execute_rank, config.world_size, config, backend=backend, timeout=config.timeout)[0]
+    assert report is not None
+    return report
+
