@@ -5,11 +5,16 @@
     $ pipeplan simulate --forward 1,1,1 --backward 1,1,1 -m 4 --schedule gpipe --steps
     $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedule zb-h2 --iterations 6 --optimizer overlap
     $ pipeplan simulate --forward 30,4 --update 1,0.5 -m 64 --schedule dual-rate --rate-ratio 4
+    $ pipeplan simulate --profile prof.json --partition 6,4 -m 8 --schedule zb-h1
 
 Times are milliseconds per microbatch. Prints a per-rank Gantt and a table of busy
 time, idle time by cause and peak in-flight activations (of the first step), and with
 ``--iterations`` the steady-state step time of back-to-back steps. A size that cannot
 fit in memory is refused up front (:mod:`pipeplan.limits`); a long run shows a progress bar.
+With ``--profile`` (a file from ``pipeplan profile``) the stage costs come from the
+profile's layers summed over ``--partition`` and the step is predicted as ``pipeplan
+run`` would measure it (:func:`pipeplan.predict.predict`: the profile's calibrated
+messages and core sharing).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from rich.console import Console
 from .._validation import positive_int
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
+from ..layers import LayerProfile
 from ..limits import check_gantt_size, check_schedule_size
 from ..schedule import Schedule
 from ..schedules import SCHEDULES, backward_mode, build_schedule, schedule_options
@@ -71,8 +77,15 @@ def register(subparsers: Any) -> None:
 
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments that describe costs, communication and the schedule (shared with other verbs)."""
-    parser.add_argument("--forward", required=True, type=float_list("--forward"),
+    parser.add_argument("--forward", type=float_list("--forward"),
                         help="forward time per stage, ms, comma-separated (e.g. 30,10,10,20)")
+    parser.add_argument("--profile", metavar="PATH",
+                        help="a layer profile (.json/.csv from pipeplan profile) instead of --forward ...")
+    parser.add_argument("--partition", default=None,
+                        help="with --profile: layers per stage (e.g. 6,4), 'even' or 'auto' "
+                             "(balanced; default) with --stages")
+    parser.add_argument("--stages", type=int, default=None,
+                        help="with --profile and an even/auto partition: the number of stages")
     parser.add_argument("--backward", type=float_list("--backward"),
                         help="full backward time per stage, ms (default: twice the forward)")
     parser.add_argument("--weight", type=float_list("--weight"),
@@ -176,6 +189,33 @@ def check_size(args: argparse.Namespace, num_stages: int) -> int:
                                backward=backward, simulated=True, names=("stages", "m"))
 
 
+def _profile_partition(args: argparse.Namespace, profile: LayerProfile) -> list[int]:
+    """Layers per stage from ``--partition`` / ``--stages`` for a profile."""
+    from ..partition import even_split, partition_layers
+
+    text = args.partition or "auto"
+    if text in ("auto", "even"):
+        if args.stages is None:
+            raise InvalidInputError(f"--partition {text} needs --stages N (the number of stages)")
+        stages = positive_int("--stages", args.stages)
+        if stages > profile.num_layers:
+            raise InvalidInputError(f"--stages must be <= the profile's {profile.num_layers} layers, got {stages}")
+        if text == "even":
+            return list(even_split(profile.num_layers, stages))
+        return list(partition_layers(profile, stages).layers_per_stage)
+    try:
+        parts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise InvalidInputError(f"--partition must be 'auto', 'even' or numbers like 6,4, got {text!r}") from None
+    if args.stages is not None and args.stages != len(parts):
+        raise InvalidInputError(f"--partition has {len(parts)} stages but --stages says {args.stages}")
+    if any(part < 1 for part in parts) or sum(parts) != profile.num_layers:
+        raise InvalidInputError(
+            f"--partition must be counts >= 1 adding up to the profile's {profile.num_layers} layers, got {text!r}"
+        )
+    return parts
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan simulate``."""
     if args.json:
@@ -185,6 +225,14 @@ def run(args: argparse.Namespace) -> int:
     refuse_flags_without_effect(args)
     output_path(args.plot, "--plot")
     output_path(args.trace, "--trace")
+    if args.profile is not None:
+        if args.forward is not None:
+            raise InvalidInputError("give either --profile or --forward, not both")
+        return _run_profile(args)
+    if args.forward is None:
+        raise InvalidInputError("give --forward (stage times, ms) or --profile (a layer profile file)")
+    if args.partition is not None or args.stages is not None:
+        raise InvalidInputError("--partition and --stages apply only with --profile")
     costs = costs_from_args(args)
     comm = comm_from_args(args)
     actions = check_size(args, costs.num_stages) if args.schedule in SCHEDULES else 0
@@ -218,6 +266,37 @@ def refuse_flags_without_effect(args: argparse.Namespace) -> None:
         refuse_unless(args.iterations != 1, "--optimizer",
                       "with one step (it sets what happens between steps; add --iterations N > 1)")
     args.optimizer = "barrier" if args.optimizer is None else args.optimizer
+
+
+def _run_profile(args: argparse.Namespace) -> int:
+    """``--profile``: the step :func:`pipeplan.predict.predict` expects ``pipeplan run`` to measure."""
+    from ..predict import costs_as_run, predict
+
+    for flag, value in (("--backward", args.backward), ("--weight", args.weight),
+                        ("--activation-bytes", args.activation_bytes), ("--boundary-bytes", args.boundary_bytes)):
+        if value is not None:
+            raise InvalidInputError(f"{flag} does not apply with --profile (the profile holds the costs)")
+    profile = LayerProfile.from_file(args.profile)
+    layers = _profile_partition(args, profile)
+    costs = costs_as_run(profile.stage_costs(layers), False)
+    comm = CommModel() if profile.calibration is None else profile.calibration.comm_model(
+        profile.boundary_bytes(layers) or 0.0)
+    schedule = schedule_from_args(args, costs, comm)
+    timeline = predict(profile, schedule, layers)
+    write_outputs(timeline, args)
+    if args.json:
+        print_json({**timeline.to_dict(), "layers_per_stage": layers})
+        return 0
+    calibration = profile.calibration
+    make_console().print(
+        f"profile {args.profile}: layers per stage {layers}; "
+        + ("no calibration (free messages, a core per rank)" if calibration is None else
+           f"calibrated messages {calibration.latency:.3f} ms + bytes / {calibration.bandwidth:.3g} B/ms, "
+           f"core sharing x{calibration.slowdown_for(schedule.num_ranks):.2f} with {schedule.num_ranks} busy"),
+        markup=False, highlight=False,
+    )
+    show_timeline(timeline, width=args.width, steps=args.steps)
+    return 0
 
 
 def write_outputs(timeline: Timeline, args: argparse.Namespace) -> None:

@@ -9,14 +9,10 @@
 ``pipeplan profile`` and ``pipeplan run`` are thin wrappers over
 :func:`profile_model` and :func:`run_pipeline`.
 
-What the prediction charges (:func:`predict`): the profile's per-layer costs
-summed per stage (:meth:`~pipeplan.layers.LayerProfile.stage_costs`, split
-halves as the runtime runs them), messages at the calibrated latency and
-bandwidth for the boundary sizes the profile measured, and core sharing: while
-``k`` ranks compute at once each is ``slowdown[k - 1]`` times slower
-(:func:`pipeplan.contention.simulate_shared`). Profile, calibration and run must
-use the same threads per process; :func:`threads_per_process` is the number
-:func:`pipeplan.runtime.spawn` gives each rank.
+The prediction beside every run is :func:`pipeplan.predict.predict` on the
+profile. Profile, calibration and run must use the same threads per process;
+:func:`threads_per_process` is the number :func:`pipeplan.runtime.spawn` gives
+each rank.
 """
 
 from __future__ import annotations
@@ -32,21 +28,19 @@ from typing import Any
 
 from .._validation import positive_int
 from ..calibration import Calibration
-from ..contention import simulate_shared
 from ..costs import StageCosts
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from ..schedule import Schedule
+from ..predict import costs_as_run, predict
 from ..timeline import Timeline
 
 __all__ = [
     "GRADIENT_TOLERANCE",
     "RunConfig",
-    "costs_as_run",
+    "check_profile_fits",
     "execute_rank",
     "gradient_check",
     "load_configured_model",
-    "predict",
     "profile_model",
     "run_pipeline",
     "threads_per_process",
@@ -232,38 +226,6 @@ def _calibrate_rank(rank: int, world_size: int, config: RunConfig, sizes: list[f
 
     with torch.enable_grad():
         return calibrate_machine(work, sizes, repeats=repeats)
-
-
-# ------------------------------------------------------------------ predict
-def costs_as_run(costs: StageCosts, checkpoint: bool) -> StageCosts:
-    """Stage costs adjusted to what the runtime does with checkpointing.
-
-    The backward repeats the forward, and (split schedules) a checkpointed
-    stage's ``B`` computes both halves, so its ``W`` is empty.
-    """
-    if not checkpoint:
-        return costs
-    full = [b + f for b, f in zip(costs.backward, costs.forward)]
-    return StageCosts(
-        forward=costs.forward,
-        backward=full,
-        weight=[0.0] * costs.num_stages,
-        activation_bytes=costs.activation_bytes,
-        backward_input=None if costs.backward_input is None else full,
-    )
-
-
-def predict(profile: LayerProfile, schedule: Schedule, layers_per_stage: Sequence[int], *,
-            checkpoint: bool = False) -> Timeline:
-    """The step the profile predicts for ``schedule`` on this partition (see the module doc).
-
-    Without a calibration in the profile, messages are free and cores are not shared.
-    """
-    costs = costs_as_run(profile.stage_costs(layers_per_stage), checkpoint)
-    calibration = profile.calibration or Calibration()
-    comm = calibration.comm_model(profile.boundary_bytes(layers_per_stage)) if schedule.num_stages > 1 \
-        else calibration.comm_model(0.0)
-    return simulate_shared(schedule, costs, comm, slowdown=calibration.slowdown)
 
 
 # ---------------------------------------------------------------------- run

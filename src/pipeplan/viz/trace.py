@@ -35,7 +35,7 @@ from ..errors import InvalidInputError
 from .._validation import expect_timeline
 from ..timeline import Timeline
 
-__all__ = ["chrome_trace", "write_trace"]
+__all__ = ["chrome_trace", "comparison_trace", "write_trace"]
 
 COMPUTE_THREAD = 0
 IDLE_THREAD = 1
@@ -136,7 +136,43 @@ def chrome_trace(timeline: Timeline, *, us_per_unit: float = 1000.0) -> dict[str
     }
 
 
-def write_trace(timeline: Timeline, path: str | os.PathLike[str], *, us_per_unit: float = 1000.0) -> None:
+def comparison_trace(predicted: Timeline, measured: Timeline, *, us_per_unit: float = 1000.0) -> dict[str, Any]:
+    """One trace with two process groups: ``pid`` 0 ``"predicted"`` and ``pid`` 1 ``"measured"``.
+
+    Inside each group every rank is two threads, ``"rank r compute"`` (``tid`` =
+    2 r) and ``"rank r idle"`` (``tid`` = 2 r + 1), with the events of
+    :func:`chrome_trace`; the memory counters are named ``"rank r in-flight"``
+    and ``"rank r activation"``. ``otherData`` holds both timelines' headline
+    numbers under ``"predicted"`` and ``"measured"``.
+    """
+    events: list[dict[str, Any]] = []
+    other: dict[str, Any] = {"generator": "pipeplan"}
+    for group, (name, timeline) in enumerate((("predicted", predicted), ("measured", measured))):
+        single = chrome_trace(timeline, us_per_unit=us_per_unit)
+        other[name] = single["otherData"]
+        events.append({"name": "process_name", "ph": "M", "pid": group, "tid": 0, "args": {"name": name}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": group, "tid": 0,
+                       "args": {"sort_index": group}})
+        for event in single["traceEvents"]:
+            rank = event["pid"]
+            if event["ph"] == "M":
+                if event["name"] == "thread_name":
+                    thread = "compute" if event["tid"] == COMPUTE_THREAD else "idle"
+                    events.append({**event, "pid": group, "tid": 2 * rank + event["tid"],
+                                   "args": {"name": f"rank {rank} {thread}"}})
+                elif event["name"] == "thread_sort_index":
+                    events.append({**event, "pid": group, "tid": 2 * rank + event["tid"],
+                                   "args": {"sort_index": 2 * rank + event["tid"]}})
+                continue  # per-rank process names give way to the group's
+            if event["ph"] == "C":
+                events.append({**event, "pid": group, "name": f"rank {rank} {event['name']}"})
+            else:
+                events.append({**event, "pid": group, "tid": 2 * rank + event["tid"]})
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
+
+
+def write_trace(timeline: Timeline, path: str | os.PathLike[str], *, us_per_unit: float = 1000.0,
+                measured: Timeline | None = None) -> None:
     """Write :func:`chrome_trace` of ``timeline`` to ``path`` (gzip-compressed if it ends in ``.gz``).
 
     Args:
@@ -144,11 +180,16 @@ def write_trace(timeline: Timeline, path: str | os.PathLike[str], *, us_per_unit
         path: output file, e.g. ``"step.json"`` or ``"step.json.gz"``; Perfetto
             and chrome://tracing open both.
         us_per_unit: see :func:`chrome_trace`.
+        measured: with it, ``timeline`` is the prediction and the file holds
+            :func:`comparison_trace` of the two.
 
     Raises:
         InvalidInputError: a bad ``us_per_unit`` or a path that cannot be written.
     """
-    trace = chrome_trace(timeline, us_per_unit=us_per_unit)
+    if measured is None:
+        trace = chrome_trace(timeline, us_per_unit=us_per_unit)
+    else:
+        trace = comparison_trace(timeline, measured, us_per_unit=us_per_unit)
     target = os.fspath(path)
     try:
         if target.endswith(".gz"):
