@@ -11,20 +11,29 @@ boundary sizes the profile measured, and core sharing: while ``k`` ranks
 compute at once each is ``slowdown[k - 1]`` times slower
 (:func:`pipeplan.contention.simulate_shared`). A profile without a calibration
 predicts free messages and a core per rank. Torch-free.
+
+Calibration mode (reported apart from the profile-only prediction):
+:func:`fit_kind_factors` compares one measured step of one schedule with its
+prediction and returns, per action kind, measured over predicted time;
+:func:`scale_profile` applies those factors to the profile to predict the
+other schedules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from .calibration import Calibration
 from .contention import simulate_shared
 from .costs import StageCosts
+from .errors import InvalidInputError
 from .layers import LayerProfile
 from .schedule import Schedule
 from .timeline import Timeline
 
-__all__ = ["costs_as_run", "predict"]
+__all__ = ["costs_as_run", "fit_kind_factors", "predict", "scale_profile"]
 
 
 def costs_as_run(costs: StageCosts, checkpoint: bool) -> StageCosts:
@@ -56,3 +65,62 @@ def predict(profile: LayerProfile, schedule: Schedule, layers_per_stage: Sequenc
     sizes = profile.boundary_bytes(layers_per_stage)
     comm = calibration.comm_model(sizes if sizes else 0.0)
     return simulate_shared(schedule, costs, comm, slowdown=calibration.slowdown)
+
+
+def fit_kind_factors(predicted: Timeline, measured: Timeline) -> dict[str, float]:
+    """Calibration from one measured step: per action kind, measured over predicted time.
+
+    ``factor[kind] = Σ measured durations / Σ predicted durations`` over the
+    actions of that kind (``"F"``, ``"B"``, ``"W"``), both timelines of the same
+    schedule. :func:`scale_profile` applies them to predict other schedules.
+
+    Raises:
+        InvalidInputError: timelines of different schedules, or a kind with no predicted time.
+    """
+    from .compare import compare
+
+    comparison = compare(predicted, measured)
+    factors = {}
+    for kind in sorted({a.kind for a in comparison.actions}):
+        mask = np.array([a.kind == kind for a in comparison.actions])
+        measured_total = float(comparison.measured_duration[mask].sum())
+        predicted_total = float((comparison.measured_duration[mask] + comparison.duration_error[mask]).sum())
+        if predicted_total <= 0:
+            raise InvalidInputError(f"the prediction gives {kind} actions no time; cannot fit a factor for them")
+        factors[kind] = measured_total / predicted_total
+    return factors
+
+
+def scale_profile(profile: LayerProfile, factors: Mapping[str, float], *, split: bool) -> LayerProfile:
+    """The profile with its times scaled by :func:`fit_kind_factors`' factors.
+
+    ``F`` scales ``forward``. Fitted on a split-backward schedule (``split``),
+    ``B`` scales ``backward_input``, ``W`` scales ``weight``, and the full
+    ``backward`` takes their time-weighted mean; fitted on a full-backward
+    schedule, ``B`` scales ``backward`` and both split halves.
+    """
+    forward = factors.get("F", 1.0)
+    if split:
+        inputs, weights = factors.get("B", 1.0), factors.get("W", 1.0)
+    else:
+        inputs = weights = factors.get("B", 1.0)
+    halves = profile.backward_input or tuple(b - w for b, w in zip(profile.backward, profile.weight))
+    full = []
+    for b, i, w in zip(profile.backward, halves, profile.weight):
+        full.append(b * ((inputs * i + weights * w) / (i + w) if split and i + w > 0 else inputs))
+    return LayerProfile(
+        [f * forward for f in profile.forward],
+        full,
+        [w * weights for w in profile.weight],
+        activation_bytes=profile.activation_bytes,
+        params=profile.params,
+        names=profile.names,
+        first_extra=profile.first_extra,
+        last_extra=profile.last_extra,
+        first_extra_bytes=profile.first_extra_bytes,
+        last_extra_bytes=profile.last_extra_bytes,
+        backward_input=[i * inputs for i in halves],
+        output_bytes=profile.output_bytes,
+        calibration=profile.calibration,
+        measurement={**profile.measurement, "scaled_by": dict(factors)},
+    )

@@ -10,9 +10,10 @@ Run inside the ranks (the process group is up), on every rank at once::
   size with blocking ``send``/``recv``, the calls the runtime's messages use; half
   the median round trip is the one-way time of that size. :func:`~pipeplan.calibration.fit_link`
   turns the samples into latency and bandwidth.
-* **Core sharing** (:func:`core_sharing`): for ``k = 1 .. world size``, ranks
-  ``0 .. k-1`` run the same piece of work (e.g. one microbatch's forward and
-  backward of the model) at the same time while the others wait in a barrier;
+* **Core sharing** (:func:`core_sharing`): for ``k = 1 .. world size`` (round
+  robin, ``repeats`` rounds), ranks ``0 .. k-1`` run the same piece of work
+  (e.g. one microbatch's forward and backward of the model) at the same time
+  while the others wait in a barrier;
   ``slowdown[k - 1]`` is rank 0's median time with ``k`` busy over its median
   time alone. On a machine whose processes each have a free core it stays near
   1; when processes outnumber free cores it grows towards ``k / cores``.
@@ -77,19 +78,19 @@ def core_sharing(work: Callable[[], object], *, repeats: int = 7, warmup: int = 
 
     repeats = positive_int("repeats", repeats)
     rank, world = dist.get_rank(), dist.get_world_size()
-    medians = []
-    for busy in range(1, world + 1):
-        times = []
-        dist.barrier()
-        for run in range(warmup + repeats):
+    times: list[list[float]] = [[] for _ in range(world)]
+    # Round robin over the busy counts, so load that comes and goes falls on all of them alike.
+    for run in range(warmup + repeats):
+        for busy in range(1, world + 1):
+            dist.barrier()
             if rank < busy:
                 begin = time.perf_counter()
                 work()
                 elapsed = (time.perf_counter() - begin) * 1e3
                 if run >= warmup:
-                    times.append(elapsed)
-            dist.barrier()
-        medians.append(statistics.median(times) if rank == 0 else 0.0)
+                    times[busy - 1].append(elapsed)
+    dist.barrier()
+    medians = [statistics.median(runs) if rank == 0 else 0.0 for runs in times]
     factors = [1.0] + [m / medians[0] for m in medians[1:]] if rank == 0 else [1.0] * world
     shared = [factors]
     dist.broadcast_object_list(shared, src=0)

@@ -167,7 +167,9 @@ def profile_model(
         raise InvalidInputError(f"batch_size must be >= the {microbatches} microbatches, got {batch_size}")
     config = RunConfig(model=model, layers=layers, batch_size=batch_size, microbatches=microbatches)
     module, _loss_fn, make_batch = load_configured_model(config)
-    sample = _sample(make_batch, batch_size, microbatches)
+    device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+    module = module.to(device)
+    sample = _sample(make_batch, batch_size, microbatches).to(device)
     threads = threads_per_process(nproc)
     before = os.getloadavg()
     previous = torch.get_num_threads()
@@ -182,8 +184,8 @@ def profile_model(
     if calibrate and nproc > 1:
         sizes = sorted(set(profile.output_bytes))
         chosen = [sizes[0], sizes[len(sizes) // 2], sizes[-1]] if sizes else []
-        calibration = spawn(_calibrate_rank, nproc, config, chosen, repeats, backend=backend,
-                            timeout=timeout)[0]
+        calibration = spawn(_calibrate_rank, nproc, config, chosen, repeats, backend,
+                            backend=backend, timeout=timeout)[0]
     notes = {
         **profile.measurement,
         "model": model or "vla",
@@ -194,6 +196,7 @@ def profile_model(
         "nproc": nproc,
         "threads_per_process": threads,
         "backend": backend,
+        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
         "loadavg_before": list(before),
         "loadavg_after": list(os.getloadavg()),
         "torch": torch.__version__,
@@ -209,23 +212,28 @@ def profile_model(
 
 
 def _calibrate_rank(rank: int, world_size: int, config: RunConfig, sizes: list[float],
-                    repeats: int) -> Calibration:
+                    repeats: int, backend: str) -> Calibration:
     """One rank of the calibration: the link, then core sharing on the model's forward + backward."""
     import torch
 
     from .calibrate import calibrate_machine
 
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     module, loss_fn, make_batch = load_configured_model(config)
+    module = module.to(device)
     inputs, targets = make_batch(config.batch_size, seed=1)
-    sample, target = inputs.tensor_split(config.microbatches)[0], targets.tensor_split(config.microbatches)[0]
+    sample = inputs.tensor_split(config.microbatches)[0].to(device)
+    target = targets.tensor_split(config.microbatches)[0].to(device)
 
     def work() -> None:
         loss_fn(module(sample), target).backward()
         for param in module.parameters():
             param.grad = None
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     with torch.enable_grad():
-        return calibrate_machine(work, sizes, repeats=repeats)
+        return calibrate_machine(work, sizes, repeats=repeats, device=device)
 
 
 # ---------------------------------------------------------------------- run

@@ -1,0 +1,132 @@
+"""Benchmark: the lesson's claim, measured — re-balancing a dumbbell from its profile, 2 and 4 processes.
+
+    python benchmarks/rebalance.py                      # 3 runs, writes docs/fidelity.md
+    python benchmarks/rebalance.py --runs 1 --nproc 2 --no-write
+
+For each process count ``P``: profile the dumbbell model once (``pipeplan
+profile --model dumbbell``), then run the same schedule on the even split (by
+layer count) and on pipeplan's split balanced on the profile
+(``--partition auto``: :func:`pipeplan.partition.partition_layers`), alternating
+the two in every run. Reported: each split's predicted makespan (from the
+profile alone, :func:`pipeplan.predict.predict`) and measured median makespan,
+the speedup of the balanced split (target ≥ 1.3×) and both prediction errors
+(target within 10%). The machine's load average is printed beside the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeplan.partition import even_split, partition_layers
+from pipeplan.predict import predict
+from pipeplan.runtime.loop import RunConfig, profile_model, run_pipeline
+from pipeplan.schedules import build_schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _markers import replace_between  # noqa: E402
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "fidelity.md"
+TARGET_SPEEDUP = 1.3
+TARGET_ERROR = 0.10
+
+
+def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
+    profile = profile_model("dumbbell", layers=args.layers, batch_size=args.batch_size,
+                            microbatches=args.microbatches, nproc=nproc, repeats=args.repeats, warmup=2,
+                            backend=args.backend, max_spread=None)
+    splits = {
+        "even": list(even_split(profile.num_layers, nproc)),
+        "balanced": list(partition_layers(profile, nproc).layers_per_stage),
+    }
+    schedule = build_schedule(args.schedule, num_stages=nproc, num_microbatches=args.microbatches)
+    out: dict[str, Any] = {"nproc": nproc, "profile": profile, "splits": {}}
+    for name, layers in splits.items():
+        out["splits"][name] = {"layers": layers, "predicted": predict(profile, schedule, layers).makespan,
+                               "measured": [], "loads": []}
+    for run in range(args.runs):
+        order = list(splits) if run % 2 == 0 else list(reversed(splits))
+        for name in order:
+            config = RunConfig(schedule=args.schedule, pp=nproc, microbatches=args.microbatches,
+                               batch_size=args.batch_size, model="dumbbell", layers=args.layers,
+                               partition=splits[name], steps=args.steps, warmup=args.warmup, profile=profile,
+                               timeout=300.0)
+            report = run_pipeline(config, backend=args.backend)
+            row = out["splits"][name]
+            row["measured"].append(report["makespan_ms"]["median"])
+            row["loads"].append(os.getloadavg()[0])
+            print(f"P={nproc} run {run + 1} {name:8s} {splits[name]} predicted {row['predicted']:.1f} "
+                  f"measured {row['measured'][-1]:.1f} load {row['loads'][-1]:.2f}", flush=True)
+    return out
+
+
+def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str) -> str:
+    lines = [
+        f"Command: `python benchmarks/rebalance.py{' ' + ' '.join(args.argv) if args.argv else ''}`  ",
+        f"Run: {started}, torch {torch.__version__}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPU cores, backend {args.backend}.  ",
+        f"Model: `--model dumbbell --layers {args.layers}`, batch {args.batch_size} in {args.microbatches} "
+        f"microbatches, schedule `{args.schedule}`; {args.warmup} warm-up + {args.steps} measured steps per run, "
+        f"{args.runs} run(s) per split (the splits alternate). Times in ms; *measured*: median over runs of each "
+        "run's median-step makespan (min–max across runs); *error*: predicted / measured − 1.",
+        "",
+        "| P | split | layers per stage | predicted | measured | runs min–max | error | load |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    summary = []
+    for result in results:
+        rows = result["splits"]
+        for name, row in rows.items():
+            measured = statistics.median(row["measured"])
+            row["measured_median"] = measured
+            row["error"] = row["predicted"] / measured - 1
+            lines.append(f"| {result['nproc']} | {name} | {row['layers']} | {row['predicted']:.1f} | "
+                         f"{measured:.1f} | {min(row['measured']):.1f}–{max(row['measured']):.1f} | "
+                         f"{row['error']:+.1%} | {statistics.mean(row['loads']):.2f} |")
+        speedup = rows["even"]["measured_median"] / rows["balanced"]["measured_median"]
+        predicted_speedup = rows["even"]["predicted"] / rows["balanced"]["predicted"]
+        calibration = result["profile"].calibration
+        sharing = "" if calibration is None else (
+            f"; core sharing measured ×{calibration.slowdown_for(result['nproc']):.2f} with {result['nproc']} busy")
+        summary.append(f"P={result['nproc']}: balanced is {speedup:.2f}× faster measured "
+                       f"({predicted_speedup:.2f}× predicted; target ≥ {TARGET_SPEEDUP}×){sharing}.  ")
+    return "\n".join(lines + [""] + summary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--nproc", default="2,4")
+    parser.add_argument("--schedule", default="1f1b")
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("-m", "--microbatches", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument("--write", dest="write", action="store_true", default=True)
+    parser.add_argument("--no-write", dest="write", action="store_false")
+    parser.add_argument("--doc", default=str(DOC))
+    args = parser.parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    results = [_one_config(int(p), args) for p in args.nproc.split(",")]
+    table = _table(results, args, started)
+    print(table)
+    if args.write:
+        replace_between(args.doc, "rebalance-table", table)
+        print(f"wrote {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
