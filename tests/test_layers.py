@@ -143,3 +143,110 @@ def test_stage_costs_keep_weight_within_backward_despite_rounding():
     costs = profile.stage_costs([1, 1])
     assert costs.weight[1] <= costs.backward[1]
     assert costs.weight[1] == pytest.approx(0.2)
+
+# ------------------------------------------------------------ profile files, version 2
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from pipeplan.calibration import Calibration  # noqa: E402
+from pipeplan.layers import PROFILE_VERSION  # noqa: E402
+
+_times = st.floats(min_value=1e-9, max_value=1e6, allow_nan=False, allow_infinity=False)
+_sizes = st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinity=False)
+
+
+def measured_profile(count: int = 3, *, seed_values: tuple[float, ...] = (0.1, 1.0 / 3.0, 2.5)) -> LayerProfile:
+    values = [seed_values[i % len(seed_values)] * (i + 1) for i in range(count)]
+    return LayerProfile(
+        values,
+        [2 * v for v in values],
+        [1.1 * v for v in values],
+        backward_input=[0.0] + [0.9 * v for v in values[1:]],
+        activation_bytes=[1e6 * (i + 1) for i in range(count)],
+        params=[1000.0 * i for i in range(count)],
+        output_bytes=[4096.0 * (i + 1) for i in range(count)],
+        names=[f"layer,{i} \"quoted\"" for i in range(count)],
+        spread={"forward": [v / 10 for v in values], "weight": [0.0] * count},
+        first_extra=1.25,
+        last_extra_bytes=7.0,
+        calibration=Calibration(latency=0.123, bandwidth=2.5e6, slowdown=(1.0, 1.87, 2.9), backend="gloo",
+                                samples=((4.0, 0.12), (16384.0, 0.13))),
+        measurement={"model": "vla", "loadavg_before": [0.5, 0.4, 0.3], "threads_per_process": 1},
+    )
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_version_2_files_round_trip_exactly(tmp_path, suffix):
+    profile = measured_profile()
+    path = tmp_path / f"prof{suffix}"
+    profile.to_file(path)
+    again = LayerProfile.from_file(path)
+    assert again == profile  # every field, floats bit for bit, calibration and notes included
+    assert again.calibration.slowdown == (1.0, 1.87, 2.9)
+
+
+@given(values=st.lists(st.tuples(_times, _times, _times, _times, _sizes), min_size=1, max_size=6),
+       suffix=st.sampled_from([".json", ".csv"]))
+def test_any_measured_profile_round_trips(tmp_path_factory, values, suffix):
+    profile = LayerProfile(
+        [v[0] for v in values], [v[1] for v in values], [v[2] for v in values],
+        backward_input=[v[3] for v in values], output_bytes=[v[4] for v in values],
+        spread={"backward_input": [v[3] / 3 for v in values]},
+    )
+    path = tmp_path_factory.mktemp("round") / f"p{suffix}"
+    profile.to_file(path)
+    assert LayerProfile.from_file(path) == profile
+
+
+def test_version_2_json_says_what_it_is(tmp_path):
+    path = tmp_path / "prof.json"
+    measured_profile().to_file(path)
+    payload = json.loads(path.read_text())
+    assert payload["format"] == "pipeplan-profile" and payload["version"] == PROFILE_VERSION
+    assert payload["layers"][1]["backward_input"] == pytest.approx(0.9 * 2 / 3.0)
+    assert path.with_suffix(".json").read_text().startswith("{")
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ('{"format": "pipeplan-profile", "version": 3, "layers": [{"forward": 1}]}', "has version 3; this pipeplan "
+                                                                                       "reads versions 1 and 2"),
+        ('{"version": 2, "layers": [{"forward": 1}], "speed": 1}', "may have"),
+        ('{"version": 2}', "needs 'layers'"),
+        ('{"version": 2, "format": "other", "layers": [{"forward": 1}]}', "'format' must be"),
+        ('{"version": 2, "layers": [{"forward": 1}], "calibration": {"latency": 1}}', "calibration lacks"),
+        ('{"version": 2, "layers": [{"forward": 1}, {"forward": 2, "backward_input": 1}]}',
+         r"layers\[0\] lacks 'backward_input'"),
+        ('{"version": 2, "layers": [{"forward": 1, "backward_input": -1}]}', r"backward_input\[0\] must be >= 0"),
+    ],
+)
+def test_bad_version_2_files_name_the_problem(tmp_path, text, match):
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(InvalidInputError, match=match):
+        LayerProfile.from_file(path)
+
+
+def test_bad_csv_header_line(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("# pipeplan-profile {not json\nforward\n1\n")
+    with pytest.raises(InvalidInputError, match="not valid JSON"):
+        LayerProfile.from_file(path)
+    path.write_text("# something else\nforward\n1\n")
+    with pytest.raises(InvalidInputError, match="first line must be"):
+        LayerProfile.from_file(path)
+
+
+def test_measured_split_stage_costs_follow_the_runtime():
+    profile = LayerProfile([1, 1, 1, 1], [2, 2, 2, 2], [1.5, 1.5, 1.5, 1.5], backward_input=[0, 1.2, 1.2, 1.2],
+                           output_bytes=[10, 20, 30, 40])
+    costs = profile.stage_costs([2, 2])
+    # stage 0: the data needs no gradient, so its split B is free and its W runs its whole backward
+    assert costs.backward_input == pytest.approx((0.0, 2.4))
+    assert costs.weight == (4.0, 3.0)
+    assert costs.duration("B", 1, 0, split_backward=True) == pytest.approx(2.4)
+    assert costs.duration("W", 1, 0, split_backward=True) == 3.0
+    assert costs.duration("B", 1, 0, split_backward=False) == 4.0  # the full backward as measured
+    assert profile.boundary_bytes([2, 2]) == [20.0]
+    assert profile.boundary_bytes([1, 2, 1]) == [10.0, 30.0]

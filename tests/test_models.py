@@ -172,3 +172,18 @@ def test_split_sequential_shares_modules_and_checks_counts():
         split_sequential(model, [1, 1, 1])
     with pytest.raises(InvalidInputError, match=">= 1"):
         split_sequential(model, [0, 4])
+
+
+def test_dumbbell_is_a_heavy_front_variant_of_the_default_model():
+    from pipeplan.models import BUILTIN_MODELS, load_model
+
+    assert set(BUILTIN_MODELS) >= {"vla", "dumbbell"}
+    model, loss_fn, make_batch = load_model("dumbbell", num_layers=4)
+    default, _loss, _batch = load_model("vla", num_layers=4)
+    assert len(model) == 6
+    images, targets = make_batch(2)
+    assert images.shape[1] == 4  # four cameras
+    assert loss_fn(model(images), targets).ndim == 0
+    encoder_params = sum(p.numel() for p in model[0].parameters())
+    assert encoder_params > 1.5 * sum(p.numel() for p in default[0].parameters())
+    assert model[-1].steps < default[-1].steps  # a lighter head: the weight sits at the front

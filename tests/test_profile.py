@@ -159,3 +159,36 @@ def test_bad_inputs_are_rejected():
 class _TupleOut(nn.Module):
     def forward(self, x: torch.Tensor):
         return x, x
+
+
+def test_split_halves_are_measured_as_the_runtime_runs_them(one_thread):
+    """B + W of a real split costs more than the full backward (a second traversal): the profile says so."""
+    torch.manual_seed(0)
+    model = nn.Sequential(mlp(128, 1), mlp(128, 3), mlp(128, 3))
+    x = torch.randn(64, 128)
+    layers = measure_layer_details(model, x, repeats=5, warmup=1, timer=time.process_time)
+    for layer in layers[1:]:
+        assert layer.backward_input > 0 and layer.backward_weight > 0
+        assert layer.backward_input + layer.backward_weight > 0.8 * layer.full_backward
+    assert layers[0].backward_input == 0.0 and layers[0].backward_weight > 0  # data input: W does it all
+    assert set(layers[1].iqr) == {"forward", "backward", "backward_input", "weight"}
+    for param in model.parameters():
+        assert param.grad is None  # measuring leaves the gradients as they were
+
+
+def test_a_clock_that_does_not_advance_is_timer_trouble():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    with pytest.raises(InvalidInputError, match="timer trouble"):
+        measure_layer_details(model, torch.randn(2, 4), repeats=2, warmup=0, timer=lambda: 1.0)
+
+
+def test_a_spread_too_large_is_refused():
+    from pipeplan.profile import check_spread
+
+    steady = LayerProfile([1.0, 2.0], [2.0, 4.0], spread={"forward": [0.1, 0.2], "backward": [0.2, 0.1]})
+    check_spread(steady, 0.5)
+    noisy = LayerProfile([1.0, 2.0], [2.0, 4.0], names=["a", "b"],
+                         spread={"forward": [0.1, 0.2], "backward": [0.2, 4.0]})
+    with pytest.raises(InvalidInputError, match=r"layer 1 \(b\): backward median 4.000 ms has an interquartile "
+                                                r"range of 4.000 ms, more than 0.5 x"):
+        check_spread(noisy, 0.5)

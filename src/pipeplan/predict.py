@@ -97,7 +97,8 @@ def scale_profile(profile: LayerProfile, factors: Mapping[str, float], *, split:
     ``F`` scales ``forward``. Fitted on a split-backward schedule (``split``),
     ``B`` scales ``backward_input``, ``W`` scales ``weight``, and the full
     ``backward`` takes their time-weighted mean; fitted on a full-backward
-    schedule, ``B`` scales ``backward`` and both split halves.
+    schedule, ``B`` scales ``backward`` and both split halves. (Stage 0's split
+    ``W`` is its whole backward, so it scales like ``backward``.)
     """
     forward = factors.get("F", 1.0)
     if split:

@@ -1,0 +1,59 @@
+"""Machine calibration: the link fit and the core-sharing table."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeplan.calibration import Calibration, fit_link
+from pipeplan.errors import InvalidInputError
+
+
+@given(latency=st.floats(0.0, 10.0), bandwidth=st.floats(1e2, 1e9),
+       sizes=st.lists(st.floats(0.0, 1e8), min_size=2, max_size=6, unique=True))
+def test_fit_link_recovers_an_exact_line(latency, bandwidth, sizes):
+    if max(sizes) - min(sizes) < 1e3:
+        return  # sizes too close for the slope to carry information
+    samples = [(size, latency + size / bandwidth) for size in sizes]
+    fitted_latency, fitted_bandwidth = fit_link(samples)
+    assert fitted_latency == pytest.approx(latency, abs=1e-6 + 1e-6 * max(sizes) / bandwidth)
+    assert 1.0 / fitted_bandwidth == pytest.approx(1.0 / bandwidth, rel=1e-6)
+
+
+def test_fit_link_without_size_dependence():
+    assert fit_link([(4.0, 0.2), (4.0, 0.4)]) == (pytest.approx(0.3), math.inf)
+    assert fit_link([(4.0, 0.3), (1e6, 0.2)])[1] == math.inf  # bigger was not slower
+    with pytest.raises(InvalidInputError, match="at least one"):
+        fit_link([])
+    with pytest.raises(InvalidInputError, match="finite and >= 0"):
+        fit_link([(4.0, -1.0)])
+
+
+def test_calibration_round_trips_and_makes_a_comm_model():
+    calibration = Calibration(latency=0.1, bandwidth=math.inf, slowdown=(1.0, 1.5), samples=((4.0, 0.1),))
+    assert Calibration.from_dict(calibration.to_dict()) == calibration
+    assert calibration.to_dict()["bandwidth"] is None
+    comm = calibration.comm_model([100.0, 200.0])
+    assert comm.boundary_times(3) == (0.1, 0.1)
+    assert calibration.slowdown_for(1) == 1.0
+    assert calibration.slowdown_for(2) == 1.5
+    assert calibration.slowdown_for(8) == 1.5  # beyond the table: the last measured factor
+
+
+@pytest.mark.parametrize(
+    "payload,match",
+    [
+        ({"latency": 0, "bandwidth": None}, "calibration lacks slowdown"),
+        ({"latency": 0, "bandwidth": None, "slowdown": [2.0]}, r"slowdown\[0\] must be 1"),
+        ({"latency": -1, "bandwidth": None, "slowdown": [1.0]}, "latency must be a finite number >= 0"),
+        ({"latency": 0, "bandwidth": 0, "slowdown": [1.0]}, "bandwidth must be a number > 0"),
+        ({"latency": 0, "bandwidth": None, "slowdown": [1.0], "extra": 1}, "unknown keys"),
+        ({"latency": 0, "bandwidth": None, "slowdown": [1.0], "samples": [[1, 2, 3]]}, r"samples\[0\]"),
+    ],
+)
+def test_bad_calibrations_name_the_field(payload, match):
+    with pytest.raises(InvalidInputError, match=match):
+        Calibration.from_dict(payload)
