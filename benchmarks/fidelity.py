@@ -89,7 +89,7 @@ def _kind_errors(predicted: Any, measured: Any) -> dict[str, float]:
     comparison = compare(predicted, measured)
     out = {}
     for kind, stats in comparison.by_kind().items():
-        out[kind] = stats["mean_duration_error"] / stats["mean_measured_duration"]
+        out[str(kind)] = stats["mean_duration_error"] / stats["mean_measured_duration"]
     return out
 
 
@@ -102,7 +102,6 @@ def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {name: {"measured": [], "mae": [], "start_mae": [], "first": [],
                                               "kinds": [], "loads": []} for name in args.schedules}
     factors: dict[str, float] | None = None
-    split_fit = True
     for run in range(args.runs):
         for name in args.schedules:
             config = RunConfig(schedule=name, pp=nproc, microbatches=args.microbatches, batch_size=args.batch_size,
@@ -123,7 +122,6 @@ def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
             row["loads"].append(os.getloadavg()[0])
             if run == 0 and name == CALIBRATION_SCHEDULE:
                 factors = fit_kind_factors(predicted, measured)
-                split_fit = measured.schedule.split_backward
             error = predicted.makespan / report["makespan_ms"]["median"] - 1
             print(f"  run {run + 1} {name:12s} predicted {predicted.makespan:8.2f} measured "
                   f"{report['makespan_ms']['median']:8.2f} ({error:+.1%}) load {row['loads'][-1]:.2f}", flush=True)
@@ -136,7 +134,7 @@ def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
                                ("ideal_split", {"real_split": False})):
             row[label] = predict(_variant(profile, **options), schedule, layers).makespan / measured - 1
         if factors is not None:
-            calibrated = predict(scale_profile(profile, factors, split=split_fit), schedule, layers).makespan
+            calibrated = predict(scale_profile(profile, factors), schedule, layers).makespan
             row["calibrated_error"] = calibrated / measured - 1
     return {"nproc": nproc, "profile": profile, "rows": rows, "factors": factors, "load_before": load_before}
 
@@ -170,21 +168,24 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
     within = [abs(row["error"]) <= TARGET for result in results for row in result["rows"].values()]
     lines += ["", f"Within ±{TARGET:.0%} from the profile alone: {sum(within)} of {len(within)}.", "",
               "Where the error comes from (same runs). Per kind: mean duration error, % of the measured mean "
-              "(F, B, W; on split schedules B is the input gradient). *first step*: first (warm-up) step's "
-              "makespan / median step's. Then the makespan error of predictions that leave one ingredient out.",
+              "(F forward, B full backward, I and W the halves of a split backward; – where a schedule has none). "
+              "*first step*: first (warm-up) step's makespan / median step's. Then the makespan error of "
+              "predictions that each leave one ingredient out.",
               "",
-              "| P | schedule | F | B | W | first step | without core sharing | without messages | "
+              "| P | schedule | F | B | I | W | first step | without core sharing | without messages | "
               "with the ideal split |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for result in results:
         for name, row in result["rows"].items():
-            kinds = {k: statistics.mean(run.get(k, 0.0) for run in row["kinds"]) for k in ("F", "B", "W")}
-            has_w = any("W" in run for run in row["kinds"])
+            cells = []
+            for kind in ("F", "B", "I", "W"):
+                values = [run[kind] for run in row["kinds"] if kind in run]
+                cells.append(f"{statistics.mean(values):+.0%}" if values else "–")
+            split = any("I" in run for run in row["kinds"])
             lines.append(
-                f"| {result['nproc']} | {name} | {kinds['F']:+.0%} | {kinds['B']:+.0%} | "
-                f"{(format(kinds['W'], '+.0%') if has_w else '–')} | {statistics.mean(row['first']):.2f}× | "
+                f"| {result['nproc']} | {name} | {' | '.join(cells)} | {statistics.mean(row['first']):.2f}× | "
                 f"{row['no_sharing']:+.1%} | {row['no_messages']:+.1%} | "
-                f"{(format(row['ideal_split'], '+.1%') if has_w else '–')} |"
+                f"{(format(row['ideal_split'], '+.1%') if split else '–')} |"
             )
     lines.append("")
     for result in results:

@@ -242,11 +242,11 @@ def test_measured_split_stage_costs_follow_the_runtime():
     profile = LayerProfile([1, 1, 1, 1], [2, 2, 2, 2], [1.5, 1.5, 1.5, 1.5], backward_input=[0, 1.2, 1.2, 1.2],
                            output_bytes=[10, 20, 30, 40])
     costs = profile.stage_costs([2, 2])
-    # stage 0: the data needs no gradient, so its split B is free and its W runs its whole backward
+    # stage 0: the data needs no gradient, so its I is free and its W runs its whole backward
     assert costs.backward_input == pytest.approx((0.0, 2.4))
     assert costs.weight == (4.0, 3.0)
-    assert costs.duration("B", 1, 0, split_backward=True) == pytest.approx(2.4)
-    assert costs.duration("W", 1, 0, split_backward=True) == 3.0
-    assert costs.duration("B", 1, 0, split_backward=False) == 4.0  # the full backward as measured
+    assert costs.duration("I", 1, 0) == pytest.approx(2.4)
+    assert costs.duration("W", 1, 0) == 3.0
+    assert costs.duration("B", 1, 0) == 4.0  # the full backward as measured
     assert profile.boundary_bytes([2, 2]) == [20.0]
     assert profile.boundary_bytes([1, 2, 1]) == [10.0, 30.0]

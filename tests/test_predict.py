@@ -32,7 +32,7 @@ def test_prediction_charges_the_calibrated_messages_and_core_sharing():
     assert timeline.makespan > free.makespan
 
 
-def test_checkpointing_moves_the_weight_half_into_b():
+def test_checkpointing_moves_the_weight_half_into_i():
     costs = costs_as_run(profile().stage_costs([2, 2]), True)
     assert costs.weight == (0.0, 0.0)
     assert costs.backward_input == pytest.approx((3.0 + 5.0, 6.0 + 4.0))
@@ -49,9 +49,9 @@ def _scaled_timeline(timeline: Timeline, factors: dict[str, float]) -> Timeline:
 def test_calibration_recovers_per_kind_factors_and_scales_the_profile():
     schedule = pipeplan.build_schedule("zb-h1", num_stages=2, num_microbatches=4)
     predicted = predict(profile(), schedule, [2, 2])
-    factors = fit_kind_factors(predicted, _scaled_timeline(predicted, {"F": 1.5, "B": 0.8, "W": 2.0}))
-    assert factors == pytest.approx({"F": 1.5, "B": 0.8, "W": 2.0})
-    scaled = scale_profile(profile(), factors, split=True)
+    factors = fit_kind_factors(predicted, _scaled_timeline(predicted, {"F": 1.5, "I": 0.8, "W": 2.0}))
+    assert factors == pytest.approx({"F": 1.5, "I": 0.8, "W": 2.0})
+    scaled = scale_profile(profile(), factors)
     assert scaled.forward == pytest.approx([3.0, 1.5, 1.5, 4.5])
     assert scaled.backward_input == pytest.approx([0.0, 1.2, 1.2, 2.8])
     assert scaled.weight == pytest.approx([6.0, 2.4, 2.4, 2.0])

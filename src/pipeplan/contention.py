@@ -74,7 +74,6 @@ def simulate_shared(
         schedule.validate()
     boundary = comm.boundary_times(num_stages)
     placement = schedule.placement
-    split = schedule.split_backward
     num_ranks = schedule.num_ranks
 
     # Per action of each rank: (flat index, duration alone, [(dependency, message time)]).
@@ -96,7 +95,7 @@ def simulate_shared(
                 if other != rank:
                     crossing = min(dep.stage, action.stage)
                     needs.append((tuple(dep), boundary[crossing]))
-            duration = costs.duration(action.kind, action.stage, action.microbatch, split_backward=split)
+            duration = costs.duration(action.kind, action.stage, action.microbatch)
             compiled.append((tuple(action), duration, needs))
         rows.append(compiled)
 

@@ -71,7 +71,7 @@ def fit_kind_factors(predicted: Timeline, measured: Timeline) -> dict[str, float
     """Calibration from one measured step: per action kind, measured over predicted time.
 
     ``factor[kind] = Σ measured durations / Σ predicted durations`` over the
-    actions of that kind (``"F"``, ``"B"``, ``"W"``), both timelines of the same
+    actions of that kind (``"F"``, ``"B"``, ``"I"``, ``"W"``), both timelines of the same
     schedule. :func:`scale_profile` applies them to predict other schedules.
 
     Raises:
@@ -87,28 +87,31 @@ def fit_kind_factors(predicted: Timeline, measured: Timeline) -> dict[str, float
         predicted_total = float((comparison.measured_duration[mask] + comparison.duration_error[mask]).sum())
         if predicted_total <= 0:
             raise InvalidInputError(f"the prediction gives {kind} actions no time; cannot fit a factor for them")
-        factors[kind] = measured_total / predicted_total
+        factors[str(kind)] = measured_total / predicted_total
     return factors
 
 
-def scale_profile(profile: LayerProfile, factors: Mapping[str, float], *, split: bool) -> LayerProfile:
+def scale_profile(profile: LayerProfile, factors: Mapping[str, float]) -> LayerProfile:
     """The profile with its times scaled by :func:`fit_kind_factors`' factors.
 
-    ``F`` scales ``forward``. Fitted on a split-backward schedule (``split``),
-    ``B`` scales ``backward_input``, ``W`` scales ``weight``, and the full
-    ``backward`` takes their time-weighted mean; fitted on a full-backward
-    schedule, ``B`` scales ``backward`` and both split halves. (Stage 0's split
-    ``W`` is its whole backward, so it scales like ``backward``.)
+    ``F`` scales ``forward``, ``I`` ``backward_input``, ``W`` ``weight`` and ``B``
+    the full ``backward``. Factors fitted on a split-backward schedule have no
+    ``B``: the full backward then takes the time-weighted mean of ``I`` and ``W``;
+    fitted on a full-backward schedule (no ``I``, ``W``), ``B`` scales both split
+    halves too. (Stage 0's split ``W`` is its whole backward, so it scales like
+    ``backward``.)
     """
     forward = factors.get("F", 1.0)
-    if split:
-        inputs, weights = factors.get("B", 1.0), factors.get("W", 1.0)
-    else:
-        inputs = weights = factors.get("B", 1.0)
+    whole = factors.get("B")
+    inputs = factors.get("I", 1.0 if whole is None else whole)
+    weights = factors.get("W", 1.0 if whole is None else whole)
     halves = profile.backward_input or tuple(b - w for b, w in zip(profile.backward, profile.weight))
     full = []
     for b, i, w in zip(profile.backward, halves, profile.weight):
-        full.append(b * ((inputs * i + weights * w) / (i + w) if split and i + w > 0 else inputs))
+        if whole is not None:
+            full.append(b * whole)
+        else:
+            full.append(b * ((inputs * i + weights * w) / (i + w) if i + w > 0 else inputs))
     return LayerProfile(
         [f * forward for f in profile.forward],
         full,
