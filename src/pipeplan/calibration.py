@@ -149,5 +149,5 @@ class Calibration:
             bandwidth=math.inf if bandwidth is None else bandwidth,
             slowdown=tuple(slowdown),
             backend=payload.get("backend", "gloo"),
-            samples=tuple(tuple(pair) for pair in samples),  # type: ignore[misc]
+            samples=tuple(tuple(pair) for pair in samples),
         )

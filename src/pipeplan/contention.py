@@ -30,7 +30,7 @@ from ._validation import finite_floats
 from .calibration import Calibration
 from .costs import CommModel, StageCosts
 from .errors import DeadlockError, InvalidInputError
-from .schedule import Schedule
+from .schedule import Action, Schedule
 from .timeline import Timeline
 
 __all__ = ["simulate_shared"]
@@ -84,19 +84,17 @@ def simulate_shared(
         flat += len(order)
     start = [0.0] * flat
     end = [0.0] * flat
-    done: dict[tuple[str, int, int], float] = {}
-    rows = []
+    done: dict[Action, float] = {}
+    rows: list[list[tuple[Action, float, list[tuple[Action, float]]]]] = []
     for rank, order in enumerate(schedule.orders):
         compiled = []
         for action in order:
             needs = []
             for dep in schedule.dependencies(action):
-                other = placement[dep.stage]
-                if other != rank:
-                    crossing = min(dep.stage, action.stage)
-                    needs.append((tuple(dep), boundary[crossing]))
+                if placement[dep.stage] != rank:
+                    needs.append((dep, boundary[min(dep.stage, action.stage)]))
             duration = costs.duration(action.kind, action.stage, action.microbatch)
-            compiled.append((tuple(action), duration, needs))
+            compiled.append((action, duration, needs))
         rows.append(compiled)
 
     pointer = [0] * num_ranks
@@ -112,7 +110,7 @@ def simulate_shared(
             _action, _duration, needs = rows[rank][pointer[rank]]
             ready = free_at[rank]
             for dep, message in needs:
-                produced = done.get(dep)  # type: ignore[call-overload]
+                produced = done.get(dep)
                 if produced is None:
                     ready = math.nan
                     break
@@ -120,9 +118,9 @@ def simulate_shared(
             if not math.isnan(ready):
                 ready_at[rank] = ready
         for rank in range(num_ranks):
-            ready = ready_at[rank]
-            if ready is not None and ready <= now:
-                action, duration, _needs = rows[rank][pointer[rank]]
+            when = ready_at[rank]
+            if when is not None and when <= now:
+                _action, duration, _needs = rows[rank][pointer[rank]]
                 start[offsets[rank] + pointer[rank]] = now
                 running[rank] = True
                 remaining[rank] = duration
@@ -142,9 +140,9 @@ def simulate_shared(
         for rank in computing:
             if remaining[rank] <= _EPSILON * max(1.0, abs(now)) or now + remaining[rank] * factor <= now:
                 index = offsets[rank] + pointer[rank]
-                action = rows[rank][pointer[rank]][0]
+                finished = rows[rank][pointer[rank]][0]
                 end[index] = now
-                done[action] = now  # type: ignore[index]
+                done[finished] = now
                 free_at[rank] = now
                 running[rank] = False
                 pointer[rank] += 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .._validation import positive_int
 from ..calibration import Calibration, fit_link
@@ -32,7 +33,7 @@ __all__ = ["calibrate_machine", "core_sharing", "ping_pong"]
 
 
 def ping_pong(message_bytes: Sequence[float], *, repeats: int = 20, warmup: int = 5,
-              device: object = None) -> list[tuple[float, float]]:
+              device: Any = None) -> list[tuple[float, float]]:
     """``(bytes, one-way ms)`` per size between ranks 0 and 1 (others idle); collective on every rank.
 
     Returns the samples on every rank (broadcast from rank 0); an empty list in a
@@ -98,7 +99,7 @@ def core_sharing(work: Callable[[], object], *, repeats: int = 7, warmup: int = 
 
 
 def calibrate_machine(work: Callable[[], object], message_bytes: Sequence[float], *,
-                      repeats: int = 7, device: object = None) -> Calibration:
+                      repeats: int = 7, device: Any = None) -> Calibration:
     """Both measurements as one :class:`~pipeplan.calibration.Calibration`; collective on every rank.
 
     Args:

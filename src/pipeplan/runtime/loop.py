@@ -376,29 +376,31 @@ def execute_rank(rank: int, world_size: int, config: RunConfig) -> dict[str, Any
     reference_loss.backward()
     reference = split_sequential(reference_model, layers)
     check = gradient_check([(replica, grads) for replica, grads, _summary in gathered], reference)
-    ordered = sorted(results, key=lambda item: item[1].timeline.makespan)
-    wall, chosen = ordered[len(ordered) // 2]
+    # Rank 0 is the pipeline's rank 0 of replica 0: it holds every step's timeline.
+    timelines = [result.timeline for _wall, result in results if result.timeline is not None]
+    chosen_index = sorted(range(len(timelines)), key=lambda i: timelines[i].makespan)[len(timelines) // 2]
+    chosen, measured = results[chosen_index][1], timelines[chosen_index]
     predicted = predict(profile, schedule, layers, checkpoint=config.checkpoint)
-    comparison = compare(predicted, chosen.timeline)
+    comparison = compare(predicted, measured)
     per_rank = [summary for _replica, _grads, summary in gathered]
-    report = {
+    report: dict[str, Any] = {
         "config": {**{k: v for k, v in asdict(replace(config, profile=None)).items() if k != "profile"},
                    "num_stages": config.num_stages, "world_size": world_size, "backend": dist.get_backend(),
                    "layers_per_stage": layers, "placement": list(schedule.placement),
                    "profile": "given" if config.profile is not None else "measured on rank 0"},
         "schedule": schedule.name,
-        "timeline": chosen.timeline,
+        "timeline": measured,
         "predicted_timeline": predicted,
-        "measured": chosen.timeline.to_dict(),
+        "measured": measured.to_dict(),
         "step_time_ms": {"median": statistics.median(w for w, _ in results), "all": [w for w, _ in results]},
-        "makespan_ms": {"median": statistics.median(r.timeline.makespan for _w, r in results),
-                        "all": [r.timeline.makespan for _w, r in results],
+        "makespan_ms": {"median": statistics.median(t.makespan for t in timelines),
+                        "all": [t.makespan for t in timelines],
                         "first_step": None if first is None else first.makespan},
         "loss": chosen.loss,
         "gradient_check": {**check, "loss": results[-1][1].loss,
                            "reference_loss": float(reference_loss.detach())},
         "prediction": {"predicted_makespan": predicted.makespan,
-                       "measured_makespan": chosen.timeline.makespan, **comparison.to_dict()},
+                       "measured_makespan": measured.makespan, **comparison.to_dict()},
         "comparison_report": comparison.report(),
         "stage_costs": {"forward": list(costs.forward), "backward": list(costs.backward),
                         "weight": list(costs.weight), "activation_bytes": list(costs.activation_bytes),
@@ -407,7 +409,7 @@ def execute_rank(rank: int, world_size: int, config: RunConfig) -> dict[str, Any
         "ranks": per_rank,
     }
     if config.keep_timelines:
-        report["timelines"] = [r.timeline for _w, r in results]
+        report["timelines"] = timelines
     return report
 
 
