@@ -77,11 +77,7 @@ def _variant(profile: LayerProfile, *, sharing: bool = True, messages: bool = Tr
         totals = [i + w for i, w in zip(halves, weight)]
         halves = tuple(b * i / t if t > 0 else b for b, i, t in zip(profile.backward, halves, totals))
         weight = tuple(b * w / t if t > 0 else 0.0 for b, w, t in zip(profile.backward, profile.weight, totals))
-    return LayerProfile(
-        profile.forward, profile.backward, weight,
-        activation_bytes=profile.activation_bytes, params=profile.params, names=profile.names,
-        backward_input=halves, output_bytes=profile.output_bytes, calibration=calibration,
-    )
+    return profile.replaced(weight=weight, backward_input=halves, calibration=calibration)
 
 
 def _kind_errors(predicted: Any, measured: Any) -> dict[str, float]:

@@ -30,7 +30,7 @@ def test_profile_writes_a_file_the_library_reads(profile_file: Path) -> None:
     profile = LayerProfile.from_file(profile_file)
     assert profile.num_layers == 3 and profile.names[0] == "0:ImageEncoder"
     assert profile.backward_input is not None and profile.backward_input[0] == 0.0
-    assert all(b > 0 for b in profile.output_bytes)
+    assert all(b > 0 for b in profile.send_bytes)
     assert profile.calibration is None  # one process: nothing to calibrate
     notes = profile.measurement
     assert notes["model"] == "vla" and notes["microbatch_size"] == 2 and notes["nproc"] == 1
@@ -100,7 +100,7 @@ def test_profile_calibrates_the_processes_it_is_for(tmp_path: Path, capsys: pyte
     calibration = profile.calibration
     assert calibration is not None and calibration.backend == "gloo"
     assert len(calibration.slowdown) == 2 and calibration.slowdown[0] == 1.0 and calibration.slowdown[1] > 0
-    assert {size for size, _ms in calibration.samples} >= {4.0, max(profile.output_bytes)}
+    assert {size for size, _ms in calibration.samples} >= {4.0, max(profile.send_bytes)}
     assert LayerProfile.from_file(path) == profile
 
 

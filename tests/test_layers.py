@@ -164,7 +164,7 @@ def measured_profile(count: int = 3, *, seed_values: tuple[float, ...] = (0.1, 1
         backward_input=[0.0] + [0.9 * v for v in values[1:]],
         activation_bytes=[1e6 * (i + 1) for i in range(count)],
         params=[1000.0 * i for i in range(count)],
-        output_bytes=[4096.0 * (i + 1) for i in range(count)],
+        send_bytes=[4096.0 * (i + 1) for i in range(count)],
         names=[f"layer,{i} \"quoted\"" for i in range(count)],
         spread={"forward": [v / 10 for v in values], "weight": [0.0] * count},
         first_extra=1.25,
@@ -190,7 +190,7 @@ def test_version_2_files_round_trip_exactly(tmp_path, suffix):
 def test_any_measured_profile_round_trips(tmp_path_factory, values, suffix):
     profile = LayerProfile(
         [v[0] for v in values], [v[1] for v in values], [v[2] for v in values],
-        backward_input=[v[3] for v in values], output_bytes=[v[4] for v in values],
+        backward_input=[v[3] for v in values], send_bytes=[v[4] for v in values],
         spread={"backward_input": [v[3] / 3 for v in values]},
     )
     path = tmp_path_factory.mktemp("round") / f"p{suffix}"
@@ -240,7 +240,7 @@ def test_bad_csv_header_line(tmp_path):
 
 def test_measured_split_stage_costs_follow_the_runtime():
     profile = LayerProfile([1, 1, 1, 1], [2, 2, 2, 2], [1.5, 1.5, 1.5, 1.5], backward_input=[0, 1.2, 1.2, 1.2],
-                           output_bytes=[10, 20, 30, 40])
+                           send_bytes=[10, 20, 30, 40])
     costs = profile.stage_costs([2, 2])
     # stage 0: the data needs no gradient, so its I is free and its W runs its whole backward
     assert costs.backward_input == pytest.approx((0.0, 2.4))
@@ -248,5 +248,5 @@ def test_measured_split_stage_costs_follow_the_runtime():
     assert costs.duration("I", 1, 0) == pytest.approx(2.4)
     assert costs.duration("W", 1, 0) == 3.0
     assert costs.duration("B", 1, 0) == 4.0  # the full backward as measured
-    assert profile.boundary_bytes([2, 2]) == [20.0]
-    assert profile.boundary_bytes([1, 2, 1]) == [10.0, 30.0]
+    assert profile.boundary_bytes([2, 2]) == (20.0,)
+    assert profile.boundary_bytes([1, 2, 1]) == (10.0, 30.0)

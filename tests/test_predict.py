@@ -15,7 +15,7 @@ from pipeplan.timeline import Timeline
 
 def profile(calibration: Calibration | None = None) -> LayerProfile:
     return LayerProfile([2.0, 1.0, 1.0, 3.0], [3.0, 2.0, 2.0, 4.0], [3.0, 1.2, 1.2, 1.0],
-                        backward_input=[0.0, 1.5, 1.5, 3.5], output_bytes=[1000.0, 2000.0, 3000.0, 0.0],
+                        backward_input=[0.0, 1.5, 1.5, 3.5], send_bytes=[1000.0, 2000.0, 3000.0, 0.0],
                         calibration=calibration)
 
 

@@ -490,24 +490,26 @@ class LayerProfile:
         unknown = set(extras) - set(_EXTRAS)
         if unknown:
             raise InvalidInputError(f"unknown extras {sorted(unknown)}; allowed: {', '.join(_EXTRAS)}")
-        values = {key: getattr(self, key) for key in _EXTRAS}
-        values.update(extras)
-        return LayerProfile(
-            self.forward,
-            self.backward,
-            self.weight,
-            activation_bytes=self.activation_bytes,
-            params=self.params,
-            names=self.names,
-            weight_stash_bytes=self.weight_stash_bytes,
-            send_bytes=self.send_bytes,
-            trainable_params=self.trainable_params,
-            backward_input=self.backward_input,
-            spread=self.spread,
-            calibration=self.calibration,
-            measurement=self.measurement,
-            **values,
-        )
+        return self.replaced(**extras)
+
+    def replaced(self, **changes: Any) -> LayerProfile:
+        """A copy with the named constructor arguments replaced (validated like a new profile).
+
+        ``profile.replaced(calibration=None)``; ``names`` is the constructor's name for :attr:`names`.
+        """
+        values: dict[str, Any] = {
+            "forward": self.forward, "backward": self.backward, "weight": self.weight,
+            "activation_bytes": self.activation_bytes, "params": self.params, "names": self.names,
+            "weight_stash_bytes": self.weight_stash_bytes, "send_bytes": self.send_bytes,
+            "trainable_params": self.trainable_params, "backward_input": self.backward_input,
+            "spread": self.spread, "calibration": self.calibration, "measurement": self.measurement,
+            **{key: getattr(self, key) for key in _EXTRAS},
+        }
+        unknown = set(changes) - set(values)
+        if unknown:
+            raise InvalidInputError(f"unknown profile fields {sorted(unknown)}; allowed: {', '.join(values)}")
+        values.update(changes)
+        return LayerProfile(values.pop("forward"), values.pop("backward"), values.pop("weight"), **values)
 
     def stage_costs(self, layers_per_stage: Sequence[int]) -> StageCosts:
         """Per-stage :class:`StageCosts` for a partition (extras split as the module doc says).

@@ -112,19 +112,11 @@ def scale_profile(profile: LayerProfile, factors: Mapping[str, float]) -> LayerP
             full.append(b * whole)
         else:
             full.append(b * ((inputs * i + weights * w) / (i + w) if i + w > 0 else inputs))
-    return LayerProfile(
-        [f * forward for f in profile.forward],
-        full,
-        [w * weights for w in profile.weight],
-        activation_bytes=profile.activation_bytes,
-        params=profile.params,
-        names=profile.names,
-        first_extra=profile.first_extra,
-        last_extra=profile.last_extra,
-        first_extra_bytes=profile.first_extra_bytes,
-        last_extra_bytes=profile.last_extra_bytes,
+    return profile.replaced(
+        forward=[f * forward for f in profile.forward],
+        backward=full,
+        weight=[w * weights for w in profile.weight],
         backward_input=[i * inputs for i in halves],
-        output_bytes=profile.output_bytes,
-        calibration=profile.calibration,
+        spread={},
         measurement={**profile.measurement, "scaled_by": dict(factors)},
     )

@@ -11,7 +11,6 @@ Times are milliseconds per microbatch at the device's achievable FLOP/s
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -92,13 +91,7 @@ def _by_module(records: list[dict[str, Any]], costs: list[Any]) -> list[dict[str
 
 
 def _write(path: Path, profile: Any) -> None:
-    suffix = path.suffix.lower()
-    records = profile.to_records()
-    if suffix == ".json":
-        path.write_text(json.dumps({"layers": records}, indent=1))
-    elif suffix == ".csv":
-        columns = list(records[0])
-        lines = [",".join(columns)] + [",".join(str(r[c]) for c in columns) for r in records]
-        path.write_text("\n".join(lines) + "\n")
-    else:
+    """The profile file (version 2, :meth:`~pipeplan.layers.LayerProfile.to_file`) ``pipeplan partition`` reads."""
+    if path.suffix.lower() not in (".json", ".csv"):
         raise InvalidInputError(f"--out must end in .json or .csv, got {str(path)!r}")
+    profile.to_file(path)

@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(
             name, cell("forward", profile.forward[index]), cell("backward", profile.backward[index]),
             cell("backward_input", profile.backward_input[index]), cell("weight", profile.weight[index]),
-            f"{profile.activation_bytes[index] / 2**20:.2f} MiB", f"{profile.output_bytes[index] / 2**10:.1f} KiB",
+            f"{profile.activation_bytes[index] / 2**20:.2f} MiB", f"{profile.send_bytes[index] / 2**10:.1f} KiB",
             f"{profile.params[index]:,.0f}",
         )
     console.print(table)

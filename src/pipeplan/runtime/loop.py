@@ -182,7 +182,7 @@ def profile_model(
         check_spread(profile, max_spread)
     calibration = None
     if calibrate and nproc > 1:
-        sizes = sorted(set(profile.output_bytes))
+        sizes = sorted(set(profile.send_bytes))
         chosen = [sizes[0], sizes[len(sizes) // 2], sizes[-1]] if sizes else []
         calibration = spawn(_calibrate_rank, nproc, config, chosen, repeats, backend,
                             backend=backend, timeout=timeout)[0]
@@ -203,12 +203,7 @@ def profile_model(
         "cpu_count": os.cpu_count(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
-    return LayerProfile(
-        profile.forward, profile.backward, profile.weight,
-        activation_bytes=profile.activation_bytes, params=profile.params, names=profile.names,
-        backward_input=profile.backward_input, output_bytes=profile.output_bytes, spread=profile.spread,
-        calibration=calibration, measurement=notes,
-    )
+    return profile.replaced(calibration=calibration, measurement=notes)
 
 
 def _calibrate_rank(rank: int, world_size: int, config: RunConfig, sizes: list[float],
