@@ -34,16 +34,11 @@ The machine's load average is printed beside every run.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
 
 from pipeplan.calibration import Calibration
 from pipeplan.compare import compare
@@ -53,6 +48,7 @@ from pipeplan.runtime.loop import RunConfig, profile_model, run_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _markers import replace_between  # noqa: E402
+from _pipeline_args import pipeline_parser, run_header, started_now  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "fidelity.md"
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "adaptive")
@@ -137,9 +133,7 @@ def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
 
 def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str) -> str:
     lines = [
-        f"Command: `python benchmarks/fidelity.py{' ' + ' '.join(args.argv) if args.argv else ''}`  ",
-        f"Run: {started}, torch {torch.__version__}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} CPU cores, backend {args.backend}.  ",
+        *run_header("fidelity.py", args.argv, started, args.backend),
         f"Model: default VLA (`--layers {args.layers}`), batch {args.batch_size} in {args.microbatches} "
         f"microbatches; {args.warmup} warm-up + {args.steps} measured steps per run, {args.runs} run(s) per "
         "schedule; one profile per process count. Times in ms. *measured*: median over runs of each run's "
@@ -200,24 +194,12 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--nproc", default="2,4", help="process counts, comma-separated (default 2,4)")
+    parser = pipeline_parser(__doc__, batch_size=32, microbatches=8, doc_path=DOC)
     parser.add_argument("--schedules", default=",".join(SCHEDULES))
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("-m", "--microbatches", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    parser.add_argument("--write", dest="write", action="store_true", default=True)
-    parser.add_argument("--no-write", dest="write", action="store_false")
-    parser.add_argument("--doc", default=str(DOC), help="the docs file whose fidelity table to replace")
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     args.schedules = [s for s in args.schedules.split(",") if s]
-    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    started = started_now()
     results = [_one_config(int(p), args) for p in args.nproc.split(",")]
     table = _table(results, args, started)
     print(table)

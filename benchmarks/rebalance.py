@@ -16,15 +16,11 @@ the speedup of the balanced split (target ≥ 1.3×) and both prediction errors
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from pipeplan.partition import even_split, partition_layers
 from pipeplan.predict import predict
@@ -33,6 +29,7 @@ from pipeplan.schedules import build_schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _markers import replace_between  # noqa: E402
+from _pipeline_args import pipeline_parser, run_header, started_now  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "fidelity.md"
 TARGET_SPEEDUP = 1.3
@@ -70,9 +67,7 @@ def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
 
 def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str) -> str:
     lines = [
-        f"Command: `python benchmarks/rebalance.py{' ' + ' '.join(args.argv) if args.argv else ''}`  ",
-        f"Run: {started}, torch {torch.__version__}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} CPU cores, backend {args.backend}.  ",
+        *run_header("rebalance.py", args.argv, started, args.backend),
         f"Model: `--model dumbbell --layers {args.layers}`, batch {args.batch_size} in {args.microbatches} "
         f"microbatches, schedule `{args.schedule}`; {args.warmup} warm-up + {args.steps} measured steps per run, "
         f"{args.runs} run(s) per split (the splits alternate). Times in ms; *measured*: median over runs of each "
@@ -102,23 +97,11 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--nproc", default="2,4")
+    parser = pipeline_parser(__doc__, batch_size=64, microbatches=16, doc_path=DOC)
     parser.add_argument("--schedule", default="1f1b")
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("-m", "--microbatches", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    parser.add_argument("--write", dest="write", action="store_true", default=True)
-    parser.add_argument("--no-write", dest="write", action="store_false")
-    parser.add_argument("--doc", default=str(DOC))
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    started = started_now()
     results = [_one_config(int(p), args) for p in args.nproc.split(",")]
     table = _table(results, args, started)
     print(table)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InvalidInputError, PipeplanError
 from ..timeline import Timeline
-from .plot import _FIGURE_WIDTH_IN, _FORMATS, _draw_gantt, _draw_memory
+from .plot import _FIGURE_WIDTH_IN, _checked_target, _draw_gantt, _draw_memory, _save
 from .tables import format_time
 
 __all__ = ["plot_comparison"]
@@ -43,23 +43,14 @@ def plot_comparison(
             extension or an unwritable path.
         PipeplanError: matplotlib is not installed.
     """
-    target = os.fspath(path)
-    suffix = os.path.splitext(target)[1].lower()
-    if suffix not in _FORMATS:
-        raise InvalidInputError(
-            f"path must end in {', '.join(_FORMATS)} (the extension picks the format), got {target!r}"
-        )
+    target = _checked_target(path)
     if predicted.num_ranks != measured.num_ranks or predicted.schedule.num_actions != measured.schedule.num_actions:
         raise InvalidInputError(
             f"the timelines describe different schedules: predicted has {predicted.num_ranks} ranks and "
             f"{predicted.schedule.num_actions} actions, measured {measured.num_ranks} and "
             f"{measured.schedule.num_actions}"
         )
-    figure = comparison_figure(predicted, measured, title=title)
-    try:
-        figure.savefig(target, dpi=150 if suffix == ".png" else None)
-    except OSError as error:
-        raise InvalidInputError(f"cannot write the plot to path {target!r}: {error.strerror or error}") from None
+    _save(comparison_figure(predicted, measured, title=title), target)
 
 
 def comparison_figure(predicted: Timeline, measured: Timeline, *, title: str | None = None) -> Any:

@@ -77,15 +77,24 @@ def plot_timeline(
         PipeplanError: matplotlib is not installed.
     """
     expect_timeline("timeline", timeline)
+    target = _checked_target(path)
+    _save(_timeline_figure(timeline, memory=memory, title=title), target)
+
+
+def _checked_target(path: str | os.PathLike[str]) -> str:
+    """``path`` as a string, if its extension names a format matplotlib writes here."""
     target = os.fspath(path)
-    suffix = os.path.splitext(target)[1].lower()
-    if suffix not in _FORMATS:
+    if os.path.splitext(target)[1].lower() not in _FORMATS:
         raise InvalidInputError(
             f"path must end in {', '.join(_FORMATS)} (the extension picks the format), got {target!r}"
         )
-    figure = _timeline_figure(timeline, memory=memory, title=title)
+    return target
+
+
+def _save(figure: Any, target: str) -> None:
+    """Write ``figure`` to ``target`` (PNG at 150 dpi), one line on an unwritable path."""
     try:
-        figure.savefig(target, dpi=150 if suffix == ".png" else None)
+        figure.savefig(target, dpi=150 if target.lower().endswith(".png") else None)
     except OSError as error:
         raise InvalidInputError(f"cannot write the plot to path {target!r}: {error.strerror or error}") from None
 

@@ -1,0 +1,48 @@
+"""Options and the table header shared by the benchmarks that run pipelines (fidelity, rebalance).
+
+    from _pipeline_args import pipeline_parser, run_header
+    args = pipeline_parser(__doc__, batch_size=32, microbatches=8, doc=DOC).parse_args()
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+
+def pipeline_parser(doc: str, *, batch_size: int, microbatches: int, doc_path: Path) -> argparse.ArgumentParser:
+    """Runs, process counts, model and step sizes, backend and where the table goes."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per configuration (default 3)")
+    parser.add_argument("--nproc", default="2,4", help="process counts, comma-separated (default 2,4)")
+    parser.add_argument("--layers", type=int, default=8, help="transformer blocks of the model (default 8)")
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("-m", "--microbatches", type=int, default=microbatches)
+    parser.add_argument("--steps", type=int, default=5, help="measured steps per run (default 5)")
+    parser.add_argument("--warmup", type=int, default=2, help="warm-up steps per run (default 2)")
+    parser.add_argument("--repeats", type=int, default=9, help="timed runs per profile measurement (default 9)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument("--write", dest="write", action="store_true", default=True,
+                        help="replace the table in the docs file (default)")
+    parser.add_argument("--no-write", dest="write", action="store_false")
+    parser.add_argument("--doc", default=str(doc_path), help=f"the docs file to write (default {doc_path.name})")
+    return parser
+
+
+def started_now() -> str:
+    """The UTC minute a benchmark started, as the tables print it."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def run_header(script: str, argv: list[str], started: str, backend: str) -> list[str]:
+    """The command and machine lines every table starts with."""
+    return [
+        f"Command: `python benchmarks/{script}{' ' + ' '.join(argv) if argv else ''}`  ",
+        f"Run: {started}, torch {torch.__version__}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPU cores, backend {backend}.  ",
+    ]
