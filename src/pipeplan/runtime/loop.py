@@ -415,9 +415,15 @@ def run_pipeline(config: RunConfig, *, backend: str = "gloo") -> dict[str, Any]:
     (``"timeline"``) and the predicted one (``"predicted_timeline"``), step and
     makespan statistics (``"makespan_ms"`` with the first, unmeasured step), the
     gradient check and the comparison (:func:`pipeplan.compare`).
+
+    Raises:
+        InvalidInputError: a profile whose layer count is not the model's (before any rank starts).
+        RuntimeFailure: a rank failed (see :func:`pipeplan.runtime.spawn`).
     """
     from .launch import spawn
 
+    if config.profile is not None:  # a profile of another model fails here, in one line, before any rank starts
+        check_profile_fits(config.profile, len(load_configured_model(config)[0]))
     report = spawn(execute_rank, config.world_size, config, backend=backend, timeout=config.timeout)[0]
     assert report is not None
     return report
