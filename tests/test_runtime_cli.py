@@ -78,7 +78,7 @@ def test_run_prints_gantt_and_checks(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert "rank 0 |" in out and "rank 1 |" in out
     assert "gradient check: max abs diff" in out and "(ok," in out
-    assert "prediction (simulate on stage costs measured in isolation): predicted" in out
+    assert "prediction (layers measured on rank 0 before the run, no calibration" in out
 
 
 @pytest.fixture
@@ -245,7 +245,7 @@ def _runtime_grads(reference: list[Any]) -> dict[int, list[tuple[str, Any]]]:
 
 
 def test_gradient_check_fails_when_the_runtime_left_a_gradient_unfilled() -> None:
-    from pipeplan.cli.run_cmd import _gradient_check
+    from pipeplan.runtime.loop import gradient_check as _gradient_check
 
     reference = _reference_with_grads()
     grads = _runtime_grads(reference)
@@ -315,3 +315,43 @@ def test_torchrun_failures_print_pipeplans_line_once(tmp_path: Path, argv: list[
     root_cause = completed.stderr.split("Root Cause (first observed failure):")[1]
     assert "rank      : 0 (local_rank: 0)" in root_cause and "exitcode  : 2 " in root_cause
     assert f"traceback : {line}" in root_cause
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_run_with_a_profile_draws_predicted_over_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "prof.json"
+    assert main(["profile", "--layers", "2", "--batch-size", "10", "-m", "4", "--repeats", "3", "--warmup", "0",
+                 "--max-spread", "1e9", "--nproc", "2", "--out", str(profile)]) == 0
+    capsys.readouterr()
+    plot, trace = tmp_path / "cmp.png", tmp_path / "cmp.json"
+    assert main(["run", "--nproc", "2", "--schedule", "1f1b", *SMALL, "--profile", str(profile),
+                 "--plot", str(plot), "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert f"prediction (profile {profile}: as-run costs, calibrated messages and core sharing)" in out
+    assert f"wrote {plot} (predicted above measured)" in out
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    groups = {e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["name"] == "process_name"}
+    assert groups == {"predicted", "measured"}
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--profile", "missing.json"], "profile file 'missing.json' does not exist"),
+    (["--plot", "cmp.jpg"], "path must end in .png, .svg, .pdf"),
+])
+def test_run_rejects_a_bad_profile_or_plot_path_before_spawning(argv: list[str], expected: str, no_spawn: None,
+                                                                capfd: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", *argv]) == 2
+    err = capfd.readouterr().err
+    assert expected in err and err.count("\n") == 1
+
+
+def test_run_refuses_a_profile_of_another_model(tmp_path: Path, no_spawn: None,
+                                                capfd: pytest.CaptureFixture[str]) -> None:
+    from pipeplan.layers import LayerProfile
+
+    path = tmp_path / "three.json"
+    LayerProfile([1.0, 1.0, 1.0]).to_file(path)
+    assert main(["run", "--profile", str(path), "--layers", "2"]) == 2
+    err = capfd.readouterr().err
+    assert "the profile has 3 layers but the model has 4" in err and err.count("\n") == 1

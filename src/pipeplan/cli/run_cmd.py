@@ -5,20 +5,26 @@
     $ torchrun --nproc-per-node 2 -m pipeplan run --schedule gpipe
     $ pipeplan run --schedule dual-rate --rate-ratio 4 --damping 0.95   # see cli/dual_rate_cmd.py
 
+    $ pipeplan run --profile prof.json --partition 1,9 --plot cmp.png --trace cmp.json
+
 Starts ``--nproc`` CPU processes (gloo; NCCL when ``--backend nccl``) unless it
 already runs under torchrun (``RANK``/``WORLD_SIZE`` set), builds the model on
-every rank from the same seed (the built-in VLA-shaped network, or ``--model
-package.module:factory``), cuts it into stages, runs warm-up steps and measured
-steps, then prints the measured Gantt and metrics, the gradient check against a
-single-process full-batch step (max abs difference), and the prediction error of
-:func:`pipeplan.simulate` fed with stage costs measured in isolation.
+every rank from the same seed (the built-in VLA-shaped network or its dumbbell
+variant, or ``--model package.module:factory``), cuts it into stages, runs
+warm-up steps and measured steps, then prints the measured Gantt and metrics,
+the gradient check against a single-process full-batch step (max abs
+difference), and the prediction (:func:`pipeplan.predict.predict`) beside the
+median measured step. With ``--profile`` (a file from ``pipeplan profile``)
+nothing is measured before the run and the prediction charges the profile's
+calibrated messages and core sharing; without it rank 0 measures the layers
+first. ``--plot`` / ``--trace`` draw the predicted and the measured step on one
+time axis. The workflow itself is :mod:`pipeplan.runtime.loop`; this module
+parses, checks and prints.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
 import sys
 from typing import Any, NoReturn
 
@@ -30,7 +36,6 @@ from ._common import make_console, print_json, require_torch
 
 __all__ = ["register", "run", "execute_rank"]
 
-_GRADIENT_TOLERANCE = 1e-5
 _TORCHRUN_QUIET_EXIT_DELAY = 5.0
 """Seconds a torchrun rank other than 0 waits before leaving on a user error."""
 
@@ -51,12 +56,20 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--virtual-stages", type=int, default=2, help="chunks per rank for interleaved (default 2)")
     parser.add_argument("--checkpoint", action="store_true", help="recompute activations in the backward")
     parser.add_argument("--model", default=None,
-                        help="package.module:factory returning (nn.Sequential, loss_fn, make_batch) "
-                             "(default: the built-in VLA-shaped model)")
+                        help="package.module:factory returning (nn.Sequential, loss_fn, make_batch), or a built-in "
+                             "model: vla (default), dumbbell")
     parser.add_argument("--layers", type=int, default=None,
                         help="transformer blocks of the built-in model (default 8; refused with --model)")
     parser.add_argument("--partition", default="auto",
-                        help="layers per stage, e.g. 3,4,3; 'even'; or 'auto' (balanced on measured layer costs)")
+                        help="layers per stage, e.g. 3,4,3; 'even'; or 'auto' (balanced on the profile's layer costs)")
+    parser.add_argument("--profile", metavar="PATH", default=None,
+                        help="a profile file from pipeplan profile: nothing is measured before the run, and the "
+                             "prediction charges its calibration")
+    parser.add_argument("--plot", metavar="PATH", default=None,
+                        help="draw the predicted and the measured step (Gantt and memory) on one time axis "
+                             "(.png, .svg, .pdf)")
+    parser.add_argument("--trace", metavar="PATH", default=None,
+                        help="write the predicted and the measured step as two process groups of one Perfetto trace")
     parser.add_argument("--steps", type=int, default=3, help="measured steps (default 3; the median one is shown)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured steps first (default 1)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
@@ -76,7 +89,9 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     from ..runtime.launch import check_timeout
 
     world_size = positive_int("--nproc", world_size)
-    if args.model is not None and args.layers is not None:
+    from ..models import BUILTIN_MODELS
+
+    if args.model is not None and args.model not in BUILTIN_MODELS and args.layers is not None:
         raise InvalidInputError(
             f"--layers sets the built-in model's depth and does not apply to --model {args.model!r}; drop one"
         )
@@ -123,7 +138,40 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
         "partition": partition, "steps": positive_int("--steps", args.steps),
         "warmup": positive_int("--warmup", args.warmup, minimum=0),
         "timeout": check_timeout("--timeout", args.timeout),
+        "profile": _profile(args.profile),
+        "plot": _plot_path(args.plot),
+        "trace": args.trace,
     }
+
+
+def _profile(path: str | None) -> Any:
+    """The ``--profile`` file as a LayerProfile (one line on a missing, bad or other-version file)."""
+    if path is None:
+        return None
+    from ..layers import LayerProfile
+
+    return LayerProfile.from_file(path)
+
+
+def _plot_path(path: str | None) -> str | None:
+    """``--plot``, checked for a format matplotlib writes before any process starts."""
+    if path is None:
+        return None
+    from ..viz.plot import _checked_target
+
+    return _checked_target(path)
+
+
+def _run_config(config: dict[str, Any]) -> Any:
+    """The library's :class:`~pipeplan.runtime.loop.RunConfig` of a validated configuration."""
+    from ..runtime.loop import RunConfig
+
+    return RunConfig(
+        schedule=config["schedule"], pp=config["pp"], dp=config["dp"], microbatches=config["microbatches"],
+        batch_size=config["batch_size"], virtual_stages=config["virtual_stages"], checkpoint=config["checkpoint"],
+        model=config["model"], layers=config["layers"], partition=config["partition"], steps=config["steps"],
+        warmup=config["warmup"], timeout=config["timeout"], profile=config["profile"],
+    )
 
 
 def _check_backend(backend: str, processes: int, *, explicit: bool) -> None:
@@ -168,6 +216,10 @@ def _check_model(config: dict[str, Any]) -> None:
             f"--partition {','.join(map(str, partition))} adds up to {sum(partition)}, "
             f"but the model has {layers} layers"
         )
+    if config["profile"] is not None:
+        from ..runtime.loop import check_profile_fits
+
+        check_profile_fits(config["profile"], layers)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -288,186 +340,16 @@ def _leave(status: int, message: str = "") -> NoReturn:
 # ------------------------------------------------------------- one rank's work
 def _load(config: dict[str, Any]) -> tuple[Any, Any, Any]:
     """``(nn.Sequential, loss_fn, make_batch)`` of the configured model."""
-    from ..models import DEFAULT_MODEL, load_model
+    from ..runtime.loop import load_configured_model
 
-    if config["model"] is None:
-        return load_model(DEFAULT_MODEL, num_layers=config["layers"], seed=0)
-    return load_model(config["model"])
-
-
-def _partition(model: Any, sample: Any, config: dict[str, Any]) -> list[int]:
-    """Layers per stage (measured and balanced on rank 0 for ``auto``)."""
-    from ..partition import even_split, partition_layers
-    from ..profile import measure_layers
-
-    num_stages = config["num_stages"]
-    if len(model) < num_stages:
-        raise InvalidInputError(
-            f"the model has {len(model)} layers, fewer than the {num_stages} stages of {config['schedule']}"
-        )
-    if isinstance(config["partition"], list):
-        return list(config["partition"])
-    if config["partition"] == "even":
-        return list(even_split(len(model), num_stages))
-    profile = measure_layers(model, sample, repeats=3, warmup=1)
-    return list(partition_layers(profile, num_stages).layers_per_stage)
-
-
-def _schedule_options(config: dict[str, Any], costs: Any) -> dict[str, Any]:
-    if config["schedule"] == "interleaved":
-        return {"virtual_stages": config["virtual_stages"]}
-    if config["schedule"] == "adaptive":
-        return {"costs": costs}
-    return {}
-
-
-def _costs_as_run(costs: Any, checkpoint: bool) -> Any:
-    """The isolated stage costs adjusted to what the runtime does: with checkpointing the
-    backward repeats the forward, and (split schedules) a checkpointed stage's B computes
-    both halves, so its W is empty."""
-    from ..costs import StageCosts
-
-    if not checkpoint:
-        return costs
-    return StageCosts(
-        forward=costs.forward,
-        backward=[b + f for b, f in zip(costs.backward, costs.forward)],
-        weight=[0.0] * costs.num_stages,
-        activation_bytes=costs.activation_bytes,
-    )
-
-
-def _gradient_check(gathered: list[tuple[int, dict[int, list[tuple[str, Any]]]]],
-                    reference: list[Any]) -> dict[str, Any]:
-    """Every runtime gradient against the single-process ``reference`` stages' ``.grad``.
-
-    ``gathered`` holds, per rank, ``(dp replica, {stage: [(parameter name, gradient or None)]})``.
-    A parameter with a gradient on one side only (the runtime never filled it, or
-    filled one the reference does not have) fails the check and is named in
-    ``problems``; no gradient on either side (a frozen parameter) is equal.
-    """
-    worst = 0.0
-    problems: list[str] = []
-    several = len({replica for replica, _grads in gathered}) > 1
-    for replica, grads in gathered:
-        for stage, named in grads.items():
-            want = dict(reference[stage].named_parameters())
-            where = f"stage {stage}" + (f" of replica {replica}" if several else "")
-            for name in sorted(set(want) - {n for n, _ in named}):
-                problems.append(f"{where}: parameter {name!r} missing from the runtime's stage")
-            for name, got in named:
-                param = want.get(name)
-                if param is None:
-                    problems.append(f"{where}: parameter {name!r} is not in the reference model")
-                    continue
-                if got is None and param.grad is None:
-                    continue  # frozen or unused on both sides
-                if got is None:
-                    problems.append(f"{where}: parameter {name!r} has no gradient from the runtime, "
-                                    "but one in the single-process step")
-                elif param.grad is None:
-                    problems.append(f"{where}: parameter {name!r} has a gradient from the runtime, "
-                                    "but none in the single-process step")
-                elif tuple(got.shape) != tuple(param.grad.shape):
-                    problems.append(f"{where}: parameter {name!r} has a gradient of shape {tuple(got.shape)}, "
-                                    f"expected {tuple(param.grad.shape)}")
-                else:
-                    difference = float((got - param.grad).abs().max())
-                    if not math.isfinite(difference):  # max() would drop a NaN silently
-                        problems.append(f"{where}: parameter {name!r} has a non-finite gradient difference "
-                                        f"({difference})")
-                        difference = math.inf
-                    worst = max(worst, difference)
-    return {"max_abs_diff": worst, "tolerance": _GRADIENT_TOLERANCE,
-            "ok": worst <= _GRADIENT_TOLERANCE and not problems, "problems": problems}
+    return load_configured_model(_run_config(config))
 
 
 def execute_rank(rank: int, world_size: int, config: dict[str, Any]) -> dict[str, Any] | None:
-    """Everything one rank does for ``pipeplan run``; returns the report on rank 0, else ``None``."""
-    import time
+    """Everything one rank does for ``pipeplan run`` (:func:`pipeplan.runtime.loop.execute_rank`)."""
+    from ..runtime.loop import execute_rank as run_rank
 
-    import torch
-    import torch.distributed as dist
-
-    from ..compare import compare
-    from ..models import split_sequential
-    from ..profile import measure_stage_costs
-    from ..runtime import FaultMonitor, PipelineRuntime, ProcessGrid
-    from ..schedules import build_schedule
-    from ..simulate import simulate
-
-    model, loss_fn, make_batch = _load(config)
-    grid = ProcessGrid.create(pp=config["pp"], dp=config["dp"])
-    replica_batches = [make_batch(config["batch_size"], seed=1 + d) for d in range(config["dp"])]
-    inputs, targets = replica_batches[grid.dp_rank]
-    sample = inputs.tensor_split(config["microbatches"])[0]
-
-    # Rank 0 measures (partition, stage costs in isolation) and tells everyone.
-    monitor = FaultMonitor.ensure(rank)
-    shared: list[Any] = [None]
-    if rank == 0:
-        with monitor.phase_of("measuring the stages"):
-            layers = _partition(model, sample, config)
-            costs = measure_stage_costs(split_sequential(model, layers), sample, repeats=3, warmup=1)
-        shared = [(layers, costs)]
-    with monitor.phase_of("receiving the partition from rank 0", collective=True):
-        dist.broadcast_object_list(shared, src=0)
-    layers, costs = shared[0]
-    schedule = build_schedule(config["schedule"], num_stages=config["num_stages"],
-                              num_microbatches=config["microbatches"], **_schedule_options(config, costs))
-    stages = split_sequential(model, layers)
-    runtime = PipelineRuntime(stages, schedule, loss_fn, checkpoint=config["checkpoint"],
-                              pp_group=grid.pp_group, dp_group=grid.dp_group)
-    params = [p for s in runtime.local_stages for p in stages[s].parameters()]
-    results = []
-    for step in range(config["warmup"] + config["steps"]):
-        for param in params:
-            param.grad = None
-        began = time.perf_counter()
-        result = runtime.step(inputs, targets)
-        wall = (time.perf_counter() - began) * 1e3
-        if step >= config["warmup"]:
-            results.append((wall, result))
-    # The last step's gradients against one process on the whole (all replicas') batch.
-    local = {s: [(name, p.grad.detach().cpu().clone() if p.grad is not None else None)
-                 for name, p in stages[s].named_parameters()]
-             for s in runtime.local_stages}
-    gathered: list[Any] = [None] * world_size
-    with monitor.phase_of("gathering the gradients", collective=True):
-        dist.all_gather_object(gathered, (grid.dp_rank, local, results[-1][1].to_dict()))
-    if rank != 0:
-        return None
-    reference_model, _loss, _batch = _load(config)
-    full_inputs = torch.cat([b[0] for b in replica_batches])
-    full_targets = torch.cat([b[1] for b in replica_batches])
-    reference_loss = loss_fn(reference_model(full_inputs), full_targets)
-    reference_loss.backward()
-    reference = split_sequential(reference_model, layers)
-    check = _gradient_check([(replica, grads) for replica, grads, _summary in gathered], reference)
-    measured = [(wall, result, result.timeline) for wall, result in results if result.timeline is not None]
-    ordered = sorted(measured, key=lambda item: item[2].makespan)  # rank 0 has every step's timeline
-    wall, chosen, chosen_timeline = ordered[len(ordered) // 2]
-    predicted = simulate(schedule, _costs_as_run(costs, config["checkpoint"]))
-    comparison = compare(predicted, chosen_timeline)
-    per_rank = [summary for _replica, _grads, summary in gathered]
-    return {
-        "config": {**config, "world_size": world_size, "backend": dist.get_backend(),
-                   "layers_per_stage": layers, "placement": list(schedule.placement)},
-        "schedule": schedule.name,
-        "timeline": chosen_timeline,
-        "measured": chosen_timeline.to_dict(),
-        "step_time_ms": {"median": statistics.median(w for w, _ in results),
-                         "all": [w for w, _ in results]},
-        "loss": chosen.loss,
-        "gradient_check": {**check, "loss": results[-1][1].loss,
-                           "reference_loss": float(reference_loss.detach())},
-        "prediction": {"predicted_makespan": predicted.makespan,
-                       "measured_makespan": chosen_timeline.makespan, **comparison.to_dict()},
-        "comparison_report": comparison.report(),
-        "stage_costs": {"forward": list(costs.forward), "backward": list(costs.backward),
-                        "weight": list(costs.weight), "activation_bytes": list(costs.activation_bytes)},
-        "ranks": per_rank,
-    }
+    return run_rank(rank, world_size, _run_config(config))
 
 
 # ----------------------------------------------------------------- reporting
@@ -487,8 +369,22 @@ def _checkpoint_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _write_pictures(report: dict[str, Any], args: argparse.Namespace) -> None:
+    """``--plot`` and ``--trace``: the predicted and the measured step together."""
+    if args.plot:
+        from ..viz import plot_comparison
+
+        plot_comparison(report["predicted_timeline"], report["timeline"], args.plot)
+    if args.trace:
+        from ..viz import write_trace
+
+        write_trace(report["predicted_timeline"], args.trace, measured=report["timeline"])
+
+
 def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
+    _write_pictures(report, args)
     timeline = report.pop("timeline")
+    report.pop("predicted_timeline")
     if args.json:
         print_json(report)
         return
@@ -518,7 +414,7 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
         f"gradient check: max abs diff {check['max_abs_diff']:.2e} vs one process "
         f"({'ok' if check['ok'] else 'FAILED'}, tolerance {check['tolerance']:.0e}); "
         f"loss {check['loss']:.6f} vs {check['reference_loss']:.6f}",
-        f"prediction (simulate on stage costs measured in isolation): predicted {prediction['predicted_makespan']:.2f} ms, "
+        f"prediction ({_prediction_source(report, args)}): predicted {prediction['predicted_makespan']:.2f} ms, "
         f"measured {prediction['measured_makespan']:.2f} ms, error "
         f"{100 * prediction['makespan_relative_error']:+.1f}%",
     ]
@@ -527,5 +423,18 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
     if config["checkpoint"]:
         lines.append("activation checkpointing:")
         lines += _checkpoint_lines(report)
+    for written in (args.plot, args.trace):
+        if written:
+            lines.append(f"wrote {written} (predicted above measured)")
     for line in lines:
         console.print(line, markup=False, highlight=False)
+
+
+def _prediction_source(report: dict[str, Any], args: argparse.Namespace) -> str:
+    """What the prediction was made from, in a few words."""
+    if args.profile is None:
+        return ("layers measured on rank 0 before the run, no calibration: free messages, a core per rank; "
+                "pipeplan profile measures both")
+    calibrated = report["calibration"] is not None
+    return f"profile {args.profile}" + (": as-run costs, calibrated messages and core sharing" if calibrated
+                                        else ": as-run costs, no calibration")

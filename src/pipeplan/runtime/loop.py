@@ -322,21 +322,24 @@ def execute_rank(rank: int, world_size: int, config: RunConfig) -> dict[str, Any
     from ..models import split_sequential
     from ..profile import measure_layers
     from ..schedules import build_schedule
-    from . import PipelineRuntime, ProcessGrid
+    from . import FaultMonitor, PipelineRuntime, ProcessGrid
 
     model, loss_fn, make_batch = load_configured_model(config)
     grid = ProcessGrid.create(pp=config.pp, dp=config.dp)
     replica_batches = [make_batch(config.batch_size, seed=1 + d) for d in range(config.dp)]
     inputs, targets = replica_batches[grid.dp_rank]
+    monitor = FaultMonitor.ensure(rank)
     shared: list[Any] = [None]
     if rank == 0:
         profile = config.profile
         if profile is None:
-            profile = measure_layers(model, _sample(make_batch, config.batch_size, config.microbatches),
-                                     repeats=3, warmup=1)
+            with monitor.phase_of("measuring the layers"):
+                profile = measure_layers(model, _sample(make_batch, config.batch_size, config.microbatches),
+                                         repeats=3, warmup=1)
         check_profile_fits(profile, len(model))
         shared = [(_partition(profile, config, len(model)), profile)]
-    dist.broadcast_object_list(shared, src=0)
+    with monitor.phase_of("receiving the partition from rank 0", collective=True):
+        dist.broadcast_object_list(shared, src=0)
     layers, profile = shared[0]
     costs = costs_as_run(profile.stage_costs(layers), config.checkpoint)
     schedule = build_schedule(config.schedule, num_stages=config.num_stages,
@@ -361,7 +364,8 @@ def execute_rank(rank: int, world_size: int, config: RunConfig) -> dict[str, Any
                  for name, p in stages[s].named_parameters()]
              for s in runtime.local_stages}
     gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, (grid.dp_rank, local, results[-1][1].to_dict()))
+    with monitor.phase_of("gathering the gradients", collective=True):
+        dist.all_gather_object(gathered, (grid.dp_rank, local, results[-1][1].to_dict()))
     if rank != 0:
         return None
     reference_model, _loss, _batch = load_configured_model(config)
