@@ -131,6 +131,24 @@ def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
     return {"nproc": nproc, "profile": profile, "rows": rows, "factors": factors, "load_before": load_before}
 
 
+def _profile_rows(nproc: int, profile: LayerProfile) -> list[str]:
+    """One row per kind of layer (the name after the index), blocks averaged."""
+    kinds: dict[str, list[int]] = {}
+    for index, name in enumerate(profile.names):
+        kinds.setdefault(name.split(":", 1)[-1], []).append(index)
+    halves = profile.backward_input or tuple(b - w for b, w in zip(profile.backward, profile.weight))
+    rows = []
+    for kind, indices in kinds.items():
+        def mean(values: tuple[float, ...]) -> float:
+            return statistics.mean(values[i] for i in indices)
+
+        ratio = (mean(halves) + mean(profile.weight)) / mean(profile.backward)
+        label = kind + (f" (×{len(indices)})" if len(indices) > 1 else "")
+        rows.append(f"| {nproc} | {label} | {mean(profile.forward):.2f} | {mean(profile.backward):.2f} | "
+                    f"{mean(halves):.2f} | {mean(profile.weight):.2f} | {ratio:.2f} |")
+    return rows
+
+
 def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str) -> str:
     lines = [
         *run_header("fidelity.py", args.argv, started, args.backend),
@@ -177,6 +195,11 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
                 f"{row['no_sharing']:+.1%} | {row['no_messages']:+.1%} | "
                 f"{(format(row['ideal_split'], '+.1%') if split else '–')} |"
             )
+    lines += ["", "The profiles (ms per microbatch, median over the profile's runs; blocks: their mean). "
+              "*I + W / B*: what a real split backward costs over the full backward.", "",
+              "| P | layer | F | B (full) | I | W | I + W / B |", "|---:|---|---:|---:|---:|---:|---:|"]
+    for result in results:
+        lines += _profile_rows(result["nproc"], result["profile"])
     lines.append("")
     for result in results:
         calibration = result["profile"].calibration
