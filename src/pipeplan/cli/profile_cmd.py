@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     table = Table(title=f"profile of {profile.measurement.get('model')} "
                         f"(ms per microbatch of {profile.measurement.get('microbatch_size')}, median ± IQR)")
-    for column in ("layer", "F", "B full", "B input", "W", "activations", "output", "params"):
+    for column in ("layer", "F", "B (full)", "I", "W", "activations", "send", "params"):
         table.add_column(column, justify="left" if column == "layer" else "right")
     assert profile.backward_input is not None
     for index, name in enumerate(profile.names):
