@@ -63,3 +63,14 @@ def test_bad_inputs():
         simulate_shared(schedule, StageCosts([1, 1]), slowdown=(2.0,))
     with pytest.raises(InvalidInputError, match="stages"):
         simulate_shared(schedule, StageCosts([1, 1, 1]))
+
+
+def test_both_simulators_charge_a_measured_split_as_measured():
+    """With ``backward_input`` given, I costs it (not backward − weight) in both simulators."""
+    schedule = pipeplan.build_schedule("zb-h1", num_stages=2, num_microbatches=2)
+    costs = StageCosts([1.0, 1.0], [1.0, 1.0], [0.75, 0.75], backward_input=[0.0, 0.6])
+    for timeline in (pipeplan.simulate(schedule, costs), simulate_shared(schedule, costs)):
+        for record in timeline.records():
+            expected = costs.duration(record.action.kind, record.action.stage, record.action.microbatch)
+            assert record.end - record.start == pytest.approx(expected)
+        assert {round(r.end - r.start, 6) for r in timeline.records() if r.action.kind == "I"} == {0.0, 0.6}

@@ -207,7 +207,8 @@ class StageCosts:
         backward = np.asarray(self.backward)
         weight = np.asarray(self.weight)
         update = np.asarray(self.update)
-        table = np.stack([forward, backward, backward - weight, weight, update])  # rows in KINDS order
+        split_input = backward - weight if self.backward_input is None else np.asarray(self.backward_input)
+        table = np.stack([forward, backward, split_input, weight, update])  # rows in KINDS order
         base = table[kinds, stages]
         if self.microbatch_scale is not None:
             scale = np.asarray(self.microbatch_scale)[microbatches]

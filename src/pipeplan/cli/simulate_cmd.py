@@ -276,6 +276,11 @@ def _run_profile(args: argparse.Namespace) -> int:
                         ("--activation-bytes", args.activation_bytes), ("--boundary-bytes", args.boundary_bytes)):
         if value is not None:
             raise InvalidInputError(f"{flag} does not apply with --profile (the profile holds the costs)")
+    if args.iterations != 1:
+        raise InvalidInputError(
+            f"--iterations does not apply with --profile (it predicts one step as pipeplan run measures it), "
+            f"got {args.iterations}"
+        )
     profile = LayerProfile.from_file(args.profile)
     layers = _profile_partition(args, profile)
     costs = costs_as_run(profile.stage_costs(layers), False)
