@@ -12,8 +12,9 @@ simulation::
     timeline.makespan
 
 Semantics: the same orders, dependencies and eager messages as
-:func:`pipeplan.simulate` (a message across ranks arrives ``comm`` time after its
-producer ends; a rank waiting for one does not compute). Between two events (an
+:func:`pipeplan.simulate` (the cross-rank edges are :meth:`Schedule.messages_into
+<pipeplan.schedule.Schedule.messages_into>`; a message arrives ``comm`` time after
+its producer ends; a rank waiting for one does not compute). Between two events (an
 action ending, a message arriving) the number ``k`` of computing ranks is
 constant and each of them progresses at ``1 / slowdown[k - 1]`` of an action's
 alone-time per unit of time. With ``slowdown = (1.0,)`` (or all ones) the result
@@ -73,7 +74,6 @@ def simulate_shared(
     if validate:
         schedule.validate()
     boundary = comm.boundary_times(num_stages)
-    placement = schedule.placement
     num_ranks = schedule.num_ranks
 
     # Per action of each rank: (flat index, duration alone, [(dependency, message time)]).
@@ -89,10 +89,7 @@ def simulate_shared(
     for rank, order in enumerate(schedule.orders):
         compiled = []
         for action in order:
-            needs = []
-            for dep in schedule.dependencies(action):
-                if placement[dep.stage] != rank:
-                    needs.append((dep, boundary[min(dep.stage, action.stage)]))
+            needs = [(message.producer, boundary[message.boundary]) for message in schedule.messages_into(action)]
             duration = costs.duration(action.kind, action.stage, action.microbatch)
             compiled.append((action, duration, needs))
         rows.append(compiled)
