@@ -217,7 +217,7 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = pipeline_parser(__doc__, batch_size=32, microbatches=8, doc_path=DOC)
+    parser = pipeline_parser(__doc__, batch_size=64, microbatches=8, doc_path=DOC)
     parser.add_argument("--schedules", default=",".join(SCHEDULES))
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
