@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .._validation import expect_timeline
 from ..errors import InvalidInputError, PipeplanError
 from ..timeline import Timeline
 from .plot import _FIGURE_WIDTH_IN, _checked_target, _draw_gantt, _draw_memory, _save
@@ -43,6 +44,8 @@ def plot_comparison(
             extension or an unwritable path.
         PipeplanError: matplotlib is not installed.
     """
+    expect_timeline("predicted", predicted)
+    expect_timeline("measured", measured)
     target = _checked_target(path)
     if predicted.num_ranks != measured.num_ranks or predicted.schedule.num_actions != measured.schedule.num_actions:
         raise InvalidInputError(

@@ -145,6 +145,8 @@ def comparison_trace(predicted: Timeline, measured: Timeline, *, us_per_unit: fl
     and ``"rank r activation"``. ``otherData`` holds both timelines' headline
     numbers under ``"predicted"`` and ``"measured"``.
     """
+    expect_timeline("predicted", predicted)
+    expect_timeline("measured", measured)
     events: list[dict[str, Any]] = []
     other: dict[str, Any] = {"generator": "pipeplan"}
     for group, (name, timeline) in enumerate((("predicted", predicted), ("measured", measured))):
