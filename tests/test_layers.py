@@ -250,3 +250,10 @@ def test_measured_split_stage_costs_follow_the_runtime():
     assert costs.duration("B", 1, 0) == 4.0  # the full backward as measured
     assert profile.boundary_bytes([2, 2]) == (20.0,)
     assert profile.boundary_bytes([1, 2, 1]) == (10.0, 30.0)
+
+
+def test_a_measured_split_keeps_a_weight_half_longer_than_the_full_backward():
+    # the runtime's split pays a second traversal: W alone may exceed the full backward
+    profile = LayerProfile([1.0, 1.0], [1.0, 1.0], [1.2, 1.4], backward_input=[0.0, 1.1])
+    costs = profile.stage_costs([1, 1])
+    assert costs.weight[1] == pytest.approx(1.4) and costs.backward_input[1] == pytest.approx(1.1)

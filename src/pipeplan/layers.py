@@ -514,10 +514,10 @@ class LayerProfile:
     def stage_costs(self, layers_per_stage: Sequence[int]) -> StageCosts:
         """Per-stage :class:`StageCosts` for a partition (extras split as the module doc says).
 
-        With measured ``backward_input``, a stage's split ``B`` is the sum of its
+        With measured ``backward_input``, a stage's ``I`` is the sum of its
         layers' ``backward_input`` and its ``W`` the sum of their ``weight``,
         except on stage 0: its input is data, so a split backward there has no
-        input gradient to compute (``B`` costs 0) and its ``W`` runs the stage's
+        input gradient to compute (``I`` costs 0) and its ``W`` runs the stage's
         whole backward (the sum of ``backward``), as the runtime does.
         """
         sizes = _check_sizes(layers_per_stage, self.num_layers)
@@ -525,8 +525,11 @@ class LayerProfile:
         extra_time, extra_bytes = self.stage_extras(len(sizes))
         fwd = _segment_sums(self.forward, bounds) + extra_time / 3.0
         bwd = _segment_sums(self.backward, bounds) + 2.0 * extra_time / 3.0
-        # a layer may have weight == backward; sums rounded apart must not make W > B
-        wgt = np.minimum(_segment_sums(self.weight, bounds) + extra_time / 3.0, bwd)
+        wgt = _segment_sums(self.weight, bounds) + extra_time / 3.0
+        if self.backward_input is None:
+            # a layer may have weight == backward; sums rounded apart must not make W > B
+            # (a measured split's W is a time of its own and may exceed B)
+            wgt = np.minimum(wgt, bwd)
         act = _segment_sums(self.activation_bytes, bounds)
         stash = np.minimum(_segment_sums(self.weight_stash_bytes, bounds), act)
         if self.backward_input is None:
