@@ -69,9 +69,9 @@ def _moves(orders: list[list[Action]], timeline: Timeline, objective: Objective)
     """Candidate moves ``(rank, from, to)``, the ranks that set the objective first."""
     ranked = []
     for rank, order in enumerate(orders):
-        part = timeline._rank_slice(rank)
-        starts = timeline.start[part]
-        ends = timeline.end[part]
+        begin, end = int(timeline.rank_offsets[rank]), int(timeline.rank_offsets[rank + 1])
+        starts = timeline.start[begin:end]
+        ends = timeline.end[begin:end]
         moves = []
         done_backward: set[tuple[int, int]] = set()
         for position, action in enumerate(order):
