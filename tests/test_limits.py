@@ -91,3 +91,11 @@ def test_run_refuses_a_built_in_model_too_deep_for_memory_before_building_it(cap
     assert main(["run", "--nproc", "2", "--layers", "10000000000"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "--layers 10000000000" in error and "would need" in error
+
+
+def test_profile_refuses_a_built_in_model_too_deep_for_memory_before_building_it(capsys, tmp_path):
+    from pipeplan.cli import main
+
+    assert main(["profile", "--layers", "10000000000", "--out", str(tmp_path / "p.json")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "--layers 10000000000" in error and "would need" in error

@@ -127,6 +127,20 @@ def check_memory(what: str, needed_bytes: float) -> None:
     _refuse_if_too_big(what, needed_bytes)
 
 
+BUILTIN_LAYER_BYTES = 4 * (12 * 64**2 + 13 * 64)
+"""fp32 weight bytes of one transformer block of the built-in models (hidden 64: 12·h² + 13·h)."""
+
+
+def check_builtin_model_size(layers: int, processes: int) -> None:
+    """Raise when a built-in model of ``layers`` blocks cannot fit: its weights and gradients,
+    in the parent and in each of ``processes`` ranks, against the memory available now."""
+    check_memory(
+        f"--layers {layers} (the built-in model: {BUILTIN_LAYER_BYTES} bytes of weights per layer, "
+        f"weights and gradients in {processes + 1} processes)",
+        2.0 * layers * BUILTIN_LAYER_BYTES * (processes + 1),
+    )
+
+
 def check_schedule_size(
     name: str,
     *,

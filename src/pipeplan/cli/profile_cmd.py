@@ -64,12 +64,18 @@ def run(args: argparse.Namespace) -> int:
     if not str(args.out).lower().endswith((".json", ".csv")):
         raise InvalidInputError(f"--out must end in .json or .csv, got {args.out!r}")
     spread = positive_float("--max-spread", args.max_spread)
+    from ..limits import check_builtin_model_size
+    from ..models import BUILTIN_MODELS
+
+    layers = positive_int("--layers", args.layers)
+    if args.model is None or args.model in BUILTIN_MODELS:
+        check_builtin_model_size(layers, positive_int("--nproc", args.nproc))
     require_torch("pipeplan profile")
     from ..runtime.loop import profile_model
 
     profile = profile_model(
         args.model,
-        layers=positive_int("--layers", args.layers),
+        layers=layers,
         batch_size=positive_int("--batch-size", args.batch_size),
         microbatches=positive_int("-m", args.microbatches),
         nproc=positive_int("--nproc", args.nproc),

@@ -85,7 +85,7 @@ def register(subparsers: Any) -> None:
 
 def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     """Validate the arguments into a plain, picklable configuration."""
-    from ..limits import check_memory
+    from ..limits import check_builtin_model_size
     from ..runtime.launch import check_timeout
 
     world_size = positive_int("--nproc", world_size)
@@ -121,15 +121,8 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
                 f"--partition has {len(partition)} entries, expected {num_stages} (one per stage of {args.schedule})"
             )
     layers = positive_int("--layers", 8 if args.layers is None else args.layers)
-    if args.model is None:
-        # One TransformerBlock of the built-in model (hidden 64): 12·h² + 13·h fp32 weights,
-        # with their gradients, in the parent and in every rank.
-        per_layer = 4 * (12 * 64**2 + 13 * 64)
-        check_memory(
-            f"--layers {layers} (the built-in model: {per_layer} bytes of weights per layer, "
-            f"weights and gradients in {world_size + 1} processes)",
-            2.0 * layers * per_layer * (world_size + 1),
-        )
+    if args.model is None or args.model in BUILTIN_MODELS:
+        check_builtin_model_size(layers, world_size)
     return {
         "schedule": args.schedule, "num_stages": num_stages, "pp": pp, "dp": dp,
         "microbatches": microbatches, "batch_size": batch_size, "virtual_stages": virtual,
