@@ -102,6 +102,7 @@ def _stop_at_processes(monkeypatch):
     try:
         import pipeplan.runtime as runtime
         import pipeplan.runtime.launch as launch
+        import pipeplan.runtime.loop as loop
         import pipeplan.runtime.seed as seed
     except ImportError:  # no torch: run and seed003 say so in one line before this point
         return
@@ -109,6 +110,8 @@ def _stop_at_processes(monkeypatch):
         if hasattr(module, "spawn"):
             monkeypatch.setattr(module, "spawn", stop)
     monkeypatch.setattr(seed, "run_demo", stop)
+    # pipeplan profile measures real torch work (and spawns its calibration): its door.
+    monkeypatch.setattr(loop, "profile_model", stop)
 
 
 INTS = ["-1", "0", "1", "2", "3", "4", "8", "10000000000", "x", "2.5"]

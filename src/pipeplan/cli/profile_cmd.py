@@ -73,19 +73,27 @@ def run(args: argparse.Namespace) -> int:
     require_torch("pipeplan profile")
     from ..runtime.loop import profile_model
 
-    profile = profile_model(
-        args.model,
-        layers=layers,
-        batch_size=positive_int("--batch-size", args.batch_size),
-        microbatches=positive_int("-m", args.microbatches),
-        nproc=positive_int("--nproc", args.nproc),
-        repeats=positive_int("--repeats", args.repeats),
-        warmup=positive_int("--warmup", args.warmup, minimum=0),
-        backend=args.backend,
-        max_spread=spread,
-        timeout=positive_float("--timeout", args.timeout, unit="seconds"),
-        calibrate=not args.no_calibrate,
-    )
+    try:
+        profile = profile_model(
+            args.model,
+            layers=layers,
+            batch_size=positive_int("--batch-size", args.batch_size),
+            microbatches=positive_int("-m", args.microbatches),
+            nproc=positive_int("--nproc", args.nproc),
+            repeats=positive_int("--repeats", args.repeats),
+            warmup=positive_int("--warmup", args.warmup, minimum=0),
+            backend=args.backend,
+            max_spread=spread,
+            timeout=positive_float("--timeout", args.timeout, unit="seconds"),
+            calibrate=not args.no_calibrate,
+        )
+    except (MemoryError, RuntimeError) as error:
+        if not isinstance(error, MemoryError) and "allocate" not in str(error):
+            raise
+        raise InvalidInputError(
+            f"the profile ran out of memory (--batch-size {args.batch_size}, --layers {layers}): "
+            "choose a smaller batch or model"
+        ) from None
     profile.to_file(args.out)
     if args.json:
         print_json({"out": args.out, "layers": profile.to_records(),
