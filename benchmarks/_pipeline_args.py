@@ -15,17 +15,26 @@ from pathlib import Path
 import torch
 
 
-def pipeline_parser(doc: str, *, batch_size: int, microbatches: int, doc_path: Path) -> argparse.ArgumentParser:
-    """Runs, process counts, model and step sizes, backend and where the table goes."""
+def pipeline_parser(doc: str, *, batch_size: int, microbatches: int, doc_path: Path, steps: int = 15,
+                    repeats: int = 21) -> argparse.ArgumentParser:
+    """Runs, process counts, model and step sizes, backend and where the table goes.
+
+    The defaults measure over seconds, not a fraction of one: on a shared VM the
+    same work alone can take half again as long from one second to the next
+    (the speed probe of ``benchmarks/fidelity.py``), so a profile of 21 rounds and
+    a median over 15 steps estimate the machine's typical speed rather than one
+    moment of it.
+    """
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per configuration (default 3)")
     parser.add_argument("--nproc", default="2,4", help="process counts, comma-separated (default 2,4)")
     parser.add_argument("--layers", type=int, default=8, help="transformer blocks of the model (default 8)")
     parser.add_argument("--batch-size", type=int, default=batch_size)
     parser.add_argument("-m", "--microbatches", type=int, default=microbatches)
-    parser.add_argument("--steps", type=int, default=5, help="measured steps per run (default 5)")
+    parser.add_argument("--steps", type=int, default=steps, help=f"measured steps per run (default {steps})")
     parser.add_argument("--warmup", type=int, default=2, help="warm-up steps per run (default 2)")
-    parser.add_argument("--repeats", type=int, default=9, help="timed runs per profile measurement (default 9)")
+    parser.add_argument("--repeats", type=int, default=repeats,
+                        help=f"timed runs per profile measurement (default {repeats})")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     parser.add_argument("--write", dest="write", action="store_true", default=True,
                         help="replace the table in the docs file (default)")

@@ -37,6 +37,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from pipeplan.calibration import Calibration
 from pipeplan.compare import compare
 from pipeplan.layers import LayerProfile
 from pipeplan.predict import fit_kind_factors, predict, scale_profile
-from pipeplan.runtime.loop import RunConfig, profile_model, run_pipeline
+from pipeplan.runtime.loop import RunConfig, load_configured_model, profile_model, run_pipeline, threads_per_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _markers import replace_between  # noqa: E402
@@ -85,9 +86,49 @@ def _kind_errors(predicted: Any, measured: Any) -> dict[str, float]:
     return out
 
 
+class _SpeedProbe:
+    """The machine's speed now: one microbatch's forward and backward of the whole model, alone, in this process.
+
+    Timed (median of ``repeats``) right after each profile and before and after
+    every run, with the threads a rank has. ``drift`` is the run's mean of its two
+    probes over the probe at profile time: how much faster (< 1) or slower (> 1)
+    the machine computed the same work than when it was profiled. It is a
+    diagnostic of the machine, not an input of the prediction.
+    """
+
+    def __init__(self, args: argparse.Namespace, nproc: int) -> None:
+        import torch
+
+        config = RunConfig(layers=args.layers, batch_size=args.batch_size, microbatches=args.microbatches)
+        self.model, self.loss_fn, make_batch = load_configured_model(config)
+        inputs, targets = make_batch(args.batch_size, seed=1)
+        self.sample = inputs.tensor_split(args.microbatches)[0]
+        self.target = targets.tensor_split(args.microbatches)[0]
+        self.threads = threads_per_process(nproc)
+        self.torch = torch
+        self.samples: list[float] = []
+
+    def __call__(self, repeats: int = 7) -> float:
+        torch = self.torch
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            times = []
+            for run in range(repeats + 1):
+                began = time.perf_counter()
+                self.loss_fn(self.model(self.sample), self.target).backward()
+                times.append((time.perf_counter() - began) * 1e3)
+                self.model.zero_grad(set_to_none=True)
+            self.samples.append(statistics.median(times[1:]))
+            return self.samples[-1]
+        finally:
+            torch.set_num_threads(previous)
+
+
 def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
+    probe = _SpeedProbe(args, nproc)
     rows: dict[str, dict[str, Any]] = {
-        name: {key: [] for key in ("predicted", "measured", "error", "calibrated_error", "no_sharing",
+        name: {key: [] for key in ("predicted", "measured", "error", "calibrated_error", "no_sharing", "drift",
                                    "no_messages", "ideal_split", "mae", "start_mae", "first", "kinds", "loads",
                                    "layers", "grad_ok")}
         for name in args.schedules
@@ -98,16 +139,23 @@ def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
         load_before = os.getloadavg()[0]
         profile = profile_model(None, layers=args.layers, batch_size=args.batch_size, microbatches=args.microbatches,
                                 nproc=nproc, repeats=args.repeats, warmup=2, backend=args.backend, max_spread=None)
+        at_profile = probe()
         profiles.append((profile, load_before))
-        print(f"P={nproc} run {run + 1}: profiled (load {load_before:.2f}), {profile.calibration}", flush=True)
+        print(f"P={nproc} run {run + 1}: profiled (load {load_before:.2f}), probe {at_profile:.2f} ms, "
+              f"{profile.calibration}", flush=True)
         fitted: dict[str, float] | None = None
-        # The calibration run goes first, so its factors can predict every other schedule of this run.
-        order = sorted(args.schedules, key=lambda name: name != CALIBRATION_SCHEDULE)
+        # The calibration run goes first, so its factors can predict every other schedule of this run;
+        # the others rotate from run to run, so no schedule always runs longest after its profile.
+        others = [name for name in args.schedules if name != CALIBRATION_SCHEDULE]
+        shift = run % len(others) if others else 0
+        order = [n for n in args.schedules if n == CALIBRATION_SCHEDULE] + others[shift:] + others[:shift]
         for name in order:
+            before = probe()
             config = RunConfig(schedule=name, pp=nproc, microbatches=args.microbatches, batch_size=args.batch_size,
                                layers=args.layers, steps=args.steps, warmup=args.warmup, profile=profile,
                                timeout=300.0)
             report = run_pipeline(config, backend=args.backend)
+            drift = (before + probe()) / 2 / at_profile
             row = rows[name]
             predicted, measured = report["predicted_timeline"], report["timeline"]
             comparison = compare(predicted, measured)
@@ -116,6 +164,7 @@ def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
             row["predicted"].append(predicted.makespan)
             row["measured"].append(median)
             row["error"].append(predicted.makespan / median - 1)
+            row["drift"].append(drift)
             row["layers"].append(tuple(layers))
             row["grad_ok"].append(report["gradient_check"]["ok"])
             row["mae"].append(comparison.mean_abs_duration_error)
@@ -134,8 +183,8 @@ def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
                 calibrated = predict(scale_profile(profile, fitted), measured.schedule, layers).makespan
                 row["calibrated_error"].append(calibrated / median - 1)
             print(f"  run {run + 1} {name:12s} predicted {predicted.makespan:8.2f} measured {median:8.2f} "
-                  f"({row['error'][-1]:+.1%}) load {row['loads'][-1]:.2f}", flush=True)
-    return {"nproc": nproc, "profiles": profiles, "rows": rows, "factors": factors}
+                  f"({row['error'][-1]:+.1%}) drift ×{drift:.2f} load {row['loads'][-1]:.2f}", flush=True)
+    return {"nproc": nproc, "profiles": profiles, "rows": rows, "factors": factors, "probes": probe.samples}
 
 
 def _profile_rows(nproc: int, profile: LayerProfile) -> list[str]:
@@ -171,13 +220,17 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
         f"schedule ({args.warmup} warm-up + {args.steps} measured steps each) with that profile. Times in ms, "
         "medians over the runs. *measured*: a run's median-step makespan (min–max across runs). *error*: "
         "predicted / measured − 1 from the profile alone, median over runs (min … max); *calibrated*: the "
-        f"same with per-kind factors fitted on the run's own `{CALIBRATION_SCHEDULE}` step. *MAE*: mean "
+        f"same with per-kind factors fitted on the run's own `{CALIBRATION_SCHEDULE}` step. *drift*: the "
+        "machine's speed probe (one microbatch's forward and backward of the whole model, alone) before and "
+        "after the run over the same probe right after the profile, median over runs (min … max): how much "
+        "slower (> 1) the machine was than when it was profiled (a diagnostic of the machine; the prediction "
+        "does not use it). *MAE*: mean "
         "|predicted − measured| action duration (start) in the median step. *load*: 1-minute load average "
         "after each run.",
         "",
         "| P | schedule | partition | predicted | measured | runs min–max | error | sign | calibrated | "
-        "MAE dur | MAE start | load |",
-        "|---:|---|---|---:|---:|---:|---|---|---|---:|---:|---:|",
+        "drift | MAE dur | MAE start | load |",
+        "|---:|---|---|---:|---:|---:|---|---|---|---|---:|---:|---:|",
     ]
     for result in results:
         for name, row in result["rows"].items():
@@ -188,13 +241,19 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
             lines.append(
                 f"| {result['nproc']} | {name} | {partitions} | {statistics.median(row['predicted']):.1f} | "
                 f"{statistics.median(row['measured']):.1f} | {min(row['measured']):.1f}–{max(row['measured']):.1f} | "
-                f"{_spread(row['error'])} | {sign} | {calibrated} | {statistics.mean(row['mae']):.2f} | "
+                f"{_spread(row['error'])} | {sign} | {calibrated} | {_spread(row['drift'], '.2f')} | "
+                f"{statistics.mean(row['mae']):.2f} | "
                 f"{statistics.mean(row['start_mae']):.2f} | {statistics.mean(row['loads']):.2f} |"
             )
     medians = [abs(statistics.median(row["error"])) for result in results for row in result["rows"].values()]
     every = [abs(e) for result in results for row in result["rows"].values() for e in row["error"]]
+    swings = [d for result in results for row in result["rows"].values() for d in row["drift"]]
     lines += ["", f"Within ±{TARGET:.0%} from the profile alone: {sum(m <= TARGET for m in medians)} of "
-              f"{len(medians)} medians, {sum(e <= TARGET for e in every)} of {len(every)} single runs.", "",
+              f"{len(medians)} medians, {sum(e <= TARGET for e in every)} of {len(every)} single runs. The speed "
+              f"probe moved ×{min(swings):.2f} … ×{max(swings):.2f} between a profile and a run; over the whole "
+              "benchmark the same work alone took " + "; ".join(
+                  f"{min(r['probes']):.1f} … {max(r['probes']):.1f} ms (median {statistics.median(r['probes']):.1f}, "
+                  f"{len(r['probes'])} probes, P={r['nproc']})" for r in results) + ".", "",
               "Where the error comes from (same runs). Per kind: mean duration error, % of the measured mean "
               "(F forward, B full backward, I and W the halves of a split backward; – where a schedule has none). "
               "*first step*: first (warm-up) step's makespan / median step's. Then the makespan error (median "

@@ -57,3 +57,25 @@ def test_calibration_round_trips_and_makes_a_comm_model():
 def test_bad_calibrations_name_the_field(payload, match):
     with pytest.raises(InvalidInputError, match=match):
         Calibration.from_dict(payload)
+
+
+@given(cores=st.integers(1, 4), world=st.integers(1, 6), alone=st.floats(1.0, 100.0),
+       favour=st.floats(0.5, 1.0), rounds=st.integers(1, 5))
+def test_core_sharing_charges_the_last_busy_rank(cores, world, alone, favour, rounds):
+    """k equal jobs on c cores all finish by max(1, k/c) × alone, however unfairly the OS shares them."""
+    from pipeplan.runtime.calibrate import slowdown_from_rounds
+
+    def measured(rank: int, busy: int) -> float:
+        if rank >= busy:
+            return 0.0  # idle in a barrier
+        last = alone * max(1.0, busy / cores)
+        # The OS may finish rank 0 early (never before its work alone); the last rank ends the round.
+        return max(alone, last * favour) if rank == 0 and busy > 1 else last
+
+    times = [[[measured(rank, busy) for _ in range(rounds)] for busy in range(1, world + 1)]
+             for rank in range(world)]
+    slowdown = slowdown_from_rounds(times)
+    assert slowdown[0] == 1.0
+    for busy in range(1, world + 1):
+        assert slowdown[busy - 1] == pytest.approx(max(1.0, busy / cores))
+        assert slowdown[busy - 1] >= times[0][busy - 1][0] / alone - 1e-12  # never below rank 0's own view

@@ -89,6 +89,7 @@ def test_simulate_writes_plot_and_trace(capsys, tmp_path):
         (["--forward", "1e308,1e308", "--backward", "1e308,1e308"], "makespan overflows to infinity"),
         (["--forward", "1e308,1e308"], "the default backward .* overflows"),
         (["--forward", "30,10", "--iterations", "0"], "iterations must be >= 1, got 0"),
+        (["--forward", "30,10", "--width", "100000000"], "--width must be <= 10000 columns, got 100000000"),
         (["--forward", "30,10", "--optimizer", "later"], "optimizer must be one of barrier, overlap, got 'later'"),
         (["--forward", "30,10", "--optimizer", "overlap"], "--optimizer does not apply with one step"),
         (["--forward", "30,10", "--update", "1,1"], "--update does not apply to schedule '1f1b'"),
@@ -187,9 +188,12 @@ def test_sizes_past_memory_are_refused_up_front(capsys, monkeypatch):
     assert status == 2
     assert re.search(r"m = 10000000000 × 2 action kinds = 8e\+10 actions would need ~.* of memory",
                      _one_error_line(err, "simulate"))
+    monkeypatch.setattr(limits, "available_memory", lambda: 1e5)
+    status, out, err = run_cli(capsys, "simulate", "--forward", "1,1", "--width", "10000")
+    assert status == 2 and out == ""
+    assert "--width = 10000" in _one_error_line(err, "simulate") and "would need" in err
     monkeypatch.setattr(limits, "available_memory", lambda: 1e9)
-    for verb, argv, what in [("simulate", ["--forward", "1,1", "--width", "100000000"], "--width = 100000000"),
-                             ("partition", ["--layers", "8", "--layer-cost", "1", "--stages", "4", "-m",
+    for verb, argv, what in [("partition", ["--layers", "8", "--layer-cost", "1", "--stages", "4", "-m",
                                             "1000000000"], "m = 1000000000"),
                              ("demo", ["-m", "100000"], "64 × m")]:
         status, out, err = run_cli(capsys, verb, *argv)

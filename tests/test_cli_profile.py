@@ -58,6 +58,8 @@ def test_partition_and_simulate_read_the_profile(profile_file: Path, capsys: pyt
     (["profile", "--out", "p.json", "--max-spread", "0"], "--max-spread must be a number > 0"),
     (["profile", "--out", "p.json", "--nproc", "0"], "--nproc must be >= 1, got 0"),
     (["profile", "--out", "p.json", "--model", "nope"], "model must look like 'package.module:factory'"),
+    (["profile", "--out", "p.json", "--repeats", "10000000000"], "--repeats must be <= 1000, got 10000000000"),
+    (["profile", "--out", "p.json", "--warmup", "5000"], "--warmup must be <= 1000, got 5000"),
     (["simulate", "-m", "2"], "give --forward (stage times, ms) or --profile"),
     (["simulate", "--profile", "missing.json", "--stages", "2"], "profile file 'missing.json' does not exist"),
 ])

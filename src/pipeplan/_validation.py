@@ -68,8 +68,12 @@ def check_simulate_arguments(schedule: object, costs: object, comm: object, vali
     check_simulation_size(schedule.num_actions)  # type: ignore[attr-defined]
 
 
-def positive_int(field: str, value: object, *, minimum: int = 1) -> int:
-    """Return ``value`` as an int, or raise if it is not an integer >= ``minimum``."""
+def positive_int(field: str, value: object, *, minimum: int = 1, maximum: int | None = None,
+                 why: str = "") -> int:
+    """Return ``value`` as an int, or raise if it is not an integer >= ``minimum`` (and <= ``maximum``).
+
+    ``why`` (shown after a value over ``maximum``) says what the limit protects.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise InvalidInputError(f"{field} must be an integer >= {minimum}, got {value!r}")
     if not float(value).is_integer():
@@ -77,6 +81,8 @@ def positive_int(field: str, value: object, *, minimum: int = 1) -> int:
     number = int(value)
     if number < minimum:
         raise InvalidInputError(f"{field} must be >= {minimum}, got {number}")
+    if maximum is not None and number > maximum:
+        raise InvalidInputError(f"{field} must be <= {maximum}, got {number}" + (f" ({why})" if why else ""))
     return number
 
 

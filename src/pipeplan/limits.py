@@ -28,6 +28,9 @@ __all__ = [
     "SIMULATION_BYTES_PER_ACTION",
     "ADAPTIVE_BYTES_PER_ACTION",
     "GANTT_BYTES_PER_CELL",
+    "MAX_GANTT_WIDTH",
+    "MAX_REPEATS",
+    "MAX_STEPS",
     "ITERATION_BYTES",
     "ITERATION_BYTES_PER_RANK",
     "available_memory",
@@ -46,6 +49,16 @@ SIMULATION_BYTES_PER_ACTION = 1000
 ADAPTIVE_BYTES_PER_ACTION = 3800
 #: One character of a text Gantt (cell lists, joined lines, printed unwrapped): measured 8.5 B.
 GANTT_BYTES_PER_CELL = 10
+
+#: The widest text Gantt drawn: wider than any terminal or page by far (a 4K screen shows
+#: about 400 columns); beyond it drawing only costs time (``--width 1e8`` took 26 s).
+MAX_GANTT_WIDTH = 10_000
+
+#: The most timed runs a measurement takes: a median of more adds nothing but hours.
+MAX_REPEATS = 1_000
+
+#: The most steps a run executes (warm-up and measured alike).
+MAX_STEPS = 10_000
 
 #: Each simulated iteration keeps its ranks' end times: measured 285 B per iteration at 4 ranks
 #: and 1,641 B at 32 (peak resident-set growth, 1f1b, ``simulate(..., iterations=n)``), i.e.
@@ -183,7 +196,11 @@ def check_simulation_size(num_actions: int) -> None:
 
 
 def check_gantt_size(width: int, num_ranks: int, *, field: str = "width") -> None:
-    """Raise when a text Gantt ``width`` columns wide for ``num_ranks`` ranks cannot fit in memory."""
+    """Raise when a text Gantt ``width`` columns wide for ``num_ranks`` ranks is wider than
+    :data:`MAX_GANTT_WIDTH` or cannot fit in memory."""
+    if width > MAX_GANTT_WIDTH:
+        raise InvalidInputError(f"{field} must be <= {MAX_GANTT_WIDTH} columns, got {width} "
+                                "(a text Gantt wider than that cannot be read; --plot draws a picture)")
     cells = (width + 1) * (num_ranks + 1)  # one line per rank and the time axis
     _refuse_if_too_big(f"{field} = {width} ({num_ranks} ranks: {cells:.3g} characters)",
                        cells * GANTT_BYTES_PER_CELL)

@@ -33,6 +33,7 @@ __all__ = [
     "require_torch",
     "check_scaled",
     "refuse_unless",
+    "text_width",
     "output_path",
     "report_written",
     "progress",
@@ -98,6 +99,18 @@ def refuse_unless(applies: bool, flag: str, reason: str) -> None:
     """Raise the one-line error for a flag given where it does nothing: ``--steps does not apply: ...``."""
     if not applies:
         raise InvalidInputError(f"{flag} does not apply {reason}")
+
+
+def text_width(args: argparse.Namespace, num_ranks: int, *, default: int = 100) -> int:
+    """Check ``--width`` (refused with ``--json``, which draws no Gantt) and set its default; returns it."""
+    from .._validation import positive_int
+    from ..limits import check_gantt_size
+
+    if getattr(args, "json", False):
+        refuse_unless(args.width is None, "--width", "with --json (it sets the text Gantt's width)")
+    args.width = default if args.width is None else args.width
+    check_gantt_size(positive_int("--width", args.width), num_ranks, field="--width")
+    return int(args.width)
 
 
 def output_path(path: str | None, flag: str) -> str | None:

@@ -59,12 +59,15 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+_REPEATS_WHY = "runs per measurement; a median of more adds only time"
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan profile``."""
     if not str(args.out).lower().endswith((".json", ".csv")):
         raise InvalidInputError(f"--out must end in .json or .csv, got {args.out!r}")
     spread = positive_float("--max-spread", args.max_spread)
-    from ..limits import check_builtin_model_size
+    from ..limits import MAX_REPEATS, check_builtin_model_size
     from ..models import BUILTIN_MODELS
 
     layers = positive_int("--layers", args.layers)
@@ -80,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
             batch_size=positive_int("--batch-size", args.batch_size),
             microbatches=positive_int("-m", args.microbatches),
             nproc=positive_int("--nproc", args.nproc),
-            repeats=positive_int("--repeats", args.repeats),
-            warmup=positive_int("--warmup", args.warmup, minimum=0),
+            repeats=positive_int("--repeats", args.repeats, maximum=MAX_REPEATS, why=_REPEATS_WHY),
+            warmup=positive_int("--warmup", args.warmup, minimum=0, maximum=MAX_REPEATS, why=_REPEATS_WHY),
             backend=args.backend,
             max_spread=spread,
             timeout=positive_float("--timeout", args.timeout, unit="seconds"),

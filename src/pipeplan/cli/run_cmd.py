@@ -32,7 +32,8 @@ from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..schedules import SCHEDULES
 from . import dual_rate_cmd
-from ._common import make_console, print_json, require_torch
+from ..limits import MAX_STEPS
+from ._common import make_console, print_json, require_torch, text_width
 
 __all__ = ["register", "run", "execute_rank"]
 
@@ -77,10 +78,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds (>= 1) one action may compute, or a rank wait for a peer, before the run "
                              "fails naming the stuck rank (default 120)")
-    parser.add_argument("--width", type=int, default=100, help="Gantt width in characters (default 100)")
+    parser.add_argument("--width", type=int, default=None, help="Gantt width in characters (default 100)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     dual_rate_cmd.add_run_arguments(parser)
     parser.set_defaults(func=run)
+
+
+_STEPS_WHY = "steps a run executes; more only lengthen it"
 
 
 def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
@@ -95,7 +99,7 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
         raise InvalidInputError(
             f"--layers sets the built-in model's depth and does not apply to --model {args.model!r}; drop one"
         )
-    positive_int("--width", args.width)
+    text_width(args, world_size)
     dp = positive_int("--dp", args.dp)
     if world_size % dp:
         raise InvalidInputError(f"--dp must divide the {world_size} processes, got {dp}")
@@ -128,8 +132,8 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
         "microbatches": microbatches, "batch_size": batch_size, "virtual_stages": virtual,
         "checkpoint": bool(args.checkpoint), "model": args.model,
         "layers": layers,
-        "partition": partition, "steps": positive_int("--steps", args.steps),
-        "warmup": positive_int("--warmup", args.warmup, minimum=0),
+        "partition": partition, "steps": positive_int("--steps", args.steps, maximum=MAX_STEPS, why=_STEPS_WHY),
+        "warmup": positive_int("--warmup", args.warmup, minimum=0, maximum=MAX_STEPS, why=_STEPS_WHY),
         "timeout": check_timeout("--timeout", args.timeout),
         "profile": _profile(args.profile),
         "plot": _plot_path(args.plot),

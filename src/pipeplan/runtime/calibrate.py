@@ -14,8 +14,8 @@ Run inside the ranks (the process group is up), on every rank at once::
   robin, ``repeats`` rounds), ranks ``0 .. k-1`` run the same piece of work
   (e.g. one microbatch's forward and backward of the model) at the same time
   while the others wait in a barrier;
-  ``slowdown[k - 1]`` is rank 0's median time with ``k`` busy over its median
-  time alone. On a machine whose processes each have a free core it stays near
+  ``slowdown[k - 1]`` is the median time until the last of the ``k`` is done
+  over the median time alone. On a machine whose processes each have a free core it stays near
   1; when processes outnumber free cores it grows towards ``k / cores``.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 from .._validation import positive_int
 from ..calibration import Calibration, fit_link
 
-__all__ = ["calibrate_machine", "core_sharing", "ping_pong"]
+__all__ = ["calibrate_machine", "core_sharing", "ping_pong", "slowdown_from_rounds"]
 
 
 def ping_pong(message_bytes: Sequence[float], *, repeats: int = 20, warmup: int = 5,
@@ -71,31 +71,49 @@ def ping_pong(message_bytes: Sequence[float], *, repeats: int = 20, warmup: int 
 def core_sharing(work: Callable[[], object], *, repeats: int = 7, warmup: int = 2) -> tuple[float, ...]:
     """``slowdown[k - 1]`` for ``k = 1 .. world size`` ranks running ``work`` at once; collective.
 
-    ``work`` runs on ranks ``0 .. k-1`` while the others wait; the result (rank
-    0's median over ``repeats`` timed runs with ``k`` busy, divided by its median
-    alone) is broadcast to every rank.
+    ``work`` runs on ranks ``0 .. k-1`` (they start together, from a barrier)
+    while the others wait. A round's time is the *last* busy rank's: ``k``
+    processes sharing cores progress together, so the time until all ``k`` are
+    done is ``k`` times the work at the shared rate, whereas the first one done
+    may have been favoured by the OS scheduler (four ranks on two cores,
+    measured: rank 0 alone gave ``×1.6``, the last rank ``×2.0–2.4``). ``slowdown[k - 1]`` is the
+    median over ``repeats`` rounds with ``k`` busy over the median alone, and is
+    broadcast to every rank.
     """
     import torch.distributed as dist
 
     repeats = positive_int("repeats", repeats)
     rank, world = dist.get_rank(), dist.get_world_size()
-    times: list[list[float]] = [[] for _ in range(world)]
+    mine: list[list[float]] = [[] for _ in range(world)]
     # Round robin over the busy counts, so load that comes and goes falls on all of them alike.
     for run in range(warmup + repeats):
         for busy in range(1, world + 1):
             dist.barrier()
+            elapsed = 0.0
             if rank < busy:
                 begin = time.perf_counter()
                 work()
                 elapsed = (time.perf_counter() - begin) * 1e3
-                if run >= warmup:
-                    times[busy - 1].append(elapsed)
-    dist.barrier()
-    medians = [statistics.median(runs) if rank == 0 else 0.0 for runs in times]
-    factors = [1.0] + [m / medians[0] for m in medians[1:]] if rank == 0 else [1.0] * world
-    shared = [factors]
-    dist.broadcast_object_list(shared, src=0)
-    return tuple(float(f) for f in shared[0])
+            if run >= warmup:
+                mine[busy - 1].append(elapsed)
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, mine)
+    return slowdown_from_rounds(everyone)
+
+
+def slowdown_from_rounds(times: Sequence[Sequence[Sequence[float]]]) -> tuple[float, ...]:
+    """Core-sharing factors from every rank's round times.
+
+    ``times[rank][k - 1][i]`` is what ``rank`` measured (ms) in round ``i`` with
+    ``k`` ranks busy (0 where it was idle). A round lasts as long as its last
+    busy rank; ``slowdown[k - 1]`` is the median round with ``k`` busy over the
+    median round alone (so ``slowdown[0] == 1``).
+    """
+    busy_counts = len(times[0])
+    rounds = [[max(per_rank[k][i] for per_rank in times) for i in range(len(times[0][k]))]
+              for k in range(busy_counts)]
+    medians = [statistics.median(r) for r in rounds]
+    return tuple([1.0] + [m / medians[0] for m in medians[1:]])
 
 
 def calibrate_machine(work: Callable[[], object], message_bytes: Sequence[float], *,
