@@ -192,3 +192,24 @@ def test_a_spread_too_large_is_refused():
     with pytest.raises(InvalidInputError, match=r"layer 1 \(b\): backward median 4.000 ms has an interquartile "
                                                 r"range of 4.000 ms, more than 0.5 x"):
         check_spread(noisy, 0.5)
+
+
+def test_the_min_statistic_reports_each_times_fastest_run():
+    """A clock whose every reading advances more than the last: run r of anything takes longer than run r - 1."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    ticks = iter(range(1, 10**6))
+    growing = [0.0]
+
+    def clock() -> float:  # each call advances by one more millisecond than the call before
+        growing[0] += next(ticks) * 1e-3
+        return growing[0]
+
+    fastest = measure_layer_details(model, torch.randn(2, 4), repeats=5, warmup=0, timer=clock, statistic="min")
+    typical = measure_layer_details(model, torch.randn(2, 4), repeats=5, warmup=0, timer=clock, statistic="median")
+    for fast, usual in zip(fastest, typical):
+        assert 0 < fast.forward < usual.forward and fast.full_backward < usual.full_backward
+        assert fast.iqr["forward"] > 0
+    profile = measure_layers(model, torch.randn(2, 4), repeats=3, warmup=0, statistic="min")
+    assert profile.measurement["statistic"] == "min"
+    with pytest.raises(InvalidInputError, match="statistic must be one of median, min, got 'mean'"):
+        measure_layers(model, torch.randn(2, 4), repeats=3, statistic="mean")

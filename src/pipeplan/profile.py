@@ -7,7 +7,7 @@
     pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=len(stages), num_microbatches=8), costs)
 
 Every time is the median over ``repeats`` runs (after ``warmup`` runs that are not
-timed), in **milliseconds**, for one microbatch (``sample_inputs``), with its
+timed; ``statistic="min"``: the fastest run instead), in **milliseconds**, for one microbatch (``sample_inputs``), with its
 interquartile range beside it. Each module is measured in isolation on the output
 of the modules before it, **running the same calls the runtime runs**
 (:mod:`pipeplan.runtime.executor`), so a prediction charges what a step pays:
@@ -151,12 +151,24 @@ def _check_output(output: object, where: str) -> torch.Tensor:
     return output
 
 
-def _median_iqr(samples: Sequence[float]) -> tuple[float, float]:
-    """Median and interquartile range of ``samples``."""
+STATISTICS = ("median", "min")
+"""What a profile reports of its repeats: the typical run, or the fastest (the run least
+slowed by anything else on the machine)."""
+
+
+def _check_statistic(statistic: str) -> str:
+    if statistic not in STATISTICS:
+        raise InvalidInputError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+    return statistic
+
+
+def _median_iqr(samples: Sequence[float], statistic: str = "median") -> tuple[float, float]:
+    """``statistic`` (median or min) and interquartile range of ``samples``."""
     if len(samples) < 2:
         return float(samples[0]), 0.0
     quartiles = statistics.quantiles(samples, n=4, method="inclusive")
-    return statistics.median(samples), quartiles[2] - quartiles[0]
+    centre = min(samples) if statistic == "min" else statistics.median(samples)
+    return float(centre), quartiles[2] - quartiles[0]
 
 
 class _Probe:
@@ -212,11 +224,11 @@ class _Probe:
             self.samples["backward_input"].append(inputs_only)
             self.samples["weight"].append(weight_only)
 
-    def result(self) -> tuple[ModuleCost, torch.Tensor]:
+    def result(self, statistic: str = "median") -> tuple[ModuleCost, torch.Tensor]:
         with torch.enable_grad():
             output, saved = _saved_bytes_forward(self.module, self.fresh_input())
         output = _check_output(output, self.name).detach()
-        stats = {key: _median_iqr(values) for key, values in self.samples.items()}
+        stats = {key: _median_iqr(values, statistic) for key, values in self.samples.items()}
         cost = ModuleCost(
             forward=stats["forward"][0],
             backward_input=stats["backward_input"][0],
@@ -276,6 +288,7 @@ def measure_layer_details(
     repeats: int = 5,
     warmup: int = 1,
     timer: Timer = time.perf_counter,
+    statistic: str = "median",
 ) -> list[LayerMeasurement]:
     """Measure every top-level child of ``model`` in order, each on its predecessor's output.
 
@@ -288,6 +301,7 @@ def measure_layer_details(
         repeats: timed runs per layer; medians are reported.
         warmup: untimed runs per layer first.
         timer: the clock (see :func:`measure_module`).
+        statistic: ``"median"`` of the repeats, or ``"min"`` (the fastest run).
 
     Returns:
         One :class:`LayerMeasurement` per child (times in ms, sizes in bytes),
@@ -297,6 +311,7 @@ def measure_layer_details(
         raise InvalidInputError(f"model must be a non-empty torch.nn.Sequential, got {type(model).__name__}")
     repeats = positive_int("repeats", repeats)
     warmup = positive_int("warmup", warmup, minimum=0)
+    statistic = _check_statistic(statistic)
     probes = []
     activation = sample_inputs
     for index, (name, layer) in enumerate(model.named_children()):
@@ -311,7 +326,7 @@ def measure_layer_details(
             probe.run(keep=run >= warmup)
     results = []
     for index, ((name, layer), probe) in enumerate(zip(model.named_children(), probes)):
-        cost, _output = probe.result()
+        cost, _output = probe.result(statistic)
         results.append(LayerMeasurement(**vars(cost), index=index, name=f"{name}:{type(layer).__name__}"))
     if all(layer.forward <= 0 and layer.full_backward <= 0 for layer in results):
         raise InvalidInputError(
@@ -328,6 +343,7 @@ def measure_layers(
     repeats: int = 5,
     warmup: int = 1,
     timer: Timer = time.perf_counter,
+    statistic: str = "median",
 ) -> LayerProfile:
     """Measure every top-level child of ``model`` as a :class:`~pipeplan.layers.LayerProfile` (ms).
 
@@ -338,9 +354,11 @@ def measure_layers(
     ``params`` (counts), ``send_bytes`` (each output's size) and the interquartile ranges
     (``spread``) per layer, named after the children (``"0:ImageEncoder"``).
     ``forward`` and ``backward`` are clamped at 1e-6 ms (a profile needs them
-    > 0). Use :func:`measure_layer_details` for the raw numbers.
+    > 0). ``statistic="min"`` reports each time's fastest run instead of its median.
+    Use :func:`measure_layer_details` for the raw numbers.
     """
-    layers = measure_layer_details(model, sample_inputs, repeats=repeats, warmup=warmup, timer=timer)
+    layers = measure_layer_details(model, sample_inputs, repeats=repeats, warmup=warmup, timer=timer,
+                                   statistic=statistic)
     return LayerProfile(
         forward=[max(layer.forward, _MIN_MS) for layer in layers],
         backward=[max(layer.full_backward, _MIN_MS) for layer in layers],
@@ -352,7 +370,7 @@ def measure_layers(
         names=[layer.name for layer in layers],
         spread={key: [layer.iqr[key] for layer in layers]
                 for key in ("forward", "backward", "backward_input", "weight")},
-        measurement={"repeats": repeats, "warmup": warmup, "statistic": "median",
+        measurement={"repeats": repeats, "warmup": warmup, "statistic": statistic,
                      "timer": getattr(timer, "__name__", str(timer))},
     )
 

@@ -47,6 +47,9 @@ def register(subparsers: Any) -> None:
                         help="processes the run will use: sets threads per process and the calibration (default 2)")
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per measurement (default 7)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
+    parser.add_argument("--statistic", choices=("median", "min"), default="median",
+                        help="what each time is of its repeats: median (default) or min, the fastest run "
+                             "(on a shared machine: the run least slowed by others)")
     parser.add_argument("--max-spread", type=float, default=0.5,
                         help="refuse when a layer's interquartile range exceeds this fraction of its F + B "
                              "(default 0.5)")
@@ -89,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
             max_spread=spread,
             timeout=positive_float("--timeout", args.timeout, unit="seconds"),
             calibrate=not args.no_calibrate,
+            statistic=args.statistic,
         )
     except (MemoryError, RuntimeError) as error:
         if not isinstance(error, MemoryError) and "allocate" not in str(error):
