@@ -46,7 +46,9 @@ from ..layers import LayerProfile
 from ..partition import even_split, inflight_per_stage, partition_layers
 from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_options
+from ..schedules.zb_v import zb_v_placement
 from ..simulate import simulate
+from .bounds import LayerTimes, least_max_load
 from .cluster import Cluster, allreduce_ms
 from .memory import OptimizerBytes
 from .plan import RECOMPUTE_MODES, Plan, RankMemory, Recompute
@@ -243,6 +245,7 @@ class _Evaluator:
         self._plans: dict[tuple[Any, ...], Plan | Rejection] = {}
         self._inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._free: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self._times: dict[int, LayerTimes] = {}
         self.bounds: dict[tuple[Any, ...], float] = {}
 
     # ------------------------------------------------------------ pieces
@@ -400,6 +403,14 @@ class _Evaluator:
         total = float(static.sum()) + profile.first_extra_bytes + profile.last_extra_bytes
         return max(total / config.pp, float(static.max()))
 
+    def layer_times(self, micro: int) -> LayerTimes:
+        """Per-layer times at micro-batch size ``micro``, the least over the workload's recompute modes (cached)."""
+        times = self._times.get(micro)
+        if times is None:
+            times = LayerTimes.of(self.workload.profile(micro, mode) for mode in self.workload.recompute_modes)
+            self._times[micro] = times
+        return times
+
     def free_sizes(self, micro: int, mode: Recompute, num_stages: int) -> tuple[int, ...]:
         """The exact min-max partition ignoring memory (cached: schedules with the same stage count share it)."""
         key = (micro, mode, num_stages)
@@ -423,11 +434,16 @@ class _Evaluator:
         return config.num_microbatches * slowest + self.least_dp_comm(config)
 
     def least_dp_comm(self, config: Config) -> float:
-        """The all-reduce of an even share of the gradients (some rank holds at least that many)."""
+        """The all-reduce of the fewest gradients the fullest rank can hold.
+
+        Some rank holds at least an even share of the gradients, and at least the
+        :func:`~pipeplan.planner.bounds.least_max_load` of the layers' gradients
+        (of the ``kP + 1`` largest layers, one rank holds ``k + 1``).
+        """
         if config.dp == 1:
             return 0.0
         profile = self.workload.profile(config.micro_batch_size)
-        grads = float(np.sum(profile.trainable_params)) * self.bytes_per_param(config.dp).gradients / config.pp
+        grads = least_max_load(profile.trainable_params, config.pp) * self.bytes_per_param(config.dp).gradients
         link = self.cluster.data_parallel_link(config.pp, config.dp)
         return allreduce_ms(link, grads, config.dp) * 1e-3 / self.workload.time_unit
 
@@ -835,29 +851,48 @@ def fill_bound(total: float, num_microbatches: int, num_ranks: int, ratio: float
 def _config_bound(evaluator: _Evaluator, config: Config) -> float:
     """A step-time bound that needs no partition (cached per configuration shape).
 
-    ``max(m · heaviest layer, m · T / pp)`` plus the smallest gradient all-reduce;
-    with one stage per rank the work share ``m · T / pp`` becomes
-    :func:`fill_bound` (the first microbatch must reach each rank).
+    The largest of: ``m · T / pp`` (with one stage per rank :func:`fill_bound`,
+    the first microbatch must reach each rank; with several, the ranks' unavoidable
+    idle shared over them, :meth:`~pipeplan.planner.bounds.LayerTimes.chunked_fill`),
+    ``m ·`` the least possible heaviest rank (:func:`~pipeplan.planner.bounds.least_max_load`),
+    and one microbatch's chain through every layer — plus the least gradient
+    all-reduce. Per-layer times are the least over the recompute modes.
     """
     key = (config.pp, config.dp, config.micro_batch_size, config.num_microbatches, config.schedule,
            config.virtual_stages)
     cached = evaluator.bounds.get(key)
     if cached is not None:
         return cached
-    profile = evaluator.workload.profile(config.micro_batch_size)
-    total = profile.total
-    work = float(total.sum()) + profile.first_extra + profile.last_extra
+    times = evaluator.layer_times(config.micro_batch_size)
+    work = times.work
     micro = config.num_microbatches
+    split = config.schedule not in ("1f1b", "gpipe", "interleaved") and config.pp > 1
     shared = micro * work / config.pp
     if config.virtual_stages == 1 and config.pp > 1:
-        split = config.schedule not in ("1f1b", "gpipe")
         with np.errstate(divide="ignore", invalid="ignore"):
-            forward_share = np.where(total > 0, np.asarray(profile.forward) / total, 1.0)
+            forward_share = np.where(times.total > 0, times.forward / times.total, 1.0)
         ratio = float(forward_share.min()) if split else 1.0
         shared = fill_bound(work, micro, config.pp, ratio)
-    bound = max(shared, micro * float(total.max())) + evaluator.least_dp_comm(config)
+    elif config.pp > 1:
+        placement = _chunked_placement(config) or evaluator.inflight(config)[1]
+        shallowest = [placement.index(rank) for rank in range(config.pp)]
+        shared = max(shared, times.chunked_fill(micro, shallowest, split=split))
+    loads = times.total.copy()
+    loads[0] += times.first_extra
+    loads[-1] += times.last_extra
+    rank_load = micro * least_max_load(loads, config.pp)
+    bound = max(shared, rank_load, times.chain(split=split)) + evaluator.least_dp_comm(config)
     evaluator.bounds[key] = bound
     return bound
+
+
+def _chunked_placement(config: Config) -> tuple[int, ...] | None:
+    """Stage → rank of interleaved (``s mod P``) and zb-v (the V) without building the schedule."""
+    if config.schedule == "interleaved":
+        return tuple(s % config.pp for s in range(config.num_stages))
+    if config.schedule == "zb-v":
+        return tuple(zb_v_placement(config.pp))
+    return None
 
 
 def space_lower_bound(evaluator: _Evaluator, configs: Sequence[Config], *, chunked: bool = True,

@@ -1,0 +1,137 @@
+"""Partition-free lower bounds on a pipeline step: what no partition, schedule or recompute can beat.
+
+    from pipeplan.planner.bounds import least_max_load, LayerTimes
+    least_max_load([5.0, 5.0, 1.0], 2)        # 6.0: two of the three layers share a rank
+    times = LayerTimes.of(profiles)           # per layer, the least over the recompute modes
+    times.chunked_fill(num_microbatches=8, shallowest=[0, 1, 2, 3], split=False)
+
+The search (:mod:`pipeplan.planner.search`) adds these to its bound of a
+configuration; docs/planner.md, "The lower bound the quality numbers use",
+gives each argument. In short, for ``P`` ranks, ``m`` microbatches, per-layer
+times ``t_ℓ = F_ℓ + B_ℓ``:
+
+* **rank load** (:func:`least_max_load`): whatever the partition and placement,
+  some rank holds at least ``k + 1`` of the ``kP + 1`` heaviest layers, so its
+  work per microbatch is at least the sum of the ``k + 1`` lightest of them;
+* **fill with several stages per rank** (:meth:`LayerTimes.chunked_fill`): rank
+  ``r`` whose shallowest stage is ``s_r`` idles at least ``Σ_{ℓ < s_r} F_ℓ``
+  before its first action (each earlier stage holds at least one layer) and,
+  with a full backward, ``Σ_{ℓ < s_r} B_ℓ`` after its last; the ranks' idle and
+  work add up to ``P × makespan``;
+* **one microbatch's chain** (:meth:`LayerTimes.chain`): the forward of every
+  layer and then the gradient back through every layer, one after the other.
+
+Every bound uses the least per-layer time over the recompute modes, so it holds
+for every recompute assignment too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..layers import LayerProfile
+
+__all__ = ["least_max_load", "LayerTimes"]
+
+
+def least_max_load(items: Sequence[float] | np.ndarray, num_bins: int) -> float:
+    """A lower bound on the largest bin sum when ``items`` are split over ``num_bins`` bins in any way.
+
+    ``max(Σ items / bins, max item, max_k (sum of the k + 1 smallest of the kP + 1 largest))``:
+    of the ``kP + 1`` largest items some bin holds ``k + 1`` (pigeonhole), and
+    those weigh at least the ``k + 1`` lightest of them. It ignores contiguity and
+    placement, so it bounds every partition of layers into stages on ranks.
+
+    Args:
+        items: non-negative weights (a layer's time, a layer's gradient bytes).
+        num_bins: bins (ranks), ≥ 1.
+    """
+    values = np.sort(np.asarray(items, dtype=float))[::-1]
+    if values.size == 0:
+        return 0.0
+    best = max(float(values.sum()) / num_bins, float(values[0]))
+    k = 1
+    while k * num_bins + 1 <= values.size:
+        best = max(best, float(values[k * num_bins - k: k * num_bins + 1].sum()))
+        k += 1
+    return best
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Per-layer times of one microbatch, the least over the recompute modes given.
+
+    Attributes:
+        forward: ``F_ℓ``.
+        total: ``F_ℓ + B_ℓ`` (the full backward includes the weight gradient).
+        backward: ``B_ℓ``.
+        input_gradient: ``B_ℓ − W_ℓ``, the part a split backward chains from
+            stage to stage (0 for a measured split, whose input-gradient time the
+            planner's stage costs do not keep per layer).
+        first_extra, last_extra: the fixed time of the first and last stage
+            (a third forward, two thirds backward, half of which weight gradient).
+    """
+
+    forward: np.ndarray
+    total: np.ndarray
+    backward: np.ndarray
+    input_gradient: np.ndarray
+    first_extra: float
+    last_extra: float
+
+    @classmethod
+    def of(cls, profiles: Iterable[LayerProfile]) -> LayerTimes:
+        """The elementwise least times of ``profiles`` (one per recompute mode, same layers)."""
+        listed = list(profiles)
+        forward = np.min([np.asarray(p.forward, dtype=float) for p in listed], axis=0)
+        backward = np.min([np.asarray(p.backward, dtype=float) for p in listed], axis=0)
+        chained = np.min([
+            np.zeros(p.num_layers) if p.backward_input is not None
+            else np.maximum(np.subtract(p.backward, p.weight), 0.0) for p in listed], axis=0)
+        return cls(forward, forward + backward, backward, chained,
+                   min(p.first_extra for p in listed), min(p.last_extra for p in listed))
+
+    @property
+    def work(self) -> float:
+        """One microbatch's work over every layer, extras included."""
+        return float(self.total.sum()) + self.first_extra + self.last_extra
+
+    def chain(self, *, split: bool) -> float:
+        """One microbatch's forward through every layer, then its gradient back through every layer.
+
+        No schedule runs a microbatch's actions in parallel, so the makespan is at
+        least this. With a split backward only the input gradients chain.
+        """
+        extras = self.first_extra + self.last_extra
+        if split:
+            return float(self.forward.sum() + self.input_gradient.sum()) + 2.0 * extras / 3.0
+        return self.work
+
+    def chunked_fill(self, num_microbatches: int, shallowest: Sequence[int], *, split: bool) -> float:
+        """``(m · T + Σ_r idle_r) / P``: the ranks' work and unavoidable idle shared over ``P`` ranks.
+
+        Rank ``r`` whose shallowest stage is ``s_r`` cannot start before the first
+        microbatch has run the forward of stages ``0..s_r − 1``, which hold at
+        least layers ``0..s_r − 1``: ``Σ_{ℓ < s_r} F_ℓ`` (plus stage 0's extra).
+        With a full backward every action of ``r`` is followed by the gradient's
+        way down through those stages: ``Σ_{ℓ < s_r} B_ℓ`` more. (A split
+        backward's weight gradients may run last, so no tail is charged.)
+
+        Args:
+            num_microbatches: ``m``.
+            shallowest: ``s_r`` for each rank.
+            split: the schedule splits the backward.
+        """
+        head = np.concatenate([[0.0], np.cumsum(self.forward)])
+        tail = np.concatenate([[0.0], np.cumsum(self.backward)])
+        idle = 0.0
+        for stage in shallowest:
+            if stage == 0:
+                continue
+            idle += float(head[stage]) + self.first_extra / 3.0
+            if not split:
+                idle += float(tail[stage]) + 2.0 * self.first_extra / 3.0
+        return (num_microbatches * self.work + idle) / len(shallowest)
