@@ -13,7 +13,8 @@ node and InfiniBand NDR between nodes, global batch 256):
   search (``time.process_time``, the least of ``--repeats`` runs; the machine is
   shared, so CPU time is the number to compare with the 10 s target) and wall seconds;
 * **quality**: every preset on 8 GPUs (``driving-6cam`` on 32): the best plan's
-  step time ÷ the search's lower bound (total work ÷ GPUs, see docs/planner.md);
+  step time ÷ the search's lower bound (total work ÷ GPUs plus the unavoidable fill, the least
+  heaviest rank and the least all-reduce; docs/planner.md);
 * **baseline**: the best plan vs the Megatron-LM default it reports (even split,
   1F1B, same pp, dp, micro-batch size and m, no recompute), for ``pi0`` at pp = 4
   and for ``driving-6cam``.

@@ -19,8 +19,8 @@ schedule, v, recompute mode) the search:
    timeline, and keeps the plan or the reason it does not fit.
 
 Configurations are visited in order of a bound that needs no partition
-(``m · max(T / pp, heaviest layer)``, with the pipeline fill for one stage per
-rank: :func:`fill_bound`); once that bound reaches the ``top``-th best step time
+(``m · T / pp`` with the pipeline fill, ``m ·`` the least heaviest rank, one
+microbatch's chain: :func:`fill_bound`, :mod:`pipeplan.planner.bounds`); once that bound reaches the ``top``-th best step time
 every later configuration is skipped at once, and ``m ·`` the least slowest
 stage rules out more before any memory-constrained partition is solved. Pruning only drops
 candidates that provably cannot enter the top list, so the best plan is the best
