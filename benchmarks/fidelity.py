@@ -54,6 +54,7 @@ from _pipeline_args import pipeline_parser, run_header, started_now  # noqa: E40
 DOC = Path(__file__).resolve().parent.parent / "docs" / "fidelity.md"
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "adaptive")
 CALIBRATION_SCHEDULE = "zb-h1"
+REFERENCE_SCHEDULE = "1f1b"
 TARGET = 0.10
 
 
@@ -125,10 +126,30 @@ class _SpeedProbe:
             torch.set_num_threads(previous)
 
 
+def _local_gaps(timeline: Any) -> float:
+    """Mean per rank (ms) of the idle time before actions that wait for no message.
+
+    Such an action (a ``W``, the last stage's backward, a stage's forward fed
+    by a stage on the same rank) could start the moment its rank's previous
+    action ends; the prediction starts it then. What the measurement shows
+    there is the runtime's own bookkeeping between actions plus any time the
+    rank waited for a core.
+    """
+    remote = {message.consumer for message in timeline.schedule.messages()}
+    total = 0.0
+    for rank in range(timeline.num_ranks):
+        previous = None
+        for record in timeline.records(rank):
+            if previous is not None and record.action not in remote:
+                total += max(0.0, record.start - previous)
+            previous = record.end
+    return total / timeline.num_ranks
+
+
 def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
     probe = _SpeedProbe(args, nproc)
     rows: dict[str, dict[str, Any]] = {
-        name: {key: [] for key in ("predicted", "measured", "error", "calibrated_error", "no_sharing", "drift", "fast_error",
+        name: {key: [] for key in ("predicted", "measured", "error", "calibrated_error", "no_sharing", "drift", "fast_error", "local_gaps",
                                    "no_messages", "ideal_split", "mae", "start_mae", "first", "kinds", "loads",
                                    "layers", "grad_ok")}
         for name in args.schedules
@@ -171,6 +192,7 @@ def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
             row["measured"].append(median)
             row["error"].append(predicted.makespan / median - 1)
             row["drift"].append(drift)
+            row["local_gaps"].append(_local_gaps(measured))
             row["fast_error"].append(predict(fastest, measured.schedule, layers).makespan
                                      / min(report["makespan_ms"]["all"]) - 1)
             row["layers"].append(tuple(layers))
@@ -213,6 +235,21 @@ def _profile_rows(nproc: int, profile: LayerProfile) -> list[str]:
     return rows
 
 
+def _relative_errors(rows: dict[str, dict[str, Any]], name: str) -> list[float]:
+    """Per run: (predicted ÷ the reference's predicted) ÷ (measured ÷ the reference's measured) − 1.
+
+    The reference schedule ran seconds apart on the same profile, so the
+    machine's speed of that minute cancels out of the ratio: what is left is
+    the model's error in how much faster or slower one schedule is than another.
+    """
+    reference = rows.get(REFERENCE_SCHEDULE)
+    if reference is None:
+        return []
+    row = rows[name]
+    return [(p / rp) / (m / rm) - 1 for p, m, rp, rm in
+            zip(row["predicted"], row["measured"], reference["predicted"], reference["measured"])]
+
+
 def _spread(values: list[float], fmt: str = "+.1%") -> str:
     """``median (min … max)`` of per-run values."""
     if len(values) == 1:
@@ -232,15 +269,17 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
         "machine's speed probe (one microbatch's forward and backward of the whole model, alone) before and "
         "after the run over the same probe right after the profile, median over runs (min … max): how much "
         "slower (> 1) the machine was than when it was profiled (a diagnostic of the machine; the prediction "
-        "does not use it). *fastest*: the same prediction from the layers' fastest runs (a second profile, "
+        "does not use it). *vs 1f1b*: the error of the predicted ratio to the same run's `1f1b` (each "
+        "schedule's predicted ÷ 1f1b's predicted against measured ÷ measured), median over runs (min … max): "
+        "the machine's speed of that minute cancels out of it. *fastest*: the same prediction from the layers' fastest runs (a second profile, "
         "`--statistic min`, same calibration) against the run's fastest step, median over runs (min … max): "
         "the model checked where the machine's slow moments, which only ever add time, weigh least. *MAE*: mean "
         "|predicted − measured| action duration (start) in the median step. *load*: 1-minute load average "
         "after each run.",
         "",
         "| P | schedule | partition | predicted | measured | runs min–max | error | sign | calibrated | "
-        "drift | fastest | MAE dur | MAE start | load |",
-        "|---:|---|---|---:|---:|---:|---|---|---|---|---|---:|---:|---:|",
+        "vs 1f1b | drift | fastest | MAE dur | MAE start | load |",
+        "|---:|---|---|---:|---:|---:|---|---|---|---|---|---|---:|---:|---:|",
     ]
     for result in results:
         for name, row in result["rows"].items():
@@ -251,16 +290,22 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
             lines.append(
                 f"| {result['nproc']} | {name} | {partitions} | {statistics.median(row['predicted']):.1f} | "
                 f"{statistics.median(row['measured']):.1f} | {min(row['measured']):.1f}–{max(row['measured']):.1f} | "
-                f"{_spread(row['error'])} | {sign} | {calibrated} | {_spread(row['drift'], '.2f')} | "
+                f"{_spread(row['error'])} | {sign} | {calibrated} | "
+                f"{_spread(relative) if (relative := _relative_errors(result['rows'], name)) else 'n/a'} | "
+                f"{_spread(row['drift'], '.2f')} | "
                 f"{_spread(row['fast_error'])} | {statistics.mean(row['mae']):.2f} | "
                 f"{statistics.mean(row['start_mae']):.2f} | {statistics.mean(row['loads']):.2f} |"
             )
     medians = [abs(statistics.median(row["error"])) for result in results for row in result["rows"].values()]
     every = [abs(e) for result in results for row in result["rows"].values() for e in row["error"]]
     fast = [abs(statistics.median(row["fast_error"])) for result in results for row in result["rows"].values()]
+    relative_medians = [abs(statistics.median(r)) for result in results for name in result["rows"]
+                        if name != REFERENCE_SCHEDULE and (r := _relative_errors(result["rows"], name))]
     swings = [d for result in results for row in result["rows"].values() for d in row["drift"]]
     lines += ["", f"Within ±{TARGET:.0%} from the profile alone: {sum(m <= TARGET for m in medians)} of "
-              f"{len(medians)} medians, {sum(e <= TARGET for e in every)} of {len(every)} single runs; fastest step against the fastest profile: {sum(m <= TARGET for m in fast)} "
+              f"{len(medians)} medians, {sum(e <= TARGET for e in every)} of {len(every)} single runs; relative to the same run's "
+              f"{REFERENCE_SCHEDULE}: {sum(m <= TARGET for m in relative_medians)} of {len(relative_medians)} medians; "
+              f"fastest step against the fastest profile: {sum(m <= TARGET for m in fast)} "
               f"of {len(fast)} medians. The speed "
               f"probe moved ×{min(swings):.2f} … ×{max(swings):.2f} between a profile and a run; over the whole "
               "benchmark the same work alone took " + "; ".join(
@@ -268,12 +313,14 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
                   f"{len(r['probes'])} probes, P={r['nproc']})" for r in results) + ".", "",
               "Where the error comes from (same runs). Per kind: mean duration error, % of the measured mean "
               "(F forward, B full backward, I and W the halves of a split backward; – where a schedule has none). "
-              "*first step*: first (warm-up) step's makespan / median step's. Then the makespan error (median "
-              "over runs) of predictions that each leave one ingredient out.",
+              "*first step*: first (warm-up) step's makespan / median step's. *local gaps*: per rank, the idle "
+              "time of the median step before actions that wait for no message (ms; the prediction has none "
+              "there): the runtime's bookkeeping between actions and any wait for a core. Then the makespan "
+              "error (median over runs) of predictions that each leave one ingredient out.",
               "",
-              "| P | schedule | F | B | I | W | first step | without core sharing | without messages | "
-              "with the ideal split |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| P | schedule | F | B | I | W | first step | local gaps | without core sharing | "
+              "without messages | with the ideal split |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for result in results:
         for name, row in result["rows"].items():
             cells = []
@@ -283,6 +330,7 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
             split = any("I" in run for run in row["kinds"])
             lines.append(
                 f"| {result['nproc']} | {name} | {' | '.join(cells)} | {statistics.mean(row['first']):.2f}× | "
+                f"{statistics.median(row['local_gaps']):.1f} | "
                 f"{statistics.median(row['no_sharing']):+.1%} | {statistics.median(row['no_messages']):+.1%} | "
                 f"{(format(statistics.median(row['ideal_split']), '+.1%') if split else '–')} |"
             )
