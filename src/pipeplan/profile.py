@@ -7,8 +7,8 @@
     pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=len(stages), num_microbatches=8), costs)
 
 Every time is the median over ``repeats`` runs (after ``warmup`` runs that are not
-timed; ``statistic="min"``: the fastest run instead), in **milliseconds**, for one microbatch (``sample_inputs``), with its
-interquartile range beside it. Each module is measured in isolation on the output
+timed; ``statistic="min"``: the fastest run instead), in **milliseconds**, for one
+microbatch (``sample_inputs``), with its interquartile range beside it. Each module is measured in isolation on the output
 of the modules before it, **running the same calls the runtime runs**
 (:mod:`pipeplan.runtime.executor`), so a prediction charges what a step pays:
 

@@ -30,9 +30,9 @@ from typing import Any, NoReturn
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
+from ..limits import MAX_STEPS
 from ..schedules import SCHEDULES
 from . import dual_rate_cmd
-from ..limits import MAX_STEPS
 from ._common import make_console, print_json, require_torch, text_width
 
 __all__ = ["register", "run", "execute_rank"]

@@ -15,8 +15,9 @@ Run inside the ranks (the process group is up), on every rank at once::
   (e.g. one microbatch's forward and backward of the model) at the same time
   while the others wait in a barrier;
   ``slowdown[k - 1]`` is the median time until the last of the ``k`` is done
-  over the median time alone. On a machine whose processes each have a free core it stays near
-  1; when processes outnumber free cores it grows towards ``k / cores``.
+  over the median time alone. On a machine whose processes each have a free
+  core it stays near 1; when processes outnumber free cores it grows towards
+  ``k / cores``.
 """
 
 from __future__ import annotations
@@ -72,13 +73,13 @@ def core_sharing(work: Callable[[], object], *, repeats: int = 7, warmup: int = 
     """``slowdown[k - 1]`` for ``k = 1 .. world size`` ranks running ``work`` at once; collective.
 
     ``work`` runs on ranks ``0 .. k-1`` (they start together, from a barrier)
-    while the others wait. A round's time is the *last* busy rank's: ``k``
-    processes sharing cores progress together, so the time until all ``k`` are
-    done is ``k`` times the work at the shared rate, whereas the first one done
-    may have been favoured by the OS scheduler (four ranks on two cores,
-    measured: rank 0 alone gave ``×1.6``, the last rank ``×2.0–2.4``). ``slowdown[k - 1]`` is the
-    median over ``repeats`` rounds with ``k`` busy over the median alone, and is
-    broadcast to every rank.
+    while the others wait. A round lasts until its *last* busy rank is done:
+    that is the rate at which ``k`` processes sharing the cores get their work
+    done (what :func:`pipeplan.contention.simulate_shared` charges), whereas the
+    first one done may have been favoured by the OS scheduler (four ranks on
+    two cores, measured: rank 0 alone gave ``×1.6``, the last rank ``×2.0–2.4``).
+    ``slowdown[k - 1]`` is the median round with ``k`` busy over the median
+    round alone, broadcast to every rank.
     """
     import torch.distributed as dist
 
