@@ -149,9 +149,9 @@ def _local_gaps(timeline: Any) -> float:
 def _one_config(nproc: int, args: argparse.Namespace) -> dict[str, Any]:
     probe = _SpeedProbe(args, nproc)
     rows: dict[str, dict[str, Any]] = {
-        name: {key: [] for key in ("predicted", "measured", "error", "calibrated_error", "no_sharing", "drift", "fast_error", "local_gaps",
-                                   "no_messages", "ideal_split", "mae", "start_mae", "first", "kinds", "loads",
-                                   "layers", "grad_ok")}
+        name: {key: [] for key in ("predicted", "measured", "error", "calibrated_error", "drift", "fast_error",
+                                   "local_gaps", "no_sharing", "no_messages", "ideal_split", "mae", "start_mae",
+                                   "first", "kinds", "loads", "layers", "grad_ok")}
         for name in args.schedules
     }
     profiles = []
