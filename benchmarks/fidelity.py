@@ -271,7 +271,8 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
         "slower (> 1) the machine was than when it was profiled (a diagnostic of the machine; the prediction "
         "does not use it). *vs 1f1b*: the error of the predicted ratio to the same run's `1f1b` (each "
         "schedule's predicted ÷ 1f1b's predicted against measured ÷ measured), median over runs (min … max): "
-        "the machine's speed of that minute cancels out of it. *fastest*: the same prediction from the layers' fastest runs (a second profile, "
+        "the machine's speed of that minute cancels out of it. *fastest*: the same prediction from the "
+        "layers' fastest runs (a second profile, "
         "`--statistic min`, same calibration) against the run's fastest step, median over runs (min … max): "
         "the model checked where the machine's slow moments, which only ever add time, weigh least. *MAE*: mean "
         "|predicted − measured| action duration (start) in the median step. *load*: 1-minute load average "
@@ -303,7 +304,8 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
                         if name != REFERENCE_SCHEDULE and (r := _relative_errors(result["rows"], name))]
     swings = [d for result in results for row in result["rows"].values() for d in row["drift"]]
     lines += ["", f"Within ±{TARGET:.0%} from the profile alone: {sum(m <= TARGET for m in medians)} of "
-              f"{len(medians)} medians, {sum(e <= TARGET for e in every)} of {len(every)} single runs; relative to the same run's "
+              f"{len(medians)} medians, {sum(e <= TARGET for e in every)} of {len(every)} single runs; "
+              "relative to the same run's "
               f"{REFERENCE_SCHEDULE}: {sum(m <= TARGET for m in relative_medians)} of {len(relative_medians)} medians; "
               f"fastest step against the fastest profile: {sum(m <= TARGET for m in fast)} "
               f"of {len(fast)} medians. The speed "

@@ -8,8 +8,9 @@
 
 Every time is the median over ``repeats`` runs (after ``warmup`` runs that are not
 timed; ``statistic="min"``: the fastest run instead), in **milliseconds**, for one
-microbatch (``sample_inputs``), with its interquartile range beside it. Each module is measured in isolation on the output
-of the modules before it, **running the same calls the runtime runs**
+microbatch (``sample_inputs``), with its interquartile range beside it. Each
+module is measured in isolation on the output of the modules before it,
+**running the same calls the runtime runs**
 (:mod:`pipeplan.runtime.executor`), so a prediction charges what a step pays:
 
 * ``forward``: the module's forward pass.
