@@ -9,8 +9,11 @@ Protocol, per process count ``P`` and per run (each run is the whole workflow on
 1. **Profile once** (:func:`pipeplan.runtime.loop.profile_model`, what ``pipeplan
    profile`` does): the default model's layers on one microbatch with the
    threads each rank will have, then ``P`` processes calibrate the link
-   (ping-pong) and core sharing.
-2. For each schedule: one ``pipeplan run --profile`` equivalent
+   (ping-pong) and core sharing; then the layers again with ``statistic="min"``
+   (each time's fastest run) for the *fastest* column, and the speed probe (the
+   same work alone in this process) for the *drift* column.
+2. For each schedule (``zb-h1`` first, the others rotating from run to run),
+   between two speed probes: one ``pipeplan run --profile`` equivalent
    (:func:`pipeplan.runtime.loop.run_pipeline`, warm-up steps then measured
    steps) with that profile: nothing is re-measured, the partition is balanced
    on the profile, and the prediction (:func:`pipeplan.predict.predict`) comes
@@ -20,10 +23,13 @@ Protocol, per process count ``P`` and per run (each run is the whole workflow on
    runs, with its min and max) and its sign, the per-action mean absolute error
    of durations and starts, and the error of a **calibrated** prediction
    (per-kind factors fitted on the same run's ``zb-h1`` step,
-   :func:`pipeplan.predict.fit_kind_factors`), reported apart.
+   :func:`pipeplan.predict.fit_kind_factors`), reported apart; the error of
+   each schedule's predicted ratio to the same run's ``1f1b`` (*vs 1f1b*), the
+   speed probe's drift, and the fastest step against the ``min`` profile.
 4. **Where the error comes from**, measured: per action kind the mean
    duration error (predicted − measured, % of measured), the first step's
-   makespan over the median one, and the makespan error of predictions that
+   makespan over the median one, the idle time before actions that wait for no
+   message (*local gaps*), and the makespan error of predictions that
    each leave one ingredient out: core sharing, messages, or the split's real
    cost (the pre-profile convention, in which ``I`` + ``W`` of a split cost no
    more than the full backward).
@@ -250,6 +256,14 @@ def _relative_errors(rows: dict[str, dict[str, Any]], name: str) -> list[float]:
             zip(row["predicted"], row["measured"], reference["predicted"], reference["measured"])]
 
 
+def _relative_cell(rows: dict[str, dict[str, Any]], name: str) -> str:
+    """The *vs 1f1b* cell: ``ref`` on the reference's own row, ``n/a`` without one."""
+    if name == REFERENCE_SCHEDULE:
+        return "ref"
+    relative = _relative_errors(rows, name)
+    return _spread(relative) if relative else "n/a"
+
+
 def _spread(values: list[float], fmt: str = "+.1%") -> str:
     """``median (min … max)`` of per-run values."""
     if len(values) == 1:
@@ -292,7 +306,7 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
                 f"| {result['nproc']} | {name} | {partitions} | {statistics.median(row['predicted']):.1f} | "
                 f"{statistics.median(row['measured']):.1f} | {min(row['measured']):.1f}–{max(row['measured']):.1f} | "
                 f"{_spread(row['error'])} | {sign} | {calibrated} | "
-                f"{_spread(relative) if (relative := _relative_errors(result['rows'], name)) else 'n/a'} | "
+                f"{_relative_cell(result['rows'], name)} | "
                 f"{_spread(row['drift'], '.2f')} | "
                 f"{_spread(row['fast_error'])} | {statistics.mean(row['mae']):.2f} | "
                 f"{statistics.mean(row['start_mae']):.2f} | {statistics.mean(row['loads']):.2f} |"

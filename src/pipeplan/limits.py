@@ -54,7 +54,7 @@ GANTT_BYTES_PER_CELL = 10
 #: about 400 columns); beyond it drawing only costs time (``--width 1e8`` took 26 s).
 MAX_GANTT_WIDTH = 10_000
 
-#: The most timed runs a measurement takes: a median of more adds nothing but hours.
+#: The most timed (or warm-up) runs a measurement takes: more only lengthen it, by hours.
 MAX_REPEATS = 1_000
 
 #: The most steps a run executes (warm-up and measured alike).

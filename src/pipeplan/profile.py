@@ -23,7 +23,7 @@ module is measured in isolation on the output of the modules before it,
 * ``backward_weight`` (``W``): that split's
   :meth:`~pipeplan.runtime.split.SplitBackward.backward_weight`. A real split pays
   a second autograd traversal, so ``backward_input + backward_weight`` is more than
-  ``full_backward`` (on the default model's transformer blocks about 1.8×); the
+  ``full_backward`` (on the default model's transformer blocks about 1.85×); the
   old convention (``W`` = full − input) charged an ideal split no runtime achieves.
 * ``activation_bytes``: bytes of the distinct tensors autograd saves for the
   backward during the forward (found with
@@ -383,15 +383,17 @@ def check_spread(profile: LayerProfile, max_relative_iqr: float) -> None:
     more than ``max_relative_iqr`` times the layer's ``forward + backward``.
 
     Raises:
-        InvalidInputError: naming the first such layer, its time, median and IQR.
+        InvalidInputError: naming the first such layer, its time (the profile's
+            statistic: median or min) and IQR.
     """
+    statistic = str(profile.measurement.get("statistic", "median")) if profile.measurement else "median"
     for index, name in enumerate(profile.names):
         total = profile.forward[index] + profile.backward[index]
         for key, spread in profile.spread.items():
             if spread[index] > max_relative_iqr * total:
-                median = getattr(profile, key)[index]
+                value = getattr(profile, key)[index]
                 raise InvalidInputError(
-                    f"layer {index} ({name}): {key} median {median:.3f} ms has an interquartile range of "
+                    f"layer {index} ({name}): {key} {statistic} {value:.3f} ms has an interquartile range of "
                     f"{spread[index]:.3f} ms, more than {max_relative_iqr:g} x the layer's forward + backward "
                     f"({total:.3f} ms); the measurement is too noisy to trust (a loaded machine?): "
                     "measure again with more repeats, or raise the limit"

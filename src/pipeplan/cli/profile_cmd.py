@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-_REPEATS_WHY = "runs per measurement; a median of more adds only time"
+_REPEATS_WHY = "runs per measurement; more only lengthen it"
 
 
 def run(args: argparse.Namespace) -> int:

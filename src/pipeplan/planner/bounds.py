@@ -22,7 +22,10 @@ times ``t_ℓ = F_ℓ + B_ℓ``:
   layer and then the gradient back through every layer, one after the other.
 
 Every bound uses the least per-layer time over the recompute modes, so it holds
-for every recompute assignment too.
+for every recompute assignment too. They are bounds in the planner's cost model,
+where a split backward's ``I + W`` is the full backward ``B`` (the planner's
+layouts keep no separate input-gradient time); a measured split whose halves
+add up to less than ``B`` would need ``F + min(B, I + W)`` per layer instead.
 """
 
 from __future__ import annotations

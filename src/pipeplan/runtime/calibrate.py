@@ -73,11 +73,12 @@ def core_sharing(work: Callable[[], object], *, repeats: int = 7, warmup: int = 
     """``slowdown[k - 1]`` for ``k = 1 .. world size`` ranks running ``work`` at once; collective.
 
     ``work`` runs on ranks ``0 .. k-1`` (they start together, from a barrier)
-    while the others wait. A round lasts until its *last* busy rank is done:
+    while the others wait. A round lasts as long as its slowest busy rank (each
+    timed from the barrier it left with the others):
     that is the rate at which ``k`` processes sharing the cores get their work
     done (what :func:`pipeplan.contention.simulate_shared` charges), whereas the
     first one done may have been favoured by the OS scheduler (four ranks on
-    two cores, measured: rank 0 alone gave ``×1.6``, the last rank ``×2.0–2.4``).
+    two cores, measured: rank 0 alone gave ``×1.6``, the last rank ``×1.9–2.5``).
     ``slowdown[k - 1]`` is the median round with ``k`` busy over the median
     round alone, broadcast to every rank.
     """
@@ -106,7 +107,7 @@ def slowdown_from_rounds(times: Sequence[Sequence[Sequence[float]]]) -> tuple[fl
     """Core-sharing factors from every rank's round times.
 
     ``times[rank][k - 1][i]`` is what ``rank`` measured (ms) in round ``i`` with
-    ``k`` ranks busy (0 where it was idle). A round lasts as long as its last
+    ``k`` ranks busy (0 where it was idle). A round lasts as long as its slowest
     busy rank; ``slowdown[k - 1]`` is the median round with ``k`` busy over the
     median round alone (so ``slowdown[0] == 1``).
     """
