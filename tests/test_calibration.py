@@ -79,3 +79,25 @@ def test_core_sharing_charges_the_last_busy_rank(cores, world, alone, favour, ro
     for busy in range(1, world + 1):
         assert slowdown[busy - 1] == pytest.approx(max(1.0, busy / cores))
         assert slowdown[busy - 1] >= times[0][busy - 1][0] / alone - 1e-12  # never below rank 0's own view
+
+
+def _timed_messages(rank: int, world_size: int) -> list[tuple[float, float]]:
+    import time
+
+    from pipeplan.runtime.calibrate import busy_sender_delays
+
+    return busy_sender_delays([4.0, 40_000.0], lambda: time.sleep(0.01), repeats=3, warmup=1)
+
+
+@pytest.mark.slow
+def test_busy_sender_delays_are_timed_on_real_ranks_and_shared():
+    """Two gloo ranks: one sample per size, the same on both, each a positive delay below the sender's work."""
+    pytest.importorskip("torch")
+    from pipeplan.runtime import spawn
+
+    first, second = spawn(_timed_messages, 2, timeout=60)
+    assert first == second
+    assert [size for size, _ms in first] == [4.0, 40_000.0]
+    for _size, delay in first:
+        # Positive (it left after the stamp) and finite: loopback delivers within a second.
+        assert 0.0 < delay < 1000.0

@@ -6,10 +6,16 @@ Run inside the ranks (the process group is up), on every rank at once::
     calibration = calibrate_machine(lambda: step_once(), message_bytes=[4_620_800])   # same on every rank
     calibration.latency, calibration.bandwidth, calibration.slowdown
 
-* **Messages** (:func:`ping_pong`): ranks 0 and 1 bounce a float32 tensor of each
-  size with blocking ``send``/``recv``, the calls the runtime's messages use; half
-  the median round trip is the one-way time of that size. :func:`~pipeplan.calibration.fit_link`
-  turns the samples into latency and bandwidth.
+* **Messages as the runtime sends them** (:func:`busy_sender_delays`): rank 1
+  posts its receives ahead, rank 0 stamps the time, posts an eager ``isend`` of
+  a float32 tensor of each size and goes straight on computing (the
+  representative ``work``), as the runtime does after every action that
+  produces a message; rank 1 records when the tensor arrived. The median delay
+  is the one-way time of that size, and :func:`~pipeplan.calibration.fit_link`
+  turns the samples into latency and bandwidth. On gloo over loopback it is
+  several times a ping-pong's between two idle ranks (:func:`ping_pong`,
+  blocking ``send``/``recv`` both ways; docs/fidelity.md has both), and a
+  blocking ``recv`` posted after the send would wait longer still.
 * **Core sharing** (:func:`core_sharing`): for ``k = 1 .. world size`` (round
   robin, ``repeats`` rounds), ranks ``0 .. k-1`` run the same piece of work
   (e.g. one microbatch's forward and backward of the model) at the same time
@@ -30,7 +36,7 @@ from typing import Any
 from .._validation import positive_int
 from ..calibration import Calibration, fit_link
 
-__all__ = ["calibrate_machine", "core_sharing", "ping_pong", "slowdown_from_rounds"]
+__all__ = ["busy_sender_delays", "calibrate_machine", "core_sharing", "ping_pong", "slowdown_from_rounds"]
 
 
 def ping_pong(message_bytes: Sequence[float], *, repeats: int = 20, warmup: int = 5,
@@ -66,6 +72,54 @@ def ping_pong(message_bytes: Sequence[float], *, repeats: int = 20, warmup: int 
     samples = [(float(buffer.numel() * 4), statistics.median(runs)) for buffer, runs in zip(buffers, times)]
     shared = [samples]
     dist.broadcast_object_list(shared, src=0)
+    return list(shared[0])
+
+
+def busy_sender_delays(message_bytes: Sequence[float], work: Callable[[], object], *, repeats: int = 7,
+                       warmup: int = 2, device: Any = None) -> list[tuple[float, float]]:
+    """``(bytes, one-way ms)`` per size from rank 0 to rank 1 while rank 0 computes; collective on every rank.
+
+    Per size and round: rank 1 posts ``irecv`` for both (ahead, as the runtime
+    does); after a barrier, rank 0 reads ``time.perf_counter()`` (one monotonic
+    clock for every process of a machine), posts ``isend`` of the stamp and of
+    a tensor of that size, runs ``work`` and then waits for its sends; rank 1
+    waits for both and takes the delay from the stamp to the arrival of the
+    tensor. Other ranks only join the barriers. Returns the median
+    per size on every rank (broadcast from rank 1); an empty list in a world of
+    one process.
+    """
+    import torch
+    import torch.distributed as dist
+
+    repeats = positive_int("repeats", repeats)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world < 2:
+        return []
+    buffers = [torch.zeros(max(1, int(size) // 4), dtype=torch.float32, device=device) for size in message_bytes]
+    stamp = torch.zeros(1, dtype=torch.float64, device=device)
+    delays: list[list[float]] = [[] for _ in buffers]
+    for run in range(warmup + repeats):
+        for index, buffer in enumerate(buffers):
+            # The receives are posted before the message leaves, as the runtime posts them ahead.
+            posted = [dist.irecv(stamp, src=0), dist.irecv(buffer, src=0)] if rank == 1 else []
+            dist.barrier()
+            if rank == 0:
+                stamp.fill_(time.perf_counter())
+                works = [dist.isend(stamp, dst=1), dist.isend(buffer, dst=1)]
+                work()
+                for handle in works:
+                    handle.wait()
+            elif rank == 1:
+                for handle in posted:
+                    handle.wait()
+                if device is not None and torch.device(device).type == "cuda":
+                    torch.cuda.synchronize(device)
+                if run >= warmup:
+                    delays[index].append((time.perf_counter() - float(stamp.item())) * 1e3)
+    samples = ([(float(buffer.numel() * 4), statistics.median(runs)) for buffer, runs in zip(buffers, delays)]
+               if rank == 1 else [])
+    shared = [samples]
+    dist.broadcast_object_list(shared, src=1)
     return list(shared[0])
 
 
@@ -122,17 +176,20 @@ def calibrate_machine(work: Callable[[], object], message_bytes: Sequence[float]
                       repeats: int = 7, device: Any = None) -> Calibration:
     """Both measurements as one :class:`~pipeplan.calibration.Calibration`; collective on every rank.
 
+    The link is fitted to :func:`busy_sender_delays` (messages as the runtime
+    sends them, the sender computing ``work`` meanwhile).
+
     Args:
         work: a representative piece of compute (the same on every rank).
-        message_bytes: message sizes to ping-pong (e.g. the model's boundary sizes);
+        message_bytes: message sizes to time (e.g. the model's boundary sizes);
             a small size is added so the fit sees the latency.
         repeats: timed repetitions of each measurement.
-        device: where the ping-pong buffers live (CPU for gloo, the rank's GPU for NCCL).
+        device: where the message buffers live (CPU for gloo, the rank's GPU for NCCL).
     """
     import torch.distributed as dist
 
     sizes = sorted({4.0, *(float(size) for size in message_bytes)})
-    samples = ping_pong(sizes, repeats=max(repeats, 10), device=device)
+    samples = busy_sender_delays(sizes, work, repeats=repeats, device=device)
     latency, bandwidth = fit_link(samples) if samples else (0.0, float("inf"))
     slowdown = core_sharing(work, repeats=repeats)
     return Calibration(latency=latency, bandwidth=bandwidth, slowdown=slowdown,
