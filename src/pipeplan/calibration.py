@@ -12,7 +12,8 @@ Fields and units (times in ms, like every pipeplan cost):
 
 * ``latency`` (ms) and ``bandwidth`` (bytes per ms): a one-way message of ``n``
   bytes takes ``latency + n / bandwidth``, fitted by :func:`fit_link` to
-  ping-pong samples (half a round trip each).
+  one-way delays timed as the runtime sends messages
+  (:func:`pipeplan.runtime.calibrate.busy_sender_delays`).
 * ``slowdown``: ``slowdown[k - 1]`` is how much longer the same work takes on
   each of ``k`` processes computing at the same time than on one alone
   (``slowdown[0] = 1``). On a machine with fewer free cores than processes this
@@ -73,7 +74,7 @@ class Calibration:
         slowdown: per number of processes computing at once (1, 2, ...), the
             factor on every action's time; the first entry must be 1.
         backend: the process-group backend it was measured on (``"gloo"``, ``"nccl"``).
-        samples: the ``(bytes, one-way ms)`` ping-pong samples behind ``latency`` and ``bandwidth``.
+        samples: the ``(bytes, one-way ms)`` samples behind ``latency`` and ``bandwidth``.
     """
 
     latency: float = 0.0

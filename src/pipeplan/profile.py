@@ -23,7 +23,7 @@ module is measured in isolation on the output of the modules before it,
 * ``backward_weight`` (``W``): that split's
   :meth:`~pipeplan.runtime.split.SplitBackward.backward_weight`. A real split pays
   a second autograd traversal, so ``backward_input + backward_weight`` is more than
-  ``full_backward`` (on the default model's transformer blocks about 1.85×); the
+  ``full_backward`` (on the default model's transformer blocks about 1.9×); the
   old convention (``W`` = full − input) charged an ideal split no runtime achieves.
 * ``activation_bytes``: bytes of the distinct tensors autograd saves for the
   backward during the forward (found with
