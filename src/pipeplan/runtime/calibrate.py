@@ -101,11 +101,11 @@ def busy_sender_delays(message_bytes: Sequence[float], work: Callable[[], object
     for run in range(warmup + repeats):
         for index, buffer in enumerate(buffers):
             # The receives are posted before the message leaves, as the runtime posts them ahead.
-            posted = [dist.irecv(stamp, src=0), dist.irecv(buffer, src=0)] if rank == 1 else []
+            posted: list[Any] = [dist.irecv(stamp, src=0), dist.irecv(buffer, src=0)] if rank == 1 else []
             dist.barrier()
             if rank == 0:
                 stamp.fill_(time.perf_counter())
-                works = [dist.isend(stamp, dst=1), dist.isend(buffer, dst=1)]
+                works: list[Any] = [dist.isend(stamp, dst=1), dist.isend(buffer, dst=1)]
                 work()
                 for handle in works:
                     handle.wait()
