@@ -47,11 +47,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from pipeplan.calibration import Calibration
 from pipeplan.compare import compare
 from pipeplan.layers import LayerProfile
 from pipeplan.predict import fit_kind_factors, predict, scale_profile
-from pipeplan.runtime.loop import RunConfig, load_configured_model, profile_model, run_pipeline, threads_per_process
+from pipeplan.runtime.loop import RunConfig, model_step, profile_model, run_pipeline, threads_per_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _markers import replace_between  # noqa: E402
@@ -104,28 +106,20 @@ class _SpeedProbe:
     """
 
     def __init__(self, args: argparse.Namespace, nproc: int) -> None:
-        import torch
-
-        config = RunConfig(layers=args.layers, batch_size=args.batch_size, microbatches=args.microbatches)
-        self.model, self.loss_fn, make_batch = load_configured_model(config)
-        inputs, targets = make_batch(args.batch_size, seed=1)
-        self.sample = inputs.tensor_split(args.microbatches)[0]
-        self.target = targets.tensor_split(args.microbatches)[0]
+        self.work = model_step(RunConfig(layers=args.layers, batch_size=args.batch_size,
+                                         microbatches=args.microbatches))
         self.threads = threads_per_process(nproc)
-        self.torch = torch
         self.samples: list[float] = []
 
     def __call__(self, repeats: int = 7) -> float:
-        torch = self.torch
         previous = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
             times = []
             for run in range(repeats + 1):
                 began = time.perf_counter()
-                self.loss_fn(self.model(self.sample), self.target).backward()
+                self.work()
                 times.append((time.perf_counter() - began) * 1e3)
-                self.model.zero_grad(set_to_none=True)
             self.samples.append(statistics.median(times[1:]))
             return self.samples[-1]
         finally:

@@ -163,7 +163,7 @@ def _check_statistic(statistic: str) -> str:
     return statistic
 
 
-def _median_iqr(samples: Sequence[float], statistic: str = "median") -> tuple[float, float]:
+def _centre_iqr(samples: Sequence[float], statistic: str = "median") -> tuple[float, float]:
     """``statistic`` (median or min) and interquartile range of ``samples``."""
     if len(samples) < 2:
         return float(samples[0]), 0.0
@@ -229,7 +229,7 @@ class _Probe:
         with torch.enable_grad():
             output, saved = _saved_bytes_forward(self.module, self.fresh_input())
         output = _check_output(output, self.name).detach()
-        stats = {key: _median_iqr(values, statistic) for key, values in self.samples.items()}
+        stats = {key: _centre_iqr(values, statistic) for key, values in self.samples.items()}
         cost = ModuleCost(
             forward=stats["forward"][0],
             backward_input=stats["backward_input"][0],

@@ -101,15 +101,17 @@ def refuse_unless(applies: bool, flag: str, reason: str) -> None:
         raise InvalidInputError(f"{flag} does not apply {reason}")
 
 
-def text_width(args: argparse.Namespace, num_ranks: int, *, default: int = 100) -> int:
-    """Check ``--width`` (refused with ``--json``, which draws no Gantt) and set its default; returns it."""
+def text_width(args: argparse.Namespace, *, default: int = 100) -> int:
+    """Check ``--width`` (refused with ``--json``, which draws no Gantt) and set its default; returns it.
+
+    Whether a Gantt that wide fits is :func:`pipeplan.limits.check_gantt_size`'s,
+    once the caller knows its ranks.
+    """
     from .._validation import positive_int
-    from ..limits import check_gantt_size
 
     if getattr(args, "json", False):
         refuse_unless(args.width is None, "--width", "with --json (it sets the text Gantt's width)")
-    args.width = default if args.width is None else args.width
-    check_gantt_size(positive_int("--width", args.width), num_ranks, field="--width")
+    args.width = positive_int("--width", default if args.width is None else args.width)
     return int(args.width)
 
 

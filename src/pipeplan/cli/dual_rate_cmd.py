@@ -21,6 +21,7 @@ from rich.console import Console
 
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
+from ..limits import check_gantt_size
 from ._common import make_console, print_json, require_torch, text_width
 
 __all__ = [
@@ -163,7 +164,7 @@ def run_verb(args: argparse.Namespace) -> int:
 
     options = rate_options(args)
     processes = positive_int("--nproc", args.nproc, minimum=2)
-    text_width(args, processes)
+    check_gantt_size(text_width(args), processes, field="--width")
     vision = options.pop("vision_stages", processes - 1)
     if vision != processes - 1:
         raise InvalidInputError(

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
-from ..limits import MAX_STEPS
+from ..limits import MAX_STEPS, check_gantt_size
 from ..schedules import SCHEDULES
 from . import dual_rate_cmd
 from ._common import make_console, print_json, require_torch, text_width
@@ -99,7 +99,7 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
         raise InvalidInputError(
             f"--layers sets the built-in model's depth and does not apply to --model {args.model!r}; drop one"
         )
-    text_width(args, world_size)
+    check_gantt_size(text_width(args), world_size, field="--width")
     dp = positive_int("--dp", args.dp)
     if world_size % dp:
         raise InvalidInputError(f"--dp must divide the {world_size} processes, got {dp}")

@@ -46,6 +46,7 @@ from ._common import (
     progress,
     refuse_unless,
     report_written,
+    text_width,
 )
 
 __all__ = ["register", "add_cost_arguments", "costs_from_args", "comm_from_args", "schedule_from_args"]
@@ -184,7 +185,7 @@ def check_size(args: argparse.Namespace, num_stages: int) -> int:
     micro = positive_int("-m/--microbatches", args.microbatches)
     backward = "none" if args.forward_only else backward_mode(args.schedule)
     if not args.json:
-        check_gantt_size(positive_int("--width", args.width), num_stages, field="--width")
+        check_gantt_size(args.width, num_stages, field="--width")
     return check_schedule_size(args.schedule, num_stages=num_stages, num_microbatches=micro,
                                backward=backward, simulated=True, names=("stages", "m"))
 
@@ -218,10 +219,9 @@ def _profile_partition(args: argparse.Namespace, profile: LayerProfile) -> list[
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan simulate``."""
+    text_width(args)
     if args.json:
-        refuse_unless(args.width is None, "--width", "with --json (it sets the text Gantt's width)")
         refuse_unless(not args.steps, "--steps", "with --json (it adds a table to the text output)")
-    args.width = 100 if args.width is None else args.width
     refuse_flags_without_effect(args)
     output_path(args.plot, "--plot")
     output_path(args.trace, "--trace")

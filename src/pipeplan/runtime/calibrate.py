@@ -13,9 +13,9 @@ Run inside the ranks (the process group is up), on every rank at once::
   produces a message; rank 1 records when the tensor arrived. The median delay
   is the one-way time of that size, and :func:`~pipeplan.calibration.fit_link`
   turns the samples into latency and bandwidth. On gloo over loopback it is
-  several times a ping-pong's between two idle ranks (:func:`ping_pong`,
-  blocking ``send``/``recv`` both ways; docs/fidelity.md has both), and a
-  blocking ``recv`` posted after the send would wait longer still.
+  several times what a ping-pong between two idle ranks (blocking
+  ``send``/``recv`` both ways, this module's earlier measurement) shows;
+  docs/fidelity.md has both.
 * **Core sharing** (:func:`core_sharing`): for ``k = 1 .. world size`` (round
   robin, ``repeats`` rounds), ranks ``0 .. k-1`` run the same piece of work
   (e.g. one microbatch's forward and backward of the model) at the same time
@@ -36,43 +36,7 @@ from typing import Any
 from .._validation import positive_int
 from ..calibration import Calibration, fit_link
 
-__all__ = ["busy_sender_delays", "calibrate_machine", "core_sharing", "ping_pong", "slowdown_from_rounds"]
-
-
-def ping_pong(message_bytes: Sequence[float], *, repeats: int = 20, warmup: int = 5,
-              device: Any = None) -> list[tuple[float, float]]:
-    """``(bytes, one-way ms)`` per size between ranks 0 and 1 (others idle); collective on every rank.
-
-    Returns the samples on every rank (broadcast from rank 0); an empty list in a
-    world of one process.
-    """
-    import torch
-    import torch.distributed as dist
-
-    repeats = positive_int("repeats", repeats)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if world < 2:
-        return []
-    buffers = [torch.zeros(max(1, int(size) // 4), dtype=torch.float32, device=device) for size in message_bytes]
-    times: list[list[float]] = [[] for _ in buffers]
-    dist.barrier()
-    # Round robin over the sizes, so a burst of load does not fall on one size's runs only.
-    for run in range(warmup + repeats):
-        for index, buffer in enumerate(buffers):
-            begin = time.perf_counter()
-            if rank == 0:
-                dist.send(buffer, dst=1)
-                dist.recv(buffer, src=1)
-            elif rank == 1:
-                dist.recv(buffer, src=0)
-                dist.send(buffer, dst=0)
-            elapsed = (time.perf_counter() - begin) * 1e3
-            if run >= warmup:
-                times[index].append(elapsed / 2.0)
-    samples = [(float(buffer.numel() * 4), statistics.median(runs)) for buffer, runs in zip(buffers, times)]
-    shared = [samples]
-    dist.broadcast_object_list(shared, src=0)
-    return list(shared[0])
+__all__ = ["busy_sender_delays", "calibrate_machine", "core_sharing", "slowdown_from_rounds"]
 
 
 def busy_sender_delays(message_bytes: Sequence[float], work: Callable[[], object], *, repeats: int = 7,

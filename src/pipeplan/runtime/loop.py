@@ -22,7 +22,7 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -41,6 +41,7 @@ __all__ = [
     "execute_rank",
     "gradient_check",
     "load_configured_model",
+    "model_step",
     "profile_model",
     "run_pipeline",
     "threads_per_process",
@@ -209,6 +210,33 @@ def profile_model(
     return profile.replaced(calibration=calibration, measurement=notes)
 
 
+def model_step(config: RunConfig, device: Any = None) -> Callable[[], None]:
+    """One microbatch's forward and backward of the whole configured model, as a callable.
+
+    The representative work of the calibration (and of a benchmark's speed
+    probe): replica 0's first microbatch, gradients dropped after each call,
+    synchronised on a GPU.
+    """
+    import torch
+
+    device = torch.device("cpu") if device is None else torch.device(device)
+    module, loss_fn, make_batch = load_configured_model(config)
+    module = module.to(device)
+    inputs, targets = make_batch(config.batch_size, seed=1)
+    sample = inputs.tensor_split(config.microbatches)[0].to(device)
+    target = targets.tensor_split(config.microbatches)[0].to(device)
+
+    def work() -> None:
+        with torch.enable_grad():
+            loss_fn(module(sample), target).backward()
+        for param in module.parameters():
+            param.grad = None
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    return work
+
+
 def _calibrate_rank(rank: int, world_size: int, config: RunConfig, sizes: list[float],
                     repeats: int, backend: str) -> Calibration:
     """One rank of the calibration: the link, then core sharing on the model's forward + backward."""
@@ -217,21 +245,7 @@ def _calibrate_rank(rank: int, world_size: int, config: RunConfig, sizes: list[f
     from .calibrate import calibrate_machine
 
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-    module, loss_fn, make_batch = load_configured_model(config)
-    module = module.to(device)
-    inputs, targets = make_batch(config.batch_size, seed=1)
-    sample = inputs.tensor_split(config.microbatches)[0].to(device)
-    target = targets.tensor_split(config.microbatches)[0].to(device)
-
-    def work() -> None:
-        loss_fn(module(sample), target).backward()
-        for param in module.parameters():
-            param.grad = None
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    with torch.enable_grad():
-        return calibrate_machine(work, sizes, repeats=repeats, device=device)
+    return calibrate_machine(model_step(config, device), sizes, repeats=repeats, device=device)
 
 
 # ---------------------------------------------------------------------- run
