@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import pipeplan
 from pipeplan import InvalidInputError, build_schedule, simulate
 from pipeplan.layers import LayerProfile
+import pipeplan.placement as placement_module
 from pipeplan.placement import fixed_pattern, place_chunks
 
 
@@ -130,3 +131,25 @@ def test_the_adaptive_schedule_runs_the_placement():
     timeline = simulate(schedule, costs)
     # no step can beat the busiest rank's total work
     assert timeline.makespan >= 8 * plan.max_load - 1e-9
+
+
+# driving-6cam's shape (docs/presets.md): 25 tiny frozen vision layers, 32 equal decoder layers, a light head
+_LUMPY = [0.24] * 25 + [12.34] * 32 + [0.45] * 12
+
+
+def test_annealing_sheds_a_light_prefix_that_single_boundary_moves_cannot(monkeypatch):
+    """Rank 0 holds the vision prefix and four decoder layers; moving it off takes every boundary at once."""
+    plan = place_chunks(_LUMPY, 8, 4, pattern="interleaved")
+    assert plan.max_load <= 1.01 * plan.lower_bound
+    monkeypatch.setattr(placement_module, "_ANNEAL_RESTARTS", 0)
+    stuck = place_chunks(_LUMPY, 8, 4, pattern="interleaved")
+    assert stuck.max_load >= 1.05 * stuck.lower_bound
+
+
+def test_chunk_weight_trades_balance_for_small_chunks():
+    plain = place_chunks(_LUMPY, 4, 4, pattern="interleaved")
+    weighted = place_chunks(_LUMPY, 4, 4, pattern="interleaved", chunk_weight=1.0)
+    assert max(weighted.stage_times) < max(plain.stage_times)
+    assert sum(weighted.layers_per_stage) == len(_LUMPY) and min(weighted.layers_per_stage) >= 1
+    with pytest.raises(InvalidInputError, match="chunk_weight"):
+        place_chunks(_LUMPY, 4, 4, chunk_weight=-1.0)

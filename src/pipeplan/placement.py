@@ -23,6 +23,14 @@ Method (a heuristic; the result says how far it is from a lower bound):
 3. Boundary search: each boundary in turn is moved to every position between
    its neighbours; a move is kept when it lowers (largest rank load, sum of
    squared loads). Repeats until no move helps.
+4. Annealing from the best of those (seeded, so the result is deterministic):
+   random moves of one boundary by one or two layers, and shifts of a run of
+   consecutive boundaries by one layer, which carry a layer's worth of load from
+   one chunk to a chunk far away; a worse move is kept with the Metropolis
+   probability at a temperature falling to zero. Step 3 then polishes the best
+   layout seen. Single-boundary moves alone stall where layers are lumpy: a rank
+   that holds a heavy block plus a light prefix can only shed the prefix if every
+   boundary after it moves, each move on its own making some other rank worse.
 
 ``lower_bound`` is ``max(total / R, heaviest layer + (v − 1) lightest layers)``
 (extras included); ``max_load == lower_bound`` proves the result optimal.
@@ -31,6 +39,8 @@ Method (a heuristic; the result says how far it is from a lower bound):
 from __future__ import annotations
 
 import heapq
+import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -168,6 +178,7 @@ def place_chunks(
     first_extra: float | None = None,
     last_extra: float | None = None,
     pattern: Pattern = "free",
+    chunk_weight: float = 0.0,
 ) -> ChunkPlacement:
     """Cut layers into ``num_ranks × chunks_per_rank`` chunks and place them on ranks.
 
@@ -180,10 +191,16 @@ def place_chunks(
             the profile's, 0 for a list).
         pattern: ``"free"`` chooses the chunk → rank map; ``"interleaved"`` and
             ``"v"`` fix it and only move boundaries.
+        chunk_weight: ``w >= 0``; minimise ``largest rank load + w × largest
+            chunk`` instead of the largest rank load alone. A pipeline's fill and
+            drain grow with its chunks (about ``(P − 1) ×`` a chunk for an
+            interleaved order), so ``w ≈ (P − 1) / m`` trades a little balance for
+            small chunks; 0 (the default) minimises the load only.
 
     Returns:
         A :class:`ChunkPlacement`; ``placement`` has one entry per chunk.
     """
+    chunk_weight = non_negative_float("chunk_weight", chunk_weight)
     ranks = positive_int("num_ranks", num_ranks)
     per_rank = positive_int("chunks_per_rank", chunks_per_rank)
     if pattern not in ("free", "interleaved", "v"):
@@ -207,8 +224,10 @@ def place_chunks(
     extra[0] += head
     extra[-1] += tail
 
+    prefix_list, extra_list = prefix.tolist(), extra.tolist()  # plain floats: evaluated thousands of times
+
     def chunk_times(bounds: Sequence[int]) -> list[float]:
-        return [float(prefix[bounds[c + 1]] - prefix[bounds[c]] + extra[c]) for c in range(num_chunks)]
+        return [prefix_list[bounds[c + 1]] - prefix_list[bounds[c]] + extra_list[c] for c in range(num_chunks)]
 
     fixed = None if pattern == "free" else fixed_pattern(pattern, ranks, per_rank)
 
@@ -218,7 +237,8 @@ def place_chunks(
         loads = [0.0] * ranks
         for chunk, rank in enumerate(owner):
             loads[rank] += values[chunk]
-        return (max(loads), float(np.square(loads).sum())), owner, loads
+        top = max(loads) + chunk_weight * max(values) if chunk_weight else max(loads)
+        return (top, sum(load * load for load in loads)), owner, loads
 
     seeds = [_minmax_bounds(times, num_chunks, head, tail), _isolating_bounds(times, num_chunks, extra)]
     best = None
@@ -227,6 +247,15 @@ def place_chunks(
         if best is None or result[0] < best[0]:
             best = result
     assert best is not None
+    if num_chunks > 2:
+        start = list(best[1])
+        scale = float(prefix[-1] + extra.sum()) / num_chunks
+        owner = best[2]
+        for restart in range(_ANNEAL_RESTARTS):
+            annealed = _improve(_anneal(start, owner, prefix_list, extra_list, chunk_weight=chunk_weight,
+                                        scale=scale, seed=restart), evaluate)
+            if annealed[0] < best[0]:
+                best = annealed
     key, bounds, owner, loads = best
     total = float(prefix[-1] + extra.sum())
     lightest = np.sort(times)[: per_rank - 1].sum() if per_rank > 1 else 0.0
@@ -268,6 +297,71 @@ def _isolating_bounds(times: np.ndarray, num_chunks: int, extra: np.ndarray) -> 
         cuts.add(candidates.pop(len(candidates) // 2))
     ordered = sorted(cuts)[: num_chunks - 1]
     return [0, *ordered, num_layers]
+
+
+#: moves each annealing run tries (each costs one evaluation of the layout), and the
+#: runs (seeds 0, 1, ...) from the local search's best; the best of them is kept
+_ANNEAL_STEPS = 5_000
+_ANNEAL_RESTARTS = 4
+
+
+def _anneal(bounds: list[int], owner: Sequence[int], prefix: Sequence[float], extra: Sequence[float], *,
+            chunk_weight: float, scale: float, steps: int | None = None, seed: int = 0) -> list[int]:
+    """Simulated annealing over the boundaries with the chunk → rank map fixed; the best boundaries seen.
+
+    The energy is the objective (largest rank load, plus ``chunk_weight`` × the
+    largest chunk) plus a tenth of the loads' standard deviation, a gradient
+    towards balance where the maximum is flat; the best layout is judged on the
+    exact key (objective, sum of squared loads). ``scale`` (the mean chunk time)
+    sets the starting temperature, half of it, which falls linearly to zero. A
+    move changes only the chunks at its ends and between them, so each costs the
+    chunks it touches plus a ``max`` over the loads and chunks.
+    """
+    steps = _ANNEAL_STEPS if steps is None else steps
+    rng = random.Random(seed)
+    last = len(bounds) - 1  # boundaries 1..last-1 move
+    bounds = list(bounds)
+    values = [prefix[bounds[c + 1]] - prefix[bounds[c]] + extra[c] for c in range(last)]
+    loads = [0.0] * (max(owner) + 1)
+    for chunk, rank in enumerate(owner):
+        loads[rank] += values[chunk]
+    count = len(loads)
+    mean_square = (sum(loads) / count) ** 2  # the total never changes
+
+    def measure(loads: list[float], values: list[float]) -> tuple[float, float, float]:
+        top = max(loads) + chunk_weight * max(values) if chunk_weight else max(loads)
+        squares = sum(load * load for load in loads)
+        return top, squares, top + 0.1 * math.sqrt(max(squares / count - mean_square, 0.0))
+
+    top, squares, current = measure(loads, values)
+    best_key, best = (top, squares), list(bounds)
+    for step in range(steps):
+        temperature = 0.5 * scale * (1 - step / steps)
+        if rng.random() < 0.5:
+            first = final = rng.randrange(1, last)
+            shift = rng.choice((-2, -1, 1, 2))
+        else:
+            first = rng.randrange(1, last)
+            final = rng.randrange(first, last)
+            shift = rng.choice((-1, 1))
+        # boundaries first..final move together, so only the outer neighbours can collide
+        if bounds[first] + shift <= bounds[first - 1] or bounds[final] + shift >= bounds[final + 1]:
+            continue
+        trial_values, trial_loads = list(values), list(loads)
+        for chunk in range(first - 1, final + 1):
+            lo = bounds[chunk] + (shift if chunk >= first else 0)
+            hi = bounds[chunk + 1] + (shift if chunk + 1 <= final else 0)
+            value = prefix[hi] - prefix[lo] + extra[chunk]
+            trial_loads[owner[chunk]] += value - values[chunk]
+            trial_values[chunk] = value
+        trial_top, trial_squares, energy = measure(trial_loads, trial_values)
+        if energy <= current or (temperature > 0 and rng.random() < math.exp((current - energy) / temperature)):
+            for index in range(first, final + 1):
+                bounds[index] += shift
+            values, loads, current = trial_values, trial_loads, energy
+            if (trial_top, trial_squares) < best_key:
+                best_key, best = (trial_top, trial_squares), list(bounds)
+    return best
 
 
 def _improve(bounds: list[int], evaluate):
