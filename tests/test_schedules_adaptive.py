@@ -72,7 +72,8 @@ def problems(draw):
     smallest = minimum_memory_limit(costs, placement)
     limit = draw(st.one_of(st.none(), st.floats(smallest, smallest + 2 * ranks + 2)))
     objective = draw(st.sampled_from(["makespan", "span"]))
-    return num_stages, microbatches, costs, comm, placement, mode, limit, objective
+    effort = draw(st.sampled_from(["full", "fast"]))
+    return num_stages, microbatches, costs, comm, placement, mode, limit, objective, effort
 
 
 def _objective(timeline, objective):
@@ -82,9 +83,9 @@ def _objective(timeline, objective):
 @settings(max_examples=60, deadline=None)
 @given(problems())
 def test_never_worse_than_a_template_that_fits_and_within_the_limit(problem):
-    num_stages, microbatches, costs, comm, placement, mode, limit, objective = problem
+    num_stages, microbatches, costs, comm, placement, mode, limit, objective, effort = problem
     schedule = adaptive(num_stages, microbatches, costs=costs, comm=comm, memory_limit=limit,
-                        placement=placement, backward=mode, objective=objective)
+                        placement=placement, backward=mode, objective=objective, effort=effort)
     schedule.validate()
     assert schedule.name == "adaptive"
     # A split request may come back as a full backward when that is faster (rendezvous).
@@ -197,6 +198,7 @@ def test_missing_costs_is_a_clear_error():
         ({"placement": [0, -1, 1, 0]}, r"placement\[1\] must be a rank"),
         ({"memory_limit": 0}, "memory_limit must be a number of bytes > 0, got 0"),
         ({"backward": "none"}, "backward must be 'split' or 'full'"),
+        ({"effort": "quick"}, "effort must be 'full' or 'fast'"),
     ],
 )
 def test_bad_options_are_rejected(options, message):
@@ -207,3 +209,20 @@ def test_bad_options_are_rejected(options, message):
 def test_costs_of_the_wrong_shape_are_rejected():
     with pytest.raises(InvalidInputError, match="costs describe 3 stages but the schedule has 4"):
         adaptive(4, 4, costs=StageCosts([1.0] * 3))
+
+
+def test_fast_effort_tries_a_few_of_the_full_rules_and_no_repair():
+    placement = [s % 3 for s in range(9)]
+    costs = StageCosts([0.2, 4.0, 4.0, 0.3, 4.0, 4.0, 0.2, 4.0, 1.0])
+    full = {c.label for c in adaptive_candidates(9, 12, costs=costs, placement=placement, memory_limit=6.0)}
+    fast = {c.label for c in adaptive_candidates(9, 12, costs=costs, placement=placement, memory_limit=6.0,
+                                                 effort="fast")}
+    rules = {label for label in fast if label.startswith("list:")}
+    assert fast < full and 0 < len(rules) <= 4
+    assert {label for label in fast if not label.startswith("list:")} == {
+        label for label in full if not label.startswith("list:") and label != "sequential"}
+    # no repair: the fast result is exactly its best candidate
+    chosen = adaptive(9, 12, costs=costs, placement=placement, memory_limit=6.0, effort="fast")
+    best = min((c for c in adaptive_candidates(9, 12, costs=costs, placement=placement, memory_limit=6.0,
+                                               effort="fast") if c.fits), key=lambda c: c.timeline.makespan)
+    assert simulate(chosen, costs).makespan == pytest.approx(best.timeline.makespan, rel=1e-12)

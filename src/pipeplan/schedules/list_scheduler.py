@@ -141,21 +141,25 @@ def list_schedule(
         return held[rank] + act[stage] <= limit
 
     def decide(rank: int) -> tuple[float, tuple[str, int, int] | None]:
+        # two passes over the rank's enabled actions, no list built: this runs about
+        # twice per scheduled action and dominates the generator's time
         best: tuple[str, int, int] | None = None
         best_prio: tuple[int, int, int] | None = None
-        options = [
-            entry for key, entry in enabled[rank].items() if key[0] != "F" or fits(rank, key[1])
-        ]
+        entries = enabled[rank]
         heap = weights[rank]
-        if not options and not heap:
-            return math.inf, None
         when = free[rank]
         if not heap:
-            when = max(when, min(entry[0] for entry in options))
+            earliest = math.inf
+            for key, entry in entries.items():
+                if entry[0] < earliest and (key[0] != "F" or fits(rank, key[1])):
+                    earliest = entry[0]
+            if earliest == math.inf:
+                return math.inf, None
+            when = max(when, earliest)
         horizon = when + TOLERANCE * max(1.0, abs(when))
         ready_at = when
-        for ready, prio, key in options:
-            if ready <= horizon and (best_prio is None or prio < best_prio):
+        for key, (ready, prio, _) in entries.items():
+            if ready <= horizon and (best_prio is None or prio < best_prio) and (key[0] != "F" or fits(rank, key[1])):
                 best, best_prio, ready_at = key, prio, ready
         if heap:
             mb, stage = heap[0]
@@ -168,6 +172,7 @@ def list_schedule(
         prio = (rank_f, *forward_rank(stage, mb)) if kind == "F" else (rank_b, mb, stage)
         enabled[rank][key] = (ready, prio, key)
 
+    kinds = {"F": Kind.F, "W": Kind.W}
     if num_mb:
         enable(first_rank, ("F", 0, 0), 0.0)
     decisions = [decide(rank) for rank in range(num_ranks)]
@@ -184,7 +189,7 @@ def list_schedule(
         if chosen is None:
             return None
         kind, stage, mb = chosen
-        real_kind = gradient if kind == "B" else Kind(kind)
+        real_kind = gradient if kind == "B" else kinds[kind]
         finish = when + costs.duration(real_kind, stage, mb)
         if kind == "W":
             heapq.heappop(weights[rank])
