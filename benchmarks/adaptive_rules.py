@@ -8,6 +8,14 @@ never wins alone and is always tied by another could be dropped; the greedy cove
 the end is the smallest set of rules found that keeps every problem's best::
 
     python benchmarks/adaptive_rules.py --problems 80
+    python benchmarks/adaptive_rules.py --planner       # the planner's chunked layouts (minutes)
+
+``--planner`` takes its problems from the planner instead: every preset's chunked
+adaptive layouts (stage ``s`` on rank ``s mod pp``, ``v`` = 2–4, the smallest
+micro-batch size, each rank's own memory budget) for the default search of
+``benchmarks/planner.py``, makespan only. For each rule it prints the problems it
+wins, and for ``effort="fast"``'s rules (:data:`pipeplan.schedules.adaptive._FAST_RULES`)
+how far their best is from the best of every rule.
 """
 
 from __future__ import annotations
@@ -17,8 +25,11 @@ import collections
 import random
 
 from pipeplan import CommModel, StageCosts
-from pipeplan.schedules.adaptive import adaptive_candidates, minimum_memory_limit
+from pipeplan.schedules.adaptive import _rules, adaptive_candidates, minimum_memory_limit
 from pipeplan.schedules.zb_v import zb_v_placement
+
+PLANNER_PRESETS = {"driving-6cam": 32, "pi0": 8, "pi0.5": 8, "openvla-7b": 8, "gr00t-n1": 8, "cogact": 8,
+                   "dumbbell": 8}  # GPUs, as benchmarks/planner.py searches them
 
 
 def problems(count: int, seed: int = 0):
@@ -49,10 +60,62 @@ def problems(count: int, seed: int = 0):
         yield stages, rng.choice([ranks, 2 * ranks, 4 * ranks]), costs, comm, placement, limit
 
 
+def planner_problems(batch: int = 256):
+    """``(name, stages, m, costs, comm, placement, limit)`` of every chunked adaptive layout the planner builds."""
+    from pipeplan import presets
+    from pipeplan.planner import Cluster, Workload
+    from pipeplan.planner.search import _Evaluator, _Layout
+    from pipeplan.planner.space import SearchSpace
+
+    for preset, gpus in PLANNER_PRESETS.items():
+        cluster = Cluster.of("h100-80g", gpus)
+        workload = Workload.from_spec(presets.get(preset), cluster.device)
+        evaluator = _Evaluator(workload, cluster, cluster.memory_bytes, "adam", "eager")
+        space = SearchSpace(num_gpus=gpus, global_batch=batch, num_layers=workload.num_layers,
+                            micro_batch_sizes=workload.micro_batch_sizes, max_virtual_stages=4)
+        for config in space.configs():
+            if not (config.chunked_adaptive and config.recompute == "none"):
+                continue
+            layout = evaluator.partitioned(config)
+            if not isinstance(layout, _Layout):
+                continue
+            costs, limit = evaluator.adaptive_inputs(layout)
+            name = f"{preset} pp={config.pp} v={config.virtual_stages} b={config.micro_batch_size}"
+            yield name, config.num_stages, config.num_microbatches, costs, evaluator.comm_of(layout), \
+                layout.placement, limit
+
+
+def planner_corpus() -> None:
+    from pipeplan.schedules.adaptive import _FAST_RULES
+
+    fast = {f"list:{kind}/{key}/{'reserve' if reserve else 'free'}/{window}"
+            for kind, key, window, reserve in _rules((0, 1, 0, 1), 4, 1.0, "fast")}
+    wins: collections.Counter[str] = collections.Counter()
+    gaps = []
+    for name, stages, microbatches, costs, comm, placement, limit in planner_problems():
+        candidates = [c for c in adaptive_candidates(stages, microbatches, costs=costs, comm=comm,
+                                                     memory_limit=limit, placement=placement) if c.fits]
+        best = min(c.timeline.makespan for c in candidates)
+        tied = {c.label for c in candidates if c.timeline.makespan <= best * (1 + 1e-6)}
+        wins.update(tied)
+        mine = min(c.timeline.makespan for c in candidates if not c.label.startswith("list:") or c.label in fast)
+        gaps.append(mine / best - 1)
+        print(f"{name:32s} best {best:9.1f} by {sorted(tied)[0]:40s} fast rules {mine:9.1f} (+{100 * gaps[-1]:.2f} %)")
+    print("rules by problems won:")
+    for label, count in wins.most_common():
+        print(f"  {label:45s} {count:4d}{'  (fast)' if label in fast else ''}")
+    print(f"fast rules {sorted(_FAST_RULES)}: worst +{100 * max(gaps):.2f} %, mean +{100 * sum(gaps) / len(gaps):.2f} % "
+          f"over {len(gaps)} layouts (before the repair)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=80)
+    parser.add_argument("--planner", action="store_true", help="the planner's chunked adaptive layouts instead")
     args = parser.parse_args()
+    if args.planner:
+        planner_corpus()
+        return
     value = {"makespan": lambda t: t.makespan, "span": lambda t: float(t.spans.max())}
     wins = {objective: collections.Counter() for objective in value}
     alone = {objective: collections.Counter() for objective in value}

@@ -361,6 +361,7 @@ def check_torchtitan(plan: Plan) -> dict:
 
 @pytest.mark.parametrize("schedule,virtual,csv_needed", [
     ("1f1b", 1, False), ("interleaved", 2, False), ("zb-v", 2, False), ("zb-h1", 1, True), ("adaptive", 1, True),
+    ("adaptive", 2, True),  # the cost-aware order over chunks in a loop: Interleaved1F1B places them, the CSV orders
 ])
 def test_torchtitan_toml_passes_torchtitan_checks(schedule, virtual, csv_needed):
     plan = planned(schedule, virtual)

@@ -270,3 +270,34 @@ def test_divisors_are_complete_and_sorted_for_large_numbers():
         if number <= 360:
             assert found == [d for d in range(1, number + 1) if number % d == 0]
     assert len(divisors(10**12)) == 169  # (12 + 1)²
+
+
+def test_adaptive_over_chunks_balances_a_light_prefix_the_templates_cannot():
+    """A frozen encoder (light, forward only) before heavy decoder layers: the templates' min-max split wastes a rank."""
+    forward = [0.3] * 9 + [4.0] * 8
+    profile = LayerProfile(forward, [0.0] * 9 + [8.0] * 8, [0.0] * 9 + [3.5] * 8, params=[1e6] * 17,
+                           trainable_params=[0.0] * 9 + [1e6] * 8, activation_bytes=[1e6] * 17)
+    workload = Workload.from_profile(profile)
+    cluster = make_cluster(4, 80e9)
+    result = search(workload, cluster, 32, pp=4)
+    best = result.best
+    assert best.schedule == "adaptive" and best.virtual_stages > 1
+    assert best.placement == tuple(s % 4 for s in range(best.num_stages))  # a loop, as Interleaved1F1B places
+    assert best.schedule_label == f"adaptive v={best.virtual_stages}"
+    one_stage = search(workload, cluster, 32, pp=4, max_virtual_stages=1, schedules=["1f1b", "zb-h1", "zb-h2",
+                                                                                     "adaptive", "interleaved"])
+    assert best.step_time <= 0.95 * one_stage.best.step_time
+    assert best.step_time <= 1.02 * result.lower_bound
+
+
+def test_the_space_has_adaptive_over_chunks_at_the_smallest_micro_batch_only():
+    space = SearchSpace(num_gpus=8, global_batch=64, num_layers=40, max_virtual_stages=4)
+    chunked = [c for c in space.configs() if c.chunked_adaptive]
+    assert {(c.pp, c.virtual_stages) for c in chunked} == {(pp, v) for pp in (2, 4, 8) for v in (2, 3, 4)}
+    assert {c.micro_batch_size for c in chunked} == {1}
+    assert any(c.schedule == "adaptive" and c.virtual_stages == 1 and c.micro_batch_size == 2 for c in space.configs())
+    # any m: 18 microbatches at pp = 4 rule interleaved out (Megatron-LM needs a multiple of pp), not adaptive
+    odd = [c for c in SearchSpace(num_gpus=4, global_batch=18, num_layers=40).configs() if c.pp == 4]
+    assert {c.num_microbatches for c in odd} == {18, 9, 6, 3, 2, 1}
+    assert not any(c.schedule == "interleaved" for c in odd)
+    assert any(c.chunked_adaptive and c.num_microbatches == 18 for c in odd)

@@ -47,7 +47,8 @@ def _sizes(draw_cuts: list[int], layers: int, stages: int) -> list[int]:
 @given(
     forward=st.lists(st.floats(0.05, 5.0), min_size=6, max_size=10),
     shape=st.sampled_from([("interleaved", 2, 2), ("zb-v", 2, 2), ("interleaved", 3, 2), ("1f1b", 3, 1),
-                           ("zb-h1", 3, 1), ("gpipe", 2, 1), ("zb-v", 3, 2)]),
+                           ("zb-h1", 3, 1), ("gpipe", 2, 1), ("zb-v", 3, 2), ("adaptive", 2, 2),
+                           ("adaptive", 3, 2), ("adaptive", 2, 3)]),
     rounds=st.integers(1, 3),
     cuts=st.lists(st.integers(0, 100), min_size=8, max_size=8),
     latency=st.floats(0.0, 1.0),
@@ -69,7 +70,10 @@ def test_partition_free_bounds_hold_for_any_partition_schedule_and_recompute(
                          last_extra=extra / 2)
     heavy = light.replaced(backward=[(2 + recompute) * f for f in forward])
     sizes = _sizes(cuts, len(forward), stages)
-    options = {"virtual_stages": virtual} if name == "interleaved" else {}
+    options: dict = {"virtual_stages": virtual} if name == "interleaved" else {}
+    if name == "adaptive":  # the planner's cost-aware order over chunks in a loop
+        options = {"costs": heavy.stage_costs(sizes), "comm": CommModel(latency=latency), "effort": "fast",
+                   "placement": [s % ranks for s in range(stages)]}
     schedule = build_schedule(name, num_stages=stages, num_microbatches=micro, **options)
     makespan = simulate(schedule, heavy.stage_costs(sizes), CommModel(latency=latency)).makespan
     times = LayerTimes.of([light, heavy])

@@ -89,6 +89,7 @@ __all__ = [
     "export_notes",
     "plan_exports",
     "first_exportable",
+    "export_refusal",
     "ENGINES",
 ]
 
@@ -494,6 +495,15 @@ def plan_exports(plan: PlanLike) -> dict[str, dict[str, Any]]:
         except InvalidInputError as error:
             out[engine] = {"error": str(error)}
     return out
+
+
+def export_refusal(plan: PlanLike, engine: str) -> str:
+    """Why ``engine`` cannot run ``plan`` (the export's one-line error), or ``""`` when it can."""
+    try:
+        export_plan(plan, engine)
+    except InvalidInputError as error:
+        return str(error)
+    return ""
 
 
 def first_exportable(plans: Sequence[PlanLike], engine: str) -> tuple[int, str]:

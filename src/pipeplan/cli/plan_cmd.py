@@ -166,7 +166,7 @@ def _payload(result: SearchResult) -> dict[str, Any]:
 
 
 def _print(args: argparse.Namespace, result: SearchResult) -> None:
-    from ..export import export_notes, first_exportable
+    from ..export import export_notes, export_refusal, first_exportable
     from ..viz import plan_table, text_gantt
 
     console = make_console()
@@ -189,21 +189,11 @@ def _print(args: argparse.Namespace, result: SearchResult) -> None:
         plan = result.plans[index]
         heading = f"[bold]{args.export}[/bold] (plan {index + 1}"
         if index:
-            heading += f"; {args.export} cannot run plan 1: {_reason(result.plans[0], args.export)}"
+            heading += f"; {args.export} cannot run plan 1: {export_refusal(result.plans[0], args.export)}"
         console.print(heading + ")")
         console.print(text, markup=False, highlight=False)
         for note in export_notes(plan, args.export):
             console.print(f"note: {note}")
-
-
-def _reason(plan: Any, engine: str) -> str:
-    from ..export import export_plan
-
-    try:
-        export_plan(plan, engine)
-    except InvalidInputError as error:
-        return str(error)
-    return ""
 
 
 def _write_files(args: argparse.Namespace, result: SearchResult) -> None:

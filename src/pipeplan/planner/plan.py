@@ -193,9 +193,9 @@ class Plan:
 
     @property
     def schedule_label(self) -> str:
-        """``"interleaved v=3"``, ``"zb-v"``, ``"1f1b"`` ..."""
-        if self.schedule == "interleaved":
-            return f"interleaved v={self.virtual_stages}"
+        """``"interleaved v=3"``, ``"adaptive v=3"``, ``"zb-v"``, ``"1f1b"`` ..."""
+        if self.schedule == "interleaved" or (self.schedule == "adaptive" and self.virtual_stages > 1):
+            return f"{self.schedule} v={self.virtual_stages}"
         return self.schedule
 
     @property

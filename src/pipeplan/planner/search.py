@@ -9,7 +9,9 @@ schedule, v, recompute mode) the search:
 
 1. solves the **exact** min-max partition of the layers into ``pp · v`` stages
    (:func:`pipeplan.partition_layers`) under the memory the schedule's in-flight
-   counts imply, per rank where a rank holds several stages;
+   counts imply, per rank where a rank holds several stages; for ``adaptive``
+   over chunks it instead cuts chunks in a loop whose *rank* loads are even
+   (:func:`pipeplan.placement.place_chunks`), which the cost-aware order needs;
 2. **relaxes recompute** stage by stage: a stage solved under ``"full"`` or
    ``"selective"`` goes back to the cheapest mode whose rank still fits;
 3. computes a **lower bound** on the step time (:func:`step_time_lower_bound`)
@@ -44,6 +46,7 @@ from ..costs import CommModel, StageCosts
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..layers import LayerProfile
 from ..partition import even_split, inflight_per_stage, partition_layers
+from ..placement import place_chunks
 from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_options
 from ..schedules.zb_v import zb_v_placement
@@ -245,6 +248,7 @@ class _Evaluator:
         self._plans: dict[tuple[Any, ...], Plan | Rejection] = {}
         self._inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._free: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self._chunks: dict[tuple[Any, ...], tuple[int, ...]] = {}
         self._times: dict[int, LayerTimes] = {}
         self.bounds: dict[tuple[Any, ...], float] = {}
 
@@ -281,8 +285,12 @@ class _Evaluator:
         """Peak in-flight microbatches per stage and the placement, read off the schedule's orders.
 
         Adaptive and ``pp = 1`` use 1F1B's counts (adaptive is bounded by the
-        per-rank memory limit it is given instead).
+        per-rank memory limit it is given instead). Adaptive over chunks in a loop
+        counts one microbatch per stage, the least any order holds
+        (:func:`~pipeplan.schedules.adaptive.minimum_memory_limit`).
         """
+        if config.chunked_adaptive:
+            return (1,) * config.num_stages, tuple(s % config.pp for s in range(config.num_stages))
         name = "1f1b" if config.schedule == "adaptive" or config.pp == 1 else config.schedule
         micro = config.num_microbatches if num_microbatches is None else num_microbatches
         key = (name, config.num_stages, micro, config.virtual_stages)
@@ -382,6 +390,10 @@ class _Evaluator:
                                        f"fullest rank (pp={config.pp})", at_least_bytes=static)
             self._layouts[key] = result
             return result
+        if config.chunked_adaptive:
+            result = self._balanced_chunks(config, placement)
+            self._layouts[key] = result
+            return result
         free = self._unconstrained(config, "none", counts, placement)
         if free is not None:
             result = free if config.recompute == "none" else None
@@ -395,6 +407,36 @@ class _Evaluator:
             result = self._partition(config, counts, placement)
         self._layouts[key] = result
         return result
+
+    def _balanced_chunks(self, config: Config, placement: tuple[int, ...]) -> _Layout | Rejection | None:
+        """Chunks in a loop with even rank loads (:func:`~pipeplan.placement.place_chunks`), for adaptive.
+
+        A fixed template wants equal stages, so its partition is the min-max one;
+        the cost-aware order only needs every rank's sum of chunks to be even,
+        which lumpy layers (tiny vision layers before heavy decoder layers) allow
+        far better. Memory: the weights and optimizer state plus one microbatch on
+        each of a rank's stages must fit; the order then keeps within the rest. A
+        recompute mode is tried only where that does not fit without recompute.
+        """
+        if config.recompute != "none" and isinstance(self.partitioned(replace(config, recompute="none")), _Layout):
+            return None
+        key = (config.micro_batch_size, config.recompute, config.pp, config.virtual_stages, config.num_microbatches)
+        sizes = self._chunks.get(key)
+        if sizes is None:
+            self.stats.partitions += 1
+            profile = self.workload.profile(config.micro_batch_size, config.recompute)
+            # fill and drain grow by about (P − 1) chunks: trade balance for small chunks at that rate
+            weight = (config.pp - 1) / config.num_microbatches
+            sizes = place_chunks(profile, config.pp, config.virtual_stages, pattern="interleaved",
+                                 chunk_weight=weight).layers_per_stage
+            self._chunks[key] = sizes
+        layout = self.layout(config, sizes, placement, (config.recompute,) * config.num_stages)
+        over = self._over_capacity(layout)
+        if over is None:
+            return layout
+        rank, total = over
+        return Rejection(config, f"rank {rank} holds {_gb(total)} with one microbatch on each of its "
+                                 f"{config.virtual_stages} stages, {_gb(total - (self.capacity or 0))} over", total)
 
     def _static_bound(self, config: Config) -> float:
         """Bytes some rank must hold whatever the partition: ``max(static ÷ pp, largest layer)``."""
@@ -551,8 +593,8 @@ class _Evaluator:
         return tuple(assignment)
 
     # ------------------------------------------------------------ simulate
-    def _adaptive(self, config: Config, layout: _Layout, comm: CommModel) -> Schedule:
-        """The adaptive order under each rank's own activation budget.
+    def adaptive_inputs(self, layout: _Layout) -> tuple[StageCosts, float | None]:
+        """The costs and the one memory limit that give each rank its own activation budget.
 
         ``adaptive`` takes one limit for every rank; each rank here has its own
         (capacity − its weights and state). Scaling rank ``r``'s activation bytes
@@ -560,18 +602,27 @@ class _Evaluator:
         the timeline is then simulated with the real bytes.
         """
         costs = layout.costs
-        limit: float | None = None
-        if self.capacity is not None:
-            budgets = [self.capacity - rank.total for rank in layout.static]
-            if min(budgets) <= 0:
-                raise InfeasiblePlanError(f"a rank's weights and optimizer state alone exceed {_gb(self.capacity)}")
-            scale = [1.0 / budgets[rank] for rank in layout.placement]
-            costs = StageCosts(costs.forward, costs.backward, costs.weight,
-                               activation_bytes=[a * k for a, k in zip(costs.activation_bytes, scale)],
-                               weight_stash_bytes=[a * k for a, k in zip(costs.weight_stash_bytes, scale)])
-            limit = 1.0
+        if self.capacity is None:
+            return costs, None
+        budgets = [self.capacity - rank.total for rank in layout.static]
+        if min(budgets) <= 0:
+            raise InfeasiblePlanError(f"a rank's weights and optimizer state alone exceed {_gb(self.capacity)}")
+        scale = [1.0 / budgets[rank] for rank in layout.placement]
+        return StageCosts(costs.forward, costs.backward, costs.weight,
+                          activation_bytes=[a * k for a, k in zip(costs.activation_bytes, scale)],
+                          weight_stash_bytes=[a * k for a, k in zip(costs.weight_stash_bytes, scale)]), 1.0
+
+    def _adaptive(self, config: Config, layout: _Layout, comm: CommModel, effort: str) -> Schedule:
+        """The adaptive order under each rank's own activation budget (:meth:`adaptive_inputs`)."""
+        costs, limit = self.adaptive_inputs(layout)
         return build_schedule("adaptive", num_stages=config.num_stages, num_microbatches=config.num_microbatches,
-                              costs=costs, comm=comm, memory_limit=limit)
+                              costs=costs, comm=comm, memory_limit=limit, placement=layout.placement,
+                              effort=effort)
+
+    def comm_of(self, layout: _Layout) -> CommModel:
+        """The messages of ``layout``: each boundary's time, precomputed from its link."""
+        return CommModel(latency=0.0, bandwidth=1.0, boundary_bytes=list(layout.boundary) or 0.0,
+                         send_mode=self.send_mode)  # type: ignore[arg-type]
 
     def lower_bound(self, config: Config, layout: _Layout) -> float:
         split = config.schedule not in ("1f1b", "gpipe", "interleaved") and config.pp > 1
@@ -579,20 +630,24 @@ class _Evaluator:
                                          config.num_microbatches, split=split)
         return pipeline + self.dp_comm(config, layout.static)
 
-    def simulate(self, config: Config, layout: _Layout) -> Plan:
-        """Build, simulate and measure one candidate (cached by its layout)."""
+    def simulate(self, config: Config, layout: _Layout, effort: str | None = None) -> Plan:
+        """Build, simulate and measure one candidate (cached by its layout).
+
+        ``effort`` is the adaptive generator's (default ``"fast"`` over chunks,
+        ``"full"`` with one stage per rank; the baselines use ``"fast"``).
+        """
+        if effort is None:
+            effort = "fast" if config.chunked_adaptive else "full"
         key = (config.pp, config.dp, config.micro_batch_size, config.num_microbatches, config.schedule,
-               config.virtual_stages, layout.sizes, layout.recompute)
+               config.virtual_stages, layout.sizes, layout.recompute, effort)
         cached = self._plans.get(key)
         if isinstance(cached, Plan):
             self.stats.cache_hits += 1
             return cached
-        comm = CommModel(latency=0.0, bandwidth=1.0, boundary_bytes=list(layout.boundary) or 0.0,
-                         send_mode=self.send_mode)  # type: ignore[arg-type]
-        # boundary "bytes" are message times: latency + bytes / bandwidth of each link, precomputed
+        comm = self.comm_of(layout)  # boundary "bytes" are message times: latency + bytes / bandwidth
         options: dict[str, Any] = {}
         if config.schedule == "adaptive" and config.pp > 1:
-            schedule = self._adaptive(config, layout, comm)
+            schedule = self._adaptive(config, layout, comm, effort)
             if self.capacity is not None:
                 options = {"memory_limit": min(self.capacity - s.total for s in layout.static)}
         else:
@@ -668,10 +723,10 @@ def evaluate_layout(
 
 
 def _evaluate_fixed(evaluator: _Evaluator, config: Config, sizes: tuple[int, ...],
-                    recompute: tuple[Recompute, ...]) -> Plan:
+                    recompute: tuple[Recompute, ...], effort: str | None = None) -> Plan:
     _, placement = evaluator.inflight(config)
     layout = evaluator.layout(config, sizes, placement, recompute)
-    return evaluator.simulate(config, layout)
+    return evaluator.simulate(config, layout, effort)
 
 
 # ------------------------------------------------------------------ search
@@ -892,6 +947,8 @@ def _chunked_placement(config: Config) -> tuple[int, ...] | None:
         return tuple(s % config.pp for s in range(config.num_stages))
     if config.schedule == "zb-v":
         return tuple(zb_v_placement(config.pp))
+    if config.chunked_adaptive:
+        return tuple(s % config.pp for s in range(config.num_stages))
     return None
 
 
@@ -967,7 +1024,8 @@ def _one_knob(evaluator: _Evaluator, space: SearchSpace, best: Plan, baseline: P
         "partition": [(base, None)],
         "schedule": [
             (replace(base, schedule=name, virtual_stages=v), even_split(num_layers, base.pp * v))
-            for name, v in space.schedule_shapes(base.pp, base.num_microbatches) if name != "1f1b"
+            for name, v in space.schedule_shapes(base.pp, base.num_microbatches)
+            if name != "1f1b" and not (name == "adaptive" and v > 1)  # its even split is not its own layout
         ],
         "recompute": [(replace(base, recompute=mode), even_split(num_layers, base.pp))
                       for mode in evaluator.workload.recompute_modes if mode != "none"],
@@ -999,7 +1057,7 @@ def _one_knob(evaluator: _Evaluator, space: SearchSpace, best: Plan, baseline: P
                 else:
                     if config.pp > 1 and len(sizes) > num_layers:
                         continue
-                    plan = _evaluate_fixed(evaluator, config, sizes, (config.recompute,) * len(sizes))
+                    plan = _evaluate_fixed(evaluator, config, sizes, (config.recompute,) * len(sizes), "fast")
             except PipeplanError:
                 continue
             if plan.fits and plan.step_time is not None and (found is None or plan.step_time < (found.step_time or 0)):

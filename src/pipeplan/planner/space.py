@@ -14,15 +14,23 @@ exact partition for it (:mod:`pipeplan.planner.search`). What is enumerated:
 * every registered synchronous schedule (not ``dual-rate``, which trains on
   stale gradients): ``interleaved`` with each ``v ≥ 2`` such that
   ``pp · v ≤ L`` and ``m`` is a multiple of ``pp`` (Megatron-LM requires it),
-  ``zb-v`` with ``v = 2``, every other schedule with one stage per rank;
+  ``zb-v`` with ``v = 2``, ``adaptive`` with one stage per rank and with each
+  ``v ≥ 2`` (chunks in a loop, stage ``s`` on rank ``s mod pp``, any ``m``; at
+  the smallest micro-batch size only, see below), every other schedule with one
+  stage per rank;
   ``pp = 1`` has a single candidate (no pipeline: ``"1f1b"`` of one stage);
 * the partition's recompute mode: each mode the workload has (``"none"``,
   ``"selective"``, ``"full"``). A mode other than ``"none"`` counts only where
   memory needs it (the min-max partition without recompute does not fit); the
   search then relaxes it stage by stage where memory allows.
 
-The search caps interleaved at ``v ≤ 4`` by default (``max_virtual_stages``):
+The search caps interleaved and adaptive at ``v ≤ 4`` by default (``max_virtual_stages``):
 Megatron-LM recipes use 2–4, and every extra chunk adds ``2m`` messages per rank.
+Adaptive over chunks is tried at the smallest micro-batch size only: the
+cost-aware order's gain is the bubble it fills, which the most microbatches make
+smallest; a larger size does the same work per sample (exactly so where times
+come from FLOPs) with a larger fill and more activation bytes per microbatch, and
+each size costs an order of its own (a second or more at ``pp = 16``).
 """
 
 from __future__ import annotations
@@ -80,10 +88,15 @@ class Config:
 
     @property
     def schedule_label(self) -> str:
-        """``"interleaved v=2"``, ``"zb-v"``, ``"1f1b"`` ..."""
-        if self.schedule == "interleaved":
-            return f"interleaved v={self.virtual_stages}"
+        """``"interleaved v=2"``, ``"adaptive v=3"``, ``"zb-v"``, ``"1f1b"`` ..."""
+        if self.schedule == "interleaved" or (self.schedule == "adaptive" and self.virtual_stages > 1):
+            return f"{self.schedule} v={self.virtual_stages}"
         return self.schedule
+
+    @property
+    def chunked_adaptive(self) -> bool:
+        """The cost-aware order over ``v > 1`` chunks per rank placed in a loop."""
+        return self.schedule == "adaptive" and self.virtual_stages > 1 and self.pp > 1
 
 
 @dataclass(frozen=True)
@@ -100,7 +113,7 @@ class SearchSpace:
         pp: fix the pipeline degree (``None``: every divisor of ``G``).
         micro_batch_size: fix ``b``.
         schedules: the schedules to try (default every registered one).
-        max_virtual_stages: largest ``v`` tried for ``interleaved`` (``None``: ``L // pp``).
+        max_virtual_stages: largest ``v`` tried for ``interleaved`` and ``adaptive`` (``None``: ``L // pp``).
     """
 
     num_gpus: int
@@ -171,14 +184,18 @@ class SearchSpace:
         if pp == 1:
             return [("1f1b", 1)]
         shapes: list[tuple[str, int]] = []
+        top = self.num_layers // pp
+        if self.max_virtual_stages is not None:
+            top = min(top, self.max_virtual_stages)
         for name in self.schedule_names:
             if name == "interleaved":
                 if num_microbatches % pp:
                     continue
-                top = self.num_layers // pp
-                if self.max_virtual_stages is not None:
-                    top = min(top, self.max_virtual_stages)
                 shapes += [(name, v) for v in range(2, top + 1)]
+            elif name == "adaptive":
+                # one stage per rank, and chunks in a loop (stage s on rank s mod pp); the
+                # cost-aware order needs no m divisible by pp
+                shapes += [(name, v) for v in range(1, top + 1)]
             elif name == "zb-v":
                 if 2 * pp <= self.num_layers:
                     shapes.append((name, 2))
@@ -196,9 +213,12 @@ class SearchSpace:
         out: list[Config] = []
         for pp in self.pipeline_degrees():
             dp = self.num_gpus // pp
-            for size in self.micro_batches_for(dp):
+            sizes = self.micro_batches_for(dp)
+            for size in sizes:
                 micro = self.global_batch // (dp * size)
                 for name, virtual in self.schedule_shapes(pp, micro):
+                    if name == "adaptive" and virtual > 1 and size != sizes[0]:
+                        continue  # chunked adaptive: the smallest micro-batch only (module doc)
                     for mode in self.recompute_modes:
                         out.append(Config(pp, dp, size, micro, name, virtual, mode))
         if not out:
