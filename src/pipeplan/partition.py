@@ -55,6 +55,8 @@ How it works:
 
 from __future__ import annotations
 
+import functools
+
 import itertools
 import math
 from collections.abc import Sequence
@@ -206,7 +208,24 @@ def _inflight_and_placement(
         # S·m actions: 1F1B holds min(m, P - p), GPipe all m.
         counts = _CLOSED_FORM_INFLIGHT[schedule](num_stages, num_microbatches)
         return counts, tuple(range(num_stages))
-    built = _build(schedule, num_stages, num_microbatches, options, None)
+    try:
+        key = tuple(sorted(options.items()))
+        hash(key)
+    except TypeError:  # an unhashable option (a costs object): build it every time
+        return _inflight_of_built(schedule, num_stages, num_microbatches, tuple(options.items()))
+    return _cached_inflight(schedule, num_stages, num_microbatches, key)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_inflight(schedule: str, num_stages: int, num_microbatches: int,
+                     options: tuple[tuple[str, Any], ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The counts of a fixed shape, built once (the planner asks for the same shapes hundreds of times)."""
+    return _inflight_of_built(schedule, num_stages, num_microbatches, options)
+
+
+def _inflight_of_built(schedule: str, num_stages: int, num_microbatches: int,
+                       options: tuple[tuple[str, Any], ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    built = _build(schedule, num_stages, num_microbatches, dict(options), None)
     if built.num_stages != num_stages:
         raise InvalidInputError(
             f"schedule {schedule!r} built {built.num_stages} stages, expected num_stages={num_stages}"

@@ -73,6 +73,8 @@ Conventions (stated so tests can pin them):
 """
 from __future__ import annotations
 
+import functools
+
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -273,11 +275,21 @@ class ModelSpec:
         return any(self.needs_grad(source) for source in upstream)
 
     # ----------------------------------------------------------- parameters
-    def _own_parameters(self, module: Module) -> float:
+    @functools.cached_property
+    def _parameter_counts(self) -> dict[str, float]:
+        """Each module's own parameters, computed once (the planner asks thousands of times)."""
         shape = Shape(1, "none", 1, False)
-        if isinstance(module, LMHead):
-            return 0.0 if module.tied_to else float(module.vocab_size * module.hidden_size)
-        return sum(self._parts(module, shape, index)[0].params for index in range(_depth(module)))
+        counts: dict[str, float] = {}
+        for module in self.modules:
+            if isinstance(module, LMHead):
+                counts[module.name] = 0.0 if module.tied_to else float(module.vocab_size * module.hidden_size)
+            else:
+                counts[module.name] = sum(self._parts(module, shape, index)[0].params
+                                          for index in range(_depth(module)))
+        return counts
+
+    def _own_parameters(self, module: Module) -> float:
+        return self._parameter_counts[module.name]
 
     def num_parameters(self, module: str | None = None) -> int:
         """Parameter count of the whole model, or of one module (a tied head counts 0)."""

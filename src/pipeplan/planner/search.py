@@ -63,6 +63,8 @@ __all__ = ["search", "SearchResult", "SearchStats", "Rejection", "step_time_lowe
 
 Progress = Callable[[int, int], None]
 _TIE = 1e-12
+#: adaptive may hold at most this many times its template's peak activations (and never more than the budget)
+_ADAPTIVE_HEADROOM = 2.0
 
 
 @dataclass(frozen=True)
@@ -613,8 +615,21 @@ class _Evaluator:
                           weight_stash_bytes=[a * k for a, k in zip(costs.weight_stash_bytes, scale)]), 1.0
 
     def _adaptive(self, config: Config, layout: _Layout, comm: CommModel, effort: str) -> Schedule:
-        """The adaptive order under each rank's own activation budget (:meth:`adaptive_inputs`)."""
+        """The adaptive order under each rank's own activation budget (:meth:`adaptive_inputs`).
+
+        The list rules run a forward whenever memory allows, so they fill any
+        budget they are given, mostly for no gain (π0 at pp = 4: the same step
+        within 0.1 % at a tenth of it). The limit is therefore also capped at
+        twice the peak of the template for the same placement (1F1B, or
+        interleaved over chunks): a plan keeps its headroom unless the order
+        needs it.
+        """
         costs, limit = self.adaptive_inputs(layout)
+        if limit is not None:
+            name = "interleaved" if config.chunked_adaptive else "1f1b"
+            template = self.template(replace(config, schedule=name))
+            peak = float(max(simulate(template, costs, comm, validate=False).peak_bytes))
+            limit = min(limit, _ADAPTIVE_HEADROOM * peak)
         return build_schedule("adaptive", num_stages=config.num_stages, num_microbatches=config.num_microbatches,
                               costs=costs, comm=comm, memory_limit=limit, placement=layout.placement,
                               effort=effort)
