@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--pp", type=int, default=None, help="fix the pipeline-parallel degree")
     parser.add_argument("--micro-batch-size", type=int, default=None, help="fix the micro-batch size")
     parser.add_argument("--max-virtual-stages", type=int, default=4,
-                        help="largest v tried for interleaved (default 4)")
+                        help="largest v (chunks per rank) tried for interleaved and adaptive (default 4)")
     parser.add_argument("--schedules", default=None,
                         help="comma-separated schedules to try (default all but dual-rate: "
                              f"{','.join(n for n in SCHEDULES if n not in NOT_PLANNED)})")
