@@ -12,7 +12,7 @@ the end is the smallest set of rules found that keeps every problem's best::
 
 ``--planner`` takes its problems from the planner instead: every preset's chunked
 adaptive layouts (stage ``s`` on rank ``s mod pp``, ``v`` = 2–4, the smallest
-micro-batch size, each rank's own memory budget) for the default search of
+micro-batch size, each rank's own memory budget and the planner's cap) for the default search of
 ``benchmarks/planner.py``, makespan only. For each rule it prints the problems it
 wins, and for ``effort="fast"``'s rules (:data:`pipeplan.schedules.adaptive._FAST_RULES`)
 how far their best is from the best of every rule.
@@ -63,14 +63,14 @@ def problems(count: int, seed: int = 0):
 def planner_problems(batch: int = 256):
     """``(name, stages, m, costs, comm, placement, limit)`` of every chunked adaptive layout the planner builds."""
     from pipeplan import presets
-    from pipeplan.planner import Cluster, Workload
+    from pipeplan.planner import DEFAULT_HEADROOM, Cluster, Workload
     from pipeplan.planner.search import _Evaluator, _Layout
     from pipeplan.planner.space import SearchSpace
 
     for preset, gpus in PLANNER_PRESETS.items():
         cluster = Cluster.of("h100-80g", gpus)
         workload = Workload.from_spec(presets.get(preset), cluster.device)
-        evaluator = _Evaluator(workload, cluster, cluster.memory_bytes, "adam", "eager")
+        evaluator = _Evaluator(workload, cluster, cluster.memory_bytes * (1 - DEFAULT_HEADROOM), "adam", "eager")
         space = SearchSpace(num_gpus=gpus, global_batch=batch, num_layers=workload.num_layers,
                             micro_batch_sizes=workload.micro_batch_sizes, max_virtual_stages=4)
         for config in space.configs():
@@ -79,10 +79,10 @@ def planner_problems(batch: int = 256):
             layout = evaluator.partitioned(config)
             if not isinstance(layout, _Layout):
                 continue
-            costs, limit = evaluator.adaptive_inputs(layout)
+            comm = evaluator.comm_of(layout)
+            costs, limit = evaluator.adaptive_inputs(config, layout, comm)  # the planner's limit, capped
             name = f"{preset} pp={config.pp} v={config.virtual_stages} b={config.micro_batch_size}"
-            yield name, config.num_stages, config.num_microbatches, costs, evaluator.comm_of(layout), \
-                layout.placement, limit
+            yield name, config.num_stages, config.num_microbatches, costs, comm, layout.placement, limit
 
 
 def planner_corpus() -> None:

@@ -95,6 +95,9 @@ def test_budget_says_it_stopped(capsys, vla_profile):
     (["--schedules", "1f1b,,zb-v"], "--schedules has an empty entry"),
     (["--gpus", "8", "--gpus-per-node", "3"], "8 GPUs do not fill whole nodes of 3 GPUs"),
     (["--gpus", "1000000000"], "is not divisible by dp"),  # enumerated in O(sqrt) time
+    (["--headroom", "1.5"], "headroom must be a share of the memory in [0, 1), got 1.5"),
+    (["--pp", "4", "--schedules", "adaptive", "--export", "megatron"],
+     "megatron runs only 1f1b, interleaved, and the search tried none of them (--schedules adaptive)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, vla_profile, extra, message):
     status, out, err = run_cli(capsys, *base(vla_profile), *extra)
@@ -156,3 +159,23 @@ def test_pi0_demo_story(capsys):
     assert "--pipeline-model-parallel-size 4" in out and "rank 3 |" in out
     status, _, err = run_cli(capsys, "demo", "--story", "pi0", "-m", "4")
     assert status == 2 and "does not apply to --story pi0" in err
+
+
+def test_export_falls_back_to_the_best_plan_the_engine_runs(capsys, vla_profile):
+    """With --top 1 the list holds one zero-bubble plan; Megatron-LM's flags come from a search over what it runs."""
+    status, out, err = run_cli(capsys, *base(vla_profile, "--pp", "4", "--top", "1", "--export", "megatron"))
+    assert status == 0, err
+    assert "megatron (the best plan of the schedules it runs: 1f1b" in out
+    assert "megatron cannot run plan 1" in out and "--pipeline-model-parallel-size 4" in out
+
+
+def test_headroom_leaves_a_share_of_the_gpu_free(capsys):
+    status, out, err = run_cli(capsys, "plan", "--preset", "gr00t-n1", "--gpus", "8", "--global-batch", "64",
+                               "--pp", "8", "--json", "--top", "1")
+    assert status == 0, err
+    default = json.loads(out)["plans"][0]["memory_capacity"]
+    status, out, err = run_cli(capsys, "plan", "--preset", "gr00t-n1", "--gpus", "8", "--global-batch", "64",
+                               "--pp", "8", "--json", "--top", "1", "--headroom", "0")
+    assert status == 0, err
+    full = json.loads(out)["plans"][0]["memory_capacity"]
+    assert default == pytest.approx(0.9 * full) and full == pytest.approx(81_559 * 2**20)

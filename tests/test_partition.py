@@ -507,3 +507,18 @@ def test_even_rank_capacity_fits_every_rank_in_one_solve():
                          memory_capacity=0.5 * capacity, rank_capacity="even")
     with pytest.raises(InvalidInputError, match="rank_capacity must be"):
         partition_layers(profile, 4, rank_capacity="odd")
+
+
+def test_in_flight_counts_are_cached_per_factory_and_per_value_type(monkeypatch):
+    from pipeplan.partition import inflight_per_stage
+    from pipeplan.schedules import SCHEDULES, register_schedule
+    from pipeplan.schedules.gpipe import gpipe
+    from pipeplan.schedules.one_f_one_b import one_f_one_b
+
+    monkeypatch.setitem(SCHEDULES, "cached-test", one_f_one_b)
+    assert inflight_per_stage("cached-test", 4, 8, backward="full") == (4, 3, 2, 1)
+    register_schedule("cached-test", gpipe)  # the same name, another order: built anew
+    assert inflight_per_stage("cached-test", 4, 8, backward="full") == (8, 8, 8, 8)
+    assert inflight_per_stage("interleaved", 4, 4, virtual_stages=1) == (4, 3, 2, 1)
+    with pytest.raises(InvalidInputError, match="virtual_stages must be an integer"):
+        inflight_per_stage("interleaved", 4, 4, virtual_stages=True)  # not the cached answer for 1

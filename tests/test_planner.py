@@ -102,6 +102,40 @@ def test_lower_bound_holds_with_chunks(name, virtual):
     assert 0 < bound <= makespan
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    forward=st.lists(st.floats(0.2, 5.0), min_size=6, max_size=6),
+    ranks=st.sampled_from([2, 3]),
+    micro=st.integers(1, 8),
+    latency=st.floats(0.0, 1.0),
+    effort=st.sampled_from(["fast", "full"]),
+    send_mode=st.sampled_from(["eager", "rendezvous"]),
+)
+def test_lower_bound_holds_for_adaptive_orders_over_chunks_in_a_loop(forward, ranks, micro, latency, effort,
+                                                                     send_mode):
+    """The planner's split-backward bound for its chunked adaptive candidates, whatever order comes out."""
+    stages = len(forward)
+    costs = StageCosts(forward)
+    placement = [s % ranks for s in range(stages)]
+    comm = CommModel(latency=latency, send_mode=send_mode)
+    schedule = build_schedule("adaptive", num_stages=stages, num_microbatches=micro, costs=costs, comm=comm,
+                              placement=placement, effort=effort)
+    makespan = simulate(schedule, costs, comm).makespan
+    bound = step_time_lower_bound(costs, [latency] * (stages - 1), schedule.placement, micro, split=True)
+    assert bound <= makespan * (1 + 1e-12)
+
+
+def test_best_for_an_engine_is_the_first_plan_it_runs():
+    workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, first_extra=20.0)
+    result = search(workload, small_cluster(4, 4e9), 16, pp=4, top=5)
+    assert result.best_for("torch") == (result.best, 0)
+    plan, index = result.best_for("megatron")
+    assert plan.schedule in ("1f1b", "interleaved")
+    assert index is None or result.plans[index] is plan
+    with pytest.raises(InvalidInputError, match="engine must be one of"):
+        result.best_for("jax")
+
+
 def test_lower_bound_is_exact_for_uniform_one_f_one_b():
     # (m + P − 1)(F + B): DESIGN.md's closed form
     costs = StageCosts.uniform(4, forward=1.0, backward=2.0)
@@ -200,9 +234,14 @@ def test_no_plan_fits_names_the_smallest_memory_and_the_module():
     # 8 layers of 3.1M parameters (50 MB each with Adam): at pp = 8 a rank holds 50 MB plus activations
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512)
     with pytest.raises(InfeasiblePlanError, match=r"smallest memory that fits is .* GB .*largest module is 'layers"):
-        search(workload, small_cluster(8, 5.1e7), 16)
+        search(workload, small_cluster(8, 5.1e7), 16, headroom=0)
     with pytest.raises(InfeasiblePlanError, match=r"weights and optimizer state alone need at least 0.05.* GB"):
-        search(workload, small_cluster(8, 4e7), 16)
+        search(workload, small_cluster(8, 4e7), 16, headroom=0)
+    # the default leaves 10 % free, and the message says where its number comes from
+    with pytest.raises(InfeasiblePlanError, match=r"no plan fits 0.0459 GB per GPU \(its 0.051 GB less 10% headroom\)"):
+        search(workload, small_cluster(8, 5.1e7), 16)
+    with pytest.raises(InvalidInputError, match=r"headroom must be a share of the memory in \[0, 1\), got 1"):
+        search(workload, small_cluster(8, 5.1e7), 16, headroom=1)
 
 
 def test_bad_batches_stages_and_schedules():

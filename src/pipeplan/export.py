@@ -91,9 +91,16 @@ __all__ = [
     "first_exportable",
     "export_refusal",
     "ENGINES",
+    "ENGINE_SCHEDULES",
 ]
 
 ENGINES = ("megatron", "deepspeed", "torchtitan", "torch")
+
+#: the schedules each engine runs (``None``: any, from the schedule CSV); Megatron-LM
+#: runs 1F1B and interleaved 1F1B, DeepSpeed's pipeline engine its own 1F1B-like order
+ENGINE_SCHEDULES: dict[str, tuple[str, ...] | None] = {
+    "megatron": ("1f1b", "interleaved"), "deepspeed": ("1f1b",), "torchtitan": None, "torch": None,
+}
 
 PlanLike = Any  # Plan | PartitionResult | ChunkPlacement | Sequence[int]
 

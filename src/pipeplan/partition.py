@@ -208,19 +208,25 @@ def _inflight_and_placement(
         # S·m actions: 1F1B holds min(m, P - p), GPipe all m.
         counts = _CLOSED_FORM_INFLIGHT[schedule](num_stages, num_microbatches)
         return counts, tuple(range(num_stages))
+    from .schedules import SCHEDULES
+
     try:
-        key = tuple(sorted(options.items()))
+        # each value with its type: virtual_stages=True is the builder's to refuse, not a cached 1's
+        key = tuple(sorted((name, type(value).__qualname__, value) for name, value in options.items()))
         hash(key)
     except TypeError:  # an unhashable option (a costs object): build it every time
         return _inflight_of_built(schedule, num_stages, num_microbatches, tuple(options.items()))
-    return _cached_inflight(schedule, num_stages, num_microbatches, key)
+    # the factory is part of the key: a name registered again builds anew
+    return _cached_inflight(schedule, SCHEDULES.get(schedule), num_stages, num_microbatches, key)
 
 
-@functools.lru_cache(maxsize=512)
-def _cached_inflight(schedule: str, num_stages: int, num_microbatches: int,
-                     options: tuple[tuple[str, Any], ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+@functools.lru_cache(maxsize=512, typed=True)
+def _cached_inflight(schedule: str, factory: Any, num_stages: int, num_microbatches: int,
+                     options: tuple[tuple[str, str, Any], ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The counts of a fixed shape, built once (the planner asks for the same shapes hundreds of times)."""
-    return _inflight_of_built(schedule, num_stages, num_microbatches, options)
+    del factory  # only part of the key
+    return _inflight_of_built(schedule, num_stages, num_microbatches,
+                              tuple((name, value) for name, _, value in options))
 
 
 def _inflight_of_built(schedule: str, num_stages: int, num_microbatches: int,

@@ -33,7 +33,8 @@ Method (a heuristic; the result says how far it is from a lower bound):
    boundary after it moves, each move on its own making some other rank worse.
 
 ``lower_bound`` is ``max(total / R, heaviest layer + (v − 1) lightest layers)``
-(extras included); ``max_load == lower_bound`` proves the result optimal.
+(extras included); ``max_load == lower_bound`` proves the result optimal (for the load;
+with a ``chunk_weight`` the objective also counts the largest chunk).
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def _story_microbatches(num_microbatches: int) -> int:
 def pi0_story(console: Console, *, width: int = 100, gpus: int = 8, global_batch: int = 256, pp: int = 4) -> None:
     """Plan π0 on ``gpus`` H100s with ``pp`` pipeline stages: the ranked table, the Gantt, the Megatron-LM flags."""
     from .. import presets
-    from ..export import export_notes, export_refusal, first_exportable, megatron_args
+    from ..export import export_notes, export_refusal, megatron_args
     from ..planner import Cluster, Workload, search
     from ..viz import plan_table, text_gantt
 
@@ -131,11 +131,12 @@ def pi0_story(console: Console, *, width: int = 100, gpus: int = 8, global_batch
     if best.timeline is not None:
         console.print("\n[bold]The best plan's step[/bold] (one pipeline; ms)")
         console.print(text_gantt(best.timeline, width=width), markup=False, highlight=False)
-    index, flags = first_exportable(result.plans, "megatron")
+    runnable, index = result.best_for("megatron")
+    where = f"plan {index + 1}" if index is not None else f"the best {runnable.schedule_label} plan"
     skipped = "" if index == 0 else f"; Megatron-LM cannot run plan 1: {export_refusal(result.plans[0], 'megatron')}"
-    console.print(f"\n[bold]Megatron-LM flags[/bold] for plan {index + 1}{skipped}:")
-    console.print(flags, markup=False, highlight=False)
-    for note in export_notes(result.plans[index], "megatron"):
+    console.print(f"\n[bold]Megatron-LM flags[/bold] for {where}{skipped}:")
+    console.print(" ".join(megatron_args(runnable)), markup=False, highlight=False)
+    for note in export_notes(runnable, "megatron"):
         console.print(f"note: {note}")
     console.print("default Megatron-LM run: " + " ".join(megatron_args(base)), markup=False, highlight=False)
     console.print(

@@ -22,7 +22,7 @@ from typing import Any
 from .. import hardware, presets
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from ..planner import Cluster, SearchResult, Workload, search
+from ..planner import DEFAULT_HEADROOM, Cluster, SearchResult, Workload, search
 from ..planner.space import NOT_PLANNED
 from ..schedules import SCHEDULES
 from ._common import make_console, parse_bytes, print_json
@@ -62,6 +62,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--global-batch", type=int, required=True, help="samples per optimizer step")
     parser.add_argument("--pp", type=int, default=None, help="fix the pipeline-parallel degree")
     parser.add_argument("--micro-batch-size", type=int, default=None, help="fix the micro-batch size")
+    parser.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM,
+                        help="share of each GPU's memory left free when --memory is not given "
+                             f"(default {DEFAULT_HEADROOM:g}; 0 plans up to the full memory)")
     parser.add_argument("--max-virtual-stages", type=int, default=4,
                         help="largest v (chunks per rank) tried for interleaved and adaptive (default 4)")
     parser.add_argument("--schedules", default=None,
@@ -143,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             workload, cluster, args.global_batch, pp=args.pp, micro_batch_size=args.micro_batch_size,
             schedules=schedules, memory_capacity=args.memory, optimizer=args.optimizer, send_mode=args.send,
             top=args.top, budget=args.budget, progress=progress, max_virtual_stages=args.max_virtual_stages,
+            headroom=args.headroom,
         )
     finally:
         progress.close()
@@ -166,7 +170,7 @@ def _payload(result: SearchResult) -> dict[str, Any]:
 
 
 def _print(args: argparse.Namespace, result: SearchResult) -> None:
-    from ..export import export_notes, export_refusal, first_exportable
+    from ..export import export_notes, export_plan, export_refusal
     from ..viz import plan_table, text_gantt
 
     console = make_console()
@@ -185,10 +189,12 @@ def _print(args: argparse.Namespace, result: SearchResult) -> None:
         console.print(f"[bold]best plan[/bold]: one pipeline of {best.pp} rank(s), ms")
         console.print(text_gantt(best.timeline, width=100), markup=False, highlight=False)
     if args.export:
-        index, text = first_exportable(result.plans, args.export)
-        plan = result.plans[index]
-        heading = f"[bold]{args.export}[/bold] (plan {index + 1}"
-        if index:
+        plan, index = result.best_for(args.export)
+        text = export_plan(plan, args.export)
+        where = (f"plan {index + 1}" if index is not None else
+                 f"the best plan of the schedules it runs: {plan.schedule_label}, {plan.step_time:.6g} ms")
+        heading = f"[bold]{args.export}[/bold] ({where}"
+        if index != 0:
             heading += f"; {args.export} cannot run plan 1: {export_refusal(result.plans[0], args.export)}"
         console.print(heading + ")")
         console.print(text, markup=False, highlight=False)

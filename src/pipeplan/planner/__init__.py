@@ -16,11 +16,20 @@ from __future__ import annotations
 from .cluster import Cluster, allreduce_ms
 from .memory import OptimizerBytes
 from .plan import RECOMPUTE_MODES, Plan, RankMemory, Recompute, as_plan
-from .search import Rejection, SearchResult, SearchStats, evaluate_layout, search, step_time_lower_bound
+from .search import (
+    DEFAULT_HEADROOM,
+    Rejection,
+    SearchResult,
+    SearchStats,
+    evaluate_layout,
+    search,
+    step_time_lower_bound,
+)
 from .space import Config, SearchSpace
 from .workload import Workload
 
 __all__ = [
+    "DEFAULT_HEADROOM",
     "Cluster",
     "Config",
     "OptimizerBytes",

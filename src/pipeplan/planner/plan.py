@@ -82,7 +82,7 @@ class Plan:
         placement: ``placement[s]`` is the pipeline rank holding stage ``s``.
         schedule: registered schedule name (``"1f1b"``, ``"interleaved"``, ...).
         schedule_options: options it was built with (``virtual_stages``,
-            ``memory_limit`` in bytes for ``"adaptive"``).
+            ``memory_limits``, each rank's activation bytes, for ``"adaptive"``).
         micro_batch_size: samples per microbatch.
         num_microbatches: microbatches per step per pipeline (``m``); the global
             batch is ``micro_batch_size · m · dp``.

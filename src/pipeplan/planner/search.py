@@ -59,10 +59,12 @@ from .space import Config, SearchSpace
 from .workload import Workload
 
 __all__ = ["search", "SearchResult", "SearchStats", "Rejection", "step_time_lower_bound", "evaluate_layout",
-           "fill_bound", "space_lower_bound"]
+           "fill_bound", "space_lower_bound", "DEFAULT_HEADROOM"]
 
 Progress = Callable[[int, int], None]
 _TIE = 1e-12
+#: the share of a GPU's memory the search leaves free by default (see :func:`search`)
+DEFAULT_HEADROOM = 0.1
 #: adaptive may hold at most this many times its template's peak activations (and never more than the budget)
 _ADAPTIVE_HEADROOM = 2.0
 
@@ -139,11 +141,39 @@ class SearchResult:
     stats: SearchStats
     lower_bound: float
     single_stage_bound: float = math.inf
+    rerun: Callable[[Sequence[str]], SearchResult] | None = field(default=None, repr=False, compare=False)
 
     @property
     def best(self) -> Plan:
         """The fastest plan that fits."""
         return self.plans[0]
+
+    def best_for(self, engine: str) -> tuple[Plan, int | None]:
+        """The fastest plan ``engine`` can run, and its index in :attr:`plans`.
+
+        The first of :attr:`plans` the engine's export accepts; when none is, the
+        best plan of the same search over only the schedules the engine runs
+        (:data:`pipeplan.export.ENGINE_SCHEDULES`), with index ``None``.
+
+        Raises:
+            InvalidInputError: an unknown engine, or the search's own schedules
+                leave none the engine runs.
+            InfeasiblePlanError: no plan the engine runs fits.
+        """
+        from ..export import ENGINE_SCHEDULES, export_refusal
+
+        if engine not in ENGINE_SCHEDULES:
+            raise InvalidInputError(f"engine must be one of {', '.join(ENGINE_SCHEDULES)}, got {engine!r}")
+        for index, plan in enumerate(self.plans):
+            if not export_refusal(plan, engine):
+                return plan, index
+        allowed = ENGINE_SCHEDULES[engine]
+        if self.rerun is None or allowed is None:
+            raise InvalidInputError(f"{engine} can run none of these plans: {export_refusal(self.plans[0], engine)}")
+        try:
+            return self.rerun(allowed).best, None
+        except InvalidInputError as error:
+            raise InvalidInputError(f"{engine} runs only {', '.join(allowed)}, and {error}") from None
 
     def ratio(self, plan: Plan) -> float | None:
         """Baseline step time ÷ ``plan``'s (> 1: faster than Megatron's default)."""
@@ -595,13 +625,20 @@ class _Evaluator:
         return tuple(assignment)
 
     # ------------------------------------------------------------ simulate
-    def adaptive_inputs(self, layout: _Layout) -> tuple[StageCosts, float | None]:
-        """The costs and the one memory limit that give each rank its own activation budget.
+    def adaptive_inputs(self, config: Config, layout: _Layout, comm: CommModel) -> tuple[StageCosts, float | None]:
+        """The costs and the one memory limit the adaptive order of ``layout`` is built under.
 
         ``adaptive`` takes one limit for every rank; each rank here has its own
-        (capacity − its weights and state). Scaling rank ``r``'s activation bytes
-        by ``1 / budget_r`` turns those budgets into the single limit 1 exactly;
-        the timeline is then simulated with the real bytes.
+        budget (capacity − its weights and state). Scaling rank ``r``'s activation
+        bytes by ``1 / budget_r`` turns those budgets into the single limit 1
+        exactly; the timeline is then simulated with the real bytes.
+
+        The list rules run a forward whenever memory allows, so they fill any
+        budget they are given, mostly for nothing (docs/planner.md, memory model).
+        The limit is therefore also capped at twice the template's peak for the
+        same placement (1F1B, or interleaved over chunks) on the fullest rank, as
+        a share of its budget: a plan keeps its headroom unless its order needs
+        the memory.
         """
         costs = layout.costs
         if self.capacity is None:
@@ -610,29 +647,20 @@ class _Evaluator:
         if min(budgets) <= 0:
             raise InfeasiblePlanError(f"a rank's weights and optimizer state alone exceed {_gb(self.capacity)}")
         scale = [1.0 / budgets[rank] for rank in layout.placement]
-        return StageCosts(costs.forward, costs.backward, costs.weight,
-                          activation_bytes=[a * k for a, k in zip(costs.activation_bytes, scale)],
-                          weight_stash_bytes=[a * k for a, k in zip(costs.weight_stash_bytes, scale)]), 1.0
+        scaled = StageCosts(costs.forward, costs.backward, costs.weight,
+                            activation_bytes=[a * k for a, k in zip(costs.activation_bytes, scale)],
+                            weight_stash_bytes=[a * k for a, k in zip(costs.weight_stash_bytes, scale)])
+        template = self.template(replace(config, schedule="interleaved" if config.chunked_adaptive else "1f1b"))
+        peak = float(max(simulate(template, scaled, comm, validate=False).peak_bytes))
+        return scaled, min(1.0, _ADAPTIVE_HEADROOM * peak)
 
-    def _adaptive(self, config: Config, layout: _Layout, comm: CommModel, effort: str) -> Schedule:
-        """The adaptive order under each rank's own activation budget (:meth:`adaptive_inputs`).
-
-        The list rules run a forward whenever memory allows, so they fill any
-        budget they are given, mostly for no gain (π0 at pp = 4: the same step
-        within 0.1 % at a tenth of it). The limit is therefore also capped at
-        twice the peak of the template for the same placement (1F1B, or
-        interleaved over chunks): a plan keeps its headroom unless the order
-        needs it.
-        """
-        costs, limit = self.adaptive_inputs(layout)
-        if limit is not None:
-            name = "interleaved" if config.chunked_adaptive else "1f1b"
-            template = self.template(replace(config, schedule=name))
-            peak = float(max(simulate(template, costs, comm, validate=False).peak_bytes))
-            limit = min(limit, _ADAPTIVE_HEADROOM * peak)
-        return build_schedule("adaptive", num_stages=config.num_stages, num_microbatches=config.num_microbatches,
-                              costs=costs, comm=comm, memory_limit=limit, placement=layout.placement,
-                              effort=effort)
+    def _adaptive(self, config: Config, layout: _Layout, comm: CommModel, effort: str) -> tuple[Schedule, float | None]:
+        """The adaptive order under each rank's own activation limit (:meth:`adaptive_inputs`), and that limit's share."""
+        costs, limit = self.adaptive_inputs(config, layout, comm)
+        schedule = build_schedule("adaptive", num_stages=config.num_stages, num_microbatches=config.num_microbatches,
+                                  costs=costs, comm=comm, memory_limit=limit, placement=layout.placement,
+                                  effort=effort)
+        return schedule, limit
 
     def comm_of(self, layout: _Layout) -> CommModel:
         """The messages of ``layout``: each boundary's time, precomputed from its link."""
@@ -662,9 +690,9 @@ class _Evaluator:
         comm = self.comm_of(layout)  # boundary "bytes" are message times: latency + bytes / bandwidth
         options: dict[str, Any] = {}
         if config.schedule == "adaptive" and config.pp > 1:
-            schedule = self._adaptive(config, layout, comm, effort)
-            if self.capacity is not None:
-                options = {"memory_limit": min(self.capacity - s.total for s in layout.static)}
+            schedule, share = self._adaptive(config, layout, comm, effort)
+            if share is not None and self.capacity is not None:  # each rank's limit in bytes
+                options = {"memory_limits": [share * (self.capacity - rank.total) for rank in layout.static]}
         else:
             schedule = self.template(config if config.pp > 1 else replace(config, schedule="1f1b"))
         self.stats.simulated += 1
@@ -761,6 +789,7 @@ def search(
     budget: float | None = None,
     progress: Progress | None = None,
     exhaustive: bool = False,
+    headroom: float = DEFAULT_HEADROOM,
 ) -> SearchResult:
     """Search the space for the fastest plans that fit.
 
@@ -772,11 +801,12 @@ def search(
         pp: fix the pipeline degree.
         micro_batch_size: fix the micro-batch size.
         schedules: schedules to try (default all registered).
-        memory_capacity: bytes per GPU (default ``cluster.memory_bytes``).
+        memory_capacity: bytes per GPU a plan may use (default ``cluster.memory_bytes``
+            less ``headroom``).
         optimizer: ``"adam"`` (16 bytes per parameter), ``"distributed"``
             (6 + 12/dp) or bytes per parameter (:mod:`pipeplan.planner.memory`).
-        max_virtual_stages: largest ``v`` for interleaved (default 4; ``None``:
-            every ``v`` with ``pp · v ≤ L``).
+        max_virtual_stages: largest ``v`` for interleaved and adaptive (default 4;
+            ``None``: every ``v`` with ``pp · v ≤ L``).
         send_mode: ``"eager"`` or ``"rendezvous"`` messages.
         top: how many plans to keep.
         budget: seconds; once a plan is found, the search stops after that many
@@ -785,6 +815,10 @@ def search(
             Megatron default is always simulated).
         progress: ``progress(done, total)`` after each configuration.
         exhaustive: simulate every candidate (no pruning), for checking.
+        headroom: the share of each GPU's memory left free when ``memory_capacity``
+            is not given (default 10 %: the CUDA context, communication buffers and
+            allocator fragmentation live there, and pipeplan's activation bytes
+            are estimates); ``0`` plans up to the full memory.
 
     Returns:
         A :class:`SearchResult`.
@@ -799,7 +833,9 @@ def search(
         raise InvalidInputError(f"budget must be a number of seconds > 0, got {budget!r}")
     if send_mode not in ("eager", "rendezvous"):
         raise InvalidInputError(f"send_mode must be 'eager' or 'rendezvous', got {send_mode!r}")
-    capacity = cluster.memory_bytes if memory_capacity is None else float(memory_capacity)
+    if not (isinstance(headroom, (int, float)) and 0 <= headroom < 1):
+        raise InvalidInputError(f"headroom must be a share of the memory in [0, 1), got {headroom!r}")
+    capacity = cluster.memory_bytes * (1 - headroom) if memory_capacity is None else float(memory_capacity)
     if not capacity > 0:
         raise InvalidInputError(f"memory_capacity must be > 0 bytes, got {memory_capacity!r}")
     OptimizerBytes.for_optimizer(optimizer, 1)  # validates
@@ -889,14 +925,28 @@ def search(
     plans = tuple(sorted((p for _, _, p in best), key=lambda p: (p.step_time, max(p.peak_memory))))
     evaluator.stats.seconds = time.perf_counter() - started
     if not plans:
-        raise _no_plan_fits(rejected, capacity, evaluator.stats, workload)
+        failure = _no_plan_fits(rejected, capacity, evaluator.stats, workload)
+        if memory_capacity is None and headroom > 0:  # say where the number comes from
+            failure = type(failure)(str(failure).replace(
+                f"no plan fits {_gb(capacity)} per GPU",
+                f"no plan fits {_gb(capacity)} per GPU (its {_gb(cluster.memory_bytes)} less {headroom:.0%} headroom)", 1))
+        raise failure
     baseline = _megatron_default(evaluator, plans[0])
     deadline = math.inf if budget is None else started + budget
     knobs = _one_knob(evaluator, space, plans[0], baseline, deadline)
     bounds = (space_lower_bound(evaluator, configs, deadline=deadline),
               space_lower_bound(evaluator, configs, chunked=False, deadline=deadline))
     evaluator.stats.seconds = time.perf_counter() - started
-    return SearchResult(plans, baseline, knobs, tuple(rejected), evaluator.stats, *bounds)
+
+    def rerun(allowed: Sequence[str]) -> SearchResult:
+        names = [name for name in space.schedule_names if name in allowed]
+        if not names:
+            raise InvalidInputError(f"the search tried none of them (--schedules {','.join(space.schedule_names)})")
+        return search(workload, cluster, global_batch, pp=pp, micro_batch_size=micro_batch_size, schedules=names,
+                      memory_capacity=capacity, optimizer=optimizer, max_virtual_stages=max_virtual_stages,
+                      send_mode=send_mode, top=1, budget=budget, exhaustive=exhaustive)
+
+    return SearchResult(plans, baseline, knobs, tuple(rejected), evaluator.stats, *bounds, rerun=rerun)
 
 
 def fill_bound(total: float, num_microbatches: int, num_ranks: int, ratio: float) -> float:
