@@ -682,7 +682,7 @@ class _Evaluator:
         if effort is None:
             effort = "fast" if config.chunked_adaptive else "full"
         key = (config.pp, config.dp, config.micro_batch_size, config.num_microbatches, config.schedule,
-               config.virtual_stages, layout.sizes, layout.recompute, effort)
+               config.virtual_stages, layout.sizes, layout.recompute, effort if config.schedule == "adaptive" else None)
         cached = self._plans.get(key)
         if isinstance(cached, Plan):
             self.stats.cache_hits += 1

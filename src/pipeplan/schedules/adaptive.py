@@ -200,9 +200,10 @@ def adaptive_candidates(
     return candidates
 
 
-#: ``effort="fast"``: four rules that on the planner's 67 chunked layouts of the presets
-#: come within 0.8 % of the best of every rule, 0.03 % on average; three came within
-#: 3.5 % (``python benchmarks/adaptive_rules.py --planner``)
+#: ``effort="fast"``: four rules that on the planner's 67 chunked layouts of the presets,
+#: under its memory limits, come within 0.2 % of the best of every rule, 0.01 % on
+#: average (``python benchmarks/adaptive_rules.py --planner``; 0.8 % and 0.03 % with
+#: the whole memory as the limit, where three rules came within only 3.5 %)
 _FAST_RULES = (("FBW", "microbatch", "count"), ("BFW", "microbatch", "count"),
                ("FBW", "microbatch", "double"), ("BFW", "microbatch", "open"))
 
