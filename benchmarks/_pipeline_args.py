@@ -1,7 +1,8 @@
-"""Options and the table header shared by the benchmarks that run pipelines (fidelity, rebalance).
+"""Options, the table header and the run loop shared by the benchmarks that run pipelines (fidelity, rebalance).
 
-    from _pipeline_args import pipeline_parser, run_header
-    args = pipeline_parser(__doc__, batch_size=32, microbatches=8, doc=DOC).parse_args()
+    from _pipeline_args import measure_and_record, pipeline_parser, run_header
+    args = pipeline_parser(__doc__, batch_size=32, microbatches=8, doc_path=DOC).parse_args()
+    results = measure_and_record(args, one_config, table, "fidelity-table")
 """
 
 from __future__ import annotations
@@ -10,9 +11,13 @@ import argparse
 import datetime
 import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
+
+from _markers import replace_between
 
 
 def pipeline_parser(doc: str, *, batch_size: int, microbatches: int, doc_path: Path, steps: int = 15,
@@ -55,3 +60,20 @@ def run_header(script: str, argv: list[str], started: str, backend: str) -> list
         f"Run: {started}, torch {torch.__version__}, Python {platform.python_version()}, "
         f"{os.cpu_count()} CPU cores, backend {backend}.  ",
     ]
+
+
+def measure_and_record(args: argparse.Namespace, one_config: Callable[[int, argparse.Namespace], Any],
+                       table: Callable[[list[Any], argparse.Namespace, str], str], marker: str) -> list[Any]:
+    """Run ``one_config`` for each ``--nproc`` count, print the table, and with ``--write`` record it.
+
+    The table replaces the text between ``marker``'s markers in ``--doc``.
+    Returns the per-configuration results.
+    """
+    started = started_now()
+    results = [one_config(int(p), args) for p in args.nproc.split(",")]
+    text = table(results, args, started)
+    print(text)
+    if args.write:
+        replace_between(args.doc, marker, text)
+        print(f"wrote {args.doc}")
+    return results

@@ -56,8 +56,7 @@ from pipeplan.predict import fit_kind_factors, predict, scale_profile
 from pipeplan.runtime.loop import RunConfig, model_step, profile_model, run_pipeline, threads_per_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import replace_between  # noqa: E402
-from _pipeline_args import pipeline_parser, run_header, started_now  # noqa: E402
+from _pipeline_args import measure_and_record, pipeline_parser, run_header  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "fidelity.md"
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "adaptive")
@@ -386,13 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     args.schedules = [s for s in args.schedules.split(",") if s]
-    started = started_now()
-    results = [_one_config(int(p), args) for p in args.nproc.split(",")]
-    table = _table(results, args, started)
-    print(table)
-    if args.write:
-        replace_between(args.doc, "fidelity-table", table)
-        print(f"wrote {args.doc}")
+    results = measure_and_record(args, _one_config, _table, "fidelity-table")
     failed = [row for result in results for row in result["rows"].values() if not all(row["grad_ok"])]
     return 1 if failed else 0
 

@@ -30,8 +30,7 @@ from pipeplan.runtime.loop import RunConfig, profile_model, run_pipeline
 from pipeplan.schedules import build_schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import replace_between  # noqa: E402
-from _pipeline_args import pipeline_parser, run_header, started_now  # noqa: E402
+from _pipeline_args import measure_and_record, pipeline_parser, run_header  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "fidelity.md"
 TARGET_SPEEDUP = 1.3
@@ -129,13 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schedule", default="1f1b")
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    started = started_now()
-    results = [_one_config(int(p), args) for p in args.nproc.split(",")]
-    table = _table(results, args, started)
-    print(table)
-    if args.write:
-        replace_between(args.doc, "rebalance-table", table)
-        print(f"wrote {args.doc}")
+    results = measure_and_record(args, _one_config, _table, "rebalance-table")
     return 0
 
 
