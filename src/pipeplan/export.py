@@ -88,7 +88,6 @@ __all__ = [
     "export_plan",
     "export_notes",
     "plan_exports",
-    "first_exportable",
     "export_refusal",
     "ENGINES",
     "ENGINE_SCHEDULES",
@@ -512,17 +511,3 @@ def export_refusal(plan: PlanLike, engine: str) -> str:
         return str(error)
     return ""
 
-
-def first_exportable(plans: Sequence[PlanLike], engine: str) -> tuple[int, str]:
-    """The index of the first (fastest) plan ``engine`` can run, and its export.
-
-    Raises:
-        InvalidInputError: none of them (the message gives the first plan's reason).
-    """
-    first_error: InvalidInputError | None = None
-    for index, plan in enumerate(plans):
-        try:
-            return index, export_plan(plan, engine)
-        except InvalidInputError as error:
-            first_error = first_error or error
-    raise first_error or InvalidInputError("no plan to export")

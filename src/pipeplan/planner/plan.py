@@ -37,6 +37,13 @@ Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
 
 
+
+def schedule_label(schedule: str, virtual_stages: int) -> str:
+    """How tables name a schedule: ``"interleaved v=3"``, ``"adaptive v=2"``, else its name (``"zb-v"``)."""
+    if schedule == "interleaved" or (schedule == "adaptive" and virtual_stages > 1):
+        return f"{schedule} v={virtual_stages}"
+    return schedule
+
 @dataclass(frozen=True)
 class RankMemory:
     """Peak bytes one rank holds, by what holds them.
@@ -194,9 +201,7 @@ class Plan:
     @property
     def schedule_label(self) -> str:
         """``"interleaved v=3"``, ``"adaptive v=3"``, ``"zb-v"``, ``"1f1b"`` ..."""
-        if self.schedule == "interleaved" or (self.schedule == "adaptive" and self.virtual_stages > 1):
-            return f"{self.schedule} v={self.virtual_stages}"
-        return self.schedule
+        return schedule_label(self.schedule, self.virtual_stages)
 
     @property
     def one_stage_per_rank(self) -> bool:

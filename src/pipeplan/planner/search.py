@@ -46,7 +46,7 @@ from ..costs import CommModel, StageCosts
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..layers import LayerProfile
 from ..partition import even_split, inflight_per_stage, partition_layers
-from ..placement import place_chunks
+from ..placement import fixed_pattern, place_chunks
 from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_options
 from ..schedules.zb_v import zb_v_placement
@@ -322,7 +322,7 @@ class _Evaluator:
         (:func:`~pipeplan.schedules.adaptive.minimum_memory_limit`).
         """
         if config.chunked_adaptive:
-            return (1,) * config.num_stages, tuple(s % config.pp for s in range(config.num_stages))
+            return (1,) * config.num_stages, fixed_pattern("interleaved", config.pp, config.virtual_stages)
         name = "1f1b" if config.schedule == "adaptive" or config.pp == 1 else config.schedule
         micro = config.num_microbatches if num_microbatches is None else num_microbatches
         key = (name, config.num_stages, micro, config.virtual_stages)
@@ -925,12 +925,9 @@ def search(
     plans = tuple(sorted((p for _, _, p in best), key=lambda p: (p.step_time, max(p.peak_memory))))
     evaluator.stats.seconds = time.perf_counter() - started
     if not plans:
-        failure = _no_plan_fits(rejected, capacity, evaluator.stats, workload)
-        if memory_capacity is None and headroom > 0:  # say where the number comes from
-            failure = type(failure)(str(failure).replace(
-                f"no plan fits {_gb(capacity)} per GPU",
-                f"no plan fits {_gb(capacity)} per GPU (its {_gb(cluster.memory_bytes)} less {headroom:.0%} headroom)", 1))
-        raise failure
+        # say where the number comes from
+        note = f" (its {_gb(cluster.memory_bytes)} less {headroom:.0%} headroom)" if memory_capacity is None and headroom else ""
+        raise _no_plan_fits(rejected, capacity, evaluator.stats, workload, note)
     baseline = _megatron_default(evaluator, plans[0])
     deadline = math.inf if budget is None else started + budget
     knobs = _one_knob(evaluator, space, plans[0], baseline, deadline)
@@ -1008,12 +1005,10 @@ def _config_bound(evaluator: _Evaluator, config: Config) -> float:
 
 def _chunked_placement(config: Config) -> tuple[int, ...] | None:
     """Stage → rank of interleaved (``s mod P``) and zb-v (the V) without building the schedule."""
-    if config.schedule == "interleaved":
-        return tuple(s % config.pp for s in range(config.num_stages))
+    if config.schedule == "interleaved" or config.chunked_adaptive:
+        return fixed_pattern("interleaved", config.pp, config.virtual_stages)
     if config.schedule == "zb-v":
         return tuple(zb_v_placement(config.pp))
-    if config.chunked_adaptive:
-        return tuple(s % config.pp for s in range(config.num_stages))
     return None
 
 
@@ -1041,7 +1036,7 @@ def space_lower_bound(evaluator: _Evaluator, configs: Sequence[Config], *, chunk
 
 
 def _no_plan_fits(rejected: Sequence[Rejection], capacity: float, stats: SearchStats,
-                  workload: Workload) -> PipeplanError:
+                  workload: Workload, capacity_note: str = "") -> PipeplanError:
     if not rejected:
         return InfeasiblePlanError(
             "no candidate could be evaluated"
@@ -1052,7 +1047,7 @@ def _no_plan_fits(rejected: Sequence[Rejection], capacity: float, stats: SearchS
         if bounds:
             closest = min(bounds, key=lambda r: r.at_least_bytes or math.inf)
             return InfeasiblePlanError(
-                f"no plan fits {_gb(capacity)} per GPU: weights and optimizer state alone need at least "
+                f"no plan fits {_gb(capacity)} per GPU{capacity_note}: weights and optimizer state alone need at least "
                 f"{_gb(closest.at_least_bytes or 0)} per GPU even at pp={closest.config.pp} (use more GPUs, "
                 "--optimizer distributed, or freeze modules)"
             )
@@ -1060,7 +1055,7 @@ def _no_plan_fits(rejected: Sequence[Rejection], capacity: float, stats: SearchS
     closest = min(known, key=lambda r: r.needed_bytes or math.inf)
     c = closest.config
     return InfeasiblePlanError(
-        f"no plan fits {_gb(capacity)} per GPU; the smallest memory that fits is {_gb(closest.needed_bytes or 0)} "
+        f"no plan fits {_gb(capacity)} per GPU{capacity_note}; the smallest memory that fits is {_gb(closest.needed_bytes or 0)} "
         f"(pp={c.pp}, dp={c.dp}, {c.schedule_label}, micro-batch size {c.micro_batch_size}, "
         f"recompute {c.recompute}): {closest.reason}"
     )

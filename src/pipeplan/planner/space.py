@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..schedules import SCHEDULES
-from .plan import RECOMPUTE_MODES, Recompute
+from .plan import RECOMPUTE_MODES, Recompute, schedule_label
 
 __all__ = ["Config", "SearchSpace", "divisors", "NOT_PLANNED"]
 
@@ -89,9 +89,7 @@ class Config:
     @property
     def schedule_label(self) -> str:
         """``"interleaved v=2"``, ``"adaptive v=3"``, ``"zb-v"``, ``"1f1b"`` ..."""
-        if self.schedule == "interleaved" or (self.schedule == "adaptive" and self.virtual_stages > 1):
-            return f"{self.schedule} v={self.virtual_stages}"
-        return self.schedule
+        return schedule_label(self.schedule, self.virtual_stages)
 
     @property
     def chunked_adaptive(self) -> bool:
