@@ -31,7 +31,7 @@ from ._validation import finite_floats
 from .calibration import Calibration
 from .costs import CommModel, StageCosts
 from .errors import DeadlockError, InvalidInputError
-from .schedule import Action, Schedule
+from .schedule import Schedule
 from .timeline import Timeline
 
 __all__ = ["simulate_shared"]
@@ -76,23 +76,19 @@ def simulate_shared(
     boundary = comm.boundary_times(num_stages)
     num_ranks = schedule.num_ranks
 
-    # Per action of each rank: (flat index, duration alone, [(dependency, message time)]).
-    offsets = [0] * num_ranks
-    flat = 0
-    for rank, order in enumerate(schedule.orders):
-        offsets[rank] = flat
-        flat += len(order)
+    # The schedule's flat numbering (rank 0's order, then rank 1's, ...): each action's
+    # time alone and the cross-rank messages it waits for, (producer, message time).
+    low = schedule.lowered()
+    offsets = list(low.rank_offsets)
+    flat = len(low.actions)
     start = [0.0] * flat
     end = [0.0] * flat
-    done: dict[Action, float] = {}
-    rows: list[list[tuple[Action, float, list[tuple[Action, float]]]]] = []
-    for rank, order in enumerate(schedule.orders):
-        compiled = []
-        for action in order:
-            needs = [(message.producer, boundary[message.boundary]) for message in schedule.messages_into(action)]
-            duration = costs.duration(action.kind, action.stage, action.microbatch)
-            compiled.append((action, duration, needs))
-        rows.append(compiled)
+    durations = costs.durations(low.kind, low.stage, low.microbatch).tolist()
+    needs: list[list[tuple[int, float]]] = [[] for _ in range(flat)]
+    for producer, consumer, crossed in zip(low.producer.tolist(), low.consumer.tolist(), low.boundary.tolist()):
+        needs[consumer].append((producer, boundary[crossed]))
+    done = [math.nan] * flat  # end time of each finished action
+    lengths = [len(order) for order in schedule.orders]
 
     pointer = [0] * num_ranks
     free_at = [0.0] * num_ranks
@@ -102,13 +98,12 @@ def simulate_shared(
     while True:
         ready_at: list[float | None] = [None] * num_ranks
         for rank in range(num_ranks):
-            if running[rank] or pointer[rank] >= len(rows[rank]):
+            if running[rank] or pointer[rank] >= lengths[rank]:
                 continue
-            _action, _duration, needs = rows[rank][pointer[rank]]
             ready = free_at[rank]
-            for dep, message in needs:
-                produced = done.get(dep)
-                if produced is None:
+            for dep, message in needs[offsets[rank] + pointer[rank]]:
+                produced = done[dep]
+                if math.isnan(produced):
                     ready = math.nan
                     break
                 ready = max(ready, produced + message)
@@ -117,10 +112,10 @@ def simulate_shared(
         for rank in range(num_ranks):
             when = ready_at[rank]
             if when is not None and when <= now:
-                _action, duration, _needs = rows[rank][pointer[rank]]
-                start[offsets[rank] + pointer[rank]] = now
+                index = offsets[rank] + pointer[rank]
+                start[index] = now
                 running[rank] = True
-                remaining[rank] = duration
+                remaining[rank] = durations[index]
                 ready_at[rank] = None
         computing = [rank for rank in range(num_ranks) if running[rank]]
         upcoming = [ready for ready in ready_at if ready is not None]
@@ -137,13 +132,12 @@ def simulate_shared(
         for rank in computing:
             if remaining[rank] <= _EPSILON * max(1.0, abs(now)) or now + remaining[rank] * factor <= now:
                 index = offsets[rank] + pointer[rank]
-                finished = rows[rank][pointer[rank]][0]
                 end[index] = now
-                done[finished] = now
+                done[index] = now
                 free_at[rank] = now
                 running[rank] = False
                 pointer[rank] += 1
-    stuck = [rank for rank in range(num_ranks) if pointer[rank] < len(rows[rank])]
+    stuck = [rank for rank in range(num_ranks) if pointer[rank] < lengths[rank]]
     if stuck:  # validate() rules this out; kept for validate=False callers
         raise DeadlockError(
             "schedule deadlocks: " + "; ".join(

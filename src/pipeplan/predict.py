@@ -27,13 +27,13 @@ import numpy as np
 
 from .calibration import Calibration
 from .contention import simulate_shared
-from .costs import StageCosts
+from .costs import CommModel, StageCosts
 from .errors import InvalidInputError
 from .layers import LayerProfile
 from .schedule import Schedule
 from .timeline import Timeline
 
-__all__ = ["costs_as_run", "fit_kind_factors", "predict", "scale_profile"]
+__all__ = ["costs_as_run", "fit_kind_factors", "predict", "prediction_inputs", "scale_profile"]
 
 
 def costs_as_run(costs: StageCosts, checkpoint: bool) -> StageCosts:
@@ -54,17 +54,25 @@ def costs_as_run(costs: StageCosts, checkpoint: bool) -> StageCosts:
     )
 
 
+def prediction_inputs(profile: LayerProfile, layers_per_stage: Sequence[int], *,
+                      checkpoint: bool = False) -> tuple[StageCosts, CommModel]:
+    """The stage costs (as the runtime runs them) and the calibrated messages :func:`predict` uses.
+
+    Without a calibration in the profile, messages are free.
+    """
+    costs = costs_as_run(profile.stage_costs(layers_per_stage), checkpoint)
+    sizes = profile.boundary_bytes(layers_per_stage)
+    return costs, (profile.calibration or Calibration()).comm_model(sizes if sizes else 0.0)
+
+
 def predict(profile: LayerProfile, schedule: Schedule, layers_per_stage: Sequence[int], *,
             checkpoint: bool = False) -> Timeline:
     """The step the profile predicts for ``schedule`` on this partition (see the module doc).
 
     Without a calibration in the profile, messages are free and cores are not shared.
     """
-    costs = costs_as_run(profile.stage_costs(layers_per_stage), checkpoint)
-    calibration = profile.calibration or Calibration()
-    sizes = profile.boundary_bytes(layers_per_stage)
-    comm = calibration.comm_model(sizes if sizes else 0.0)
-    return simulate_shared(schedule, costs, comm, slowdown=calibration.slowdown)
+    costs, comm = prediction_inputs(profile, layers_per_stage, checkpoint=checkpoint)
+    return simulate_shared(schedule, costs, comm, slowdown=(profile.calibration or Calibration()).slowdown)
 
 
 def fit_kind_factors(predicted: Timeline, measured: Timeline) -> dict[str, float]:

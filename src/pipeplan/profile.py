@@ -90,12 +90,6 @@ class ModuleCost:
         """Full (unsplit) backward time, ms."""
         return self.full_backward
 
-    @property
-    def relative_spread(self) -> float:
-        """The largest interquartile range of the four times over ``forward + backward`` (0 when not measured)."""
-        total = self.forward + self.full_backward
-        return max(self.iqr.values(), default=0.0) / total if total > 0 else 0.0
-
 
 @dataclass(frozen=True)
 class LayerMeasurement(ModuleCost):

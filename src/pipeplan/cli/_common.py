@@ -101,7 +101,7 @@ def refuse_unless(applies: bool, flag: str, reason: str) -> None:
         raise InvalidInputError(f"{flag} does not apply {reason}")
 
 
-def text_width(args: argparse.Namespace, *, default: int = 100) -> int:
+def text_width(args: argparse.Namespace) -> int:
     """Check ``--width`` (refused with ``--json``, which draws no Gantt) and set its default; returns it.
 
     Whether a Gantt that wide fits is :func:`pipeplan.limits.check_gantt_size`'s,
@@ -111,7 +111,7 @@ def text_width(args: argparse.Namespace, *, default: int = 100) -> int:
 
     if getattr(args, "json", False):
         refuse_unless(args.width is None, "--width", "with --json (it sets the text Gantt's width)")
-    args.width = positive_int("--width", default if args.width is None else args.width)
+    args.width = positive_int("--width", 100 if args.width is None else args.width)
     return int(args.width)
 
 

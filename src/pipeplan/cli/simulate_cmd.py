@@ -270,7 +270,7 @@ def refuse_flags_without_effect(args: argparse.Namespace) -> None:
 
 def _run_profile(args: argparse.Namespace) -> int:
     """``--profile``: the step :func:`pipeplan.predict.predict` expects ``pipeplan run`` to measure."""
-    from ..predict import costs_as_run, predict
+    from ..predict import predict, prediction_inputs
 
     for flag, value in (("--backward", args.backward), ("--weight", args.weight),
                         ("--activation-bytes", args.activation_bytes), ("--boundary-bytes", args.boundary_bytes)):
@@ -283,9 +283,7 @@ def _run_profile(args: argparse.Namespace) -> int:
         )
     profile = LayerProfile.from_file(args.profile)
     layers = _profile_partition(args, profile)
-    costs = costs_as_run(profile.stage_costs(layers), False)
-    comm = CommModel() if profile.calibration is None else profile.calibration.comm_model(
-        profile.boundary_bytes(layers) or 0.0)
+    costs, comm = prediction_inputs(profile, layers)
     schedule = schedule_from_args(args, costs, comm)
     timeline = predict(profile, schedule, layers)
     write_outputs(timeline, args)

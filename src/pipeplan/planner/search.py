@@ -991,7 +991,8 @@ def _config_bound(evaluator: _Evaluator, config: Config) -> float:
         ratio = float(forward_share.min()) if split else 1.0
         shared = fill_bound(work, micro, config.pp, ratio)
     elif config.pp > 1:
-        placement = _chunked_placement(config) or evaluator.inflight(config)[1]
+        placement = _chunked_placement(config)
+        assert placement is not None  # every chunked schedule of the space: interleaved, zb-v, adaptive
         shallowest = [placement.index(rank) for rank in range(config.pp)]
         shared = max(shared, times.chunked_fill(micro, shallowest, split=split))
     loads = times.total.copy()

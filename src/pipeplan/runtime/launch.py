@@ -276,7 +276,7 @@ def spawn(
     # Fork first, then start the store's server thread: a fork while that thread
     # holds a lock would leave the child blocked on it forever.
     port = _free_port()
-    threads = max(1, (os.cpu_count() or 1) // world_size)
+    threads = threads_per_process(world_size)
     states = context.Array(RankState, world_size, lock=False)
     results = context.Queue()
     processes = [
@@ -405,6 +405,11 @@ class _Run:
                 seen_dead_at=self.seen_dead.get(rank, math.inf),
             ))
         return out
+
+
+def threads_per_process(nproc: int) -> int:
+    """Intra-op threads each of ``nproc`` local ranks gets from :func:`spawn` (the profile uses the same)."""
+    return max(1, (os.cpu_count() or 1) // nproc)
 
 
 def _free_port() -> int:

@@ -33,6 +33,7 @@ from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..predict import costs_as_run, predict
 from ..timeline import Timeline
+from .launch import threads_per_process
 
 __all__ = [
     "GRADIENT_TOLERANCE",
@@ -49,11 +50,6 @@ __all__ = [
 
 GRADIENT_TOLERANCE = 1e-5
 """Largest allowed |runtime gradient − single-process gradient| (float32)."""
-
-
-def threads_per_process(nproc: int) -> int:
-    """Intra-op threads each of ``nproc`` local ranks gets from :func:`pipeplan.runtime.spawn`."""
-    return max(1, (os.cpu_count() or 1) // nproc)
 
 
 @dataclass(frozen=True)
