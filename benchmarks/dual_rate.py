@@ -7,7 +7,7 @@
 
 Every method trains the built-in conv encoder + MLP head on the temporal task
 (a camera frame every 4 control steps) on two gloo processes, one vision rank
-and one action rank; see :mod:`pipeplan.runtime.dual_rate_study` for the methods,
+and one action rank; see :mod:`pipeplan.dualrate.study` for the methods,
 the idle-core clock and the time-to-target rule. Also written: the closed form
 against the simulator over rate ratios, and a simulated Gantt of both rates on
 the measured costs.
@@ -27,9 +27,9 @@ from _markers import replace_between  # noqa: E402
 
 from pipeplan import StageCosts, build_schedule, simulate  # noqa: E402
 from pipeplan.analytic import dual_rate_period  # noqa: E402
-from pipeplan.dual_rate_metrics import dual_rate_metrics  # noqa: E402
-from pipeplan.runtime.dual_rate import DualRateConfig, DualRateCosts  # noqa: E402
-from pipeplan.runtime.dual_rate_study import METHODS, QUICK_METHODS, Study, run_study  # noqa: E402
+from pipeplan.dualrate.metrics import dual_rate_metrics  # noqa: E402
+from pipeplan.dualrate.runtime import DualRateConfig, DualRateCosts  # noqa: E402
+from pipeplan.dualrate.study import METHODS, QUICK_METHODS, Study, run_study  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "dual_rate.md"

@@ -50,7 +50,7 @@ from typing import Any
 import torch
 
 from pipeplan.calibration import Calibration
-from pipeplan.compare import compare
+from pipeplan.predict.compare import compare
 from pipeplan.layers import LayerProfile
 from pipeplan.predict import fit_kind_factors, predict, scale_profile
 from pipeplan.runtime.loop import RunConfig, model_step, profile_model, run_pipeline, threads_per_process

@@ -49,7 +49,7 @@ import torch.multiprocessing as mp
 import pipeplan
 from pipeplan.models import build_default_model, split_sequential
 from pipeplan.partition import partition_layers
-from pipeplan.profile import measure_layers, measure_stage_costs
+from pipeplan.runtime.measure import measure_layers, measure_stage_costs
 
 WORLD_SIZE = 2
 MARK_BEGIN = "<!-- runtime-vs-torch:begin -->"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipeplan.runtime.seed import run_demo
+from pipeplan.lessons.pipeline import run_demo
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ def test_quick_run_prints_the_table_and_the_findings():
 
 
 def test_closed_form_check_agrees_with_the_simulator():
-    from pipeplan.runtime.dual_rate import DualRateCosts
+    from pipeplan.dualrate.runtime import DualRateCosts
 
     costs = DualRateCosts(vision=(2.0, 4.0, 0.5), vision_recompute_backward=6.0, vision_frozen_forward=1.8,
                           action=(0.25, 0.35, 0.3))

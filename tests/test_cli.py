@@ -202,7 +202,7 @@ def test_sizes_past_memory_are_refused_up_front(capsys, monkeypatch):
 
 
 def test_partition_of_one_layer_per_stage_builds_its_schedule_once(capsys, monkeypatch):
-    import pipeplan.schedules as schedules
+    import pipeplan.schedules.inflight as schedules  # where build_with_costs looks it up
 
     calls = []
     real = schedules.build_schedule

@@ -1,4 +1,4 @@
-"""pipeplan.compare on synthetic timelines (numpy only, no torch)."""
+"""pipeplan.predict.compare on synthetic timelines (numpy only, no torch)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pipeplan
-from pipeplan.contention import simulate_shared
+from pipeplan.predict.contention import simulate_shared
 from pipeplan.costs import CommModel, StageCosts
 from pipeplan.errors import InvalidInputError
 

@@ -11,7 +11,7 @@ import pytest
 
 import pipeplan
 from pipeplan import InvalidInputError, build_schedule
-from pipeplan.export import (
+from pipeplan.planner.export import (
     deepspeed_config,
     deepspeed_parts,
     export_notes,
@@ -27,7 +27,7 @@ from pipeplan.export import (
     torch_split_spec,
 )
 from pipeplan.layers import LayerProfile
-from pipeplan.placement import place_chunks
+from pipeplan.partition.placement import place_chunks
 from pipeplan.planner import Plan
 
 # Flags that set batch sizes and recompute, not the split (checked on their own below).

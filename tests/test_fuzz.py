@@ -103,7 +103,7 @@ def _stop_at_processes(monkeypatch):
         import pipeplan.runtime as runtime
         import pipeplan.runtime.launch as launch
         import pipeplan.runtime.loop as loop
-        import pipeplan.runtime.seed as seed
+        import pipeplan.lessons.pipeline as seed
     except ImportError:  # no torch: run and seed003 say so in one line before this point
         return
     for module in (runtime, launch):

@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 
 import pipeplan
 from pipeplan import AsymmetricPipelineScheduler, InfeasiblePlanError, InvalidInputError, simulate
-from pipeplan import partition as partition_module
-from pipeplan import partition_ties
+from pipeplan.partition import memory as memory_module
+from pipeplan.partition import problem as problem_module
+from pipeplan.partition import solver as partition_module
+from pipeplan.partition import ties as partition_ties
 from pipeplan.layers import LayerProfile
-from pipeplan.partition import _inflight_from_orders, even_split, inflight_per_stage, partition_layers
+from pipeplan.partition import even_split, inflight_per_stage, partition_layers
+from pipeplan.schedules.inflight import _inflight_from_orders
 from pipeplan.schedules import build_schedule
 
 
@@ -137,7 +140,7 @@ def adversarial_instances(draw):
 def windowed(level_budget: int = partition_ties.LEVEL_PAIR_BUDGET):
     """Force the windowed tie-breaks; a level budget of 0 peels every level, a huge one none."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(partition_module, "_PAIR_BUDGET", -1)
+        patch.setattr(partition_ties, "_PAIR_BUDGET", -1)
         patch.setattr(partition_ties, "LEVEL_PAIR_BUDGET", level_budget)
         yield
 
@@ -195,12 +198,12 @@ def test_windowed_and_pair_walk_agree_on_a_medium_dominant_instance(monkeypatch)
     costs = [1.0 + (i % 7) * 0.25 for i in range(400)]
     costs[0] = 80.0
     costs[200] = 60.0
-    monkeypatch.setattr(partition_module, "_PAIR_BUDGET", 10**12)
+    monkeypatch.setattr(partition_ties, "_PAIR_BUDGET", 10**12)
     walked = {how: partition_layers(costs, 16, tie_break=how) for how in ("lexicographic", "variance")}
-    monkeypatch.setattr(partition_module, "_PAIR_BUDGET", -1)
+    monkeypatch.setattr(partition_ties, "_PAIR_BUDGET", -1)
     # the windowed path must finish on its own, not fall back to the pair walk
     monkeypatch.setattr(partition_ties, "LISTING_LIMIT", 30_000)  # of ~69,000 tied pairs
-    monkeypatch.setattr(partition_module._Problem, "_lexicographic", lambda *_: pytest.fail("fell back"))
+    monkeypatch.setattr(partition_ties, "_exact_lexicographic", lambda *_: pytest.fail("fell back"))
     for level_budget in (0, 1000, 10**9):
         monkeypatch.setattr(partition_ties, "LEVEL_PAIR_BUDGET", level_budget)
         lex = partition_layers(costs, 16)
@@ -342,7 +345,7 @@ def test_capacity_is_per_rank_when_stages_share_a_rank(instance, exhaustive):
     options = dict(memory_capacity=capacity, bytes_per_param=2, schedule=schedule, num_microbatches=micro)
     with pytest.MonkeyPatch.context() as patch:
         if not exhaustive:  # the search over capacity splits, for problems too big to list
-            patch.setattr(partition_module, "_EXHAUSTIVE_LIMIT", -1)
+            patch.setattr(memory_module, "EXHAUSTIVE_LIMIT", -1)
         try:
             result = partition_layers(profile, num_stages, **options)
         except InfeasiblePlanError as caught:
@@ -484,7 +487,7 @@ def test_ten_thousand_layers_into_128_stages_is_fast():
     assert elapsed < 2.0
     assert sum(result.layers_per_stage) == 10_000 and min(result.layers_per_stage) >= 1
     # optimality certificate: nothing below the bottleneck is feasible
-    problem = partition_module._Problem([np.concatenate([[0.0], np.cumsum(costs)])] * 128, np.zeros(128))
+    problem = problem_module.MinMaxProblem([np.concatenate([[0.0], np.cumsum(costs)])] * 128, np.zeros(128))
     assert problem.check(result.bottleneck)[0]
     assert not problem.check(np.nextafter(result.bottleneck, 0))[0]
 

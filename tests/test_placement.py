@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 import pipeplan
 from pipeplan import InvalidInputError, build_schedule, simulate
 from pipeplan.layers import LayerProfile
-import pipeplan.placement as placement_module
-from pipeplan.placement import fixed_pattern, place_chunks
+import pipeplan.partition.placement as placement_module
+from pipeplan.partition.placement import fixed_pattern, place_chunks
 
 
 def assignments(num_chunks: int, num_ranks: int, per_rank: int):

@@ -7,7 +7,7 @@ import pytest
 
 import pipeplan
 from pipeplan.calibration import Calibration
-from pipeplan.contention import simulate_shared
+from pipeplan.predict.contention import simulate_shared
 from pipeplan.layers import LayerProfile
 from pipeplan.predict import costs_as_run, fit_kind_factors, predict, scale_profile
 from pipeplan.timeline import Timeline

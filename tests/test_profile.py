@@ -12,7 +12,7 @@ import pipeplan
 from pipeplan.errors import InvalidInputError
 from pipeplan.layers import LayerProfile
 from pipeplan.partition import partition_layers
-from pipeplan.profile import (
+from pipeplan.runtime.measure import (
     LayerMeasurement,
     measure_layer_details,
     measure_layers,
@@ -183,7 +183,7 @@ def test_a_clock_that_does_not_advance_is_timer_trouble():
 
 
 def test_a_spread_too_large_is_refused():
-    from pipeplan.profile import check_spread
+    from pipeplan.runtime.measure import check_spread
 
     steady = LayerProfile([1.0, 2.0], [2.0, 4.0], spread={"forward": [0.1, 0.2], "backward": [0.2, 0.1]})
     check_spread(steady, 0.5)

@@ -23,8 +23,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pipeplan import InvalidInputError  # noqa: E402
-from pipeplan.models.dual_rate_policy import build_dual_rate_policy  # noqa: E402
-from pipeplan.runtime.dual_rate import DualRateConfig, replay_dual_rate, run_dual_rate_configs  # noqa: E402
+from pipeplan.dualrate.policy import build_dual_rate_policy  # noqa: E402
+from pipeplan.dualrate.runtime import DualRateConfig, replay_dual_rate, run_dual_rate_configs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import pipeplan.profile  # noqa: E402
+import pipeplan.runtime.measure  # noqa: E402
 from pipeplan.errors import InvalidInputError  # noqa: E402
 from pipeplan.layers import LayerProfile  # noqa: E402
 from pipeplan.partition import partition_layers  # noqa: E402
@@ -29,7 +29,7 @@ def test_a_run_with_a_profile_measures_nothing_and_predicts_from_it(profile: Lay
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the run measured the layers although it was given a profile")
 
-    monkeypatch.setattr(pipeplan.profile, "measure_layers", refuse)  # forked ranks inherit it
+    monkeypatch.setattr(pipeplan.runtime.measure, "measure_layers", refuse)  # forked ranks inherit it
     report = run_pipeline(RunConfig(schedule="zb-h1", pp=2, steps=3, warmup=1, profile=profile, **SMALL))
     assert report["gradient_check"]["ok"], report["gradient_check"]
     assert report["config"]["layers_per_stage"] == list(partition_layers(profile, 2).layers_per_stage)

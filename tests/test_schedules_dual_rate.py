@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pipeplan import CommModel, IdleCause, InvalidInputError, StageCosts, build_schedule, simulate
 from pipeplan.analytic import dual_rate_period
-from pipeplan.dual_rate_metrics import dual_rate_metrics
+from pipeplan.dualrate.metrics import dual_rate_metrics
 from pipeplan.schedule import Action, Kind, Payload
 from pipeplan.schedules.dual_rate import DualRateSchedule, DualRateShape
 

@@ -12,7 +12,7 @@ from torch import nn
 import pipeplan
 from pipeplan.errors import InvalidInputError
 from pipeplan.models import build_default_model, split_sequential
-from pipeplan.runtime.seed import Pipeline, PipelineStage, bubble_fraction, run_demo
+from pipeplan.lessons.pipeline import Pipeline, PipelineStage, bubble_fraction, run_demo
 
 
 def test_bubble_fraction_worked_examples_from_the_seed():

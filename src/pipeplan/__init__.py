@@ -11,8 +11,8 @@ Planning and simulation need numpy only; ``pipeplan.runtime`` needs torch.
 from __future__ import annotations
 
 from . import analytic
-from .compat import AsymmetricPipelineScheduler
-from .compare import Comparison, compare
+from .lessons.scheduler import AsymmetricPipelineScheduler
+from .predict.compare import Comparison, compare
 from .costs import CommModel, StageCosts
 from .errors import (
     DeadlockError,

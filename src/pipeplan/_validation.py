@@ -21,8 +21,6 @@ __all__ = [
     "non_negative_float",
     "positive_float",
     "expect_instance",
-    "expect_timeline",
-    "check_simulate_arguments",
 ]
 
 
@@ -44,28 +42,6 @@ def expect_instance(field: str, value: object, expected: type, example: str) -> 
             f"{field} must be a {expected.__name__} (e.g. {example}), got {type(value).__name__} {value!r:.60}"
         )
     return value
-
-
-def expect_timeline(field: str, value: object) -> Any:
-    """Return ``value`` if it is a :class:`~pipeplan.timeline.Timeline`, else raise naming ``field``."""
-    from .timeline import Timeline
-
-    return expect_instance(field, value, Timeline, "pipeplan.simulate(schedule, costs)")
-
-
-def check_simulate_arguments(schedule: object, costs: object, comm: object, validate: object) -> None:
-    """The argument check of :func:`pipeplan.simulate`: types, and a size that fits in memory."""
-    from .costs import CommModel, StageCosts
-    from .limits import check_simulation_size
-    from .schedule import Schedule
-
-    expect_instance("schedule", schedule, Schedule, "pipeplan.build_schedule('1f1b', num_stages=4, num_microbatches=8)")
-    expect_instance("costs", costs, StageCosts, "StageCosts(forward=[30, 10, 10, 20])")
-    if comm is not None:
-        expect_instance("comm", comm, CommModel, "CommModel(latency=0.5, send_mode='rendezvous'), or None")
-    if not isinstance(validate, bool):
-        raise InvalidInputError(f"validate must be True or False, got {validate!r}")
-    check_simulation_size(schedule.num_actions)  # type: ignore[attr-defined]
 
 
 def positive_int(field: str, value: object, *, minimum: int = 1, maximum: int | None = None,

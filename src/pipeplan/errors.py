@@ -36,7 +36,31 @@ class DeadlockError(InvalidScheduleError):
 
 
 class InfeasiblePlanError(PipeplanError):
-    """No plan satisfies the constraints (for example, nothing fits the memory limit)."""
+    """No plan satisfies the constraints (for example, nothing fits the memory limit).
+
+    Besides its one-line message it carries what a caller needs to act on it, so
+    no caller parses the text (each field ``None`` where the error does not say):
+
+    Attributes:
+        needed_bytes: the smallest memory capacity (bytes, per stage or per rank)
+            known to fit.
+        proven: ``True`` when ``needed_bytes`` is the exact smallest, ``False``
+            when a search found it (a capacity that fits, perhaps not the least).
+        rank: the rank that needs ``needed_bytes``, where ranks hold several stages.
+        stage: the stage that needs it, where each rank holds one stage.
+        layers: per stage of ``rank`` (or the one ``stage``), its first and last
+            layer, both inclusive.
+    """
+
+    def __init__(self, message: str, *, needed_bytes: float | None = None, proven: bool = True,
+                 rank: int | None = None, stage: int | None = None,
+                 layers: tuple[tuple[int, int], ...] = ()) -> None:
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
+        self.proven = proven
+        self.rank = rank
+        self.stage = stage
+        self.layers = layers
 
 
 class RuntimeFailure(PipeplanError, RuntimeError):

@@ -34,7 +34,7 @@ Units and conventions, shared with :class:`~pipeplan.costs.StageCosts`:
   When a profile is turned into :class:`StageCosts`, an extra time is split
   one third forward, two thirds backward, half of which is weight gradient.
 
-A *measured* profile (``pipeplan profile``, :func:`pipeplan.profile.measure_layers`)
+A *measured* profile (``pipeplan profile``, :func:`pipeplan.runtime.measure.measure_layers`)
 also carries, per layer, ``backward_input`` (the input-gradient half of a split
 backward as the runtime runs it; with it ``weight`` is the weight half as run, and
 the two add up to more than ``backward``), ``send_bytes`` measured as the

@@ -31,10 +31,10 @@ from typing import Literal
 
 import numpy as np
 
-from ._validation import check_simulate_arguments, positive_int
+from ._validation import expect_instance, positive_int
 from .costs import CommModel, StageCosts
 from .errors import DeadlockError, InvalidInputError
-from .limits import check_iterations_size
+from .limits import check_iterations_size, check_simulation_size
 from .schedule import Message, Schedule, runs_to_order
 from .timeline import Timeline
 
@@ -183,7 +183,7 @@ def simulate(
         DeadlockError: rendezvous sends that wait on each other in a cycle; names the
             ranks, the messages and what each receiver does before posting.
     """
-    check_simulate_arguments(schedule, costs, comm, validate)
+    _check_arguments(schedule, costs, comm, validate)
     comm = comm or CommModel()
     iterations = positive_int("iterations", iterations)
     if optimizer not in OPTIMIZER_MODES:
@@ -497,3 +497,14 @@ def _describe_stuck(
     between = ", ".join(f"{a} and {b}" for a, b in sorted(pairs))
     lead = "rendezvous sends deadlock" + (f" between ranks {between}" if between else "")
     return f"{lead} (each waits for a receiver that is itself blocked): " + "; ".join(parts)
+
+
+def _check_arguments(schedule: object, costs: object, comm: object, validate: object) -> None:
+    """The argument check of :func:`simulate`: types, and a size that fits in memory."""
+    expect_instance("schedule", schedule, Schedule, "pipeplan.build_schedule('1f1b', num_stages=4, num_microbatches=8)")
+    expect_instance("costs", costs, StageCosts, "StageCosts(forward=[30, 10, 10, 20])")
+    if comm is not None:
+        expect_instance("comm", comm, CommModel, "CommModel(latency=0.5, send_mode='rendezvous'), or None")
+    if not isinstance(validate, bool):
+        raise InvalidInputError(f"validate must be True or False, got {validate!r}")
+    check_simulation_size(schedule.num_actions)  # type: ignore[attr-defined]

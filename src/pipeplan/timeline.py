@@ -33,10 +33,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._validation import expect_instance
 from .errors import InvalidInputError
 from .schedule import Action, Payload, Schedule
 
-__all__ = ["Timeline", "IdleCause", "ActionRecord", "IdleInterval", "MemoryTrace"]
+__all__ = ["Timeline", "IdleCause", "ActionRecord", "IdleInterval", "MemoryTrace", "expect_timeline"]
 
 
 class IdleCause(str, Enum):
@@ -383,3 +384,8 @@ class Timeline:
             for iv in self.idle_intervals()
         ]
         return out
+
+
+def expect_timeline(field: str, value: object) -> Timeline:
+    """Return ``value`` if it is a :class:`Timeline`, else raise naming ``field``."""
+    return expect_instance(field, value, Timeline, "pipeplan.simulate(schedule, costs)")

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.story == "seed003":
         require_torch("pipeplan demo --story seed003")
-        from ..runtime.seed import run_demo
+        from ..lessons.pipeline import run_demo
 
         console.print(run_demo(num_stages=4, num_microbatches=micro, chart_width=width),
                       markup=False, highlight=False, soft_wrap=True)
@@ -103,7 +103,7 @@ def _story_microbatches(num_microbatches: int) -> int:
 def pi0_story(console: Console, *, width: int = 100, gpus: int = 8, global_batch: int = 256, pp: int = 4) -> None:
     """Plan π0 on ``gpus`` H100s with ``pp`` pipeline stages: the ranked table, the Gantt, the Megatron-LM flags."""
     from .. import presets
-    from ..export import export_notes, export_refusal, megatron_args
+    from ..planner.export import export_notes, export_refusal, megatron_args
     from ..planner import Cluster, Workload, search
     from ..viz import plan_table, text_gantt
 

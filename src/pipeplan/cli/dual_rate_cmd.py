@@ -7,9 +7,9 @@
 
 This module holds the ``dual-rate`` verb, the options the ``simulate`` and ``run``
 verbs add for the dual-rate schedule, the ``run`` report and the demo's story;
-the work itself is :mod:`pipeplan.runtime.dual_rate`,
-:mod:`pipeplan.runtime.dual_rate_study`, :mod:`pipeplan.schedules.dual_rate` and
-:mod:`pipeplan.dual_rate_metrics`.
+the work itself is :mod:`pipeplan.dualrate.runtime`,
+:mod:`pipeplan.dualrate.study`, :mod:`pipeplan.schedules.dual_rate` and
+:mod:`pipeplan.dualrate.metrics`.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def rate_options(args: argparse.Namespace) -> dict[str, int]:
 def simulate_lines(timeline: Any, costs: Any, comm: Any) -> list[str]:
     """What ``pipeplan simulate`` adds for a dual-rate schedule: both rates, closed form, staleness, memory."""
     from ..analytic import dual_rate_period
-    from ..dual_rate_metrics import dual_rate_metrics
+    from ..dualrate.metrics import dual_rate_metrics
 
     schedule = timeline.schedule
     shape = schedule.shape
@@ -159,8 +159,8 @@ def _runs(values: tuple[int, ...]) -> str:
 def run_verb(args: argparse.Namespace) -> int:
     """``pipeplan run --schedule dual-rate``: one real dual-rate run, its Gantt, metrics and the replay check."""
     require_torch("pipeplan run --schedule dual-rate")
-    from ..dual_rate_metrics import dual_rate_metrics
-    from ..runtime.dual_rate import DualRateConfig, replay_dual_rate, run_dual_rate
+    from ..dualrate.metrics import dual_rate_metrics
+    from ..dualrate.runtime import DualRateConfig, replay_dual_rate, run_dual_rate
 
     options = rate_options(args)
     processes = positive_int("--nproc", args.nproc, minimum=2)
@@ -225,8 +225,8 @@ def run_verb(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- study
 def _study_verb(args: argparse.Namespace) -> int:
     require_torch("pipeplan dual-rate")
-    from ..runtime.dual_rate import DualRateConfig
-    from ..runtime.dual_rate_study import METHODS, QUICK_METHODS, run_study
+    from ..dualrate.runtime import DualRateConfig
+    from ..dualrate.study import METHODS, QUICK_METHODS, run_study
 
     budget = positive_float("--budget", _number("--budget", args.budget), unit="seconds") if args.budget else (
         0.5 if args.quick else 1.0)
@@ -262,8 +262,8 @@ def dual_rate_story(console: Console) -> None:
     require_torch("pipeplan demo --story dual-rate")
     from ..analytic import dual_rate_period
     from ..costs import StageCosts
-    from ..runtime.dual_rate import DualRateConfig, measure_dual_rate_costs
-    from ..runtime.dual_rate_study import run_study
+    from ..dualrate.runtime import DualRateConfig, measure_dual_rate_costs
+    from ..dualrate.study import run_study
     from ..schedules import build_schedule
     from ..schedules.dual_rate import dual_rate
     from ..simulate import simulate

@@ -199,11 +199,11 @@ def _simulated(profile: LayerProfile, result: PartitionResult, micro: int) -> di
 
 def _evaluate(profile: LayerProfile, sizes: Any, schedule: str, micro: int) -> dict[str, float]:
     """Slowest stage, simulated step time and bubble ratio of ``sizes``."""
-    from ..partition import _build
+    from ..schedules.inflight import build_with_costs
     from ..simulate import simulate
 
     costs = profile.stage_costs(sizes)
-    built = _build(schedule, len(sizes), micro, {}, costs)
+    built = build_with_costs(schedule, len(sizes), micro, {}, costs)
     timeline = simulate(built, costs, validate=False)
     totals = [f + b for f, b in zip(costs.forward, costs.backward)]
     return {"bottleneck": max(totals), "step_time": timeline.makespan, "bubble_ratio": timeline.bubble_ratio}
@@ -253,20 +253,20 @@ def _human_bytes(value: float) -> str:
 
 
 def _export(engine: str, result: Any, schedule: str, micro: int) -> str:
-    from .. import export
+    from ..planner import export
 
     if engine == "megatron":
         return " ".join(export.megatron_args(result))
     if engine == "deepspeed":
         return export.deepspeed_snippet(result)
-    from ..partition import _build
+    from ..schedules.inflight import build_with_costs
 
     costs = result.profile.stage_costs(result.layers_per_stage) if result.profile is not None else None
     options: dict[str, Any] = {}
     if len(set(result.placement)) != len(result.placement):
         options["placement"] = list(result.placement)
         schedule = "adaptive"
-    built = _build(schedule, len(result.layers_per_stage), micro, options, costs)
+    built = build_with_costs(schedule, len(result.layers_per_stage), micro, options, costs)
     return (
         export.torch_split_snippet(result)
         + "\n# schedule CSV for _PipelineScheduleRuntime._load_csv (one row per rank):\n"
@@ -276,7 +276,7 @@ def _export(engine: str, result: Any, schedule: str, micro: int) -> str:
 
 def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
     """``--chunks-per-rank v``: chunk boundaries and a chunk → rank map, simulated adaptively."""
-    from ..placement import place_chunks
+    from ..partition.placement import place_chunks
     from ..simulate import simulate
 
     if args.memory is not None:
@@ -284,17 +284,17 @@ def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
     plan = place_chunks(profile, args.stages, args.chunks_per_rank)
     micro = args.microbatches if args.microbatches is not None else 2 * args.stages
     costs = profile.stage_costs(plan.layers_per_stage)
-    from ..partition import _build
+    from ..schedules.inflight import build_with_costs
 
-    built = _build("adaptive", len(plan.layers_per_stage), micro, {"placement": list(plan.placement)}, costs)
+    built = build_with_costs("adaptive", len(plan.layers_per_stage), micro, {"placement": list(plan.placement)}, costs)
     timeline = simulate(built, costs, validate=False)
     exported = None
     if args.export == "torch":
-        from .. import export
+        from ..planner import export
 
         exported = export.torch_split_snippet(plan, profile.names) + "\n" + export.torch_schedule_csv(built)
     elif args.export == "megatron":
-        from .. import export
+        from ..planner import export
 
         exported = " ".join(export.megatron_args(plan))
     elif args.export == "deepspeed":

@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _payload(result: SearchResult) -> dict[str, Any]:
-    from ..export import plan_exports
+    from ..planner.export import plan_exports
 
     payload = result.to_dict()
     for entry, plan in zip(payload["plans"], result.plans):
@@ -170,7 +170,7 @@ def _payload(result: SearchResult) -> dict[str, Any]:
 
 
 def _print(args: argparse.Namespace, result: SearchResult) -> None:
-    from ..export import export_notes, export_plan, export_refusal
+    from ..planner.export import export_notes, export_plan, export_refusal
     from ..viz import plan_table, text_gantt
 
     console = make_console()

@@ -31,7 +31,7 @@ from ..layers import LayerProfile
 from ..limits import check_gantt_size, check_schedule_size
 from ..schedule import Schedule
 from ..schedules import SCHEDULES, backward_mode, build_schedule, schedule_options
-from ..dual_rate_metrics import dual_rate_metrics
+from ..dualrate.metrics import dual_rate_metrics
 from ..schedules.dual_rate import DualRateSchedule
 from ..simulate import OPTIMIZER_MODES, simulate
 from ..timeline import Timeline

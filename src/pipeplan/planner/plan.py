@@ -13,8 +13,8 @@ stage, the predicted Timeline, step time and memory per rank::
 Units: times in the profile's unit (:attr:`Plan.time_unit` seconds each; the CLI
 and presets use milliseconds, ``1e-3``), bytes in bytes, throughput per second.
 :func:`as_plan` turns a :class:`~pipeplan.partition.PartitionResult`, a
-:class:`~pipeplan.placement.ChunkPlacement` or a list of layers per stage into a
-Plan, so :mod:`pipeplan.export` reads one type.
+:class:`~pipeplan.partition.placement.ChunkPlacement` or a list of layers per stage into a
+Plan, so :mod:`pipeplan.planner.export` reads one type.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..partition import PartitionResult
-from ..placement import ChunkPlacement
+from ..partition.placement import ChunkPlacement
 from ..timeline import Timeline
 
 __all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "as_plan"]

@@ -11,7 +11,7 @@ schedule, v, recompute mode) the search:
    (:func:`pipeplan.partition_layers`) under the memory the schedule's in-flight
    counts imply, per rank where a rank holds several stages; for ``adaptive``
    over chunks it instead cuts chunks in a loop whose *rank* loads are even
-   (:func:`pipeplan.placement.place_chunks`), which the cost-aware order needs;
+   (:func:`pipeplan.partition.placement.place_chunks`), which the cost-aware order needs;
 2. **relaxes recompute** stage by stage: a stage solved under ``"full"`` or
    ``"selective"`` goes back to the cheapest mode whose rank still fits;
 3. computes a **lower bound** on the step time (:func:`step_time_lower_bound`)
@@ -46,7 +46,7 @@ from ..costs import CommModel, StageCosts
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..layers import LayerProfile
 from ..partition import even_split, inflight_per_stage, partition_layers
-from ..placement import fixed_pattern, place_chunks
+from ..partition.placement import fixed_pattern, place_chunks
 from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_options
 from ..schedules.zb_v import zb_v_placement
@@ -153,14 +153,14 @@ class SearchResult:
 
         The first of :attr:`plans` the engine's export accepts; when none is, the
         best plan of the same search over only the schedules the engine runs
-        (:data:`pipeplan.export.ENGINE_SCHEDULES`), with index ``None``.
+        (:data:`pipeplan.planner.export.ENGINE_SCHEDULES`), with index ``None``.
 
         Raises:
             InvalidInputError: an unknown engine, or the search's own schedules
                 leave none the engine runs.
             InfeasiblePlanError: no plan the engine runs fits.
         """
-        from ..export import ENGINE_SCHEDULES, export_refusal
+        from .export import ENGINE_SCHEDULES, export_refusal
 
         if engine not in ENGINE_SCHEDULES:
             raise InvalidInputError(f"engine must be one of {', '.join(ENGINE_SCHEDULES)}, got {engine!r}")
@@ -441,7 +441,7 @@ class _Evaluator:
         return result
 
     def _balanced_chunks(self, config: Config, placement: tuple[int, ...]) -> _Layout | Rejection | None:
-        """Chunks in a loop with even rank loads (:func:`~pipeplan.placement.place_chunks`), for adaptive.
+        """Chunks in a loop with even rank loads (:func:`~pipeplan.partition.placement.place_chunks`), for adaptive.
 
         A fixed template wants equal stages, so its partition is the min-max one;
         the cost-aware order only needs every rank's sum of chunks to be even,

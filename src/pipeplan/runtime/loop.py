@@ -157,7 +157,7 @@ def profile_model(
     """
     import torch
 
-    from ..profile import check_spread, measure_layers
+    from .measure import check_spread, measure_layers
     from .launch import spawn
 
     nproc = positive_int("nproc", nproc)
@@ -331,9 +331,9 @@ def execute_rank(rank: int, world_size: int, config: RunConfig) -> dict[str, Any
     import torch
     import torch.distributed as dist
 
-    from ..compare import compare
+    from ..predict.compare import compare
     from ..models import split_sequential
-    from ..profile import measure_layers
+    from .measure import measure_layers
     from ..schedules import build_schedule
     from . import FaultMonitor, PipelineRuntime, ProcessGrid
 
@@ -431,7 +431,7 @@ def run_pipeline(config: RunConfig, *, backend: str = "gloo") -> dict[str, Any]:
     The report holds the configuration, the median measured step's timeline
     (``"timeline"``) and the predicted one (``"predicted_timeline"``), step and
     makespan statistics (``"makespan_ms"`` with the first, unmeasured step), the
-    gradient check and the comparison (:func:`pipeplan.compare`).
+    gradient check and the comparison (:func:`pipeplan.predict.compare`).
 
     Raises:
         InvalidInputError: a profile whose layer count is not the model's (before any rank starts).

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .._validation import expect_timeline
+from ..timeline import expect_timeline
 from ..errors import InvalidInputError, PipeplanError
 from ..timeline import Timeline
 from .plot import _FIGURE_WIDTH_IN, _checked_target, _draw_gantt, _draw_memory, _save

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import math
 
-from .._validation import expect_timeline, positive_int
+from .._validation import positive_int
+from ..timeline import expect_timeline
 from ..limits import check_gantt_size
 from ..timeline import IdleCause, Timeline
 from .tables import format_time

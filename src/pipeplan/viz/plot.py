@@ -27,7 +27,7 @@ import os
 from typing import Any
 
 from ..errors import InvalidInputError, PipeplanError
-from .._validation import expect_timeline
+from ..timeline import expect_timeline
 from ..schedule import Kind
 from ..timeline import IdleCause, Timeline
 from .tables import format_time

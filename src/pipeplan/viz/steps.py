@@ -22,7 +22,7 @@ import math
 from fractions import Fraction
 
 from ..errors import InvalidInputError
-from .._validation import expect_timeline
+from ..timeline import expect_timeline
 from ..timeline import Timeline
 
 __all__ = ["step_table"]

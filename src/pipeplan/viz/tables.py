@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from .._validation import expect_timeline
+from ..timeline import expect_timeline
 from ..timeline import IdleCause, Timeline
 
 __all__ = ["rank_table", "format_bytes", "format_time"]

@@ -32,7 +32,7 @@ import os
 from typing import Any
 
 from ..errors import InvalidInputError
-from .._validation import expect_timeline
+from ..timeline import expect_timeline
 from ..timeline import Timeline
 
 __all__ = ["chrome_trace", "comparison_trace", "write_trace"]

@@ -1,6 +1,6 @@
 """Measure a torch model: per-layer and per-stage forward, backward and memory.
 
-    from pipeplan.profile import measure_layers, measure_stage_costs
+    from pipeplan.runtime.measure import measure_layers, measure_stage_costs
     profile = measure_layers(model, sample_inputs, repeats=5)         # a pipeplan LayerProfile, ms
     partition_layers(profile, 4).layers_per_stage                     # from pipeplan.partition
     costs = measure_stage_costs(stages, sample_inputs)                # pipeplan.StageCosts, ms
@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ._validation import positive_int
-from .costs import StageCosts
-from .errors import InvalidInputError
-from .layers import LayerProfile
-from .runtime.split import SplitBackward
+from .._validation import positive_int
+from ..costs import StageCosts
+from ..errors import InvalidInputError
+from ..layers import LayerProfile
+from .split import SplitBackward
 
 __all__ = [
     "LayerMeasurement",

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidInputError
-from .schedule import Action
-from .timeline import Timeline
+from ..errors import InvalidInputError
+from ..schedule import Action
+from ..timeline import Timeline
 
 __all__ = ["Comparison", "compare"]
 

@@ -9,7 +9,7 @@ What it charges: the profile's per-layer costs summed per stage
 runtime runs them), messages at the calibrated latency and bandwidth for the
 boundary sizes the profile measured, and core sharing: while ``k`` ranks
 compute at once each is ``slowdown[k - 1]`` times slower
-(:func:`pipeplan.contention.simulate_shared`). A profile without a calibration
+(:func:`pipeplan.predict.contention.simulate_shared`). A profile without a calibration
 predicts free messages and a core per rank. Torch-free.
 
 Calibration mode (reported apart from the profile-only prediction):
@@ -25,13 +25,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .calibration import Calibration
+from ..calibration import Calibration
 from .contention import simulate_shared
-from .costs import CommModel, StageCosts
-from .errors import InvalidInputError
-from .layers import LayerProfile
-from .schedule import Schedule
-from .timeline import Timeline
+from ..costs import CommModel, StageCosts
+from ..errors import InvalidInputError
+from ..layers import LayerProfile
+from ..schedule import Schedule
+from ..timeline import Timeline
 
 __all__ = ["costs_as_run", "fit_kind_factors", "predict", "prediction_inputs", "scale_profile"]
 

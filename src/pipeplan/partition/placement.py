@@ -6,7 +6,7 @@ split (a vision encoder counted as one layer) should share its rank with light
 chunks. :func:`place_chunks` cuts the layers into ``R·v`` contiguous chunks and
 assigns ``v`` of them to each of ``R`` ranks so that the slowest rank is fast::
 
-    from pipeplan.placement import place_chunks
+    from pipeplan.partition.placement import place_chunks
     plan = place_chunks([40.0] + [2.0] * 30, num_ranks=4, chunks_per_rank=2)
     plan.placement, plan.rank_loads      # a Schedule-compatible stage -> rank map
 
@@ -48,9 +48,9 @@ from typing import Literal
 
 import numpy as np
 
-from ._validation import finite_floats, non_negative_float, positive_int
-from .errors import InvalidInputError
-from .layers import LayerProfile
+from .._validation import finite_floats, non_negative_float, positive_int
+from ..errors import InvalidInputError
+from ..layers import LayerProfile
 
 __all__ = ["ChunkPlacement", "place_chunks", "Pattern"]
 
@@ -272,7 +272,7 @@ def place_chunks(
 
 
 def _minmax_bounds(times: np.ndarray, num_chunks: int, head: float, tail: float) -> list[int]:
-    from .partition import partition_layers
+    from .solver import partition_layers
 
     result = partition_layers(times.tolist(), num_chunks, first_extra=head, last_extra=tail, tie_break="none")
     return list(result.boundaries)

@@ -1,7 +1,7 @@
 """The seed lessons' exercise APIs, kept with their original meaning.
 
 Lesson 16 (``AsymmetricPipelineScheduler``) lives here; seed 003's ``Pipeline``,
-``PipelineStage`` and ``bubble_fraction`` live in :mod:`pipeplan.runtime.seed`
+``PipelineStage`` and ``bubble_fraction`` live in :mod:`pipeplan.lessons.pipeline`
 because they need torch::
 
     from pipeplan import AsymmetricPipelineScheduler
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._validation import finite_floats, non_negative_float, positive_int
-from .costs import StageCosts
-from .errors import InvalidInputError
-from .schedules import build_schedule
-from .simulate import simulate
+from .._validation import finite_floats, non_negative_float, positive_int
+from ..costs import StageCosts
+from ..errors import InvalidInputError
+from ..schedules import build_schedule
+from ..simulate import simulate
 
 __all__ = ["AsymmetricPipelineScheduler"]
 
@@ -67,7 +67,7 @@ class AsymmetricPipelineScheduler:
         the answers with the smallest slowest stage, the one whose stage times have the
         smallest variance, as the lesson asks. Lesson 16's case gives [3, 11, 11, 7].
         """
-        from .partition import partition_layers
+        from ..partition import partition_layers
 
         layers = positive_int("total_layers", total_layers)
         stages = positive_int("num_stages", num_stages)

@@ -5,7 +5,7 @@ the action rank ``V`` runs the action head once per control step, ``k`` steps
 per frame. Each rank walks its order of :class:`~pipeplan.schedules.dual_rate.DualRateShape`
 (the same orders the simulator runs)::
 
-    from pipeplan.runtime.dual_rate import DualRateConfig, run_dual_rate
+    from pipeplan.dualrate.runtime import DualRateConfig, run_dual_rate
     run = run_dual_rate(DualRateConfig(rate_ratio=4, damping=0.95, time_budget=5.0))
     run.samples_per_s, run.final_loss, run.staleness[0]
 
@@ -281,7 +281,7 @@ def run_dual_rate_configs(configs: list[DualRateConfig], *, timeout: float = 120
     Raises:
         InvalidInputError: configurations with different numbers of vision stages.
     """
-    from .launch import spawn
+    from ..runtime.launch import spawn
 
     if not configs:
         return []
@@ -298,7 +298,7 @@ def execute_dual_rate(rank: int, world_size: int, configs: list[DualRateConfig])
     """One rank's work for every configuration (collective over the world); the action rank returns the runs."""
     import torch.distributed as dist
 
-    from .grid import link_groups
+    from ..runtime.grid import link_groups
 
     vision = world_size - 1
     links = [(s, s + 1) for s in range(vision)] + [(s + 1, s) for s in range(vision)]
@@ -494,8 +494,8 @@ def measure_dual_rate_costs(config: DualRateConfig, *, repeats: int = 15) -> Dua
 # ------------------------------------------------------------------ the model
 def _build(config: DualRateConfig) -> tuple[Any, Any, list[Any], Any]:
     """``(task, head, vision stage modules, encoder)``, identical on every rank."""
-    from ..models.dual_rate_policy import build_dual_rate_policy
-    from ..models.temporal_task import TemporalTask
+    from .policy import build_dual_rate_policy
+    from .task import TemporalTask
     from ..models import split_sequential
     from ..partition import even_split
 
@@ -812,9 +812,9 @@ def _synchronous_rank(rank: int, config: DualRateConfig) -> DualRateRun | None:
     import torch
     import torch.distributed as dist
 
-    from ..models.dual_rate_policy import synchronous_model
+    from .policy import synchronous_model
     from ..schedules import build_schedule
-    from .executor import PipelineRuntime
+    from ..runtime.executor import PipelineRuntime
 
     task, head, stages, encoder = _build(config)
     model = synchronous_model(encoder, head)

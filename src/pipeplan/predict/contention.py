@@ -7,7 +7,7 @@ one machine that has fewer free cores than processes (two CPU ranks on a loaded
 :func:`simulate_shared` charges exactly that, as a fluid (processor-sharing)
 simulation::
 
-    from pipeplan.contention import simulate_shared
+    from pipeplan.predict.contention import simulate_shared
     timeline = simulate_shared(schedule, costs, comm, slowdown=(1.0, 1.9))   # measured by pipeplan profile
     timeline.makespan
 
@@ -27,12 +27,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ._validation import finite_floats
-from .calibration import Calibration
-from .costs import CommModel, StageCosts
-from .errors import DeadlockError, InvalidInputError
-from .schedule import Schedule
-from .timeline import Timeline
+from .._validation import finite_floats
+from ..calibration import Calibration
+from ..costs import CommModel, StageCosts
+from ..errors import DeadlockError, InvalidInputError
+from ..schedule import Schedule
+from ..timeline import Timeline
 
 __all__ = ["simulate_shared"]
 

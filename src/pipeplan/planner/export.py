@@ -1,12 +1,12 @@
 """Turn a :class:`~pipeplan.planner.Plan` into what Megatron-LM, DeepSpeed, torchtitan and torch accept.
 
     from pipeplan import partition_layers
-    from pipeplan.export import megatron_args, torchtitan_toml
+    from pipeplan.planner.export import megatron_args, torchtitan_toml
     plan = partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8)
     megatron_args(plan)   # ['--pipeline-model-parallel-size', '4', '--num-layers', '32', ...]
 
 Every function takes a Plan; a :class:`~pipeplan.partition.PartitionResult`, a
-:class:`~pipeplan.placement.ChunkPlacement` or a list of layers per stage is
+:class:`~pipeplan.partition.placement.ChunkPlacement` or a list of layers per stage is
 turned into one by :func:`pipeplan.planner.as_plan` first. An engine that cannot
 express a plan (a schedule it does not run, a placement it cannot make) raises
 :class:`~pipeplan.errors.InvalidInputError` saying which export can;
@@ -69,8 +69,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import InvalidInputError
-from .schedule import Schedule
+from ..errors import InvalidInputError
+from ..schedule import Schedule
 
 __all__ = [
     "megatron_args",
@@ -105,7 +105,7 @@ PlanLike = Any  # Plan | PartitionResult | ChunkPlacement | Sequence[int]
 
 
 def _plan(plan: PlanLike) -> Any:
-    from .planner.plan import as_plan
+    from .plan import as_plan
 
     return as_plan(plan)
 
@@ -340,7 +340,7 @@ def torchtitan_schedule_name(plan: PlanLike) -> tuple[str, bool]:
     plan = _plan(plan)
     if plan.schedule in _TORCH_SCHEDULE_NAMES:
         return _TORCH_SCHEDULE_NAMES[plan.schedule], False
-    from .schedules.zb_v import zb_v_placement
+    from ..schedules.zb_v import zb_v_placement
 
     if plan.one_stage_per_rank:
         return "1F1B", True
@@ -451,7 +451,7 @@ def plan_schedule(plan: PlanLike) -> Schedule:
     plan = _plan(plan)
     if plan.timeline is not None:
         return plan.timeline.schedule
-    from .schedules import build_schedule, schedule_options
+    from ..schedules import build_schedule, schedule_options
 
     if plan.schedule == "custom" or "costs" in schedule_options(plan.schedule):
         raise InvalidInputError(

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._validation import finite_floats, positive_float, positive_int
-from .errors import InvalidInputError
-from .schedule import Action, Kind
-from .schedules.dual_rate import DualRateSchedule
-from .timeline import Timeline
+from .._validation import finite_floats, positive_float, positive_int
+from ..errors import InvalidInputError
+from ..schedule import Action, Kind
+from ..schedules.dual_rate import DualRateSchedule
+from ..timeline import Timeline
 
 __all__ = ["DualRateMetrics", "dual_rate_metrics"]
 

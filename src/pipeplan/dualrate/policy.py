@@ -22,7 +22,7 @@ from torch import nn
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
-from .temporal_task import ACTION_DIM, FAST_FEATURES
+from .task import ACTION_DIM, FAST_FEATURES
 
 __all__ = ["build_dual_rate_policy", "synchronous_model", "VisionStage", "ActionStage"]
 

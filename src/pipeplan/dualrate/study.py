@@ -4,7 +4,7 @@ Every method trains the same policy on the same temporal task (same seeds, same
 SGD settings) on the same two processes (one vision rank, one action rank) for the
 same wall-clock budget::
 
-    from pipeplan.runtime.dual_rate_study import run_study
+    from pipeplan.dualrate.study import run_study
     study = run_study(budget_s=4.0, seeds=(0, 1, 2))
     for row in study.summary():
         print(row["name"], row["samples_per_s"], row["final_loss"], row["time_to_target_s"])
@@ -22,7 +22,7 @@ The clock. This machine is shared (two cores, several other jobs), so measured
 wall-clock throughput swings by several times from run to run for reasons that
 have nothing to do with the method. The budget is therefore set on *idle cores*:
 every action of the policy is timed in isolation first (minimum CPU time,
-:func:`~pipeplan.runtime.dual_rate.measure_dual_rate_costs`), the closed form
+:func:`~pipeplan.dualrate.runtime.measure_dual_rate_costs`), the closed form
 (:func:`pipeplan.analytic.dual_rate_period`) turns those costs into each method's
 steady-state samples per second, and each method trains for as many frames as
 fit in the budget at that rate. The runs are real (real processes, real stale
@@ -47,7 +47,7 @@ from typing import Any
 
 from .._validation import positive_float
 from ..errors import InvalidInputError
-from .dual_rate import DualRateConfig, DualRateCosts, DualRateRun, measure_dual_rate_costs, run_dual_rate_configs
+from .runtime import DualRateConfig, DualRateCosts, DualRateRun, measure_dual_rate_costs, run_dual_rate_configs
 
 __all__ = ["METHODS", "QUICK_METHODS", "SMOOTHING", "Study", "method_configs", "run_study", "smoothed"]
 

@@ -1,0 +1,38 @@
+"""Cutting a model's layers into pipeline stages, and stages into chunks per rank.
+
+    from pipeplan.partition import partition_layers, place_chunks
+    partition_layers([30, 2, 2, 2, 2, 2, 2, 20], 4).layers_per_stage   # exact min-max stages
+    place_chunks([40.0] + [2.0] * 30, num_ranks=4, chunks_per_rank=2).placement
+
+Modules: :mod:`.problem` (the min-max instance and its feasibility test),
+:mod:`.ties` (exact tie-breaks among optimal partitions), :mod:`.solver`
+(:func:`partition_layers`: time, memory per stage or per rank, step-time
+refinement), :mod:`.placement` (several chunks per rank). Torch-free.
+"""
+
+from __future__ import annotations
+
+from .placement import ChunkPlacement, Pattern, fixed_pattern, place_chunks
+from .solver import (
+    Objective,
+    PartitionResult,
+    TieBreak,
+    even_split,
+    inflight_per_stage,
+    partition_layers,
+    rank_totals,
+)
+
+__all__ = [
+    "ChunkPlacement",
+    "Objective",
+    "PartitionResult",
+    "Pattern",
+    "TieBreak",
+    "even_split",
+    "fixed_pattern",
+    "inflight_per_stage",
+    "partition_layers",
+    "place_chunks",
+    "rank_totals",
+]

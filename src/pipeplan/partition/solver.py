@@ -1,0 +1,384 @@
+"""Exact, memory-aware partitioning of contiguous layers into pipeline stages.
+
+The solver splits ``L`` layers into ``S`` non-empty contiguous stages so that the
+slowest stage (its F + B + W time plus any fixed extra) is as fast as possible,
+while every stage fits a memory capacity::
+
+    from pipeplan.partition import partition_layers
+    partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8).layers_per_stage   # (3, 11, 11, 7)
+    partition_layers(profile, 8, memory_capacity=80e9, num_microbatches=16).stage_memory
+
+How it works:
+
+1. **Bottleneck.** For a threshold ``T`` the set of layer positions where stage
+   ``k`` can end is computed stage by stage over prefix sums (an interval in the
+   usual case, a bitmap when a single layer does not fit some stage). Its
+   answer only changes when ``T`` crosses the time of one more layer on a
+   reachable stage, so the search jumps between such candidate sums, halving
+   the gap when it can; it stops when the lower bound meets an achieved
+   bottleneck. ``L = 10,000``, ``S = 128`` takes about 0.05 s.
+2. **Tie-break.** Among partitions whose slowest stage equals the optimum (and
+   that fit memory), ``tie_break="lexicographic"`` picks the one whose stage
+   times, sorted from slowest to fastest, are lexicographically smallest: it
+   lowers the second-slowest stage, then the third, and so on. ``"variance"``
+   picks the smallest sum of squared stage times (lesson 16's smallest spread),
+   ``"none"`` any optimal partition. Both are exact. With few tied (start, end)
+   pairs (up to ``ties._PAIR_BUDGET``) a dynamic program walks every pair; with more
+   (one dominant layer leaves the other stages loose: ~10⁸ pairs for 10,000
+   layers into 128 stages) :mod:`pipeplan.partition.ties` works on per-stage
+   windows instead (monotone divide and conquer for the variance, level-by-level
+   peeling for the lexicographic order), under a second for ``L = 10,000``,
+   ``S = 128`` on every case of ``benchmarks/partition_speed.py``.
+3. **Memory.** Stage ``k`` holds ``bytes_per_param × params`` (parameters,
+   gradients and optimizer state; 16 bytes per parameter for mixed-precision
+   Adam) plus ``inflight[k] × activation_bytes`` plus its fixed extra bytes.
+   ``inflight[k]`` is the peak number of microbatches whose activations stage
+   ``k`` holds under the chosen schedule; it is read off the schedule's per-rank
+   orders (1F1B: ``min(m, P − k)``, GPipe: ``m``). ``memory_capacity`` is per
+   **rank** (GPU): a rank holds the sum of its stages' memory (zb-v and
+   interleaved put two stages on each rank). With one stage per rank the solve
+   is exact. With several, the per-stage solve is a relaxation: when its answer
+   fits per rank it is exact; otherwise, up to ``memory.EXHAUSTIVE_LIMIT`` partitions
+   are listed and the exact optimum taken, and beyond that a search over splits
+   of each rank's capacity among its stages (each split is solved exactly)
+   returns a plan that fits, with ``proven_optimal=False`` unless it meets the
+   relaxation's bound. When no partition fits,
+   :class:`~pipeplan.errors.InfeasiblePlanError` names the smallest capacity
+   that fits (per stage; per rank when ranks share, "found to fit" when it came
+   from the search) and the stage or rank that needs it.
+4. **Schedule-aware.** ``objective="step_time"`` starts from the bottleneck
+   optimum and moves one boundary at a time by one layer while the simulated
+   step time of the schedule improves (first improvement, memory respected). That
+   local search is a heuristic: it never returns a slower simulated step than
+   the bottleneck optimum, but it is not proven optimal for the step time.
+"""
+
+from __future__ import annotations
+
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .._validation import finite_floats, non_negative_float, positive_int
+from ..errors import InfeasiblePlanError, InvalidInputError
+from ..layers import LayerProfile
+from ..schedules.inflight import inflight_and_placement, inflight_per_stage
+from .memory import RankMemoryModel, memory_limits, memory_prefixes, rank_totals
+from .problem import MinMaxProblem
+from .steptime import StepTimer, improve_step_time
+from .ties import tie_break as break_ties
+
+__all__ = ["PartitionResult", "partition_layers", "inflight_per_stage", "even_split", "rank_totals", "TieBreak",
+           "Objective"]
+
+TieBreak = Literal["lexicographic", "variance", "none"]
+Objective = Literal["bottleneck", "step_time"]
+
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    """A partition of layers into stages and what it costs.
+
+    Attributes:
+        layers_per_stage: number of layers on each stage (all >= 1).
+        stage_times: F + B + W time per microbatch of each stage, extras included.
+        stage_memory: bytes each stage holds at its peak (see the module doc).
+        placement: ``placement[s]`` is the rank holding stage ``s`` (the chosen
+            schedule's placement; one stage per rank unless it has chunks).
+        bottleneck: the slowest stage time (the proxy objective).
+        step_time: simulated makespan of one step under ``schedule`` with
+            ``num_microbatches`` (``None`` when no microbatch count was given).
+        schedule: the schedule name the memory and step time refer to.
+        num_microbatches: microbatches per step used for in-flight counts.
+        inflight: peak in-flight microbatches per stage used for memory.
+        objective: what was minimised, ``"bottleneck"`` or ``"step_time"``.
+        tie_break: how ties on the bottleneck were broken (the one applied).
+        profile: the layer profile the plan was made from (``None`` for a plain
+            list of costs without a step time); exports read its layer names.
+        proven_optimal: ``False`` only when several stages share a rank, a memory
+            capacity binds per rank, and the best split of the rank capacities that
+            was found has a larger bottleneck than the per-stage relaxation (the
+            module doc, *Memory*). The plan always fits per rank.
+    """
+
+    @property
+    def num_ranks(self) -> int:
+        """Number of ranks (GPUs) the stages are placed on."""
+        return max(self.placement) + 1 if self.placement else self.num_stages
+
+    @property
+    def rank_memory(self) -> tuple[float, ...]:
+        """Bytes each rank holds: the sum of its stages' :attr:`stage_memory`."""
+        if not self.stage_memory:
+            return ()
+        placement = self.placement or tuple(range(self.num_stages))
+        return tuple(rank_totals(self.stage_memory, placement))
+
+    layers_per_stage: tuple[int, ...]
+    stage_times: tuple[float, ...]
+    stage_memory: tuple[float, ...] = ()
+    placement: tuple[int, ...] = ()
+    bottleneck: float = 0.0
+    step_time: float | None = None
+    schedule: str = "1f1b"
+    num_microbatches: int = 1
+    inflight: tuple[int, ...] = ()
+    objective: str = "bottleneck"
+    tie_break: str = "lexicographic"
+    profile: LayerProfile | None = field(default=None, repr=False, compare=False)
+    proven_optimal: bool = True
+
+    @property
+    def num_stages(self) -> int:
+        """Number of stages ``S``."""
+        return len(self.layers_per_stage)
+
+    @property
+    def boundaries(self) -> tuple[int, ...]:
+        """Layer offsets ``(0, end of stage 0, ..., L)``; stage ``s`` is ``[b[s], b[s+1])``."""
+        return tuple(int(x) for x in np.concatenate([[0], np.cumsum(self.layers_per_stage)]))
+
+    @property
+    def layer_ranges(self) -> tuple[range, ...]:
+        """The layer indices of each stage."""
+        b = self.boundaries
+        return tuple(range(b[k], b[k + 1]) for k in range(self.num_stages))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary."""
+        return {
+            "layers_per_stage": list(self.layers_per_stage),
+            "boundaries": list(self.boundaries),
+            "stage_times": list(self.stage_times),
+            "stage_memory": list(self.stage_memory),
+            "placement": list(self.placement),
+            "num_ranks": self.num_ranks,
+            "rank_memory": list(self.rank_memory),
+            "inflight": list(self.inflight),
+            "bottleneck": self.bottleneck,
+            "step_time": self.step_time,
+            "schedule": self.schedule,
+            "num_microbatches": self.num_microbatches,
+            "objective": self.objective,
+            "tie_break": self.tie_break,
+            "proven_optimal": self.proven_optimal,
+        }
+
+
+# --------------------------------------------------------------------- helpers
+def even_split(num_layers: int, num_stages: int) -> tuple[int, ...]:
+    """Megatron-style even split: ``L // S`` each, the remainder on the first stages."""
+    layers = positive_int("num_layers", num_layers)
+    stages = positive_int("num_stages", num_stages)
+    if layers < stages:
+        raise InvalidInputError(f"need at least num_stages={stages} layers, got {layers}")
+    base, extra = divmod(layers, stages)
+    return tuple(base + (1 if k < extra else 0) for k in range(stages))
+
+
+# ---------------------------------------------------------------- public entry
+def partition_layers(
+    layer_costs: Sequence[float] | LayerProfile,
+    num_stages: int,
+    *,
+    first_extra: float | None = None,
+    last_extra: float | None = None,
+    first_extra_bytes: float | None = None,
+    last_extra_bytes: float | None = None,
+    memory_capacity: float | None = None,
+    bytes_per_param: float = 16.0,
+    schedule: str = "1f1b",
+    num_microbatches: int | None = None,
+    schedule_options: dict[str, Any] | None = None,
+    objective: Objective = "bottleneck",
+    tie_break: TieBreak = "lexicographic",
+    rank_capacity: Literal["exact", "even"] = "exact",
+) -> PartitionResult:
+    """Split layers into ``num_stages`` non-empty contiguous stages, slowest stage first.
+
+    Args:
+        layer_costs: a :class:`~pipeplan.layers.LayerProfile`, or one total time
+            (F + B + W per microbatch, >= 0) per layer. A plain list carries no
+            memory, so only the extras' bytes count against a capacity.
+        num_stages: ``S``, at most the number of layers.
+        first_extra, last_extra: fixed time the first / last stage pays (default:
+            the profile's, 0 for a list).
+        first_extra_bytes, last_extra_bytes: fixed bytes on the first / last stage.
+        memory_capacity: bytes per stage (per rank for one stage per rank); the
+            result never exceeds it.
+        bytes_per_param: bytes of weights, gradients and optimizer state per
+            parameter (16 = mixed-precision Adam).
+        schedule: registered schedule name whose in-flight microbatch counts
+            (and placement) the memory model and the step time use.
+        num_microbatches: microbatches per step ``m``. When given, the result
+            reports the simulated step time. Default for in-flight counts: ``S``.
+        schedule_options: extra keyword options for the schedule generator.
+        objective: ``"bottleneck"`` (exact, the default) or ``"step_time"`` (local
+            search on the simulated makespan, seeded by the bottleneck optimum).
+        tie_break: ``"lexicographic"``, ``"variance"`` or ``"none"`` (module doc).
+        rank_capacity: where a rank holds several stages, ``"exact"`` finds the
+            fastest partition whose ranks fit (a search over capacity splits);
+            ``"even"`` gives each stage an equal share of its rank's capacity and
+            solves once (always fits per rank, not proven fastest; the planner's
+            quick path).
+
+    Returns:
+        A :class:`PartitionResult`.
+
+    Raises:
+        InvalidInputError: bad numbers, fewer layers than stages, unknown options.
+        InfeasiblePlanError: no partition fits ``memory_capacity``; the message
+            gives the smallest capacity that fits and the stage that needs it.
+    """
+    stages = positive_int("num_stages", num_stages)
+    _check_stage_count(layer_costs, stages)
+    if objective not in ("bottleneck", "step_time"):
+        raise InvalidInputError(f"objective must be 'bottleneck' or 'step_time', got {objective!r}")
+    if rank_capacity not in ("exact", "even"):
+        raise InvalidInputError(f"rank_capacity must be 'exact' or 'even', got {rank_capacity!r}")
+    if tie_break not in ("lexicographic", "variance", "none"):
+        raise InvalidInputError(f"tie_break must be 'lexicographic', 'variance' or 'none', got {tie_break!r}")
+    per_param = non_negative_float("bytes_per_param", bytes_per_param)
+    capacity = None if memory_capacity is None else _positive("memory_capacity", memory_capacity, "bytes")
+    extras = {
+        "first_extra": first_extra,
+        "last_extra": last_extra,
+        "first_extra_bytes": first_extra_bytes,
+        "last_extra_bytes": last_extra_bytes,
+    }
+    given = {key: non_negative_float(key, value) for key, value in extras.items() if value is not None}
+    if isinstance(layer_costs, LayerProfile):
+        given_profile = layer_costs.with_extras(**given) if given else layer_costs
+        profile: LayerProfile | None = given_profile
+        times = given_profile.total
+        params = np.asarray(given_profile.params)
+        activations = np.asarray(given_profile.activation_bytes)
+        extra_time, extra_bytes = given_profile.stage_extras(stages)
+    else:
+        times = np.asarray(finite_floats("layer_costs", layer_costs, allow_zero=True))
+        params = activations = np.zeros(len(times))
+        profile = None
+        extra_time = np.zeros(stages)
+        extra_bytes = np.zeros(stages)
+        extra_time[0] += given.get("first_extra", 0.0)
+        extra_time[-1] += given.get("last_extra", 0.0)
+        extra_bytes[0] += given.get("first_extra_bytes", 0.0)
+        extra_bytes[-1] += given.get("last_extra_bytes", 0.0)
+    num_layers = len(times)
+    if num_layers < stages:
+        raise InvalidInputError(
+            f"num_stages must be <= the number of layers ({num_layers}) so no stage is empty, got {stages}"
+        )
+    simulate_step = num_microbatches is not None or objective == "step_time"
+    micro = stages if num_microbatches is None else positive_int("num_microbatches", num_microbatches)
+    with np.errstate(over="ignore"):
+        totals = {"layer times": times.sum() + extra_time.max(),
+                  "layer bytes": (params * per_param).sum() + activations.sum() * micro
+                  + extra_bytes.max()}
+    for what, total in totals.items():
+        if not np.isfinite(total):
+            raise InvalidInputError(f"the {what} add up past the largest float; rescale them (e.g. seconds, GB)")
+    options = dict(schedule_options or {})
+    inflight, placement = inflight_and_placement(schedule, stages, micro, **options)
+
+    stage_prefixes = memory_prefixes(params, activations, per_param, inflight)
+    memory_problem = MinMaxProblem(stage_prefixes, extra_bytes)
+    time_prefix = np.concatenate([[0.0], np.cumsum(times)])
+    context = RankMemoryModel(memory_problem, tuple(placement), schedule, micro, per_param)
+
+    def solve(capacities: Sequence[float] | None) -> tuple[MinMaxProblem, list[int], str] | None:
+        limits = None if capacities is None else memory_limits(memory_problem, capacities)
+        candidate = MinMaxProblem([time_prefix] * stages, extra_time, limits)
+        solved = candidate.min_bottleneck()
+        if solved is None:
+            return None
+        chosen, applied = break_ties(candidate, solved[0], tie_break, solved[1])
+        return candidate, chosen, applied
+
+    outcome = solve(None if capacity is None else [capacity] * stages)
+    proven = True
+    if capacity is not None and context.shared and rank_capacity == "even":
+        if outcome is None or max(context.rank_memory(outcome[1])) > capacity:
+            outcome = solve([capacity / placement.count(rank) for rank in placement])
+            proven = False
+        if outcome is None:
+            raise InfeasiblePlanError(
+                f"memory_capacity={capacity:.6g} bytes per rank fits no partition of {num_layers} layers into "
+                f"{stages} stages under {schedule!r} with each rank's capacity split evenly over its stages"
+            )
+    elif outcome is None:
+        assert capacity is not None
+        raise context.infeasible(capacity)
+    elif capacity is not None and context.shared and max(context.rank_memory(outcome[1])) > capacity:
+        # The per-stage solve is a relaxation (its bottleneck is a lower bound); keep
+        # the best split of each rank's capacity over its stages that fits per rank.
+        relaxed = max(outcome[0].values(outcome[1]))
+        exhaustive = context.exhaustive(time_prefix, extra_time, capacity, tie_break)
+        if exhaustive is not None:
+            fitting = exhaustive[0]
+            relaxed = exhaustive[1]  # the exact optimum per rank
+        else:
+            fitting = context.fit_per_rank(time_prefix, extra_time, capacity, relaxed)
+        if fitting is None:
+            raise context.infeasible(capacity)
+        found = solve(context.capacities_around(fitting, capacity))
+        assert found is not None  # the partition found fits these capacities
+        outcome = found
+        proven = max(outcome[0].values(outcome[1])) == relaxed
+    problem, bounds, applied = outcome
+
+    if simulate_step and profile is None:
+        profile = LayerProfile.from_costs(times.tolist())
+    step_time = None
+    if simulate_step:
+        assert profile is not None
+        step = StepTimer(profile, schedule, stages, micro, options)
+        step_time = step(bounds)
+        if objective == "step_time":
+            bounds, step_time = improve_step_time(step, bounds, step_time, problem)
+    sizes = tuple(int(b - a) for a, b in zip(bounds[:-1], bounds[1:]))
+    stage_times = tuple(problem.values(bounds))
+    return PartitionResult(
+        layers_per_stage=sizes,
+        stage_times=stage_times,
+        stage_memory=tuple(memory_problem.values(bounds)),
+        placement=tuple(placement),
+        bottleneck=max(stage_times),
+        step_time=step_time,
+        schedule=schedule,
+        num_microbatches=micro,
+        inflight=tuple(inflight),
+        objective=objective,
+        tie_break=applied if objective == "bottleneck" else "none",
+        profile=profile,
+        proven_optimal=proven,
+    )
+
+
+def _check_stage_count(layer_costs: object, stages: int) -> None:
+    """Refuse more stages than layers before any per-stage array is allocated."""
+    if isinstance(layer_costs, LayerProfile):
+        count = layer_costs.num_layers
+    elif isinstance(layer_costs, (Sequence, np.ndarray)) and not isinstance(layer_costs, (str, bytes)):
+        count = len(layer_costs)
+    else:
+        return  # not a list: finite_floats names the problem
+    if count < stages:
+        raise InvalidInputError(
+            f"num_stages must be <= the number of layers ({count}) so no stage is empty, got {stages}"
+        )
+
+
+def _positive(field_name: str, value: object, unit: str) -> float:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = math.nan
+    if not 0 < number < math.inf:
+        raise InvalidInputError(f"{field_name} must be a finite number of {unit} > 0, got {value!r}")
+    return number
