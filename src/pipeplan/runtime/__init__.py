@@ -8,7 +8,8 @@
 Modules: :mod:`.executor` (one rank's order), :mod:`.p2p` (message sequencing),
 :mod:`.grid` (pp × dp groups), :mod:`.recorder` (the measured Timeline),
 :mod:`.launch` (spawn / torchrun), :mod:`.faults` (failure propagation),
-:mod:`.seed` (the seed 003 exercise API). Needs torch.
+:mod:`.calibrate` (message and core-sharing timings), :mod:`.measure` (the profiler),
+:mod:`.loop` (profile -> partition -> run -> compare). Needs torch.
 """
 
 from __future__ import annotations
