@@ -22,6 +22,7 @@ from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..limits import check_schedule_size
 from ..partition import PartitionResult, even_split, partition_layers
+from ..partition.steptime import partition_schedule, simulate_partition
 from ..schedules import SCHEDULES, backward_mode
 from ._common import check_scaled, make_console, parse_bytes, print_json, progress
 from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
@@ -199,12 +200,8 @@ def _simulated(profile: LayerProfile, result: PartitionResult, micro: int) -> di
 
 def _evaluate(profile: LayerProfile, sizes: Any, schedule: str, micro: int) -> dict[str, float]:
     """Slowest stage, simulated step time and bubble ratio of ``sizes``."""
-    from ..schedules.inflight import build_with_costs
-    from ..simulate import simulate
-
     costs = profile.stage_costs(sizes)
-    built = build_with_costs(schedule, len(sizes), micro, {}, costs)
-    timeline = simulate(built, costs, validate=False)
+    timeline = simulate_partition(costs, sizes, schedule, micro)
     totals = [f + b for f, b in zip(costs.forward, costs.backward)]
     return {"bottleneck": max(totals), "step_time": timeline.makespan, "bubble_ratio": timeline.bubble_ratio}
 
@@ -252,21 +249,19 @@ def _human_bytes(value: float) -> str:
     return f"{value:.3g} B"
 
 
-def _export(engine: str, result: Any, schedule: str, micro: int) -> str:
+def _export(engine: str, result: PartitionResult, schedule: str, micro: int) -> str:
     from ..planner import export
 
     if engine == "megatron":
         return " ".join(export.megatron_args(result))
     if engine == "deepspeed":
         return export.deepspeed_snippet(result)
-    from ..schedules.inflight import build_with_costs
-
     costs = result.profile.stage_costs(result.layers_per_stage) if result.profile is not None else None
-    options: dict[str, Any] = {}
+    placement = None
     if len(set(result.placement)) != len(result.placement):
-        options["placement"] = list(result.placement)
+        placement = result.placement
         schedule = "adaptive"
-    built = build_with_costs(schedule, len(result.layers_per_stage), micro, options, costs)
+    built = partition_schedule(schedule, len(result.layers_per_stage), micro, costs, placement=placement)
     return (
         export.torch_split_snippet(result)
         + "\n# schedule CSV for _PipelineScheduleRuntime._load_csv (one row per rank):\n"
@@ -277,17 +272,13 @@ def _export(engine: str, result: Any, schedule: str, micro: int) -> str:
 def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
     """``--chunks-per-rank v``: chunk boundaries and a chunk → rank map, simulated adaptively."""
     from ..partition.placement import place_chunks
-    from ..simulate import simulate
 
     if args.memory is not None:
         raise InvalidInputError("--memory is not supported with --chunks-per-rank > 1")
     plan = place_chunks(profile, args.stages, args.chunks_per_rank)
     micro = args.microbatches if args.microbatches is not None else 2 * args.stages
-    costs = profile.stage_costs(plan.layers_per_stage)
-    from ..schedules.inflight import build_with_costs
-
-    built = build_with_costs("adaptive", len(plan.layers_per_stage), micro, {"placement": list(plan.placement)}, costs)
-    timeline = simulate(built, costs, validate=False)
+    timeline = simulate_partition(profile, plan.layers_per_stage, "adaptive", micro, placement=plan.placement)
+    built = timeline.schedule
     exported = None
     if args.export == "torch":
         from ..planner import export

@@ -42,24 +42,29 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 
 from .._validation import finite_floats, non_negative_float, positive_int
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
+from ..plan import Plan
 
 __all__ = ["ChunkPlacement", "place_chunks", "Pattern"]
 
 Pattern = Literal["free", "interleaved", "v"]
 
 
-@dataclass(frozen=True)
-class ChunkPlacement:
-    """Chunk boundaries plus the chunk → rank map.
+@dataclass(frozen=True, kw_only=True)
+class ChunkPlacement(Plan):
+    """Chunk boundaries plus the chunk → rank map: a :class:`~pipeplan.plan.Plan`.
+
+    As a Plan it has ``pp`` (the number of ranks), ``dp = 1``, and ``schedule``
+    ``"interleaved"`` (with ``virtual_stages``) when chunk ``s`` sits on rank
+    ``s mod R``, else ``"custom"``; all derived from the fields below.
 
     Attributes:
         layers_per_stage: layers in each chunk, in model order (stage ``s`` is chunk ``s``).
@@ -70,33 +75,32 @@ class ChunkPlacement:
         lower_bound: no placement can have a smaller largest rank load.
     """
 
-    layers_per_stage: tuple[int, ...]
-    placement: tuple[int, ...]
+    # the Plan fields a placement derives (set in __post_init__; hash=False keeps it hashable)
+    pp: int = field(init=False, repr=False)
+    dp: int = field(init=False, default=1, repr=False)
+    schedule: str = field(init=False, repr=False)
+    schedule_options: Mapping[str, Any] = field(init=False, hash=False, repr=False)
+    # the placement's own
     stage_times: tuple[float, ...]
     rank_loads: tuple[float, ...]
     lower_bound: float
 
-    @property
-    def num_ranks(self) -> int:
-        """Number of ranks ``R``."""
-        return len(self.rank_loads)
+    def __post_init__(self) -> None:
+        ranks = len(self.rank_loads)
+        looped = self.placement == tuple(s % ranks for s in range(len(self.placement)))
+        object.__setattr__(self, "pp", ranks)
+        object.__setattr__(self, "schedule", "interleaved" if looped else "custom")
+        object.__setattr__(self, "schedule_options",
+                           {"virtual_stages": len(self.placement) // ranks} if looped else {})
+        super().__post_init__()
 
     @property
     def max_load(self) -> float:
         """The largest rank load (what the heuristic minimises)."""
         return max(self.rank_loads)
 
-    @property
-    def boundaries(self) -> tuple[int, ...]:
-        """Layer offsets ``(0, ..., L)``; chunk ``s`` is layers ``[b[s], b[s+1])``."""
-        return tuple(int(x) for x in np.concatenate([[0], np.cumsum(self.layers_per_stage)]))
-
-    def stages_of(self, rank: int) -> tuple[int, ...]:
-        """The chunks (stages) on ``rank``, in model order."""
-        return tuple(s for s, r in enumerate(self.placement) if r == rank)
-
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready summary."""
+        """JSON-ready summary (the placement's fields; :meth:`Plan.to_dict` gives the plan's)."""
         return {
             "layers_per_stage": list(self.layers_per_stage),
             "placement": list(self.placement),

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -66,6 +66,7 @@ import numpy as np
 from .._validation import finite_floats, non_negative_float, positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError
 from ..layers import LayerProfile
+from ..plan import Plan
 from ..schedules.inflight import inflight_and_placement, inflight_per_stage
 from .memory import RankMemoryModel, memory_limits, memory_prefixes, rank_totals
 from .problem import MinMaxProblem
@@ -80,16 +81,22 @@ Objective = Literal["bottleneck", "step_time"]
 
 
 
-@dataclass(frozen=True)
-class PartitionResult:
-    """A partition of layers into stages and what it costs.
+@dataclass(frozen=True, kw_only=True)
+class PartitionResult(Plan):
+    """A partition of layers into stages and what it costs: a :class:`~pipeplan.plan.Plan`.
+
+    As a Plan it has ``pp`` (the ranks its placement uses), ``dp = 1``,
+    ``schedule_options`` (``virtual_stages`` for ``"interleaved"``, else none),
+    ``pipeline_time`` (the step time) and ``layer_names`` (the profile's), all
+    derived from the fields below, so every export reads it directly.
 
     Attributes:
         layers_per_stage: number of layers on each stage (all >= 1).
         stage_times: F + B + W time per microbatch of each stage, extras included.
         stage_memory: bytes each stage holds at its peak (see the module doc).
         placement: ``placement[s]`` is the rank holding stage ``s`` (the chosen
-            schedule's placement; one stage per rank unless it has chunks).
+            schedule's placement; one stage per rank unless it has chunks, and
+            when not given).
         bottleneck: the slowest stage time (the proxy objective).
         step_time: simulated makespan of one step under ``schedule`` with
             ``num_microbatches`` (``None`` when no microbatch count was given).
@@ -106,51 +113,46 @@ class PartitionResult:
             module doc, *Memory*). The plan always fits per rank.
     """
 
-    @property
-    def num_ranks(self) -> int:
-        """Number of ranks (GPUs) the stages are placed on."""
-        return max(self.placement) + 1 if self.placement else self.num_stages
-
-    @property
-    def rank_memory(self) -> tuple[float, ...]:
-        """Bytes each rank holds: the sum of its stages' :attr:`stage_memory`."""
-        if not self.stage_memory:
-            return ()
-        placement = self.placement or tuple(range(self.num_stages))
-        return tuple(rank_totals(self.stage_memory, placement))
-
-    layers_per_stage: tuple[int, ...]
+    # the Plan fields a partition derives (set in __post_init__; hash=False keeps it hashable)
+    pp: int = field(init=False, repr=False)
+    dp: int = field(init=False, default=1, repr=False)
+    placement: tuple[int, ...] = ()
+    schedule_options: Mapping[str, Any] = field(init=False, hash=False, repr=False)
+    pipeline_time: float | None = field(init=False, repr=False)
+    layer_names: tuple[str, ...] = field(init=False, repr=False)
+    # the partitioner's own
     stage_times: tuple[float, ...]
     stage_memory: tuple[float, ...] = ()
-    placement: tuple[int, ...] = ()
     bottleneck: float = 0.0
-    step_time: float | None = None
-    schedule: str = "1f1b"
-    num_microbatches: int = 1
     inflight: tuple[int, ...] = ()
     objective: str = "bottleneck"
     tie_break: str = "lexicographic"
     profile: LayerProfile | None = field(default=None, repr=False, compare=False)
     proven_optimal: bool = True
 
-    @property
-    def num_stages(self) -> int:
-        """Number of stages ``S``."""
-        return len(self.layers_per_stage)
+    def __post_init__(self) -> None:
+        placement = self.placement or tuple(range(len(self.layers_per_stage)))
+        pp = max(placement) + 1
+        derived = {
+            "placement": placement,
+            "pp": pp,
+            "schedule_options": {"virtual_stages": len(placement) // pp} if self.schedule == "interleaved" else {},
+            "pipeline_time": self.step_time,
+            "layer_names": tuple(self.profile.names) if self.profile is not None else (),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+        super().__post_init__()
 
     @property
-    def boundaries(self) -> tuple[int, ...]:
-        """Layer offsets ``(0, end of stage 0, ..., L)``; stage ``s`` is ``[b[s], b[s+1])``."""
-        return tuple(int(x) for x in np.concatenate([[0], np.cumsum(self.layers_per_stage)]))
-
-    @property
-    def layer_ranges(self) -> tuple[range, ...]:
-        """The layer indices of each stage."""
-        b = self.boundaries
-        return tuple(range(b[k], b[k + 1]) for k in range(self.num_stages))
+    def rank_memory(self) -> tuple[float, ...]:
+        """Bytes each rank holds: the sum of its stages' :attr:`stage_memory`."""
+        if not self.stage_memory:
+            return ()
+        return tuple(rank_totals(self.stage_memory, self.placement))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary."""
+        """JSON-ready summary (the partitioner's fields; :meth:`Plan.to_dict` gives the plan's)."""
         return {
             "layers_per_stage": list(self.layers_per_stage),
             "boundaries": list(self.boundaries),

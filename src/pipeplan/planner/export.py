@@ -5,9 +5,9 @@
     plan = partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8)
     megatron_args(plan)   # ['--pipeline-model-parallel-size', '4', '--num-layers', '32', ...]
 
-Every function takes a Plan; a :class:`~pipeplan.partition.PartitionResult`, a
-:class:`~pipeplan.partition.placement.ChunkPlacement` or a list of layers per stage is
-turned into one by :func:`pipeplan.planner.as_plan` first. An engine that cannot
+Every function takes a Plan (a :class:`~pipeplan.partition.PartitionResult` and a
+:class:`~pipeplan.partition.placement.ChunkPlacement` are Plans); a list of layers per
+stage is turned into one by :func:`pipeplan.planner.as_plan` first. An engine that cannot
 express a plan (a schedule it does not run, a placement it cannot make) raises
 :class:`~pipeplan.errors.InvalidInputError` saying which export can;
 :func:`export_notes` lists what an export approximates (recompute per stage).
@@ -70,6 +70,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidInputError
+from ..plan import Plan, as_plan
 from ..schedule import Schedule
 
 __all__ = [
@@ -101,16 +102,13 @@ ENGINE_SCHEDULES: dict[str, tuple[str, ...] | None] = {
     "megatron": ("1f1b", "interleaved"), "deepspeed": ("1f1b",), "torchtitan": None, "torch": None,
 }
 
-PlanLike = Any  # Plan | PartitionResult | ChunkPlacement | Sequence[int]
 
-
-def _plan(plan: PlanLike) -> Any:
-    from .plan import as_plan
-
+def _plan(plan: Plan | Sequence[int]) -> Plan:
+    """The one conversion: a Plan as it is, a list of layers per stage as one stage per rank."""
     return as_plan(plan)
 
 
-def _detect(plan: Any, embedding_layer: bool | None, loss_layer: bool | None) -> tuple[bool, bool]:
+def _detect(plan: Plan, embedding_layer: bool | None, loss_layer: bool | None) -> tuple[bool, bool]:
     names = plan.layer_names
     if embedding_layer is None:
         embedding_layer = bool(names) and names[0] in ("embedding", "embed", "tok_embeddings")
@@ -119,7 +117,7 @@ def _detect(plan: Any, embedding_layer: bool | None, loss_layer: bool | None) ->
     return embedding_layer, loss_layer
 
 
-def _strongest_recompute(plan: Any) -> str:
+def _strongest_recompute(plan: Plan) -> str:
     """The most memory-saving mode any stage uses (engines apply one mode to every stage)."""
     modes = set(plan.recompute or ("none",))
     for mode in ("full", "selective"):
@@ -128,7 +126,7 @@ def _strongest_recompute(plan: Any) -> str:
     return "none"
 
 
-def export_notes(plan: PlanLike, engine: str) -> list[str]:
+def export_notes(plan: Plan | Sequence[int], engine: str) -> list[str]:
     """What an export approximates for ``plan`` (empty when it is exact)."""
     plan = _plan(plan)
     notes = []
@@ -153,7 +151,7 @@ def _decoder_counts(sizes: Sequence[int], embedding_layer: bool, loss_layer: boo
 
 
 def megatron_layout(
-    plan: PlanLike, *, embedding_layer: bool | None = None, loss_layer: bool | None = None
+    plan: Plan | Sequence[int], *, embedding_layer: bool | None = None, loss_layer: bool | None = None
 ) -> str:
     """The ``--pipeline-model-parallel-layout`` string for ``plan``.
 
@@ -191,7 +189,7 @@ def megatron_layout(
 
 
 def megatron_args(
-    plan: PlanLike, *, embedding_layer: bool | None = None, loss_layer: bool | None = None
+    plan: Plan | Sequence[int], *, embedding_layer: bool | None = None, loss_layer: bool | None = None
 ) -> list[str]:
     """Megatron-LM command-line arguments that reproduce ``plan``.
 
@@ -227,7 +225,7 @@ def megatron_args(
     return args
 
 
-def _megatron_split(plan: Any, counts: list[int], embedding_layer: bool, loss_layer: bool) -> list[str]:
+def _megatron_split(plan: Plan, counts: list[int], embedding_layer: bool, loss_layer: bool) -> list[str]:
     num_ranks = plan.pp
     if plan.one_stage_per_rank:
         if len(set(counts)) == 1:
@@ -249,14 +247,14 @@ def _megatron_split(plan: Any, counts: list[int], embedding_layer: bool, loss_la
 
 
 # ------------------------------------------------------------------ DeepSpeed
-def _one_stage_per_rank(plan: Any, engine: str) -> None:
+def _one_stage_per_rank(plan: Plan, engine: str) -> None:
     if not plan.one_stage_per_rank:
         raise InvalidInputError(
             f"{engine} runs one stage per rank in order; placement {list(plan.placement)} is not that"
         )
 
 
-def deepspeed_parts(plan: PlanLike, *, offset: int = 0, trailing: int = 0) -> list[int]:
+def deepspeed_parts(plan: Plan | Sequence[int], *, offset: int = 0, trailing: int = 0) -> list[int]:
     """``PipelineModule.parts``: ``S + 1`` offsets into the layer specs.
 
     Args:
@@ -276,7 +274,7 @@ def deepspeed_parts(plan: PlanLike, *, offset: int = 0, trailing: int = 0) -> li
     return parts
 
 
-def deepspeed_config(plan: PlanLike) -> dict[str, Any]:
+def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
     """The DeepSpeed config JSON entries for ``plan``'s batch and recompute.
 
     Raises:
@@ -299,7 +297,7 @@ def deepspeed_config(plan: PlanLike) -> dict[str, Any]:
     return config
 
 
-def deepspeed_snippet(plan: PlanLike, *, offset: int = 0, trailing: int = 0) -> str:
+def deepspeed_snippet(plan: Plan | Sequence[int], *, offset: int = 0, trailing: int = 0) -> str:
     """Python a user pastes: a ``PipelineModule`` subclass with pipeplan's boundaries, and the config."""
     plan = _plan(plan)
     parts = deepspeed_parts(plan, offset=offset, trailing=trailing)
@@ -329,7 +327,7 @@ def deepspeed_snippet(plan: PlanLike, *, offset: int = 0, trailing: int = 0) -> 
 _TORCH_SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble"}
 
 
-def torchtitan_schedule_name(plan: PlanLike) -> tuple[str, bool]:
+def torchtitan_schedule_name(plan: Plan | Sequence[int]) -> tuple[str, bool]:
     """``(pipeline_parallel_schedule, needs_csv)``: torch's class name, or a carrier for a CSV order.
 
     1F1B, GPipe, interleaved 1F1B and ZB-V have torch classes of their own. Any
@@ -354,7 +352,7 @@ def torchtitan_schedule_name(plan: PlanLike) -> tuple[str, bool]:
     )
 
 
-def torchtitan_toml(plan: PlanLike, *, schedule_csv: str = "pipeplan_schedule.csv") -> str:
+def torchtitan_toml(plan: Plan | Sequence[int], *, schedule_csv: str = "pipeplan_schedule.csv") -> str:
     """torchtitan's TOML sections for ``plan`` (paste into the job's ``.toml``).
 
     Args:
@@ -392,7 +390,7 @@ def torchtitan_toml(plan: PlanLike, *, schedule_csv: str = "pipeplan_schedule.cs
 
 
 # ---------------------------------------------------------------------- torch
-def torch_split_spec(plan: PlanLike, names: Sequence[str] | None = None) -> dict[str, str]:
+def torch_split_spec(plan: Plan | Sequence[int], names: Sequence[str] | None = None) -> dict[str, str]:
     """``{module name: "BEGINNING"}`` for the first layer of stages 1..S-1.
 
     Args:
@@ -413,7 +411,7 @@ def torch_split_spec(plan: PlanLike, names: Sequence[str] | None = None) -> dict
     return spec
 
 
-def torch_split_snippet(plan: PlanLike, names: Sequence[str] | None = None) -> str:
+def torch_split_snippet(plan: Plan | Sequence[int], names: Sequence[str] | None = None) -> str:
     """Python a user pastes: the ``split_spec`` for ``torch.distributed.pipelining.pipeline``."""
     spec = torch_split_spec(plan, names)
     lines = ["from torch.distributed.pipelining import SplitPoint, pipeline", "", "split_spec = {"]
@@ -442,7 +440,7 @@ def torch_schedule_csv(schedule: Schedule) -> str:
     return buffer.getvalue()
 
 
-def plan_schedule(plan: PlanLike) -> Schedule:
+def plan_schedule(plan: Plan | Sequence[int]) -> Schedule:
     """The per-rank order ``plan`` runs: its timeline's, or the fixed template rebuilt.
 
     Raises:
@@ -462,7 +460,7 @@ def plan_schedule(plan: PlanLike) -> Schedule:
                           **options)
 
 
-def export_plan(plan: PlanLike, engine: str) -> str:
+def export_plan(plan: Plan | Sequence[int], engine: str) -> str:
     """The text a user pastes for ``engine`` (one of :data:`ENGINES`).
 
     Raises:
@@ -492,7 +490,7 @@ def _commented(text: str) -> str:
     return "".join(f"# {line}\n" for line in text.splitlines())
 
 
-def plan_exports(plan: PlanLike) -> dict[str, dict[str, Any]]:
+def plan_exports(plan: Plan | Sequence[int]) -> dict[str, dict[str, Any]]:
     """Every engine's export of ``plan``: ``{"text": .., "notes": [..]}``, or ``{"error": ..}`` where it cannot."""
     out: dict[str, dict[str, Any]] = {}
     for engine in ENGINES:
@@ -503,7 +501,7 @@ def plan_exports(plan: PlanLike) -> dict[str, dict[str, Any]]:
     return out
 
 
-def export_refusal(plan: PlanLike, engine: str) -> str:
+def export_refusal(plan: Plan | Sequence[int], engine: str) -> str:
     """Why ``engine`` cannot run ``plan`` (the export's one-line error), or ``""`` when it can."""
     try:
         export_plan(plan, engine)
