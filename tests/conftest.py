@@ -1,4 +1,11 @@
-"""Shared test helpers: hypothesis profiles and the ``run_cli`` fixture."""
+"""Shared test helpers: hypothesis profiles and the ``run_cli`` fixture.
+
+The hypothesis profile is ``$HYPOTHESIS_PROFILE`` when set (``.ci/run`` sets
+``ci``: derandomised, so a CI failure replays on any machine), else ``ci`` when
+``$CI`` is set, else ``default``::
+
+    HYPOTHESIS_PROFILE=ci .venv/bin/python -m pytest -q    # what .ci/run runs
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ settings.register_profile(
 )
 settings.register_profile("ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60,
                           derandomize=True)
-settings.load_profile("ci" if os.environ.get("CI") else "default")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default"))
 
 
 @pytest.fixture
