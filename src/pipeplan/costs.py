@@ -3,9 +3,11 @@
 Times are floats in one unit of your choice (the CLI says milliseconds); they are
 the cost of one microbatch on one stage. Bytes are bytes::
 
-    from pipeplan.costs import StageCosts, CommModel
-    costs = StageCosts(forward=[30, 10, 10, 20])            # backward defaults to 2x forward
-    comm = CommModel(latency=0.5, send_mode="rendezvous")
+    >>> from pipeplan.costs import StageCosts, CommModel
+    >>> StageCosts(forward=[30, 10, 10, 20]).backward          # backward defaults to 2x forward
+    (60.0, 20.0, 20.0, 40.0)
+    >>> CommModel(latency=0.5, send_mode="rendezvous")
+    CommModel(latency=0.5, bandwidth=inf, boundary_bytes=0.0, send_mode='rendezvous')
 
 Backward convention: ``backward[s]`` is always the *full* backward time of stage
 ``s`` (a ``B`` action). ``weight[s]`` is the part of it spent on weight gradients.

@@ -5,10 +5,13 @@ free and its inputs have arrived; a message between ranks arrives
 ``CommModel`` time after it was sent (eager) or after both sides were ready
 (rendezvous). The result is a :class:`~pipeplan.timeline.Timeline`::
 
-    from pipeplan import build_schedule, simulate, StageCosts
-    tl = simulate(build_schedule("1f1b", num_stages=4, num_microbatches=8), StageCosts([30, 10, 10, 20]))
-    tl.makespan, tl.bubble_ratio
-    simulate(schedule, costs, iterations=4, optimizer="overlap").steady_step_time
+    >>> from pipeplan import build_schedule, simulate, StageCosts
+    >>> schedule, costs = build_schedule("1f1b", num_stages=4, num_microbatches=8), StageCosts([30, 10, 10, 20])
+    >>> tl = simulate(schedule, costs)
+    >>> tl.makespan, round(tl.bubble_ratio, 3)
+    (750.0, 0.44)
+    >>> simulate(schedule, costs, iterations=4, optimizer="overlap").steady_step_time
+    750.0
 
 The simulation is event driven: a rank that waits for a message is parked on it
 and woken when it is produced, so the cost is linear in the number of actions.

@@ -3,9 +3,13 @@
 A :class:`Timeline` is what both :func:`pipeplan.simulate` (predicted) and the
 runtime (measured) return, so every report, chart and comparison works on either::
 
-    tl = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8),
-                           pipeplan.StageCosts(forward=[30, 10, 10, 20]))
-    print(tl.makespan, tl.bubble_ratio, tl.idle_by_cause()[1])
+    >>> import pipeplan
+    >>> tl = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8),
+    ...                        pipeplan.StageCosts(forward=[30, 10, 10, 20]))
+    >>> tl.makespan, round(tl.bubble_ratio, 3)
+    (750.0, 0.44)
+    >>> {cause.value: time for cause, time in tl.idle_by_cause()[1].items() if time}   # rank 1's idle time
+    {'fill': 30.0, 'drain': 120.0, 'starved_upstream': 250.0, 'starved_downstream': 110.0}
 
 Definitions (times in the costs' unit, measured from the step's start at 0):
 

@@ -7,9 +7,14 @@ one machine that has fewer free cores than processes (two CPU ranks on a loaded
 :func:`simulate_shared` charges exactly that, as a fluid (processor-sharing)
 simulation::
 
-    from pipeplan.predict.contention import simulate_shared
-    timeline = simulate_shared(schedule, costs, comm, slowdown=(1.0, 1.9))   # measured by pipeplan profile
-    timeline.makespan
+    >>> import pipeplan
+    >>> from pipeplan.predict.contention import simulate_shared
+    >>> schedule = pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8)
+    >>> costs, comm = pipeplan.StageCosts([30, 10, 10, 20]), pipeplan.CommModel()
+    >>> simulate_shared(schedule, costs, comm, slowdown=(1.0, 1.9)).makespan   # measured by pipeplan profile
+    1272.0
+    >>> pipeplan.simulate(schedule, costs, comm).makespan                      # a core per rank
+    750.0
 
 Semantics: the same orders, dependencies and eager messages as
 :func:`pipeplan.simulate` (the cross-rank edges are :meth:`Schedule.messages_into
