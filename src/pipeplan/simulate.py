@@ -41,7 +41,7 @@ from .limits import check_iterations_size, check_simulation_size
 from .schedule import Message, Schedule, runs_to_order
 from .timeline import Timeline
 
-__all__ = ["simulate", "OptimizerMode", "OPTIMIZER_MODES"]
+__all__ = ["simulate", "check_arguments", "OptimizerMode", "OPTIMIZER_MODES"]
 
 OptimizerMode = Literal["barrier", "overlap"]
 OPTIMIZER_MODES: tuple[str, ...] = ("barrier", "overlap")
@@ -186,7 +186,7 @@ def simulate(
         DeadlockError: rendezvous sends that wait on each other in a cycle; names the
             ranks, the messages and what each receiver does before posting.
     """
-    _check_arguments(schedule, costs, comm, validate)
+    check_arguments(schedule, costs, comm, validate)
     comm = comm or CommModel()
     iterations = positive_int("iterations", iterations)
     if optimizer not in OPTIMIZER_MODES:
@@ -502,8 +502,8 @@ def _describe_stuck(
     return f"{lead} (each waits for a receiver that is itself blocked): " + "; ".join(parts)
 
 
-def _check_arguments(schedule: object, costs: object, comm: object, validate: object) -> None:
-    """The argument check of :func:`simulate`: types, and a size that fits in memory."""
+def check_arguments(schedule: object, costs: object, comm: object, validate: object) -> None:
+    """The argument check of :func:`simulate` (and of other simulators): types, and a size that fits in memory."""
     expect_instance("schedule", schedule, Schedule, "pipeplan.build_schedule('1f1b', num_stages=4, num_microbatches=8)")
     expect_instance("costs", costs, StageCosts, "StageCosts(forward=[30, 10, 10, 20])")
     if comm is not None:

@@ -37,6 +37,7 @@ from ..calibration import Calibration
 from ..costs import CommModel, StageCosts
 from ..errors import DeadlockError, InvalidInputError
 from ..schedule import Schedule
+from ..simulate import check_arguments
 from ..timeline import Timeline
 
 __all__ = ["simulate_shared"]
@@ -67,9 +68,11 @@ def simulate_shared(
         The predicted :class:`~pipeplan.timeline.Timeline` (``source="simulated"``).
 
     Raises:
-        InvalidInputError: costs that do not match the schedule, a rendezvous
-            ``comm`` or a bad ``slowdown``.
+        InvalidInputError: arguments of the wrong type (checked as :func:`pipeplan.simulate`
+            checks them), costs that do not match the schedule, a rendezvous ``comm`` or a bad
+            ``slowdown``.
     """
+    check_arguments(schedule, costs, comm, validate)
     comm = comm or CommModel()
     if comm.send_mode != "eager":
         raise InvalidInputError("simulate_shared models eager sends only; got send_mode='rendezvous'")
