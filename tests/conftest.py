@@ -1,9 +1,18 @@
-"""Shared test helpers: hypothesis profiles and small builders."""
+"""Shared test helpers: hypothesis profiles and the ``run_cli`` fixture.
+
+The hypothesis profile is ``$HYPOTHESIS_PROFILE`` when set (``.ci/run`` sets
+``ci``: derandomised, so a CI failure replays on any machine), else ``ci`` when
+``$CI`` is set, else ``default``::
+
+    HYPOTHESIS_PROFILE=ci .venv/bin/python -m pytest -q    # what .ci/run runs
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -11,4 +20,20 @@ settings.register_profile(
 )
 settings.register_profile("ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60,
                           derandomize=True)
-settings.load_profile("ci" if os.environ.get("CI") else "default")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default"))
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
+    """``run_cli("simulate", "--forward", "30,10", ...)`` runs ``pipeplan`` in-process.
+
+    Returns ``(exit status, stdout, stderr)`` of that one call.
+    """
+    from pipeplan.cli import main  # imported here: some tests hide torch before pipeplan loads
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        status = main(list(argv))
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    return run

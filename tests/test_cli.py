@@ -15,14 +15,8 @@ from pipeplan import StageCosts, analytic, build_schedule, simulate
 from pipeplan.cli import main
 
 
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
-def test_simulate_json_matches_the_library(capsys):
-    status, out, _ = run_cli(capsys, "simulate", "--forward", "30,10,10,20", "-m", "8", "--json")
+def test_simulate_json_matches_the_library(run_cli):
+    status, out, _ = run_cli("simulate", "--forward", "30,10,10,20", "-m", "8", "--json")
     assert status == 0
     payload = json.loads(out)
     expected = simulate(build_schedule("1f1b", num_stages=4, num_microbatches=8), StageCosts([30, 10, 10, 20]))
@@ -31,44 +25,44 @@ def test_simulate_json_matches_the_library(capsys):
     assert [r["peak_inflight"] for r in payload["ranks"]] == [4, 3, 2, 1]
 
 
-def test_simulate_forward_only_gives_the_lesson_numbers(capsys):
-    status, out, _ = run_cli(capsys, "simulate", "--forward", "30,10,10,20", "-m", "8", "--forward-only", "--json")
+def test_simulate_forward_only_gives_the_lesson_numbers(run_cli):
+    status, out, _ = run_cli("simulate", "--forward", "30,10,10,20", "-m", "8", "--forward-only", "--json")
     assert status == 0
     payload = json.loads(out)
     assert payload["makespan"] == 280.0
     assert payload["bubble_ratio"] == pytest.approx(analytic.asymmetric_forward_bubble([30, 10, 10, 20], 8))
 
 
-def test_simulate_human_output_has_gantt_and_table(capsys):
-    status, out, _ = run_cli(capsys, "simulate", "--forward", "30,10,10,20", "-m", "4", "--schedule", "gpipe",
+def test_simulate_human_output_has_gantt_and_table(run_cli):
+    status, out, _ = run_cli("simulate", "--forward", "30,10,10,20", "-m", "4", "--schedule", "gpipe",
                              "--send", "rendezvous", "--comm-latency", "1")
     assert status == 0
     assert "rank 0 |" in out and "rank 3 |" in out
     assert "makespan" in out and "bubble" in out
 
 
-def test_simulate_iterations_report_the_steady_step_time(capsys):
+def test_simulate_iterations_report_the_steady_step_time(run_cli):
     argv = ["simulate", "--forward", "1,1,1,1", "--backward", "2,2,2,2", "--weight", "1,1,1,1", "-m", "8",
             "--schedule", "zb-h2", "--iterations", "6"]
-    status, out, _ = run_cli(capsys, *argv, "--optimizer", "overlap")
+    status, out, _ = run_cli(*argv, "--optimizer", "overlap")
     assert status == 0
     assert "6 steps, optimizer overlap: steady step time 24 ms (first step 27 ms)" in out
-    status, out, _ = run_cli(capsys, *argv, "--json")
+    status, out, _ = run_cli(*argv, "--json")
     payload = json.loads(out)
     assert payload["iterations"] == 6 and payload["optimizer"] == "barrier"
     assert payload["steady_step_time"] == pytest.approx(27.0) and len(payload["step_ends"]) == 6
 
 
-def test_simulate_step_table(capsys):
-    status, out, _ = run_cli(capsys, "simulate", "--forward", "1,1,1", "--backward", "1,1,1", "-m", "4",
+def test_simulate_step_table(run_cli):
+    status, out, _ = run_cli("simulate", "--forward", "1,1,1", "--backward", "1,1,1", "-m", "4",
                              "--schedule", "gpipe", "--steps")
     assert status == 0
     assert "T=1: S1: F1(1)" in out
 
 
-def test_simulate_writes_plot_and_trace(capsys, tmp_path):
+def test_simulate_writes_plot_and_trace(run_cli, tmp_path):
     png, trace = tmp_path / "g.png", tmp_path / "t.json"
-    status, _, _ = run_cli(capsys, "simulate", "--forward", "3,1,2", "-m", "4", "--plot", str(png),
+    status, _, _ = run_cli("simulate", "--forward", "3,1,2", "-m", "4", "--plot", str(png),
                            "--trace", str(trace))
     assert status == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -98,8 +92,8 @@ def test_simulate_writes_plot_and_trace(capsys, tmp_path):
          r"F\(stage 0, mb 3\) from rank 0 to F\(stage 1, mb 3\) on rank 1"),
     ],
 )
-def test_user_errors_are_one_line_and_exit_2(capsys, argv, message):
-    status, out, err = run_cli(capsys, "simulate", *argv)
+def test_user_errors_are_one_line_and_exit_2(run_cli, argv, message):
+    status, out, err = run_cli("simulate", *argv)
     assert status == 2
     assert out == ""
     lines = err.strip().splitlines()
@@ -115,8 +109,8 @@ def test_argparse_errors_exit_2_without_traceback():
     assert "--forward must be comma-separated numbers" in result.stderr
 
 
-def test_demo_tells_the_lesson16_story(capsys):
-    status, out, _ = run_cli(capsys, "demo")
+def test_demo_tells_the_lesson16_story(run_cli):
+    status, out, _ = run_cli("demo")
     assert status == 0
     assert "280" in out and "50.0%" in out          # the lesson's forward phase
     assert "[3, 11, 11, 7]" in out                  # the re-balanced partition
@@ -124,21 +118,21 @@ def test_demo_tells_the_lesson16_story(capsys):
     assert "starved upstream" in out
 
 
-def test_demo_seed002_step_tables(capsys):
-    status, out, _ = run_cli(capsys, "demo", "--story", "seed002")
+def test_demo_seed002_step_tables(run_cli):
+    status, out, _ = run_cli("demo", "--story", "seed002")
     assert status == 0
     assert out.count("T=1: S1: F1(1)") == 2
 
 
-def test_demo_rejects_zero_microbatches(capsys):
-    status, _, err = run_cli(capsys, "demo", "-m", "0")
+def test_demo_rejects_zero_microbatches(run_cli):
+    status, _, err = run_cli("demo", "-m", "0")
     assert status == 2
     assert err.strip() == "pipeplan demo: error: -m/--microbatches must be >= 1, got 0"
 
 
 @pytest.mark.parametrize("flag", [["-m", "3"], ["--width", "50"]])
-def test_demo_seed002_refuses_flags_it_would_ignore(capsys, flag):
-    status, _, err = run_cli(capsys, "demo", "--story", "seed002", *flag)
+def test_demo_seed002_refuses_flags_it_would_ignore(run_cli, flag):
+    status, _, err = run_cli("demo", "--story", "seed002", *flag)
     assert status == 2
     assert err.strip().startswith(f"pipeplan demo: error: {flag[0]}") and "does not apply" in err
 
@@ -165,43 +159,43 @@ def test_empty_list_entry_is_refused(capsys):
     (["--forward-only", "--backward", "1,1,1,1"], "--backward"),
     (["--comm-bandwidth", "10"], "--comm-bandwidth"),
 ])
-def test_flags_that_do_not_apply_are_refused(capsys, argv, flag):
-    status, _, err = run_cli(capsys, "simulate", "--forward", "30,10,10,20", *argv)
+def test_flags_that_do_not_apply_are_refused(run_cli, argv, flag):
+    status, _, err = run_cli("simulate", "--forward", "30,10,10,20", *argv)
     assert status == 2
     line = _one_error_line(err, "simulate")
     assert f"error: {flag} does not apply" in line
 
 
-def test_memory_limit_in_bytes_needs_activation_bytes(capsys):
-    status, _, err = run_cli(capsys, "simulate", "--forward", "30,10,10,20", "--schedule", "adaptive",
+def test_memory_limit_in_bytes_needs_activation_bytes(run_cli):
+    status, _, err = run_cli("simulate", "--forward", "30,10,10,20", "--schedule", "adaptive",
                              "--memory-limit", "12GB")
     assert status == 2 and "needs --activation-bytes" in _one_error_line(err, "simulate")
-    status, _, _ = run_cli(capsys, "simulate", "--forward", "30,10,10,20", "--schedule", "adaptive",
+    status, _, _ = run_cli("simulate", "--forward", "30,10,10,20", "--schedule", "adaptive",
                            "--memory-limit", "12GB", "--activation-bytes", "4e9,1e9,1e9,2e9")
     assert status == 0
 
 
-def test_sizes_past_memory_are_refused_up_front(capsys, monkeypatch):
+def test_sizes_past_memory_are_refused_up_front(run_cli, monkeypatch):
     from pipeplan import limits
 
-    status, _, err = run_cli(capsys, "simulate", "--forward", "30,10,10,20", "-m", "10000000000")
+    status, _, err = run_cli("simulate", "--forward", "30,10,10,20", "-m", "10000000000")
     assert status == 2
     assert re.search(r"m = 10000000000 × 2 action kinds = 8e\+10 actions would need ~.* of memory",
                      _one_error_line(err, "simulate"))
     monkeypatch.setattr(limits, "available_memory", lambda: 1e5)
-    status, out, err = run_cli(capsys, "simulate", "--forward", "1,1", "--width", "10000")
+    status, out, err = run_cli("simulate", "--forward", "1,1", "--width", "10000")
     assert status == 2 and out == ""
     assert "--width = 10000" in _one_error_line(err, "simulate") and "would need" in err
     monkeypatch.setattr(limits, "available_memory", lambda: 1e9)
     for verb, argv, what in [("partition", ["--layers", "8", "--layer-cost", "1", "--stages", "4", "-m",
                                             "1000000000"], "m = 1000000000"),
                              ("demo", ["-m", "100000"], "64 × m")]:
-        status, out, err = run_cli(capsys, verb, *argv)
+        status, out, err = run_cli(verb, *argv)
         assert status == 2 and out == ""
         assert what in _one_error_line(err, verb) and "would need" in err
 
 
-def test_partition_of_one_layer_per_stage_builds_its_schedule_once(capsys, monkeypatch):
+def test_partition_of_one_layer_per_stage_builds_its_schedule_once(run_cli, monkeypatch):
     import pipeplan.schedules.inflight as schedules  # where build_with_costs looks it up
 
     calls = []
@@ -212,14 +206,14 @@ def test_partition_of_one_layer_per_stage_builds_its_schedule_once(capsys, monke
         return real(*args, **kwargs)
 
     monkeypatch.setattr(schedules, "build_schedule", counting)
-    status, out, _ = run_cli(capsys, "partition", "--layers", "40", "--layer-cost", "1", "--stages", "40", "--json")
+    status, out, _ = run_cli("partition", "--layers", "40", "--layer-cost", "1", "--stages", "40", "--json")
     assert status == 0 and calls == [80]
     payload = json.loads(out)
     assert payload["simulated"]["step_time"] == payload["even_split"]["step_time"]
 
 
-def test_partition_bubble_without_resimulating_matches_the_simulator(capsys):
-    status, out, _ = run_cli(capsys, "partition", "--layers", "32", "--layer-cost", "6", "--first-extra", "48",
+def test_partition_bubble_without_resimulating_matches_the_simulator(run_cli):
+    status, out, _ = run_cli("partition", "--layers", "32", "--layer-cost", "6", "--first-extra", "48",
                              "--last-extra", "24", "--stages", "4", "-m", "8", "--json")
     assert status == 0
     payload = json.loads(out)
@@ -229,36 +223,36 @@ def test_partition_bubble_without_resimulating_matches_the_simulator(capsys):
     assert payload["simulated"]["bubble_ratio"] == pytest.approx(timeline.bubble_ratio)
 
 
-def test_overflowing_extra_names_its_flag(capsys):
-    status, _, err = run_cli(capsys, "partition", "--layers", "32", "--layer-cost", "2", "--last-extra", "1e308",
+def test_overflowing_extra_names_its_flag(run_cli):
+    status, _, err = run_cli("partition", "--layers", "32", "--layer-cost", "2", "--last-extra", "1e308",
                              "--stages", "4")
     assert status == 2
     assert "--last-extra = 1e+308 is too large" in _one_error_line(err, "partition")
     assert "RuntimeWarning" not in err
 
 
-def test_profile_file_errors_name_the_reason(capsys, tmp_path):
+def test_profile_file_errors_name_the_reason(run_cli, tmp_path):
     binary = tmp_path / "binary.csv"
     binary.write_bytes(b"\xff\xfe\x00")
     for path, reason in [(binary, "is not UTF-8"), (tmp_path, "is a directory"), ("/dev/null", "not a regular file")]:
-        status, _, err = run_cli(capsys, "partition", str(path), "--stages", "2")
+        status, _, err = run_cli("partition", str(path), "--stages", "2")
         assert status == 2 and reason in _one_error_line(err, "partition")
 
 
-def test_version_and_wrote_lines(capsys, tmp_path):
+def test_version_and_wrote_lines(run_cli, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out.strip() == f"pipeplan {pipeplan.__version__}"
     png, trace = tmp_path / "g.png", tmp_path / "t.json"
-    status, out, err = run_cli(capsys, "simulate", "--forward", "3,1,2", "-m", "4", "--plot", str(png),
+    status, out, err = run_cli("simulate", "--forward", "3,1,2", "-m", "4", "--plot", str(png),
                                "--trace", str(trace), "--json")
     assert status == 0 and json.loads(out)["makespan"] > 0
     assert err.splitlines() == [f"wrote {png}", f"wrote {trace}"]
 
 
-def test_unwritable_output_is_refused_before_the_work(capsys, tmp_path):
-    status, out, err = run_cli(capsys, "simulate", "--forward", "3,1,2", "--plot", str(tmp_path / "no" / "g.png"))
+def test_unwritable_output_is_refused_before_the_work(run_cli, tmp_path):
+    status, out, err = run_cli("simulate", "--forward", "3,1,2", "--plot", str(tmp_path / "no" / "g.png"))
     assert status == 2 and out == ""
     assert "does not exist" in _one_error_line(err, "simulate")
 

@@ -9,20 +9,13 @@ import pytest
 
 from pipeplan import StageCosts, build_schedule, simulate
 from pipeplan.analytic import dual_rate_period
-from pipeplan.cli import main
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 SIMULATE = ("simulate", "--schedule", "dual-rate", "--forward", "30,4", "--update", "1,0.5", "-m", "64")
 
 
-def test_simulate_reports_both_rates_and_the_closed_form(capsys):
-    status, out, _ = run_cli(capsys, *SIMULATE, "--rate-ratio", "4", "--width", "80")
+def test_simulate_reports_both_rates_and_the_closed_form(run_cli):
+    status, out, _ = run_cli(*SIMULATE, "--rate-ratio", "4", "--width", "80")
     assert status == 0
     period = dual_rate_period([(30, 60, 1)], [(4, 8, 0.5)], rate_ratio=4)
     match = re.search(r"steady state: ([0-9.]+) ms per frame simulated, closed form ([0-9.]+) ms", out)
@@ -31,8 +24,8 @@ def test_simulate_reports_both_rates_and_the_closed_form(capsys):
     assert "U update" in out  # the Gantt's legend knows the update kind
 
 
-def test_simulate_json_carries_the_dual_rate_metrics(capsys):
-    status, out, _ = run_cli(capsys, *SIMULATE, "--rate-ratio", "2", "--max-staleness", "0", "--json")
+def test_simulate_json_carries_the_dual_rate_metrics(run_cli):
+    status, out, _ = run_cli(*SIMULATE, "--rate-ratio", "2", "--max-staleness", "0", "--json")
     assert status == 0
     payload = json.loads(out)
     schedule = build_schedule("dual-rate", num_stages=2, num_microbatches=64, rate_ratio=2, max_staleness=0)
@@ -52,14 +45,14 @@ def test_simulate_json_carries_the_dual_rate_metrics(capsys):
         (("--vision-stages", "2"), "vision_stages must be < num_stages = 2"),
     ],
 )
-def test_simulate_bad_input_is_one_line(capsys, extra, message):
-    status, out, err = run_cli(capsys, *SIMULATE, *extra)
+def test_simulate_bad_input_is_one_line(run_cli, extra, message):
+    status, out, err = run_cli(*SIMULATE, *extra)
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and message in err
 
 
-def test_rate_options_do_not_apply_to_other_schedules(capsys):
-    status, _out, err = run_cli(capsys, "simulate", "--forward", "30,4", "-m", "8", "--rate-ratio", "4")
+def test_rate_options_do_not_apply_to_other_schedules(run_cli):
+    status, _out, err = run_cli("simulate", "--forward", "30,4", "-m", "8", "--rate-ratio", "4")
     assert status == 2 and "--rate-ratio does not apply to schedule '1f1b'" in err
 
 
@@ -73,17 +66,17 @@ def test_rate_options_do_not_apply_to_other_schedules(capsys):
         (("--max-staleness", "3", "--buffer-frames", "2"), "buffer_frames = 2 cannot hold max_staleness = 3"),
     ],
 )
-def test_run_bad_input_is_one_line_before_any_process_starts(capsys, extra, message):
+def test_run_bad_input_is_one_line_before_any_process_starts(run_cli, extra, message):
     pytest.importorskip("torch")
-    status, _out, err = run_cli(capsys, "run", "--schedule", "dual-rate", *extra)
+    status, _out, err = run_cli("run", "--schedule", "dual-rate", *extra)
     assert status == 2
     assert err.count("\n") == 1 and message in err
 
 
 @pytest.mark.slow
-def test_run_dual_rate_json_passes_the_replay_check(capsys):
+def test_run_dual_rate_json_passes_the_replay_check(run_cli):
     pytest.importorskip("torch")
-    status, out, _ = run_cli(capsys, "run", "--schedule", "dual-rate", "--rate-ratio", "4", "--damping", "0.95",
+    status, out, _ = run_cli("run", "--schedule", "dual-rate", "--rate-ratio", "4", "--damping", "0.95",
                              "--frames", "5", "--batch-size", "8", "--json")
     assert status == 0
     report = json.loads(out)
@@ -94,9 +87,9 @@ def test_run_dual_rate_json_passes_the_replay_check(capsys):
 
 
 @pytest.mark.slow
-def test_dual_rate_verb_json_has_every_method_field(capsys):
+def test_dual_rate_verb_json_has_every_method_field(run_cli):
     pytest.importorskip("torch")
-    status, out, _ = run_cli(capsys, "dual-rate", "--quick", "--budget", "0.2", "--json")
+    status, out, _ = run_cli("dual-rate", "--quick", "--budget", "0.2", "--json")
     assert status == 0
     payload = json.loads(out)
     names = [row["name"] for row in payload["methods"]]

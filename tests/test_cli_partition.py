@@ -14,22 +14,16 @@ LESSON16 = ["partition", "--layers", "32", "--layer-cost", "2", "--first-extra",
             "--stages", "4"]
 
 
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
-def test_lesson16_table_and_bubbles(capsys):
-    status, out, err = run_cli(capsys, *LESSON16, "-m", "8")
+def test_lesson16_table_and_bubbles(run_cli):
+    status, out, err = run_cli(*LESSON16, "-m", "8")
     assert status == 0, err
     assert "0–2" in out and "3–13" in out and "14–24" in out and "25–31" in out
     assert "slowest stage 22 ms (even split 32 ms)" in out
     assert "bubble" in out and "even split: step" in out
 
 
-def test_json_matches_the_library(capsys):
-    status, out, _ = run_cli(capsys, *LESSON16, "-m", "8", "--json")
+def test_json_matches_the_library(run_cli):
+    status, out, _ = run_cli(*LESSON16, "-m", "8", "--json")
     assert status == 0
     payload = json.loads(out)
     assert payload["layers_per_stage"] == [3, 11, 11, 7]
@@ -50,21 +44,21 @@ def test_json_matches_the_library(capsys):
         ("torch", "'layers.3': SplitPoint.BEGINNING"),
     ],
 )
-def test_exports(capsys, engine, expected):
-    status, out, _ = run_cli(capsys, *LESSON16, "--export", engine)
+def test_exports(run_cli, engine, expected):
+    status, out, _ = run_cli(*LESSON16, "--export", engine)
     assert status == 0
     assert expected in out
     if engine == "torch":
         assert "0F0" in out
 
 
-def test_profile_file_with_memory(capsys, tmp_path):
+def test_profile_file_with_memory(run_cli, tmp_path):
     path = tmp_path / "vla.csv"
     rows = ["name,forward,activation_bytes,params", "vision,20,4e9,3e8"]
     rows += [f"layers.{i},2,1e9,2e8" for i in range(16)]
     rows += ["action_head,4,5e8,1e8"]
     path.write_text("\n".join(rows) + "\n")
-    status, out, _ = run_cli(capsys, "partition", str(path), "--stages", "4", "--memory", "40GB", "-m", "8", "--json")
+    status, out, _ = run_cli("partition", str(path), "--stages", "4", "--memory", "40GB", "-m", "8", "--json")
     assert status == 0
     payload = json.loads(out)
     assert max(payload["stage_memory"]) <= 40e9
@@ -80,17 +74,17 @@ def vla_profile(tmp_path):
     return path
 
 
-def test_zb_v_memory_is_per_rank_in_table_and_json(capsys, tmp_path):
+def test_zb_v_memory_is_per_rank_in_table_and_json(run_cli, tmp_path):
     # Issue 13: four stages on two ranks; the capacity is per GPU and the tables say so.
     path = vla_profile(tmp_path)
-    status, out, err = run_cli(capsys, "partition", str(path), "--stages", "4", "--schedule", "zb-v",
+    status, out, err = run_cli("partition", str(path), "--stages", "4", "--schedule", "zb-v",
                                "--memory", "56GB", "-m", "8", "--json")
     assert status == 0, err
     payload = json.loads(out)
     assert payload["num_ranks"] == 2 and payload["placement"] == [0, 1, 1, 0]
     assert max(payload["rank_memory"]) <= 56e9
     assert payload["rank_memory"][1] == pytest.approx(payload["stage_memory"][1] + payload["stage_memory"][2])
-    status, out, _ = run_cli(capsys, "partition", str(path), "--stages", "4", "--schedule", "zb-v",
+    status, out, _ = run_cli("partition", str(path), "--stages", "4", "--schedule", "zb-v",
                              "--memory", "56GB", "-m", "8")
     assert status == 0
     assert "4 stages on 2 ranks, ≤ 56 GB per rank" in out
@@ -98,8 +92,8 @@ def test_zb_v_memory_is_per_rank_in_table_and_json(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("flag,value", [("--layer-params", "1e9"), ("--layer-activation", "1GB")])
-def test_layer_flags_with_a_profile_file_are_refused(capsys, tmp_path, flag, value):
-    status, out, err = run_cli(capsys, "partition", str(vla_profile(tmp_path)), "--stages", "2", flag, value)
+def test_layer_flags_with_a_profile_file_are_refused(run_cli, tmp_path, flag, value):
+    status, out, err = run_cli("partition", str(vla_profile(tmp_path)), "--stages", "2", flag, value)
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and f"{flag} only applies with --layers" in err
 
@@ -113,8 +107,8 @@ def test_help_names_the_units(capsys):
     assert "memory capacity per rank (GPU)" in text
 
 
-def test_memory_infeasible_is_one_line_exit_2(capsys):
-    status, out, err = run_cli(capsys, *LESSON16, "--layer-params", "1e9", "--memory", "10GB")
+def test_memory_infeasible_is_one_line_exit_2(run_cli):
+    status, out, err = run_cli(*LESSON16, "--layer-params", "1e9", "--memory", "10GB")
     assert status == 2
     assert out == ""
     assert err.count("\n") == 1
@@ -135,8 +129,8 @@ def test_memory_infeasible_is_one_line_exit_2(capsys):
         (["partition", "--layers", "4", "--layer-cost", "1e307", "--stages", "2"], "makespan overflows"),
     ],
 )
-def test_bad_input_exits_2(capsys, argv, match):
-    status, _, err = run_cli(capsys, *argv)
+def test_bad_input_exits_2(run_cli, argv, match):
+    status, _, err = run_cli(*argv)
     assert status == 2
     assert match in err
     assert err.count("\n") == 1
@@ -148,14 +142,14 @@ def test_argparse_errors_exit_2(capsys):
     assert caught.value.code == 2
 
 
-def test_chunks_per_rank(capsys, tmp_path):
+def test_chunks_per_rank(run_cli, tmp_path):
     path = tmp_path / "vision.json"
     path.write_text(json.dumps([{"forward": 40 / 3, "name": "vision"}]
                                + [{"forward": 2 / 3, "name": f"blocks.{i}"} for i in range(30)]))
-    status, out, _ = run_cli(capsys, "partition", str(path), "--stages", "4", "--chunks-per-rank", "2", "--json")
+    status, out, _ = run_cli("partition", str(path), "--stages", "4", "--chunks-per-rank", "2", "--json")
     assert status == 0
     payload = json.loads(out)
     assert len(payload["placement"]) == 8
     assert payload["max_load"] == pytest.approx(payload["lower_bound"])
-    status, out, _ = run_cli(capsys, "partition", str(path), "--stages", "4", "--chunks-per-rank", "2")
+    status, out, _ = run_cli("partition", str(path), "--stages", "4", "--chunks-per-rank", "2")
     assert status == 0 and "rank loads" in out

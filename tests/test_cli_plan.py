@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from pipeplan.cli import main
 from pipeplan.layers import LayerProfile
 
 
@@ -24,18 +23,12 @@ def vla_profile(tmp_path):
     return str(path)
 
 
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
 def base(path: str, *extra: str) -> list[str]:
     return ["plan", "--profile", path, "--gpus", "4", "--memory", "40GB", "--global-batch", "16", *extra]
 
 
-def test_table_baseline_gantt_and_export(capsys, vla_profile):
-    status, out, err = run_cli(capsys, *base(vla_profile, "--pp", "4", "--export", "megatron"))
+def test_table_baseline_gantt_and_export(run_cli, vla_profile):
+    status, out, err = run_cli(*base(vla_profile, "--pp", "4", "--export", "megatron"))
     assert status == 0, err
     for column in ("pp×dp", "schedule", "layers per stage", "recompute", "step ms", "samples/s", "MFU", "bubble",
                    "worst rank / capacity", "× Megatron"):
@@ -45,8 +38,8 @@ def test_table_baseline_gantt_and_export(capsys, vla_profile):
     assert "--pipeline-model-parallel-size 4" in out
 
 
-def test_json_contract(capsys, vla_profile):
-    status, out, err = run_cli(capsys, *base(vla_profile, "--json", "--top", "3"))
+def test_json_contract(run_cli, vla_profile):
+    status, out, err = run_cli(*base(vla_profile, "--json", "--top", "3"))
     assert status == 0, err
     payload = json.loads(out)
     assert set(payload) >= {"plans", "baseline", "search"}
@@ -68,17 +61,17 @@ def test_json_contract(capsys, vla_profile):
     assert {"candidates", "simulated", "seconds"} <= set(payload["search"])
 
 
-def test_plot_and_trace_files(capsys, vla_profile, tmp_path):
+def test_plot_and_trace_files(run_cli, vla_profile, tmp_path):
     pytest.importorskip("matplotlib")
     png, trace = tmp_path / "best.png", tmp_path / "best.json"
-    status, _, err = run_cli(capsys, *base(vla_profile, "--pp", "2", "--plot", str(png), "--trace", str(trace)))
+    status, _, err = run_cli(*base(vla_profile, "--pp", "2", "--plot", str(png), "--trace", str(trace)))
     assert status == 0, err
     assert png.stat().st_size > 1000
     assert json.loads(trace.read_text())["traceEvents"]
 
 
-def test_budget_says_it_stopped(capsys, vla_profile):
-    status, out, err = run_cli(capsys, *base(vla_profile, "--budget", "1e-9"))
+def test_budget_says_it_stopped(run_cli, vla_profile):
+    status, out, err = run_cli(*base(vla_profile, "--budget", "1e-9"))
     assert status == 0, err
     assert "stopped by --budget" in out and "best plans so far" in out
 
@@ -99,8 +92,8 @@ def test_budget_says_it_stopped(capsys, vla_profile):
     (["--pp", "4", "--schedules", "adaptive", "--export", "megatron"],
      "megatron runs only 1f1b, interleaved, and the search tried none of them (--schedules adaptive)"),
 ])
-def test_bad_input_is_one_line_and_exit_2(capsys, vla_profile, extra, message):
-    status, out, err = run_cli(capsys, *base(vla_profile), *extra)
+def test_bad_input_is_one_line_and_exit_2(run_cli, vla_profile, extra, message):
+    status, out, err = run_cli(*base(vla_profile), *extra)
     if message is None:  # 16 GPUs, pp=4: a valid request
         assert status == 0, err
         return
@@ -109,16 +102,16 @@ def test_bad_input_is_one_line_and_exit_2(capsys, vla_profile, extra, message):
     assert message in err
 
 
-def test_more_stages_than_layers(capsys, tmp_path):
+def test_more_stages_than_layers(run_cli, tmp_path):
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(LayerProfile([1.0, 1.0, 1.0]).to_records()))
-    status, _, err = run_cli(capsys, "plan", "--profile", str(path), "--gpus", "4", "--memory", "40GB",
+    status, _, err = run_cli("plan", "--profile", str(path), "--gpus", "4", "--memory", "40GB",
                              "--global-batch", "8", "--pp", "4")
     assert status == 2 and "pp=4 needs at least that many layers, but the model has 3" in err
 
 
-def test_preset_end_to_end_with_torchtitan_export(capsys):
-    status, out, err = run_cli(capsys, "plan", "--preset", "pi0", "--gpus", "8", "--gpu", "h100-80g",
+def test_preset_end_to_end_with_torchtitan_export(run_cli):
+    status, out, err = run_cli("plan", "--preset", "pi0", "--gpus", "8", "--gpu", "h100-80g",
                                "--global-batch", "64", "--pp", "2", "--micro-batch-size", "4",
                                "--schedules", "1f1b,zb-h1", "--export", "torchtitan", "--top", "3")
     assert status == 0, err
@@ -126,13 +119,13 @@ def test_preset_end_to_end_with_torchtitan_export(capsys):
     assert "[parallelism]" in out and "pipeline_parallel_degree = 2" in out
 
 
-def test_preset_json_frozen_vision_holds_less(capsys):
+def test_preset_json_frozen_vision_holds_less(run_cli):
     args = ["plan", "--preset", "pi0", "--gpus", "4", "--global-batch", "16", "--pp", "2", "--micro-batch-size",
             "2", "--schedules", "1f1b", "--json", "--top", "1"]
-    status, out, err = run_cli(capsys, *args)
+    status, out, err = run_cli(*args)
     assert status == 0, err
     trained = json.loads(out)["plans"][0]
-    status, out, err = run_cli(capsys, *args, "--freeze", "vision")
+    status, out, err = run_cli(*args, "--freeze", "vision")
     assert status == 0, err
     frozen = json.loads(out)["plans"][0]
     assert sum(r["optimizer"] for r in frozen["memory"]) < sum(r["optimizer"] for r in trained["memory"])
@@ -145,36 +138,36 @@ def test_preset_json_frozen_vision_holds_less(capsys):
     (["--preset", "pi0", "--gpu", "tpu"], "gpu must be one of"),
     (["--preset", "pi0", "--inter-link", "smoke-signals"], "link must be one of"),
 ])
-def test_bad_model_and_hardware(capsys, argv, message):
-    status, _, err = run_cli(capsys, "plan", "--gpus", "8", "--global-batch", "64", *argv)
+def test_bad_model_and_hardware(run_cli, argv, message):
+    status, _, err = run_cli("plan", "--gpus", "8", "--global-batch", "64", *argv)
     assert status == 2 and message in err and err.count("\n") == 1
 
 
-def test_pi0_demo_story(capsys):
-    status, out, err = run_cli(capsys, "demo", "--story", "pi0")
+def test_pi0_demo_story(run_cli):
+    status, out, err = run_cli("demo", "--story", "pi0")
     assert status == 0, err
     assert "Megatron default" in out and "Megatron-LM flags for plan" in out
     if "Megatron-LM flags for plan 1:" not in out:  # the best plans use an order Megatron-LM does not run
         assert "Megatron-LM cannot run plan 1: Megatron-LM runs 1F1B and interleaved 1F1B only" in out
     assert "--pipeline-model-parallel-size 4" in out and "rank 3 |" in out
-    status, _, err = run_cli(capsys, "demo", "--story", "pi0", "-m", "4")
+    status, _, err = run_cli("demo", "--story", "pi0", "-m", "4")
     assert status == 2 and "does not apply to --story pi0" in err
 
 
-def test_export_falls_back_to_the_best_plan_the_engine_runs(capsys, vla_profile):
+def test_export_falls_back_to_the_best_plan_the_engine_runs(run_cli, vla_profile):
     """With --top 1 the list holds one zero-bubble plan; Megatron-LM's flags come from a search over what it runs."""
-    status, out, err = run_cli(capsys, *base(vla_profile, "--pp", "4", "--top", "1", "--export", "megatron"))
+    status, out, err = run_cli(*base(vla_profile, "--pp", "4", "--top", "1", "--export", "megatron"))
     assert status == 0, err
     assert "megatron (the best plan of the schedules it runs: 1f1b" in out
     assert "megatron cannot run plan 1" in out and "--pipeline-model-parallel-size 4" in out
 
 
-def test_headroom_leaves_a_share_of_the_gpu_free(capsys):
-    status, out, err = run_cli(capsys, "plan", "--preset", "gr00t-n1", "--gpus", "8", "--global-batch", "64",
+def test_headroom_leaves_a_share_of_the_gpu_free(run_cli):
+    status, out, err = run_cli("plan", "--preset", "gr00t-n1", "--gpus", "8", "--global-batch", "64",
                                "--pp", "8", "--json", "--top", "1")
     assert status == 0, err
     default = json.loads(out)["plans"][0]["memory_capacity"]
-    status, out, err = run_cli(capsys, "plan", "--preset", "gr00t-n1", "--gpus", "8", "--global-batch", "64",
+    status, out, err = run_cli("plan", "--preset", "gr00t-n1", "--gpus", "8", "--global-batch", "64",
                                "--pp", "8", "--json", "--top", "1", "--headroom", "0")
     assert status == 0, err
     full = json.loads(out)["plans"][0]["memory_capacity"]

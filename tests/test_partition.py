@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import time
 
 import numpy as np
 import pytest
@@ -477,14 +476,11 @@ def test_bad_input_names_the_field(args, kwargs, match):
         partition_layers(*args, **kwargs)
 
 
-def test_ten_thousand_layers_into_128_stages_is_fast():
-    # The target is under 1 s; the test allows for a loaded CI machine.
+def test_ten_thousand_layers_into_128_stages_is_optimal():
+    # Its speed (target under 1 s) is benchmarks/partition_speed.py's "random" case, recorded in docs/partition.md.
     rng = np.random.default_rng(0)
     costs = rng.uniform(0.5, 2.0, 10_000).tolist()
-    started = time.perf_counter()
     result = partition_layers(costs, 128)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 2.0
     assert sum(result.layers_per_stage) == 10_000 and min(result.layers_per_stage) >= 1
     # optimality certificate: nothing below the bottleneck is feasible
     problem = problem_module.MinMaxProblem([np.concatenate([[0.0], np.cumsum(costs)])] * 128, np.zeros(128))

@@ -20,6 +20,8 @@ from pipeplan.runtime.measure import (
     measure_stage_costs,
 )
 
+from _work_clock import WorkClock
+
 
 class Square(nn.Module):
     """Saves exactly its input for the backward (``x * x`` saves ``x`` twice, one storage)."""
@@ -76,23 +78,21 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_four_times_the_work_measures_slower(one_thread):
-    torch.manual_seed(0)
-    light = mlp(256, 1)
-    heavy = mlp(256, 4)
+def test_the_module_is_timed_around_its_forward_and_backward():
+    # A clock that moves only while the module works (forward 1 or 4 ms, backward twice that):
+    # the measurement must report exactly that (how real work measures: benchmarks/fidelity.py).
+    clock = WorkClock()
+    light = clock.busy(mlp(256, 1), forward_ms=1.0)
+    heavy = clock.busy(mlp(256, 4), forward_ms=4.0)
     x = torch.randn(256, 256)
-    # CPU time of this process, alternating the two and keeping each one's best
-    # median, so load from other processes on a shared machine cannot decide it.
-    light_costs, heavy_costs = [], []
-    for _ in range(3):
-        light_costs.append(measure_module(light, x, repeats=5, warmup=1, timer=time.process_time)[0])
-        heavy_costs.append(measure_module(heavy, x, repeats=5, warmup=1, timer=time.process_time)[0])
-    assert min(c.forward for c in heavy_costs) > 1.5 * min(c.forward for c in light_costs)
-    assert min(c.backward for c in heavy_costs) > 1.5 * min(c.backward for c in light_costs)
+    light_cost, _ = measure_module(light, x, repeats=5, warmup=1, timer=clock)
+    heavy_cost, _ = measure_module(heavy, x, repeats=5, warmup=1, timer=clock)
+    assert (light_cost.forward, light_cost.backward) == pytest.approx((1.0, 2.0))
+    assert (heavy_cost.forward, heavy_cost.backward) == pytest.approx((4.0, 8.0))
     # Linear saves its input, Tanh its output, and Tanh's output is the next Linear's
     # input (one storage): depth d saves d + 1 tensors of 256 x 256 float32.
-    assert light_costs[0].activation_bytes == 2 * 256 * 256 * 4
-    assert heavy_costs[0].activation_bytes == 5 * 256 * 256 * 4
+    assert light_cost.activation_bytes == 2 * 256 * 256 * 4
+    assert heavy_cost.activation_bytes == 5 * 256 * 256 * 4
 
 
 def test_layer_details_walk_the_sequential():

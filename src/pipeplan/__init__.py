@@ -1,9 +1,10 @@
 """pipeplan: plan, simulate and run pipeline-parallel training for unequal stages.
 
-    import pipeplan
-    schedule = pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8)
-    timeline = pipeplan.simulate(schedule, pipeplan.StageCosts(forward=[30, 10, 10, 20]))
-    print(timeline.makespan, timeline.bubble_ratio)
+    >>> import pipeplan
+    >>> schedule = pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8)
+    >>> timeline = pipeplan.simulate(schedule, pipeplan.StageCosts(forward=[30, 10, 10, 20]))
+    >>> print(timeline.makespan, round(timeline.bubble_ratio, 3))
+    750.0 0.44
 
 Planning and simulation need numpy only; ``pipeplan.runtime`` needs torch.
 """

@@ -1,8 +1,12 @@
 """Reading and writing user files with one clear error per real reason.
 
-    from pipeplan._files import read_text, check_output_path
-    text = read_text("profile.csv", "profile file")   # InvalidInputError: profile file 'x' is a directory
-    check_output_path("out.png", "--plot")            # InvalidInputError: --plot 'd/out.png': no directory 'd'
+    >>> from pipeplan._files import read_text, check_output_path
+    >>> read_text(".", "profile file")
+    Traceback (most recent call last):
+    pipeplan.errors.InvalidInputError: profile file '.' is a directory, not a file
+    >>> check_output_path("no-such-dir/out.png", "--plot")
+    Traceback (most recent call last):
+    pipeplan.errors.InvalidInputError: --plot 'no-such-dir/out.png': the directory 'no-such-dir' does not exist
 
 Every failure is an :class:`~pipeplan.errors.InvalidInputError` that names the
 file and the reason: it does not exist, is a directory, is not a regular file

@@ -1,8 +1,11 @@
 """Checks at the public boundary that turn bad numbers into one clear error.
 
-    from pipeplan._validation import positive_int
-    positive_int("num_microbatches", 8)   # -> 8
-    positive_int("num_microbatches", 0)   # InvalidInputError: num_microbatches must be >= 1, got 0
+    >>> from pipeplan._validation import positive_int
+    >>> positive_int("num_microbatches", 8)
+    8
+    >>> positive_int("num_microbatches", 0)
+    Traceback (most recent call last):
+    pipeplan.errors.InvalidInputError: num_microbatches must be >= 1, got 0
 """
 
 from __future__ import annotations

@@ -2,10 +2,13 @@
 
 Each formula is tied to the simulator by tests (``tests/test_analytic.py``)::
 
-    from pipeplan import analytic
-    analytic.uniform_bubble(4, 8)                          # 3/11
-    analytic.asymmetric_forward_bubble([30, 10, 10, 20], 8)  # lesson 16's formula
-    analytic.asymmetric_bubble_limit([30, 10, 10, 20])       # 1 - mean/max = 5/12
+    >>> from pipeplan import analytic
+    >>> analytic.uniform_bubble(4, 8)                            # 3/11
+    0.2727...
+    >>> analytic.asymmetric_forward_bubble([30, 10, 10, 20], 8)  # lesson 16's formula
+    0.5
+    >>> analytic.asymmetric_bubble_limit([30, 10, 10, 20])       # 1 - mean/max = 5/12
+    0.4166...
 
 Times are in any one unit; bytes are bytes.
 """

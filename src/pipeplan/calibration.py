@@ -4,9 +4,12 @@ A :class:`Calibration` is measured once, beside the layer profile, in the same
 processes the runtime will use (``pipeplan profile`` writes it into the profile
 file), and turns into the simulator's inputs::
 
-    from pipeplan.calibration import Calibration, fit_link
-    calibration = Calibration(latency=0.12, bandwidth=2.5e6, slowdown=(1.0, 1.9), backend="gloo")
-    comm = calibration.comm_model([4_620_800])       # CommModel for one boundary of 4.6 MB
+    >>> from pipeplan.calibration import Calibration, fit_link
+    >>> calibration = Calibration(latency=0.12, bandwidth=2.5e6, slowdown=(1.0, 1.9), backend="gloo")
+    >>> calibration.comm_model([4_620_800])       # the CommModel for one boundary of 4.6 MB
+    CommModel(latency=0.12, bandwidth=2500000.0, boundary_bytes=(4620800.0,), send_mode='eager')
+    >>> [round(value, 6) for value in fit_link([(0, 0.12), (2.5e6, 1.12), (5e6, 2.12)])]  # (bytes, ms) samples
+    [0.12, 2500000.0]
 
 Fields and units (times in ms, like every pipeplan cost):
 

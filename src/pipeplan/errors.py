@@ -3,8 +3,12 @@
 Every error names the field, the value and what is allowed, so the CLI can print
 it as one line and exit 2::
 
-    from pipeplan.errors import InvalidInputError
-    raise InvalidInputError("num_microbatches must be >= 1, got 0")
+    >>> from pipeplan.errors import InvalidInputError, PipeplanError
+    >>> try:
+    ...     raise InvalidInputError("num_microbatches must be >= 1, got 0")   # also a ValueError
+    ... except PipeplanError as error:
+    ...     print(f"pipeplan: error: {error}")
+    pipeplan: error: num_microbatches must be >= 1, got 0
 """
 
 from __future__ import annotations

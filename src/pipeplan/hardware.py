@@ -5,10 +5,13 @@ A :class:`Device` turns FLOPs into time at ``peak_flops × achievable_fraction``
 :class:`Link` turns bytes into time as ``latency + bytes / bandwidth``, producing
 the simulator's :class:`~pipeplan.costs.CommModel`::
 
-    from pipeplan import hardware
-    gpu = hardware.device("h100-80g", achievable_fraction=0.45)
-    comm = hardware.link("nvlink-h100").comm_model(boundary_bytes=[2e7, 2e7, 2e7])
-    gpu.achievable_flops, gpu.memory_bytes
+    >>> from pipeplan import hardware
+    >>> gpu = hardware.device("h100-80g", achievable_fraction=0.45)
+    >>> gpu.achievable_flops, gpu.memory_bytes
+    (445230000000000.0, 85520809984)
+    >>> hardware.link("nvlink-h100").comm_model(boundary_bytes=[2e7, 2e7, 2e7])
+    CommModel(latency=0.005, bandwidth=450000000.0, boundary_bytes=(20000000.0, 20000000.0, 20000000.0),
+              send_mode='eager')
 
 Units: bytes, FLOP/s, bytes per millisecond for ``comm_model`` (pipeplan's CLI
 times are milliseconds). The numbers and their sources are listed in

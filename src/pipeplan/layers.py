@@ -4,9 +4,11 @@ A :class:`LayerProfile` holds, for every layer of a model in order, its forward
 time, its full backward time (and the weight-gradient part of it), the bytes of
 activations one microbatch leaves on the stage, and its parameter count::
 
-    from pipeplan.layers import LayerProfile
-    profile = LayerProfile.uniform(32, forward=2 / 3, first_extra=16, last_extra=8)
-    profile = LayerProfile.from_file("profile.csv")      # or .json
+    >>> from pipeplan.layers import LayerProfile
+    >>> profile = LayerProfile.uniform(32, forward=2 / 3, first_extra=16, last_extra=8)  # or .from_file("p.csv")
+    >>> costs = profile.stage_costs([3, 11, 11, 7])      # lesson 16's partition
+    >>> [round(forward + backward, 6) for forward, backward in zip(costs.forward, costs.backward)]
+    [22.0, 22.0, 22.0, 22.0]
 
 Units and conventions, shared with :class:`~pipeplan.costs.StageCosts`:
 

@@ -3,10 +3,11 @@
 A size that cannot fit in memory is refused before any work starts, with one line
 that gives the size, the estimate and the memory available::
 
-    from pipeplan.limits import check_schedule_size
-    check_schedule_size("1f1b", num_stages=4, num_microbatches=10**10, backward="full")
-    # InvalidInputError: num_stages = 4 × num_microbatches = 10000000000 × 2 action kinds
-    #   = 8e+10 actions would need ~11.6 TiB of memory; this machine has 22.4 GiB available
+    >>> from pipeplan.limits import check_schedule_size
+    >>> check_schedule_size("1f1b", num_stages=4, num_microbatches=10**10, backward="full")
+    Traceback (most recent call last):
+    pipeplan.errors.InvalidInputError: num_stages = 4 × num_microbatches = 10000000000 × 2 action kinds
+      = 8e+10 actions would need ~11.6 TiB of memory; this machine has ... available
 
 Estimates are bytes per action (and per text-Gantt cell) measured by
 ``benchmarks/action_memory.py`` (peak resident-set growth; table in

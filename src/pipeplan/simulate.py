@@ -5,10 +5,13 @@ free and its inputs have arrived; a message between ranks arrives
 ``CommModel`` time after it was sent (eager) or after both sides were ready
 (rendezvous). The result is a :class:`~pipeplan.timeline.Timeline`::
 
-    from pipeplan import build_schedule, simulate, StageCosts
-    tl = simulate(build_schedule("1f1b", num_stages=4, num_microbatches=8), StageCosts([30, 10, 10, 20]))
-    tl.makespan, tl.bubble_ratio
-    simulate(schedule, costs, iterations=4, optimizer="overlap").steady_step_time
+    >>> from pipeplan import build_schedule, simulate, StageCosts
+    >>> schedule, costs = build_schedule("1f1b", num_stages=4, num_microbatches=8), StageCosts([30, 10, 10, 20])
+    >>> tl = simulate(schedule, costs)
+    >>> tl.makespan, round(tl.bubble_ratio, 3)
+    (750.0, 0.44)
+    >>> simulate(schedule, costs, iterations=4, optimizer="overlap").steady_step_time
+    750.0
 
 The simulation is event driven: a rank that waits for a message is parked on it
 and woken when it is produced, so the cost is linear in the number of actions.
@@ -38,7 +41,7 @@ from .limits import check_iterations_size, check_simulation_size
 from .schedule import Message, Schedule, runs_to_order
 from .timeline import Timeline
 
-__all__ = ["simulate", "OptimizerMode", "OPTIMIZER_MODES"]
+__all__ = ["simulate", "check_arguments", "OptimizerMode", "OPTIMIZER_MODES"]
 
 OptimizerMode = Literal["barrier", "overlap"]
 OPTIMIZER_MODES: tuple[str, ...] = ("barrier", "overlap")
@@ -183,7 +186,7 @@ def simulate(
         DeadlockError: rendezvous sends that wait on each other in a cycle; names the
             ranks, the messages and what each receiver does before posting.
     """
-    _check_arguments(schedule, costs, comm, validate)
+    check_arguments(schedule, costs, comm, validate)
     comm = comm or CommModel()
     iterations = positive_int("iterations", iterations)
     if optimizer not in OPTIMIZER_MODES:
@@ -499,8 +502,8 @@ def _describe_stuck(
     return f"{lead} (each waits for a receiver that is itself blocked): " + "; ".join(parts)
 
 
-def _check_arguments(schedule: object, costs: object, comm: object, validate: object) -> None:
-    """The argument check of :func:`simulate`: types, and a size that fits in memory."""
+def check_arguments(schedule: object, costs: object, comm: object, validate: object) -> None:
+    """The argument check of :func:`simulate` (and of other simulators): types, and a size that fits in memory."""
     expect_instance("schedule", schedule, Schedule, "pipeplan.build_schedule('1f1b', num_stages=4, num_microbatches=8)")
     expect_instance("costs", costs, StageCosts, "StageCosts(forward=[30, 10, 10, 20])")
     if comm is not None:

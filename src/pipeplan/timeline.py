@@ -3,9 +3,13 @@
 A :class:`Timeline` is what both :func:`pipeplan.simulate` (predicted) and the
 runtime (measured) return, so every report, chart and comparison works on either::
 
-    tl = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8),
-                           pipeplan.StageCosts(forward=[30, 10, 10, 20]))
-    print(tl.makespan, tl.bubble_ratio, tl.idle_by_cause()[1])
+    >>> import pipeplan
+    >>> tl = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8),
+    ...                        pipeplan.StageCosts(forward=[30, 10, 10, 20]))
+    >>> tl.makespan, round(tl.bubble_ratio, 3)
+    (750.0, 0.44)
+    >>> {cause.value: time for cause, time in tl.idle_by_cause()[1].items() if time}   # rank 1's idle time
+    {'fill': 30.0, 'drain': 120.0, 'starved_upstream': 250.0, 'starved_downstream': 110.0}
 
 Definitions (times in the costs' unit, measured from the step's start at 0):
 
@@ -33,7 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._validation import expect_instance
+from ._validation import expect_instance, positive_int
 from .errors import InvalidInputError
 from .schedule import Action, Payload, Schedule
 
@@ -195,6 +199,10 @@ class Timeline:
         """``rank_offsets[r]:rank_offsets[r+1]`` indexes rank ``r``'s actions."""
         return np.concatenate([[0], np.cumsum([len(o) for o in self.schedule.orders])]).astype(int)
 
+    def _checked_rank(self, rank: object) -> int:
+        """``rank`` as an int, or raise unless it is a rank of this timeline."""
+        return positive_int("rank", rank, minimum=0, maximum=self.num_ranks - 1)
+
     def _rank_slice(self, rank: int) -> slice:
         return slice(int(self.rank_offsets[rank]), int(self.rank_offsets[rank + 1]))
 
@@ -213,7 +221,7 @@ class Timeline:
 
     def records(self, rank: int | None = None) -> Iterator[ActionRecord]:
         """Every action's record, rank by rank in execution order (or one rank's)."""
-        ranks = range(self.num_ranks) if rank is None else (rank,)
+        ranks = range(self.num_ranks) if rank is None else (self._checked_rank(rank),)
         for r in ranks:
             base = int(self.rank_offsets[r])
             for position, action in enumerate(self.schedule.orders[r]):
@@ -269,7 +277,7 @@ class Timeline:
 
     def idle_intervals(self, rank: int | None = None) -> list[IdleInterval]:
         """Every idle interval (zero-length ones dropped), with its cause."""
-        ranks = range(self.num_ranks) if rank is None else (rank,)
+        ranks = range(self.num_ranks) if rank is None else (self._checked_rank(rank),)
         schedule = self.schedule
         makespan = self.makespan
         out: list[IdleInterval] = []
@@ -312,7 +320,7 @@ class Timeline:
     # ------------------------------------------------------------------ memory
     def memory(self, rank: int) -> MemoryTrace:
         """In-flight microbatches and activation bytes on ``rank`` over time."""
-        part = self._rank_slice(rank)
+        part = self._rank_slice(self._checked_rank(rank))
         ends = self.end[part]
         count_delta = np.zeros(len(ends))
         byte_delta = np.zeros(len(ends))

@@ -4,9 +4,9 @@ Lesson 16 (``AsymmetricPipelineScheduler``) lives here; seed 003's ``Pipeline``,
 ``PipelineStage`` and ``bubble_fraction`` live in :mod:`pipeplan.lessons.pipeline`
 because they need torch::
 
-    from pipeplan import AsymmetricPipelineScheduler
-    total, bubble = AsymmetricPipelineScheduler().simulate_1f1b_execution([30, 10, 10, 20], 8)
-    # (280.0, 0.5): the lesson's forward-phase numbers
+    >>> from pipeplan import AsymmetricPipelineScheduler
+    >>> AsymmetricPipelineScheduler().simulate_1f1b_execution([30, 10, 10, 20], 8)   # the lesson's numbers
+    (280.0, 0.5)
 """
 
 from __future__ import annotations

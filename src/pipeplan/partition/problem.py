@@ -1,8 +1,10 @@
 """The min-max instance the partitioner solves: stage values from prefix sums, and its feasibility test.
 
-    from pipeplan.partition.problem import MinMaxProblem
-    problem = MinMaxProblem([prefix] * num_stages, extra)     # prefix: cumulative layer times, 0 first
-    problem.min_bottleneck()                                    # (optimal slowest stage, its bounds)
+    >>> import numpy as np
+    >>> from pipeplan.partition.problem import MinMaxProblem
+    >>> prefix = np.cumsum([0.0, 4, 1, 1, 1, 1, 4])               # cumulative layer times, 0 first
+    >>> MinMaxProblem([prefix] * 3, extra=np.zeros(3)).min_bottleneck()   # (optimal slowest stage, its bounds)
+    (4.0, [0, 1, 5, 6])
 
 Stage ``k`` on layers ``[s, e)`` costs ``prefixes[k][e] - prefixes[k][s] + extra[k]``;
 ``limits`` (optional) cap each stage's last end per start (memory). Shared by the

@@ -5,11 +5,21 @@
 ``T``. When ``T`` is set by one part of the model (an indivisible layer, a fixed
 extra) the others have a lot of room and the number of (start, end) pairs on some
 optimal partition grows like ``S·L·L/S``; walking them all took 40 s for 10,000
-layers into 128 stages. Here::
+layers into 128 stages. Here, on 8 layers of time 1 into 3 stages with 6 more on stage 0
+(so ``T = 7``, and stages 1 and 2 have room)::
 
-    windows = StageWindows(problem, bottleneck)        # per stage: first start for each end
-    variance_bounds(problem, windows)                  # min Σ stage², monotone divide and conquer
-    lexicographic_bounds(problem, windows, fallback)   # sorted stage times, level by level
+    >>> import numpy as np
+    >>> from pipeplan.partition.problem import MinMaxProblem
+    >>> from pipeplan.partition.ties import StageWindows, lexicographic_bounds, variance_bounds
+    >>> problem = MinMaxProblem([np.arange(9.0)] * 3, np.array([6.0, 0, 0]))   # prefix sums of 8 ones
+    >>> bottleneck, witness = problem.min_bottleneck()
+    >>> bottleneck, witness, problem.values(witness)
+    (7.0, [0, 1, 7, 8], [7.0, 6.0, 1.0])
+    >>> windows = StageWindows(problem, bottleneck)        # per stage: first start for each end
+    >>> variance_bounds(problem, windows)                  # min Σ stage², monotone divide and conquer
+    [0, 1, 5, 8]
+    >>> lexicographic_bounds(problem, windows, witness)   # sorted stage times, level by level
+    [0, 1, 5, 8]
 
 How it works (``v(k, s, e)`` is stage ``k`` on layers ``[s, e)``):
 

@@ -1,8 +1,15 @@
 """Predicting a measured step, and checking the prediction against the run.
 
-    from pipeplan.predict import compare, predict
-    timeline = predict(LayerProfile.from_file("prof.json"), schedule, [6, 4])   # ms
-    print(compare(timeline, measured).report())
+    >>> import pipeplan
+    >>> from pipeplan.layers import LayerProfile
+    >>> from pipeplan.predict import compare, predict
+    >>> schedule = pipeplan.build_schedule("1f1b", num_stages=2, num_microbatches=4)
+    >>> timeline = predict(LayerProfile.uniform(10, forward=1.0), schedule, [6, 4])   # or LayerProfile.from_file
+    >>> measured = pipeplan.simulate(schedule, pipeplan.StageCosts([6.5, 4.2]))    # stands in for a run's Timeline
+    >>> print(compare(timeline, measured).report())
+    makespan: predicted 78.000, measured 84.100, error -6.100 (-7.3%)
+    per action: mean |start error| 2.281, mean |duration error| 0.525
+    ...
 
 Modules: :mod:`.prediction` (a profile's predicted step; per-kind calibration
 factors), :mod:`.contention` (processes sharing cores), :mod:`.compare`

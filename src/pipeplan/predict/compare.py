@@ -1,8 +1,12 @@
 """Predicted against measured: how far a simulated Timeline is from a real run.
 
-    predicted = pipeplan.simulate(schedule, costs)          # costs measured in isolation
-    comparison = pipeplan.compare(predicted, measured)      # measured: the runtime's Timeline
-    print(comparison.report())                              # makespan error, worst actions
+    >>> import pipeplan
+    >>> schedule = pipeplan.build_schedule("1f1b", num_stages=2, num_microbatches=4)
+    >>> predicted = pipeplan.simulate(schedule, pipeplan.StageCosts([6, 4]))     # costs measured in isolation
+    >>> measured = pipeplan.simulate(schedule, pipeplan.StageCosts([6.5, 4.2]))  # stands in for the runtime's
+    >>> comparison = pipeplan.compare(predicted, measured)       # print(comparison.report()): worst actions
+    >>> round(comparison.makespan_error, 3), round(comparison.makespan_relative_error, 3)
+    (-6.1, -0.073)
 
 Both timelines must come from the same :class:`~pipeplan.schedule.Schedule`
 shape (same actions on the same ranks); the action order may differ, since

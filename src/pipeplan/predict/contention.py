@@ -7,9 +7,14 @@ one machine that has fewer free cores than processes (two CPU ranks on a loaded
 :func:`simulate_shared` charges exactly that, as a fluid (processor-sharing)
 simulation::
 
-    from pipeplan.predict.contention import simulate_shared
-    timeline = simulate_shared(schedule, costs, comm, slowdown=(1.0, 1.9))   # measured by pipeplan profile
-    timeline.makespan
+    >>> import pipeplan
+    >>> from pipeplan.predict.contention import simulate_shared
+    >>> schedule = pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8)
+    >>> costs, comm = pipeplan.StageCosts([30, 10, 10, 20]), pipeplan.CommModel()
+    >>> simulate_shared(schedule, costs, comm, slowdown=(1.0, 1.9)).makespan   # measured by pipeplan profile
+    1272.0
+    >>> pipeplan.simulate(schedule, costs, comm).makespan                      # a core per rank
+    750.0
 
 Semantics: the same orders, dependencies and eager messages as
 :func:`pipeplan.simulate` (the cross-rank edges are :meth:`Schedule.messages_into
@@ -32,6 +37,7 @@ from ..calibration import Calibration
 from ..costs import CommModel, StageCosts
 from ..errors import DeadlockError, InvalidInputError
 from ..schedule import Schedule
+from ..simulate import check_arguments
 from ..timeline import Timeline
 
 __all__ = ["simulate_shared"]
@@ -62,9 +68,11 @@ def simulate_shared(
         The predicted :class:`~pipeplan.timeline.Timeline` (``source="simulated"``).
 
     Raises:
-        InvalidInputError: costs that do not match the schedule, a rendezvous
-            ``comm`` or a bad ``slowdown``.
+        InvalidInputError: arguments of the wrong type (checked as :func:`pipeplan.simulate`
+            checks them), costs that do not match the schedule, a rendezvous ``comm`` or a bad
+            ``slowdown``.
     """
+    check_arguments(schedule, costs, comm, validate)
     comm = comm or CommModel()
     if comm.send_mode != "eager":
         raise InvalidInputError("simulate_shared models eager sends only; got send_mode='rendezvous'")

@@ -1,8 +1,12 @@
 """The step a measured profile predicts: what ``pipeplan run`` should measure, before running it.
 
-    from pipeplan.predict import predict
-    timeline = predict(LayerProfile.from_file("prof.json"), schedule, [6, 4])
-    timeline.makespan                                  # ms, the runtime's median step should match
+    >>> import pipeplan
+    >>> from pipeplan.layers import LayerProfile
+    >>> from pipeplan.predict import predict
+    >>> profile = LayerProfile.uniform(10, forward=1.0)          # or LayerProfile.from_file("prof.json")
+    >>> schedule = pipeplan.build_schedule("1f1b", num_stages=2, num_microbatches=4)
+    >>> predict(profile, schedule, [6, 4]).makespan              # ms, the runtime's median step should match
+    78.0
 
 What it charges: the profile's per-layer costs summed per stage
 (:meth:`~pipeplan.layers.LayerProfile.stage_costs`, the split halves as the

@@ -1,9 +1,11 @@
 """Model presets: published VLA models (and two references) as :class:`~pipeplan.models.spec.ModelSpec`.
 
-    from pipeplan import presets
-    presets.names()                    # ['pi0', 'pi0.5', 'openvla-7b', ...]
-    spec = presets.get("pi0")
-    spec.num_parameters(), spec.module_parameters()
+    >>> from pipeplan import presets
+    >>> presets.names()
+    ['pi0', 'pi0.5', 'openvla-7b', ...]
+    >>> spec = presets.get("pi0")
+    >>> spec.num_parameters(), spec.module_parameters()["llm"]
+    (3238048528, 1981884416)
 
 Each preset's shapes and sources are in its module's docstring (``pi``,
 ``openvla``, ``gr00t``, ``reference``) and in docs/presets.md. torch-free.

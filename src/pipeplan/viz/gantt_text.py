@@ -2,10 +2,20 @@
 
 Works on any :class:`~pipeplan.timeline.Timeline`, simulated or measured::
 
-    from pipeplan.viz import text_gantt
-    tl = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8),
-                           pipeplan.StageCosts(forward=[30, 10, 10, 20]))
-    print(text_gantt(tl, width=120))
+    >>> import pipeplan
+    >>> from pipeplan.viz import text_gantt
+    >>> tl = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8),
+    ...                        pipeplan.StageCosts(forward=[30, 10, 10, 20]))
+    >>> print(text_gantt(tl, width=60))
+    rank 0 |F0F1 F2F3 <<B0   F4B1   F5B2   F6 B3  F7 B4   B5  B6   B7   |
+    rank 1 |..F>>F>F<<B0F<<B1>>FB2>>>>FB3>>>>>B4>>>>>FB<B6<<<B__________|
+    rank 2 |...F>>F<<BF<<<BF<<B2F<<B3>>FB4>>>>FB5>>>>>B6<<<B7___________|
+    rank 3 |....F0B0 FB1  FB2 F3B3 F4B4 F5B5 >>F6B6 >>F7B7 _____________|
+            0               200             400             600
+    1f1b, simulated: makespan 750, 1 column = 12.5 time units
+    actions: F forward  B backward; the number is the microbatch (0-based)
+    idle: . fill  _ drain  > starved upstream  < starved downstream  # blocked  * overhead
+    stages: rank r holds stage r
 
 Drawing rules (also printed in the legend):
 

@@ -4,10 +4,17 @@ Lesson 002 prints 1F1B for M = 3 stages and N = 4 microbatches as lines like
 ``T=1: S1: F1(1)``. :func:`step_table` prints any timeline whose actions start
 and end on a grid of one time unit (e.g. ``F = B = 1``) the same way::
 
-    from pipeplan.viz import step_table
-    tl = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=3, num_microbatches=4),
-                           pipeplan.StageCosts.uniform(3, forward=1, backward=1))
-    print(step_table(tl))   # T=1: S1: F1(1) / T=2: S1: F1(2) | S2: F2(1) / ...
+    >>> import pipeplan
+    >>> from pipeplan.viz import step_table
+    >>> tl = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=3, num_microbatches=4),
+    ...                        pipeplan.StageCosts.uniform(3, forward=1, backward=1))
+    >>> print(step_table(tl))
+    T=1: S1: F1(1)
+    T=2: S1: F1(2) | S2: F2(1)
+    T=3: S1: F1(3) | S2: F2(2) | S3: F3(1)
+    T=4: S3: B3(1)
+    ...
+    T=12: S1: B1(4)
 
 Notation (the lesson's, so everything is 1-based): ``T=t`` is the time step
 ``[(t - 1)·unit, t·unit)``; ``Sk`` is stage ``k``; ``F2(3)`` is the forward of

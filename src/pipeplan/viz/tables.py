@@ -4,9 +4,12 @@ One row per rank (stages held, busy time, utilisation, idle time by cause, peak
 in-flight microbatches and activation bytes) and a total row; the caption holds
 the makespan, the bubble ratio and the zero-bubble paper's span bubble rate::
 
-    from rich.console import Console
-    from pipeplan.viz import rank_table
-    Console().print(rank_table(pipeplan.simulate(schedule, costs)))
+    >>> import pipeplan
+    >>> from pipeplan.viz import rank_table
+    >>> table = rank_table(pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=2, num_microbatches=2),
+    ...                                      pipeplan.StageCosts([2, 1])))   # rich.console.Console().print(table)
+    >>> table.row_count, table.caption
+    (3, 'makespan 13 · bubble ratio 30.8% · span bubble rate 7.7%')
 
 Times are in the timeline's unit (the CLI's is ms); idle causes that are zero on
 every rank get no column.

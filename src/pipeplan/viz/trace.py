@@ -2,8 +2,13 @@
 
 Open the file in https://ui.perfetto.dev (drag and drop) or chrome://tracing::
 
-    from pipeplan.viz import write_trace
-    write_trace(pipeplan.simulate(schedule, costs), "step.json")   # or "step.json.gz"
+    >>> import pipeplan
+    >>> from pipeplan.viz import chrome_trace
+    >>> trace = chrome_trace(pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=2, num_microbatches=2),
+    ...                                        pipeplan.StageCosts([2, 1])))   # write_trace(tl, "step.json[.gz]")
+    >>> next(event for event in trace["traceEvents"] if event["ph"] == "X")    # 2 ms = 2000 us
+    {'name': 'F0 (stage 0)', 'cat': 'forward', 'ph': 'X', 'pid': 0, 'tid': 0, 'ts': 0.0, 'dur': 2000.0,
+     'args': {'kind': 'F', 'stage': 0, 'microbatch': 0}}
 
 Layout of the trace:
 
