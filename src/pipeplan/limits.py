@@ -40,6 +40,7 @@ __all__ = [
     "check_simulation_size",
     "check_gantt_size",
     "check_iterations_size",
+    "set_build_bytes_per_action",
 ]
 
 #: A built schedule (its Action tuples and orders): measured 113–132 B per action.
@@ -155,6 +156,20 @@ def check_builtin_model_size(layers: int, processes: int) -> None:
     )
 
 
+#: Generators whose build needs more memory per action than a fixed schedule's, by name;
+#: filled by the registry (:mod:`pipeplan.schedules`) from each entry's ``build_bytes_per_action``.
+_BUILD_BYTES_PER_ACTION: dict[str, int] = {}
+
+
+def set_build_bytes_per_action(name: str, per_action: int | None) -> None:
+    """Record that building the generator ``name`` needs ``per_action`` bytes per action (``None``: a fixed
+    schedule's estimate); the registry calls this for every schedule it registers."""
+    if per_action is None:
+        _BUILD_BYTES_PER_ACTION.pop(name, None)
+    else:
+        _BUILD_BYTES_PER_ACTION[name] = per_action
+
+
 def check_schedule_size(
     name: str,
     *,
@@ -167,7 +182,8 @@ def check_schedule_size(
     """Raise :class:`InvalidInputError` when the schedule ``name`` of this size cannot fit in memory.
 
     Args:
-        name: the generator (``"adaptive"`` costs more per action, see the constants).
+        name: the generator (one registered with :func:`set_build_bytes_per_action`, such as
+            the adaptive one, costs more per action; see the constants).
         num_stages, num_microbatches: the size (validated integers >= 1).
         backward: ``"full"``, ``"split"`` or ``"none"`` (how many action kinds).
         simulated: count the simulation and views too, not only the schedule.
@@ -177,10 +193,8 @@ def check_schedule_size(
         The number of actions.
     """
     actions = action_count(num_stages, num_microbatches, backward)
-    if name == "adaptive":
-        per_action = ADAPTIVE_BYTES_PER_ACTION
-    else:
-        per_action = SIMULATION_BYTES_PER_ACTION if simulated else SCHEDULE_BYTES_PER_ACTION
+    per_action = _BUILD_BYTES_PER_ACTION.get(name) or (
+        SIMULATION_BYTES_PER_ACTION if simulated else SCHEDULE_BYTES_PER_ACTION)
     kinds = _KINDS.get(backward, 3)
     _refuse_if_too_big(
         f"{names[0]} = {num_stages} × {names[1]} = {num_microbatches} × {kinds} action "

@@ -83,6 +83,27 @@ class Kind(str, Enum):
     def __format__(self, spec: str) -> str:
         return format(self.value, spec)
 
+    @property
+    def is_forward(self) -> bool:
+        """``F``: a stage's forward, which leaves the microbatch's activations on the stage."""
+        return self is Kind.F
+
+    @property
+    def is_backward(self) -> bool:
+        """``B``, ``I`` or ``W``: a piece of the backward."""
+        return self is Kind.B or self is Kind.I or self is Kind.W
+
+    @property
+    def sends_gradient(self) -> bool:
+        """``B`` or ``I``: its end sends the stage's input gradient upstream (the critical path)."""
+        return self is Kind.B or self is Kind.I
+
+    @property
+    def releases_activation(self) -> bool:
+        """``B`` or ``W``: the stage's last backward piece of a microbatch, which frees what the
+        forward left (a split backward keeps the weight-gradient stash until ``W``)."""
+        return self is Kind.B or self is Kind.W
+
 
 KINDS: tuple[Kind, ...] = tuple(Kind)
 _COERCE: dict[Any, Kind] = {kind.value: kind for kind in Kind}  # Kind members hash like their strings

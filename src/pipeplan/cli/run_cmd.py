@@ -31,7 +31,8 @@ from typing import Any, NoReturn
 from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..limits import MAX_STEPS, check_gantt_size
-from ..schedules import SCHEDULES
+from ..partition.choice import parse_partition
+from ..schedules import SCHEDULES, schedule_info
 from . import dual_rate_cmd
 from ._common import make_console, print_json, require_torch, text_width
 
@@ -107,17 +108,13 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
         raise InvalidInputError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
     pp = world_size // dp
     virtual = positive_int("--virtual-stages", args.virtual_stages)
-    num_stages = {"interleaved": pp * virtual, "zb-v": 2 * pp}.get(args.schedule, pp)
+    num_stages = schedule_info(args.schedule).stages_for(pp, virtual)
     microbatches = positive_int("-m", args.microbatches)
     batch_size = positive_int("--batch-size", args.batch_size)
     if batch_size < microbatches:
         raise InvalidInputError(f"--batch-size must be >= the {microbatches} microbatches, got {batch_size}")
-    partition: Any = args.partition
-    if partition not in ("auto", "even"):
-        try:
-            partition = [int(part) for part in partition.split(",")]
-        except ValueError:
-            raise InvalidInputError(f"--partition must be 'auto', 'even' or numbers like 3,4,3, got {partition!r}") from None
+    partition: Any = parse_partition(args.partition)
+    if not isinstance(partition, str):
         if any(part < 1 for part in partition):
             raise InvalidInputError(f"--partition entries must be >= 1 layer each, got {args.partition!r}")
         if len(partition) != num_stages:

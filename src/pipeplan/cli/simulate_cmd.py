@@ -30,7 +30,7 @@ from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..limits import check_gantt_size, check_schedule_size
 from ..schedule import Schedule
-from ..schedules import SCHEDULES, backward_mode, build_schedule, schedule_options
+from ..schedules import SCHEDULES, backward_mode, build_schedule, schedule_info, schedule_options
 from ..dualrate.metrics import dual_rate_metrics
 from ..schedules.dual_rate import DualRateSchedule
 from ..simulate import OPTIMIZER_MODES, simulate
@@ -192,22 +192,17 @@ def check_size(args: argparse.Namespace, num_stages: int) -> int:
 
 def _profile_partition(args: argparse.Namespace, profile: LayerProfile) -> list[int]:
     """Layers per stage from ``--partition`` / ``--stages`` for a profile."""
-    from ..partition import even_split, partition_layers
+    from ..partition.choice import parse_partition, resolve_partition
 
     text = args.partition or "auto"
-    if text in ("auto", "even"):
+    parts = parse_partition(text, example="6,4")
+    if isinstance(parts, str):
         if args.stages is None:
             raise InvalidInputError(f"--partition {text} needs --stages N (the number of stages)")
         stages = positive_int("--stages", args.stages)
         if stages > profile.num_layers:
             raise InvalidInputError(f"--stages must be <= the profile's {profile.num_layers} layers, got {stages}")
-        if text == "even":
-            return list(even_split(profile.num_layers, stages))
-        return list(partition_layers(profile, stages).layers_per_stage)
-    try:
-        parts = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise InvalidInputError(f"--partition must be 'auto', 'even' or numbers like 6,4, got {text!r}") from None
+        return resolve_partition(parts, profile, stages)
     if args.stages is not None and args.stages != len(parts):
         raise InvalidInputError(f"--partition has {len(parts)} stages but --stages says {args.stages}")
     if any(part < 1 for part in parts) or sum(parts) != profile.num_layers:
@@ -260,7 +255,8 @@ def run(args: argparse.Namespace) -> int:
 
 def refuse_flags_without_effect(args: argparse.Namespace) -> None:
     """Refuse ``--update`` off dual-rate and ``--optimizer`` for a single step; default the optimizer."""
-    refuse_unless(getattr(args, "update", None) is None or args.schedule == "dual-rate", "--update",
+    updates = args.schedule in SCHEDULES and schedule_info(args.schedule).updates_in_step
+    refuse_unless(getattr(args, "update", None) is None or updates, "--update",
                   f"to schedule {args.schedule!r} (only dual-rate runs the optimizer update U inside the step)")
     if args.optimizer in OPTIMIZER_MODES:  # an unknown name is the simulator's error, listing the modes
         refuse_unless(args.iterations != 1, "--optimizer",

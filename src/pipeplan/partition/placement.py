@@ -52,6 +52,7 @@ from .._validation import finite_floats, non_negative_float, positive_int
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..plan import Plan
+from ..schedules.patterns import loop_placement, v_placement
 
 __all__ = ["ChunkPlacement", "place_chunks", "Pattern"]
 
@@ -112,15 +113,11 @@ class ChunkPlacement(Plan):
 
 
 def fixed_pattern(pattern: Pattern, num_ranks: int, chunks_per_rank: int) -> tuple[int, ...]:
-    """The stage → rank map of an ``"interleaved"`` or ``"v"`` pattern."""
+    """The stage → rank map of an ``"interleaved"`` (a loop) or ``"v"`` pattern (:mod:`pipeplan.schedules.patterns`)."""
     if pattern == "interleaved":
-        return tuple(s % num_ranks for s in range(num_ranks * chunks_per_rank))
+        return loop_placement(num_ranks, chunks_per_rank)
     if pattern == "v":
-        out: list[int] = []
-        for chunk in range(chunks_per_rank):
-            ranks = range(num_ranks) if chunk % 2 == 0 else range(num_ranks - 1, -1, -1)
-            out.extend(ranks)
-        return tuple(out)
+        return v_placement(num_ranks, chunks_per_rank)
     raise InvalidInputError(f"pattern must be 'free', 'interleaved' or 'v', got {pattern!r}")
 
 

@@ -206,7 +206,7 @@ def megatron_args(
             adaptive, GPipe), or a placement it cannot make.
     """
     plan = _plan(plan)
-    if plan.pp > 1 and plan.schedule not in ("1f1b", "interleaved"):
+    if plan.pp > 1 and plan.schedule not in (ENGINE_SCHEDULES["megatron"] or ()):
         raise InvalidInputError(
             f"Megatron-LM runs 1F1B and interleaved 1F1B only, not {plan.schedule!r}; "
             "use the torch or torchtitan export (schedule CSV) for this plan"
@@ -281,7 +281,7 @@ def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
         InvalidInputError: a schedule other than 1F1B (DeepSpeed runs its own).
     """
     plan = _plan(plan)
-    if plan.pp > 1 and plan.schedule != "1f1b":
+    if plan.pp > 1 and plan.schedule not in (ENGINE_SCHEDULES["deepspeed"] or ()):
         raise InvalidInputError(
             f"DeepSpeed's pipeline engine runs its own 1F1B-like schedule, not {plan.schedule!r}; "
             "use the torch or torchtitan export for this plan"
@@ -449,15 +449,14 @@ def plan_schedule(plan: Plan | Sequence[int]) -> Schedule:
     plan = _plan(plan)
     if plan.timeline is not None:
         return plan.timeline.schedule
-    from ..schedules import build_schedule, schedule_options
+    from ..schedules import build_schedule, schedule_info
 
-    if plan.schedule == "custom" or "costs" in schedule_options(plan.schedule):
+    if plan.schedule == "custom" or schedule_info(plan.schedule).cost_aware:
         raise InvalidInputError(
             f"schedule {plan.schedule!r} depends on the costs; export a plan from the planner (it keeps its timeline)"
         )
-    options = {"virtual_stages": plan.virtual_stages} if plan.schedule == "interleaved" else {}
     return build_schedule(plan.schedule, num_stages=plan.num_stages, num_microbatches=plan.num_microbatches,
-                          **options)
+                          **schedule_info(plan.schedule).shape_options(plan.virtual_stages))
 
 
 def export_plan(plan: Plan | Sequence[int], engine: str) -> str:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
-from ..schedules import SCHEDULES
+from ..schedules import SCHEDULES, schedule_info
 from .plan import RECOMPUTE_MODES, Recompute, schedule_label
 
 __all__ = ["Config", "SearchSpace", "divisors", "NOT_PLANNED"]
@@ -94,7 +94,7 @@ class Config:
     @property
     def chunked_adaptive(self) -> bool:
         """The cost-aware order over ``v > 1`` chunks per rank placed in a loop."""
-        return self.schedule == "adaptive" and self.virtual_stages > 1 and self.pp > 1
+        return schedule_info(self.schedule).any_placement and self.virtual_stages > 1 and self.pp > 1
 
 
 @dataclass(frozen=True)
@@ -186,17 +186,18 @@ class SearchSpace:
         if self.max_virtual_stages is not None:
             top = min(top, self.max_virtual_stages)
         for name in self.schedule_names:
-            if name == "interleaved":
-                if num_microbatches % pp:
-                    continue
-                shapes += [(name, v) for v in range(2, top + 1)]
-            elif name == "adaptive":
+            info = schedule_info(name)
+            if info.any_placement:
                 # one stage per rank, and chunks in a loop (stage s on rank s mod pp); the
                 # cost-aware order needs no m divisible by pp
                 shapes += [(name, v) for v in range(1, top + 1)]
-            elif name == "zb-v":
-                if 2 * pp <= self.num_layers:
-                    shapes.append((name, 2))
+            elif info.layout == "loop":
+                if num_microbatches % pp:
+                    continue  # Megatron-LM's interleaved schedule needs m a multiple of pp
+                shapes += [(name, v) for v in range(2, top + 1)]
+            elif info.layout == "v":
+                if info.stages_for(pp) <= self.num_layers:
+                    shapes.append((name, info.chunks_per_rank()))
             else:
                 shapes.append((name, 1))
         return shapes
@@ -215,7 +216,7 @@ class SearchSpace:
             for size in sizes:
                 micro = self.global_batch // (dp * size)
                 for name, virtual in self.schedule_shapes(pp, micro):
-                    if name == "adaptive" and virtual > 1 and size != sizes[0]:
+                    if schedule_info(name).any_placement and virtual > 1 and size != sizes[0]:
                         continue  # chunked adaptive: the smallest micro-batch only (module doc)
                     for mode in self.recompute_modes:
                         out.append(Config(pp, dp, size, micro, name, virtual, mode))

@@ -32,6 +32,7 @@ from ..costs import StageCosts
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..predict import costs_as_run, predict
+from ..schedules import SCHEDULES, schedule_info
 from ..timeline import Timeline
 from .launch import threads_per_process
 
@@ -89,8 +90,11 @@ class RunConfig:
 
     @property
     def num_stages(self) -> int:
-        """Stages of the schedule: ``pp × v`` for interleaved, ``2 pp`` for zb-v, else ``pp``."""
-        return {"interleaved": self.pp * self.virtual_stages, "zb-v": 2 * self.pp}.get(self.schedule, self.pp)
+        """Stages of the schedule (:meth:`~pipeplan.schedules.ScheduleInfo.stages_for`): ``pp × v`` for
+        interleaved, ``2 pp`` for zb-v, else ``pp``."""
+        if self.schedule not in SCHEDULES:
+            return self.pp  # an unknown name: building the schedule names the choices
+        return schedule_info(self.schedule).stages_for(self.pp, self.virtual_stages)
 
     @property
     def world_size(self) -> int:
@@ -246,26 +250,19 @@ def _calibrate_rank(rank: int, world_size: int, config: RunConfig, sizes: list[f
 
 # ---------------------------------------------------------------------- run
 def _partition(profile: LayerProfile, config: RunConfig, num_layers: int) -> list[int]:
-    from ..partition import even_split, partition_layers
+    from ..partition.choice import resolve_partition
 
     num_stages = config.num_stages
     if num_layers < num_stages:
         raise InvalidInputError(
             f"the model has {num_layers} layers, fewer than the {num_stages} stages of {config.schedule}"
         )
-    if not isinstance(config.partition, str):
-        return list(config.partition)
-    if config.partition == "even":
-        return list(even_split(num_layers, num_stages))
-    return list(partition_layers(profile, num_stages).layers_per_stage)
+    return resolve_partition(config.partition, profile, num_stages)
 
 
 def _schedule_options(config: RunConfig, costs: StageCosts) -> dict[str, Any]:
-    if config.schedule == "interleaved":
-        return {"virtual_stages": config.virtual_stages}
-    if config.schedule == "adaptive":
-        return {"costs": costs}
-    return {}
+    info = schedule_info(config.schedule)
+    return info.shape_options(config.virtual_stages) | ({"costs": costs} if info.cost_aware else {})
 
 
 def gradient_check(gathered: list[tuple[int, dict[int, list[tuple[str, Any]]]]],

@@ -1,55 +1,115 @@
-"""Schedule generators, one module per family, and the name → generator registry.
+"""Schedule generators, one module per family, and the registry: name → :class:`ScheduleInfo`.
 
-    from pipeplan.schedules import build_schedule, SCHEDULES
+    from pipeplan.schedules import build_schedule, schedule_info, SCHEDULES
     schedule = build_schedule("1f1b", num_stages=4, num_microbatches=8)
-    sorted(SCHEDULES)   # names accepted by build_schedule and the CLI's --schedule
+    sorted(SCHEDULES)                        # names accepted by build_schedule and the CLI's --schedule
+    schedule_info("zb-v").stages_for(4)      # 8: what the rest of pipeplan asks instead of the name
 
 Every generator takes ``(num_stages, num_microbatches, *, backward=..., **options)``
-and returns a :class:`~pipeplan.schedule.Schedule`.
+and returns a :class:`~pipeplan.schedule.Schedule`. A new schedule is one module
+plus one entry in :data:`_REGISTRY` (or a :func:`register_schedule` call);
+nothing outside this package branches on a schedule's name.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from .._validation import positive_int
+from ..analytic import one_f_one_b_peak_inflight
 from ..errors import InvalidInputError
-from ..limits import check_schedule_size
+from ..limits import ADAPTIVE_BYTES_PER_ACTION, check_schedule_size, set_build_bytes_per_action
 from ..schedule import Schedule
 from .adaptive import adaptive
 from .dual_rate import dual_rate
 from .gpipe import gpipe
+from .info import Layout, ScheduleFactory, ScheduleInfo
 from .interleaved import interleaved
 from .one_f_one_b import one_f_one_b
 from .zb_v import zb_v
 from .zero_bubble import zb_h1, zb_h2
 
-__all__ = ["build_schedule", "SCHEDULES", "register_schedule", "schedule_options", "backward_mode"]
+__all__ = [
+    "build_schedule",
+    "SCHEDULES",
+    "register_schedule",
+    "schedule_info",
+    "schedule_options",
+    "backward_mode",
+    "Layout",
+    "ScheduleFactory",
+    "ScheduleInfo",
+]
 
-ScheduleFactory = Callable[..., Schedule]
 
-SCHEDULES: dict[str, ScheduleFactory] = {
-    "gpipe": gpipe,
-    "1f1b": one_f_one_b,
-    "interleaved": interleaved,
-    "zb-h1": zb_h1,
-    "zb-h2": zb_h2,
-    "zb-v": zb_v,
-    "adaptive": adaptive,
-    "dual-rate": dual_rate,
+def _one_f_one_b_inflight(num_stages: int, num_microbatches: int) -> tuple[int, ...]:
+    return tuple(one_f_one_b_peak_inflight(stage, num_stages, num_microbatches) for stage in range(num_stages))
+
+
+def _gpipe_inflight(num_stages: int, num_microbatches: int) -> tuple[int, ...]:
+    return (num_microbatches,) * num_stages  # every forward before the first backward
+
+
+_REGISTRY: dict[str, ScheduleInfo] = {
+    info.name: info
+    for info in (
+        ScheduleInfo("gpipe", gpipe, inflight_closed_form=_gpipe_inflight),
+        ScheduleInfo("1f1b", one_f_one_b, inflight_closed_form=_one_f_one_b_inflight),
+        ScheduleInfo("interleaved", interleaved, layout="loop"),
+        ScheduleInfo("zb-h1", zb_h1),
+        ScheduleInfo("zb-h2", zb_h2),
+        ScheduleInfo("zb-v", zb_v, layout="v"),
+        ScheduleInfo("adaptive", adaptive, stand_ins=("1f1b", "interleaved"),
+                     build_bytes_per_action=ADAPTIVE_BYTES_PER_ACTION),
+        # F, B and U: a full backward (backward_mode still says "split": three kinds to count)
+        ScheduleInfo("dual-rate", dual_rate, split_backward=False, updates_in_step=True),
+    )
 }
 
+#: name → generator, in registration order (public: ``sorted(SCHEDULES)`` lists the names).
+#: The factory here is the truth: a name whose factory was replaced here directly gets
+#: its metadata read off the new factory (see :func:`schedule_info`).
+SCHEDULES: dict[str, ScheduleFactory] = {name: info.factory for name, info in _REGISTRY.items()}
 
-def register_schedule(name: str, factory: ScheduleFactory) -> None:
+for _info in _REGISTRY.values():
+    set_build_bytes_per_action(_info.name, _info.build_bytes_per_action)
+
+
+def _unknown(name: object) -> InvalidInputError:
+    return InvalidInputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {name!r}")
+
+
+def schedule_info(name: str) -> ScheduleInfo:
+    """The registry's entry for ``name``: its generator and the shape it builds.
+
+    Raises:
+        InvalidInputError: an unknown name.
+    """
+    factory = SCHEDULES.get(name) if isinstance(name, str) else None
+    if factory is None:
+        raise _unknown(name)
+    info = _REGISTRY.get(name)
+    if info is None or info.factory is not factory:  # put into SCHEDULES bare: read it off the factory
+        info = _REGISTRY[name] = ScheduleInfo(name, factory)
+    return info
+
+
+def register_schedule(name: str, factory: ScheduleFactory | ScheduleInfo) -> None:
     """Make ``factory`` available to :func:`build_schedule` and the CLI as ``name``.
 
     ``factory(num_stages, num_microbatches, **options)`` returns a Schedule; the CLI
     passes it the options it names (``backward``, ``costs``, ``comm``,
-    ``virtual_stages``, ``memory_limit``) and no others.
+    ``virtual_stages``, ``memory_limit``) and no others. A bare factory gets the
+    metadata its signature gives (one stage per rank; see :class:`ScheduleInfo`);
+    pass a :class:`ScheduleInfo` to say more (its name is replaced by ``name``).
     """
-    SCHEDULES[name] = factory
+    info = factory if isinstance(factory, ScheduleInfo) else ScheduleInfo(name, factory)
+    if info.name != name:
+        info = replace(info, name=name)
+    _REGISTRY[name] = info
+    SCHEDULES[name] = info.factory
+    set_build_bytes_per_action(name, info.build_bytes_per_action)
 
 
 def schedule_options(name: str) -> frozenset[str]:
@@ -58,23 +118,14 @@ def schedule_options(name: str) -> frozenset[str]:
     Raises:
         InvalidInputError: an unknown name.
     """
-    factory = SCHEDULES.get(name)
-    if factory is None:
-        raise InvalidInputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {name!r}")
-    parameters = list(inspect.signature(factory).parameters.values())[2:]  # after (num_stages, num_microbatches)
-    named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return frozenset(p.name for p in parameters if p.kind in named)
+    return schedule_info(name).options
 
 
 def backward_mode(name: str, options: dict[str, Any] | None = None) -> str:
     """The ``backward`` mode the generator ``name`` builds with ``options`` (its default if not given)."""
     if options and "backward" in options:
         return str(options["backward"])
-    factory = SCHEDULES[name]
-    parameter = inspect.signature(factory).parameters.get("backward")
-    if parameter is None or parameter.default is inspect.Parameter.empty:
-        return "split"  # unknown: count three kinds, the most
-    return str(parameter.default)
+    return schedule_info(name).default_backward
 
 
 def build_schedule(name: str, *, num_stages: int, num_microbatches: int, **options: Any) -> Schedule:
@@ -86,7 +137,7 @@ def build_schedule(name: str, *, num_stages: int, num_microbatches: int, **optio
             the generator rejects.
     """
     if not isinstance(name, str) or name not in SCHEDULES:
-        raise InvalidInputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {name!r}")
+        raise _unknown(name)
     factory = SCHEDULES[name]
     check_schedule_size(
         name,

@@ -52,7 +52,8 @@ from .refine import Objective, objective_value, refine
 from .gpipe import gpipe
 from .interleaved import interleaved
 from .one_f_one_b import one_f_one_b
-from .zb_v import zb_v, zb_v_placement
+from .patterns import loop_placement, v_placement
+from .zb_v import zb_v
 from .zero_bubble import zb_h1, zb_h2
 
 __all__ = [
@@ -136,11 +137,11 @@ def _templates(
             out.append(("zb-h2", zb_h2(num_stages, num_microbatches)))
     if num_stages % num_ranks == 0 and num_stages > num_ranks:
         virtual = num_stages // num_ranks
-        if placement == tuple(s % num_ranks for s in range(num_stages)):
+        if placement == loop_placement(num_ranks, virtual):
             out.append(
                 ("interleaved", interleaved(num_stages, num_microbatches, virtual_stages=virtual, backward=backward))  # type: ignore[arg-type]
             )
-    if backward == "split" and num_stages == 2 * num_ranks and placement == tuple(zb_v_placement(num_ranks)):
+    if backward == "split" and num_stages == 2 * num_ranks and placement == v_placement(num_ranks):
         out.append(("zb-v", zb_v(num_stages, num_microbatches)))
     return out
 

@@ -6,7 +6,8 @@
 
 A stage gains one at each ``F`` and loses one at its ``B`` (at ``W`` for a split
 backward, whose stash lives until then). Fixed shapes are built once and cached;
-1F1B and GPipe use their closed forms.
+schedules with a closed form in the registry (1F1B, GPipe:
+:attr:`~pipeplan.schedules.ScheduleInfo.inflight_closed_form`) use it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from ..costs import StageCosts
 from ..errors import InvalidInputError
-from . import SCHEDULES, build_schedule, schedule_options
+from . import SCHEDULES, build_schedule, schedule_info, schedule_options
 
 __all__ = ["build_with_costs", "inflight_and_placement", "inflight_per_stage"]
 
@@ -35,11 +36,11 @@ def inflight_per_stage(schedule: str, num_stages: int, num_microbatches: int, **
 def inflight_and_placement(
     schedule: str, num_stages: int, num_microbatches: int, **options: Any
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    if not options and schedule in _CLOSED_FORM_INFLIGHT:
+    closed_form = schedule_info(schedule).inflight_closed_form if not options else None
+    if closed_form is not None:
         # The same numbers the orders give (tests check it), without building
         # S·m actions: 1F1B holds min(m, P - p), GPipe all m.
-        counts = _CLOSED_FORM_INFLIGHT[schedule](num_stages, num_microbatches)
-        return counts, tuple(range(num_stages))
+        return closed_form(num_stages, num_microbatches), tuple(range(num_stages))
     try:
         # each value with its type: virtual_stages=True is the builder's to refuse, not a cached 1's
         key = tuple(sorted((name, type(value).__qualname__, value) for name, value in options.items()))
@@ -77,22 +78,15 @@ def build_with_costs(schedule: str, num_stages: int, num_microbatches: int, opti
     return build_schedule(schedule, num_stages=num_stages, num_microbatches=num_microbatches, **options, **extra)
 
 
-_CLOSED_FORM_INFLIGHT = {
-    "1f1b": lambda stages, micro: tuple(min(micro, stages - p) for p in range(stages)),
-    "gpipe": lambda stages, micro: (micro,) * stages,
-}
-
-
 def _inflight_from_orders(built: Any) -> tuple[int, ...]:
-    release = "W" if built.split_backward else "B"
     peak = [0] * built.num_stages
     for order in built.orders:
         live: dict[int, int] = {}
         for kind, stage, _mb in order:
-            if kind == "F":
+            if kind.is_forward:
                 live[stage] = live.get(stage, 0) + 1
                 peak[stage] = max(peak[stage], live[stage])
-            elif kind == release:
+            elif kind.releases_activation:
                 live[stage] -= 1
     if built.forward_only:
         return (0,) * built.num_stages

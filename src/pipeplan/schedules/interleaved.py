@@ -34,6 +34,7 @@ from __future__ import annotations
 from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..schedule import Action, BackwardMode, Schedule, kinds_for
+from .patterns import loop_placement
 
 __all__ = ["interleaved", "microbatch_groups", "interleaved_warmup", "interleaved_peak_inflight"]
 
@@ -151,5 +152,4 @@ def interleaved(
         for step in range(total - warmup, total):
             order.extend(backwards[step])
         orders.append(order)
-    placement = [stage % num_ranks for stage in range(num_stages)]
-    return Schedule(orders, placement, num_microbatches, name="interleaved")
+    return Schedule(orders, loop_placement(num_ranks, virtual_stages), num_microbatches, name="interleaved")

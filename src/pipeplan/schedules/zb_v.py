@@ -34,13 +34,14 @@ from __future__ import annotations
 from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..schedule import Action, Schedule
+from .patterns import v_placement
 
 __all__ = ["zb_v", "zb_v_placement", "zb_v_peak_inflight"]
 
 
 def zb_v_placement(num_ranks: int) -> list[int]:
-    """The V placement: stage ``s`` on rank ``s`` for ``s < P``, else ``2P − 1 − s``."""
-    return [s if s < num_ranks else 2 * num_ranks - 1 - s for s in range(2 * num_ranks)]
+    """The V placement: stage ``s`` on rank ``s`` for ``s < P``, else ``2P − 1 − s`` (:func:`~.patterns.v_placement`)."""
+    return list(v_placement(num_ranks, 2))
 
 
 def zb_v_peak_inflight(rank: int, num_ranks: int, num_microbatches: int) -> int:
