@@ -1,0 +1,148 @@
+"""The schedule registry: each name's ScheduleInfo agrees with the schedule it builds."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from pipeplan import limits
+from pipeplan.errors import InvalidInputError
+from pipeplan.schedule import Kind
+from pipeplan.schedules import (
+    SCHEDULES,
+    ScheduleInfo,
+    backward_mode,
+    build_schedule,
+    register_schedule,
+    schedule_info,
+    schedule_options,
+)
+from pipeplan.schedules.gpipe import gpipe
+from pipeplan.schedules.inflight import build_with_costs, inflight_per_stage
+from pipeplan.schedules.interleaved import interleaved
+from pipeplan.schedules.patterns import loop_placement, v_placement
+
+
+def _counted_inflight(schedule) -> tuple[int, ...]:
+    """Per stage, the most microbatches between a forward and its last backward piece, walking the orders."""
+    peak = [0] * schedule.num_stages
+    for order in schedule.orders:
+        live = [0] * schedule.num_stages
+        for action in order:
+            if action.kind == "F":
+                live[action.stage] += 1
+                peak[action.stage] = max(peak[action.stage], live[action.stage])
+            elif action.kind in ("B", "W"):
+                live[action.stage] -= 1
+    return (0,) * schedule.num_stages if schedule.forward_only else tuple(peak)
+
+
+def _built(name: str, pp: int, virtual: int, micro: int):
+    info = schedule_info(name)
+    stages = info.stages_for(pp, virtual)
+    try:
+        return info, build_with_costs(name, stages, micro, info.shape_options(virtual), None)
+    except InvalidInputError:
+        assume(False)  # a shape the generator refuses (dual-rate: m a multiple of its rate ratio, two stages)
+        raise
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(SCHEDULES)), pp=st.integers(1, 4), virtual=st.integers(1, 3),
+       micro=st.integers(1, 8))
+def test_metadata_matches_the_built_schedule(name, pp, virtual, micro):
+    info, built = _built(name, pp, virtual, micro)
+    assert built.num_stages == info.stages_for(pp, virtual)
+    assert built.num_ranks == pp
+    assert built.placement == info.placement(pp, virtual)
+    assert built.split_backward == info.split_backward
+    counted = _counted_inflight(built)
+    assert inflight_per_stage(name, built.num_stages, micro, **info.shape_options(virtual)) == counted
+    if info.inflight_closed_form is not None:
+        assert info.inflight_closed_form(built.num_stages, micro) == counted
+    assert info.cost_aware == ("costs" in schedule_options(name))
+    assert info.default_backward == backward_mode(name)
+
+
+def test_every_entry_says_its_shape():
+    shapes = {name: (schedule_info(name).layout, schedule_info(name).split_backward) for name in SCHEDULES}
+    assert shapes == {
+        "gpipe": ("one", False), "1f1b": ("one", False), "interleaved": ("loop", False),
+        "zb-h1": ("one", True), "zb-h2": ("one", True), "zb-v": ("v", True),
+        "adaptive": ("one", True), "dual-rate": ("one", False),
+    }
+    adaptive = schedule_info("adaptive")
+    assert adaptive.cost_aware and adaptive.any_placement
+    assert (adaptive.fixed_template(1), adaptive.fixed_template(3)) == ("1f1b", "interleaved")
+    assert schedule_info("zb-v").fixed_template(2) == "zb-v"
+    assert [schedule_info(n).label(2) for n in ("interleaved", "adaptive", "zb-v")] == [
+        "interleaved v=2", "adaptive v=2", "zb-v"]
+    assert schedule_info("adaptive").label(1) == "adaptive"
+    assert schedule_info("dual-rate").updates_in_step and not schedule_info("1f1b").updates_in_step
+    assert backward_mode("dual-rate") == "split"  # three kinds to count for the size check (F, B, U)
+
+
+def test_patterns():
+    assert loop_placement(3, 2) == (0, 1, 2, 0, 1, 2)
+    assert loop_placement(3, 1) == (0, 1, 2)
+    assert v_placement(3, 2) == (0, 1, 2, 2, 1, 0)
+    assert v_placement(2, 3) == (0, 1, 1, 0, 0, 1)
+    assert schedule_info("interleaved").shape_options(3) == {"virtual_stages": 3}
+    assert schedule_info("zb-v").shape_options(3) == {}
+
+
+def test_unknown_names_are_refused_like_build_schedule():
+    with pytest.raises(InvalidInputError, match="schedule must be one of .*got 'nope'"):
+        schedule_info("nope")
+    with pytest.raises(InvalidInputError, match="schedule must be one of"):
+        schedule_info(["1f1b"])  # type: ignore[arg-type]
+
+
+def test_a_bare_factory_gets_the_metadata_of_its_signature(monkeypatch):
+    def mine(num_stages, num_microbatches, *, costs=None, backward="full"):
+        return build_schedule("1f1b", num_stages=num_stages, num_microbatches=num_microbatches, backward=backward)
+
+    register_schedule("mine", mine)
+    try:
+        info = schedule_info("mine")
+        assert (info.name, info.factory, info.layout, info.split_backward, info.cost_aware) == (
+            "mine", mine, "one", False, True)
+        assert info.stages_for(4, 3) == 4 and info.placement(4, 3) == (0, 1, 2, 3)
+        assert info.inflight_closed_form is None
+    finally:
+        del SCHEDULES["mine"]
+    with pytest.raises(InvalidInputError):
+        schedule_info("mine")
+    # a factory put into SCHEDULES directly is read off the new factory, not the old entry
+    monkeypatch.setitem(SCHEDULES, "interleaved", gpipe)
+    assert schedule_info("interleaved").layout == "one"
+    monkeypatch.setitem(SCHEDULES, "interleaved", interleaved)
+    assert schedule_info("interleaved").factory is interleaved
+
+
+def test_an_info_registers_with_its_metadata_and_build_cost(monkeypatch):
+    info = ScheduleInfo("anything", interleaved, layout="loop", build_bytes_per_action=limits.ADAPTIVE_BYTES_PER_ACTION)
+    register_schedule("looped", info)
+    try:
+        assert schedule_info("looped").name == "looped" and schedule_info("looped").stages_for(2, 3) == 6
+        built = build_schedule("looped", num_stages=6, num_microbatches=4, **schedule_info("looped").shape_options(3))
+        assert built.placement == schedule_info("looped").placement(2, 3)
+        actions = limits.action_count(4, 100, "full")
+        monkeypatch.setattr(limits, "available_memory", lambda: actions * limits.SCHEDULE_BYTES_PER_ACTION * 1.5)
+        limits.check_schedule_size("1f1b", num_stages=4, num_microbatches=100, backward="full")
+        with pytest.raises(InvalidInputError):
+            limits.check_schedule_size("looped", num_stages=4, num_microbatches=100, backward="full")
+    finally:
+        del SCHEDULES["looped"]
+        limits.set_build_bytes_per_action("looped", None)
+
+
+def test_kind_predicates():
+    assert [k.value for k in Kind if k.is_forward] == ["F"]
+    assert [k.value for k in Kind if k.is_backward] == ["B", "I", "W"]
+    assert [k.value for k in Kind if k.sends_gradient] == ["B", "I"]
+    assert [k.value for k in Kind if k.releases_activation] == ["B", "W"]
+    for schedule in (build_schedule("1f1b", num_stages=3, num_microbatches=4),
+                     build_schedule("zb-h1", num_stages=3, num_microbatches=4)):
+        assert schedule.gradient_kind is not None and schedule.gradient_kind.sends_gradient
