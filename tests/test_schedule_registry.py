@@ -146,3 +146,25 @@ def test_kind_predicates():
     for schedule in (build_schedule("1f1b", num_stages=3, num_microbatches=4),
                      build_schedule("zb-h1", num_stages=3, num_microbatches=4)):
         assert schedule.gradient_kind is not None and schedule.gradient_kind.sends_gradient
+
+
+def test_source_index_is_the_one_override_point_of_both_validation_paths():
+    import numpy as np
+
+    from pipeplan.schedule import Action
+
+    dual = build_schedule("dual-rate", num_stages=3, num_microbatches=8, rate_ratio=4, vision_stages=2)
+    assert dual.dependencies(Action("F", 2, 5)) == (Action("F", 1, 1),)   # step 5 reads frame 1
+    assert dual.dependencies(Action("B", 1, 1)) == (Action("F", 1, 1), Action("B", 2, 7))  # the window's last step
+    actions = [a for order in dual.orders for a in order]
+    stage = np.array([a.stage for a in actions])
+    index = np.array([a.microbatch for a in actions])
+    for other in (stage - 1, stage + 1):
+        inside = (other >= 0) & (other < dual.num_stages)
+        vector = dual.source_index(stage[inside], other[inside], index[inside])
+        assert vector.tolist() == [dual.source_index(int(s), int(o), int(i))
+                                   for s, o, i in zip(stage[inside], other[inside], index[inside])]
+    assert dual.expected_count() == len(dual.expected_actions())
+    assert dual.validate() is dual
+    plain = build_schedule("1f1b", num_stages=3, num_microbatches=4)
+    assert plain.source_index(0, 1, 3) == 3 and plain.expected_count() == len(plain.expected_actions())

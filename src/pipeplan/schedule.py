@@ -29,21 +29,37 @@ An edge between stages on different ranks is a :class:`Message` (an activation
 going down, a gradient coming up); :meth:`Schedule.messages` lists them all and is
 the one place that decides which edges cross ranks. The simulator charges them
 communication time, the runtime sends them.
+
+The action IR (:class:`Kind`, :class:`Action`, :data:`DEPENDENCIES`, :class:`Message`)
+lives in :mod:`pipeplan.actions` and the integer form in :mod:`pipeplan.lowering`;
+this module re-exports their public names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
-from itertools import chain
-from operator import itemgetter
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ._validation import positive_int
+from .actions import (
+    _BACKWARD_KINDS,
+    _KIND_CODE,
+    DEPENDENCIES,
+    KINDS,
+    Action,
+    BackwardMode,
+    Kind,
+    Message,
+    Payload,
+    consumers_of,
+    kinds_for,
+    message_for,
+)
 from .errors import DeadlockError, InvalidInputError, InvalidScheduleError
+from .lowering import Lowered, dependency_runs, lower, runs_to_order
 
 __all__ = [
     "Action",
@@ -60,323 +76,7 @@ __all__ = [
     "message_for",
 ]
 
-BackwardMode = Literal["full", "split", "none"]
-
-
-class Kind(str, Enum):
-    """What an action computes. A ``str`` enum: ``Kind.F == "F"`` and it hashes like ``"F"``."""
-
-    F = "F"
-    """Forward."""
-    B = "B"
-    """Full backward: input and weight gradients in one action."""
-    I = "I"  # noqa: E741 - torch.distributed.pipelining's name for the input-gradient backward
-    """Input-gradient backward (a split backward's first half; sends the gradient upstream)."""
-    W = "W"
-    """Weight-gradient backward (a split backward's second half)."""
-    U = "U"
-    """Optimizer update of the stage's weights (schedules that update within the step)."""
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
-    @property
-    def is_forward(self) -> bool:
-        """``F``: a stage's forward, which leaves the microbatch's activations on the stage."""
-        return self is Kind.F
-
-    @property
-    def is_backward(self) -> bool:
-        """``B``, ``I`` or ``W``: a piece of the backward."""
-        return self is Kind.B or self is Kind.I or self is Kind.W
-
-    @property
-    def sends_gradient(self) -> bool:
-        """``B`` or ``I``: its end sends the stage's input gradient upstream (the critical path)."""
-        return self is Kind.B or self is Kind.I
-
-    @property
-    def releases_activation(self) -> bool:
-        """``B`` or ``W``: the stage's last backward piece of a microbatch, which frees what the
-        forward left (a split backward keeps the weight-gradient stash until ``W``)."""
-        return self is Kind.B or self is Kind.W
-
-
-KINDS: tuple[Kind, ...] = tuple(Kind)
-_COERCE: dict[Any, Kind] = {kind.value: kind for kind in Kind}  # Kind members hash like their strings
-_KIND_CODE: dict[Kind, int] = {kind: code for code, kind in enumerate(KINDS)}
-_LETTER_CODE = np.zeros(128, dtype=np.int64)  # ASCII letter -> index in KINDS
-_LETTER_CODE[[ord(kind.value) for kind in KINDS]] = np.arange(len(KINDS))
 _T = TypeVar("_T")
-
-#: Per kind, the actions it waits for as ``(kind, stage offset)``: ``(Kind.F, -1)``
-#: on ``I(s, mb)`` means ``F(s - 1, mb)``. Offsets that leave ``0..S-1`` are dropped.
-#: An edge with a non-zero offset between stages on different ranks is a message.
-DEPENDENCIES: dict[Kind, tuple[tuple[Kind, int], ...]] = {
-    Kind.F: ((Kind.F, -1),),
-    Kind.B: ((Kind.F, 0), (Kind.B, +1)),
-    Kind.I: ((Kind.F, 0), (Kind.I, +1)),
-    Kind.W: ((Kind.I, 0),),
-    Kind.U: ((Kind.B, 0),),
-}
-
-#: The inverse of :data:`DEPENDENCIES`: per kind, ``(consumer kind, stage offset)``.
-_CONSUMERS: dict[Kind, tuple[tuple[Kind, int], ...]] = {
-    kind: tuple((consumer, -offset) for consumer, needs in DEPENDENCIES.items() for k, offset in needs if k is kind)
-    for kind in Kind
-}
-
-_BACKWARD_KINDS: dict[str, tuple[Kind, ...]] = {
-    "full": (Kind.F, Kind.B),
-    "split": (Kind.F, Kind.I, Kind.W),
-    "none": (Kind.F,),
-}
-
-
-def kinds_for(backward: str) -> tuple[Kind, ...]:
-    """The kinds a schedule with this backward mode runs: ``"full"``, ``"split"`` or ``"none"``."""
-    try:
-        return _BACKWARD_KINDS[backward]
-    except KeyError:
-        raise InvalidInputError(f"backward must be 'full', 'split' or 'none', got {backward!r}") from None
-
-
-class _ActionFields(NamedTuple):
-    kind: Kind
-    stage: int
-    microbatch: int
-
-
-class Action(_ActionFields):
-    """One unit of work: ``kind`` (a :class:`Kind`) of ``stage`` on ``microbatch``.
-
-    Stages and microbatches are 0-based. ``kind`` may be given as a string
-    (``Action("I", 2, 0)``); it is stored as a :class:`Kind`. An action equals and
-    hashes like the plain tuple ``("I", 2, 0)``.
-    """
-
-    __slots__ = ()
-
-    def __new__(cls, kind: Kind | str, stage: int, microbatch: int) -> Action:
-        try:
-            typed = _COERCE[kind]
-        except (KeyError, TypeError):
-            raise InvalidInputError(
-                f"action kind must be one of {', '.join(k.value for k in Kind)}, got {kind!r}"
-            ) from None
-        return super().__new__(cls, typed, stage, microbatch)
-
-    def __str__(self) -> str:
-        return f"{self.kind.value}(stage {self.stage}, mb {self.microbatch})"
-
-    def __repr__(self) -> str:
-        return f"Action({self.kind.value!r}, {self.stage}, {self.microbatch})"
-
-    @property
-    def label(self) -> str:
-        """Short form for charts: ``F3`` is the forward of microbatch 3."""
-        return f"{self.kind.value}{self.microbatch}"
-
-
-class Payload(str, Enum):
-    """What a message carries."""
-
-    ACTIVATION = "activation"
-    """A stage's output, sent down to the next stage's ``F``."""
-    GRADIENT = "gradient"
-    """The gradient of a stage's input, sent up to the previous stage's ``B`` or ``I``."""
-    LATENT = "latent"
-    """Latest wins: a slow stage's output written into the fast stage's buffer. The
-    sender never waits for the receiver (even with blocking sends) and several
-    consumers read it (the dual-rate pipeline's latent state tokens)."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Message(NamedTuple):
-    """One cross-rank edge of a schedule: ``producer`` on ``src`` feeds ``consumer`` on ``dst``.
-
-    ``boundary`` is the stage boundary it crosses (between stages ``boundary`` and
-    ``boundary + 1``; its communication time is the comm model's for that boundary).
-    """
-
-    producer: Action
-    consumer: Action
-    src: int
-    dst: int
-    boundary: int
-    payload: Payload
-
-    def __str__(self) -> str:
-        return f"the {self.payload.value} of {self.producer} from rank {self.src} to {self.consumer} on rank {self.dst}"
-
-
-def consumers_of(action: Action, num_stages: int, kinds: Iterable[Kind]) -> list[Action]:
-    """The actions of ``kinds`` that wait for ``action`` in a schedule of ``num_stages`` stages.
-
-    The inverse of :data:`DEPENDENCIES`; for generators that build an order and
-    need to know what finishing an action enables.
-    """
-    kind, stage, mb = action
-    allowed = set(kinds)
-    return [
-        Action(consumer, stage + offset, mb)
-        for consumer, offset in _CONSUMERS[kind]
-        if consumer in allowed and 0 <= stage + offset < num_stages
-    ]
-
-
-def message_for(producer: Action, consumer: Action, placement: Sequence[int]) -> Message | None:
-    """The message of the edge ``producer`` → ``consumer``, or ``None`` when both sit on one rank."""
-    src, dst = placement[producer.stage], placement[consumer.stage]
-    if src == dst:
-        return None
-    payload = Payload.ACTIVATION if consumer.stage > producer.stage else Payload.GRADIENT
-    return Message(producer, consumer, src, dst, min(producer.stage, consumer.stage), payload)
-
-
-@dataclass(frozen=True, eq=False)
-class Lowered:
-    """A schedule in integer form, built once per schedule (:meth:`Schedule.lowered`).
-
-    Actions are numbered flat: rank 0's order, then rank 1's, ... (the order of a
-    Timeline's arrays). Messages are numbered in sender order (see
-    :meth:`Schedule.messages`). Arrays are numpy ``int64`` (``gradient`` is bool).
-
-    Attributes:
-        actions: the flat actions.
-        rank_offsets: ``rank_offsets[r]:rank_offsets[r + 1]`` are rank ``r``'s actions.
-        kind: per action, the index of its kind in :data:`KINDS`.
-        stage, microbatch, rank: per action.
-        producer, consumer: per message, the flat index of the sending and the receiving action.
-        boundary: per message, the stage boundary it crosses.
-        gradient: per message, True for a gradient (going up), False for an activation.
-    """
-
-    actions: tuple[Action, ...]
-    rank_offsets: tuple[int, ...]
-    kind: np.ndarray
-    stage: np.ndarray
-    microbatch: np.ndarray
-    rank: np.ndarray
-    producer: np.ndarray
-    consumer: np.ndarray
-    boundary: np.ndarray
-    gradient: np.ndarray
-
-
-def _lower(schedule: Schedule) -> Lowered:
-    """Number the actions and find every cross-rank edge with array operations on :data:`DEPENDENCIES`."""
-    actions = tuple(chain.from_iterable(schedule.orders))
-    count = len(actions)
-    lengths = [len(order) for order in schedule.orders]
-    offsets = tuple(int(x) for x in np.concatenate([[0], np.cumsum(lengths)]))
-    num_stages, num_mb = schedule.num_stages, schedule.num_microbatches
-    # Kinds are one-letter strings: join them and map the letters (much faster than a lookup each).
-    letters = np.frombuffer("".join(map(itemgetter(0), actions)).encode("ascii"), dtype=np.uint8)
-    kind = _LETTER_CODE[letters]
-    stage = np.fromiter(map(itemgetter(1), actions), dtype=np.int64, count=count)
-    microbatch = np.fromiter(map(itemgetter(2), actions), dtype=np.int64, count=count)
-    rank = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    inside = (stage >= 0) & (stage < num_stages) & (microbatch >= 0) & (microbatch < num_mb)
-    ident = np.where(inside, (kind * num_stages + stage) * num_mb + microbatch, 0)
-    position = np.full(len(KINDS) * num_stages * num_mb, -1, dtype=np.int64)
-    position[ident[inside]] = np.flatnonzero(inside)
-    placement = np.asarray(schedule.placement, dtype=np.int64)
-    producers, consumers, boundaries, gradients = [], [], [], []
-    for consumer_kind, needs in DEPENDENCIES.items():
-        of_kind = inside & (kind == _KIND_CODE[consumer_kind])
-        for needed, offset in needs:
-            if offset == 0:
-                continue  # same stage: same rank, never a message
-            other = stage + offset
-            chosen = np.flatnonzero(of_kind & (other >= 0) & (other < num_stages))
-            other = other[chosen]
-            crosses = placement[other] != placement[stage[chosen]]
-            chosen, other = chosen[crosses], other[crosses]
-            source = position[(_KIND_CODE[needed] * num_stages + other) * num_mb + microbatch[chosen]]
-            present = source >= 0
-            producers.append(source[present])
-            consumers.append(chosen[present])
-            boundaries.append(np.minimum(other, stage[chosen])[present])
-            gradients.append(np.full(int(present.sum()), offset > 0))
-    if producers:
-        producer = np.concatenate(producers)
-        order = np.lexsort((np.concatenate(consumers), producer))  # sender order; ties by consumer
-        producer = producer[order]
-        consumer = np.concatenate(consumers)[order]
-        boundary = np.concatenate(boundaries)[order]
-        gradient = np.concatenate(gradients)[order]
-    else:
-        producer = consumer = boundary = np.zeros(0, dtype=np.int64)
-        gradient = np.zeros(0, dtype=bool)
-    return Lowered(actions, offsets, kind, stage, microbatch, rank, producer, consumer, boundary, gradient)
-
-
-def _dependency_runs(low: Lowered) -> list[int] | None:
-    """Play the orders with zero costs, honouring every message; the runs of flat indices in the
-    order they could run, as ``[first, stop, first, stop, ...]``, or None if some rank never finishes.
-
-    Assumes same-rank dependencies come earlier in their rank's order (checked by the caller)
-    and at most one incoming message per action (else None, and the caller checks slowly).
-    """
-    count = len(low.actions)
-    if count and np.bincount(low.consumer, minlength=count).max(initial=0) > 1:
-        return None
-    dep_array = np.full(count, -1, dtype=np.int64)
-    dep_array[low.consumer] = low.producer
-    dep = dep_array.tolist()
-    offsets = low.rank_offsets
-    done = [False] * count
-    pointer = list(offsets[:-1])
-    waiter = [-1] * count  # producer -> the rank parked on it (one consumer per producer)
-    runs: list[int] = []
-    record = runs.append
-    queue = list(range(len(offsets) - 1))
-    while queue:
-        rank = queue.pop()
-        first = index = pointer[rank]
-        stop = offsets[rank + 1]
-        for index in range(first, stop):
-            producer = dep[index]
-            if producer >= 0 and not done[producer]:
-                waiter[producer] = rank
-                break
-            done[index] = True
-            if waiter[index] >= 0:
-                queue.append(waiter[index])
-        else:
-            index = stop
-        if index > first:
-            record(first)
-            record(index)
-        pointer[rank] = index
-    if any(pointer[r] < offsets[r + 1] for r in range(len(offsets) - 1)):
-        return None
-    return runs
-
-
-def runs_to_order(runs: list[int], count: int) -> np.ndarray:
-    """The ``count`` flat indices that the runs ``[first, stop, first, stop, ...]`` cover, in run order."""
-    pairs = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
-    firsts = pairs[:, 0]
-    lengths = pairs[:, 1] - firsts
-    ends = np.cumsum(lengths)
-    return np.arange(count, dtype=np.int64) - np.repeat(ends - lengths - firsts, lengths)
-
-
-def _dependencies(kind: Kind, stage: int, mb: int, num_stages: int) -> list[Action]:
-    """The actions that must finish before ``kind(stage, mb)`` can start (the table's rule)."""
-    out = []
-    for needed, offset in DEPENDENCIES[kind]:
-        other = stage + offset
-        if 0 <= other < num_stages:
-            out.append(Action(needed, other, mb))
-    return out
 
 
 @dataclass(frozen=True, init=False)
@@ -488,9 +188,21 @@ class Schedule:
         return tuple(s for s, r in enumerate(self.placement) if r == rank)
 
     def dependencies(self, action: Action) -> tuple[Action, ...]:
-        """The actions that must finish before ``action`` may start (see :data:`DEPENDENCIES`)."""
-        kind, stage, mb = Action(*action)
-        return tuple(_dependencies(kind, stage, mb, self.num_stages))
+        """The actions that must finish before ``action`` may start (see :data:`DEPENDENCIES`;
+        indices mapped by :meth:`source_index`)."""
+        return tuple(self._needs(Action(*action)))
+
+    def source_index(self, stage: Any, other: Any, index: Any) -> Any:
+        """The microbatch index on stage ``other`` that an action of ``stage`` at ``index`` waits for.
+
+        Here the same index: every stage works once on every microbatch. A schedule whose
+        stages count their work differently overrides this one method, with
+        :meth:`expected_actions` and :meth:`expected_count` (the dual-rate pipeline: frames
+        on the vision side, action steps on the other). The arguments are ints, or
+        equally long int64 arrays mapped elementwise; both paths of :meth:`validate` (the
+        array checks and the exact per-action ones), :meth:`dependencies` and the messages read it.
+        """
+        return index
 
     def consumers(self, action: Action) -> tuple[Action, ...]:
         """The actions of this schedule's kinds that wait for ``action`` (the inverse of :meth:`dependencies`)."""
@@ -525,7 +237,7 @@ class Schedule:
 
     def lowered(self) -> Lowered:
         """The schedule in integer form, with its messages as arrays (cached; see :class:`Lowered`)."""
-        return self.cached("lowered", lambda: _lower(self))
+        return self.cached("lowered", lambda: lower(self))
 
     def latest_wins(self) -> np.ndarray:
         """Indices (into :meth:`lowered`'s messages) of ``Payload.LATENT`` messages: their sender never
@@ -595,7 +307,7 @@ class Schedule:
         if runs is None:  # something is wrong: find and name it (the slow, exact checks)
             self._validate_each_action()
             self._check_deadlock_free()
-            runs = _dependency_runs(self.lowered())
+            runs = dependency_runs(self.lowered())
             if runs is None:  # cannot happen once the exact checks pass; kept so a bug cannot pass silently
                 raise InvalidScheduleError("schedule failed validation")
         self._cache["dependency_runs"] = runs
@@ -620,7 +332,8 @@ class Schedule:
         return self._cache.get("dependency_runs")
 
     def _fast_validation(self) -> list[int] | None:
-        """Array checks of :meth:`validate`; the computed runs (see :func:`_dependency_runs`), or None on any fault."""
+        """Array checks of :meth:`validate`; the computed runs (see :func:`~pipeplan.lowering.dependency_runs`),
+        or None on any fault."""
         low = self.lowered()
         num_stages, num_mb = self.num_stages, self.num_microbatches
         allowed = np.array([_KIND_CODE[k] for k in self.kinds])
@@ -631,24 +344,32 @@ class Schedule:
         if not (np.asarray(self.placement, dtype=np.int64)[stage] == low.rank).all():
             return None
         ident = (kind * num_stages + stage) * num_mb + mb
-        if len(ident) != num_stages * num_mb * len(allowed) or (
+        if len(ident) != self.expected_count() or (
                 np.bincount(ident, minlength=1).max(initial=0) > 1):
             return None
         # Dependencies on the same rank must come earlier in its order (flat indices are in order).
         position = np.full(len(KINDS) * num_stages * num_mb, -1, dtype=np.int64)
         position[ident] = np.arange(len(ident))
+        crossing = 0  # cross-rank dependencies: each must be a message for the play below to honour it
         for consumer_kind, needs in DEPENDENCIES.items():
             chosen = np.flatnonzero(kind == _KIND_CODE[consumer_kind])
             for needed, offset in needs:
                 other = stage[chosen] + offset
                 inside = (other >= 0) & (other < num_stages)
-                found = position[(_KIND_CODE[needed] * num_stages + other[inside]) * num_mb + mb[chosen][inside]]
+                consumers, other = chosen[inside], other[inside]
+                source = self.source_index(stage[consumers], other, mb[consumers])
+                if ((source < 0) | (source >= num_mb)).any():
+                    return None
+                found = position[(_KIND_CODE[needed] * num_stages + other) * num_mb + source]
                 if (found < 0).any():
                     return None
-                local = low.rank[found] == low.rank[chosen[inside]]
-                if (found[local] >= chosen[inside][local]).any():
+                local = low.rank[found] == low.rank[consumers]
+                if (found[local] >= consumers[local]).any():
                     return None
-        return _dependency_runs(low)
+                crossing += len(local) - int(local.sum())
+        if crossing != len(low.producer):  # some dependency is no message (dual-rate's buffered latents)
+            return None
+        return dependency_runs(low)
 
     def _validate_each_action(self) -> None:
         """The exact per-action checks (slow; run only to name what the array checks found wrong)."""
@@ -681,7 +402,7 @@ class Schedule:
                 if action in seen:
                     raise InvalidScheduleError(f"rank {rank}: {action} appears more than once")
                 seen[action] = rank
-        expected = self._expected_count()
+        expected = self.expected_count()
         if len(seen) != expected:
             for action in self.expected_actions():
                 if action not in seen:
@@ -689,13 +410,19 @@ class Schedule:
                         f"rank {self.placement[action.stage]}: {action} is missing from its order"
                     )
 
-    def _expected_count(self) -> int:
-        """``len(self.expected_actions())``, without building the list."""
+    def expected_count(self) -> int:
+        """``len(self.expected_actions())``, without building the list (both validation paths check it)."""
         return self.num_stages * self.num_microbatches * len(self.kinds)
 
     def _needs(self, action: Action) -> list[Action]:
-        """The dependencies of ``action`` (the table's rule; a subclass may map microbatch indices)."""
-        return _dependencies(action.kind, action.stage, action.microbatch, self.num_stages)
+        """The dependencies of ``action``: :data:`DEPENDENCIES`' rule, indices mapped by :meth:`source_index`."""
+        kind, stage, index = action
+        out = []
+        for needed, offset in DEPENDENCIES[kind]:
+            other = stage + offset
+            if 0 <= other < self.num_stages:
+                out.append(Action(needed, other, self.source_index(stage, other, index)))
+        return out
 
     def _check_deadlock_free(self) -> None:
         """Run the orders with zero costs; raise DeadlockError if some rank never finishes.

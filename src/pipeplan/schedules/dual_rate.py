@@ -38,12 +38,13 @@ must be at least ``L + 1``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
 import numpy as np
 
-from ..schedule import DEPENDENCIES, KINDS, Action, Kind, Lowered, Message, Payload, Schedule
+from ..schedule import KINDS, Action, Kind, Lowered, Message, Payload, Schedule
 
 __all__ = ["DualRateSchedule", "DualRateShape", "RawAction", "check_damping", "dual_rate"]
 
@@ -230,19 +231,16 @@ class DualRateSchedule(Schedule):
         super().__init__(shape.orders(), list(range(shape.num_stages)), shape.num_steps, name="dual-rate")
         object.__setattr__(self, "shape", shape)
 
-    def _needs(self, action: Action) -> list[Action]:
-        kind, stage, index = action
+    def source_index(self, stage: Any, other: Any, index: Any) -> Any:
+        """The index on stage ``other`` that ``stage``'s action at ``index`` waits for, mapped across the rates
+        (:meth:`DualRateShape.source_index`; elementwise on arrays, for the validator's array checks)."""
         shape = self.shape
-        out = []
-        for needed, offset in DEPENDENCIES[kind]:
-            other = stage + offset
-            if 0 <= other < shape.num_stages:
-                out.append(Action(needed, other, shape.source_index(stage, other, index)))
-        return out
-
-    def dependencies(self, action: Action) -> tuple[Action, ...]:
-        """The actions that must finish before ``action`` (the table's rules, indices mapped across the rates)."""
-        return tuple(self._needs(Action(*action)))
+        if not isinstance(index, np.ndarray):
+            return shape.source_index(stage, other, index)
+        vision = shape.num_vision_stages
+        ratio = shape.rate_ratio
+        across = np.where(other < vision, index // ratio, index * ratio + ratio - 1)
+        return np.where((stage < vision) == (other < vision), index, across)
 
     def expected_actions(self) -> list[Action]:
         """``F``, ``B``, ``U`` of every frame on each vision stage and of every step on each action stage."""
@@ -254,7 +252,8 @@ class DualRateSchedule(Schedule):
             for index in range(shape.num_frames if shape.is_vision(stage) else shape.num_steps)
         ]
 
-    def _expected_count(self) -> int:
+    def expected_count(self) -> int:
+        """``3·(V·J + A·J·k)``: ``F``, ``B``, ``U`` of each frame and of each step."""
         shape = self.shape
         return 3 * (shape.num_vision_stages * shape.num_frames + shape.num_action_stages * shape.num_steps)
 
