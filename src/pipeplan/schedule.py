@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ._validation import positive_int
+from .actions import __all__ as _ACTION_NAMES
 from .actions import (
     _BACKWARD_KINDS,
     _KIND_CODE,
@@ -55,26 +56,13 @@ from .actions import (
     Message,
     Payload,
     consumers_of,
-    kinds_for,
-    message_for,
+    kinds_for as kinds_for,  # re-exported
+    message_for as message_for,  # re-exported
 )
 from .errors import DeadlockError, InvalidInputError, InvalidScheduleError
 from .lowering import Lowered, dependency_runs, lower, runs_to_order
 
-__all__ = [
-    "Action",
-    "Kind",
-    "Message",
-    "Payload",
-    "Schedule",
-    "Lowered",
-    "BackwardMode",
-    "DEPENDENCIES",
-    "KINDS",
-    "kinds_for",
-    "consumers_of",
-    "message_for",
-]
+__all__ = ["Schedule", "Lowered", *_ACTION_NAMES]  # the action IR's names are re-exported here
 
 _T = TypeVar("_T")
 
