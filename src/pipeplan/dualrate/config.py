@@ -1,8 +1,13 @@
 """What one dual-rate (or synchronous-baseline) training run is asked to do: :class:`DualRateConfig`.
 
-    from pipeplan.dualrate.config import DualRateConfig
-    config = DualRateConfig(rate_ratio=4, max_staleness=1, damping=0.95, time_budget=5.0)
-    config.world_size, config.shape().num_frames, config.gradient_scale(2)   # 2, 100, 0.9025
+    >>> from pipeplan.dualrate.config import DualRateConfig
+    >>> config = DualRateConfig(rate_ratio=4, max_staleness=1, damping=0.95, time_budget=5.0)
+    >>> config.world_size, config.shape().num_frames, config.gradient_scale(2)
+    (2, 100, 0.9025)
+    >>> DualRateConfig(rate_ratio=4, camera_ratio=6)
+    Traceback (most recent call last):
+    ...
+    pipeplan.errors.InvalidInputError: camera_ratio = 6 must be a multiple of rate_ratio = 4 (a vision update must not straddle two camera frames)
 
 Validated on construction (every error names the field, its value and what is
 allowed); torch-free. :func:`pipeplan.dualrate.runtime.run_dual_rate` runs one.

@@ -1,14 +1,18 @@
 """A :class:`~pipeplan.models.spec.ModelSpec`'s file schema: module records to and from dicts, field checks, files.
 
-    from pipeplan.models._schema import module_record, modules_from_payload
-    from pipeplan.models.modules import Embedding
-    record = module_record(Embedding(name="tokens", vocab_size=32000, hidden_size=2048, tokens=256))
-    modules_from_payload({"name": "m", "modules": [record]})   # (Embedding(name='tokens', ...),)
+    >>> from pipeplan.models._schema import module_record, modules_from_payload
+    >>> from pipeplan.models.modules import Embedding
+    >>> record = module_record(Embedding(name="tokens", vocab_size=32000, hidden_size=2048, tokens=256))
+    >>> record
+    {'kind': 'embedding', 'name': 'tokens', 'vocab_size': 32000, 'hidden_size': 2048, 'tokens': 256}
+    >>> modules_from_payload({"name": "m", "modules": [record]})
+    (Embedding(name='tokens', vocab_size=32000, hidden_size=2048, tokens=256, ...),)
 
 The schema (documented in docs/presets.md): ``{"name", "description", "modules": [record, ...]}``,
 each record a module's ``kind`` (a key of :data:`~pipeplan.models.modules.MODULE_KINDS`) and
 the fields that differ from their defaults. Every loader error names the record
-(``modules[2] (vision)``), the field and what is allowed. torch-free.
+(``modules[2] (vision)``), the field and what is allowed. The loaders check the keys;
+:func:`check_module` (run by ``ModelSpec`` on construction) checks the values. torch-free.
 """
 
 from __future__ import annotations
