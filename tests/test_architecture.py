@@ -25,6 +25,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 #: Modules that need torch; every other module must reach torch by no chain of imports.
 TORCH_MODULES = ("pipeplan.runtime", "pipeplan.cli", "pipeplan.__main__", "pipeplan.dualrate.policy",
                  "pipeplan.dualrate.runtime", "pipeplan.dualrate.study", "pipeplan.dualrate.task",
+                 "pipeplan.dualrate.costs", "pipeplan.dualrate.reference", "pipeplan.dualrate.synchronous",
+                 "pipeplan.dualrate.training", "pipeplan.dualrate.worker",
                  "pipeplan.lessons.pipeline", "pipeplan.models.loading", "pipeplan.models.vla")
 
 

@@ -17,7 +17,8 @@ the planner consume::
 torch-free (numpy only through :mod:`pipeplan.layers`).
 
 Module kinds (frozen dataclasses in :mod:`pipeplan.models.modules`, re-exported here;
-the per-layer arithmetic lives in ``pipeplan.models._layer_math``):
+the per-layer arithmetic lives in ``pipeplan.models._layer_math``, the file schema
+(to and from dicts, field checks, JSON/YAML) in ``pipeplan.models._schema``):
 
 * :class:`VisionEncoder` — a ViT: ``image_size``, ``patch_size``, ``cameras``,
   ``frames`` give the patch tokens (``cameras · frames · (image/patch)²``); each
@@ -75,13 +76,11 @@ from __future__ import annotations
 
 import functools
 
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from .._files import read_text
 from .._validation import positive_float
 from ..errors import InvalidInputError
 from ..hardware import Device
@@ -96,10 +95,9 @@ from ._layer_math import (
     patch_part,
     projector_part,
 )
+from ._schema import check_module, module_record, modules_from_payload, read_payload
 from .modules import (
     ACTIVATION_BYTES,
-    MODULE_KINDS,
-    NORM_PARAMS,
     CrossAttention,
     Embedding,
     Linear,
@@ -126,8 +124,6 @@ __all__ = [
 ]
 
 Recompute = Literal["none", "selective", "full"]
-_KINDS = MODULE_KINDS
-_NORM_PARAMS = NORM_PARAMS
 
 
 @dataclass(frozen=True)
@@ -191,7 +187,7 @@ class ModelSpec:
         object.__setattr__(self, "modules", tuple(self.modules))
         index: dict[str, int] = {}
         for position, module in enumerate(self.modules):
-            _check_module(module, position)
+            check_module(module, position)
             if module.name in index:
                 raise InvalidInputError(f"model {self.name!r}: module name {module.name!r} is used twice")
             index[module.name] = position
@@ -500,23 +496,7 @@ class ModelSpec:
     # ------------------------------------------------------------------ I/O
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the schema :meth:`from_dict` reads)."""
-        modules = []
-        for module in self.modules:
-            record: dict[str, Any] = {"kind": module.kind}
-            for item in fields(module):
-                value = getattr(module, item.name)
-                default = item.default
-                if value == default:
-                    continue
-                if isinstance(value, CrossAttention):
-                    value = {k.name: getattr(value, k.name) for k in fields(value)}
-                elif isinstance(value, tuple) and value and isinstance(value[0], Linear):
-                    value = [[layer.in_features, layer.out_features] + ([layer.tokens] if layer.tokens else [])
-                             for layer in value]
-                elif isinstance(value, tuple):
-                    value = list(value)
-                record[item.name] = value
-            modules.append(record)
+        modules = [module_record(module) for module in self.modules]
         return {"name": self.name, "description": self.description, "modules": modules}
 
     @classmethod
@@ -526,16 +506,8 @@ class ModelSpec:
         Raises:
             InvalidInputError: an unknown ``kind`` or key, a missing field, a bad value.
         """
-        if not isinstance(payload, Mapping) or "modules" not in payload:
-            raise InvalidInputError("a model spec must be an object with 'name' and 'modules'")
-        unknown = set(payload) - {"name", "description", "modules"}
-        if unknown:
-            raise InvalidInputError(f"a model spec has unknown keys {sorted(unknown)}; allowed: name, description, modules")
-        raw = payload["modules"]
-        if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)) or not raw:
-            raise InvalidInputError("modules must be a non-empty list of objects")
-        modules = [_module_from_dict(record, position) for position, record in enumerate(raw)]
-        return cls(str(payload.get("name", "model")), tuple(modules), str(payload.get("description", "")))
+        modules = modules_from_payload(payload)
+        return cls(str(payload.get("name", "model")), modules, str(payload.get("description", "")))
 
     @classmethod
     def from_file(cls, path: str | Path) -> ModelSpec:
@@ -546,26 +518,7 @@ class ModelSpec:
                 a bad spec (see :meth:`from_dict`).
         """
         file = Path(path)
-        suffix = file.suffix.lower()
-        if suffix not in (".json", ".yaml", ".yml"):
-            raise InvalidInputError(f"spec file must end in .json, .yaml or .yml, got {str(file)!r}")
-        text = read_text(file, "spec file")  # names the real reason: missing, a directory, empty, not UTF-8
-        if suffix == ".json":
-            try:
-                payload = json.loads(text)
-            except json.JSONDecodeError as error:
-                raise InvalidInputError(f"spec file {str(file)!r} is not valid JSON: {error}") from None
-        else:
-            try:
-                import yaml  # type: ignore[import-untyped]
-            except ImportError:
-                raise InvalidInputError(
-                    f"spec file {str(file)!r} is YAML, which needs PyYAML (pip install pyyaml); or use .json"
-                ) from None
-            try:
-                payload = yaml.safe_load(text)
-            except yaml.YAMLError as error:
-                raise InvalidInputError(f"spec file {str(file)!r} is not valid YAML: {error}") from None
+        payload = read_payload(file)
         try:
             return cls.from_dict(payload)
         except TypeError as error:
@@ -578,104 +531,6 @@ def _depth(module: Module) -> int:
     if isinstance(module, TransformerStack):
         return module.num_layers
     return 1
-
-
-def _module_from_dict(record: Any, position: int) -> Module:
-    where = f"modules[{position}]"
-    if not isinstance(record, Mapping):
-        raise InvalidInputError(f"{where} must be an object, got {record!r}")
-    kind = record.get("kind")
-    if kind not in _KINDS:
-        raise InvalidInputError(f"{where}.kind must be one of {', '.join(_KINDS)}, got {kind!r}")
-    cls = _KINDS[kind]
-    names = {item.name for item in fields(cls)}
-    unknown = set(record) - names - {"kind"}
-    if unknown:
-        raise InvalidInputError(f"{where} ({kind}) has unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(names))}")
-    required = [item.name for item in fields(cls)
-                if item.default is MISSING and item.default_factory is MISSING and item.name not in record]
-    if required:
-        raise InvalidInputError(f"{where} ({kind}) lacks {', '.join(required)}")
-    values = {key: value for key, value in record.items() if key != "kind"}
-    if "cross_attention" in values and values["cross_attention"] is not None:
-        cross = values["cross_attention"]
-        if not isinstance(cross, Mapping) or "source" not in cross:
-            raise InvalidInputError(f"{where}.cross_attention must be an object with a 'source'")
-        values["cross_attention"] = CrossAttention(**{k: cross[k] for k in cross if k in ("source", "every", "kv_hidden_size")})
-    if "linears" in values:
-        try:
-            values["linears"] = tuple(Linear(*[int(x) for x in item]) for item in values["linears"])
-        except (TypeError, ValueError):
-            raise InvalidInputError(f"{where}.linears must be a list of [in_features, out_features(, tokens)]") from None
-    for key in ("inputs", "adaptive_norm"):
-        if key in values and values[key] is not None:
-            if isinstance(values[key], (str, bytes)) or not isinstance(values[key], Sequence):
-                raise InvalidInputError(f"{where}.{key} must be a list, got {values[key]!r}")
-            values[key] = tuple(values[key])
-    return cls(**values)
-
-
-_INT_FIELDS = ("num_layers", "hidden_size", "num_heads", "seq_length", "ffn_hidden_size", "image_size",
-               "patch_size", "cameras", "frames", "channels", "vocab_size", "tokens", "repeats", "sequences")
-_OPTIONAL_INT_FIELDS = ("num_kv_heads", "head_dim", "output_tokens", "output_width", "position_tokens")
-_NON_NEGATIVE_FIELDS = ("extra_tokens", "norm_params", "extra_params", "position_tokens")
-
-
-def _check_module(module: Any, position: int) -> None:
-    if not isinstance(module, tuple(_KINDS.values())):
-        raise InvalidInputError(f"modules[{position}] must be a module (one of {', '.join(_KINDS)}), got {module!r}")
-    label = getattr(module, "name", None)
-    if not isinstance(label, str) or not label:
-        raise InvalidInputError(f"modules[{position}].name must be a non-empty string, got {label!r}")
-    where = f"modules[{position}] ({label})"
-    for key in _INT_FIELDS + _OPTIONAL_INT_FIELDS + _NON_NEGATIVE_FIELDS:
-        if not hasattr(module, key):
-            continue
-        value = getattr(module, key)
-        if value is None and key in _OPTIONAL_INT_FIELDS:
-            continue
-        minimum = 0 if key in _NON_NEGATIVE_FIELDS else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidInputError(f"{where}.{key} must be an integer >= {minimum}, got {value!r}")
-    if hasattr(module, "norm") and module.norm not in _NORM_PARAMS:
-        raise InvalidInputError(f"{where}.norm must be one of {', '.join(_NORM_PARAMS)}, got {module.norm!r}")
-    if isinstance(module, (TransformerStack, VisionEncoder)):
-        heads = module.num_heads
-        head_dim = getattr(module, "head_dim", None)
-        if head_dim is None and module.hidden_size % heads:
-            raise InvalidInputError(
-                f"{where}.num_heads = {heads} must divide hidden_size = {module.hidden_size} "
-                "(or give head_dim)"
-            )
-        kv = getattr(module, "num_kv_heads", None)
-        if kv is not None and heads % kv:
-            raise InvalidInputError(f"{where}.num_kv_heads = {kv} must divide num_heads = {heads}")
-    if isinstance(module, VisionEncoder) and module.image_size % module.patch_size:
-        raise InvalidInputError(
-            f"{where}.image_size = {module.image_size} must be a multiple of patch_size = {module.patch_size}"
-        )
-    if isinstance(module, TransformerStack):
-        ada = module.adaptive_norm
-        if len(ada) != 2 or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in ada):
-            raise InvalidInputError(f"{where}.adaptive_norm must be two integers >= 0, got {ada!r}")
-        cross = module.cross_attention
-        if cross is not None:
-            if isinstance(cross.every, bool) or not isinstance(cross.every, int) or cross.every < 1:
-                raise InvalidInputError(f"{where}.cross_attention.every must be an integer >= 1, got {cross.every!r}")
-            kv_width = cross.kv_hidden_size
-            if kv_width is not None and (isinstance(kv_width, bool) or not isinstance(kv_width, int) or kv_width < 1):
-                raise InvalidInputError(f"{where}.cross_attention.kv_hidden_size must be an integer >= 1, got {kv_width!r}")
-    if isinstance(module, Projector):
-        if not module.linears:
-            raise InvalidInputError(f"{where}.linears must list at least one linear layer")
-        for index, layer in enumerate(module.linears):
-            for key in ("in_features", "out_features"):
-                value = getattr(layer, key)
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise InvalidInputError(f"{where}.linears[{index}].{key} must be an integer >= 1, got {value!r}")
-    for key in ("frozen",):
-        if not isinstance(getattr(module, key), bool):
-            raise InvalidInputError(f"{where}.{key} must be true or false, got {getattr(module, key)!r}")
 
 
 def _check_shape(micro_batch_size: object, recompute: object, tensor_parallel: object,

@@ -24,7 +24,6 @@ and no part of the backward runs twice.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +34,7 @@ from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..schedule import Action, Kind, Schedule
 from ..timeline import Timeline
+from .checks import check_local, check_world, fingerprint
 from .faults import FaultMonitor
 from .grid import link_groups
 from .p2p import LinkExchange, MessagePlan
@@ -241,15 +241,14 @@ class PipelineRuntime:
             )
         self.device = torch.device(device)
 
-        problem, modules = self._check_local(stages, checkpoint)
+        problem, modules = check_local(schedule, stages, checkpoint, rank=self.rank, group_size=len(self.to_global),
+                                       device=self.device)
         plan = MessagePlan(schedule, self.rank) if problem is None else None
         links = sorted(plan.links()) if plan is not None else []
-        digest = hashlib.sha256(repr(schedule.orders).encode()).hexdigest()
-        fingerprint = (schedule.name, schedule.placement, schedule.num_microbatches, schedule.backward, digest)
         gathered: list[Any] = [None] * dist.get_world_size()
         with self.monitor.phase_of("setup", collective=True):
-            dist.all_gather_object(gathered, (tuple(self.to_global), fingerprint, links, problem))
-        self._check_world(gathered)  # raises on every rank if any rank found a problem
+            dist.all_gather_object(gathered, (tuple(self.to_global), fingerprint(schedule), links, problem))
+        check_world(schedule, gathered)  # raises on every rank if any rank found a problem
         assert plan is not None
         global_links = {
             (ranks[src], ranks[dst])
@@ -270,67 +269,6 @@ class PipelineRuntime:
         self._probe_cache: dict[tuple[int, Any], float] = {}
         self._known_headers: dict[Any, Any] = {}
         self._saved_bytes: dict[tuple[int, Any], float] = {}
-
-    # ------------------------------------------------------------ validation
-    def _check_local(self, stages: Any, checkpoint: Any) -> tuple[str | None, dict[int, Any]]:
-        """Normalise the stages; return ``(problem text or None, stage -> module)``."""
-        import torch.nn as nn
-
-        schedule = self.schedule
-        if len(self.to_global) != schedule.num_ranks:
-            return (f"the schedule has {schedule.num_ranks} ranks but the pipeline group has "
-                    f"{len(self.to_global)} processes; they must be equal"), {}
-        try:
-            schedule.validate()
-        except Exception as error:  # noqa: BLE001 - reported to every rank below
-            return f"invalid schedule: {error}", {}
-        if schedule.forward_only:
-            return "the runtime trains; a forward-only schedule (backward='none') has nothing to run", {}
-        if isinstance(stages, tuple) and len(stages) == 2 and isinstance(stages[0], nn.Sequential):
-            sequential, layers = stages
-            layers = list(layers)
-            if len(layers) != schedule.num_stages:
-                return (f"layers_per_stage has {len(layers)} entries, expected {schedule.num_stages} "
-                        "(one per stage of the schedule)"), {}
-            if any(not isinstance(n, int) or n < 1 for n in layers) or sum(layers) != len(sequential):
-                return (f"layers_per_stage must be positive integers summing to the {len(sequential)} "
-                        f"layers of the model, got {layers}"), {}
-            bounds = np.concatenate([[0], np.cumsum(layers)]).astype(int)
-            stage_list = [sequential[int(bounds[i]): int(bounds[i + 1])] for i in range(len(layers))]
-        else:
-            stage_list = list(stages)
-            if len(stage_list) != schedule.num_stages:
-                return (f"stages has {len(stage_list)} modules, expected {schedule.num_stages} "
-                        "(one per stage of the schedule)"), {}
-        modules = {}
-        for stage in schedule.stages_of(self.rank) if self.rank < schedule.num_ranks else ():
-            module = stage_list[stage]
-            if not isinstance(module, nn.Module):
-                return f"stage {stage} must be an nn.Module on rank {self.rank}, got {type(module).__name__}", {}
-            modules[stage] = module.to(self.device)
-        if not isinstance(checkpoint, bool):
-            flags = list(checkpoint)
-            if len(flags) != schedule.num_stages:
-                return f"checkpoint has {len(flags)} entries, expected {schedule.num_stages} (one per stage)", {}
-        return None, modules
-
-    def _check_world(self, gathered: list[Any]) -> None:
-        for global_rank, (ranks, fingerprint, _links, problem) in enumerate(gathered):
-            if problem is not None:
-                raise InvalidInputError(f"rank {global_rank}: {problem}")
-            if len(ranks) != self.schedule.num_ranks:
-                raise InvalidInputError(
-                    f"the schedule has {self.schedule.num_ranks} ranks but the pipeline group of rank "
-                    f"{global_rank} has {len(ranks)} processes; they must be equal"
-                )
-        by_group: dict[tuple[int, ...], Any] = {}
-        for global_rank, (ranks, fingerprint, _links, _problem) in enumerate(gathered):
-            first = by_group.setdefault(ranks, (global_rank, fingerprint))
-            if first[1] != fingerprint:
-                raise InvalidInputError(
-                    f"ranks {first[0]} and {global_rank} run different schedules "
-                    f"({first[1][0]!r} vs {fingerprint[0]!r}); every rank of a pipeline must pass the same one"
-                )
 
     def _checkpoint_flags(self, checkpoint: bool | Sequence[bool]) -> dict[int, bool]:
         if isinstance(checkpoint, bool):

@@ -30,10 +30,12 @@ TOLERANCE = 1e-9
 """Relative slack for float comparisons of times and bytes (``20/3 + 10/3 != 10``)."""
 
 KIND_ORDERS: dict[str, tuple[str, str, str]] = {
-    "BFW": ("B", "F", "W"),  # W only fills gaps
-    "FBW": ("F", "B", "W"),  # forwards first: admit microbatches eagerly
+    "BFW": ("gradient", "forward", "weight"),  # W only fills gaps
+    "FBW": ("forward", "gradient", "weight"),  # forwards first: admit microbatches eagerly
 }
-"""Priority of kinds (``B`` stands for the backward, full or input-gradient)."""
+"""Priority of an action's three roles, by rule name: ``forward`` (``F``), ``gradient`` (the
+backward that sends the input gradient upstream: ``B`` with a full backward, ``I`` with a
+split one; the ``B`` of the rule names) and ``weight`` (``W``)."""
 
 FORWARD_KEYS: dict[str, Callable[[int, int], tuple[int, int]]] = {
     # Oldest microbatch first, its deepest stage first (depth-first).
@@ -88,70 +90,127 @@ def list_schedule(
         raise InvalidInputError(f"kind_order must be one of {', '.join(KIND_ORDERS)}, got {kind_order!r}")
     if forward_key not in FORWARD_KEYS:
         raise InvalidInputError(f"forward_key must be one of {', '.join(FORWARD_KEYS)}, got {forward_key!r}")
-    comm = comm or CommModel()
-    num_stages = costs.num_stages
-    num_mb = num_microbatches
-    num_ranks = max(placement) + 1
-    split = backward == "split"
-    gradient = Kind.I if split else Kind.B  # the backward that sends the gradient upstream
-    boundary = comm.boundary_times(num_stages)
-    # Message time of the edge from each stage to its successor (0 on one rank), from the one owner.
-    down_delay = [_edge_time(Action(Kind.F, s, 0), Action(Kind.F, s + 1, 0), placement, boundary)
-                  for s in range(num_stages - 1)]
-    up_delay = [_edge_time(Action(gradient, s + 1, 0), Action(gradient, s, 0), placement, boundary)
-                for s in range(num_stages - 1)]
-    limit = math.inf if memory_limit is None else float(memory_limit) * (1 + TOLERANCE) + TOLERANCE
-    act = costs.activation_bytes
-    stash = costs.weight_stash_bytes if split else (0.0,) * num_stages
-    need = [0.0] * num_ranks
-    for stage, rank in enumerate(placement):
-        need[rank] += act[stage]
-    kind_rank = {kind: index for index, kind in enumerate(KIND_ORDERS[kind_order])}
-    rank_f, rank_b, rank_w = kind_rank["F"], kind_rank["B"], kind_rank["W"]
-    forward_rank = FORWARD_KEYS[forward_key]
-    last = num_stages - 1
-    window = list(forward_window) if forward_window is not None else [num_mb + 1] * num_stages
-    first_rank = placement[0]
+    scheduler = _ListScheduler(num_microbatches, costs, placement, comm or CommModel(), backward=backward,
+                               memory_limit=memory_limit, kind_order=kind_order, forward_key=forward_key,
+                               reserve=reserve, forward_window=forward_window)
+    return scheduler.run()
 
-    # Per rank: enabled forwards and backwards {(kind, stage, mb): (ready time, priority, key)}; W's wait
-    # in a heap by (mb, stage) and are ready as soon as they are enabled (their backward
-    # ran on the same rank), so they never need a ready time.
-    enabled: list[dict[tuple[str, int, int], tuple[float, tuple[int, int, int], tuple[str, int, int]]]] = [
-        {} for _ in range(num_ranks)
-    ]
-    weights: list[list[tuple[int, int]]] = [[] for _ in range(num_ranks)]
-    next_admit = 1  # stage-0 forwards are admitted in microbatch order
-    free = [0.0] * num_ranks
-    held = [0.0] * num_ranks
-    reserved = [0.0] * num_ranks
-    orders: list[list[Action]] = [[] for _ in range(num_ranks)]
-    total = num_stages * num_mb * (3 if split else 2)
-    scheduled = 0
-    open_forwards = [0] * num_stages  # per stage: F done, backward not yet
-    admission_ok = True
 
-    def admission() -> bool:
-        return all(held[q] + reserved[q] + need[q] <= limit for q in range(num_ranks))
+_Key = tuple[Kind, int, int]
+"""An action the scheduler may start: ``(kind, stage, microbatch)``."""
+_FORWARD, _WEIGHT = Kind.F, Kind.W  # module constants: an enum member's lookup is slow in the hot loop
 
-    def fits(rank: int, stage: int) -> bool:
-        if open_forwards[stage] >= window[stage]:
+
+class _ListScheduler:
+    """One pass of :func:`list_schedule`: the state of the step played so far, and its rules.
+
+    Per rank: ``enabled`` holds the forwards and gradient backwards whose predecessors ran,
+    ``{key: (ready time, priority, key)}`` (ready: when their input arrives); ``weights``
+    the ``W``'s waiting, a heap by ``(mb, stage)``; they are ready as soon as enabled
+    (their backward ran on the same rank), so they need no ready time. ``free`` is when
+    the rank finishes its last action, ``held`` the bytes it holds, ``reserved`` the bytes
+    set aside for admitted microbatches' forwards still to come on it, ``need`` what one
+    microbatch takes on it (all its chunks). Per stage: ``open_forwards`` counts the
+    microbatches past ``F`` but not yet past their backward.
+    """
+
+    def __init__(self, num_microbatches: int, costs: StageCosts, placement: Sequence[int], comm: CommModel, *,
+                 backward: str, memory_limit: float | None, kind_order: str, forward_key: str, reserve: bool,
+                 forward_window: Sequence[int] | None) -> None:
+        num_stages = costs.num_stages
+        num_ranks = max(placement) + 1
+        self.num_microbatches = num_microbatches
+        self.costs = costs
+        self.placement = placement
+        self.num_ranks = num_ranks
+        self.reserve = reserve
+        self.split = backward == "split"
+        self.gradient = Kind.I if self.split else Kind.B  # the backward that sends the gradient upstream
+        boundary = comm.boundary_times(num_stages)
+        # Message time of the edge from each stage to its successor (0 on one rank), from the one owner.
+        self.down_delay = [_edge_time(Action(Kind.F, s, 0), Action(Kind.F, s + 1, 0), placement, boundary)
+                           for s in range(num_stages - 1)]
+        self.up_delay = [_edge_time(Action(self.gradient, s + 1, 0), Action(self.gradient, s, 0), placement,
+                                    boundary) for s in range(num_stages - 1)]
+        self.limit = math.inf if memory_limit is None else float(memory_limit) * (1 + TOLERANCE) + TOLERANCE
+        self.act = costs.activation_bytes
+        self.stash = costs.weight_stash_bytes if self.split else (0.0,) * num_stages
+        self.need = [0.0] * num_ranks
+        for stage, rank in enumerate(placement):
+            self.need[rank] += self.act[stage]
+        roles = {role: index for index, role in enumerate(KIND_ORDERS[kind_order])}
+        self.forward_priority, self.gradient_priority = roles["forward"], roles["gradient"]
+        self.weight_priority = roles["weight"]
+        self.forward_tiebreak = FORWARD_KEYS[forward_key]
+        self.last = num_stages - 1
+        self.window = list(forward_window) if forward_window is not None else [num_microbatches + 1] * num_stages
+        self.first_rank = placement[0]
+        self.enabled: list[dict[_Key, tuple[float, tuple[int, int, int], _Key]]] = [{} for _ in range(num_ranks)]
+        self.weights: list[list[tuple[int, int]]] = [[] for _ in range(num_ranks)]
+        self.next_admit = 1  # stage-0 forwards are admitted in microbatch order
+        self.free = [0.0] * num_ranks
+        self.held = [0.0] * num_ranks
+        self.reserved = [0.0] * num_ranks
+        self.orders: list[list[Action]] = [[] for _ in range(num_ranks)]
+        self.open_forwards = [0] * num_stages
+        self.admission_ok = True
+
+    def run(self) -> Schedule | None:
+        """Schedule every action; ``None`` when the rule deadlocks against the memory limit."""
+        num_ranks = self.num_ranks
+        total = self.costs.num_stages * self.num_microbatches * (3 if self.split else 2)
+        scheduled = 0
+        decide, start = self._decide, self._start
+        if self.num_microbatches:
+            self._enable(self.first_rank, (Kind.F, 0, 0), 0.0)
+        decisions = [decide(rank) for rank in range(num_ranks)]
+        # The rank that can start something first goes next (lowest rank on ties): a heap of
+        # (time, rank, version) whose stale entries are skipped.
+        versions = [0] * num_ranks
+        agenda = [(decisions[r][0], r, 0) for r in range(num_ranks)]
+        heapq.heapify(agenda)
+        while scheduled < total:
+            when, rank, version = heapq.heappop(agenda)
+            if version != versions[rank]:
+                continue
+            chosen = decisions[rank][1]
+            if chosen is None:
+                return None
+            touched = start(rank, chosen, when)
+            scheduled += 1
+            for r in touched:
+                decisions[r] = decide(r)
+                versions[r] += 1
+                heapq.heappush(agenda, (decisions[r][0], r, versions[r]))
+        return Schedule(self.orders, self.placement, self.num_microbatches, name="adaptive")
+
+    def _admission(self) -> bool:
+        """Whether every rank has room for one more microbatch's activations."""
+        held, reserved, need, limit = self.held, self.reserved, self.need, self.limit
+        return all(held[q] + reserved[q] + need[q] <= limit for q in range(self.num_ranks))
+
+    def _fits(self, rank: int, stage: int) -> bool:
+        """Whether a forward of ``stage`` may start on ``rank`` (window and memory)."""
+        if self.open_forwards[stage] >= self.window[stage]:
             return False
-        if reserve:
-            return stage != 0 or admission_ok
-        return held[rank] + act[stage] <= limit
+        if self.reserve:
+            return stage != 0 or self.admission_ok
+        return self.held[rank] + self.act[stage] <= self.limit
 
-    def decide(rank: int) -> tuple[float, tuple[str, int, int] | None]:
+    def _decide(self, rank: int) -> tuple[float, _Key | None]:
+        """When ``rank`` can start something next, and what (``None``: nothing can start)."""
         # two passes over the rank's enabled actions, no list built: this runs about
         # twice per scheduled action and dominates the generator's time
-        best: tuple[str, int, int] | None = None
+        fits = self._fits
+        best: _Key | None = None
         best_prio: tuple[int, int, int] | None = None
-        entries = enabled[rank]
-        heap = weights[rank]
-        when = free[rank]
+        entries = self.enabled[rank]
+        heap = self.weights[rank]
+        when = self.free[rank]
         if not heap:
             earliest = math.inf
             for key, entry in entries.items():
-                if entry[0] < earliest and (key[0] != "F" or fits(rank, key[1])):
+                if entry[0] < earliest and (key[0] is not _FORWARD or fits(rank, key[1])):
                     earliest = entry[0]
             if earliest == math.inf:
                 return math.inf, None
@@ -159,82 +218,75 @@ def list_schedule(
         horizon = when + TOLERANCE * max(1.0, abs(when))
         ready_at = when
         for key, (ready, prio, _) in entries.items():
-            if ready <= horizon and (best_prio is None or prio < best_prio) and (key[0] != "F" or fits(rank, key[1])):
+            if ready <= horizon and (best_prio is None or prio < best_prio) and (
+                    key[0] is not _FORWARD or fits(rank, key[1])):
                 best, best_prio, ready_at = key, prio, ready
         if heap:
             mb, stage = heap[0]
-            if best_prio is None or (rank_w, mb, stage) < best_prio:
-                best, ready_at = ("W", stage, mb), when
+            if best_prio is None or (self.weight_priority, mb, stage) < best_prio:
+                best, ready_at = (_WEIGHT, stage, mb), when
         return max(when, ready_at), best
 
-    def enable(rank: int, key: tuple[str, int, int], ready: float) -> None:
+    def _enable(self, rank: int, key: _Key, ready: float) -> None:
+        """Make a forward or gradient backward startable on ``rank`` from time ``ready``."""
         kind, stage, mb = key
-        prio = (rank_f, *forward_rank(stage, mb)) if kind == "F" else (rank_b, mb, stage)
-        enabled[rank][key] = (ready, prio, key)
+        if kind is _FORWARD:
+            prio = (self.forward_priority, *self.forward_tiebreak(stage, mb))
+        else:
+            prio = (self.gradient_priority, mb, stage)
+        self.enabled[rank][key] = (ready, prio, key)
 
-    kinds = {"F": Kind.F, "W": Kind.W}
-    if num_mb:
-        enable(first_rank, ("F", 0, 0), 0.0)
-    decisions = [decide(rank) for rank in range(num_ranks)]
-    # The rank that can start something first goes next (lowest rank on ties): a heap of
-    # (time, rank, version) whose stale entries are skipped.
-    versions = [0] * num_ranks
-    agenda = [(decisions[r][0], r, 0) for r in range(num_ranks)]
-    heapq.heapify(agenda)
-    while scheduled < total:
-        when, rank, version = heapq.heappop(agenda)
-        if version != versions[rank]:
-            continue
-        chosen = decisions[rank][1]
-        if chosen is None:
-            return None
+    def _start(self, rank: int, chosen: _Key, when: float) -> set[int]:
+        """Run ``chosen`` on ``rank`` from ``when``; return the ranks whose next decision may change."""
         kind, stage, mb = chosen
-        real_kind = gradient if kind == "B" else kinds[kind]
-        finish = when + costs.duration(real_kind, stage, mb)
-        if kind == "W":
-            heapq.heappop(weights[rank])
+        finish = when + self.costs.duration(kind, stage, mb)
+        if kind is _WEIGHT:
+            heapq.heappop(self.weights[rank])
         else:
-            del enabled[rank][chosen]
-        orders[rank].append(Action(real_kind, stage, mb))
-        scheduled += 1
-        free[rank] = finish
+            del self.enabled[rank][chosen]
+        self.orders[rank].append(Action(kind, stage, mb))
+        self.free[rank] = finish
         touched = {rank}
-        if kind == "F":
-            if reserve:
-                if stage == 0:
-                    for q in range(num_ranks):
-                        reserved[q] += need[q]
-                reserved[rank] -= act[stage]
-            held[rank] += act[stage]
-            open_forwards[stage] += 1
-            if stage == 0 and next_admit < num_mb:
-                enable(first_rank, ("F", 0, next_admit), finish)
-                next_admit += 1
-            if stage < last:
-                target = placement[stage + 1]
-                enable(target, ("F", stage + 1, mb), finish + down_delay[stage])
-                touched.add(target)
-            else:
-                enable(rank, ("B", stage, mb), finish)
-        elif kind == "B":
-            held[rank] -= act[stage] - stash[stage]
-            open_forwards[stage] -= 1
-            if split:
-                heapq.heappush(weights[rank], (mb, stage))
-            if stage > 0:
-                target = placement[stage - 1]
-                enable(target, ("B", stage - 1, mb), finish + up_delay[stage - 1])
-                touched.add(target)
+        if kind is _FORWARD:
+            self._forward_done(rank, stage, mb, finish, touched)
+        elif kind is self.gradient:
+            self._gradient_done(rank, stage, mb, finish, touched)
         else:
-            held[rank] -= stash[stage]
-        if reserve:
-            admission_ok = admission()
-            touched.add(first_rank)  # admission looks at every rank's memory
-        for r in touched:
-            decisions[r] = decide(r)
-            versions[r] += 1
-            heapq.heappush(agenda, (decisions[r][0], r, versions[r]))
-    return Schedule(orders, placement, num_mb, name="adaptive")
+            self.held[rank] -= self.stash[stage]
+        if self.reserve:
+            self.admission_ok = self._admission()
+            touched.add(self.first_rank)  # admission looks at every rank's memory
+        return touched
+
+    def _forward_done(self, rank: int, stage: int, mb: int, finish: float, touched: set[int]) -> None:
+        """Hold the forward's activations and enable what it feeds (the next forward, or the backward)."""
+        if self.reserve:
+            if stage == 0:
+                for q in range(self.num_ranks):
+                    self.reserved[q] += self.need[q]
+            self.reserved[rank] -= self.act[stage]
+        self.held[rank] += self.act[stage]
+        self.open_forwards[stage] += 1
+        if stage == 0 and self.next_admit < self.num_microbatches:
+            self._enable(self.first_rank, (_FORWARD, 0, self.next_admit), finish)
+            self.next_admit += 1
+        if stage < self.last:
+            target = self.placement[stage + 1]
+            self._enable(target, (_FORWARD, stage + 1, mb), finish + self.down_delay[stage])
+            touched.add(target)
+        else:
+            self._enable(rank, (self.gradient, stage, mb), finish)
+
+    def _gradient_done(self, rank: int, stage: int, mb: int, finish: float, touched: set[int]) -> None:
+        """Free the activations (but W's stash), queue the W, enable the backward upstream."""
+        self.held[rank] -= self.act[stage] - self.stash[stage]
+        self.open_forwards[stage] -= 1
+        if self.split:
+            heapq.heappush(self.weights[rank], (mb, stage))
+        if stage > 0:
+            target = self.placement[stage - 1]
+            self._enable(target, (self.gradient, stage - 1, mb), finish + self.up_delay[stage - 1])
+            touched.add(target)
 
 
 def _edge_time(producer: Action, consumer: Action, placement: Sequence[int], boundary: Sequence[float]) -> float:
