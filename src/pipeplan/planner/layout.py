@@ -263,7 +263,7 @@ class Layouts:
                 rank_capacity=self.rank_capacity,
             )
         except InfeasiblePlanError as error:
-            return Rejection(config, self._binding_reason(error, config), _needed_bytes(error))
+            return Rejection(config, self._binding_reason(error, config), _printed_needed(error))
         except PipeplanError as error:
             return Rejection(config, str(error))
         recompute = self.memory.relax(config, result.layers_per_stage, placement, counts)
@@ -290,11 +290,6 @@ class Layouts:
         (lo, hi), = error.layers
         return (f"stage {error.stage} (layers {lo}..{hi}) needs at least {gb(needed)} on its own; its largest "
                 f"module is {self.memory.heaviest(config, range(lo, hi + 1))}")
-
-
-def _needed_bytes(error: InfeasiblePlanError) -> float | None:
-    """The smallest capacity the partitioner proved to fit, if it names one."""
-    return _printed_needed(error) if error.proven else None
 
 
 def _printed_needed(error: InfeasiblePlanError) -> float | None:

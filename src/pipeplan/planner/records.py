@@ -22,7 +22,8 @@ class Rejection:
     Attributes:
         config: what was tried.
         reason: one line naming the rank (or stage) and the bytes over capacity.
-        needed_bytes: the smallest per-GPU memory this configuration needs, when known.
+        needed_bytes: the smallest per-GPU memory this configuration needs, when known
+            (where ranks hold several stages, perhaps only the least a search found to fit).
         at_least_bytes: a lower bound on it (weights and optimizer state alone).
     """
 
