@@ -293,7 +293,11 @@ class Layouts:
 
 
 def _printed_needed(error: InfeasiblePlanError) -> float | None:
-    """``error.needed_bytes`` to the six significant digits its message prints (``None`` unless finite)."""
+    """``error.needed_bytes`` to the six significant digits its message prints (``None`` unless finite).
+
+    Rejections have always reported the partitioner's bound at that precision;
+    the rounding keeps their bytes and messages as they were.
+    """
     if error.needed_bytes is None or not math.isfinite(error.needed_bytes):
         return None
     return float(f"{error.needed_bytes:.6g}")
