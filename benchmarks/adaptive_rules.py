@@ -64,22 +64,23 @@ def planner_problems(batch: int = 256):
     """``(name, stages, m, costs, comm, placement, limit)`` of every chunked adaptive layout the planner builds."""
     from pipeplan import presets
     from pipeplan.planner import DEFAULT_HEADROOM, Cluster, Workload
-    from pipeplan.planner.search import _Evaluator, _Layout
+    from pipeplan.planner.evaluate import Evaluator
+    from pipeplan.planner.layout import Layout
     from pipeplan.planner.space import SearchSpace
 
     for preset, gpus in PLANNER_PRESETS.items():
         cluster = Cluster.of("h100-80g", gpus)
         workload = Workload.from_spec(presets.get(preset), cluster.device)
-        evaluator = _Evaluator(workload, cluster, cluster.memory_bytes * (1 - DEFAULT_HEADROOM), "adam", "eager")
+        evaluator = Evaluator(workload, cluster, cluster.memory_bytes * (1 - DEFAULT_HEADROOM), "adam", "eager")
         space = SearchSpace(num_gpus=gpus, global_batch=batch, num_layers=workload.num_layers,
                             micro_batch_sizes=workload.micro_batch_sizes, max_virtual_stages=4)
         for config in space.configs():
             if not (config.chunked_adaptive and config.recompute == "none"):
                 continue
-            layout = evaluator.partitioned(config)
-            if not isinstance(layout, _Layout):
+            layout = evaluator.layouts.partitioned(config)
+            if not isinstance(layout, Layout):
                 continue
-            comm = evaluator.comm_of(layout)
+            comm = evaluator.links.comm(layout.boundary)
             costs, limit = evaluator.adaptive_inputs(config, layout, comm)  # the planner's limit, capped
             name = f"{preset} pp={config.pp} v={config.virtual_stages} b={config.micro_batch_size}"
             yield name, config.num_stages, config.num_microbatches, costs, comm, layout.placement, limit

@@ -274,7 +274,7 @@ def test_a_tiny_budget_returns_the_best_so_far_and_says_so():
 )
 def test_fill_bound_holds_for_any_partition(stages, micro, name):
     """The partition-free bound never exceeds a simulated makespan (F = T/3 per stage: ratio 1/3 when split)."""
-    from pipeplan.planner.search import fill_bound
+    from pipeplan.planner.bounds import fill_bound
 
     costs = StageCosts([t / 3 for t in stages])
     schedule = build_schedule(name, num_stages=len(stages), num_microbatches=micro)
@@ -284,7 +284,7 @@ def test_fill_bound_holds_for_any_partition(stages, micro, name):
 
 
 def test_fill_bound_is_one_f_one_b_on_equal_stages_for_large_m():
-    from pipeplan.planner.search import fill_bound
+    from pipeplan.planner.bounds import fill_bound
 
     # (m + P − 1)·T/P for 1F1B on equal stages; the bound reaches m·T/P + (P − 1)·T/(2P) as m grows
     total, ranks, micro = 8.0, 4, 10_000

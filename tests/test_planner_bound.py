@@ -15,9 +15,9 @@ from pipeplan.costs import CommModel
 from pipeplan.hardware import Device, Link
 from pipeplan.layers import LayerProfile
 from pipeplan.planner import Cluster, Config, Workload, search
-from pipeplan.planner.bounds import LayerTimes, least_max_load
+from pipeplan.planner.bounds import LayerTimes, fill_bound, least_max_load
 from pipeplan.planner.cluster import allreduce_ms
-from pipeplan.planner.search import _config_bound, _Evaluator, fill_bound
+from pipeplan.planner.evaluate import Evaluator as _Evaluator
 
 
 @settings(max_examples=60, deadline=None)
@@ -100,7 +100,7 @@ def _old_config_bound(evaluator: _Evaluator, config: Config) -> float:
         shared = fill_bound(work, micro, config.pp, float(share.min()) if split else 1.0)
     comm = 0.0
     if config.dp > 1:
-        grads = float(np.sum(profile.trainable_params)) * evaluator.bytes_per_param(config.dp).gradients / config.pp
+        grads = float(np.sum(profile.trainable_params)) * evaluator.memory.bytes_per_param(config.dp).gradients / config.pp
         link = evaluator.cluster.data_parallel_link(config.pp, config.dp)
         comm = allreduce_ms(link, grads, config.dp) * 1e-3 / evaluator.workload.time_unit
     return max(shared, micro * float(total.max())) + comm
@@ -125,7 +125,7 @@ def test_bound_never_exceeds_a_plan_the_exhaustive_search_evaluates(layers, batc
     for plan in everything.plans:
         config = Config(plan.pp, plan.dp, plan.micro_batch_size, plan.num_microbatches, plan.schedule,
                         plan.virtual_stages)
-        bound = _config_bound(evaluator, config)
+        bound = evaluator.bounds.config_bound(config)
         assert bound <= plan.step_time * (1 + 1e-9), (config, bound, plan.step_time)
         assert bound >= _old_config_bound(evaluator, config) * (1 - 1e-12)
     assert everything.lower_bound <= everything.best.step_time * (1 + 1e-9)
@@ -140,7 +140,7 @@ def test_the_rank_load_bound_charges_the_pigeonhole_on_chunked_placements():
     config = Config(2, 1, 1, 4, "zb-v", 2)
     total_per_microbatch = 3.0 * 5 + 0.03 * 3
     assert _old_config_bound(evaluator, config) == pytest.approx(4 * total_per_microbatch / 2)
-    assert _config_bound(evaluator, config) >= 4 * 3 * 3.0
+    assert evaluator.bounds.config_bound(config) >= 4 * 3 * 3.0
 
 
 def test_the_chunked_fill_charges_each_rank_the_forward_and_backward_before_its_first_stage():

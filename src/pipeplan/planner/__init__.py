@@ -6,25 +6,23 @@
 
 Modules: :mod:`~pipeplan.planner.plan` (the Plan type), :mod:`~pipeplan.planner.workload`
 (per-layer costs per micro-batch size and recompute mode), :mod:`~pipeplan.planner.cluster`
-(GPUs and links), :mod:`~pipeplan.planner.memory` (bytes per parameter),
-:mod:`~pipeplan.planner.space` (what is enumerated), :mod:`~pipeplan.planner.search`
-(partition, bound, simulate, rank; baselines).
+(GPUs and links), :mod:`~pipeplan.planner.memory` (bytes per parameter and per rank),
+:mod:`~pipeplan.planner.space` (what is enumerated), :mod:`~pipeplan.planner.layout`
+(partitions and chunk layouts of a configuration), :mod:`~pipeplan.planner.links` (message and
+all-reduce times), :mod:`~pipeplan.planner.bounds` and :mod:`~pipeplan.planner.pruning` (lower
+bounds), :mod:`~pipeplan.planner.evaluate` (simulate a layout into a Plan),
+:mod:`~pipeplan.planner.search` (the search loop, ranking, baselines).
 """
 
 from __future__ import annotations
 
+from .bounds import step_time_lower_bound
 from .cluster import Cluster, allreduce_ms
+from .evaluate import evaluate_layout
 from .memory import OptimizerBytes
 from .plan import RECOMPUTE_MODES, Plan, RankMemory, Recompute, as_plan
-from .search import (
-    DEFAULT_HEADROOM,
-    Rejection,
-    SearchResult,
-    SearchStats,
-    evaluate_layout,
-    search,
-    step_time_lower_bound,
-)
+from .records import Rejection, SearchStats
+from .search import DEFAULT_HEADROOM, SearchResult, search
 from .space import Config, SearchSpace
 from .workload import Workload
 

@@ -1,9 +1,10 @@
-"""Partition-free lower bounds on a pipeline step: what no partition, schedule or recompute can beat.
+"""Lower bounds on a pipeline step: what no partition, schedule or recompute can beat.
 
-    from pipeplan.planner.bounds import least_max_load, LayerTimes
+    from pipeplan.planner.bounds import least_max_load, LayerTimes, fill_bound
     least_max_load([5.0, 5.0, 1.0], 2)        # 6.0: two of the three layers share a rank
     times = LayerTimes.of(profiles)           # per layer, the least over the recompute modes
     times.chunked_fill(num_microbatches=8, shallowest=[0, 1, 2, 3], split=False)
+    fill_bound(times.work, num_microbatches=8, num_ranks=4, ratio=1.0)
 
 The search (:mod:`pipeplan.planner.search`) adds these to its bound of a
 configuration; docs/planner.md, "The lower bound the quality numbers use",
@@ -26,6 +27,10 @@ for every recompute assignment too. They are bounds in the planner's cost model,
 where a split backward's ``I + W`` is the full backward ``B`` (the planner's
 layouts keep no separate input-gradient time); a measured split whose halves
 add up to less than ``B`` would need ``F + min(B, I + W)`` per layer instead.
+
+Two bounds complete them: :func:`fill_bound` (the pipeline fill of one stage per
+rank, whatever the partition) and, once a partition is known,
+:func:`step_time_lower_bound` (what no order of its actions beats).
 """
 
 from __future__ import annotations
@@ -35,9 +40,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..costs import StageCosts
 from ..layers import LayerProfile
 
-__all__ = ["least_max_load", "LayerTimes"]
+__all__ = ["least_max_load", "LayerTimes", "fill_bound", "step_time_lower_bound"]
 
 
 def least_max_load(items: Sequence[float] | np.ndarray, num_bins: int) -> float:
@@ -138,3 +144,62 @@ class LayerTimes:
             if not split:
                 idle += float(tail[stage]) + 2.0 * self.first_extra / 3.0
         return (num_microbatches * self.work + idle) / len(shallowest)
+
+
+def fill_bound(total: float, num_microbatches: int, num_ranks: int, ratio: float) -> float:
+    """Least makespan of ``m`` microbatches over ``P`` ranks in pipeline order, whatever the partition.
+
+    Rank ``r`` cannot start before the first microbatch has run ``ratio`` of the
+    work of the ranks before it (``A_r``, the forward share; with a full backward
+    the gradient's way back adds the rest, so ``ratio = 1``), and then has
+    ``m · t_r`` of work: makespan ≥ ``max_r (ratio · A_r + m · t_r)`` with
+    ``Σ t_r = T``. Over every split of ``T`` (real-valued, so over every
+    partition too) the least maximum equalises the terms, ``t_r ∝ q^r`` with
+    ``q = 1 − ratio / m``:
+
+    ``L = ratio · T / (1 − q^P)``  (→ ``m·T/P + (P − 1)·ratio·T/(2P)`` for large ``m``).
+    """
+    if num_ranks == 1 or ratio <= 0:
+        return num_microbatches * total / num_ranks
+    q = 1.0 - ratio / num_microbatches
+    return ratio * total / (1.0 - q**num_ranks) if q > 0 else total * ratio
+
+
+def step_time_lower_bound(
+    costs: StageCosts, boundary: Sequence[float], placement: Sequence[int], num_microbatches: int, *, split: bool
+) -> float:
+    """A pipeline makespan no order of these actions can beat.
+
+    For rank ``r`` whose lowest stage is ``s_r``: it cannot start before the
+    first microbatch reaches ``s_r`` (``head_r = Σ_{s < s_r} F_s`` plus the
+    messages on the way) and it has ``W_r = m · Σ_{s on r} (F_s + B_s)`` of work.
+    With a full backward, every action of ``r`` precedes the backward of ``s_r``
+    for the last microbatch, after which the gradient still travels down to
+    stage 0 (``tail_r = Σ_{s < s_r} B_s`` plus messages). With a split backward
+    only the input-gradient parts (``B − W``) are chained that way, and stage 0's
+    ``W`` follows. The bound is ``max_r`` of those; for uniform 1F1B it equals
+    the makespan ``(m + P − 1)(F + B)``.
+    """
+    forward = np.asarray(costs.forward)
+    backward = np.asarray(costs.backward)
+    weight = np.asarray(costs.weight)
+    chained = backward - weight if split else backward
+    num_stages = len(forward)
+    crossing = np.array(
+        [boundary[s] if placement[s] != placement[s + 1] else 0.0 for s in range(num_stages - 1)]
+    )
+    head = np.concatenate([[0.0], np.cumsum(forward[:-1] + crossing)])
+    tail = np.concatenate([[0.0], np.cumsum(chained[:-1] + crossing)])
+    best = 0.0
+    for rank in range(max(placement) + 1):
+        stages = [s for s, r in enumerate(placement) if r == rank]
+        low = stages[0]
+        work = num_microbatches * float(forward[stages].sum() + backward[stages].sum())
+        if split:
+            chain = num_microbatches * float(forward[stages].sum() + chained[stages].sum()) + tail[low]
+            chain += float(weight[0]) if low > 0 else 0.0
+            bound = head[low] + max(work, chain)
+        else:
+            bound = head[low] + work + tail[low]
+        best = max(best, bound)
+    return best

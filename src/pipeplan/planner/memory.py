@@ -1,8 +1,10 @@
 """The memory model: bytes of weights, gradients, optimizer state and activations per rank.
 
-    from pipeplan.planner.memory import OptimizerBytes
+    from pipeplan.planner.memory import MemoryModel, OptimizerBytes
     OptimizerBytes.for_optimizer("adam", dp=8).per_trainable       # 16.0
     OptimizerBytes.for_optimizer("distributed", dp=8).per_trainable  # 6 + 12/8 = 7.5
+    memory = MemoryModel(workload, "adam", capacity=72e9)
+    memory.static_memory(config, sizes, placement)   # per rank: RankMemory, activations 0
 
 Per parameter (mixed-precision training, bf16 weights):
 
@@ -24,15 +26,28 @@ where ``A_s`` is the stage's activation bytes per microbatch under its recompute
 mode. Before simulating, the in-flight count of a stage is its peak under the
 schedule's order (1F1B: ``min(m, P − s)``), which bounds the rank's peak from
 above; the plan reports the simulated peak.
+
+:class:`MemoryModel` applies this to one workload, optimizer and capacity: the
+static bytes of a partition per rank, what some rank holds whatever the
+partition, whether a rank fits, and the cheapest recompute per stage that fits.
+A total fits when it is at most the capacity (less than a part in 10⁹ over
+counts as fitting, so rounding never rejects a plan).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import InvalidInputError
+import numpy as np
 
-__all__ = ["OptimizerBytes", "OPTIMIZERS"]
+from ..errors import InvalidInputError
+from ..layers import LayerProfile
+from .plan import RECOMPUTE_MODES, RankMemory, Recompute
+from .space import Config
+from .workload import Workload
+
+__all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "gb"]
 
 OPTIMIZERS = ("adam", "distributed")
 
@@ -70,3 +85,130 @@ class OptimizerBytes:
         weights = min(2.0, total)
         gradients = min(2.0, total - weights)
         return cls(weights, gradients, total - weights - gradients)
+
+
+def gb(num_bytes: float) -> str:
+    """Bytes as the planner prints them: ``3.36 GB`` (10⁹ bytes, four significant digits)."""
+    return f"{num_bytes / 1e9:.4g} GB"
+
+
+class MemoryModel:
+    """Per-rank bytes of one workload under one optimizer, and what fits ``capacity``.
+
+    Args:
+        workload: per-layer parameters and activation bytes.
+        optimizer: ``"adam"``, ``"distributed"`` or bytes per parameter
+            (:meth:`OptimizerBytes.for_optimizer`).
+        capacity: bytes one GPU may hold; ``None``: everything fits.
+    """
+
+    def __init__(self, workload: Workload, optimizer: str | float, capacity: float | None) -> None:
+        self.workload = workload
+        self.optimizer = optimizer
+        self.capacity = capacity
+
+    def fits(self, total: float) -> bool:
+        """Whether ``total`` bytes fit the capacity (within a part in 10⁹)."""
+        return self.capacity is None or total <= self.capacity * (1 + 1e-9)
+
+    def bytes_per_param(self, dp: int) -> OptimizerBytes:
+        """The optimizer's bytes per parameter at data-parallel degree ``dp``."""
+        return OptimizerBytes.for_optimizer(self.optimizer, dp)
+
+    def layer_static_bytes(self, micro: int, dp: int) -> np.ndarray:
+        """Bytes of weights, gradients and optimizer state per layer."""
+        per = self.bytes_per_param(dp)
+        profile = self.workload.profile(micro)
+        params = np.asarray(profile.params)
+        return params * per.weights + np.asarray(profile.trainable_params) * (per.gradients + per.optimizer)
+
+    def memory_profile(self, micro: int, mode: Recompute, dp: int) -> tuple[LayerProfile, float]:
+        """The profile the partitioner sees: params scaled so ``bytes_per_param`` × params is each layer's static bytes."""
+        profile = self.workload.profile(micro, mode)
+        per = self.bytes_per_param(dp)
+        if profile.trainable_params == profile.params:
+            return profile, per.per_trainable
+        scaled = self.layer_static_bytes(micro, dp) / per.per_trainable
+        return (
+            LayerProfile(profile.forward, profile.backward, profile.weight, activation_bytes=profile.activation_bytes,
+                         params=scaled.tolist(), names=profile.names, first_extra=profile.first_extra,
+                         last_extra=profile.last_extra, first_extra_bytes=profile.first_extra_bytes,
+                         last_extra_bytes=profile.last_extra_bytes),
+            per.per_trainable,
+        )
+
+    def static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[RankMemory, ...]:
+        """Per rank, the weights, gradients and optimizer state of its stages (activations 0).
+
+        ``sizes`` are layers per stage, ``placement`` each stage's rank.
+        """
+        per = self.bytes_per_param(config.dp)
+        profile = self.workload.profile(config.micro_batch_size)
+        params = np.asarray(profile.params)
+        trainable_params = np.asarray(profile.trainable_params)
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        weights = [0.0] * config.pp
+        grads = [0.0] * config.pp
+        extras = [0.0] * config.pp
+        for s, rank in enumerate(placement):
+            weights[rank] += float(params[bounds[s]:bounds[s + 1]].sum())
+            grads[rank] += float(trainable_params[bounds[s]:bounds[s + 1]].sum())
+        extras[placement[0]] += profile.first_extra_bytes
+        extras[placement[-1]] += profile.last_extra_bytes
+        return tuple(
+            RankMemory(per.weights * weights[r] + extras[r], per.gradients * grads[r], per.optimizer * grads[r], 0.0)
+            for r in range(config.pp)
+        )
+
+    def static_bound(self, config: Config) -> float:
+        """Bytes some rank must hold whatever the partition: ``max(static ÷ pp, largest layer)``."""
+        profile = self.workload.profile(config.micro_batch_size)
+        static = self.layer_static_bytes(config.micro_batch_size, config.dp)
+        total = float(static.sum()) + profile.first_extra_bytes + profile.last_extra_bytes
+        return max(total / config.pp, float(static.max()))
+
+    def over_capacity(self, static: Sequence[RankMemory], activations: Sequence[float]) -> tuple[int, float] | None:
+        """The fullest rank and its bytes (static plus ``activations``, per rank), when it does not fit."""
+        if self.capacity is None:
+            return None
+        totals = [s.total + a for s, a in zip(static, activations)]
+        worst = int(np.argmax(totals))
+        return None if self.fits(totals[worst]) else (worst, totals[worst])
+
+    def relax(self, config: Config, sizes: Sequence[int], placement: Sequence[int],
+              counts: Sequence[int]) -> tuple[Recompute, ...]:
+        """Per stage, the cheapest recompute mode (in time) that keeps its rank within capacity.
+
+        No stage goes past ``config.recompute``; ``counts`` are the in-flight
+        microbatches per stage the activations are charged for.
+        """
+        ceiling = RECOMPUTE_MODES.index(config.recompute)
+        assignment: list[Recompute] = [config.recompute] * len(sizes)
+        if ceiling == 0 or self.capacity is None:
+            return tuple(assignment)
+        static = self.static_memory(config, sizes, placement)
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        act = {
+            mode: np.asarray(self.workload.profile(config.micro_batch_size, mode).activation_bytes)
+            for mode in RECOMPUTE_MODES[: ceiling + 1]
+        }
+        stage_act = {mode: [float(a[bounds[s]:bounds[s + 1]].sum()) * counts[s] for s in range(len(sizes))]
+                     for mode, a in act.items()}
+        for s in range(len(sizes)):
+            rank = placement[s]
+            others = sum(stage_act[assignment[t]][t] for t in range(len(sizes)) if placement[t] == rank and t != s)
+            for mode in RECOMPUTE_MODES[: ceiling + 1]:
+                if mode not in self.workload.recompute_modes:
+                    continue
+                if self.fits(static[rank].total + others + stage_act[mode][s]):
+                    assignment[s] = mode
+                    break
+        return tuple(assignment)
+
+    def heaviest(self, config: Config, layers: Sequence[int]) -> str:
+        """The layer among ``layers`` with the most bytes (static plus one microbatch's activations), described."""
+        profile = self.workload.profile(config.micro_batch_size, config.recompute)
+        static = self.layer_static_bytes(config.micro_batch_size, config.dp)
+        act = np.asarray(profile.activation_bytes)
+        index = max(layers, key=lambda i: static[i] + act[i])
+        return f"{profile.names[index]!r} ({gb(static[index])} of weights and optimizer state)"

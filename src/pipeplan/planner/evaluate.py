@@ -1,0 +1,205 @@
+"""Simulate a layout and make a Plan: the schedule, the timeline, memory per rank and step time.
+
+    from pipeplan.planner.evaluate import Evaluator, evaluate_layout
+    plan = evaluate_layout(workload, cluster, config, (8, 8, 8, 8), memory_capacity=72e9)
+    evaluator = Evaluator(workload, cluster, capacity=72e9)
+    layout = evaluator.layouts.partitioned(config)    # a Layout, a Rejection or None
+    plan = evaluator.simulate(config, layout)         # plan.step_time, plan.fits, plan.reason
+
+An :class:`Evaluator` holds the pieces for one workload on one cluster (the
+memory model, the links, the layouts, the search's bounds) with their caches
+and counts. :meth:`Evaluator.simulate` builds the schedule (the fixed template,
+cached; or the cost-aware ``adaptive`` order under each rank's own activation
+budget), simulates it with the links' messages, reads each rank's activation
+peak off the timeline, and adds the data-parallel all-reduce. The plan does not
+fit when a rank's peak passes the capacity; its ``reason`` says by how much.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Literal
+
+import numpy as np
+
+from ..costs import CommModel, StageCosts
+from ..errors import InfeasiblePlanError
+from ..schedule import Schedule
+from ..schedules import build_schedule
+from ..simulate import simulate
+from .bounds import step_time_lower_bound
+from .cluster import Cluster
+from .layout import Layout, Layouts
+from .links import Links
+from .memory import MemoryModel, gb
+from .plan import Plan, Recompute
+from .pruning import SearchBounds
+from .records import SearchStats
+from .space import Config
+from .workload import Workload
+
+__all__ = ["Evaluator", "evaluate_layout"]
+
+#: adaptive may hold at most this many times its template's peak activations (and never more than the budget)
+_ADAPTIVE_HEADROOM = 2.0
+
+
+class Evaluator:
+    """Layouts, bounds and simulations for one workload and cluster, with caches.
+
+    Args:
+        workload: per-layer costs per micro-batch size and recompute mode.
+        cluster: GPUs and links.
+        capacity: bytes per GPU a plan may use; ``None``: no limit.
+        optimizer: ``"adam"``, ``"distributed"`` or bytes per parameter.
+        send_mode: ``"eager"`` or ``"rendezvous"`` messages.
+        rank_capacity: how the partitioner shares a rank's capacity over its
+            stages (:class:`~pipeplan.planner.layout.Layouts`).
+
+    Attributes:
+        stats: what was solved, simulated and reused.
+        memory, links, layouts, bounds: the pieces, sharing ``stats``.
+    """
+
+    def __init__(self, workload: Workload, cluster: Cluster, capacity: float | None = None,
+                 optimizer: str | float = "adam", send_mode: str = "eager", *,
+                 rank_capacity: Literal["exact", "even"] = "even") -> None:
+        self.workload = workload
+        self.cluster = cluster
+        self.capacity = capacity
+        self.stats = SearchStats()
+        self.memory = MemoryModel(workload, optimizer, capacity)
+        self.links = Links(workload, cluster, send_mode)
+        self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity)
+        self.bounds = SearchBounds(workload, self.memory, self.links, self.layouts)
+        self._plans: dict[tuple[Any, ...], Plan] = {}
+
+    def lower_bound(self, config: Config, layout: Layout) -> float:
+        """A step time no order of ``layout``'s actions beats, all-reduce included."""
+        split = config.schedule not in ("1f1b", "gpipe", "interleaved") and config.pp > 1
+        pipeline = step_time_lower_bound(layout.costs, layout.boundary, layout.placement,
+                                         config.num_microbatches, split=split)
+        return pipeline + self.links.dp_comm(config, layout.static)
+
+    def evaluate(self, config: Config, sizes: tuple[int, ...], recompute: tuple[Recompute, ...],
+                 effort: str | None = None) -> Plan:
+        """Simulate given layers per stage and recompute (a baseline, a user's own split)."""
+        return self.simulate(config, self.layouts.fixed(config, sizes, recompute), effort)
+
+    def adaptive_inputs(self, config: Config, layout: Layout, comm: CommModel) -> tuple[StageCosts, float | None]:
+        """The costs and the one memory limit the adaptive order of ``layout`` is built under.
+
+        ``adaptive`` takes one limit for every rank; each rank here has its own
+        budget (capacity − its weights and state). Scaling rank ``r``'s activation
+        bytes by ``1 / budget_r`` turns those budgets into the single limit 1
+        exactly; the timeline is then simulated with the real bytes.
+
+        The list rules run a forward whenever memory allows, so they fill any
+        budget they are given, mostly for nothing (docs/planner.md, memory model).
+        The limit is therefore also capped at twice the template's peak for the
+        same placement (1F1B, or interleaved over chunks) on the fullest rank, as
+        a share of its budget: a plan keeps its headroom unless its order needs
+        the memory.
+        """
+        costs = layout.costs
+        if self.capacity is None:
+            return costs, None
+        budgets = [self.capacity - rank.total for rank in layout.static]
+        if min(budgets) <= 0:
+            raise InfeasiblePlanError(f"a rank's weights and optimizer state alone exceed {gb(self.capacity)}")
+        scale = [1.0 / budgets[rank] for rank in layout.placement]
+        scaled = StageCosts(costs.forward, costs.backward, costs.weight,
+                            activation_bytes=[a * k for a, k in zip(costs.activation_bytes, scale)],
+                            weight_stash_bytes=[a * k for a, k in zip(costs.weight_stash_bytes, scale)])
+        template = self.layouts.template(replace(config, schedule="interleaved" if config.chunked_adaptive else "1f1b"))
+        peak = float(max(simulate(template, scaled, comm, validate=False).peak_bytes))
+        return scaled, min(1.0, _ADAPTIVE_HEADROOM * peak)
+
+    def _adaptive(self, config: Config, layout: Layout, comm: CommModel, effort: str) -> tuple[Schedule, float | None]:
+        """The adaptive order under each rank's own activation limit (:meth:`adaptive_inputs`), and that limit's share."""
+        costs, limit = self.adaptive_inputs(config, layout, comm)
+        schedule = build_schedule("adaptive", num_stages=config.num_stages, num_microbatches=config.num_microbatches,
+                                  costs=costs, comm=comm, memory_limit=limit, placement=layout.placement,
+                                  effort=effort)
+        return schedule, limit
+
+    def simulate(self, config: Config, layout: Layout, effort: str | None = None) -> Plan:
+        """Build, simulate and measure one candidate (cached by its layout).
+
+        ``effort`` is the adaptive generator's (default ``"fast"`` over chunks,
+        ``"full"`` with one stage per rank; the baselines use ``"fast"``).
+        """
+        if effort is None:
+            effort = "fast" if config.chunked_adaptive else "full"
+        key = (config.pp, config.dp, config.micro_batch_size, config.num_microbatches, config.schedule,
+               config.virtual_stages, layout.sizes, layout.recompute, effort if config.schedule == "adaptive" else None)
+        cached = self._plans.get(key)
+        if cached is not None:
+            self.stats.cache_hits += 1
+            return cached
+        comm = self.links.comm(layout.boundary)  # boundary "bytes" are message times: latency + bytes / bandwidth
+        options: dict[str, Any] = {}
+        if config.schedule == "adaptive" and config.pp > 1:
+            schedule, share = self._adaptive(config, layout, comm, effort)
+            if share is not None and self.capacity is not None:  # each rank's limit in bytes
+                options = {"memory_limits": [share * (self.capacity - rank.total) for rank in layout.static]}
+        else:
+            schedule = self.layouts.template(config if config.pp > 1 else replace(config, schedule="1f1b"))
+        self.stats.simulated += 1
+        timeline = simulate(schedule, layout.costs, comm, validate=False)
+        peaks = timeline.peak_bytes
+        memory = tuple(replace(static, activations=float(peaks[r])) for r, static in enumerate(layout.static))
+        dp_time = self.links.dp_comm(config, layout.static)
+        fits, reason = True, ""
+        if self.capacity is not None:
+            totals = [rank.total for rank in memory]
+            worst = int(np.argmax(totals))
+            if not self.memory.fits(totals[worst]):
+                fits = False
+                reason = (f"rank {worst} peaks at {gb(totals[worst])}, {gb(totals[worst] - self.capacity)} over "
+                          f"the capacity of {gb(self.capacity)}")
+        profile = self.workload.profile(config.micro_batch_size)
+        plan = Plan(
+            pp=config.pp,
+            dp=config.dp,
+            layers_per_stage=layout.sizes,
+            placement=tuple(schedule.placement),
+            schedule=config.schedule if config.pp > 1 else "1f1b",
+            schedule_options=options | self.layouts.schedule_options(config),
+            micro_batch_size=config.micro_batch_size,
+            num_microbatches=config.num_microbatches,
+            recompute=layout.recompute,
+            step_time=float(timeline.makespan) + dp_time,
+            pipeline_time=float(timeline.makespan),
+            dp_comm_time=dp_time,
+            memory=memory,
+            memory_capacity=self.capacity,
+            layer_names=tuple(profile.names),
+            time_unit=self.workload.time_unit,
+            flops_per_sample=self.workload.flops_per_sample,
+            peak_flops=self.cluster.peak_flops,
+            tokens_per_sample=self.workload.tokens_per_sample,
+            timeline=timeline,
+            fits=fits,
+            reason=reason,
+        )
+        self._plans[key] = plan
+        return plan
+
+
+def evaluate_layout(
+    workload: Workload,
+    cluster: Cluster,
+    config: Config,
+    layers_per_stage: Sequence[int],
+    *,
+    recompute: Sequence[Recompute] | None = None,
+    memory_capacity: float | None = None,
+    optimizer: str | float = "adam",
+    send_mode: str = "eager",
+) -> Plan:
+    """Simulate one given layout (a baseline, a user's own split) as the search would."""
+    evaluator = Evaluator(workload, cluster, memory_capacity, optimizer, send_mode)
+    return evaluator.evaluate(config, tuple(layers_per_stage),
+                              tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)

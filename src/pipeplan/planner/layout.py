@@ -1,0 +1,303 @@
+"""The partition and chunk layouts of a configuration: which layers on which stage, and what that costs.
+
+    from pipeplan.planner.layout import Layouts
+    layouts = Layouts(workload, memory, links, SearchStats())
+    layout = layouts.partitioned(config)     # a Layout, a Rejection, or None
+    layout.sizes, layout.placement, layout.recompute, layout.costs
+
+A :class:`Layout` is everything a simulation needs: layers per stage, stage →
+rank, recompute per stage, the stage costs, the message time of each boundary,
+each rank's static memory and its activations bounded by the schedule's
+in-flight counts. :meth:`Layouts.partitioned` finds the layout the search
+evaluates for a configuration:
+
+1. the **exact** min-max partition of the layers into ``pp · v`` stages
+   (:func:`pipeplan.partition_layers`) under the memory the schedule's in-flight
+   counts imply, per rank where a rank holds several stages; for ``adaptive``
+   over chunks it instead cuts chunks in a loop whose *rank* loads are even
+   (:func:`pipeplan.partition.placement.place_chunks`), which the cost-aware
+   order needs;
+2. **recompute relaxed** stage by stage: a stage solved under ``"full"`` or
+   ``"selective"`` goes back to the cheapest mode whose rank still fits.
+
+Layouts, partitions, schedule templates and in-flight counts are cached.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from ..costs import StageCosts
+from ..errors import InfeasiblePlanError, PipeplanError
+from ..partition import inflight_per_stage, partition_layers
+from ..partition.placement import fixed_pattern, place_chunks
+from ..schedule import Schedule
+from ..schedules import build_schedule
+from .links import Links
+from .memory import MemoryModel, gb
+from .plan import RankMemory, Recompute
+from .records import Rejection, SearchStats
+from .space import Config
+from .workload import Workload
+
+__all__ = ["Layout", "Layouts"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A partition with its costs: everything the simulation needs.
+
+    Attributes:
+        sizes: layers per stage.
+        placement: each stage's rank.
+        recompute: each stage's recompute mode.
+        costs: per stage, per microbatch (profile time units, bytes).
+        boundary: message time across each stage boundary (0 within a rank).
+        static: per rank, weights, gradients and optimizer state (activations 0).
+        activation_bound: per rank, the bytes of activations its stages' in-flight
+            counts imply (an upper bound on the simulated peak).
+    """
+
+    sizes: tuple[int, ...]
+    placement: tuple[int, ...]
+    recompute: tuple[Recompute, ...]
+    costs: StageCosts
+    boundary: tuple[float, ...]
+    static: tuple[RankMemory, ...]  # activations 0
+    activation_bound: tuple[float, ...]  # per rank, from in-flight counts
+
+
+class Layouts:
+    """Partitions, layouts, schedule templates and in-flight counts for one workload, with caches.
+
+    Args:
+        workload: per-layer costs per micro-batch size and recompute mode.
+        memory: the memory model and the capacity.
+        links: the message times.
+        stats: the counts to add partitions solved and cache hits to.
+        rank_capacity: where a rank holds several stages, ``"even"`` gives each
+            stage an even share of the capacity (one solve); ``"exact"`` searches
+            the splits (seconds per call at 70 layers).
+    """
+
+    def __init__(self, workload: Workload, memory: MemoryModel, links: Links, stats: SearchStats,
+                 rank_capacity: Literal["exact", "even"] = "even") -> None:
+        self.workload = workload
+        self.memory = memory
+        self.links = links
+        self.stats = stats
+        self.rank_capacity = rank_capacity
+        self._layouts: dict[tuple[Any, ...], Layout | Rejection | None] = {}
+        self._templates: dict[tuple[Any, ...], Schedule] = {}
+        self._inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._free: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self._chunks: dict[tuple[Any, ...], tuple[int, ...]] = {}
+
+    # ------------------------------------------------------------ schedule shapes
+    @staticmethod
+    def schedule_options(config: Config) -> dict[str, Any]:
+        """The options ``config``'s fixed schedule is built with."""
+        return {"virtual_stages": config.virtual_stages} if config.schedule == "interleaved" else {}
+
+    def inflight(self, config: Config, num_microbatches: int | None = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Peak in-flight microbatches per stage and the placement, read off the schedule's orders.
+
+        Adaptive and ``pp = 1`` use 1F1B's counts (adaptive is bounded by the
+        per-rank memory limit it is given instead). Adaptive over chunks in a loop
+        counts one microbatch per stage, the least any order holds
+        (:func:`~pipeplan.schedules.adaptive.minimum_memory_limit`).
+        """
+        if config.chunked_adaptive:
+            return (1,) * config.num_stages, fixed_pattern("interleaved", config.pp, config.virtual_stages)
+        name = "1f1b" if config.schedule == "adaptive" or config.pp == 1 else config.schedule
+        micro = config.num_microbatches if num_microbatches is None else num_microbatches
+        key = (name, config.num_stages, micro, config.virtual_stages)
+        if key not in self._inflight:
+            shape = replace(config, schedule=name, num_microbatches=micro)
+            counts = inflight_per_stage(name, config.num_stages, micro, **self.schedule_options(shape))
+            self._inflight[key] = (tuple(counts), tuple(self.template(shape).placement))
+        return self._inflight[key]
+
+    def template(self, config: Config) -> Schedule:
+        """A fixed schedule (not cost-aware), built once per shape."""
+        key = (config.schedule, config.num_stages, config.num_microbatches, config.virtual_stages)
+        built = self._templates.get(key)
+        if built is None:
+            built = build_schedule(config.schedule, num_stages=config.num_stages,
+                                   num_microbatches=config.num_microbatches, **self.schedule_options(config))
+            self._templates[key] = built
+        else:
+            self.stats.cache_hits += 1
+        return built
+
+    # ------------------------------------------------------------ layouts
+    def build(
+        self, config: Config, sizes: Sequence[int], placement: Sequence[int], recompute: Sequence[Recompute]
+    ) -> Layout:
+        """Costs, messages and static memory of a given partition and recompute assignment."""
+        micro = config.micro_batch_size
+        per_mode = {mode: self.workload.profile(micro, mode).stage_costs(sizes) for mode in set(recompute)}
+        pick = lambda attr: [getattr(per_mode[mode], attr)[s] for s, mode in enumerate(recompute)]  # noqa: E731
+        costs = StageCosts(pick("forward"), pick("backward"), pick("weight"), activation_bytes=pick("activation_bytes"))
+        static = self.memory.static_memory(config, sizes, placement)
+        counts, _ = self.inflight(config)
+        bound = [0.0] * config.pp
+        for s, rank in enumerate(placement):
+            bound[rank] += counts[s] * costs.activation_bytes[s]
+        return Layout(tuple(sizes), tuple(placement), tuple(recompute), costs,
+                      self.links.boundary_times(config, sizes, placement), static, tuple(bound))
+
+    def fixed(self, config: Config, sizes: tuple[int, ...], recompute: tuple[Recompute, ...]) -> Layout:
+        """The layout of given layers per stage and recompute, on the schedule's own placement."""
+        _, placement = self.inflight(config)
+        return self.build(config, sizes, placement, recompute)
+
+    def over_capacity(self, layout: Layout) -> tuple[int, float] | None:
+        """The fullest rank of ``layout`` and its bytes, when its in-flight activations do not fit."""
+        return self.memory.over_capacity(layout.static, layout.activation_bound)
+
+    def partitioned(self, config: Config) -> Layout | Rejection | None:
+        """The exact partition of ``config`` with recompute relaxed per stage (cached).
+
+        Returns ``None`` when ``config`` recomputes although the partition without
+        recompute already fits: such a configuration is not in the space (recompute
+        is tried only where memory needs it).
+        """
+        counts, placement = self.inflight(config)
+        key = (config.pp, config.dp, config.micro_batch_size, config.recompute, config.num_stages, counts, placement)
+        if key in self._layouts:
+            self.stats.cache_hits += 1
+            return self._layouts[key]
+        result: Layout | Rejection | None
+        static = self.memory.static_bound(config)
+        if not self.memory.fits(static):
+            result = Rejection(config, f"weights and optimizer state alone need at least {gb(static)} on the "
+                                       f"fullest rank (pp={config.pp})", at_least_bytes=static)
+            self._layouts[key] = result
+            return result
+        if config.chunked_adaptive:
+            result = self._balanced_chunks(config, placement)
+            self._layouts[key] = result
+            return result
+        free = self._unconstrained(config, "none", placement)
+        if free is not None:
+            result = free if config.recompute == "none" else None
+        elif config.recompute != "full" and "full" in self.workload.recompute_modes and isinstance(
+            lightest := self.partitioned(replace(config, recompute="full")), Rejection
+        ):
+            # full recompute holds the fewest bytes on every stage of every partition:
+            # where it does not fit, nothing lighter in time does
+            result = replace(lightest, config=config)
+        else:
+            result = self._partition(config, counts, placement)
+        self._layouts[key] = result
+        return result
+
+    def free_sizes(self, micro: int, mode: Recompute, num_stages: int) -> tuple[int, ...]:
+        """The exact min-max partition ignoring memory (cached: schedules with the same stage count share it)."""
+        key = (micro, mode, num_stages)
+        sizes = self._free.get(key)
+        if sizes is None:
+            self.stats.partitions += 1
+            sizes = partition_layers(self.workload.profile(micro, mode), num_stages).layers_per_stage
+            self._free[key] = sizes
+        return sizes
+
+    def _balanced_chunks(self, config: Config, placement: tuple[int, ...]) -> Layout | Rejection | None:
+        """Chunks in a loop with even rank loads (:func:`~pipeplan.partition.placement.place_chunks`), for adaptive.
+
+        A fixed template wants equal stages, so its partition is the min-max one;
+        the cost-aware order only needs every rank's sum of chunks to be even,
+        which lumpy layers (tiny vision layers before heavy decoder layers) allow
+        far better. Memory: the weights and optimizer state plus one microbatch on
+        each of a rank's stages must fit; the order then keeps within the rest. A
+        recompute mode is tried only where that does not fit without recompute.
+        """
+        if config.recompute != "none" and isinstance(self.partitioned(replace(config, recompute="none")), Layout):
+            return None
+        key = (config.micro_batch_size, config.recompute, config.pp, config.virtual_stages, config.num_microbatches)
+        sizes = self._chunks.get(key)
+        if sizes is None:
+            self.stats.partitions += 1
+            profile = self.workload.profile(config.micro_batch_size, config.recompute)
+            # fill and drain grow by about (P − 1) chunks: trade balance for small chunks at that rate
+            weight = (config.pp - 1) / config.num_microbatches
+            sizes = place_chunks(profile, config.pp, config.virtual_stages, pattern="interleaved",
+                                 chunk_weight=weight).layers_per_stage
+            self._chunks[key] = sizes
+        layout = self.build(config, sizes, placement, (config.recompute,) * config.num_stages)
+        over = self.over_capacity(layout)
+        if over is None:
+            return layout
+        rank, total = over
+        return Rejection(config, f"rank {rank} holds {gb(total)} with one microbatch on each of its "
+                                 f"{config.virtual_stages} stages, {gb(total - (self.memory.capacity or 0))} over",
+                         total)
+
+    def _unconstrained(self, config: Config, mode: Recompute, placement: tuple[int, ...]) -> Layout | None:
+        """The min-max partition ignoring memory, when it fits anyway (then it is the constrained optimum too)."""
+        sizes = self.free_sizes(config.micro_batch_size, mode, config.num_stages)
+        layout = self.build(config, sizes, placement, (mode,) * config.num_stages)
+        return layout if self.over_capacity(layout) is None else None
+
+    def _partition(self, config: Config, counts: tuple[int, ...], placement: tuple[int, ...]) -> Layout | Rejection:
+        """The exact min-max partition under the capacity, recompute relaxed, or why none fits."""
+        profile, per_param = self.memory.memory_profile(config.micro_batch_size, config.recompute, config.dp)
+        name = "1f1b" if config.schedule == "adaptive" or config.pp == 1 else config.schedule
+        options = self.schedule_options(config) if name == config.schedule else {}
+        stages = config.num_stages
+        # in-flight counts at m = S equal those at m for most schedules: then the
+        # solver needs no microbatch count (and simulates nothing)
+        same = self.inflight(config, num_microbatches=stages)[0] == counts
+        try:
+            self.stats.partitions += 1
+            # the partitioner checks the capacity per rank where a rank holds several stages
+            result = partition_layers(
+                profile, stages, memory_capacity=self.memory.capacity, bytes_per_param=per_param, schedule=name,
+                num_microbatches=None if same else config.num_microbatches, schedule_options=options,
+                rank_capacity=self.rank_capacity,
+            )
+        except InfeasiblePlanError as error:
+            return Rejection(config, self._binding_reason(error, config), _printed_needed(error))
+        except PipeplanError as error:
+            return Rejection(config, str(error))
+        recompute = self.memory.relax(config, result.layers_per_stage, placement, counts)
+        built = self.build(config, result.layers_per_stage, placement, recompute)
+        over = self.over_capacity(built)
+        if over is None:
+            return built
+        rank, total = over
+        offsets = np.concatenate([[0], np.cumsum(built.sizes)])
+        layers = [i for s, r in enumerate(placement) if r == rank
+                  for i in range(int(offsets[s]), int(offsets[s + 1]))]
+        return Rejection(config, f"rank {rank} holds {gb(total)} with its {config.virtual_stages} stages, "
+                                 f"{gb(total - (self.memory.capacity or 0))} over; its largest module is "
+                                 f"{self.memory.heaviest(config, layers)}")
+
+    def _binding_reason(self, error: InfeasiblePlanError, config: Config) -> str:
+        """A short reason from the partitioner's error: the stage, its layers, its largest module.
+
+        Where the error names no single stage (ranks holding several), its own message.
+        """
+        needed = _printed_needed(error)
+        if error.stage is None or needed is None or not error.layers:
+            return str(error)
+        (lo, hi), = error.layers
+        return (f"stage {error.stage} (layers {lo}..{hi}) needs at least {gb(needed)} on its own; its largest "
+                f"module is {self.memory.heaviest(config, range(lo, hi + 1))}")
+
+
+def _printed_needed(error: InfeasiblePlanError) -> float | None:
+    """``error.needed_bytes`` to the six significant digits its message prints (``None`` unless finite).
+
+    Rejections have always reported the partitioner's bound at that precision;
+    the rounding keeps their bytes and messages as they were.
+    """
+    if error.needed_bytes is None or not math.isfinite(error.needed_bytes):
+        return None
+    return float(f"{error.needed_bytes:.6g}")

@@ -1,0 +1,78 @@
+"""Message and collective times of a layout on a cluster, in the workload's time unit.
+
+    from pipeplan.planner.links import Links
+    links = Links(workload, cluster, send_mode="eager")
+    boundary = links.boundary_times(config, sizes, placement)   # per stage boundary
+    comm = links.comm(boundary)        # the CommModel the simulator takes
+    links.dp_comm(config, static)      # the gradient all-reduce of the fullest rank
+
+A boundary between two stages on the same rank costs nothing; one between two
+ranks costs its link's time for the activation the boundary's last layer sends
+(:meth:`~pipeplan.planner.cluster.Cluster.pipeline_link`). The simulator then
+sees each boundary's *time* as its message "bytes" over a bandwidth of 1 with no
+latency. The data-parallel all-reduce runs after the pipeline
+(:func:`~pipeplan.planner.cluster.allreduce_ms`). Times come back in the
+profile's unit (``workload.time_unit`` seconds each; links work in ms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..costs import CommModel
+from .cluster import Cluster, allreduce_ms
+from .plan import RankMemory
+from .space import Config
+from .workload import Workload
+
+__all__ = ["Links"]
+
+
+class Links:
+    """Pipeline messages and data-parallel all-reduces of one workload on one cluster.
+
+    Args:
+        workload: its send bytes per layer and its time unit.
+        cluster: the links between GPUs.
+        send_mode: ``"eager"`` or ``"rendezvous"`` (:class:`~pipeplan.costs.CommModel`).
+    """
+
+    def __init__(self, workload: Workload, cluster: Cluster, send_mode: str) -> None:
+        self.workload = workload
+        self.cluster = cluster
+        self.send_mode = send_mode
+
+    def boundary_times(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[float, ...]:
+        """Message time across each stage boundary, in profile time units."""
+        out_bytes = self.workload.profile(config.micro_batch_size).send_bytes
+        ends = np.cumsum(sizes)[:-1] - 1
+        per_ms = 1e-3 / self.workload.time_unit  # profile time units per millisecond
+        times = []
+        for s, layer in enumerate(ends):
+            a, b = placement[s], placement[s + 1]
+            if a == b:
+                times.append(0.0)
+                continue
+            link = self.cluster.pipeline_link(config.pp, config.dp, a, b)
+            times.append(link.milliseconds(out_bytes[int(layer)]) * per_ms)
+        return tuple(times)
+
+    def comm(self, boundary: Sequence[float]) -> CommModel:
+        """The messages of a layout whose boundaries take ``boundary`` (precomputed from their links)."""
+        return CommModel(latency=0.0, bandwidth=1.0, boundary_bytes=list(boundary) or 0.0,
+                         send_mode=self.send_mode)  # type: ignore[arg-type]
+
+    def allreduce(self, config: Config, num_bytes: float) -> float:
+        """All-reduce of ``num_bytes`` per GPU over data parallel, in profile time units (0 at ``dp = 1``)."""
+        if config.dp == 1:
+            return 0.0
+        link = self.cluster.data_parallel_link(config.pp, config.dp)
+        return allreduce_ms(link, num_bytes, config.dp) * 1e-3 / self.workload.time_unit
+
+    def dp_comm(self, config: Config, static: Sequence[RankMemory]) -> float:
+        """All-reduce of the largest rank's gradients over data parallel, in profile time units."""
+        if config.dp == 1:
+            return 0.0
+        return self.allreduce(config, max(rank.gradients for rank in static))

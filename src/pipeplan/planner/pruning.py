@@ -1,0 +1,158 @@
+"""The bounds the search prunes with, per configuration, before any memory-constrained partition.
+
+    from pipeplan.planner.pruning import SearchBounds
+    bounds = SearchBounds(workload, memory, links, layouts)
+    bounds.config_bound(config)       # needs no partition
+    bounds.bottleneck_bound(config)   # m · the least slowest stage (one free partition)
+    bounds.space_lower_bound(configs) # no plan of these configurations beats it
+
+Configurations are visited in order of :meth:`SearchBounds.config_bound`
+(``m · T / pp`` with the pipeline fill, ``m ·`` the least heaviest rank, one
+microbatch's chain: :func:`~pipeplan.planner.bounds.fill_bound`,
+:mod:`pipeplan.planner.bounds`); once that bound reaches the ``top``-th best step
+time every later configuration is skipped at once, and ``m ·`` the least slowest
+stage (:meth:`SearchBounds.bottleneck_bound`) rules out more before any
+memory-constrained partition is solved. Every bound includes the least gradient
+all-reduce. Times are in the workload's unit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..partition.placement import fixed_pattern
+from ..schedules.zb_v import zb_v_placement
+from .bounds import LayerTimes, fill_bound, least_max_load
+from .layout import Layouts
+from .links import Links
+from .memory import MemoryModel
+from .space import Config
+from .workload import Workload
+
+__all__ = ["SearchBounds"]
+
+
+class SearchBounds:
+    """Step-time bounds of configurations of one workload and cluster (cached).
+
+    Args:
+        workload: per-layer costs.
+        memory: bytes per parameter and the capacity.
+        links: the data-parallel all-reduce.
+        layouts: the partitions ignoring memory (for :meth:`bottleneck_bound`).
+    """
+
+    def __init__(self, workload: Workload, memory: MemoryModel, links: Links, layouts: Layouts) -> None:
+        self.workload = workload
+        self.memory = memory
+        self.links = links
+        self.layouts = layouts
+        self._times: dict[int, LayerTimes] = {}
+        self._bounds: dict[tuple[Any, ...], float] = {}
+
+    def layer_times(self, micro: int) -> LayerTimes:
+        """Per-layer times at micro-batch size ``micro``, the least over the workload's recompute modes (cached)."""
+        times = self._times.get(micro)
+        if times is None:
+            times = LayerTimes.of(self.workload.profile(micro, mode) for mode in self.workload.recompute_modes)
+            self._times[micro] = times
+        return times
+
+    def config_bound(self, config: Config) -> float:
+        """A step-time bound that needs no partition (cached per configuration shape).
+
+        The largest of: ``m · T / pp`` (with one stage per rank :func:`fill_bound`,
+        the first microbatch must reach each rank; with several, the ranks' unavoidable
+        idle shared over them, :meth:`~pipeplan.planner.bounds.LayerTimes.chunked_fill`),
+        ``m ·`` the least possible heaviest rank (:func:`~pipeplan.planner.bounds.least_max_load`),
+        and one microbatch's chain through every layer — plus the least gradient
+        all-reduce. Per-layer times are the least over the recompute modes.
+        """
+        key = (config.pp, config.dp, config.micro_batch_size, config.num_microbatches, config.schedule,
+               config.virtual_stages)
+        cached = self._bounds.get(key)
+        if cached is not None:
+            return cached
+        times = self.layer_times(config.micro_batch_size)
+        work = times.work
+        micro = config.num_microbatches
+        split = config.schedule not in ("1f1b", "gpipe", "interleaved") and config.pp > 1
+        shared = micro * work / config.pp
+        if config.virtual_stages == 1 and config.pp > 1:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                forward_share = np.where(times.total > 0, times.forward / times.total, 1.0)
+            ratio = float(forward_share.min()) if split else 1.0
+            shared = fill_bound(work, micro, config.pp, ratio)
+        elif config.pp > 1:
+            placement = _chunked_placement(config)
+            assert placement is not None  # every chunked schedule of the space: interleaved, zb-v, adaptive
+            shallowest = [placement.index(rank) for rank in range(config.pp)]
+            shared = max(shared, times.chunked_fill(micro, shallowest, split=split))
+        loads = times.total.copy()
+        loads[0] += times.first_extra
+        loads[-1] += times.last_extra
+        rank_load = micro * least_max_load(loads, config.pp)
+        bound = max(shared, rank_load, times.chain(split=split)) + self.least_dp_comm(config)
+        self._bounds[key] = bound
+        return bound
+
+    def bottleneck_bound(self, config: Config) -> float:
+        """``m ·`` the least possible slowest stage (no memory, no recompute) plus the all-reduce.
+
+        Any partition of ``config``, with any recompute, has a stage at least that
+        slow, and a rank holds at least that stage.
+        """
+        sizes = self.layouts.free_sizes(config.micro_batch_size, "none", config.num_stages)
+        profile = self.workload.profile(config.micro_batch_size)
+        costs = profile.stage_costs(sizes)
+        slowest = max(f + b for f, b in zip(costs.forward, costs.backward))
+        return config.num_microbatches * slowest + self.least_dp_comm(config)
+
+    def least_dp_comm(self, config: Config) -> float:
+        """The all-reduce of the fewest gradients the fullest rank can hold.
+
+        Some rank holds at least an even share of the gradients, and at least the
+        :func:`~pipeplan.planner.bounds.least_max_load` of the layers' gradients
+        (of the ``kP + 1`` largest layers, one rank holds ``k + 1``).
+        """
+        if config.dp == 1:
+            return 0.0
+        profile = self.workload.profile(config.micro_batch_size)
+        grads = least_max_load(profile.trainable_params, config.pp) * self.memory.bytes_per_param(config.dp).gradients
+        return self.links.allreduce(config, grads)
+
+    def space_lower_bound(self, configs: Sequence[Config], *, chunked: bool = True,
+                          deadline: float = math.inf) -> float:
+        """A step time no plan of these configurations beats.
+
+        ``min over configs of max(partition-free bound, m · least slowest stage + all-reduce)``
+        (see the module doc and docs/planner.md), over the configurations whose
+        weights and optimizer state can fit (``max(static ÷ pp, largest layer) ≤ capacity``).
+        With ``chunked=False`` only the one-stage-per-rank configurations count (the
+        fill bound applies to them). Evaluated lazily in order of the cheap bound;
+        past ``deadline`` (a ``time.perf_counter()``) only the partition-free bounds
+        are used (still valid, looser).
+        """
+        candidates = [c for c in configs if chunked or c.virtual_stages == 1]
+        candidates = [c for c in candidates if self.memory.fits(self.memory.static_bound(c))]
+        best = math.inf
+        for bound, config in sorted(((self.config_bound(c), c) for c in candidates), key=lambda e: e[0]):
+            if bound >= best:
+                break
+            sharper = self.bottleneck_bound(config) if time.perf_counter() <= deadline else bound
+            best = min(best, max(bound, sharper))
+        return best
+
+
+def _chunked_placement(config: Config) -> tuple[int, ...] | None:
+    """Stage → rank of interleaved (``s mod P``) and zb-v (the V) without building the schedule."""
+    if config.schedule == "interleaved" or config.chunked_adaptive:
+        return fixed_pattern("interleaved", config.pp, config.virtual_stages)
+    if config.schedule == "zb-v":
+        return tuple(zb_v_placement(config.pp))
+    return None
