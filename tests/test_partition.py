@@ -15,7 +15,6 @@ import pipeplan
 from pipeplan import AsymmetricPipelineScheduler, InfeasiblePlanError, InvalidInputError, simulate
 from pipeplan.partition import memory as memory_module
 from pipeplan.partition import problem as problem_module
-from pipeplan.partition import solver as partition_module
 from pipeplan.partition import ties as partition_ties
 from pipeplan.layers import LayerProfile
 from pipeplan.partition import even_split, inflight_per_stage, partition_layers

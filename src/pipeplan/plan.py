@@ -13,9 +13,9 @@ time and memory per rank::
 :class:`~pipeplan.partition.PartitionResult` (the min-max partitioner's answer) and
 :class:`~pipeplan.partition.placement.ChunkPlacement` (chunks placed on ranks) are
 subclasses: Plans with ``dp = 1`` that add their solver's fields. :func:`as_plan`
-is the one converter from a bare list of layers per stage. A core module (it
-imports only errors and timeline), so the partitioner below the planner can
-return it; :mod:`pipeplan.planner` re-exports it.
+is the one converter from a bare list of layers per stage. It sits beside the
+partitioner, below the planner, so both can return it; :mod:`pipeplan.planner`
+re-exports it.
 
 Units: times in the profile's unit (:attr:`Plan.time_unit` seconds each; the CLI
 and presets use milliseconds, ``1e-3``), bytes in bytes, throughput per second.
@@ -30,20 +30,14 @@ from typing import Any, Literal
 import numpy as np
 
 from .errors import InvalidInputError
+from .schedules import schedule_label
 from .timeline import Timeline
 
-__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "as_plan", "schedule_label"]
+__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "as_plan"]
 
 Recompute = Literal["none", "selective", "full"]
 #: Recompute modes from cheapest in time to cheapest in memory.
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
-
-
-def schedule_label(schedule: str, virtual_stages: int) -> str:
-    """How tables name a schedule: ``"interleaved v=3"``, ``"adaptive v=2"``, else its name (``"zb-v"``)."""
-    if schedule == "interleaved" or (schedule == "adaptive" and virtual_stages > 1):
-        return f"{schedule} v={virtual_stages}"
-    return schedule
 
 
 @dataclass(frozen=True)

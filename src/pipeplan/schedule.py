@@ -418,7 +418,6 @@ class Schedule:
         Event driven: a rank parks on the action it waits for and is woken when that
         action is done, so the check is linear in the number of actions.
         """
-        num_stages = self.num_stages
         done: set[Action] = set()
         pointers = [0] * self.num_ranks
         waiters: dict[Action, list[int]] = {}

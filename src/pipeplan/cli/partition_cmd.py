@@ -29,6 +29,9 @@ from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
 
 __all__ = ["register", "run", "profile_from_args"]
 
+#: The generator that orders chunks on any chunk → rank map (cost-aware list scheduling).
+_CHUNKS_SCHEDULE = "adaptive"
+
 
 def register(subparsers: Any) -> None:
     """Add the ``partition`` verb."""
@@ -178,7 +181,7 @@ def _check_size(args: argparse.Namespace, micro: int) -> None:
     stages = positive_int("--stages", args.stages)
     micro = positive_int("-m/--microbatches", micro)
     if args.chunks_per_rank != 1:
-        check_schedule_size("adaptive", num_stages=stages * positive_int("--chunks-per-rank", args.chunks_per_rank),
+        check_schedule_size(_CHUNKS_SCHEDULE, num_stages=stages * positive_int("--chunks-per-rank", args.chunks_per_rank),
                             num_microbatches=micro, names=("chunks", "m"))
     elif args.schedule in SCHEDULES:
         check_schedule_size(args.schedule, num_stages=stages, num_microbatches=micro,
@@ -260,7 +263,7 @@ def _export(engine: str, result: PartitionResult, schedule: str, micro: int) -> 
     placement = None
     if len(set(result.placement)) != len(result.placement):
         placement = result.placement
-        schedule = "adaptive"
+        schedule = _CHUNKS_SCHEDULE
     built = partition_schedule(schedule, len(result.layers_per_stage), micro, costs, placement=placement)
     return (
         export.torch_split_snippet(result)
@@ -277,7 +280,7 @@ def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
         raise InvalidInputError("--memory is not supported with --chunks-per-rank > 1")
     plan = place_chunks(profile, args.stages, args.chunks_per_rank)
     micro = args.microbatches if args.microbatches is not None else 2 * args.stages
-    timeline = simulate_partition(profile, plan.layers_per_stage, "adaptive", micro, placement=plan.placement)
+    timeline = simulate_partition(profile, plan.layers_per_stage, _CHUNKS_SCHEDULE, micro, placement=plan.placement)
     built = timeline.schedule
     exported = None
     if args.export == "torch":
@@ -292,7 +295,7 @@ def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
         raise InvalidInputError("DeepSpeed runs one stage per rank; --export deepspeed needs --chunks-per-rank 1")
     if args.json:
         payload: dict[str, Any] = plan.to_dict()
-        payload["simulated"] = {"schedule": "adaptive", "num_microbatches": micro,
+        payload["simulated"] = {"schedule": _CHUNKS_SCHEDULE, "num_microbatches": micro,
                                 "step_time": timeline.makespan, "bubble_ratio": timeline.bubble_ratio}
         if exported is not None:
             payload["export"] = {"engine": args.export, "text": exported}

@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     # torch's C++ logging (store retries, gloo warnings) would bury pipeplan's one
     # line; it is read once, when torch loads, so set it before the first import.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    if args.schedule == "dual-rate":
+    if args.schedule in SCHEDULES and schedule_info(args.schedule).updates_in_step:  # the dual-rate pipeline
         return dual_rate_cmd.run_verb(args)
     require_torch("pipeplan run")
     from ..runtime import RunInterrupted, in_torchrun, spawn

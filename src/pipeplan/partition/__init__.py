@@ -5,7 +5,9 @@
     place_chunks([40.0] + [2.0] * 30, num_ranks=4, chunks_per_rank=2).placement
 
 Modules: :mod:`.problem` (the min-max instance and its feasibility test),
-:mod:`.ties` (exact tie-breaks among optimal partitions), :mod:`.solver`
+:mod:`.ties` (exact tie-breaks among optimal partitions), :mod:`.memory` (per-rank
+memory), :mod:`.steptime` (:func:`simulate_partition`, the one way to simulate a
+partition, and the step-time refinement), :mod:`.solver`
 (:func:`partition_layers`: time, memory per stage or per rank, step-time
 refinement), :mod:`.placement` (several chunks per rank). Torch-free.
 """
@@ -22,6 +24,7 @@ from .solver import (
     partition_layers,
     rank_totals,
 )
+from .steptime import partition_schedule, simulate_partition
 
 __all__ = [
     "ChunkPlacement",
@@ -33,6 +36,8 @@ __all__ = [
     "fixed_pattern",
     "inflight_per_stage",
     "partition_layers",
+    "partition_schedule",
     "place_chunks",
     "rank_totals",
+    "simulate_partition",
 ]

@@ -88,7 +88,7 @@ class ChunkPlacement(Plan):
 
     def __post_init__(self) -> None:
         ranks = len(self.rank_loads)
-        looped = self.placement == tuple(s % ranks for s in range(len(self.placement)))
+        looped = self.placement == loop_placement(ranks, len(self.placement) // ranks)
         object.__setattr__(self, "pp", ranks)
         object.__setattr__(self, "schedule", "interleaved" if looped else "custom")
         object.__setattr__(self, "schedule_options",

@@ -67,6 +67,7 @@ from .._validation import finite_floats, non_negative_float, positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError
 from ..layers import LayerProfile
 from ..plan import Plan
+from ..schedules import SCHEDULES, schedule_info
 from ..schedules.inflight import inflight_and_placement, inflight_per_stage
 from .memory import RankMemoryModel, memory_limits, memory_prefixes, rank_totals
 from .problem import MinMaxProblem
@@ -136,7 +137,8 @@ class PartitionResult(Plan):
         derived = {
             "placement": placement,
             "pp": pp,
-            "schedule_options": {"virtual_stages": len(placement) // pp} if self.schedule == "interleaved" else {},
+            "schedule_options": (schedule_info(self.schedule).shape_options(len(placement) // pp)
+                                 if self.schedule in SCHEDULES else {}),
             "pipeline_time": self.step_time,
             "layer_names": tuple(self.profile.names) if self.profile is not None else (),
         }

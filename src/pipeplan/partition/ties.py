@@ -452,7 +452,7 @@ def _rebalanced_between_top_stages(problem: Any, windows: StageWindows, counts: 
 def _list_pairs(problem: Any, windows: StageWindows, forward: list[np.ndarray], backward: list[np.ndarray],
                 fewest: float, cap: _Cap | None) -> Listing | None:
     """Pairs at the bottleneck or ``<= cap`` on a partition with ``fewest`` bottleneck stages."""
-    num_layers, num_stages = problem.num_layers, problem.num_stages
+    num_stages = problem.num_stages
     on_path = [np.flatnonzero(forward[k] + backward[k] == fewest) for k in range(num_stages + 1)]
     capped = windows.first_below if cap is None else cap.first_start
     plans = []

@@ -4,7 +4,7 @@
     result = search(Workload.from_spec(presets.get("pi0"), device), Cluster.of("h100-80g", 8), global_batch=256)
     result.best.schedule, result.best.layers_per_stage, result.ratio(result.best)
 
-Modules: :mod:`~pipeplan.planner.plan` (the Plan type), :mod:`~pipeplan.planner.workload`
+Modules: :mod:`pipeplan.plan` (the Plan type, re-exported here), :mod:`~pipeplan.planner.workload`
 (per-layer costs per micro-batch size and recompute mode), :mod:`~pipeplan.planner.cluster`
 (GPUs and links), :mod:`~pipeplan.planner.memory` (bytes per parameter and per rank),
 :mod:`~pipeplan.planner.space` (what is enumerated), :mod:`~pipeplan.planner.layout`
@@ -16,11 +16,11 @@ bounds), :mod:`~pipeplan.planner.evaluate` (simulate a layout into a Plan),
 
 from __future__ import annotations
 
+from ..plan import RECOMPUTE_MODES, Plan, RankMemory, Recompute, as_plan
 from .bounds import step_time_lower_bound
 from .cluster import Cluster, allreduce_ms
 from .evaluate import evaluate_layout
 from .memory import OptimizerBytes
-from .plan import RECOMPUTE_MODES, Plan, RankMemory, Recompute, as_plan
 from .records import Rejection, SearchStats
 from .search import DEFAULT_HEADROOM, SearchResult, search
 from .space import Config, SearchSpace

@@ -25,15 +25,16 @@ import numpy as np
 
 from ..costs import CommModel, StageCosts
 from ..errors import InfeasiblePlanError
+from ..partition.steptime import simulate_partition
+from ..plan import Plan, Recompute
 from ..schedule import Schedule
-from ..schedules import build_schedule
+from ..schedules import build_schedule, schedule_info
 from ..simulate import simulate
 from .bounds import step_time_lower_bound
 from .cluster import Cluster
 from .layout import Layout, Layouts
 from .links import Links
 from .memory import MemoryModel, gb
-from .plan import Plan, Recompute
 from .pruning import SearchBounds
 from .records import SearchStats
 from .space import Config
@@ -77,7 +78,7 @@ class Evaluator:
 
     def lower_bound(self, config: Config, layout: Layout) -> float:
         """A step time no order of ``layout``'s actions beats, all-reduce included."""
-        split = config.schedule not in ("1f1b", "gpipe", "interleaved") and config.pp > 1
+        split = bool(schedule_info(config.schedule).split_backward) and config.pp > 1
         pipeline = step_time_lower_bound(layout.costs, layout.boundary, layout.placement,
                                          config.num_microbatches, split=split)
         return pipeline + self.links.dp_comm(config, layout.static)
@@ -112,14 +113,15 @@ class Evaluator:
         scaled = StageCosts(costs.forward, costs.backward, costs.weight,
                             activation_bytes=[a * k for a, k in zip(costs.activation_bytes, scale)],
                             weight_stash_bytes=[a * k for a, k in zip(costs.weight_stash_bytes, scale)])
-        template = self.layouts.template(replace(config, schedule="interleaved" if config.chunked_adaptive else "1f1b"))
+        stand_in = schedule_info(config.schedule).fixed_template(config.virtual_stages)
+        template = self.layouts.template(replace(config, schedule=stand_in))
         peak = float(max(simulate(template, scaled, comm, validate=False).peak_bytes))
         return scaled, min(1.0, _ADAPTIVE_HEADROOM * peak)
 
     def _adaptive(self, config: Config, layout: Layout, comm: CommModel, effort: str) -> tuple[Schedule, float | None]:
         """The adaptive order under each rank's own activation limit (:meth:`adaptive_inputs`), and that limit's share."""
         costs, limit = self.adaptive_inputs(config, layout, comm)
-        schedule = build_schedule("adaptive", num_stages=config.num_stages, num_microbatches=config.num_microbatches,
+        schedule = build_schedule(config.schedule, num_stages=config.num_stages, num_microbatches=config.num_microbatches,
                                   costs=costs, comm=comm, memory_limit=limit, placement=layout.placement,
                                   effort=effort)
         return schedule, limit
@@ -132,22 +134,23 @@ class Evaluator:
         """
         if effort is None:
             effort = "fast" if config.chunked_adaptive else "full"
+        info = schedule_info(config.schedule)
         key = (config.pp, config.dp, config.micro_batch_size, config.num_microbatches, config.schedule,
-               config.virtual_stages, layout.sizes, layout.recompute, effort if config.schedule == "adaptive" else None)
+               config.virtual_stages, layout.sizes, layout.recompute, effort if info.cost_aware else None)
         cached = self._plans.get(key)
         if cached is not None:
             self.stats.cache_hits += 1
             return cached
         comm = self.links.comm(layout.boundary)  # boundary "bytes" are message times: latency + bytes / bandwidth
         options: dict[str, Any] = {}
-        if config.schedule == "adaptive" and config.pp > 1:
+        if info.cost_aware and config.pp > 1:
             schedule, share = self._adaptive(config, layout, comm, effort)
             if share is not None and self.capacity is not None:  # each rank's limit in bytes
                 options = {"memory_limits": [share * (self.capacity - rank.total) for rank in layout.static]}
         else:
             schedule = self.layouts.template(config if config.pp > 1 else replace(config, schedule="1f1b"))
         self.stats.simulated += 1
-        timeline = simulate(schedule, layout.costs, comm, validate=False)
+        timeline = simulate_partition(layout.costs, layout.sizes, schedule, config.num_microbatches, comm=comm)
         peaks = timeline.peak_bytes
         memory = tuple(replace(static, activations=float(peaks[r])) for r, static in enumerate(layout.static))
         dp_time = self.links.dp_comm(config, layout.static)

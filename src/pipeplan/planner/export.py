@@ -211,7 +211,7 @@ def megatron_args(
             f"Megatron-LM runs 1F1B and interleaved 1F1B only, not {plan.schedule!r}; "
             "use the torch or torchtitan export (schedule CSV) for this plan"
         )
-    sizes, placement = plan.layers_per_stage, plan.placement
+    sizes = plan.layers_per_stage
     embedding_layer, loss_layer = _detect(plan, embedding_layer, loss_layer)
     counts = _decoder_counts(sizes, embedding_layer, loss_layer)
     args = ["--pipeline-model-parallel-size", str(plan.pp), "--num-layers", str(sum(counts))]

@@ -35,12 +35,13 @@ import numpy as np
 from ..costs import StageCosts
 from ..errors import InfeasiblePlanError, PipeplanError
 from ..partition import inflight_per_stage, partition_layers
-from ..partition.placement import fixed_pattern, place_chunks
+from ..partition.placement import place_chunks
+from ..plan import RankMemory, Recompute
 from ..schedule import Schedule
-from ..schedules import build_schedule
+from ..schedules import build_schedule, schedule_info
+from ..schedules.patterns import loop_placement
 from .links import Links
 from .memory import MemoryModel, gb
-from .plan import RankMemory, Recompute
 from .records import Rejection, SearchStats
 from .space import Config
 from .workload import Workload
@@ -102,7 +103,7 @@ class Layouts:
     @staticmethod
     def schedule_options(config: Config) -> dict[str, Any]:
         """The options ``config``'s fixed schedule is built with."""
-        return {"virtual_stages": config.virtual_stages} if config.schedule == "interleaved" else {}
+        return schedule_info(config.schedule).shape_options(config.virtual_stages)
 
     def inflight(self, config: Config, num_microbatches: int | None = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Peak in-flight microbatches per stage and the placement, read off the schedule's orders.
@@ -113,8 +114,8 @@ class Layouts:
         (:func:`~pipeplan.schedules.adaptive.minimum_memory_limit`).
         """
         if config.chunked_adaptive:
-            return (1,) * config.num_stages, fixed_pattern("interleaved", config.pp, config.virtual_stages)
-        name = "1f1b" if config.schedule == "adaptive" or config.pp == 1 else config.schedule
+            return (1,) * config.num_stages, loop_placement(config.pp, config.virtual_stages)
+        name = schedule_info(config.schedule).fixed_template() if config.pp > 1 else "1f1b"
         micro = config.num_microbatches if num_microbatches is None else num_microbatches
         key = (name, config.num_stages, micro, config.virtual_stages)
         if key not in self._inflight:
@@ -248,7 +249,7 @@ class Layouts:
     def _partition(self, config: Config, counts: tuple[int, ...], placement: tuple[int, ...]) -> Layout | Rejection:
         """The exact min-max partition under the capacity, recompute relaxed, or why none fits."""
         profile, per_param = self.memory.memory_profile(config.micro_batch_size, config.recompute, config.dp)
-        name = "1f1b" if config.schedule == "adaptive" or config.pp == 1 else config.schedule
+        name = schedule_info(config.schedule).fixed_template() if config.pp > 1 else "1f1b"
         options = self.schedule_options(config) if name == config.schedule else {}
         stages = config.num_stages
         # in-flight counts at m = S equal those at m for most schedules: then the

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..costs import CommModel
+from ..plan import RankMemory
 from .cluster import Cluster, allreduce_ms
-from .plan import RankMemory
 from .space import Config
 from .workload import Workload
 

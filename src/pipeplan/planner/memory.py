@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from .plan import RECOMPUTE_MODES, RankMemory, Recompute
+from ..plan import RECOMPUTE_MODES, RankMemory, Recompute
 from .space import Config
 from .workload import Workload
 

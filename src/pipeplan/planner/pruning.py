@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..partition.placement import fixed_pattern
-from ..schedules.zb_v import zb_v_placement
+from ..schedules import schedule_info
+from ..schedules.patterns import loop_placement
 from .bounds import LayerTimes, fill_bound, least_max_load
 from .layout import Layouts
 from .links import Links
@@ -81,7 +81,7 @@ class SearchBounds:
         times = self.layer_times(config.micro_batch_size)
         work = times.work
         micro = config.num_microbatches
-        split = config.schedule not in ("1f1b", "gpipe", "interleaved") and config.pp > 1
+        split = bool(schedule_info(config.schedule).split_backward) and config.pp > 1
         shared = micro * work / config.pp
         if config.virtual_stages == 1 and config.pp > 1:
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -151,8 +151,7 @@ class SearchBounds:
 
 def _chunked_placement(config: Config) -> tuple[int, ...] | None:
     """Stage → rank of interleaved (``s mod P``) and zb-v (the V) without building the schedule."""
-    if config.schedule == "interleaved" or config.chunked_adaptive:
-        return fixed_pattern("interleaved", config.pp, config.virtual_stages)
-    if config.schedule == "zb-v":
-        return tuple(zb_v_placement(config.pp))
-    return None
+    if config.chunked_adaptive:
+        return loop_placement(config.pp, config.virtual_stages)
+    info = schedule_info(config.schedule)
+    return info.placement(config.pp, config.virtual_stages) if info.layout != "one" else None

@@ -43,12 +43,13 @@ from typing import Any
 from .._validation import positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..partition import even_split
+from ..plan import RECOMPUTE_MODES, Plan, Recompute
+from ..schedules import schedule_info
 from .bounds import fill_bound, step_time_lower_bound
 from .cluster import Cluster
 from .evaluate import Evaluator, evaluate_layout
 from .layout import Layout
 from .memory import OptimizerBytes, gb
-from .plan import RECOMPUTE_MODES, Plan, Recompute
 from .records import Rejection, SearchStats
 from .space import Config, SearchSpace
 from .workload import Workload
@@ -348,8 +349,8 @@ class _Search:
         # Fixed templates first; the cost-aware "adaptive" generator is far dearer to
         # build, and is never slower than the templates it also tries, so it runs
         # last and only where its bound could beat the best plan found.
-        passes = [[c for c in ordered if c.schedule != "adaptive" or c.pp == 1],
-                  [c for c in ordered if c.schedule == "adaptive" and c.pp > 1]]
+        dear = [schedule_info(c.schedule).cost_aware and c.pp > 1 for c in ordered]
+        passes = [[c for c, late in zip(ordered, dear) if not late], [c for c, late in zip(ordered, dear) if late]]
         done = 0
         for index, group in enumerate(passes):
             rank_needed = self.keep if index == 0 else 1
@@ -457,7 +458,7 @@ def _one_knob(evaluator: Evaluator, space: SearchSpace, best: Plan, baseline: Pl
         "schedule": [
             (replace(base, schedule=name, virtual_stages=v), even_split(num_layers, base.pp * v))
             for name, v in space.schedule_shapes(base.pp, base.num_microbatches)
-            if name != "1f1b" and not (name == "adaptive" and v > 1)  # its even split is not its own layout
+            if name != base.schedule and not (schedule_info(name).any_placement and v > 1)  # its even split is not its own layout
         ],
         "recompute": [(replace(base, recompute=mode), even_split(num_layers, base.pp))
                       for mode in evaluator.workload.recompute_modes if mode != "none"],

@@ -36,14 +36,13 @@ each size costs an order of its own (a second or more at ``pp = 16``).
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
-from ..schedules import SCHEDULES, schedule_info
-from .plan import RECOMPUTE_MODES, Recompute, schedule_label
+from ..plan import RECOMPUTE_MODES, Recompute
+from ..schedules import SCHEDULES, schedule_info, schedule_label
 
 __all__ = ["Config", "SearchSpace", "divisors", "NOT_PLANNED"]
 

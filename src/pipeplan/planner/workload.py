@@ -34,7 +34,7 @@ from typing import Any
 from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from .plan import RECOMPUTE_MODES, Recompute
+from ..plan import RECOMPUTE_MODES, Recompute
 
 __all__ = ["Workload"]
 

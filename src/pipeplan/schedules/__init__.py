@@ -31,6 +31,7 @@ from .zb_v import zb_v
 from .zero_bubble import zb_h1, zb_h2
 
 __all__ = [
+    "schedule_label",
     "build_schedule",
     "SCHEDULES",
     "register_schedule",
@@ -93,6 +94,13 @@ def schedule_info(name: str) -> ScheduleInfo:
     if info is None or info.factory is not factory:  # put into SCHEDULES bare: read it off the factory
         info = _REGISTRY[name] = ScheduleInfo(name, factory)
     return info
+
+
+def schedule_label(name: str, virtual_stages: int = 1) -> str:
+    """How tables name ``name`` over ``virtual_stages`` chunks per rank (:meth:`ScheduleInfo.label`):
+    ``"interleaved v=3"``, ``"adaptive v=2"``, ``"zb-v"``; a name not registered (a custom
+    placement) is its own label."""
+    return schedule_info(name).label(virtual_stages) if name in SCHEDULES else name
 
 
 def register_schedule(name: str, factory: ScheduleFactory | ScheduleInfo) -> None:
