@@ -15,6 +15,7 @@ import pipeplan
 from pipeplan import AsymmetricPipelineScheduler, InfeasiblePlanError, InvalidInputError, simulate
 from pipeplan.partition import memory as memory_module
 from pipeplan.partition import problem as problem_module
+from pipeplan.partition import tiebreak as tiebreak_module
 from pipeplan.partition import ties as partition_ties
 from pipeplan.layers import LayerProfile
 from pipeplan.partition import even_split, inflight_per_stage, partition_layers
@@ -138,7 +139,7 @@ def adversarial_instances(draw):
 def windowed(level_budget: int = partition_ties.LEVEL_PAIR_BUDGET):
     """Force the windowed tie-breaks; a level budget of 0 peels every level, a huge one none."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(partition_ties, "_PAIR_BUDGET", -1)
+        patch.setattr(tiebreak_module, "PAIR_BUDGET", -1)
         patch.setattr(partition_ties, "LEVEL_PAIR_BUDGET", level_budget)
         yield
 
@@ -196,12 +197,12 @@ def test_windowed_and_pair_walk_agree_on_a_medium_dominant_instance(monkeypatch)
     costs = [1.0 + (i % 7) * 0.25 for i in range(400)]
     costs[0] = 80.0
     costs[200] = 60.0
-    monkeypatch.setattr(partition_ties, "_PAIR_BUDGET", 10**12)
+    monkeypatch.setattr(tiebreak_module, "PAIR_BUDGET", 10**12)
     walked = {how: partition_layers(costs, 16, tie_break=how) for how in ("lexicographic", "variance")}
-    monkeypatch.setattr(partition_ties, "_PAIR_BUDGET", -1)
+    monkeypatch.setattr(tiebreak_module, "PAIR_BUDGET", -1)
     # the windowed path must finish on its own, not fall back to the pair walk
     monkeypatch.setattr(partition_ties, "LISTING_LIMIT", 30_000)  # of ~69,000 tied pairs
-    monkeypatch.setattr(partition_ties, "_exact_lexicographic", lambda *_: pytest.fail("fell back"))
+    monkeypatch.setattr(tiebreak_module, "_exact_lexicographic", lambda *_: pytest.fail("fell back"))
     for level_budget in (0, 1000, 10**9):
         monkeypatch.setattr(partition_ties, "LEVEL_PAIR_BUDGET", level_budget)
         lex = partition_layers(costs, 16)

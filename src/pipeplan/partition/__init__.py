@@ -5,7 +5,7 @@
     place_chunks([40.0] + [2.0] * 30, num_ranks=4, chunks_per_rank=2).placement
 
 Modules: :mod:`.problem` (the min-max instance and its feasibility test),
-:mod:`.ties` (exact tie-breaks among optimal partitions), :mod:`.memory` (per-rank
+:mod:`.tiebreak` and :mod:`.ties` (exact tie-breaks among optimal partitions), :mod:`.memory` (per-rank
 memory), :mod:`.steptime` (:func:`simulate_partition`, the one way to simulate a
 partition, and the step-time refinement), :mod:`.solver`
 (:func:`partition_layers`: time, memory per stage or per rank, step-time

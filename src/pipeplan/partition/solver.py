@@ -23,7 +23,7 @@ How it works:
    lowers the second-slowest stage, then the third, and so on. ``"variance"``
    picks the smallest sum of squared stage times (lesson 16's smallest spread),
    ``"none"`` any optimal partition. Both are exact. With few tied (start, end)
-   pairs (up to ``ties._PAIR_BUDGET``) a dynamic program walks every pair; with more
+   pairs (up to ``tiebreak.PAIR_BUDGET``) a dynamic program walks every pair; with more
    (one dominant layer leaves the other stages loose: ~10⁸ pairs for 10,000
    layers into 128 stages) :mod:`pipeplan.partition.ties` works on per-stage
    windows instead (monotone divide and conquer for the variance, level-by-level
@@ -72,7 +72,7 @@ from ..schedules.inflight import inflight_and_placement, inflight_per_stage
 from .memory import RankMemoryModel, memory_limits, memory_prefixes, rank_totals
 from .problem import MinMaxProblem
 from .steptime import StepTimer, improve_step_time
-from .ties import tie_break as break_ties
+from .tiebreak import tie_break as break_ties
 
 __all__ = ["PartitionResult", "partition_layers", "inflight_per_stage", "even_split", "rank_totals", "TieBreak",
            "Objective"]
