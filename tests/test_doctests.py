@@ -44,6 +44,9 @@ MODULES = [
     "pipeplan.lessons.scheduler",
     "pipeplan.partition.problem",
     "pipeplan.partition.ties",
+    "pipeplan.profile_format",
+    "pipeplan.dualrate.config",
+    "pipeplan.models._schema",
 ]
 
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

@@ -63,9 +63,6 @@ round-trip exactly, floats written with ``repr``):
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,12 +75,10 @@ from ._validation import finite_floats, non_negative_float, positive_int
 from .calibration import Calibration
 from .costs import StageCosts, forward_backward_weight
 from .errors import InvalidInputError
+from .profile_format import PROFILE_FORMAT, PROFILE_VERSION, parse_profile, write_profile
 
 __all__ = ["LayerProfile", "transformer_layer_flops", "PROFILE_VERSION"]
 
-#: The profile file version :meth:`LayerProfile.to_file` writes (1: no version field).
-PROFILE_VERSION = 2
-_FORMAT = "pipeplan-profile"
 _TIMES = ("forward", "backward", "weight", "backward_input")
 _SPREAD = tuple(f"{name}_iqr" for name in _TIMES)
 _OPTIONAL_COLUMNS = ("weight_stash_bytes", "send_bytes", "trainable_params", "backward_input")
@@ -373,40 +368,11 @@ class LayerProfile:
                 this pipeplan does not read; or bad values (naming the row and column).
         """
         file = Path(path)
-        suffix = file.suffix.lower()
-        text = read_text(file, "profile file")
         where = f"profile file {str(file)!r}"
-        if suffix == ".csv":
-            lines = text.splitlines()
-            header: dict[str, Any] = {}
-            if lines and lines[0].startswith("#"):
-                comment = lines.pop(0).lstrip("#").strip()
-                if not comment.startswith(_FORMAT):
-                    raise InvalidInputError(f"{where}: its first line must be '# {_FORMAT} {{...}}', got {comment!r}")
-                try:
-                    header = json.loads(comment[len(_FORMAT):])
-                except json.JSONDecodeError as error:
-                    raise InvalidInputError(f"{where}: its '# {_FORMAT}' line is not valid JSON: {error}") from None
-                if not isinstance(header, dict) or "version" not in header:
-                    raise InvalidInputError(f"{where}: its '# {_FORMAT}' line needs a JSON object with a 'version'")
-            try:
-                rows = list(csv.DictReader(io.StringIO("\n".join(lines), newline="")))
-            except csv.Error as error:
-                raise InvalidInputError(f"{where} is not valid CSV: {error}") from None
-            if not rows:
-                raise InvalidInputError(f"{where} has no layer rows")
-            records = [{k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items() if k}
-                       for row in rows]
-            return cls._from_payload({**header, "layers": records}, where, options)
-        if suffix == ".json":
-            try:
-                payload = json.loads(text)
-            except json.JSONDecodeError as error:
-                raise InvalidInputError(f"{where} is not valid JSON: {error}") from None
-            if isinstance(payload, Mapping):
-                return cls._from_payload(payload, where, options)
-            return cls.from_records(payload, **options)
-        raise InvalidInputError(f"profile file must end in .csv or .json, got {str(file)!r}")
+        payload = parse_profile(read_text(file, "profile file"), file, where)
+        if isinstance(payload, Mapping):
+            return cls._from_payload(payload, where, options)
+        return cls.from_records(payload, **options)
 
     @classmethod
     def _from_payload(cls, payload: Mapping[str, Any], where: str, options: Mapping[str, Any]) -> LayerProfile:
@@ -424,8 +390,8 @@ class LayerProfile:
                 f"a version {version} JSON profile object needs 'layers' and may have "
                 f"{', '.join(k for k in allowed if k != 'layers')}; got keys {sorted(payload)}"
             )
-        if version == PROFILE_VERSION and payload.get("format", _FORMAT) != _FORMAT:
-            raise InvalidInputError(f"{where}: 'format' must be {_FORMAT!r}, got {payload.get('format')!r}")
+        if version == PROFILE_VERSION and payload.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
+            raise InvalidInputError(f"{where}: 'format' must be {PROFILE_FORMAT!r}, got {payload.get('format')!r}")
         extras = {key: payload[key] for key in _EXTRAS if key in payload}
         calibration = payload.get("calibration")
         if calibration is not None:
@@ -440,31 +406,13 @@ class LayerProfile:
         Raises:
             InvalidInputError: an unknown suffix or a path that cannot be written.
         """
-        file = Path(path)
-        suffix = file.suffix.lower()
-        header: dict[str, Any] = {"format": _FORMAT, "version": PROFILE_VERSION}
+        header: dict[str, Any] = {"format": PROFILE_FORMAT, "version": PROFILE_VERSION}
         header.update({key: getattr(self, key) for key in _EXTRAS})
         if self.calibration is not None:
             header["calibration"] = self.calibration.to_dict()
         if self.measurement:
             header["measurement"] = dict(self.measurement)
-        try:
-            if suffix == ".json":
-                file.write_text(json.dumps({**header, "layers": self.to_records()}, indent=1) + "\n")
-            elif suffix == ".csv":
-                records = self.to_records()
-                columns = list(records[0])
-                with file.open("w", newline="") as handle:
-                    handle.write(f"# {_FORMAT} {json.dumps(header)}\n")
-                    writer = csv.writer(handle)
-                    writer.writerow(columns)
-                    for record in records:
-                        writer.writerow([value if isinstance(value, str) else repr(value)
-                                         for value in record.values()])
-            else:
-                raise InvalidInputError(f"profile file must end in .csv or .json, got {str(file)!r}")
-        except OSError as error:
-            raise InvalidInputError(f"cannot write the profile to {str(file)!r}: {error.strerror or error}") from None
+        write_profile(Path(path), header, self.to_records())
 
     # ---------------------------------------------------------------- queries
     @property
