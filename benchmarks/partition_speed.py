@@ -3,7 +3,7 @@
     python benchmarks/partition_speed.py            # print the table
     python benchmarks/partition_speed.py --write    # also record it in docs/partition.md
 
-Cases (issue 11): ``random`` (uniform in [0.5, 2]), ``dominant-first`` (the
+Cases: ``random`` (uniform in [0.5, 2]), ``dominant-first`` (the
 issue's ``1 + (i % 7)·0.3`` with layer 0 at 500: a vision encoder given as one
 block), ``dominant-first-last`` (also the last layer at 500), ``dominant-middle``
 (layer 5,000 at 500), ``uniform`` (all layers 1), ``zero-cost`` (every other

@@ -1,4 +1,4 @@
-"""How many actions per second the simulator handles (issue 11: >= 1,000,000 on 1F1B P = 64, m = 1024).
+"""How many actions per second the simulator handles (target: >= 1,000,000 on 1F1B P = 64, m = 1024).
 
     python benchmarks/simulate_speed.py            # print the table
     python benchmarks/simulate_speed.py --write    # also record it in docs/simulator.md

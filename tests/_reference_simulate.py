@@ -1,4 +1,4 @@
-"""The simulator as it was before the fast kernel (main before issue 11), kept as a test oracle.
+"""The simulator as it was before the fast kernel (before simulate.py ran on lowered arrays), kept as a test oracle.
 
 Only the kind names are adapted (``B`` full and ``I`` input-gradient backwards both
 send the gradient; durations come from ``StageCosts.duration``). Slow (dicts and

@@ -137,7 +137,7 @@ def test_demo_seed002_refuses_flags_it_would_ignore(run_cli, flag):
     assert err.strip().startswith(f"pipeplan demo: error: {flag[0]}") and "does not apply" in err
 
 
-# ----------------------------------------------------------------- hardening (issue 13)
+# ----------------------------------------------------------------- hardening: bad input, one line
 def _one_error_line(err: str, verb: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"pipeplan {verb}: error:"), err

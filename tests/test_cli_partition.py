@@ -75,7 +75,7 @@ def vla_profile(tmp_path):
 
 
 def test_zb_v_memory_is_per_rank_in_table_and_json(run_cli, tmp_path):
-    # Issue 13: four stages on two ranks; the capacity is per GPU and the tables say so.
+    # Four stages on two ranks: the capacity is per GPU and the tables say so.
     path = vla_profile(tmp_path)
     status, out, err = run_cli("partition", str(path), "--stages", "4", "--schedule", "zb-v",
                                "--memory", "56GB", "-m", "8", "--json")

@@ -114,7 +114,7 @@ def test_other_tie_breaks_keep_the_optimal_bottleneck(instance, tie_break):
 
 @st.composite
 def adversarial_instances(draw):
-    """Small instances shaped like issue 11's slow cases: a dominant layer, equal or zero costs."""
+    """Small instances shaped like the slow cases of benchmarks/partition_speed.py: a dominant layer, equal or zero costs."""
     num_layers = draw(st.integers(2, 9))
     num_stages = draw(st.integers(2, num_layers))
     kind = draw(st.sampled_from(["dominant_first", "dominant_first_last", "dominant_middle", "uniform", "zeros"]))
@@ -370,7 +370,7 @@ def test_capacity_is_per_rank_when_stages_share_a_rank(instance, exhaustive):
 
 
 def test_zb_v_fits_memory_per_rank_not_per_stage():
-    # Issue 13: with two stages per rank (zb-v's V: stages 0+3 and 1+2) the
+    # With two stages per rank (zb-v's V: stages 0+3 and 1+2) the
     # capacity is per GPU. Per stage, 56 GB admits (1, 6, 6, 5) layers with rank 1
     # holding 37.2 + 31.2 = 68.4 GB; per rank the solver must pick another split.
     rows = [(20, 4e9, 3e8)] + [(2, 1e9, 2e8)] * 16 + [(4, 5e8, 1e8)]
