@@ -116,11 +116,11 @@ class Layouts:
         if config.chunked_adaptive:
             return (1,) * config.num_stages, loop_placement(config.pp, config.virtual_stages)
         name = schedule_info(config.schedule).fixed_template() if config.pp > 1 else "1f1b"
-        micro = config.num_microbatches if num_microbatches is None else num_microbatches
-        key = (name, config.num_stages, micro, config.virtual_stages)
+        microbatches = config.num_microbatches if num_microbatches is None else num_microbatches
+        key = (name, config.num_stages, microbatches, config.virtual_stages)
         if key not in self._inflight:
-            shape = replace(config, schedule=name, num_microbatches=micro)
-            counts = inflight_per_stage(name, config.num_stages, micro, **self.schedule_options(shape))
+            shape = replace(config, schedule=name, num_microbatches=microbatches)
+            counts = inflight_per_stage(name, config.num_stages, microbatches, **self.schedule_options(shape))
             self._inflight[key] = (tuple(counts), tuple(self.template(shape).placement))
         return self._inflight[key]
 
@@ -141,8 +141,8 @@ class Layouts:
         self, config: Config, sizes: Sequence[int], placement: Sequence[int], recompute: Sequence[Recompute]
     ) -> Layout:
         """Costs, messages and static memory of a given partition and recompute assignment."""
-        micro = config.micro_batch_size
-        per_mode = {mode: self.workload.profile(micro, mode).stage_costs(sizes) for mode in set(recompute)}
+        micro_batch_size = config.micro_batch_size
+        per_mode = {mode: self.workload.profile(micro_batch_size, mode).stage_costs(sizes) for mode in set(recompute)}
         pick = lambda attr: [getattr(per_mode[mode], attr)[s] for s, mode in enumerate(recompute)]  # noqa: E731
         costs = StageCosts(pick("forward"), pick("backward"), pick("weight"), activation_bytes=pick("activation_bytes"))
         static = self.memory.static_memory(config, sizes, placement)
@@ -199,13 +199,13 @@ class Layouts:
         self._layouts[key] = result
         return result
 
-    def free_sizes(self, micro: int, mode: Recompute, num_stages: int) -> tuple[int, ...]:
+    def free_sizes(self, micro_batch_size: int, mode: Recompute, num_stages: int) -> tuple[int, ...]:
         """The exact min-max partition ignoring memory (cached: schedules with the same stage count share it)."""
-        key = (micro, mode, num_stages)
+        key = (micro_batch_size, mode, num_stages)
         sizes = self._free.get(key)
         if sizes is None:
             self.stats.partitions += 1
-            sizes = partition_layers(self.workload.profile(micro, mode), num_stages).layers_per_stage
+            sizes = partition_layers(self.workload.profile(micro_batch_size, mode), num_stages).layers_per_stage
             self._free[key] = sizes
         return sizes
 

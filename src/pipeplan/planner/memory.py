@@ -115,20 +115,20 @@ class MemoryModel:
         """The optimizer's bytes per parameter at data-parallel degree ``dp``."""
         return OptimizerBytes.for_optimizer(self.optimizer, dp)
 
-    def layer_static_bytes(self, micro: int, dp: int) -> np.ndarray:
+    def layer_static_bytes(self, micro_batch_size: int, dp: int) -> np.ndarray:
         """Bytes of weights, gradients and optimizer state per layer."""
         per = self.bytes_per_param(dp)
-        profile = self.workload.profile(micro)
+        profile = self.workload.profile(micro_batch_size)
         params = np.asarray(profile.params)
         return params * per.weights + np.asarray(profile.trainable_params) * (per.gradients + per.optimizer)
 
-    def memory_profile(self, micro: int, mode: Recompute, dp: int) -> tuple[LayerProfile, float]:
+    def memory_profile(self, micro_batch_size: int, mode: Recompute, dp: int) -> tuple[LayerProfile, float]:
         """The profile the partitioner sees: params scaled so ``bytes_per_param`` × params is each layer's static bytes."""
-        profile = self.workload.profile(micro, mode)
+        profile = self.workload.profile(micro_batch_size, mode)
         per = self.bytes_per_param(dp)
         if profile.trainable_params == profile.params:
             return profile, per.per_trainable
-        scaled = self.layer_static_bytes(micro, dp) / per.per_trainable
+        scaled = self.layer_static_bytes(micro_batch_size, dp) / per.per_trainable
         return (
             LayerProfile(profile.forward, profile.backward, profile.weight, activation_bytes=profile.activation_bytes,
                          params=scaled.tolist(), names=profile.names, first_extra=profile.first_extra,

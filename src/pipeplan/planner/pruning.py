@@ -55,12 +55,12 @@ class SearchBounds:
         self._times: dict[int, LayerTimes] = {}
         self._bounds: dict[tuple[Any, ...], float] = {}
 
-    def layer_times(self, micro: int) -> LayerTimes:
-        """Per-layer times at micro-batch size ``micro``, the least over the workload's recompute modes (cached)."""
-        times = self._times.get(micro)
+    def layer_times(self, micro_batch_size: int) -> LayerTimes:
+        """Per-layer times at micro-batch size ``micro_batch_size``, the least over the workload's recompute modes (cached)."""
+        times = self._times.get(micro_batch_size)
         if times is None:
-            times = LayerTimes.of(self.workload.profile(micro, mode) for mode in self.workload.recompute_modes)
-            self._times[micro] = times
+            times = LayerTimes.of(self.workload.profile(micro_batch_size, mode) for mode in self.workload.recompute_modes)
+            self._times[micro_batch_size] = times
         return times
 
     def config_bound(self, config: Config) -> float:
@@ -80,23 +80,23 @@ class SearchBounds:
             return cached
         times = self.layer_times(config.micro_batch_size)
         work = times.work
-        micro = config.num_microbatches
+        microbatches = config.num_microbatches
         split = bool(schedule_info(config.schedule).split_backward) and config.pp > 1
-        shared = micro * work / config.pp
+        shared = microbatches * work / config.pp
         if config.virtual_stages == 1 and config.pp > 1:
             with np.errstate(divide="ignore", invalid="ignore"):
                 forward_share = np.where(times.total > 0, times.forward / times.total, 1.0)
             ratio = float(forward_share.min()) if split else 1.0
-            shared = fill_bound(work, micro, config.pp, ratio)
+            shared = fill_bound(work, microbatches, config.pp, ratio)
         elif config.pp > 1:
             placement = _chunked_placement(config)
             assert placement is not None  # every chunked schedule of the space: interleaved, zb-v, adaptive
             shallowest = [placement.index(rank) for rank in range(config.pp)]
-            shared = max(shared, times.chunked_fill(micro, shallowest, split=split))
+            shared = max(shared, times.chunked_fill(microbatches, shallowest, split=split))
         loads = times.total.copy()
         loads[0] += times.first_extra
         loads[-1] += times.last_extra
-        rank_load = micro * least_max_load(loads, config.pp)
+        rank_load = microbatches * least_max_load(loads, config.pp)
         bound = max(shared, rank_load, times.chain(split=split)) + self.least_dp_comm(config)
         self._bounds[key] = bound
         return bound

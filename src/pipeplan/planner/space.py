@@ -213,12 +213,12 @@ class SearchSpace:
             dp = self.num_gpus // pp
             sizes = self.micro_batches_for(dp)
             for size in sizes:
-                micro = self.global_batch // (dp * size)
-                for name, virtual in self.schedule_shapes(pp, micro):
+                microbatches = self.global_batch // (dp * size)
+                for name, virtual in self.schedule_shapes(pp, microbatches):
                     if schedule_info(name).any_placement and virtual > 1 and size != sizes[0]:
                         continue  # chunked adaptive: the smallest micro-batch only (module doc)
                     for mode in self.recompute_modes:
-                        out.append(Config(pp, dp, size, micro, name, virtual, mode))
+                        out.append(Config(pp, dp, size, microbatches, name, virtual, mode))
         if not out:
             fixed = f" × micro-batch size {self.micro_batch_size}" if self.micro_batch_size else ""
             degrees = ", ".join(f"dp={self.num_gpus // pp}" for pp in self.pipeline_degrees())
