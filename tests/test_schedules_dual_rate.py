@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pipeplan import CommModel, IdleCause, InvalidInputError, StageCosts, build_schedule, simulate
@@ -81,13 +81,15 @@ costs_strategy = st.tuples(
 
 
 @given(costs_strategy)
+# Two near-equal vision stages converge slowly: 640 frames still show 4.10788 against 4.109375.
+@example(([(1.890625, 1.890625, 0.328125), (1.890625, 0.5, 1.7109375)], [(1.0, 1.0, 0.0)], 1, 1, 0.0))
 def test_closed_form_period_equals_the_simulated_steady_state(case):
     vision, action, ratio, staleness, comm = case
     rows = vision + action
     costs = StageCosts([r[0] for r in rows], [r[1] for r in rows], update=[r[2] for r in rows])
     period = dual_rate_period(vision, action, rate_ratio=ratio, max_staleness=staleness, comm=comm)
     # Two cycles of close means make the start-up transient long: measure later in a longer run if needed.
-    for frames in (160, 640):
+    for frames in (160, 640, 2560):
         schedule = _schedule(len(vision), len(action), ratio, frames, staleness)
         simulated = dual_rate_metrics(simulate(schedule, costs, CommModel(latency=comm))).steady_period
         if simulated == pytest.approx(period, rel=1e-9):
