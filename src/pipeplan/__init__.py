@@ -7,6 +7,21 @@
     750.0 0.44
 
 Planning and simulation need numpy only; ``pipeplan.runtime`` needs torch.
+
+Module map, in layers (each imports only its own layer and those below it;
+docs/architecture.md names the owner of every concept):
+
+* core: :mod:`.actions` (Kind, Action, Message), :mod:`.schedule` (Schedule and its
+  checks), :mod:`.lowering` (its integer form), :mod:`.costs` (StageCosts,
+  CommModel), :mod:`.simulate`, :mod:`.timeline`, :mod:`.analytic` (closed forms,
+  bounds), :mod:`.calibration`, :mod:`.limits`, :mod:`.errors`, :mod:`.profile_format`;
+* :mod:`.schedules` (one module per family and the registry), :mod:`.viz` (views);
+* :mod:`.layers` (LayerProfile), :mod:`.hardware`, :mod:`.models`, :mod:`.presets`,
+  :mod:`.plan` (the one Plan type), :mod:`.partition` (stages and chunks);
+* :mod:`.predict` (a profile's predicted step, predicted vs measured),
+  :mod:`.planner` (search, baselines, engine exports), :mod:`.runtime` (torch:
+  executor, launch, faults, the profiler), :mod:`.dualrate` (the dual-rate pipeline);
+* :mod:`.lessons` (the seed lessons' exercise APIs); :mod:`.cli` (the ``pipeplan`` verbs).
 """
 
 from __future__ import annotations

@@ -8,11 +8,15 @@
 
 The whole feature lives here except its schedule generator, which is one family
 of the registry like every other (:mod:`pipeplan.schedules.dual_rate`, re-exported
-below): :mod:`.metrics` (throughput, staleness, memory of a timeline; torch-free),
-:mod:`.task` (the temporal control task), :mod:`.policy` (the vision and action
-networks), :mod:`.runtime` (running it on torch.distributed) and :mod:`.study`
-(the method comparison). Importing this package needs numpy only; the last four
-modules need torch.
+below): :mod:`.metrics` (throughput, staleness, memory of a timeline),
+:mod:`.config` and :mod:`.result` (a run's settings and outcome) — these three
+torch-free — and, needing torch, :mod:`.task` (the temporal control task),
+:mod:`.policy` (the vision and action networks), :mod:`.training` (task, networks,
+optimizer and loss of a run), :mod:`.costs` (measured per-rank costs),
+:mod:`.worker` (one rank of the dual-rate pipeline), :mod:`.synchronous` (the
+baseline rank), :mod:`.reference` (the single-process replay), :mod:`.runtime`
+(the launcher) and :mod:`.study` (the method comparison). Importing this package
+needs numpy only.
 """
 
 from __future__ import annotations
