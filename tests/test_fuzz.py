@@ -304,3 +304,20 @@ def test_bool_costs_are_rejected():
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(orders=_GARBAGE, placement=_GARBAGE, layers=_GARBAGE, profile=_GARBAGE, num_layers=_GARBAGE)
+def test_schedules_profiles_and_predictions_reject_bad_arguments_with_pipeplan_errors(
+    orders, placement, layers, profile, num_layers
+):
+    from pipeplan.layers import LayerProfile
+    from pipeplan.predict import predict
+
+    real_profile = LayerProfile.uniform(4)
+    real_schedule = pipeplan.build_schedule("1f1b", num_stages=2, num_microbatches=2)
+    _api_ok(lambda: pipeplan.Schedule(orders, [0], 1))
+    _api_ok(lambda: pipeplan.Schedule([[("F", 0, 0), ("B", 0, 0)]], placement, 1))
+    _api_ok(lambda: real_profile.stage_costs(layers))
+    _api_ok(lambda: predict(profile, real_schedule, [2, 2]))
+    _api_ok(lambda: LayerProfile.uniform(num_layers))

@@ -75,10 +75,13 @@ from ._validation import finite_floats, non_negative_float, positive_int
 from .calibration import Calibration
 from .costs import StageCosts, forward_backward_weight
 from .errors import InvalidInputError
+from .limits import check_memory
 from .profile_format import PROFILE_FORMAT, PROFILE_VERSION, parse_profile, write_profile
 
 __all__ = ["LayerProfile", "transformer_layer_flops", "PROFILE_VERSION"]
 
+#: Peak bytes per layer of :meth:`LayerProfile.uniform` (tracemalloc, 100,000 layers: 174).
+_UNIFORM_BYTES_PER_LAYER = 180
 _TIMES = ("forward", "backward", "weight", "backward_input")
 _SPREAD = tuple(f"{name}_iqr" for name in _TIMES)
 _OPTIONAL_COLUMNS = ("weight_stash_bytes", "send_bytes", "trainable_params", "backward_input")
@@ -242,6 +245,7 @@ class LayerProfile:
     ) -> LayerProfile:
         """``num_layers`` identical layers (the textbook transformer stack)."""
         count = positive_int("num_layers", num_layers)
+        check_memory(f"LayerProfile.uniform of {count} layers", count * _UNIFORM_BYTES_PER_LAYER)
         back = 2.0 * forward if backward is None else backward
         return cls(
             [forward] * count,
@@ -542,7 +546,12 @@ def _segment_sums(values: Sequence[float], bounds: np.ndarray) -> np.ndarray:
 
 
 def _check_sizes(layers_per_stage: Sequence[int], num_layers: int) -> list[int]:
-    sizes = [positive_int(f"layers_per_stage[{k}]", n) for k, n in enumerate(layers_per_stage)]
+    try:
+        counts = list(layers_per_stage)
+    except TypeError:
+        raise InvalidInputError(f"layers_per_stage must be a list of positive layer counts summing to {num_layers}, "
+                                f"got {layers_per_stage!r:.60}") from None
+    sizes = [positive_int(f"layers_per_stage[{k}]", n) for k, n in enumerate(counts)]
     if not sizes or sum(sizes) != num_layers:
         raise InvalidInputError(
             f"layers_per_stage must be positive counts summing to {num_layers}, got {list(layers_per_stage)}"

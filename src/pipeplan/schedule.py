@@ -59,7 +59,7 @@ from .actions import (
     kinds_for as kinds_for,  # re-exported
     message_for as message_for,  # re-exported
 )
-from .errors import DeadlockError, InvalidInputError, InvalidScheduleError
+from .errors import DeadlockError, InvalidInputError, InvalidScheduleError, PipeplanError
 from .lowering import Lowered, dependency_runs, lower, runs_to_order
 
 __all__ = ["Schedule", "Lowered", *_ACTION_NAMES]  # the action IR's names are re-exported here
@@ -98,10 +98,21 @@ class Schedule:
         num_microbatches: int,
         name: str = "custom",
     ) -> None:
-        orders_t = tuple(
-            tuple(a if type(a) is Action else Action(*a) for a in order) for order in orders
-        )
-        placement_t = tuple(int(r) for r in placement)
+        try:
+            orders_t = tuple(
+                tuple(a if type(a) is Action else Action(*a) for a in order) for order in orders
+            )
+        except PipeplanError:
+            raise
+        except (TypeError, ValueError) as error:
+            raise InvalidInputError(
+                "orders must hold, per rank, a sequence of actions, each an Action or (kind, stage, microbatch) "
+                f"such as ('F', 0, 0); got {orders!r:.60} ({error})"
+            ) from None
+        try:
+            placement_t = tuple(int(r) for r in placement)
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"placement must be a sequence of rank numbers, got {placement!r:.60}") from None
         if not orders_t:
             raise InvalidInputError("orders must hold at least one rank")
         if not placement_t:

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from .._validation import expect_instance
 from ..calibration import Calibration
 from .contention import simulate_shared
 from ..costs import CommModel, StageCosts
@@ -64,6 +65,7 @@ def prediction_inputs(profile: LayerProfile, layers_per_stage: Sequence[int], *,
 
     Without a calibration in the profile, messages are free.
     """
+    expect_instance("profile", profile, LayerProfile, "LayerProfile.from_file('prof.json')")
     costs = costs_as_run(profile.stage_costs(layers_per_stage), checkpoint)
     sizes = profile.boundary_bytes(layers_per_stage)
     return costs, (profile.calibration or Calibration()).comm_model(sizes if sizes else 0.0)
