@@ -26,7 +26,7 @@ def test_a_capacity_per_rank_found_to_fit_is_the_rejections_needed_bytes():
     rejection = evaluator.layouts.partitioned(config)
     assert isinstance(rejection, Rejection)
     assert "found to fit is 2064 bytes, needed by rank 0" in rejection.reason
-    assert rejection.needed_bytes == 2064.0
+    assert rejection.needed_bytes == 2064.0 and not rejection.needed_proven
 
 
 def test_a_stage_that_alone_needs_more_names_its_layers_and_bytes():
@@ -38,4 +38,16 @@ def test_a_stage_that_alone_needs_more_names_its_layers_and_bytes():
     # 1F1B holds min(m, P − s) = 2 microbatches on stage 2: 6 layers × (16 + 2 × 100) bytes = 1296
     assert rejection.reason.startswith("stage 2 (layers 7..12) needs at least 1.296e-06 GB on its own; "
                                        "its largest module is 'layers.7'")
-    assert rejection.needed_bytes == 1296.0
+    assert rejection.needed_bytes == 1296.0 and rejection.needed_proven
+
+
+def test_the_no_plan_message_says_when_its_memory_was_only_found_to_fit():
+    from pipeplan.planner.records import SearchStats
+    from pipeplan.planner.search import _no_plan_fits
+
+    _, _, config = _lumpy_interleaved()
+    found = Rejection(config, "rank 0 ...", needed_bytes=2064.0, needed_proven=False)
+    proven = Rejection(config, "stage 2 ...", needed_bytes=1296.0)
+    workload, _, _ = _lumpy_interleaved()
+    assert "the smallest memory found to fit is" in str(_no_plan_fits([found], 300.0, SearchStats(), workload))
+    assert "the smallest memory that fits is" in str(_no_plan_fits([proven], 300.0, SearchStats(), workload))

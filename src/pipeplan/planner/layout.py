@@ -264,7 +264,8 @@ class Layouts:
                 rank_capacity=self.rank_capacity,
             )
         except InfeasiblePlanError as error:
-            return Rejection(config, self._binding_reason(error, config), _printed_needed(error))
+            return Rejection(config, self._binding_reason(error, config), _printed_needed(error),
+                             needed_proven=error.proven)
         except PipeplanError as error:
             return Rejection(config, str(error))
         recompute = self.memory.relax(config, result.layers_per_stage, placement, counts)

@@ -25,12 +25,14 @@ class Rejection:
         needed_bytes: the smallest per-GPU memory this configuration needs, when known
             (where ranks hold several stages, perhaps only the least a search found to fit).
         at_least_bytes: a lower bound on it (weights and optimizer state alone).
+        needed_proven: ``False`` when ``needed_bytes`` is only what a search found to fit.
     """
 
     config: Config
     reason: str
     needed_bytes: float | None = None
     at_least_bytes: float | None = None
+    needed_proven: bool = True
 
 
 @dataclass

@@ -428,7 +428,8 @@ def _no_plan_fits(rejected: Sequence[Rejection], capacity: float, stats: SearchS
     closest = min(known, key=lambda r: r.needed_bytes or math.inf)
     c = closest.config
     return InfeasiblePlanError(
-        f"no plan fits {gb(capacity)} per GPU{capacity_note}; the smallest memory that fits is {gb(closest.needed_bytes or 0)} "
+        f"no plan fits {gb(capacity)} per GPU{capacity_note}; the smallest memory "
+        f"{'that fits' if closest.needed_proven else 'found to fit'} is {gb(closest.needed_bytes or 0)} "
         f"(pp={c.pp}, dp={c.dp}, {c.schedule_label}, micro-batch size {c.micro_batch_size}, "
         f"recompute {c.recompute}): {closest.reason}"
     )
