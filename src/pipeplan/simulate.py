@@ -38,7 +38,8 @@ from ._validation import expect_instance, positive_int
 from .costs import CommModel, StageCosts
 from .errors import DeadlockError, InvalidInputError
 from .limits import check_iterations_size, check_simulation_size
-from .schedule import Message, Schedule, runs_to_order
+from .lowering import runs_to_order
+from .schedule import Message, Schedule
 from .timeline import Timeline
 
 __all__ = ["simulate", "check_arguments", "OptimizerMode", "OPTIMIZER_MODES"]

@@ -9,7 +9,8 @@ Modules: :mod:`.problem` (the min-max instance and its feasibility test),
 memory), :mod:`.steptime` (:func:`simulate_partition`, the one way to simulate a
 partition, and the step-time refinement), :mod:`.solver`
 (:func:`partition_layers`: time, memory per stage or per rank, step-time
-refinement), :mod:`.placement` (several chunks per rank). Torch-free.
+refinement), :mod:`.placement` (several chunks per rank), :mod:`.choice` (the
+``--partition auto|even|a,b`` choice of the CLI and the runtime). Torch-free.
 """
 
 from __future__ import annotations

@@ -72,6 +72,7 @@ from typing import Any
 from ..errors import InvalidInputError
 from ..plan import Plan, as_plan
 from ..schedule import Schedule
+from ..schedules.patterns import loop_placement, v_placement
 
 __all__ = [
     "megatron_args",
@@ -169,8 +170,7 @@ def megatron_layout(
     plan = _plan(plan)
     sizes, placement = plan.layers_per_stage, plan.placement
     embedding_layer, loss_layer = _detect(plan, embedding_layer, loss_layer)
-    expected = tuple(s % plan.pp for s in range(len(sizes)))
-    if placement != expected:
+    if placement != loop_placement(plan.pp, len(sizes) // plan.pp):
         raise InvalidInputError(
             f"Megatron-LM places stage s on rank s mod P; placement {list(placement)} is not that "
             f"(use the torch export's schedule CSV for a custom placement)"
@@ -338,13 +338,11 @@ def torchtitan_schedule_name(plan: Plan | Sequence[int]) -> tuple[str, bool]:
     plan = _plan(plan)
     if plan.schedule in _TORCH_SCHEDULE_NAMES:
         return _TORCH_SCHEDULE_NAMES[plan.schedule], False
-    from ..schedules.zb_v import zb_v_placement
-
     if plan.one_stage_per_rank:
         return "1F1B", True
-    if plan.placement == tuple(s % plan.pp for s in range(plan.num_stages)):
+    if plan.placement == loop_placement(plan.pp, plan.num_stages // plan.pp):
         return "Interleaved1F1B", True
-    if plan.num_stages == 2 * plan.pp and list(plan.placement) == zb_v_placement(plan.pp):
+    if plan.num_stages == 2 * plan.pp and plan.placement == v_placement(plan.pp, 2):
         return "ZBVZeroBubble", True
     raise InvalidInputError(
         f"torchtitan places stages in a loop or a V; placement {list(plan.placement)} is neither "

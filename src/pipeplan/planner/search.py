@@ -77,7 +77,7 @@ class SearchResult:
             ``"recompute"``, ``"pp"``).
         rejected: configurations that do not fit, with the reason.
         stats: counts and time.
-        lower_bound: a bound no plan of the space beats (see :func:`space_lower_bound`).
+        lower_bound: a bound no plan of the space beats (see :meth:`~pipeplan.planner.pruning.SearchBounds.space_lower_bound`).
         single_stage_bound: the same over the one-stage-per-rank configurations
             only (it includes their pipeline fill).
     """

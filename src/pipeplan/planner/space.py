@@ -48,7 +48,7 @@ __all__ = ["Config", "SearchSpace", "divisors", "NOT_PLANNED"]
 
 #: Registered schedules the planner does not plan, and why.
 NOT_PLANNED = {
-    "dual-rate": "it trains asynchronously on stale gradients (lesson 16 Q3), a different step than the "
+    "dual-rate": "it trains asynchronously on stale gradients (docs/dual_rate.md), a different step than the "
                  "synchronous one every other schedule computes",
 }
 

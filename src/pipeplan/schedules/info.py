@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from ..schedule import Schedule
@@ -75,13 +76,13 @@ class ScheduleInfo:
             object.__setattr__(self, "split_backward", self.default_backward == "split")
 
     # ------------------------------------------------------------ the factory
-    @property
+    @cached_property
     def options(self) -> frozenset[str]:
         """The keyword options the factory takes after ``(num_stages, num_microbatches)``."""
         parameters = list(inspect.signature(self.factory).parameters.values())[2:]
         return frozenset(p.name for p in parameters if p.kind in _NAMED)
 
-    @property
+    @cached_property
     def default_backward(self) -> str:
         """The factory's ``backward`` default; ``"split"`` (the most kinds) when it has none."""
         parameter = inspect.signature(self.factory).parameters.get("backward")
