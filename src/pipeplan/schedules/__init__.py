@@ -73,6 +73,10 @@ _REGISTRY: dict[str, ScheduleInfo] = {
 #: its metadata read off the new factory (see :func:`schedule_info`).
 SCHEDULES: dict[str, ScheduleFactory] = {name: info.factory for name, info in _REGISTRY.items()}
 
+#: Every entry ever registered, by name and factory: a factory swapped out of
+#: ``SCHEDULES`` and put back gets its registered metadata again, not a bare reading.
+_DECLARED: dict[tuple[str, ScheduleFactory], ScheduleInfo] = {(i.name, i.factory): i for i in _REGISTRY.values()}
+
 for _info in _REGISTRY.values():
     set_build_bytes_per_action(_info.name, _info.build_bytes_per_action)
 
@@ -91,8 +95,8 @@ def schedule_info(name: str) -> ScheduleInfo:
     if factory is None:
         raise _unknown(name)
     info = _REGISTRY.get(name)
-    if info is None or info.factory is not factory:  # put into SCHEDULES bare: read it off the factory
-        info = _REGISTRY[name] = ScheduleInfo(name, factory)
+    if info is None or info.factory is not factory:  # put into SCHEDULES directly: as registered, else bare
+        info = _REGISTRY[name] = _DECLARED.get((name, factory)) or ScheduleInfo(name, factory)
     return info
 
 
@@ -115,7 +119,7 @@ def register_schedule(name: str, factory: ScheduleFactory | ScheduleInfo) -> Non
     info = factory if isinstance(factory, ScheduleInfo) else ScheduleInfo(name, factory)
     if info.name != name:
         info = replace(info, name=name)
-    _REGISTRY[name] = info
+    _REGISTRY[name] = _DECLARED[(name, info.factory)] = info
     SCHEDULES[name] = info.factory
     set_build_bytes_per_action(name, info.build_bytes_per_action)
 
