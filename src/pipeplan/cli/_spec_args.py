@@ -12,7 +12,7 @@ from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..models.spec import ModelSpec
 
-__all__ = ["add_spec_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count", "human_bytes"]
+__all__ = ["add_spec_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count"]
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -84,11 +84,3 @@ def human_count(value: float) -> str:
         if abs(value) >= size:
             return f"{value / size:.3g}{unit}"
     return f"{value:.3g}"
-
-
-def human_bytes(value: float) -> str:
-    """``1.3e9`` → ``"1.3 GB"`` (decimal units)."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value:.3g} B"

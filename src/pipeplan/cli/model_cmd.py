@@ -19,7 +19,8 @@ from rich.table import Table
 from .. import hardware
 from ..errors import InvalidInputError
 from ._common import make_console, print_json
-from ._spec_args import add_spec_arguments, human_bytes, human_count, spec_from_args
+from ..viz.tables import format_decimal_bytes
+from ._spec_args import add_spec_arguments, human_count, spec_from_args
 
 __all__ = ["register", "run"]
 
@@ -66,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         table.add_row(str(row["name"]), f"{row['forward']:.4g}", f"{row['backward'] - row['weight']:.4g}",
                       f"{row['weight']:.4g}", human_count(row["forward_flops"]), human_count(row["params"]),
-                      human_bytes(row["activation_bytes"]), human_bytes(row["weight_stash_bytes"]),
-                      human_bytes(row["send_bytes"]))
+                      format_decimal_bytes(row["activation_bytes"]), format_decimal_bytes(row["weight_stash_bytes"]),
+                      format_decimal_bytes(row["send_bytes"]))
     console = make_console()
     console.print(table)
     total_f, total_b = sum(profile.forward), sum(profile.backward)

@@ -25,7 +25,8 @@ from ..partition import PartitionResult, even_split, partition_layers
 from ..partition.steptime import partition_schedule, simulate_partition
 from ..schedules import SCHEDULES, backward_mode
 from ._common import check_scaled, make_console, parse_bytes, print_json, progress
-from ._spec_args import add_spec_arguments, human_bytes, profile_from_spec_args, uses_spec
+from ..viz.tables import format_decimal_bytes
+from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
 
 __all__ = ["register", "run", "profile_from_args"]
 
@@ -212,7 +213,7 @@ def _evaluate(profile: LayerProfile, sizes: Any, schedule: str, micro: int) -> d
 def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
     title = f"{sum(result.layers_per_stage)} layers into {result.num_stages} stages on {result.num_ranks} ranks"
     if capacity is not None:
-        title += f", ≤ {human_bytes(capacity)} per rank"
+        title += f", ≤ {format_decimal_bytes(capacity)} per rank"
     table = Table(title=title)
     for column in ("stage", "rank", "layers", "count", "time ms", "memory", "in flight"):
         table.add_column(column, justify="right")
@@ -224,7 +225,7 @@ def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
             f"{span.start}–{span.stop - 1}",
             str(len(span)),
             f"{result.stage_times[stage]:.6g}",
-            human_bytes(result.stage_memory[stage]) if has_memory else "—",
+            format_decimal_bytes(result.stage_memory[stage]) if has_memory else "—",
             str(result.inflight[stage]),
         )
     return table
@@ -232,7 +233,7 @@ def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
 
 def _rank_table(result: PartitionResult, capacity: float | None) -> Table:
     """Per rank (GPU): its stages and the memory they hold together."""
-    table = Table(title="memory per rank" + (f" (capacity {human_bytes(capacity)})" if capacity else ""))
+    table = Table(title="memory per rank" + (f" (capacity {format_decimal_bytes(capacity)})" if capacity else ""))
     for column in ("rank", "stages", "time ms", "memory"):
         table.add_column(column, justify="right")
     loads = [0.0] * result.num_ranks
@@ -240,7 +241,7 @@ def _rank_table(result: PartitionResult, capacity: float | None) -> Table:
         loads[rank] += result.stage_times[stage]
     for rank in range(result.num_ranks):
         stages = [str(s) for s, r in enumerate(result.placement) if r == rank]
-        memory = human_bytes(result.rank_memory[rank]) if any(result.stage_memory) else "—"
+        memory = format_decimal_bytes(result.rank_memory[rank]) if any(result.stage_memory) else "—"
         table.add_row(str(rank), " + ".join(stages), f"{loads[rank]:.6g}", memory)
     return table
 

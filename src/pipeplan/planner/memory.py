@@ -44,6 +44,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..plan import RECOMPUTE_MODES, RankMemory, Recompute
+from ..viz.tables import format_decimal_bytes
 from .space import Config
 from .workload import Workload
 
@@ -89,7 +90,7 @@ class OptimizerBytes:
 
 def gb(num_bytes: float) -> str:
     """Bytes as the planner prints them: ``3.36 GB`` (10⁹ bytes, four significant digits)."""
-    return f"{num_bytes / 1e9:.4g} GB"
+    return format_decimal_bytes(num_bytes, digits=4, unit="GB")
 
 
 class MemoryModel:

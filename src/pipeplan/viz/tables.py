@@ -22,7 +22,7 @@ from rich.table import Table
 from ..timeline import expect_timeline
 from ..timeline import IdleCause, Timeline
 
-__all__ = ["rank_table", "format_bytes", "format_time"]
+__all__ = ["rank_table", "format_bytes", "format_decimal_bytes", "format_time"]
 
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -35,6 +35,23 @@ def format_bytes(value: float) -> str:
             return f"{size:.3g} {unit}" if abs(size) < 1000 else f"{size:,.0f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+_DECIMAL_UNITS = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
+
+
+def format_decimal_bytes(value: float, *, digits: int = 3, unit: str | None = None) -> str:
+    """Bytes in decimal units: ``1.3e9`` → ``"1.3 GB"``, ``512`` → ``"512 B"`` (``digits`` significant).
+
+    ``unit`` (``"TB"``, ``"GB"``, ``"MB"``, ``"kB"``) fixes the unit instead of the largest
+    one not above ``|value|``: the planner's messages say ``"3.362 GB"`` whatever the size.
+    """
+    if unit is not None:
+        return f"{value / dict(_DECIMAL_UNITS)[unit]:.{digits}g} {unit}"
+    for name, size in _DECIMAL_UNITS:
+        if abs(value) >= size:
+            return f"{value / size:.{digits}g} {name}"
+    return f"{value:.{digits}g} B"
 
 
 def format_time(value: float) -> str:
