@@ -14,7 +14,7 @@ def test_devices_have_memory_and_dense_bf16_peaks():
     assert hardware.device_names() == ["a100-40g", "a100-80g", "h100-80g", "h200-141g", "l40s", "cpu"]
     h100 = hardware.device("h100-80g")
     assert h100.peak_flops == 989.4e12 and h100.memory_bytes == 81_559 * 2**20
-    assert h100.achievable_flops == pytest.approx(0.4 * 989.4e12)
+    assert h100.achievable_flops == pytest.approx(h100.gemm_efficiency * 989.4e12)  # no flat fraction set
     assert hardware.device("h100-80g", achievable_fraction=0.5).milliseconds(989.4e12) == pytest.approx(2000.0)
     assert hardware.device("a100-80g").memory_bytes > hardware.device("a100-40g").memory_bytes
 

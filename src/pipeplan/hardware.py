@@ -1,71 +1,206 @@
-"""Device and link presets: memory, dense bf16 FLOP/s, and point-to-point links.
+"""Devices and links: what an operation and a message cost on real hardware.
 
-A :class:`Device` turns FLOPs into time at ``peak_flops × achievable_fraction``
-(the fraction a real training step reaches; you may override it), and a
-:class:`Link` turns bytes into time as ``latency + bytes / bandwidth``, producing
-the simulator's :class:`~pipeplan.costs.CommModel`::
+A :class:`Device` times one :class:`~pipeplan.operations.Op` as a roofline with
+a shape-dependent GEMM efficiency (docs/cost_model.md gives the formulas and
+every constant's source)::
+
+    GEMM, attention:  time = max(FLOPs / (peak · efficiency(op)), bytes / HBM bandwidth) + launch
+    memory-bound:     time = bytes / (HBM bandwidth · memory_efficiency) + launch
+
+* a GEMM's efficiency is ``gemm_efficiency`` (a large, well-shaped GEMM) times
+  its wave quantisation: ``tiles / (waves · SMs)`` for ``⌈m/tm⌉·⌈n/tn⌉`` output
+  tiles; a measured ``gemm_table`` (``pipeplan calibrate``) replaces the curve by
+  the nearest measured shape;
+* a fused attention kernel runs at ``attention_efficiency`` of peak on the work
+  it does (half the score blocks when causal);
+* a memory-bound kernel moves its bytes at ``memory_bandwidth · memory_efficiency``
+  (``random_efficiency`` for one that draws a dropout mask)
+  (tiled GEMM and attention kernels stream their operands at the full bandwidth).
+
+With ``achievable_fraction`` set, the device is the older flat model instead:
+every counted FLOP at ``peak_flops × achievable_fraction`` (``--mfu``).
+A :class:`Link` turns bytes into time as ``latency + bytes / bandwidth``,
+producing the simulator's :class:`~pipeplan.costs.CommModel`::
 
     >>> from pipeplan import hardware
-    >>> gpu = hardware.device("h100-80g", achievable_fraction=0.45)
-    >>> gpu.achievable_flops, gpu.memory_bytes
-    (445230000000000.0, 85520809984)
+    >>> from pipeplan.operations import gemm
+    >>> a100 = hardware.device("a100-80g")
+    >>> round(a100.op_milliseconds(gemm("fc1", m=6144, n=9216, k=2304)), 3)  # 261 GFLOP at 0.859 of 312 T
+    0.978
+    >>> hardware.device("h100-80g", achievable_fraction=0.45).achievable_flops
+    445230000000000.0
     >>> hardware.link("nvlink-h100").comm_model(boundary_bytes=[2e7, 2e7, 2e7])
     CommModel(latency=0.005, bandwidth=450000000.0, boundary_bytes=(20000000.0, 20000000.0, 20000000.0),
               send_mode='eager')
 
-Units: bytes, FLOP/s, bytes per millisecond for ``comm_model`` (pipeplan's CLI
-times are milliseconds). The numbers and their sources are listed in
-docs/presets.md; ``achievable_fraction`` defaults to 0.4, a planning assumption
-(large-model training reports 35–55 % of peak on these GPUs), not a measurement.
+Units: bytes, FLOP/s, bytes/s; times in milliseconds (pipeplan's CLI unit),
+bytes per millisecond for ``comm_model``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from ._validation import non_negative_float, positive_float
+from ._validation import non_negative_float, positive_float, positive_int
 from .costs import CommModel, SendMode
 from .errors import InvalidInputError
+from .operations import Op
 
-__all__ = ["Device", "Link", "DEVICES", "LINKS", "device", "link", "device_names", "link_names"]
+__all__ = ["Device", "GemmPoint", "Link", "DEVICES", "LINKS", "device", "link", "device_names", "link_names"]
 
 _MIB = 2**20
 
 
+def _fraction(name: str, value: float) -> float:
+    """``value`` checked to lie in (0, 1]."""
+    number = positive_float(name, value)
+    if number > 1:
+        raise InvalidInputError(f"{name} must be in (0, 1], got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class GemmPoint:
+    """One measured GEMM: shape ``m × k`` by ``k × n`` and the fraction of peak it reached."""
+
+    m: int
+    n: int
+    k: int
+    efficiency: float
+
+    def __post_init__(self) -> None:
+        for name in ("m", "n", "k"):
+            positive_int(f"gemm_table {name}", getattr(self, name))
+        _fraction("gemm_table efficiency", self.efficiency)
+
+
 @dataclass(frozen=True)
 class Device:
-    """One accelerator (or a CPU) as the planner sees it.
+    """One accelerator (or a CPU) as the cost model sees it (module doc: the formula).
 
     Attributes:
         name: preset name.
         memory_bytes: memory a process can allocate, bytes (what ``nvidia-smi`` reports).
-        peak_flops: dense bf16 tensor-core FLOP/s (no structured sparsity).
-        achievable_fraction: fraction of ``peak_flops`` a training step reaches, in (0, 1].
+        peak_flops: dense 16-bit tensor-core FLOP/s (no structured sparsity).
+        memory_bandwidth: device-memory (HBM) bandwidth, bytes/s, from the spec sheet.
+        gemm_efficiency: fraction of ``peak_flops`` a large, well-shaped GEMM reaches, (0, 1].
+        attention_efficiency: fraction of ``peak_flops`` a fused (flash) attention kernel
+            reaches on the FLOPs it executes, (0, 1].
+        memory_efficiency: fraction of ``memory_bandwidth`` a training step's
+            elementwise, norm and softmax kernels reach, (0, 1].
+        random_efficiency: the same for kernels that draw random numbers (dropout
+            masks), (0, 1].
+        launch_overhead_ms: fixed time per kernel, ms.
+        num_sms: streaming multiprocessors (one output tile each per wave).
+        gemm_tile: output tile ``(rows, columns)`` of the wave-quantisation model.
+        gemm_table: measured GEMMs (``pipeplan calibrate``); when given, a GEMM's
+            efficiency is that of the nearest measured shape (log distance).
+        achievable_fraction: when set, the flat model: every counted FLOP at
+            ``peak_flops × achievable_fraction`` and no memory-bound time.
         description: where the numbers come from.
+        sources: per constant, its source (a datasheet, a paper, a fit).
     """
 
     name: str
     memory_bytes: float
     peak_flops: float
-    achievable_fraction: float = 0.4
+    memory_bandwidth: float = 1e12
+    gemm_efficiency: float = 0.8
+    attention_efficiency: float = 0.5
+    memory_efficiency: float = 0.8
+    random_efficiency: float = 0.4
+    launch_overhead_ms: float = 0.0
+    num_sms: int = 108
+    gemm_tile: tuple[int, int] = (128, 128)
+    gemm_table: tuple[GemmPoint, ...] = ()
+    achievable_fraction: float | None = None
     description: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         positive_float(f"{self.name}.memory_bytes", self.memory_bytes, unit="bytes")
         positive_float(f"{self.name}.peak_flops", self.peak_flops, unit="FLOP/s")
-        fraction = positive_float("achievable_fraction", self.achievable_fraction)
-        if fraction > 1:
-            raise InvalidInputError(f"achievable_fraction must be in (0, 1], got {self.achievable_fraction!r}")
+        positive_float(f"{self.name}.memory_bandwidth", self.memory_bandwidth, unit="bytes/s")
+        for name in ("gemm_efficiency", "attention_efficiency", "memory_efficiency", "random_efficiency"):
+            _fraction(name, getattr(self, name))
+        non_negative_float("launch_overhead_ms", self.launch_overhead_ms)
+        positive_int("num_sms", self.num_sms)
+        if len(self.gemm_tile) != 2:
+            raise InvalidInputError(f"gemm_tile must be (rows, columns), got {self.gemm_tile!r}")
+        for size in self.gemm_tile:
+            positive_int("gemm_tile", size)
+        object.__setattr__(self, "gemm_tile", tuple(self.gemm_tile))
+        object.__setattr__(self, "gemm_table", tuple(self.gemm_table))
+        if self.achievable_fraction is not None:
+            _fraction("achievable_fraction", self.achievable_fraction)
+
+    @property
+    def flat(self) -> bool:
+        """Whether this is the flat model (``achievable_fraction`` set)."""
+        return self.achievable_fraction is not None
 
     @property
     def achievable_flops(self) -> float:
-        """``peak_flops × achievable_fraction``, FLOP/s: the rate times are computed at."""
-        return self.peak_flops * self.achievable_fraction
+        """The flat model's rate, FLOP/s: ``peak × achievable_fraction`` (else ``peak × gemm_efficiency``)."""
+        fraction = self.achievable_fraction if self.achievable_fraction is not None else self.gemm_efficiency
+        return self.peak_flops * fraction
 
     def milliseconds(self, flops: float) -> float:
-        """Time of ``flops`` at the achievable rate, in ms."""
+        """Time of ``flops`` at :attr:`achievable_flops`, in ms."""
         return 1e3 * flops / self.achievable_flops
+
+    def gemm_efficiency_at(self, m: int, n: int, k: int, batch: int = 1) -> tuple[float, bool]:
+        """Fraction of peak a (batched) GEMM of this shape reaches, and whether that is measured.
+
+        From ``gemm_table``: the nearest measured shape in ``log m, log n, log k``
+        (``True`` only when the shape itself was measured). Otherwise
+        ``gemm_efficiency`` times the wave quantisation ``tiles / (⌈tiles / SMs⌉ · SMs)``
+        of the ``batch · ⌈m/tm⌉ · ⌈n/tn⌉`` output tiles.
+        """
+        if self.gemm_table:
+            key = (math.log(m), math.log(n), math.log(k))
+            best = min(self.gemm_table, key=lambda p: (math.log(p.m) - key[0]) ** 2
+                       + (math.log(p.n) - key[1]) ** 2 + (math.log(p.k) - key[2]) ** 2)
+            return best.efficiency, (best.m, best.n, best.k) == (m, n, k)
+        rows, columns = self.gemm_tile
+        tiles = batch * math.ceil(m / rows) * math.ceil(n / columns)
+        waves = math.ceil(tiles / self.num_sms)
+        return self.gemm_efficiency * tiles / (waves * self.num_sms), False
+
+    def op_milliseconds(self, op: Op) -> float:
+        """Time of one operation, ms (module doc: the roofline)."""
+        if self.achievable_fraction is not None:
+            return 1e3 * op.flops / self.achievable_flops
+        if op.kind == "memory":
+            efficiency = self.random_efficiency if op.random else self.memory_efficiency
+            return 1e3 * op.bytes / (self.memory_bandwidth * efficiency) + self.launch_overhead_ms
+        stream = op.bytes / self.memory_bandwidth  # tiled kernels stream their operands at the roof
+        if op.kind == "gemm":
+            efficiency = self.gemm_efficiency_at(op.m, op.n, op.k, op.batch)[0]
+            compute = op.flops / (self.peak_flops * efficiency)
+        else:
+            work = op.flops * (0.5 if op.causal else 1.0)
+            compute = work / (self.peak_flops * self.attention_efficiency)
+        return 1e3 * max(compute, stream) + self.launch_overhead_ms
+
+    def ops_milliseconds(self, ops: Sequence[Op]) -> float:
+        """Total time of ``ops`` run one after another, ms."""
+        return float(sum(self.op_milliseconds(op) for op in ops))
+
+    def describe(self) -> dict[str, object]:
+        """The model in use, JSON-ready (what ``plan --json`` and ``model --json`` carry)."""
+        if self.achievable_fraction is not None:
+            return {"name": self.name, "model": "flat", "peak_flops": self.peak_flops,
+                    "achievable_fraction": self.achievable_fraction, "memory_bytes": self.memory_bytes}
+        return {"name": self.name, "model": "per-operator roofline", "peak_flops": self.peak_flops,
+                "memory_bandwidth": self.memory_bandwidth, "gemm_efficiency": self.gemm_efficiency,
+                "attention_efficiency": self.attention_efficiency, "memory_efficiency": self.memory_efficiency,
+                "random_efficiency": self.random_efficiency,
+                "launch_overhead_ms": self.launch_overhead_ms, "num_sms": self.num_sms,
+                "gemm_tile": list(self.gemm_tile), "measured_gemms": len(self.gemm_table),
+                "memory_bytes": self.memory_bytes}
 
 
 @dataclass(frozen=True)
@@ -100,24 +235,60 @@ class Link:
                          boundary_bytes=boundary_bytes, send_mode=send_mode)
 
 
-# Dense (non-sparse) bf16 tensor-core peaks from NVIDIA's datasheets; memory as nvidia-smi reports it.
+# Peaks, bandwidths and SM counts are NVIDIA datasheet values; memory as nvidia-smi reports it.
+# The efficiencies are the cost model's constants: docs/cost_model.md says which are fitted (the
+# A100's, to the zero-bubble paper's Table 9 only) and which are taken from published benchmarks.
+#: Constants of the A100's per-operator model, fitted by benchmarks/cost_model.py --fit.
+A100_FIT = {"gemm_efficiency": 0.859, "memory_efficiency": 0.534, "random_efficiency": 0.236, "launch_overhead_ms": 0.004}
+_A100 = {
+    "peak_flops": 312e12, "num_sms": 108, "attention_efficiency": 0.55, **A100_FIT,
+    "sources": {
+        "peak_flops": "NVIDIA A100 datasheet: 312 TFLOP/s dense bf16/fp16 tensor",
+        "memory_bandwidth": "NVIDIA A100 datasheet: 1,555 GB/s (40GB HBM2), 2,039 GB/s (80GB HBM2e)",
+        "num_sms": "NVIDIA A100 whitepaper: 108 SMs",
+        "gemm_efficiency": "fitted to Qi et al. 2024 (Zero Bubble PP) Table 9, 1.5B and 6.2B T_W (benchmarks/cost_model.py --fit)",
+        "memory_efficiency": "fitted to Qi et al. 2024 Table 9, 1.5B and 6.2B T_F and T_B",
+        "launch_overhead_ms": "fitted to Qi et al. 2024 Table 9 together with memory_efficiency",
+        "attention_efficiency": "Dao 2023 (FlashAttention-2) Fig. 4: ~170 of 312 TFLOP/s fwd+bwd, A100, d=128",
+    },
+}
+_HOPPER = {
+    "peak_flops": 989.4e12, "num_sms": 132, "gemm_efficiency": 0.75, "attention_efficiency": 0.35,
+    "memory_efficiency": A100_FIT["memory_efficiency"], "launch_overhead_ms": A100_FIT["launch_overhead_ms"],
+    "sources": {
+        "peak_flops": "NVIDIA H100/H200 datasheets: 989.4 TFLOP/s dense bf16 (half the 1979 sparse figure)",
+        "memory_bandwidth": "NVIDIA datasheets: 3.35 TB/s (H100 SXM5 HBM3), 4.8 TB/s (H200 HBM3e)",
+        "num_sms": "NVIDIA H100 whitepaper: 132 SMs (SXM5)",
+        "gemm_efficiency": "Bekman, ML Engineering, 'Maximum Achievable Matmul FLOPS': ~750 of 989 TFLOP/s bf16",
+        "attention_efficiency": "Dao 2023 (FlashAttention-2) Fig. 7: ~335 of 989 TFLOP/s fwd+bwd on H100",
+        "memory_efficiency": "the A100 fit (same eager kernels), not measured on this device",
+        "launch_overhead_ms": "the A100 fit",
+    },
+}
 DEVICES: dict[str, Device] = {
     d.name: d
     for d in (
-        Device("a100-40g", 40_960 * _MIB, 312e12,
-               description="A100 SXM4 40GB: 312 TFLOP/s dense bf16 (NVIDIA A100 datasheet), 40960 MiB"),
-        Device("a100-80g", 81_920 * _MIB, 312e12,
-               description="A100 SXM4 80GB: 312 TFLOP/s dense bf16 (NVIDIA A100 datasheet), 81920 MiB"),
-        Device("h100-80g", 81_559 * _MIB, 989.4e12,
-               description="H100 SXM5 80GB: 989.4 TFLOP/s dense bf16 (NVIDIA H100 datasheet, half of the "
-                           "1979 sparse figure), 81559 MiB"),
-        Device("h200-141g", 143_771 * _MIB, 989.4e12,
-               description="H200 SXM 141GB: same compute as H100 SXM (NVIDIA H200 datasheet), 143771 MiB"),
-        Device("l40s", 46_068 * _MIB, 362.05e12,
-               description="L40S 48GB GDDR6: 362.05 TFLOP/s dense bf16 (NVIDIA L40S datasheet), 46068 MiB"),
-        Device("cpu", 64 * 2**30, 1e12, achievable_fraction=1.0,
-               description="a nominal CPU host (1 TFLOP/s, 64 GiB) for small planning runs and tests; "
-                           "not a measurement of any machine"),
+        Device("a100-40g", 40_960 * _MIB, memory_bandwidth=1555e9, **_A100,  # type: ignore[arg-type]
+               description="A100 SXM4 40GB: 312 TFLOP/s dense bf16, 1,555 GB/s HBM2, 40960 MiB"),
+        Device("a100-80g", 81_920 * _MIB, memory_bandwidth=2039e9, **_A100,  # type: ignore[arg-type]
+               description="A100 SXM4 80GB: 312 TFLOP/s dense bf16, 2,039 GB/s HBM2e, 81920 MiB"),
+        Device("h100-80g", 81_559 * _MIB, memory_bandwidth=3.35e12, **_HOPPER,  # type: ignore[arg-type]
+               description="H100 SXM5 80GB: 989.4 TFLOP/s dense bf16, 3.35 TB/s HBM3, 81559 MiB"),
+        Device("h200-141g", 143_771 * _MIB, memory_bandwidth=4.8e12, **_HOPPER,  # type: ignore[arg-type]
+               description="H200 SXM 141GB: H100 compute, 4.8 TB/s HBM3e, 143771 MiB"),
+        Device("l40s", 46_068 * _MIB, 362.05e12, memory_bandwidth=864e9, num_sms=142, gemm_efficiency=0.7,
+               attention_efficiency=0.4, memory_efficiency=A100_FIT["memory_efficiency"],
+               launch_overhead_ms=A100_FIT["launch_overhead_ms"],
+               description="L40S 48GB GDDR6: 362.05 TFLOP/s dense bf16, 864 GB/s, 46068 MiB",
+               sources={"peak_flops": "NVIDIA L40S datasheet: 362.05 TFLOP/s dense bf16",
+                        "memory_bandwidth": "NVIDIA L40S datasheet: 864 GB/s GDDR6",
+                        "num_sms": "NVIDIA Ada whitepaper: 142 SMs (L40S)",
+                        "gemm_efficiency": "Bekman, ML Engineering, 'Maximum Achievable Matmul FLOPS' (L40S row)",
+                        "attention_efficiency": "assumed between the A100 and H100 FlashAttention-2 figures",
+                        "memory_efficiency": "the A100 fit", "launch_overhead_ms": "the A100 fit"}),
+        Device("cpu", 64 * 2**30, 1e12, memory_bandwidth=50e9, achievable_fraction=1.0,
+               description="a nominal CPU host (1 TFLOP/s, 64 GiB, flat model) for small planning runs and "
+                           "tests; not a measurement of any machine (`pipeplan calibrate` measures yours)"),
     )
 }
 

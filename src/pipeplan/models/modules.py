@@ -71,6 +71,8 @@ class TransformerStack:
             (a norm without parameters); two per block.
         bias: every linear layer has a bias.
         dropout: dropout after attention probabilities, attention and MLP (masks stored).
+        causal: each token attends only to earlier ones (a decoder LM): a flash kernel
+            skips half the score blocks (time only; the FLOP convention counts all).
         layer_scale: per-channel scales after attention and MLP (DINOv2), ``2h`` parameters.
         adaptive_norm: ``(k1, k2)``: the two norms are modulated by a per-sample
             condition of width ``h`` through ``Linear(h, k·h)`` (π0.5's adaRMSNorm:
@@ -101,6 +103,7 @@ class TransformerStack:
     norm: Norm = "layernorm"
     bias: bool = False
     dropout: bool = False
+    causal: bool = False
     layer_scale: bool = False
     adaptive_norm: tuple[int, int] = (0, 0)
     final_norm: bool = False

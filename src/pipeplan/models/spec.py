@@ -85,6 +85,7 @@ from .._validation import positive_float
 from ..errors import InvalidInputError
 from ..hardware import Device
 from ..layers import LayerProfile
+from ..operations import Op
 from ._layer_math import (
     Part,
     Shape,
@@ -94,6 +95,15 @@ from ._layer_math import (
     head_part,
     patch_part,
     projector_part,
+)
+from ._layer_ops import (
+    PassOps,
+    apply_training_ops,
+    block_ops,
+    embedding_ops,
+    head_ops,
+    patch_ops,
+    projector_ops,
 )
 from ._schema import check_module, module_record, modules_from_payload, read_payload
 from .modules import (
@@ -139,6 +149,8 @@ class LayerCost:
         activation_bytes: bytes kept from the end of F to the end of B.
         weight_stash_bytes: of those, the bytes W still needs after B.
         send_bytes: bytes crossing a pipeline cut right after this layer.
+        forward_ops, input_grad_ops, weight_grad_ops: the kernels of F, B and W
+            (:mod:`pipeplan.operations`), which a device times.
     """
 
     name: str
@@ -151,6 +163,9 @@ class LayerCost:
     activation_bytes: float
     weight_stash_bytes: float
     send_bytes: float
+    forward_ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
+    input_grad_ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
+    weight_grad_ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def backward_flops(self) -> float:
@@ -341,6 +356,28 @@ class ModelSpec:
             return [embedding_part(module, shape)]
         return [head_part(module, shape)]
 
+    def _ops(self, module: Module, shape: Shape, index: int) -> PassOps:
+        """The kernels of layer ``index`` of ``module`` (the same cases as :meth:`_parts`)."""
+        if isinstance(module, VisionEncoder):
+            if index == 0:
+                return patch_ops(module, shape)
+            return block_ops(module.blocks(), shape, layer_index=index - 1, kv_tokens=module.blocks().seq_length,
+                             kv_width=module.hidden_size, extra_keys=0)
+        if isinstance(module, TransformerStack):
+            cross = module.cross_attention
+            if cross is not None and index % cross.every == 0:
+                tokens, width = self.module(cross.source).output_shape()
+                return block_ops(module, shape, layer_index=index, kv_tokens=tokens,
+                                 kv_width=cross.kv_hidden_size or width, extra_keys=0)
+            extra = self.module(module.joint_with).seq_length if module.joint_with else 0  # type: ignore[union-attr]
+            return block_ops(module, shape, layer_index=index, kv_tokens=module.seq_length,
+                             kv_width=module.hidden_size, extra_keys=extra)
+        if isinstance(module, Projector):
+            return projector_ops(module, shape)
+        if isinstance(module, Embedding):
+            return embedding_ops(module, shape)
+        return head_ops(module, shape)
+
     def layer_costs(
         self,
         micro_batch_size: int,
@@ -364,7 +401,7 @@ class ModelSpec:
         """
         shape = _check_shape(micro_batch_size, recompute, tensor_parallel, sequence_parallel)
         joint = {m.joint_with: m for m in self.modules if isinstance(m, TransformerStack) and m.joint_with}
-        rows: list[tuple[str, tuple[str, ...], dict[str, float], float, float]] = []
+        rows: list[tuple[str, tuple[str, ...], dict[str, float], float, float, PassOps]] = []
         owners: list[tuple[str, ...]] = []
         for module in self.modules:
             if isinstance(module, TransformerStack) and module.joint_with:
@@ -374,25 +411,32 @@ class ModelSpec:
                 names = (module.name,) if partner is None else (module.name, partner.name)
                 totals = {"forward": 0.0, "input_grad": 0.0, "weight_grad": 0.0, "activation": 0.0, "stash": 0.0}
                 params = trainable = 0.0
+                kernels = PassOps()
                 for member in ((module,) if partner is None else (module, partner)):
                     backward = self.needs_grad(member.name) or (
                         member is partner and self.needs_grad(module.name)
                     )
+                    trains = self.trains(member.name)
                     for part in self._parts(member, shape, index):
-                        costs = apply_training(part, trains=self.trains(member.name),
-                                                needs_backward=backward, recompute=shape.recompute)
+                        costs = apply_training(part, trains=trains, needs_backward=backward,
+                                               recompute=shape.recompute)
                         for key in totals:
                             totals[key] += costs[key]
                         params += part.params
-                        trainable += part.params if self.trains(member.name) else 0.0
+                        trainable += part.params if trains else 0.0
+                        run = apply_training_ops(self._ops(member, shape, index), trains=trains,
+                                                 needs_backward=backward, input_is_data=part.input_is_data,
+                                                 recompute=shape.recompute)
+                        kernels = PassOps(kernels.forward + run.forward, kernels.input_grad + run.input_grad,
+                                          kernels.weight_grad + run.weight_grad)
                 label = "+".join(names)
-                rows.append((f"{label}.{index}", names, totals, params, trainable))
+                rows.append((f"{label}.{index}", names, totals, params, trainable, kernels))
                 owners.append(names)
         sends = self._send_bytes(shape, owners)
         return [
             LayerCost(name, names, c["forward"], c["input_grad"], c["weight_grad"], p, tp,
-                      c["activation"], c["stash"], send)
-            for (name, names, c, p, tp), send in zip(rows, sends)
+                      c["activation"], c["stash"], send, k.forward, k.input_grad, k.weight_grad)
+            for (name, names, c, p, tp, k), send in zip(rows, sends)
         ]
 
     def _output_bytes(self, module: Module, shape: Shape) -> float:
@@ -465,26 +509,35 @@ class ModelSpec:
     ) -> LayerProfile:
         """The :class:`~pipeplan.layers.LayerProfile` of this model on ``hardware``.
 
-        Times are milliseconds per microbatch: ``1e3 · FLOPs / hardware.achievable_flops``
-        (see :class:`pipeplan.hardware.Device`). ``backward`` is B + W time,
-        ``weight`` the W part; ``params`` are per tensor-parallel rank;
-        ``trainable_params``, ``weight_stash_bytes`` and ``send_bytes`` carry the
-        frozen, split-backward and boundary information.
+        Times are milliseconds per microbatch: each layer's F, B and W kernels
+        timed by :meth:`pipeplan.hardware.Device.op_milliseconds` (with the flat
+        model, ``achievable_fraction`` set, ``1e3 · FLOPs / achievable_flops``).
+        ``backward`` is B + W time, ``weight`` the W part; ``params`` are per
+        tensor-parallel rank; ``trainable_params``, ``weight_stash_bytes`` and
+        ``send_bytes`` carry the frozen, split-backward and boundary information.
 
         Args:
             hardware: a :class:`~pipeplan.hardware.Device` (or anything with a
-                positive ``achievable_flops`` in FLOP/s).
+                positive ``achievable_flops`` in FLOP/s: the flat model).
             micro_batch_size, recompute, tensor_parallel, sequence_parallel: as in
                 :meth:`layer_costs`.
         """
-        rate = positive_float("achievable_flops", getattr(hardware, "achievable_flops", None), unit="FLOP/s")
         layers = self.layer_costs(micro_batch_size, recompute=recompute, tensor_parallel=tensor_parallel,
                                   sequence_parallel=sequence_parallel)
-        to_ms = 1e3 / rate
+        if isinstance(hardware, Device) and not hardware.flat:
+            forward = [hardware.ops_milliseconds(layer.forward_ops) for layer in layers]
+            weight = [hardware.ops_milliseconds(layer.weight_grad_ops) for layer in layers]
+            backward = [hardware.ops_milliseconds(layer.input_grad_ops) + w for layer, w in zip(layers, weight)]
+        else:
+            rate = positive_float("achievable_flops", getattr(hardware, "achievable_flops", None), unit="FLOP/s")
+            to_ms = 1e3 / rate
+            forward = [layer.forward_flops * to_ms for layer in layers]
+            backward = [layer.backward_flops * to_ms for layer in layers]
+            weight = [layer.weight_grad_flops * to_ms for layer in layers]
         return LayerProfile(
-            [layer.forward_flops * to_ms for layer in layers],
-            [layer.backward_flops * to_ms for layer in layers],
-            [layer.weight_grad_flops * to_ms for layer in layers],
+            forward,
+            backward,
+            weight,
             activation_bytes=[layer.activation_bytes for layer in layers],
             params=[layer.params for layer in layers],
             names=[layer.name for layer in layers],

@@ -25,21 +25,42 @@ from ..models.spec import (
 )
 from ._components import clip_large_336, llama2_7b_blocks
 
-__all__ = ["gpt_1_5b", "dumbbell", "driving_6cam"]
+__all__ = ["ZERO_BUBBLE_MODELS", "gpt_1_5b", "zero_bubble_gpt", "dumbbell", "driving_6cam"]
+
+
+#: Qi et al. 2024, "Zero Bubble Pipeline Parallelism" (ICLR), Table 3: layers, attention heads,
+#: hidden size, and the GPUs (= pipeline stages) and micro-batch size its experiments use.
+ZERO_BUBBLE_MODELS: dict[str, tuple[int, int, int, int, int]] = {
+    "1.5b": (22, 24, 2304, 8, 6),
+    "6.2b": (30, 32, 4096, 8, 3),
+    "14.6b": (46, 40, 5120, 16, 1),
+    "28.3b": (62, 48, 6144, 32, 1),
+}
+
+
+def zero_bubble_gpt(size: str, *, num_layers: int | None = None, seq_length: int = 1024,
+                    vocab_size: int = 50_304) -> ModelSpec:
+    """One of the zero-bubble paper's GPTs (``size`` a key of :data:`ZERO_BUBBLE_MODELS`), Megatron-LM layout.
+
+    The paper does not state the vocabulary; the default is GPT-2's 50,257 padded to
+    50,304 (Megatron pads to a multiple of 128).
+    """
+    layers, heads, hidden = ZERO_BUBBLE_MODELS[size][:3]
+    vocab = vocab_size
+    modules: list[Module] = [
+        Embedding(name="embedding", vocab_size=vocab, hidden_size=hidden, tokens=seq_length,
+                  position_tokens=seq_length, dropout=True),
+        TransformerStack(name="layers", num_layers=num_layers or layers, hidden_size=hidden, num_heads=heads,
+                         seq_length=seq_length, ffn_hidden_size=4 * hidden, bias=True, dropout=True,
+                         causal=True, final_norm=True),
+        LMHead(name="output_layer", vocab_size=vocab, hidden_size=hidden, tokens=seq_length, tied_to="embedding"),
+    ]
+    return ModelSpec(f"gpt-{size}", tuple(modules), f"Zero Bubble PP (Qi et al. 2023) Table 3: {size.upper()} GPT")
 
 
 def gpt_1_5b(*, num_layers: int = 22, seq_length: int = 1024) -> ModelSpec:
     """The zero-bubble paper's 1.5B GPT (Megatron-LM layout), 1.52B parameters."""
-    hidden, vocab = 2304, 50_304
-    modules: list[Module] = [
-        Embedding(name="embedding", vocab_size=vocab, hidden_size=hidden, tokens=seq_length,
-                  position_tokens=seq_length, dropout=True),
-        TransformerStack(name="layers", num_layers=num_layers, hidden_size=hidden, num_heads=24,
-                         seq_length=seq_length, ffn_hidden_size=4 * hidden, bias=True, dropout=True,
-                         final_norm=True),
-        LMHead(name="output_layer", vocab_size=vocab, hidden_size=hidden, tokens=seq_length, tied_to="embedding"),
-    ]
-    return ModelSpec("gpt-1.5b", tuple(modules), "Zero Bubble PP (Qi et al. 2023) Table 3: 1.5B GPT")
+    return zero_bubble_gpt("1.5b", num_layers=num_layers, seq_length=seq_length)
 
 
 def dumbbell() -> ModelSpec:
