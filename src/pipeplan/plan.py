@@ -96,10 +96,16 @@ class Plan:
         recompute: activation recompute of each stage: ``"none"``,
             ``"selective"`` (attention recomputed) or ``"full"`` (each layer's
             forward re-run in its backward).
-        step_time: predicted time of one optimizer step: pipeline makespan plus
-            the data-parallel gradient reduction (``None`` when not simulated).
+        step_time: predicted time of one optimizer step: ``pipeline_time +
+            dp_exposed_time + optimizer_time`` (``None`` when not simulated).
         pipeline_time: the simulated pipeline makespan alone.
-        dp_comm_time: the gradient all-reduce across data parallel (not overlapped).
+        dp_comm_time: the data-parallel communication in full, slowest rank: the
+            gradient all-reduce (reduce-scatter and parameter all-gather with the
+            distributed optimizer), overlapped or not.
+        dp_exposed_time: the part of it that lengthens the step (what the
+            backward and the pipeline's drain do not hide); ``None``: all of
+            ``dp_comm_time`` (nothing overlapped).
+        optimizer_time: the optimizer step after the reduction, slowest rank.
         memory: peak bytes per pipeline rank, by kind.
         memory_capacity: bytes each GPU has (``None``: unchecked).
         layer_names: one name per layer (module names for the torch exports).
@@ -135,6 +141,8 @@ class Plan:
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
     fits: bool = True
     reason: str = ""
+    dp_exposed_time: float | None = None
+    optimizer_time: float = 0.0
 
     def __post_init__(self) -> None:
         sizes = self.layers_per_stage
@@ -221,6 +229,11 @@ class Plan:
 
     # ------------------------------------------------------------- headline
     @property
+    def exposed_dp_time(self) -> float:
+        """``dp_exposed_time``, or all of ``dp_comm_time`` when it was not given."""
+        return self.dp_comm_time if self.dp_exposed_time is None else self.dp_exposed_time
+
+    @property
     def step_seconds(self) -> float | None:
         """Step time in seconds."""
         return None if self.step_time is None else self.step_time * self.time_unit
@@ -278,6 +291,8 @@ class Plan:
             "step_time": self.step_time,
             "pipeline_time": self.pipeline_time,
             "dp_comm_time": self.dp_comm_time,
+            "dp_exposed_time": self.exposed_dp_time,
+            "optimizer_time": self.optimizer_time,
             "time_unit_seconds": self.time_unit,
             "samples_per_second": self.samples_per_second,
             "tokens_per_second": self.tokens_per_second,

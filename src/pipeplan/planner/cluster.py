@@ -23,7 +23,7 @@ from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..hardware import Device, Link
 
-__all__ = ["Cluster", "allreduce_ms", "DEFAULT_INTRA_NODE"]
+__all__ = ["Cluster", "allreduce_ms", "ring_pass_ms", "DEFAULT_INTRA_NODE"]
 
 #: The link inside a node of each device preset (PCIe for the L40S, which has no NVLink).
 DEFAULT_INTRA_NODE = {
@@ -36,17 +36,27 @@ DEFAULT_INTRA_NODE = {
 }
 
 
-def allreduce_ms(link: Link, num_bytes: float, group: int) -> float:
-    """Ring all-reduce of ``num_bytes`` per rank over ``group`` ranks, in milliseconds.
+def ring_pass_ms(link: Link, num_bytes: float, group: int) -> float:
+    """One ring pass over ``group`` ranks, in milliseconds: a reduce-scatter or an all-gather.
 
-    ``2 (g − 1)`` steps (a reduce-scatter, then an all-gather), each moving
-    ``bytes / g`` over the link: ``2 (g − 1) · (latency + bytes / (g · bandwidth))``;
-    zero for ``g = 1``.
+    ``num_bytes`` is the whole buffer on each rank (what a reduce-scatter reads,
+    what an all-gather writes). ``g − 1`` steps, each moving ``bytes / g`` at the
+    link's collective bus bandwidth (:attr:`~pipeplan.hardware.Link.bus_bandwidth`):
+    ``(g − 1) · (latency + bytes / (g · bus_bandwidth))``; zero for ``g = 1``. With
+    nccl-tests' definition of bus bandwidth this is the measured time of either.
     """
     if group <= 1:
         return 0.0
-    steps = 2 * (group - 1)
-    return steps * link.milliseconds(num_bytes / group)
+    return (group - 1) * (link.latency_ms + 1e3 * num_bytes / (group * link.bus_bandwidth))
+
+
+def allreduce_ms(link: Link, num_bytes: float, group: int) -> float:
+    """Ring all-reduce of ``num_bytes`` per rank over ``group`` ranks, in milliseconds.
+
+    A reduce-scatter, then an all-gather (:func:`ring_pass_ms`):
+    ``2 (g − 1) · (latency + bytes / (g · bus_bandwidth))``; zero for ``g = 1``.
+    """
+    return 2.0 * ring_pass_ms(link, num_bytes, group)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,11 @@ memory model, the links, the layouts, the search's bounds) with their caches
 and counts. :meth:`Evaluator.simulate` builds the schedule (the fixed template,
 cached; or the cost-aware ``adaptive`` order under each rank's own activation
 budget), simulates it with the links' messages, reads each rank's activation
-peak off the timeline, and adds the data-parallel all-reduce. The plan does not
-fit when a rank's peak passes the capacity; its ``reason`` says by how much.
+peak off the timeline, and adds the rest of the step (:meth:`Evaluator.rest`,
+:mod:`pipeplan.planner.step`): the exposed part of the data-parallel gradient
+reduction and the optimizer step, so ``step_time = pipeline_time +
+dp_exposed_time + optimizer_time``. The plan does not fit when a rank's peak
+passes the capacity; its ``reason`` says by how much.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..actions import Kind
 from ..costs import CommModel, StageCosts
 from ..errors import InfeasiblePlanError
 from ..partition.steptime import simulate_partition
@@ -30,14 +34,17 @@ from ..plan import Plan, Recompute
 from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_info
 from ..simulate import simulate
+from ..timeline import Timeline
 from .bounds import step_time_lower_bound
-from .cluster import Cluster
+from .cluster import Cluster, ring_pass_ms
 from .layout import Layout, Layouts
 from .links import Links
 from .memory import MemoryModel, gb
 from .pruning import SearchBounds
 from .records import SearchStats
 from .space import Config
+from .step import (GradientSync, RankRest, StepRest, adam_step_bytes, exposed_reduction_ms, gradient_sync,
+                   optimizer_ms, overlap_window, reduction_ms, step_rest)
 from .workload import Workload
 
 __all__ = ["Evaluator", "evaluate_layout"]
@@ -57,6 +64,9 @@ class Evaluator:
         send_mode: ``"eager"`` or ``"rendezvous"`` messages.
         rank_capacity: how the partitioner shares a rank's capacity over its
             stages (:class:`~pipeplan.planner.layout.Layouts`).
+        sync: how gradients are reduced over data parallel, a
+            :class:`~pipeplan.planner.step.GradientSync` or a preset name
+            (default ``"megatron"``: no overlap, Megatron-LM's default).
 
     Attributes:
         stats: what was solved, simulated and reused.
@@ -65,23 +75,84 @@ class Evaluator:
 
     def __init__(self, workload: Workload, cluster: Cluster, capacity: float | None = None,
                  optimizer: str | float = "adam", send_mode: str = "eager", *,
-                 rank_capacity: Literal["exact", "even"] = "even") -> None:
+                 rank_capacity: Literal["exact", "even"] = "even",
+                 sync: GradientSync | str = "megatron") -> None:
         self.workload = workload
         self.cluster = cluster
         self.capacity = capacity
         self.stats = SearchStats()
+        self.sync = gradient_sync(sync)
         self.memory = MemoryModel(workload, optimizer, capacity)
-        self.links = Links(workload, cluster, send_mode)
+        self.links = Links(workload, cluster, send_mode, distributed=optimizer == "distributed")
         self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity)
         self.bounds = SearchBounds(workload, self.memory, self.links, self.layouts)
         self._plans: dict[tuple[Any, ...], Plan] = {}
 
     def lower_bound(self, config: Config, layout: Layout) -> float:
-        """A step time no order of ``layout``'s actions beats, all-reduce included."""
+        """A step time no order of ``layout``'s actions beats, the rest of the step included.
+
+        The pipeline's bound plus the least the rest can add whatever the
+        timing (:func:`~pipeplan.planner.step.step_rest` without a makespan).
+        """
         split = bool(schedule_info(config.schedule).split_backward) and config.pp > 1
         pipeline = step_time_lower_bound(layout.costs, layout.boundary, layout.placement,
                                          config.num_microbatches, split=split)
-        return pipeline + self.links.dp_comm(config, layout.static)
+        return pipeline + self.rest(config, layout).total * self._per_ms
+
+    @property
+    def _per_ms(self) -> float:
+        """Profile time units per millisecond."""
+        return 1e-3 / self.workload.time_unit
+
+    def rest(self, config: Config, layout: Layout, timeline: Timeline | None = None) -> StepRest:
+        """What the step adds after the pipeline of ``layout``, in **milliseconds** (:mod:`pipeplan.planner.step`).
+
+        Per pipeline rank: its gradient collective over ``dp`` (all-reduce, or
+        reduce-scatter with the distributed optimizer, at the data-parallel
+        link's all-reduce rate), the part that stays exposed (all of it without
+        overlap; with :attr:`sync` overlapping, what the rank's last gradient
+        work in ``timeline`` cannot hide), the distributed optimizer's parameter
+        all-gather, and its Adam step on the device. Without ``timeline`` (a
+        bound) an overlapped reduction is assumed hidden but for its last bucket.
+        """
+        profile = self.workload.profile(config.micro_batch_size)
+        per = self.memory.bytes_per_param(config.dp)
+        distributed = self.memory.optimizer == "distributed"
+        shards = config.dp if distributed else 1
+        dp_link = self.cluster.data_parallel_link(config.pp, config.dp)
+        trainable = np.asarray(profile.trainable_params, dtype=float)
+        bounds = np.concatenate([[0], np.cumsum(layout.sizes)])
+        stage_params = [float(trainable[bounds[s]:bounds[s + 1]].sum()) for s in range(len(layout.sizes))]
+        to_ms = 1e3 * self.workload.time_unit
+        gather_bucket = self.sync.bucket(config.dp, per.gradients)  # the parameter gather buckets like rank 0
+        ranks = []
+        for rank, static in enumerate(layout.static):
+            stages = [s for s, r in enumerate(layout.placement) if r == rank]
+            params = sum(stage_params[s] for s in stages)
+            grads = static.gradients
+            reduction = reduction_ms(dp_link, grads, config.dp, distributed=distributed)
+            bucket = self.sync.bucket(config.dp, per.gradients, pipeline_rank=rank)
+            last = reduction_ms(dp_link, min(bucket, grads), config.dp, distributed=distributed)
+            end = 0.0
+            exposed = reduction
+            if self.sync.overlap_grad_reduce:
+                exposed = last
+                if timeline is not None:
+                    work = _gradient_work(timeline, rank, {s: stage_params[s] * per.gradients for s in stages}, to_ms)
+                    end = max((finish for _, finish, _ in work), default=0.0)
+                    exposed = exposed_reduction_ms(reduction, window_ms=overlap_window(work, bucket),
+                                                   last_bucket_ms=last)
+            gather = ring_pass_ms(dp_link, params * per.weights, config.dp) if distributed else 0.0
+            gather_exposed = gather
+            if distributed and self.sync.overlap_param_gather and params > 0:
+                share = min(1.0, gather_bucket / (params * per.gradients)) if per.gradients else 1.0
+                gather_exposed = ring_pass_ms(dp_link, share * params * per.weights, config.dp)
+            step_bytes = adam_step_bytes(params, state_bytes=per.optimizer * shards, gradient_bytes=per.gradients,
+                                         weight_bytes=per.weights, shards=shards)
+            ranks.append(RankRest(end, reduction, exposed, gather, gather_exposed,
+                                  optimizer_ms(step_bytes, params / shards, self.cluster.device)))
+        makespan = None if timeline is None else float(timeline.makespan) * to_ms
+        return step_rest(ranks, makespan, overlap_grad_reduce=self.sync.overlap_grad_reduce)
 
     def evaluate(self, config: Config, sizes: tuple[int, ...], recompute: tuple[Recompute, ...],
                  effort: str | None = None) -> Plan:
@@ -153,7 +224,8 @@ class Evaluator:
         timeline = simulate_partition(layout.costs, layout.sizes, schedule, config.num_microbatches, comm=comm)
         peaks = timeline.peak_bytes
         memory = tuple(replace(static, activations=float(peaks[r])) for r, static in enumerate(layout.static))
-        dp_time = self.links.dp_comm(config, layout.static)
+        rest = self.rest(config, layout, timeline)
+        per_ms = self._per_ms
         fits, reason = True, ""
         if self.capacity is not None:
             totals = [rank.total for rank in memory]
@@ -173,9 +245,11 @@ class Evaluator:
             micro_batch_size=config.micro_batch_size,
             num_microbatches=config.num_microbatches,
             recompute=layout.recompute,
-            step_time=float(timeline.makespan) + dp_time,
+            step_time=float(timeline.makespan) + rest.total * per_ms,
             pipeline_time=float(timeline.makespan),
-            dp_comm_time=dp_time,
+            dp_comm_time=rest.dp_comm * per_ms,
+            dp_exposed_time=rest.dp_exposed * per_ms,
+            optimizer_time=rest.optimizer * per_ms,
             memory=memory,
             memory_capacity=self.capacity,
             layer_names=tuple(profile.names),
@@ -201,8 +275,25 @@ def evaluate_layout(
     memory_capacity: float | None = None,
     optimizer: str | float = "adam",
     send_mode: str = "eager",
+    sync: GradientSync | str = "megatron",
 ) -> Plan:
     """Simulate one given layout (a baseline, a user's own split) as the search would."""
-    evaluator = Evaluator(workload, cluster, memory_capacity, optimizer, send_mode)
+    evaluator = Evaluator(workload, cluster, memory_capacity, optimizer, send_mode, sync=sync)
     return evaluator.evaluate(config, tuple(layers_per_stage),
                               tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)
+
+
+def _gradient_work(timeline: Timeline, rank: int, stage_bytes: dict[int, float],
+                   to_ms: float) -> list[tuple[float, float, float]]:
+    """``(start, end, bytes)`` in ms of the action that finalises each stage's gradients on ``rank``.
+
+    A stage's gradients are final in its last-ending ``W`` (or ``B`` without a
+    split backward); that action produces the stage's ``stage_bytes``.
+    """
+    last: dict[int, tuple[float, float]] = {}
+    for record in timeline.records(rank):
+        action = record.action
+        if action.kind in (Kind.B, Kind.W) and action.stage in stage_bytes:
+            if action.stage not in last or record.end > last[action.stage][1]:
+                last[action.stage] = (record.start, record.end)
+    return [(start * to_ms, end * to_ms, stage_bytes[stage]) for stage, (start, end) in last.items()]

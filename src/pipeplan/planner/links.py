@@ -4,14 +4,17 @@
     links = Links(workload, cluster, send_mode="eager")
     boundary = links.boundary_times(config, sizes, placement)   # per stage boundary
     comm = links.comm(boundary)        # the CommModel the simulator takes
-    links.dp_comm(config, static)      # the gradient all-reduce of the fullest rank
+    links.dp_comm(config, static)      # the gradient reduction of the fullest rank
 
 A boundary between two stages on the same rank costs nothing; one between two
 ranks costs its link's time for the activation the boundary's last layer sends
 (:meth:`~pipeplan.planner.cluster.Cluster.pipeline_link`). The simulator then
 sees each boundary's *time* as its message "bytes" over a bandwidth of 1 with no
-latency. The data-parallel all-reduce runs after the pipeline
-(:func:`~pipeplan.planner.cluster.allreduce_ms`). Times come back in the
+latency. A link's time is NCCL's achievable point-to-point rate, not its line
+rate (:mod:`pipeplan.hardware`). The data-parallel gradient reduction is a ring
+all-reduce at the link's all-reduce bus bandwidth, or a reduce-scatter with the
+distributed optimizer (:func:`~pipeplan.planner.step.reduction_ms`); how much of
+it the backward hides is :mod:`pipeplan.planner.step`'s. Times come back in the
 profile's unit (``workload.time_unit`` seconds each; links work in ms).
 """
 
@@ -23,8 +26,9 @@ import numpy as np
 
 from ..costs import CommModel
 from ..plan import RankMemory
-from .cluster import Cluster, allreduce_ms
+from .cluster import Cluster
 from .space import Config
+from .step import reduction_ms
 from .workload import Workload
 
 __all__ = ["Links"]
@@ -37,12 +41,15 @@ class Links:
         workload: its send bytes per layer and its time unit.
         cluster: the links between GPUs.
         send_mode: ``"eager"`` or ``"rendezvous"`` (:class:`~pipeplan.costs.CommModel`).
+        distributed: gradients are reduce-scattered (Megatron's distributed
+            optimizer), not all-reduced.
     """
 
-    def __init__(self, workload: Workload, cluster: Cluster, send_mode: str) -> None:
+    def __init__(self, workload: Workload, cluster: Cluster, send_mode: str, *, distributed: bool = False) -> None:
         self.workload = workload
         self.cluster = cluster
         self.send_mode = send_mode
+        self.distributed = distributed
 
     def boundary_times(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[float, ...]:
         """Message time across each stage boundary, in profile time units."""
@@ -65,14 +72,20 @@ class Links:
                          send_mode=self.send_mode)  # type: ignore[arg-type]
 
     def allreduce(self, config: Config, num_bytes: float) -> float:
-        """All-reduce of ``num_bytes`` per GPU over data parallel, in profile time units (0 at ``dp = 1``)."""
+        """The gradient reduction of ``num_bytes`` per GPU over data parallel, in profile time units.
+
+        A ring all-reduce, or a reduce-scatter with the distributed optimizer
+        (0 at ``dp = 1``). Run without overlap, it is part of the step after the
+        pipeline (so a bound may add it; with an overlapping
+        :class:`~pipeplan.planner.step.GradientSync` only its last bucket is sure to be).
+        """
         if config.dp == 1:
             return 0.0
         link = self.cluster.data_parallel_link(config.pp, config.dp)
-        return allreduce_ms(link, num_bytes, config.dp) * 1e-3 / self.workload.time_unit
+        return reduction_ms(link, num_bytes, config.dp, distributed=self.distributed) * 1e-3 / self.workload.time_unit
 
     def dp_comm(self, config: Config, static: Sequence[RankMemory]) -> float:
-        """All-reduce of the largest rank's gradients over data parallel, in profile time units."""
+        """The gradient reduction of the largest rank's gradients over data parallel, in profile time units."""
         if config.dp == 1:
             return 0.0
         return self.allreduce(config, max(rank.gradients for rank in static))
