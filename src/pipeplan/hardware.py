@@ -25,12 +25,12 @@ producing the simulator's :class:`~pipeplan.costs.CommModel`::
     >>> from pipeplan import hardware
     >>> from pipeplan.operations import gemm
     >>> a100 = hardware.device("a100-80g")
-    >>> round(a100.op_milliseconds(gemm("fc1", m=6144, n=9216, k=2304)), 3)  # 261 GFLOP at 0.859 of 312 T
-    0.978
+    >>> round(a100.op_milliseconds(gemm("fc1", m=6144, n=9216, k=2304)), 3)  # 261 GFLOP, 0.883 x 0.947 of 312 T
+    1.004
     >>> hardware.device("h100-80g", achievable_fraction=0.45).achievable_flops
     445230000000000.0
     >>> hardware.link("nvlink-h100").comm_model(boundary_bytes=[2e7, 2e7, 2e7])
-    CommModel(latency=0.005, bandwidth=450000000.0, boundary_bytes=(20000000.0, 20000000.0, 20000000.0),
+    CommModel(latency=0.003, bandwidth=80000000.0, boundary_bytes=(20000000.0, 20000000.0, 20000000.0),
               send_mode='eager')
 
 Units: bytes, FLOP/s, bytes/s; times in milliseconds (pipeplan's CLI unit),
@@ -95,6 +95,9 @@ class Device:
         launch_overhead_ms: fixed time per kernel, ms.
         num_sms: streaming multiprocessors (one output tile each per wave).
         gemm_tile: output tile ``(rows, columns)`` of the wave-quantisation model.
+        gemm_fill_k: the reduction depth a tile spends filling its software pipeline
+            before its first multiply (stages × K-block): a GEMM of depth ``k`` keeps
+            ``k / (k + gemm_fill_k)`` of its time multiplying.
         gemm_table: measured GEMMs (``pipeplan calibrate``); when given, a GEMM's
             efficiency is that of the nearest measured shape (log distance).
         achievable_fraction: when set, the flat model: every counted FLOP at
@@ -114,6 +117,7 @@ class Device:
     launch_overhead_ms: float = 0.0
     num_sms: int = 108
     gemm_tile: tuple[int, int] = (128, 128)
+    gemm_fill_k: int = 128
     gemm_table: tuple[GemmPoint, ...] = ()
     achievable_fraction: float | None = None
     description: str = ""
@@ -157,7 +161,8 @@ class Device:
         From ``gemm_table``: the nearest measured shape in ``log m, log n, log k``
         (``True`` only when the shape itself was measured). Otherwise
         ``gemm_efficiency`` times the wave quantisation ``tiles / (⌈tiles / SMs⌉ · SMs)``
-        of the ``batch · ⌈m/tm⌉ · ⌈n/tn⌉`` output tiles.
+        of the ``batch · ⌈m/tm⌉ · ⌈n/tn⌉`` output tiles, times the pipeline fill
+        ``k / (k + gemm_fill_k)``.
         """
         if self.gemm_table:
             key = (math.log(m), math.log(n), math.log(k))
@@ -167,7 +172,8 @@ class Device:
         rows, columns = self.gemm_tile
         tiles = batch * math.ceil(m / rows) * math.ceil(n / columns)
         waves = math.ceil(tiles / self.num_sms)
-        return self.gemm_efficiency * tiles / (waves * self.num_sms), False
+        fill = k / (k + self.gemm_fill_k)
+        return self.gemm_efficiency * fill * tiles / (waves * self.num_sms), False
 
     def op_milliseconds(self, op: Op) -> float:
         """Time of one operation, ms (module doc: the roofline)."""
@@ -199,7 +205,8 @@ class Device:
                 "attention_efficiency": self.attention_efficiency, "memory_efficiency": self.memory_efficiency,
                 "random_efficiency": self.random_efficiency,
                 "launch_overhead_ms": self.launch_overhead_ms, "num_sms": self.num_sms,
-                "gemm_tile": list(self.gemm_tile), "measured_gemms": len(self.gemm_table),
+                "gemm_tile": list(self.gemm_tile), "gemm_fill_k": self.gemm_fill_k,
+                "measured_gemms": len(self.gemm_table),
                 "memory_bytes": self.memory_bytes}
 
 
@@ -256,30 +263,41 @@ class Link:
 # The efficiencies are the cost model's constants: docs/cost_model.md says which are fitted (the
 # A100's, to the zero-bubble paper's Table 9 only) and which are taken from published benchmarks.
 #: Constants of the A100's per-operator model, fitted by benchmarks/cost_model.py --fit.
-A100_FIT = {"gemm_efficiency": 0.859, "memory_efficiency": 0.534, "random_efficiency": 0.236, "launch_overhead_ms": 0.004}
+A100_FIT = {"gemm_efficiency": 0.883, "memory_efficiency": 0.55, "random_efficiency": 0.245}
+#: A kernel's fixed cost, ms (cited, not fitted: see the sources below).
+LAUNCH_OVERHEAD_MS = 0.004
 _A100 = {
-    "peak_flops": 312e12, "num_sms": 108, "attention_efficiency": 0.55, **A100_FIT,
+    "peak_flops": 312e12, "num_sms": 108, "attention_efficiency": 0.6, "launch_overhead_ms": LAUNCH_OVERHEAD_MS,
+    **A100_FIT,
     "sources": {
         "peak_flops": "NVIDIA A100 datasheet: 312 TFLOP/s dense bf16/fp16 tensor",
         "memory_bandwidth": "NVIDIA A100 datasheet: 1,555 GB/s (40GB HBM2), 2,039 GB/s (80GB HBM2e)",
         "num_sms": "NVIDIA A100 whitepaper: 108 SMs",
+        "gemm_tile": "a 128 x 128 output tile, CUTLASS's and cuBLAS's common tensor-core tile",
         "gemm_efficiency": "fitted to Qi et al. 2024 (Zero Bubble PP) Table 9, 1.5B and 6.2B T_W (benchmarks/cost_model.py --fit)",
         "memory_efficiency": "fitted to Qi et al. 2024 Table 9, 1.5B and 6.2B T_F and T_B",
-        "launch_overhead_ms": "fitted to Qi et al. 2024 Table 9 together with memory_efficiency",
-        "attention_efficiency": "Dao 2023 (FlashAttention-2) Fig. 4: ~170 of 312 TFLOP/s fwd+bwd, A100, d=128",
+        "random_efficiency": "fitted to Qi et al. 2024 Table 9, 1.5B and 6.2B T_F and T_B (dropout-mask kernels)",
+        "launch_overhead_ms": "a kernel's fixed cost on the GPU, a few microseconds (NVIDIA, 'CUDA Graphs', "
+                              "developer blog 2019: ~4 us launch overhead per kernel); not fitted",
+        "attention_efficiency": "Dao 2023 (FlashAttention-2) Fig. 4: 155-203 of 312 TFLOP/s fwd+bwd, A100, d=128, seq 2k-16k",
+        "gemm_fill_k": "CUTLASS's sm80 GEMM main loop: 4 pipeline stages of a 32-deep K block before the first MMA",
     },
 }
 _HOPPER = {
-    "peak_flops": 989.4e12, "num_sms": 132, "gemm_efficiency": 0.75, "attention_efficiency": 0.35,
-    "memory_efficiency": A100_FIT["memory_efficiency"], "launch_overhead_ms": A100_FIT["launch_overhead_ms"],
+    "peak_flops": 989.4e12, "num_sms": 132, "gemm_efficiency": 0.81, "attention_efficiency": 0.3,
+    "memory_efficiency": A100_FIT["memory_efficiency"], "random_efficiency": A100_FIT["random_efficiency"],
+    "launch_overhead_ms": LAUNCH_OVERHEAD_MS,
     "sources": {
         "peak_flops": "NVIDIA H100/H200 datasheets: 989.4 TFLOP/s dense bf16 (half the 1979 sparse figure)",
         "memory_bandwidth": "NVIDIA datasheets: 3.35 TB/s (H100 SXM5 HBM3), 4.8 TB/s (H200 HBM3e)",
         "num_sms": "NVIDIA H100 whitepaper: 132 SMs (SXM5)",
-        "gemm_efficiency": "Bekman, ML Engineering, 'Maximum Achievable Matmul FLOPS': ~750 of 989 TFLOP/s bf16",
-        "attention_efficiency": "Dao 2023 (FlashAttention-2) Fig. 7: ~335 of 989 TFLOP/s fwd+bwd on H100",
-        "memory_efficiency": "the A100 fit (same eager kernels), not measured on this device",
-        "launch_overhead_ms": "the A100 fit",
+        "gemm_efficiency": "Bekman, ML Engineering, 'Maximum Achievable Matmul FLOPS' table: 794.5 of 989 "
+                           "TFLOP/s bf16 at 2048x2048x13312 (H200 the same), / the fill at k = 13312",
+        "attention_efficiency": "Dao 2023 (FlashAttention-2) Fig. 7: 265-326 of 989 TFLOP/s fwd+bwd, H100, d=128, "
+                                "seq 2k",
+        "memory_efficiency": "the A100 fit (the same eager kernels), not measured on this device",
+        "random_efficiency": "the A100 fit", "launch_overhead_ms": "the A100 launch overhead",
+        "gemm_fill_k": "as the A100's (CUTLASS sm80/sm90 pipelines of the same depth)",
     },
 }
 DEVICES: dict[str, Device] = {
@@ -293,16 +311,18 @@ DEVICES: dict[str, Device] = {
                description="H100 SXM5 80GB: 989.4 TFLOP/s dense bf16, 3.35 TB/s HBM3, 81559 MiB"),
         Device("h200-141g", 143_771 * _MIB, memory_bandwidth=4.8e12, **_HOPPER,  # type: ignore[arg-type]
                description="H200 SXM 141GB: H100 compute, 4.8 TB/s HBM3e, 143771 MiB"),
-        Device("l40s", 46_068 * _MIB, 362.05e12, memory_bandwidth=864e9, num_sms=142, gemm_efficiency=0.7,
+        Device("l40s", 46_068 * _MIB, 362.05e12, memory_bandwidth=864e9, num_sms=142, gemm_efficiency=0.75,
                attention_efficiency=0.4, memory_efficiency=A100_FIT["memory_efficiency"],
-               launch_overhead_ms=A100_FIT["launch_overhead_ms"],
+               random_efficiency=A100_FIT["random_efficiency"], launch_overhead_ms=LAUNCH_OVERHEAD_MS,
                description="L40S 48GB GDDR6: 362.05 TFLOP/s dense bf16, 864 GB/s, 46068 MiB",
                sources={"peak_flops": "NVIDIA L40S datasheet: 362.05 TFLOP/s dense bf16",
                         "memory_bandwidth": "NVIDIA L40S datasheet: 864 GB/s GDDR6",
                         "num_sms": "NVIDIA Ada whitepaper: 142 SMs (L40S)",
-                        "gemm_efficiency": "Bekman, ML Engineering, 'Maximum Achievable Matmul FLOPS' (L40S row)",
+                        "gemm_efficiency": "assumed (no published L40S matmul measurement found; run "
+                                           "`pipeplan calibrate`): below the A100's 0.87 and H100's 0.80 MAMF",
                         "attention_efficiency": "assumed between the A100 and H100 FlashAttention-2 figures",
-                        "memory_efficiency": "the A100 fit", "launch_overhead_ms": "the A100 fit"}),
+                        "memory_efficiency": "the A100 fit", "random_efficiency": "the A100 fit",
+                        "launch_overhead_ms": "the A100 launch overhead", "gemm_fill_k": "as the A100's"}),
         Device("cpu", 64 * 2**30, 1e12, memory_bandwidth=50e9, achievable_fraction=1.0,
                description="a nominal CPU host (1 TFLOP/s, 64 GiB, flat model) for small planning runs and "
                            "tests; not a measurement of any machine (`pipeplan calibrate` measures yours)"),
