@@ -139,6 +139,8 @@ class LayerCost:
         activation_bytes: bytes kept from the end of F to the end of B.
         weight_stash_bytes: of those, the bytes W still needs after B.
         send_bytes: bytes crossing a pipeline cut right after this layer.
+        tied_to: the name of the layer whose parameters this one shares (a tied
+            LM head: its embedding's layer), or ``None``; ``params`` is its copy.
     """
 
     name: str
@@ -151,6 +153,7 @@ class LayerCost:
     activation_bytes: float
     weight_stash_bytes: float
     send_bytes: float
+    tied_to: str | None = None
 
     @property
     def backward_flops(self) -> float:
@@ -389,9 +392,10 @@ class ModelSpec:
                 rows.append((f"{label}.{index}", names, totals, params, trainable))
                 owners.append(names)
         sends = self._send_bytes(shape, owners)
+        tied = {m.name: f"{self.module(m.tied_to).name}.0" for m in self.modules if isinstance(m, LMHead) and m.tied_to}
         return [
             LayerCost(name, names, c["forward"], c["input_grad"], c["weight_grad"], p, tp,
-                      c["activation"], c["stash"], send)
+                      c["activation"], c["stash"], send, tied.get(names[0]))
             for (name, names, c, p, tp), send in zip(rows, sends)
         ]
 
@@ -491,6 +495,7 @@ class ModelSpec:
             weight_stash_bytes=[layer.weight_stash_bytes for layer in layers],
             send_bytes=[layer.send_bytes for layer in layers],
             trainable_params=[layer.trainable_params for layer in layers],
+            tied_to=[[other.name for other in layers].index(layer.tied_to) if layer.tied_to else -1 for layer in layers],
         )
 
     # ------------------------------------------------------------------ I/O
