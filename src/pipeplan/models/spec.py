@@ -395,7 +395,7 @@ class ModelSpec:
         tied = {m.name: f"{self.module(m.tied_to).name}.0" for m in self.modules if isinstance(m, LMHead) and m.tied_to}
         return [
             LayerCost(name, names, c["forward"], c["input_grad"], c["weight_grad"], p, tp,
-                      c["activation"], c["stash"], send, tied.get(names[0]))
+                      c["activation"], c["stash"], send, tied_to=tied.get(names[0]))
             for (name, names, c, p, tp), send in zip(rows, sends)
         ]
 
