@@ -27,6 +27,10 @@ Units and conventions, shared with :class:`~pipeplan.costs.StageCosts`:
   layer (activations down, the same size of gradients up); defaults to 0.
 * ``trainable_params`` (of ``params``) are the parameters with gradients and
   optimizer state; a frozen layer has 0. Defaults to ``params``.
+* ``tied_to``: per layer, the earlier layer whose parameters it shares (a tied LM
+  head: the embedding), or -1. Its ``params`` are its copy: a rank holding both
+  holds one table (:meth:`LayerProfile.held_params`), two ranks one each, with
+  gradients and optimizer state (Megatron-LM's copy on the last stage).
 * A layer may have ``backward == 0`` (a frozen layer nothing upstream trains:
   forward only) and ``weight == backward`` (its input is data, so its backward is
   all weight gradient).
@@ -50,10 +54,10 @@ round-trip exactly, floats written with ``repr``):
 
 * CSV with a header; columns ``forward`` (required), ``backward``, ``weight``,
   ``backward_input``, ``activation_bytes``, ``params``, ``name``,
-  ``weight_stash_bytes``, ``send_bytes``, ``trainable_params`` and ``<time>_iqr``
-  (optional, in any order). Version 2 files start with one comment line
-  ``# pipeplan-profile {json}`` holding the version, the extras, the calibration
-  and the measurement notes.
+  ``weight_stash_bytes``, ``send_bytes``, ``trainable_params``, ``tied_to`` and
+  ``<time>_iqr`` (optional, in any order; no ``tied_to``: no ties). Version 2 files
+  start with one comment line ``# pipeplan-profile {json}`` holding the version,
+  the extras, the calibration and the measurement notes.
 * JSON: a list of objects with the same keys (version 1), or an object
   ``{"format": "pipeplan-profile", "version": 2, "layers": [...], "first_extra": ..,
   "last_extra": .., "first_extra_bytes": .., "last_extra_bytes": .., "calibration":
@@ -63,7 +67,8 @@ round-trip exactly, floats written with ``repr``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +89,7 @@ __all__ = ["LayerProfile", "transformer_layer_flops", "PROFILE_VERSION"]
 _UNIFORM_BYTES_PER_LAYER = 180
 _TIMES = ("forward", "backward", "weight", "backward_input")
 _SPREAD = tuple(f"{name}_iqr" for name in _TIMES)
-_OPTIONAL_COLUMNS = ("weight_stash_bytes", "send_bytes", "trainable_params", "backward_input")
+_OPTIONAL_COLUMNS = ("weight_stash_bytes", "send_bytes", "trainable_params", "backward_input", "tied_to")
 _FIELDS = ("forward", "backward", "weight", "activation_bytes", "params", "name", *_OPTIONAL_COLUMNS, *_SPREAD)
 _EXTRAS = ("first_extra", "last_extra", "first_extra_bytes", "last_extra_bytes")
 _TOP_LEVEL = ("format", "version", "layers", *_EXTRAS, "calibration", "measurement")
@@ -126,6 +131,7 @@ class LayerProfile:
         send_bytes: per layer, bytes crossing a cut right after it; defaults to 0.
         trainable_params: per layer, the part of ``params`` that is trained;
             defaults to ``params``.
+        tied_to: per layer, an earlier untied layer whose parameters it shares, or -1 (default).
         backward_input: measured input-gradient time of a split backward per
             layer (>= 0), or ``None`` (then it is ``backward - weight``). With it,
             ``weight`` is the measured weight half (>= 0, not bounded by ``backward``).
@@ -148,6 +154,7 @@ class LayerProfile:
     weight_stash_bytes: tuple[float, ...]
     send_bytes: tuple[float, ...]
     trainable_params: tuple[float, ...]
+    tied_to: tuple[int, ...]
     backward_input: tuple[float, ...] | None
     spread: Mapping[str, tuple[float, ...]]
     calibration: Calibration | None
@@ -169,6 +176,7 @@ class LayerProfile:
         weight_stash_bytes: Sequence[float] | None = None,
         send_bytes: Sequence[float] | None = None,
         trainable_params: Sequence[float] | None = None,
+        tied_to: Sequence[int] | None = None,
         backward_input: Sequence[float] | None = None,
         spread: Mapping[str, Sequence[float]] | None = None,
         calibration: Calibration | None = None,
@@ -198,6 +206,7 @@ class LayerProfile:
         object.__setattr__(self, "weight_stash_bytes", stash)
         object.__setattr__(self, "send_bytes", sends)
         object.__setattr__(self, "trainable_params", trainable)
+        object.__setattr__(self, "tied_to", (-1,) * count if tied_to is None else _tied_indices(tied_to, par))
         object.__setattr__(self, "forward", fwd)
         object.__setattr__(self, "backward", bwd)
         object.__setattr__(self, "weight", wgt)
@@ -429,6 +438,19 @@ class LayerProfile:
         """Per-layer time per microbatch, ``forward + backward`` (F + B + W)."""
         return np.add(self.forward, self.backward)
 
+    @functools.cached_property
+    def tied_groups(self) -> tuple[tuple[int, ...], ...]:
+        """Per layer that others share (``tied_to``): it, then the layers sharing it."""
+        return tuple((t, *(i for i, s in enumerate(self.tied_to) if s == t)) for t in sorted(set(self.tied_to) - {-1}))
+
+    def held_params(self, layers: Iterable[int] | None = None) -> tuple[float, float]:
+        """``(params, trainable_params)`` of ``layers`` (default all), a tied group once (its largest held)."""
+        held = set(range(self.num_layers) if layers is None else layers)
+        groups = [[i for i in group if i in held] for group in self.tied_groups]  # held members of each
+        params, trained = (sum(v[i] for i in held) - sum(sum(v[i] for i in g) - max((v[i] for i in g), default=0.0)
+                                                         for g in groups) for v in (self.params, self.trainable_params))
+        return params, trained
+
     def stage_extras(self, num_stages: int) -> tuple[np.ndarray, np.ndarray]:
         """Fixed ``(time, bytes)`` per stage: the first/last extras, added on one stage if S = 1."""
         time = np.zeros(num_stages)
@@ -455,7 +477,7 @@ class LayerProfile:
             "forward": self.forward, "backward": self.backward, "weight": self.weight,
             "activation_bytes": self.activation_bytes, "params": self.params, "names": self.names,
             "weight_stash_bytes": self.weight_stash_bytes, "send_bytes": self.send_bytes,
-            "trainable_params": self.trainable_params, "backward_input": self.backward_input,
+            "trainable_params": self.trainable_params, "tied_to": self.tied_to, "backward_input": self.backward_input,
             "spread": self.spread, "calibration": self.calibration, "measurement": self.measurement,
             **{key: getattr(self, key) for key in _EXTRAS},
         }
@@ -504,7 +526,7 @@ class LayerProfile:
     def to_records(self) -> list[dict[str, Any]]:
         """One JSON-ready dict per layer (the inverse of :meth:`from_records`).
 
-        ``backward_input`` and the ``*_iqr`` columns appear only when the profile has them.
+        ``backward_input``, ``tied_to`` and the ``*_iqr`` columns appear only when the profile has them.
         """
         records = []
         for index, name in enumerate(self.names):
@@ -523,6 +545,7 @@ class LayerProfile:
                 send_bytes=self.send_bytes[index],
                 trainable_params=self.trainable_params[index],
             )
+            record.update({"tied_to": self.tied_to[index]} if self.tied_groups else {})
             for time in _TIMES:
                 if time in self.spread:
                     record[f"{time}_iqr"] = self.spread[time][index]
@@ -538,6 +561,24 @@ def _bounded(field: str, values: Sequence[float], bound: tuple[float, ...], boun
         if value > limit:
             raise InvalidInputError(f"{field}[{index}] = {value} must be <= {bound_field}[{index}] = {limit}")
     return out
+
+
+def _tied_indices(values: Sequence[int], params: tuple[float, ...]) -> tuple[int, ...]:
+    """Per-layer ``tied_to``: -1, or an earlier untied layer with at least as many params."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)) or len(values) != len(params):
+        raise InvalidInputError(f"tied_to must be {len(params)} layer indices (-1: none), got {values!r:.60}")
+    out: list[int] = []
+    for index, raw in enumerate(values):
+        number = float(raw) if isinstance(raw, str) and raw.strip().lstrip("-").isdigit() else raw
+        if isinstance(number, bool) or not isinstance(number, (int, float, np.integer, np.floating)) \
+                or not float(number).is_integer() or not -1 <= number < index:
+            raise InvalidInputError(f"tied_to[{index}] must be -1 (none) or an earlier layer's index, got {raw!r}")
+        target = int(number)
+        if target >= 0 and (out[target] >= 0 or params[index] > params[target]):
+            raise InvalidInputError(f"tied_to[{index}] = {target} must name an untied layer with at least its {params[index]:g} "
+                                    f"params; layer {target} has {params[target]:g} and tied_to {out[target]}")
+        out.append(target)
+    return tuple(out)
 
 
 def _segment_sums(values: Sequence[float], bounds: np.ndarray) -> np.ndarray:

@@ -72,8 +72,10 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     console.print(table)
     total_f, total_b = sum(profile.forward), sum(profile.backward)
+    params, trained = profile.held_params()  # a tied table once
     console.print(f"{profile.num_layers} layers; F {total_f:.4g} ms + backward {total_b:.4g} ms per microbatch; "
-                  f"{human_count(sum(profile.params))} parameters, {human_count(sum(profile.trainable_params))} trained"
+                  f"{human_count(params)} parameters, {human_count(trained)} trained"
+                  + (" (a tied table counted once)" if profile.tied_groups else "")
                   + (f"; profile written to {args.out}" if args.out else ""))
     return 0
 

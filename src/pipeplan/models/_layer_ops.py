@@ -20,13 +20,14 @@ the same kernels); W only the weight GEMMs and bias reductions, as zero-bubble s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..operations import HALF, Op, attention, gemm, memory
 from ._layer_math import Shape
-from .modules import Embedding, LMHead, Projector, TransformerStack, VisionEncoder
+from .modules import Embedding, LMHead, Module, Projector, TransformerStack, VisionEncoder
 
-__all__ = ["PassOps", "apply_training_ops", "block_ops", "embedding_ops", "head_ops", "patch_ops", "projector_ops"]
+__all__ = ["PassOps", "apply_training_ops", "module_ops", "block_ops", "embedding_ops", "head_ops", "patch_ops", "projector_ops"]
 
 _FP32 = 4
 _MASK = 1
@@ -218,3 +219,28 @@ def apply_training_ops(ops: PassOps, *, trains: bool, needs_backward: bool, inpu
     if recompute == "full" and not input_is_data:
         input_grad = ops.forward + input_grad
     return PassOps(ops.forward, input_grad, ops.weight_grad if trains else ())
+
+
+def module_ops(module: Module, shape: Shape, index: int, lookup: Callable[[str], Module]) -> PassOps:
+    """The kernels of layer ``index`` of ``module`` (``lookup`` finds a cross-attention source or joint partner)."""
+    if isinstance(module, VisionEncoder):
+        if index == 0:
+            return patch_ops(module, shape)
+        blocks = module.blocks()
+        return block_ops(blocks, shape, layer_index=index - 1, kv_tokens=blocks.seq_length,
+                         kv_width=module.hidden_size, extra_keys=0)
+    if isinstance(module, TransformerStack):
+        cross = module.cross_attention
+        if cross is not None and index % cross.every == 0:
+            tokens, width = lookup(cross.source).output_shape()
+            return block_ops(module, shape, layer_index=index, kv_tokens=tokens,
+                             kv_width=cross.kv_hidden_size or width, extra_keys=0)
+        partner = lookup(module.joint_with) if module.joint_with else None
+        extra = partner.seq_length if isinstance(partner, TransformerStack) else 0
+        return block_ops(module, shape, layer_index=index, kv_tokens=module.seq_length,
+                         kv_width=module.hidden_size, extra_keys=extra)
+    if isinstance(module, Projector):
+        return projector_ops(module, shape)
+    if isinstance(module, Embedding):
+        return embedding_ops(module, shape)
+    return head_ops(module, shape)

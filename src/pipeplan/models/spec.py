@@ -96,15 +96,7 @@ from ._layer_math import (
     patch_part,
     projector_part,
 )
-from ._layer_ops import (
-    PassOps,
-    apply_training_ops,
-    block_ops,
-    embedding_ops,
-    head_ops,
-    patch_ops,
-    projector_ops,
-)
+from ._layer_ops import PassOps, apply_training_ops, module_ops
 from ._schema import check_module, module_record, modules_from_payload, read_payload
 from .modules import (
     ACTIVATION_BYTES,
@@ -151,6 +143,8 @@ class LayerCost:
         send_bytes: bytes crossing a pipeline cut right after this layer.
         forward_ops, input_grad_ops, weight_grad_ops: the kernels of F, B and W
             (:mod:`pipeplan.operations`), which a device times.
+        tied_to: the name of the layer whose parameters this one shares (a tied
+            LM head: its embedding's layer), or ``None``; ``params`` is its copy.
     """
 
     name: str
@@ -166,6 +160,7 @@ class LayerCost:
     forward_ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
     input_grad_ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
     weight_grad_ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
+    tied_to: str | None = None
 
     @property
     def backward_flops(self) -> float:
@@ -356,28 +351,6 @@ class ModelSpec:
             return [embedding_part(module, shape)]
         return [head_part(module, shape)]
 
-    def _ops(self, module: Module, shape: Shape, index: int) -> PassOps:
-        """The kernels of layer ``index`` of ``module`` (the same cases as :meth:`_parts`)."""
-        if isinstance(module, VisionEncoder):
-            if index == 0:
-                return patch_ops(module, shape)
-            return block_ops(module.blocks(), shape, layer_index=index - 1, kv_tokens=module.blocks().seq_length,
-                             kv_width=module.hidden_size, extra_keys=0)
-        if isinstance(module, TransformerStack):
-            cross = module.cross_attention
-            if cross is not None and index % cross.every == 0:
-                tokens, width = self.module(cross.source).output_shape()
-                return block_ops(module, shape, layer_index=index, kv_tokens=tokens,
-                                 kv_width=cross.kv_hidden_size or width, extra_keys=0)
-            extra = self.module(module.joint_with).seq_length if module.joint_with else 0  # type: ignore[union-attr]
-            return block_ops(module, shape, layer_index=index, kv_tokens=module.seq_length,
-                             kv_width=module.hidden_size, extra_keys=extra)
-        if isinstance(module, Projector):
-            return projector_ops(module, shape)
-        if isinstance(module, Embedding):
-            return embedding_ops(module, shape)
-        return head_ops(module, shape)
-
     def layer_costs(
         self,
         micro_batch_size: int,
@@ -424,7 +397,7 @@ class ModelSpec:
                             totals[key] += costs[key]
                         params += part.params
                         trainable += part.params if trains else 0.0
-                        run = apply_training_ops(self._ops(member, shape, index), trains=trains,
+                        run = apply_training_ops(module_ops(member, shape, index, self.module), trains=trains,
                                                  needs_backward=backward, input_is_data=part.input_is_data,
                                                  recompute=shape.recompute)
                         kernels = PassOps(kernels.forward + run.forward, kernels.input_grad + run.input_grad,
@@ -433,9 +406,11 @@ class ModelSpec:
                 rows.append((f"{label}.{index}", names, totals, params, trainable, kernels))
                 owners.append(names)
         sends = self._send_bytes(shape, owners)
+        tied = {m.name: f"{self.module(m.tied_to).name}.0" for m in self.modules if isinstance(m, LMHead) and m.tied_to}
         return [
             LayerCost(name, names, c["forward"], c["input_grad"], c["weight_grad"], p, tp,
-                      c["activation"], c["stash"], send, k.forward, k.input_grad, k.weight_grad)
+                      c["activation"], c["stash"], send, k.forward, k.input_grad, k.weight_grad,
+                      tied_to=tied.get(names[0]))
             for (name, names, c, p, tp, k), send in zip(rows, sends)
         ]
 
@@ -544,6 +519,7 @@ class ModelSpec:
             weight_stash_bytes=[layer.weight_stash_bytes for layer in layers],
             send_bytes=[layer.send_bytes for layer in layers],
             trainable_params=[layer.trainable_params for layer in layers],
+            tied_to=[[other.name for other in layers].index(layer.tied_to) if layer.tied_to else -1 for layer in layers],
         )
 
     # ------------------------------------------------------------------ I/O

@@ -1,8 +1,9 @@
 """Memory per rank for the partitioner: stage bytes, rank sums, and the infeasibility report.
 
-    from pipeplan.partition.memory import RankMemoryModel, memory_prefixes
-    prefixes = memory_prefixes(params, activations, 16.0, inflight)   # per stage: cumulative bytes
-    RankMemoryModel(MinMaxProblem(prefixes, extra_bytes), placement, "zb-v", 8, 16.0).rank_memory(bounds)
+    from pipeplan.partition.memory import RankMemoryModel, memory_prefixes, tied_layers
+    tied = tied_layers(profile, 16.0)                                  # None without tied layers
+    prefixes = memory_prefixes(params, activations, 16.0, inflight, tied=tied)   # per stage: cumulative bytes
+    RankMemoryModel(MinMaxProblem(prefixes, extra_bytes), placement, "zb-v", 8, 16.0, tied=tied).rank_memory(bounds)
 
 Stage ``k`` on layers ``[s, e)`` holds ``bytes_per_param × params`` plus
 ``inflight[k] × activation_bytes`` plus its fixed extra bytes (bytes, per
@@ -10,6 +11,16 @@ rank's share of the model). A rank holds the sum of its stages. When ranks hold
 several stages, :class:`RankMemoryModel` finds partitions that fit per rank: by
 listing every partition (up to :data:`EXHAUSTIVE_LIMIT`) or by searching splits
 of each rank's capacity over its stages.
+
+Tied layers (:attr:`~pipeplan.layers.LayerProfile.tied_to`, a tied LM head and
+its embedding) hold one table per rank, as many ranks as hold one of them. Stage
+0 always starts at layer 0, so its prefix counts a tied group once (at its
+largest member in it) for every partition. A rank's total counts it once too when
+every layer of the group sits on a stage no partition moves (the first or last
+layer: a tied LM); a rank holding several such stages subtracts the extra copies
+(a constant of the placement, so per-stage capacities stay exact). A group
+elsewhere is charged a copy per stage that holds one of its layers (never less
+than it holds).
 """
 
 from __future__ import annotations
@@ -17,13 +28,16 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import InfeasiblePlanError
+from ..layers import LayerProfile
 from .problem import MinMaxProblem, monotone_limit
 
-__all__ = ["EXHAUSTIVE_LIMIT", "RankMemoryModel", "memory_limits", "memory_prefixes", "rank_totals"]
+__all__ = ["EXHAUSTIVE_LIMIT", "RankMemoryModel", "TiedLayers", "memory_limits", "memory_prefixes", "rank_totals",
+           "tied_layers"]
 
 # Splits of the rank capacities the per-rank memory search starts from.
 SHARE_STARTS = 6
@@ -32,13 +46,42 @@ SHARE_STARTS = 6
 EXHAUSTIVE_LIMIT = 200_000
 
 
+class TiedLayers(NamedTuple):
+    """Groups of layers sharing one table (:attr:`LayerProfile.tied_groups`) and each layer's static bytes."""
+
+    groups: tuple[tuple[int, ...], ...]
+    layer_bytes: np.ndarray
+
+
+def tied_layers(profile: LayerProfile, per_param: float) -> TiedLayers | None:
+    """``profile``'s tied groups with ``per_param × params`` bytes per layer; ``None`` when nothing is tied."""
+    if not profile.tied_groups:
+        return None
+    return TiedLayers(profile.tied_groups, np.asarray(profile.params, dtype=float) * per_param)
+
+
 def memory_prefixes(
-    params: np.ndarray, activations: np.ndarray, per_param: float, inflight: Sequence[int]
+    params: np.ndarray, activations: np.ndarray, per_param: float, inflight: Sequence[int], *,
+    tied: TiedLayers | None = None,
 ) -> list[np.ndarray]:
-    base = np.concatenate([[0.0], np.cumsum(params * per_param)])
+    """Per stage, cumulative bytes ``per_param × params + inflight[k] × activations`` (0 first).
+
+    With ``tied``, stage 0's prefix counts each tied group once (module doc).
+    """
+    static = params * per_param
+    base = np.concatenate([[0.0], np.cumsum(static)])
     act = np.concatenate([[0.0], np.cumsum(activations)])
     cache: dict[int, np.ndarray] = {}
-    return [cache.setdefault(count, base + count * act) for count in inflight]
+    prefixes = [cache.setdefault(count, base + count * act) for count in inflight]
+    if tied is not None and prefixes:
+        first = static + inflight[0] * np.asarray(activations, dtype=float)
+        for group in tied.groups:
+            largest = 0.0
+            for index in group:  # a copy adds only what it holds beyond the largest before it
+                first[index] -= min(static[index], largest)
+                largest = max(largest, static[index])
+        prefixes[0] = np.concatenate([[0.0], np.cumsum(first)])
+    return prefixes
 
 
 def memory_limits(memory_problem: MinMaxProblem, capacities: Sequence[float]) -> list[np.ndarray]:
@@ -54,15 +97,19 @@ class RankMemoryModel:
     """Memory per rank: which stages share a rank, and the infeasibility report."""
 
     def __init__(self, memory_problem: MinMaxProblem, placement: tuple[int, ...], schedule: str, micro: int,
-                 per_param: float) -> None:
+                 per_param: float, *, tied: TiedLayers | None = None) -> None:
         self.memory_problem = memory_problem
         self.placement = placement
         self.num_ranks = max(placement) + 1
         self.shared = len(set(placement)) < len(placement)
         self.schedule, self.micro, self.per_param = schedule, micro, per_param
+        #: per rank, the bytes of tied copies its stages' sums count beyond one table (module doc)
+        self.tied_excess = _fixed_tied_excess(tied, placement, memory_problem.num_layers)
 
     def rank_memory(self, bounds: Sequence[int]) -> list[float]:
-        return rank_totals(self.memory_problem.values(bounds), self.placement)
+        """Bytes each rank holds: its stages' sum, a tied table on fixed stages once."""
+        totals = rank_totals(self.memory_problem.values(bounds), self.placement)
+        return [total - excess for total, excess in zip(totals, self.tied_excess)]
 
     def shares_of(self, bounds: Sequence[int]) -> list[float]:
         """Each stage's part of its rank's memory in ``bounds`` (mixed with an equal split)."""
@@ -183,15 +230,16 @@ class RankMemoryModel:
         """Bounds of every partition (one row each) and its largest rank memory, if few enough."""
         problem = self.memory_problem
         num_layers, num_stages = problem.num_layers, problem.num_stages
-        if math.comb(num_layers - 1, num_stages - 1) > EXHAUSTIVE_LIMIT:
+        count = math.comb(num_layers - 1, num_stages - 1)
+        if count > EXHAUSTIVE_LIMIT:
             return None
         cuts = np.array(list(itertools.combinations(range(1, num_layers), num_stages - 1)), dtype=np.int64)
-        cuts = cuts.reshape(-1, num_stages - 1)
+        cuts = cuts.reshape(count, num_stages - 1)  # (1, 0) for one stage
         bounds = np.hstack([np.zeros((len(cuts), 1), np.int64), cuts, np.full((len(cuts), 1), num_layers)])
         memory = np.stack([problem.prefixes[k][bounds[:, k + 1]] - problem.prefixes[k][bounds[:, k]]
                            + problem.extra[k] for k in range(num_stages)], axis=1)
-        largest = np.stack([memory[:, list(self.stages_of(rank))].sum(axis=1) for rank in range(self.num_ranks)],
-                           axis=1).max(axis=1)
+        largest = (np.stack([memory[:, list(self.stages_of(rank))].sum(axis=1) for rank in range(self.num_ranks)],
+                            axis=1) - self.tied_excess).max(axis=1)
         return bounds, largest
 
     def stages_of(self, rank: int) -> tuple[int, ...]:
@@ -210,7 +258,7 @@ class RankMemoryModel:
         """Per-stage capacities summing to ``capacity`` on each rank that ``bounds`` fits:
         each stage's memory plus an equal part of its rank's slack."""
         memory = self.memory_problem.values(bounds)
-        totals = rank_totals(memory, self.placement)
+        totals = self.rank_memory(bounds)
         counts = rank_totals([1.0] * len(memory), self.placement)
         return [memory[k] + max(capacity - totals[r], 0.0) / counts[r] for k, r in enumerate(self.placement)]
 
@@ -242,6 +290,40 @@ class RankMemoryModel:
             needed_bytes=float(needed), proven=exact, rank=rank,
             layers=tuple((int(bounds[k]), int(bounds[k + 1]) - 1) for k in stages),
         )
+
+
+def _fixed_tied_excess(tied: TiedLayers | None, placement: Sequence[int], num_layers: int) -> np.ndarray:
+    """Per rank, the bytes of a tied group its stage values count more than once, for groups on fixed stages.
+
+    Stage 0's value holds a group's largest member in it; other stages hold every
+    member in them; the rank holds the largest member on it (module doc).
+    """
+    excess = np.zeros(max(placement) + 1)
+    if tied is None:
+        return excess
+    for group in tied.groups:
+        by_stage: dict[int, list[float]] = {}
+        for index in group:
+            stage = _fixed_stage(index, num_layers, len(placement))
+            if stage is None:
+                break  # its stages move with the partition: a copy per stage
+            by_stage.setdefault(stage, []).append(float(tied.layer_bytes[index]))
+        else:
+            charged, largest = np.zeros_like(excess), np.zeros_like(excess)
+            for stage, held in by_stage.items():
+                charged[placement[stage]] += max(held) if stage == 0 else sum(held)
+                largest[placement[stage]] = max(largest[placement[stage]], *held)
+            excess += charged - largest
+    return excess
+
+
+def _fixed_stage(index: int, num_layers: int, num_stages: int) -> int | None:
+    """The stage layer ``index`` is on in every partition, or ``None`` where that depends on the partition."""
+    if index == 0 or num_stages == 1:
+        return 0
+    if index == num_layers - 1:
+        return num_stages - 1
+    return index if num_stages == num_layers else None
 
 
 def rank_totals(values: Sequence[float] | np.ndarray, placement: Sequence[int]) -> list[float]:

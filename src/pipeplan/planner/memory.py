@@ -20,6 +20,11 @@ A frozen layer (``Workload.trainable``) holds only its weights. Per rank:
 
 ``static_r = Σ_{layers on r} (weights + [trainable] · (gradients + optimizer)) · params + extras``
 
+with a tied group (``LayerProfile.tied_to``: a tied LM head and its embedding)
+counted once per rank that holds any of it (:meth:`LayerProfile.held_params`):
+once at ``pp = 1``, on each of two ranks (weights, gradients and optimizer
+state: Megatron-LM's copy on the last stage) when they sit apart.
+
 ``activations_r = peak over the step of Σ_{stages s on r} (microbatches of s in flight) · A_s``
 
 where ``A_s`` is the stage's activation bytes per microbatch under its recompute
@@ -130,11 +135,13 @@ class MemoryModel:
         if profile.trainable_params == profile.params:
             return profile, per.per_trainable
         scaled = self.layer_static_bytes(micro_batch_size, dp) / per.per_trainable
+        # a copy that trains while its table is frozen holds more than the table: counted apart
+        tied = [t if t < 0 or scaled[i] <= scaled[t] else -1 for i, t in enumerate(profile.tied_to)]
         return (
             LayerProfile(profile.forward, profile.backward, profile.weight, activation_bytes=profile.activation_bytes,
                          params=scaled.tolist(), names=profile.names, first_extra=profile.first_extra,
                          last_extra=profile.last_extra, first_extra_bytes=profile.first_extra_bytes,
-                         last_extra_bytes=profile.last_extra_bytes),
+                         last_extra_bytes=profile.last_extra_bytes, tied_to=tied),
             per.per_trainable,
         )
 
@@ -154,6 +161,13 @@ class MemoryModel:
         for s, rank in enumerate(placement):
             weights[rank] += float(params[bounds[s]:bounds[s + 1]].sum())
             grads[rank] += float(trainable_params[bounds[s]:bounds[s + 1]].sum())
+        owner = np.repeat(np.asarray(placement), sizes)  # each layer's rank
+        for group in profile.tied_groups:  # a rank holding several layers of one table holds it once
+            for rank in {int(owner[i]) for i in group}:
+                held = [i for i in group if owner[i] == rank]
+                once, trained_once = profile.held_params(held)
+                weights[rank] -= float(params[held].sum()) - once
+                grads[rank] -= float(trainable_params[held].sum()) - trained_once
         extras[placement[0]] += profile.first_extra_bytes
         extras[placement[-1]] += profile.last_extra_bytes
         return tuple(
@@ -162,10 +176,13 @@ class MemoryModel:
         )
 
     def static_bound(self, config: Config) -> float:
-        """Bytes some rank must hold whatever the partition: ``max(static ÷ pp, largest layer)``."""
+        """Bytes some rank must hold whatever the partition: ``max(static ÷ pp, largest layer)`` (a tied table once)."""
         profile = self.workload.profile(config.micro_batch_size)
         static = self.layer_static_bytes(config.micro_batch_size, config.dp)
-        total = float(static.sum()) + profile.first_extra_bytes + profile.last_extra_bytes
+        per = self.bytes_per_param(config.dp)
+        params, trained = profile.held_params()
+        total = per.weights * params + (per.gradients + per.optimizer) * trained
+        total += profile.first_extra_bytes + profile.last_extra_bytes
         return max(total / config.pp, float(static.max()))
 
     def over_capacity(self, static: Sequence[RankMemory], activations: Sequence[float]) -> tuple[int, float] | None:

@@ -123,7 +123,8 @@ class SearchBounds:
         if config.dp == 1:
             return 0.0
         profile = self.workload.profile(config.micro_batch_size)
-        grads = least_max_load(profile.trainable_params, config.pp) * self.memory.bytes_per_param(config.dp).gradients
+        own = np.where(np.asarray(profile.tied_to) >= 0, 0.0, profile.trainable_params)  # a tied copy may share a rank
+        grads = least_max_load(own, config.pp) * self.memory.bytes_per_param(config.dp).gradients
         return self.links.allreduce(config, grads)
 
     def space_lower_bound(self, configs: Sequence[Config], *, chunked: bool = True,
