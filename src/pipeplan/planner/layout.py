@@ -140,11 +140,19 @@ class Layouts:
     def build(
         self, config: Config, sizes: Sequence[int], placement: Sequence[int], recompute: Sequence[Recompute]
     ) -> Layout:
-        """Costs, messages and static memory of a given partition and recompute assignment."""
+        """Costs, messages and static memory of a given partition and recompute assignment.
+
+        Each stage's costs are its recompute mode's
+        :meth:`~pipeplan.layers.LayerProfile.stage_costs`, the weight stash
+        included (what a split backward keeps from ``I`` to ``W``), so a plan's
+        activation peaks are the ones ``simulate --profile`` reports for the
+        same partition and schedule.
+        """
         micro_batch_size = config.micro_batch_size
         per_mode = {mode: self.workload.profile(micro_batch_size, mode).stage_costs(sizes) for mode in set(recompute)}
         pick = lambda attr: [getattr(per_mode[mode], attr)[s] for s, mode in enumerate(recompute)]  # noqa: E731
-        costs = StageCosts(pick("forward"), pick("backward"), pick("weight"), activation_bytes=pick("activation_bytes"))
+        costs = StageCosts(pick("forward"), pick("backward"), pick("weight"), activation_bytes=pick("activation_bytes"),
+                           weight_stash_bytes=pick("weight_stash_bytes"))
         static = self.memory.static_memory(config, sizes, placement)
         counts, _ = self.inflight(config)
         bound = [0.0] * config.pp
