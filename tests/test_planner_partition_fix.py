@@ -135,15 +135,16 @@ def test_gpt_zb_v_is_no_slower_than_an_even_split():
     times=st.lists(st.floats(0.0, 50.0), min_size=6, max_size=16),
     ranks=st.integers(2, 3),
     pattern=st.sampled_from(["interleaved", "v"]),
+    restarts=st.sampled_from([None, 0]),
     data=st.data(),
 )
-def test_place_chunks_is_no_worse_than_its_seeds(times, ranks, pattern, data):
+def test_place_chunks_is_no_worse_than_its_seeds(times, ranks, pattern, restarts, data):
     chunks = 2 * ranks
     if chunks > len(times):
         return
     cuts = sorted(data.draw(st.sets(st.integers(1, len(times) - 1), min_size=chunks - 1, max_size=chunks - 1)))
     seed = [b - a for a, b in zip([0, *cuts], [*cuts, len(times)])]
-    result = place_chunks(times, ranks, 2, pattern=pattern, seeds=[seed])
+    result = place_chunks(times, ranks, 2, pattern=pattern, seeds=[seed], restarts=restarts)
     prefix = [0.0]
     for value in times:
         prefix.append(prefix[-1] + value)
@@ -159,3 +160,10 @@ def test_place_chunks_refuses_a_bad_seed(seed):
 
     with pytest.raises(InvalidInputError, match="seeds must be 4 layer counts"):
         place_chunks([1.0] * 12, 2, 2, seeds=[seed])
+
+
+def test_place_chunks_refuses_bad_restarts():
+    from pipeplan.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="restarts must be >= 0"):
+        place_chunks([1.0] * 12, 2, 2, restarts=-1)

@@ -185,6 +185,7 @@ def place_chunks(
     pattern: Pattern = "free",
     chunk_weight: float = 0.0,
     seeds: Sequence[Sequence[int]] = (),
+    restarts: int | None = None,
 ) -> ChunkPlacement:
     """Cut layers into ``num_ranks × chunks_per_rank`` chunks and place them on ranks.
 
@@ -206,6 +207,10 @@ def place_chunks(
             counts >= 1 adding up to the layers). The result is no worse than any
             of them on the objective (with ``chunk_weight = 0``: its largest rank
             load is at most each seed's).
+        restarts: annealing runs (step 4 of the module doc) from the local
+            search's best; ``None``: the default 4; ``0``: the local search only
+            (about a tenth of the time: the planner's choice for fixed templates,
+            whose step it then simulates anyway).
 
     Returns:
         A :class:`ChunkPlacement`; ``placement`` has one entry per chunk.
@@ -262,11 +267,12 @@ def place_chunks(
         if best is None or result[0] < best[0]:
             best = result
     assert best is not None
-    if num_chunks > 2:
+    runs = _ANNEAL_RESTARTS if restarts is None else positive_int("restarts", restarts, minimum=0)
+    if num_chunks > 2 and runs:
         start = list(best[1])
         scale = float(prefix[-1] + extra.sum()) / num_chunks
         owner = best[2]
-        for restart in range(_ANNEAL_RESTARTS):
+        for restart in range(runs):
             annealed = _improve(_anneal(start, owner, prefix_list, extra_list, chunk_weight=chunk_weight,
                                         scale=scale, seed=restart), evaluate)
             if annealed[0] < best[0]:

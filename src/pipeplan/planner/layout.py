@@ -18,7 +18,14 @@ evaluates for a configuration:
    (:func:`pipeplan.partition.placement.place_chunks`), which the cost-aware
    order needs;
 2. **recompute relaxed** stage by stage: a stage solved under ``"full"`` or
-   ``"selective"`` goes back to the cheapest mode whose rank still fits.
+   ``"selective"`` goes back to the cheapest mode whose rank still fits;
+3. for interleaved and zb-v (a loop or a V of fixed chunks), the **rank-balanced**
+   choice: of the min-max partition, the even split and the cut with the least
+   busy busiest rank, the fastest simulated step among those no busier than both
+   of the first two (:meth:`Layouts._rank_balanced`).
+
+:meth:`Layouts.given` is the layout of given layers per stage instead
+(``plan --partition``), recompute relaxed the same way.
 
 Layouts, partitions, schedule templates and in-flight counts are cached.
 """
@@ -189,6 +196,29 @@ class Layouts:
             return self._rank_balanced(config, result, pattern)
         return result
 
+    def given(self, config: Config, sizes: tuple[int, ...]) -> Layout | Rejection | None:
+        """The layout of ``config`` on given layers per stage (``plan --partition``), or why it does not fit.
+
+        Recompute is relaxed per stage as for a solved partition, and ``None``
+        (not in the space) comes back where ``config`` recomputes although the
+        partition fits without recompute. ``sizes`` must have ``config.num_stages``
+        entries adding up to the layers (the search space checks them).
+        """
+        counts, placement = self.inflight(config)
+        none: tuple[Recompute, ...] = tuple("none" for _ in sizes)
+        plain = self.build(config, sizes, placement, none)
+        if self.over_capacity(plain) is None:
+            return plain if config.recompute == "none" else None
+        layout = plain if config.recompute == "none" else self.build(
+            config, sizes, placement, self.memory.relax(config, sizes, placement, counts))
+        over = self.over_capacity(layout)
+        if over is None:
+            return layout
+        rank, total = over
+        return Rejection(config, f"rank {rank} holds {gb(total)} with the given partition "
+                                 f"{','.join(map(str, sizes))} (recompute {config.recompute}), "
+                                 f"{gb(total - (self.memory.capacity or 0))} over")
+
     def _minmax(self, config: Config) -> Layout | Rejection | None:
         """The exact min-max partition of ``config`` with recompute relaxed per stage (cached); see :meth:`partitioned`."""
         counts, placement = self.inflight(config)
@@ -262,8 +292,9 @@ class Layouts:
         if cut is None:
             self.stats.partitions += 1
             profile = self.workload.profile(config.micro_batch_size, config.recompute)
+            # the local search alone (no annealing): the step-time choice below does the rest
             cut = place_chunks(profile, config.pp, stages // config.pp, pattern=pattern,
-                               seeds=(minmax.sizes, even)).layers_per_stage
+                               seeds=(minmax.sizes, even), restarts=0).layers_per_stage
             self._cuts[cut_key] = cut
         layouts = {minmax.sizes: minmax}
         for sizes in (even, cut):
