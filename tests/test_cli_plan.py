@@ -146,7 +146,8 @@ def test_bad_model_and_hardware(run_cli, argv, message):
 def test_pi0_demo_story(run_cli):
     status, out, err = run_cli("demo", "--story", "pi0")
     assert status == 0, err
-    assert "Megatron default" in out and "Megatron-LM flags for plan" in out
+    # flags for a listed plan, or for the best plan of the schedules Megatron-LM runs when none is listed
+    assert "Megatron default" in out and "Megatron-LM flags for " in out
     if "Megatron-LM flags for plan 1:" not in out:  # the best plans use an order Megatron-LM does not run
         assert "Megatron-LM cannot run plan 1: Megatron-LM runs 1F1B and interleaved 1F1B only" in out
     assert "--pipeline-model-parallel-size 4" in out and "rank 3 |" in out

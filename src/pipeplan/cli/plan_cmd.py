@@ -22,6 +22,7 @@ from typing import Any
 from .. import hardware, presets
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
+from ..partition.choice import parse_partition
 from ..planner import DEFAULT_HEADROOM, Cluster, SearchResult, Workload, search
 from ..planner.space import NOT_PLANNED
 from ..schedules import SCHEDULES
@@ -62,6 +63,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--global-batch", type=int, required=True, help="samples per optimizer step")
     parser.add_argument("--pp", type=int, default=None, help="fix the pipeline-parallel degree")
     parser.add_argument("--micro-batch-size", type=int, default=None, help="fix the micro-batch size")
+    parser.add_argument("--partition", default=None, metavar="auto|even|A,B,...",
+                        help="fix the layers per stage: counts like 4,3,3,2 (only configurations with that many "
+                             "stages, pp·v), 'even' (each one's even split) or 'auto' (solved; the default)")
     parser.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM,
                         help="share of each GPU's memory left free when --memory is not given "
                              f"(default {DEFAULT_HEADROOM:g}; 0 plans up to the full memory)")
@@ -146,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             workload, cluster, args.global_batch, pp=args.pp, micro_batch_size=args.micro_batch_size,
             schedules=schedules, memory_capacity=args.memory, optimizer=args.optimizer, send_mode=args.send,
             top=args.top, budget=args.budget, progress=progress, max_virtual_stages=args.max_virtual_stages,
-            headroom=args.headroom,
+            headroom=args.headroom, partition=None if args.partition is None else parse_partition(args.partition),
         )
     finally:
         progress.close()

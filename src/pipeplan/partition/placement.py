@@ -13,8 +13,11 @@ assigns ``v`` of them to each of ``R`` ranks so that the slowest rank is fast::
 Method (a heuristic; the result says how far it is from a lower bound):
 
 1. Seeds: the exact min-max chunk boundaries (:func:`pipeplan.partition_layers`
-   with ``R·v`` stages), and boundaries that put every layer heavier than the
-   per-chunk average into a chunk of its own.
+   with ``R·v`` stages), boundaries that put every layer heavier than the
+   per-chunk average into a chunk of its own, and any layers per chunk the caller
+   gives (``seeds``: the planner passes its own min-max partition and the even
+   split). Every later step only keeps a layout that improves on the best so far,
+   so the result's largest rank load is at most every seed's.
 2. Assignment of chunks to ranks: longest chunk first onto the least-loaded rank
    that still has a free slot, then swaps of chunks between the most-loaded rank
    and the others while the largest load drops. With ``pattern="interleaved"``
@@ -181,6 +184,8 @@ def place_chunks(
     last_extra: float | None = None,
     pattern: Pattern = "free",
     chunk_weight: float = 0.0,
+    seeds: Sequence[Sequence[int]] = (),
+    restarts: int | None = None,
 ) -> ChunkPlacement:
     """Cut layers into ``num_ranks × chunks_per_rank`` chunks and place them on ranks.
 
@@ -198,9 +203,21 @@ def place_chunks(
             drain grow with its chunks (about ``(P − 1) ×`` a chunk for an
             interleaved order), so ``w ≈ (P − 1) / m`` trades a little balance for
             small chunks; 0 (the default) minimises the load only.
+        seeds: more starting layouts, each the layers of every chunk (``R·v``
+            counts >= 1 adding up to the layers). The result is no worse than any
+            of them on the objective (with ``chunk_weight = 0``: its largest rank
+            load is at most each seed's).
+        restarts: annealing runs (step 4 of the module doc) from the local
+            search's best; ``None``: the default 4; ``0``: the local search only
+            (about a tenth of the time: the planner's choice for fixed templates,
+            whose step it then simulates anyway).
 
     Returns:
         A :class:`ChunkPlacement`; ``placement`` has one entry per chunk.
+
+    Raises:
+        InvalidInputError: bad numbers, too few layers, or a seed that is not
+            ``R·v`` counts >= 1 adding up to the layers.
     """
     chunk_weight = non_negative_float("chunk_weight", chunk_weight)
     ranks = positive_int("num_ranks", num_ranks)
@@ -242,18 +259,20 @@ def place_chunks(
         top = max(loads) + chunk_weight * max(values) if chunk_weight else max(loads)
         return (top, sum(load * load for load in loads)), owner, loads
 
-    seeds = [_minmax_bounds(times, num_chunks, head, tail), _isolating_bounds(times, num_chunks, extra)]
+    starts = [_minmax_bounds(times, num_chunks, head, tail), _isolating_bounds(times, num_chunks, extra)]
+    starts += [_seed_bounds(seed, num_chunks, num_layers) for seed in seeds]
     best = None
-    for seed in seeds:
+    for seed in starts:
         result = _improve(list(seed), evaluate)
         if best is None or result[0] < best[0]:
             best = result
     assert best is not None
-    if num_chunks > 2:
+    runs = _ANNEAL_RESTARTS if restarts is None else positive_int("restarts", restarts, minimum=0)
+    if num_chunks > 2 and runs:
         start = list(best[1])
         scale = float(prefix[-1] + extra.sum()) / num_chunks
         owner = best[2]
-        for restart in range(_ANNEAL_RESTARTS):
+        for restart in range(runs):
             annealed = _improve(_anneal(start, owner, prefix_list, extra_list, chunk_weight=chunk_weight,
                                         scale=scale, seed=restart), evaluate)
             if annealed[0] < best[0]:
@@ -277,6 +296,19 @@ def _minmax_bounds(times: np.ndarray, num_chunks: int, head: float, tail: float)
 
     result = partition_layers(times.tolist(), num_chunks, first_extra=head, last_extra=tail, tie_break="none")
     return list(result.boundaries)
+
+
+def _seed_bounds(seed: Sequence[int], num_chunks: int, num_layers: int) -> list[int]:
+    """The boundaries of a caller's layers per chunk, checked."""
+    try:
+        counts = [int(count) for count in seed]
+    except (TypeError, ValueError):
+        counts = []
+    if len(counts) != num_chunks or min(counts) < 1 or sum(counts) != num_layers:
+        raise InvalidInputError(
+            f"seeds must be {num_chunks} layer counts >= 1 adding up to {num_layers} layers, got {list(seed)}"
+        )
+    return [0, *np.cumsum(counts).tolist()]
 
 
 def _isolating_bounds(times: np.ndarray, num_chunks: int, extra: np.ndarray) -> list[int]:

@@ -18,7 +18,14 @@ evaluates for a configuration:
    (:func:`pipeplan.partition.placement.place_chunks`), which the cost-aware
    order needs;
 2. **recompute relaxed** stage by stage: a stage solved under ``"full"`` or
-   ``"selective"`` goes back to the cheapest mode whose rank still fits.
+   ``"selective"`` goes back to the cheapest mode whose rank still fits;
+3. for interleaved and zb-v (a loop or a V of fixed chunks), the **rank-balanced**
+   choice: of the min-max partition, the even split and the cut with the least
+   busy busiest rank, the fastest simulated step among those no busier than both
+   of the first two (:meth:`Layouts._rank_balanced`).
+
+:meth:`Layouts.given` is the layout of given layers per stage instead
+(``plan --partition``), recompute relaxed the same way.
 
 Layouts, partitions, schedule templates and in-flight counts are cached.
 """
@@ -34,12 +41,13 @@ import numpy as np
 
 from ..costs import StageCosts
 from ..errors import InfeasiblePlanError, PipeplanError
-from ..partition import inflight_per_stage, partition_layers
-from ..partition.placement import place_chunks
+from ..partition import even_split, inflight_per_stage, partition_layers, rank_totals
+from ..partition.placement import Pattern, fixed_pattern, place_chunks
 from ..plan import RankMemory, Recompute
 from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_info
 from ..schedules.patterns import loop_placement
+from ..simulate import simulate
 from .links import Links
 from .memory import MemoryModel, gb
 from .records import Rejection, SearchStats
@@ -98,6 +106,8 @@ class Layouts:
         self._inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._free: dict[tuple[Any, ...], tuple[int, ...]] = {}
         self._chunks: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self._cuts: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self._balanced: dict[tuple[Any, ...], Layout] = {}
 
     # ------------------------------------------------------------ schedule shapes
     @staticmethod
@@ -140,11 +150,19 @@ class Layouts:
     def build(
         self, config: Config, sizes: Sequence[int], placement: Sequence[int], recompute: Sequence[Recompute]
     ) -> Layout:
-        """Costs, messages and static memory of a given partition and recompute assignment."""
+        """Costs, messages and static memory of a given partition and recompute assignment.
+
+        Each stage's costs are its recompute mode's
+        :meth:`~pipeplan.layers.LayerProfile.stage_costs`, the weight stash
+        included (what a split backward keeps from ``I`` to ``W``), so a plan's
+        activation peaks are the ones ``simulate --profile`` reports for the
+        same partition and schedule.
+        """
         micro_batch_size = config.micro_batch_size
         per_mode = {mode: self.workload.profile(micro_batch_size, mode).stage_costs(sizes) for mode in set(recompute)}
         pick = lambda attr: [getattr(per_mode[mode], attr)[s] for s, mode in enumerate(recompute)]  # noqa: E731
-        costs = StageCosts(pick("forward"), pick("backward"), pick("weight"), activation_bytes=pick("activation_bytes"))
+        costs = StageCosts(pick("forward"), pick("backward"), pick("weight"), activation_bytes=pick("activation_bytes"),
+                           weight_stash_bytes=pick("weight_stash_bytes"))
         static = self.memory.static_memory(config, sizes, placement)
         counts, _ = self.inflight(config)
         bound = [0.0] * config.pp
@@ -163,12 +181,46 @@ class Layouts:
         return self.memory.over_capacity(layout.static, layout.activation_bound)
 
     def partitioned(self, config: Config) -> Layout | Rejection | None:
-        """The exact partition of ``config`` with recompute relaxed per stage (cached).
+        """The partition of ``config`` with recompute relaxed per stage (cached).
 
-        Returns ``None`` when ``config`` recomputes although the partition without
-        recompute already fits: such a configuration is not in the space (recompute
-        is tried only where memory needs it).
+        The exact min-max partition (:meth:`_minmax`); where ranks hold several
+        chunks of a fixed schedule (a loop or a V), the rank-balanced choice made
+        from it (:meth:`_rank_balanced`). Returns ``None`` when ``config``
+        recomputes although the partition without recompute already fits: such a
+        configuration is not in the space (recompute is tried only where memory
+        needs it).
         """
+        result = self._minmax(config)
+        pattern = _chunk_pattern(config)
+        if isinstance(result, Layout) and pattern is not None:
+            return self._rank_balanced(config, result, pattern)
+        return result
+
+    def given(self, config: Config, sizes: tuple[int, ...]) -> Layout | Rejection | None:
+        """The layout of ``config`` on given layers per stage (``plan --partition``), or why it does not fit.
+
+        Recompute is relaxed per stage as for a solved partition, and ``None``
+        (not in the space) comes back where ``config`` recomputes although the
+        partition fits without recompute. ``sizes`` must have ``config.num_stages``
+        entries adding up to the layers (the search space checks them).
+        """
+        counts, placement = self.inflight(config)
+        none: tuple[Recompute, ...] = tuple("none" for _ in sizes)
+        plain = self.build(config, sizes, placement, none)
+        if self.over_capacity(plain) is None:
+            return plain if config.recompute == "none" else None
+        layout = plain if config.recompute == "none" else self.build(
+            config, sizes, placement, self.memory.relax(config, sizes, placement, counts))
+        over = self.over_capacity(layout)
+        if over is None:
+            return layout
+        rank, total = over
+        return Rejection(config, f"rank {rank} holds {gb(total)} with the given partition "
+                                 f"{','.join(map(str, sizes))} (recompute {config.recompute}), "
+                                 f"{gb(total - (self.memory.capacity or 0))} over")
+
+    def _minmax(self, config: Config) -> Layout | Rejection | None:
+        """The exact min-max partition of ``config`` with recompute relaxed per stage (cached); see :meth:`partitioned`."""
         counts, placement = self.inflight(config)
         key = (config.pp, config.dp, config.micro_batch_size, config.recompute, config.num_stages, counts, placement)
         if key in self._layouts:
@@ -189,7 +241,7 @@ class Layouts:
         if free is not None:
             result = free if config.recompute == "none" else None
         elif config.recompute != "full" and "full" in self.workload.recompute_modes and isinstance(
-            lightest := self.partitioned(replace(config, recompute="full")), Rejection
+            lightest := self._minmax(replace(config, recompute="full")), Rejection
         ):
             # full recompute holds the fewest bytes on every stage of every partition:
             # where it does not fit, nothing lighter in time does
@@ -208,6 +260,58 @@ class Layouts:
             sizes = partition_layers(self.workload.profile(micro_batch_size, mode), num_stages).layers_per_stage
             self._free[key] = sizes
         return sizes
+
+    def _rank_balanced(self, config: Config, minmax: Layout, pattern: Pattern) -> Layout:
+        """The fastest layout no rank of which is busier than under the min-max chunks or the even split (cached).
+
+        A rank of a loop or a V runs the sum of its chunks, so the slowest chunk
+        is not what bounds the step: the min-max chunk cut can leave one rank a
+        chunk heavier than the rest. The candidates are ``minmax`` (it fits), the
+        even split, and the cut whose largest rank total (F + B per microbatch,
+        summed over the rank's chunks) is smallest
+        (:func:`~pipeplan.partition.placement.place_chunks` on the schedule's
+        pattern, seeded with the other two), each with recompute relaxed per
+        stage. Of those that fit, the ones whose largest rank total is at most
+        that of the fitting seeds are simulated under ``config``'s schedule and the
+        fastest step (all-reduce included) is kept; so the layout's largest rank
+        total is never above the min-max chunks' or the even split's (where they
+        fit), and its step never slower than that of the less loaded of the two.
+        """
+        key = (config, minmax.sizes)
+        cached = self._balanced.get(key)
+        if cached is not None:
+            self.stats.cache_hits += 1
+            return cached
+        counts, placement = self.inflight(config)
+        stages = config.num_stages
+        if placement != fixed_pattern(pattern, config.pp, stages // config.pp):
+            return minmax  # not the pattern's placement: nothing to balance against
+        even = even_split(self.workload.num_layers, stages)
+        cut_key = (config.micro_batch_size, config.recompute, config.pp, stages, pattern, minmax.sizes)
+        cut = self._cuts.get(cut_key)
+        if cut is None:
+            self.stats.partitions += 1
+            profile = self.workload.profile(config.micro_batch_size, config.recompute)
+            # the local search alone (no annealing): the step-time choice below does the rest
+            cut = place_chunks(profile, config.pp, stages // config.pp, pattern=pattern,
+                               seeds=(minmax.sizes, even), restarts=0).layers_per_stage
+            self._cuts[cut_key] = cut
+        layouts = {minmax.sizes: minmax}
+        for sizes in (even, cut):
+            if sizes not in layouts:
+                layouts[sizes] = self.build(config, sizes, placement, self.memory.relax(config, sizes, placement, counts))
+        fitting = [layout for layout in layouts.values() if self.over_capacity(layout) is None]
+        ceiling = min(_rank_load(layout) for layout in fitting if layout.sizes in (minmax.sizes, even))
+        chosen = [layout for layout in fitting if _rank_load(layout) <= ceiling * (1 + 1e-9)]
+        best = chosen[0] if len(chosen) == 1 else min(chosen, key=lambda layout: self._step_time(config, layout))
+        self._balanced[key] = best
+        return best
+
+    def _step_time(self, config: Config, layout: Layout) -> float:
+        """The simulated step of ``layout`` under ``config``'s fixed schedule, the all-reduce included."""
+        self.stats.simulated += 1
+        timeline = simulate(self.template(config), layout.costs, self.links.comm(layout.boundary), validate=False)
+        return float(timeline.makespan) + self.links.dp_comm(config, layout.static)
 
     def _balanced_chunks(self, config: Config, placement: tuple[int, ...]) -> Layout | Rejection | None:
         """Chunks in a loop with even rank loads (:func:`~pipeplan.partition.placement.place_chunks`), for adaptive.
@@ -292,6 +396,20 @@ class Layouts:
         (lo, hi), = error.layers
         return (f"stage {error.stage} (layers {lo}..{hi}) needs at least {gb(needed)} on its own; its largest "
                 f"module is {self.memory.heaviest(config, range(lo, hi + 1))}")
+
+
+def _chunk_pattern(config: Config) -> Pattern | None:
+    """The chunk pattern of a fixed schedule whose ranks hold several chunks (a loop or a V), else ``None``."""
+    layout = schedule_info(config.schedule).layout
+    if config.pp == 1 or config.chunked_adaptive or layout == "one":
+        return None
+    return "interleaved" if layout == "loop" else "v"
+
+
+def _rank_load(layout: Layout) -> float:
+    """The largest rank total of ``layout``: F + B per microbatch summed over each rank's stages."""
+    costs = layout.costs
+    return max(rank_totals([f + b for f, b in zip(costs.forward, costs.backward)], layout.placement))
 
 
 def _printed_needed(error: InfeasiblePlanError) -> float | None:

@@ -12,6 +12,9 @@ schedule, v, recompute mode) the search:
    counts imply, per rank where a rank holds several stages; for ``adaptive``
    over chunks it instead cuts chunks in a loop whose *rank* loads are even
    (:func:`pipeplan.partition.placement.place_chunks`), which the cost-aware order needs;
+   for interleaved and zb-v it keeps the fastest of the cuts whose busiest rank is
+   no busier than under the min-max partition and the even split; with a fixed
+   ``partition`` it takes the given layers per stage instead;
 2. **relaxes recompute** stage by stage: a stage solved under ``"full"`` or
    ``"selective"`` goes back to the cheapest mode whose rank still fits
    (1 and 2: :mod:`pipeplan.planner.layout`);
@@ -43,6 +46,7 @@ from typing import Any
 from .._validation import positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..partition import even_split
+from ..partition.choice import PartitionChoice
 from ..plan import RECOMPUTE_MODES, Plan, Recompute
 from ..schedules import schedule_info
 from .bounds import fill_bound, step_time_lower_bound
@@ -75,7 +79,8 @@ class SearchResult:
         one_knob: the best plan that changes one knob of the baseline, by knob
             (``"partition"``, ``"schedule"``, ``"micro_batch_size"``,
             ``"recompute"``, ``"pp"``).
-        rejected: configurations that do not fit, with the reason.
+        rejected: configurations that do not fit, with the reason (then those a
+            fixed ``partition`` does not apply to).
         stats: counts and time.
         lower_bound: a bound no plan of the space beats (see :meth:`~pipeplan.planner.pruning.SearchBounds.space_lower_bound`).
         single_stage_bound: the same over the one-stage-per-rank configurations
@@ -171,6 +176,7 @@ def search(
     progress: Progress | None = None,
     exhaustive: bool = False,
     headroom: float = DEFAULT_HEADROOM,
+    partition: PartitionChoice | None = None,
 ) -> SearchResult:
     """Search the space for the fastest plans that fit.
 
@@ -200,19 +206,27 @@ def search(
             is not given (default 10 %: the CUDA context, communication buffers and
             allocator fragmentation live there, and pipeplan's activation bytes
             are estimates); ``0`` plans up to the full memory.
+        partition: fix the layers per stage instead of solving them: counts per
+            stage (only the configurations with that many stages, ``pp · v``, are
+            evaluated; the others come back in ``rejected`` with the reason),
+            ``"even"`` (every configuration's even split) or ``"auto"`` /
+            ``None`` (the search's own partitions). Recompute is still relaxed per
+            stage; the Megatron default and the one-knob plans stay as they are.
 
     Returns:
         A :class:`SearchResult`.
 
     Raises:
-        InvalidInputError: bad numbers, a batch no ``dp × b`` divides, unknown schedules.
+        InvalidInputError: bad numbers, a batch no ``dp × b`` divides, unknown schedules,
+            a ``partition`` whose counts do not add up to the layers or whose
+            stage count no configuration has.
         InfeasiblePlanError: no plan fits; names the smallest memory that would
             and the rank and layers that need it.
     """
     options = SearchOptions(pp=pp, micro_batch_size=micro_batch_size, schedules=schedules,
                             memory_capacity=memory_capacity, optimizer=optimizer,
                             max_virtual_stages=max_virtual_stages, send_mode=send_mode, top=top, budget=budget,
-                            progress=progress, exhaustive=exhaustive, headroom=headroom)
+                            progress=progress, exhaustive=exhaustive, headroom=headroom, partition=partition)
     return _Search(workload, cluster, global_batch, options).run()
 
 
@@ -232,6 +246,7 @@ class SearchOptions:
     progress: Progress | None = None
     exhaustive: bool = False
     headroom: float = DEFAULT_HEADROOM
+    partition: PartitionChoice | None = None
 
     def capacity(self, cluster: Cluster) -> float:
         """Check the options but ``top`` and return the bytes per GPU a plan may use on ``cluster``.
@@ -313,7 +328,7 @@ class _Search:
             micro_batch_sizes=workload.micro_batch_sizes, recompute_modes=workload.recompute_modes, pp=options.pp,
             micro_batch_size=options.micro_batch_size,
             schedules=tuple(options.schedules) if options.schedules is not None else None,
-            max_virtual_stages=options.max_virtual_stages,
+            max_virtual_stages=options.max_virtual_stages, partition=options.partition,
         )
         self.started = time.perf_counter()
         self.evaluator = Evaluator(workload, cluster, self.capacity, options.optimizer, options.send_mode)
@@ -338,7 +353,9 @@ class _Search:
         bounds = (evaluator.bounds.space_lower_bound(configs, deadline=deadline),
                   evaluator.bounds.space_lower_bound(configs, chunked=False, deadline=deadline))
         stats.seconds = time.perf_counter() - self.started
-        return SearchResult(plans, baseline, knobs, tuple(self.rejected), stats, *bounds, rerun=self._rerun)
+        skipped = tuple(Rejection(config, reason) for config, reason in self.space.skipped())
+        return SearchResult(plans, baseline, knobs, tuple(self.rejected) + skipped, stats, *bounds,
+                            rerun=self._rerun)
 
     def _visit_all(self, configs: Sequence[Config]) -> None:
         """Evaluate ``configs`` in order of their bound, as long as a bound leaves them a chance."""
@@ -383,7 +400,8 @@ class _Search:
         if not exhaustive and evaluator.bounds.bottleneck_bound(config) >= limit:
             evaluator.stats.pruned += 1
             return None
-        layout = evaluator.layouts.partitioned(config)
+        fixed = self.space.partition_for(config)
+        layout = evaluator.layouts.partitioned(config) if fixed is None else evaluator.layouts.given(config, fixed)
         if not isinstance(layout, Layout):  # a Rejection, or None: recompute where memory does not need it
             return layout
         if not exhaustive and evaluator.lower_bound(config, layout) >= limit:

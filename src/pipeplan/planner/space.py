@@ -24,6 +24,13 @@ exact partition for it (:mod:`pipeplan.planner.search`). What is enumerated:
   memory needs it (the min-max partition without recompute does not fit); the
   search then relaxes it stage by stage where memory allows.
 
+A fixed ``partition`` (``plan --partition``) narrows the space: given layer
+counts keep only the configurations with that many stages (``pp · v`` equal to
+the counts' length; :meth:`SearchSpace.skipped` says why each other one is left
+out), ``"even"`` gives every configuration the even split of its stages, and
+``"auto"`` (or ``None``) leaves the partition to the search
+(:meth:`SearchSpace.partition_for`).
+
 The search caps interleaved and adaptive at ``v ≤ 4`` by default (``max_virtual_stages``):
 Megatron-LM recipes use 2–4, and every extra chunk adds ``2m`` messages per rank.
 Adaptive over chunks is tried at the smallest micro-batch size only: the
@@ -36,11 +43,14 @@ each size costs an order of its own (a second or more at ``pp = 16``).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
+from ..partition.choice import PartitionChoice
+from ..partition.solver import even_split
 from ..plan import RECOMPUTE_MODES, Recompute
 from ..schedules import SCHEDULES, schedule_info, schedule_label
 
@@ -111,6 +121,9 @@ class SearchSpace:
         micro_batch_size: fix ``b``.
         schedules: the schedules to try (default every registered one).
         max_virtual_stages: largest ``v`` tried for ``interleaved`` and ``adaptive`` (``None``: ``L // pp``).
+        partition: fix the layers per stage: counts ``>= 1`` adding up to ``L``
+            (only configurations with that many stages), ``"even"`` (each
+            configuration's even split), or ``"auto"`` / ``None`` (solved).
     """
 
     num_gpus: int
@@ -122,6 +135,7 @@ class SearchSpace:
     micro_batch_size: int | None = None
     schedules: tuple[str, ...] | None = None
     max_virtual_stages: int | None = None
+    partition: PartitionChoice | None = None
 
     def __post_init__(self) -> None:
         positive_int("num_gpus", self.num_gpus)
@@ -150,6 +164,23 @@ class SearchSpace:
                 raise InvalidInputError(f"schedules must be among {', '.join(plannable)}, got {name!r}")
         if self.max_virtual_stages is not None:
             positive_int("max_virtual_stages", self.max_virtual_stages)
+        object.__setattr__(self, "partition", _checked_partition(self.partition, self.num_layers))
+
+    def partition_for(self, config: Config) -> tuple[int, ...] | None:
+        """The layers per stage fixed for ``config`` (the given counts, or its even split); ``None``: solved."""
+        if self.partition is None:
+            return None
+        if isinstance(self.partition, str):  # "even" ("auto" became None)
+            return even_split(self.num_layers, config.num_stages)
+        return tuple(self.partition)
+
+    def skipped(self) -> list[tuple[Config, str]]:
+        """The configurations a fixed partition's stage count leaves out of :meth:`configs`, each with why."""
+        if not isinstance(self.partition, tuple):
+            return []
+        stages = len(self.partition)
+        return [(config, f"the partition has {stages} stages, {config.schedule_label} at pp={config.pp} has "
+                         f"{config.num_stages}") for config in self._every_config() if config.num_stages != stages]
 
     @property
     def schedule_names(self) -> tuple[str, ...]:
@@ -206,8 +237,24 @@ class SearchSpace:
 
         Raises:
             InvalidInputError: no ``pp``/``b`` pair divides the global batch
-                (naming ``B``, ``dp`` and ``b``).
+                (naming ``B``, ``dp`` and ``b``), or no configuration has as many
+                stages as the fixed partition.
         """
+        out = self._every_config()
+        if isinstance(self.partition, tuple):
+            stages = len(self.partition)
+            kept = [config for config in out if config.num_stages == stages]
+            if out and not kept:
+                counts = ", ".join(str(n) for n in sorted({config.num_stages for config in out}))
+                raise InvalidInputError(
+                    f"partition has {stages} stages but no configuration of the space has that many "
+                    f"(pp · v is one of {counts}); give one count per stage of one of them"
+                )
+            out = kept
+        return out
+
+    def _every_config(self) -> list[Config]:
+        """:meth:`configs` before a fixed partition filters them."""
         out: list[Config] = []
         for pp in self.pipeline_degrees():
             dp = self.num_gpus // pp
@@ -227,3 +274,22 @@ class SearchSpace:
                 f"({degrees}); choose a global batch that dp × micro-batch size divides"
             )
         return out
+
+
+def _checked_partition(partition: object, num_layers: int) -> str | tuple[int, ...] | None:
+    """``None`` for ``"auto"``, ``"even"`` as given, else the counts (each ``>= 1``, adding up to ``num_layers``)."""
+    if partition is None or partition == "auto":
+        return None
+    if partition == "even":
+        return "even"
+    if isinstance(partition, str):
+        raise InvalidInputError(f"partition must be 'auto', 'even' or layer counts per stage, got {partition!r}")
+    try:
+        counts = tuple(operator.index(count) for count in partition)  # type: ignore[attr-defined]
+    except TypeError:
+        counts = ()
+    if not counts or min(counts) < 1 or sum(counts) != num_layers:
+        raise InvalidInputError(
+            f"partition must be layer counts >= 1 adding up to the model's {num_layers} layers, got {partition!r}"
+        )
+    return counts
