@@ -69,7 +69,7 @@ from ..layers import LayerProfile
 from ..plan import Plan
 from ..schedules import SCHEDULES, schedule_info
 from ..schedules.inflight import inflight_and_placement, inflight_per_stage
-from .memory import RankMemoryModel, memory_limits, memory_prefixes, rank_totals
+from .memory import RankMemoryModel, memory_limits, memory_prefixes, rank_totals, tied_layers
 from .problem import MinMaxProblem
 from .steptime import StepTimer, improve_step_time
 from .tiebreak import tie_break as break_ties
@@ -106,6 +106,9 @@ class PartitionResult(Plan):
         inflight: peak in-flight microbatches per stage used for memory.
         objective: what was minimised, ``"bottleneck"`` or ``"step_time"``.
         tie_break: how ties on the bottleneck were broken (the one applied).
+        rank_shared_bytes: per rank, the bytes of a tied table its stages' memory
+            counts twice (a V-shape's rank 0 holds the embedding and the head);
+            :attr:`rank_memory` takes them off.
         profile: the layer profile the plan was made from (``None`` for a plain
             list of costs without a step time); exports read its layer names.
         proven_optimal: ``False`` only when several stages share a rank, a memory
@@ -128,6 +131,7 @@ class PartitionResult(Plan):
     inflight: tuple[int, ...] = ()
     objective: str = "bottleneck"
     tie_break: str = "lexicographic"
+    rank_shared_bytes: tuple[float, ...] = ()
     profile: LayerProfile | None = field(default=None, repr=False, compare=False)
     proven_optimal: bool = True
 
@@ -148,10 +152,12 @@ class PartitionResult(Plan):
 
     @property
     def rank_memory(self) -> tuple[float, ...]:
-        """Bytes each rank holds: the sum of its stages' :attr:`stage_memory`."""
+        """Bytes each rank holds: its stages' :attr:`stage_memory`, a tied table it holds twice counted once."""
         if not self.stage_memory:
             return ()
-        return tuple(rank_totals(self.stage_memory, self.placement))
+        totals = rank_totals(self.stage_memory, self.placement)
+        shared = self.rank_shared_bytes or (0.0,) * len(totals)
+        return tuple(total - excess for total, excess in zip(totals, shared))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the partitioner's fields; :meth:`Plan.to_dict` gives the plan's)."""
@@ -290,10 +296,11 @@ def partition_layers(
     options = dict(schedule_options or {})
     inflight, placement = inflight_and_placement(schedule, stages, micro, **options)
 
-    stage_prefixes = memory_prefixes(params, activations, per_param, inflight)
+    tied = tied_layers(profile, per_param) if profile is not None else None
+    stage_prefixes = memory_prefixes(params, activations, per_param, inflight, tied=tied)
     memory_problem = MinMaxProblem(stage_prefixes, extra_bytes)
     time_prefix = np.concatenate([[0.0], np.cumsum(times)])
-    context = RankMemoryModel(memory_problem, tuple(placement), schedule, micro, per_param)
+    context = RankMemoryModel(memory_problem, tuple(placement), schedule, micro, per_param, tied=tied)
 
     def solve(capacities: Sequence[float] | None) -> tuple[MinMaxProblem, list[int], str] | None:
         limits = None if capacities is None else memory_limits(memory_problem, capacities)
@@ -359,6 +366,7 @@ def partition_layers(
         inflight=tuple(inflight),
         objective=objective,
         tie_break=applied if objective == "bottleneck" else "none",
+        rank_shared_bytes=tuple(float(excess) for excess in context.tied_excess),
         profile=profile,
         proven_optimal=proven,
     )
