@@ -72,11 +72,13 @@ def test_gpt_layer_activations_equal_korthikanti(shape, t):
         assert act("selective", False) == 34 * sbh
 
 
-def test_weight_stash_is_the_weight_gemm_inputs_and_recompute_adds_backward_work():
+def test_weight_stash_is_what_w_needs_and_recompute_adds_backward_work():
     h, a, s, b = 1024, 16, 512, 2
     none, selective, full = (gpt_layer(h, a, s).layer_costs(b, recompute=r)[0] for r in ("none", "selective", "full"))
-    # QKV input 2sbh + output-projection input 2sbh + fc1 input 2sbh + fc2 input 8sbh.
-    assert none.weight_stash_bytes == 14 * s * b * h == selective.weight_stash_bytes
+    # The weight GEMMs' inputs (QKV 2sbh + output projection 2sbh + fc1 2sbh + fc2 8sbh = 14sbh) and the
+    # output gradients B made for them (QKV 6sbh + projection 2sbh + fc1 8sbh + fc2 2sbh = 18sbh):
+    # 32sbh, the zero-bubble paper's M_W (Qi et al. 2024, Table 1).
+    assert none.weight_stash_bytes == 32 * s * b * h == selective.weight_stash_bytes
     assert selective.input_grad_flops - none.input_grad_flops == 4 * b * s * s * h  # the attention core again
     assert full.input_grad_flops - none.input_grad_flops == none.forward_flops
     assert full.weight_stash_bytes <= full.activation_bytes
@@ -155,7 +157,9 @@ def test_frozen_middle_module_has_input_gradient_but_no_weight_gradient():
         if b.modules == ("llm",):
             assert b.weight_grad_flops == 0 and b.trainable_params == 0 and b.weight_stash_bytes == 0
             assert b.input_grad_flops == a.input_grad_flops > 0
-            assert 0 < b.activation_bytes == a.activation_bytes - a.weight_stash_bytes
+            # no weight-GEMM inputs kept for a W it never runs: 2 bytes x (QKV, projection, fc1 inputs h, fc2 input f)
+            tokens, h, f = 2 * 32, 64, 256
+            assert 0 < b.activation_bytes == a.activation_bytes - 2 * tokens * (3 * h + f)
         else:
             assert b == a
 

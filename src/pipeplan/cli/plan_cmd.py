@@ -76,7 +76,9 @@ def register(subparsers: Any) -> None:
                              f"{','.join(n for n in SCHEDULES if n not in NOT_PLANNED)})")
     parser.add_argument("--optimizer", default="adam",
                         help="adam (16 bytes/param), distributed (Megatron: 6 + 12/dp) or bytes per parameter")
-    parser.add_argument("--send", choices=("eager", "rendezvous"), default="eager", help="message semantics")
+    parser.add_argument("--send", choices=("eager", "rendezvous", "serialized"), default="eager",
+                        help="message semantics: eager (torch isend), rendezvous, or serialized (Megatron-LM's "
+                             "and DeepSpeed's blocking p2p: each exchange on the sender's timeline)")
     parser.add_argument("--top", type=int, default=10, help="plans to show (default 10)")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                         help="stop after this many seconds and report the best plans found so far")

@@ -39,6 +39,7 @@ class Part:
     params: float = 0.0
     act_b: float = 0.0  # stored for B (and W)
     act_w: float = 0.0  # stored for W only (inputs of weight GEMMs)
+    grad_w: float = 0.0  # made by B, kept for W: the output gradients of the weight GEMMs
     act_core: float = 0.0  # attention probabilities etc. (dropped by selective recompute)
     layer_input: float = 0.0  # what full recompute keeps
 
@@ -87,6 +88,10 @@ def block_part(
     # received tensor; they are not counted per layer.)
     act_w_rep = n * s * two * 2 * h
     act_w_tp = n * s * two * (qd + f)
+    # Made by B for W: the output gradients of the QKV (or Q and K/V), output, fc1 and fc2 GEMMs.
+    grad_w_rep = n * s * two * 2 * h
+    fc1_out = 2 * f if stack.gated_mlp else f
+    grad_w_tp = n * two * (s * qd + kv_tokens * 2 * kvd + s * fc1_out)
     core_bytes = n * a * s * keys * (two + (mask + two if stack.dropout else 0))
     params = block_params(stack, layer_index=layer_index, kv_width=kv_width)
     return Part(
@@ -96,6 +101,7 @@ def block_part(
         params=params / t,
         act_b=act_b_rep / rep_div + act_b_tp / t,
         act_w=act_w_rep / rep_div + act_w_tp / t,
+        grad_w=grad_w_rep / rep_div + grad_w_tp / t,
         act_core=core_bytes / t,
         layer_input=n * s * two * h / rep_div,
     )
@@ -131,7 +137,7 @@ def patch_part(encoder: VisionEncoder, shape: Shape) -> Part:
         params += h + (4 * h * h + 4 * h) + 2 * h + (2 * h * f + f + h)
     t = shape.tensor_parallel
     return Part(forward=linear / t, linear=linear / t, input_is_data=True, params=params / t,
-                 act_w=n * tokens * pixels * ACTIVATION_BYTES / t,
+                 act_w=n * tokens * pixels * ACTIVATION_BYTES / t, grad_w=n * tokens * h * ACTIVATION_BYTES / t,
                  layer_input=n * tokens * pixels * ACTIVATION_BYTES / t)
 
 
@@ -139,18 +145,19 @@ def projector_part(projector: Projector, shape: Shape) -> Part:
     n = shape.micro_batch_size * projector.repeats
     linear = 0.0
     params = float(projector.norm_params + projector.extra_params)
-    act_w = act_b = 0.0
+    act_w = act_b = grad_w = 0.0
     for index, layer in enumerate(projector.linears):
         tokens = layer.tokens or projector.tokens
         linear += 2.0 * n * tokens * layer.in_features * layer.out_features
         params += layer.in_features * layer.out_features + (layer.out_features if projector.bias else 0)
         act_w += n * tokens * layer.in_features * ACTIVATION_BYTES
+        grad_w += n * tokens * layer.out_features * ACTIVATION_BYTES
         if projector.activation and index + 1 < len(projector.linears):
             act_b += n * tokens * layer.out_features * ACTIVATION_BYTES
     first = projector.linears[0]
     t = shape.tensor_parallel
     return Part(forward=linear / t, linear=linear / t, params=params / t, act_b=act_b / t, act_w=act_w / t,
-                 layer_input=n * (first.tokens or projector.tokens) * first.in_features * ACTIVATION_BYTES / t)
+                 grad_w=grad_w / t, layer_input=n * (first.tokens or projector.tokens) * first.in_features * ACTIVATION_BYTES / t)
 
 
 def embedding_part(embedding: Embedding, shape: Shape) -> Part:
@@ -173,7 +180,7 @@ def head_part(head: LMHead, shape: Shape) -> Part:
     linear = 2.0 * n * tokens * h * vocab
     return Part(forward=linear / t, linear=linear / t, params=vocab * h / t,
                  act_b=n * tokens * vocab * 4 / t, act_w=n * tokens * h * ACTIVATION_BYTES,
-                 layer_input=n * tokens * h * ACTIVATION_BYTES)
+                 grad_w=n * tokens * vocab * ACTIVATION_BYTES / t, layer_input=n * tokens * h * ACTIVATION_BYTES)
 
 
 def apply_training(part: Part, *, trains: bool, needs_backward: bool, recompute: str) -> dict[str, float]:
@@ -183,14 +190,16 @@ def apply_training(part: Part, *, trains: bool, needs_backward: bool, recompute:
                 "activation": 0.0, "stash": 0.0}
     input_grad = 0.0 if part.input_is_data else part.linear + 2.0 * part.core
     weight_grad = part.linear if trains else 0.0
-    stash = part.act_w if trains else 0.0
-    stored = part.act_b + stash + part.act_core
+    inputs = part.act_w if trains else 0.0
+    stored = part.act_b + inputs + part.act_core
+    # W still needs its GEMMs' inputs and the output gradients B made (Qi et al. 2024: 32sbh for GPT)
+    stash = inputs + (part.grad_w if trains else 0.0)
     if recompute == "selective":
         input_grad += part.core
         stored -= part.act_core
     elif recompute == "full":
         input_grad += part.forward
         stored = part.layer_input
-        stash = min(stash, stored)
+    stash = min(stash, stored)  # a profile's stash is part of what the layer holds
     return {"forward": part.forward, "input_grad": input_grad, "weight_grad": weight_grad,
             "activation": stored, "stash": stash}

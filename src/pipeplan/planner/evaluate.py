@@ -61,7 +61,8 @@ class Evaluator:
         cluster: GPUs and links.
         capacity: bytes per GPU a plan may use; ``None``: no limit.
         optimizer: ``"adam"``, ``"distributed"`` or bytes per parameter.
-        send_mode: ``"eager"`` or ``"rendezvous"`` messages.
+        send_mode: ``"eager"``, ``"rendezvous"`` or ``"serialized"`` messages
+            (:mod:`pipeplan.planner.links`).
         rank_capacity: how the partitioner shares a rank's capacity over its
             stages (:class:`~pipeplan.planner.layout.Layouts`).
         sync: how gradients are reduced over data parallel, a

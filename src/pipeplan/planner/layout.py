@@ -168,8 +168,8 @@ class Layouts:
         bound = [0.0] * config.pp
         for s, rank in enumerate(placement):
             bound[rank] += counts[s] * costs.activation_bytes[s]
-        return Layout(tuple(sizes), tuple(placement), tuple(recompute), costs,
-                      self.links.boundary_times(config, sizes, placement), static, tuple(bound))
+        costs, boundary = self.links.on_timelines(costs, self.links.boundary_times(config, sizes, placement))
+        return Layout(tuple(sizes), tuple(placement), tuple(recompute), costs, boundary, static, tuple(bound))
 
     def fixed(self, config: Config, sizes: tuple[int, ...], recompute: tuple[Recompute, ...]) -> Layout:
         """The layout of given layers per stage and recompute, on the schedule's own placement."""

@@ -16,6 +16,15 @@ all-reduce at the link's all-reduce bus bandwidth, or a reduce-scatter with the
 distributed optimizer (:func:`~pipeplan.planner.step.reduction_ms`); how much of
 it the backward hides is :mod:`pipeplan.planner.step`'s. Times come back in the
 profile's unit (``workload.time_unit`` seconds each; links work in ms).
+
+Send modes: ``"eager"`` (the sender goes on: torch's ``isend``), ``"rendezvous"``
+(the sender waits for the receiver to post its receive) and ``"serialized"``:
+Megatron-LM's default point-to-point (``overlap_p2p_comm=False``:
+``batch_isend_irecv`` then wait) and DeepSpeed's blocking sends, where each
+exchange sits on the sending rank's timeline. :meth:`Links.on_timelines` then
+adds each boundary's time to the action that sends across it (F to the next
+stage, B's input gradient to the previous one) and the message itself costs
+nothing more.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..costs import CommModel
+from ..costs import CommModel, StageCosts
 from ..plan import RankMemory
 from .cluster import Cluster
 from .space import Config
@@ -40,7 +49,8 @@ class Links:
     Args:
         workload: its send bytes per layer and its time unit.
         cluster: the links between GPUs.
-        send_mode: ``"eager"`` or ``"rendezvous"`` (:class:`~pipeplan.costs.CommModel`).
+        send_mode: ``"eager"``, ``"rendezvous"`` (:class:`~pipeplan.costs.CommModel`) or
+            ``"serialized"`` (module doc).
         distributed: gradients are reduce-scattered (Megatron's distributed
             optimizer), not all-reduced.
     """
@@ -68,8 +78,25 @@ class Links:
 
     def comm(self, boundary: Sequence[float]) -> CommModel:
         """The messages of a layout whose boundaries take ``boundary`` (precomputed from their links)."""
+        mode = "eager" if self.send_mode == "serialized" else self.send_mode
         return CommModel(latency=0.0, bandwidth=1.0, boundary_bytes=list(boundary) or 0.0,
-                         send_mode=self.send_mode)  # type: ignore[arg-type]
+                         send_mode=mode)  # type: ignore[arg-type]
+
+    def on_timelines(self, costs: StageCosts, boundary: Sequence[float]) -> tuple[StageCosts, tuple[float, ...]]:
+        """``costs`` and ``boundary`` as the simulator should see them under this send mode.
+
+        Unchanged unless ``"serialized"`` (module doc): then stage ``s``'s forward
+        pays ``boundary[s]`` and its backward (its input-gradient half; W is
+        unchanged) ``boundary[s - 1]``, and every boundary costs 0.
+        """
+        if self.send_mode != "serialized":
+            return costs, tuple(boundary)
+        last = len(costs.forward) - 1
+        forward = [f + (boundary[s] if s < last else 0.0) for s, f in enumerate(costs.forward)]
+        backward = [b + (boundary[s - 1] if s > 0 else 0.0) for s, b in enumerate(costs.backward)]
+        return (StageCosts(forward, backward, costs.weight, activation_bytes=costs.activation_bytes,
+                           weight_stash_bytes=costs.weight_stash_bytes),
+                tuple(0.0 for _ in boundary))
 
     def allreduce(self, config: Config, num_bytes: float) -> float:
         """The gradient reduction of ``num_bytes`` per GPU over data parallel, in profile time units.

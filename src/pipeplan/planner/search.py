@@ -194,7 +194,8 @@ def search(
             (6 + 12/dp) or bytes per parameter (:mod:`pipeplan.planner.memory`).
         max_virtual_stages: largest ``v`` for interleaved and adaptive (default 4;
             ``None``: every ``v`` with ``pp · v ≤ L``).
-        send_mode: ``"eager"`` or ``"rendezvous"`` messages.
+        send_mode: ``"eager"``, ``"rendezvous"`` or ``"serialized"`` messages
+            (:mod:`pipeplan.planner.links`).
         top: how many plans to keep.
         budget: seconds; once a plan is found, the search stops after that many
             and returns the best so far with ``stats.complete = False`` (the
@@ -257,8 +258,9 @@ class SearchOptions:
         budget, headroom = self.budget, self.headroom
         if budget is not None and not (isinstance(budget, (int, float)) and budget > 0):
             raise InvalidInputError(f"budget must be a number of seconds > 0, got {budget!r}")
-        if self.send_mode not in ("eager", "rendezvous"):
-            raise InvalidInputError(f"send_mode must be 'eager' or 'rendezvous', got {self.send_mode!r}")
+        if self.send_mode not in ("eager", "rendezvous", "serialized"):
+            raise InvalidInputError(
+                f"send_mode must be 'eager', 'rendezvous' or 'serialized', got {self.send_mode!r}")
         if not (isinstance(headroom, (int, float)) and 0 <= headroom < 1):
             raise InvalidInputError(f"headroom must be a share of the memory in [0, 1), got {headroom!r}")
         given = self.memory_capacity
