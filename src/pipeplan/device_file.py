@@ -37,7 +37,7 @@ from ._files import check_output_path, read_text
 from .errors import InvalidInputError
 
 __all__ = ["FORMAT", "VERSION", "DeviceFile", "device_fields", "read_device", "write_device", "parse_device",
-           "calibrated_link"]
+           "calibrated_link", "gemm_point"]
 
 FORMAT = "pipeplan-device"
 VERSION = 1
@@ -215,8 +215,7 @@ def _gemm_table(field_name: str, value: object) -> tuple[Any, ...]:
         if not isinstance(row, list) or len(row) != 4:
             raise InvalidInputError(f"{where} must be [m, n, k, efficiency], got {row!r:.60}")
         m, n, k = (_count(f"{where}.{axis}", size) for axis, size in zip("mnk", row[:3]))
-        points.append(hardware.GemmPoint(m=m, n=n, k=k,  # type: ignore[attr-defined]
-                                         efficiency=_fraction(f"{where}.efficiency", row[3])))
+        points.append(gemm_point(m, n, k, _fraction(f"{where}.efficiency", row[3])))
     return tuple(points)
 
 
@@ -224,6 +223,19 @@ def _sources(field_name: str, value: object) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise InvalidInputError(f"{field_name} must be an object of field → source text, got {value!r:.60}")
     return dict(value)
+
+
+def gemm_point(m: int, n: int, k: int, efficiency: float) -> Any:
+    """A ``hardware.GemmPoint``: measured efficiency (FLOPs / (time · peak)) of one ``m × n × k`` GEMM.
+
+    Raises:
+        InvalidInputError: this pipeplan's hardware has no per-operator device model.
+    """
+    point_type = getattr(hardware, "GemmPoint", None)
+    if point_type is None:
+        raise InvalidInputError("this pipeplan's hardware.Device has no per-operator model (no hardware.GemmPoint); "
+                                "device files need it")
+    return point_type(m=m, n=n, k=k, efficiency=efficiency)
 
 
 #: The check of each Device field a file may carry (fields the Device gains later pass through unchecked).

@@ -59,7 +59,7 @@ from typing import Any
 
 from . import hardware
 from .calibration import fit_link
-from .device_file import calibrated_link
+from .device_file import calibrated_link, gemm_point
 from .errors import InvalidInputError
 
 __all__ = [
@@ -307,8 +307,7 @@ def device_from_timings(timings: Timings, *, reference: Any = None, match_preset
         peak = max(rate for _item, rate in gemm_rates + attention_rates)
         bandwidth = max(rate for _item, rate in memory_rates)
         tile, basis = DEFAULT_TILE, "best measured"
-    table = tuple(hardware.GemmPoint(m=g.m, n=g.n, k=g.k,  # type: ignore[attr-defined]
-                                     efficiency=_efficiency(_label(g), rate, peak, "peak FLOP/s"))
+    table = tuple(gemm_point(g.m, g.n, g.k, _efficiency(_label(g), rate, peak, "peak FLOP/s"))
                   for g, rate in gemm_rates)
     gemm_efficiency = _median_of_largest([(g.flops, point.efficiency) for (g, _r), point in zip(gemm_rates, table)])
     largest_attention = _largest_per_family([a for a, _r in attention_rates], lambda a: a.causal, lambda a: a.flops)
