@@ -185,7 +185,8 @@ def _print(args: argparse.Namespace, result: SearchResult) -> None:
     stats = result.stats
     best = result.best
     model = args.preset or args.spec or args.profile
-    console.print(plan_table(result, title=f"{model} on {args.gpus} × {args.device or args.gpu}, global batch {args.global_batch}"))
+    device = args.device or args.gpu
+    console.print(plan_table(result, title=f"{model} on {args.gpus} × {device}, global batch {args.global_batch}"))
     status = "complete" if stats.complete else f"stopped by --budget {args.budget:g} s: the best plans so far"
     console.print(
         f"search {status}: {stats.candidates} candidates, {stats.partitions} exact partitions, "
