@@ -40,8 +40,9 @@ class StandInDevice:
     attention_efficiency: float
     memory_efficiency: float
     launch_overhead_ms: float
-    num_sms: int
-    gemm_tile: tuple[int, int]
+    random_efficiency: float = 0.4
+    num_sms: int = 108
+    gemm_tile: tuple[int, int] = (128, 128)
     gemm_table: tuple[StandInGemmPoint, ...] = ()
     achievable_fraction: float | None = None
     description: str = ""

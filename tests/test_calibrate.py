@@ -40,7 +40,8 @@ def test_calibrate_writes_a_file_that_reads_back_equal(calibrated: tuple[Path, s
     assert {16, 64, 256, 1024, 4096, 8192} <= {p.m for p in device.gemm_table}
     assert 0 < device.gemm_efficiency <= 1 and 0 < device.memory_efficiency <= 1
     assert 0 < device.attention_efficiency <= 1 and device.launch_overhead_ms > 0
-    assert {m.kernel for m in timings.memory} == {"copy", "add", "layer_norm"}
+    assert {m.kernel for m in timings.memory} == {"copy", "add", "layer_norm", "dropout"}
+    assert 0 < device.random_efficiency <= 1 and "random_efficiency" in device.sources
     assert {a.causal for a in timings.attention} == {False, True}
     # Two gloo processes timed the message sweep: a latency and a finite bandwidth.
     assert loaded.p2p is not None and loaded.p2p.bandwidth > 0 and len(timings.p2p) >= 3

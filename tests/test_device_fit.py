@@ -23,10 +23,11 @@ _MS = (16, 64, 256, 1024, 4096, 8192)
 
 
 def _known_timings(*, peak: float, bandwidth: float, gemm: float, attention: float, memory: float,
-                   launch: float, jitter: list[float]) -> Timings:
+                   launch: float, jitter: list[float], random: float | None = None) -> Timings:
     """Timings a device with these efficiencies would give: busy time + launch, each times a jitter factor.
 
-    GEMM efficiency rises with M as ``gemm · min(1, M / 1024)``; attention and memory are flat.
+    GEMM efficiency rises with M as ``gemm · min(1, M / 1024)``; attention and memory are flat; with
+    ``random``, a dropout kernel at that efficiency too.
     """
     noise = iter(jitter * 100)
     gemms = tuple(GemmTiming(m, n, k, (2 * m * n * k / (peak * gemm * min(1.0, m / 1024)) + launch) * next(noise))
@@ -38,6 +39,10 @@ def _known_timings(*, peak: float, bandwidth: float, gemm: float, attention: flo
     memories = tuple(MemoryTiming(kernel, factor * size, (factor * size / (bandwidth * memory) + launch) * next(noise))
                      for kernel, factor in (("copy", 2.0), ("add", 3.0), ("layer_norm", 2.0))
                      for size in (64 * 2**20, 1024 * 2**20))
+    if random is not None:
+        memories += tuple(MemoryTiming("dropout", 2.5 * size,
+                                       (2.5 * size / (bandwidth * random) + launch) * next(noise))
+                          for size in (64 * 2**20, 1024 * 2**20))
     return Timings("NVIDIA H100 80GB HBM3", 85e9, 132, gemms=gemms, attention=attentions, memory=memories,
                    launch=tuple(launch * next(noise) for _ in range(5)))
 
@@ -46,14 +51,16 @@ _efficiency = st.floats(0.2, 0.95)
 _jitter = st.lists(st.floats(0.97, 1.03), min_size=1, max_size=7)
 
 
-@given(gemm=_efficiency, attention=_efficiency, memory=_efficiency, jitter=_jitter,
+@given(gemm=_efficiency, attention=_efficiency, memory=_efficiency, random=_efficiency, jitter=_jitter,
        launch=st.floats(1e-6, 8e-6))
 def test_timings_of_a_known_device_fit_back_to_its_efficiencies(gemm: float, attention: float, memory: float,
-                                                               jitter: list[float], launch: float) -> None:
+                                                               random: float, jitter: list[float],
+                                                               launch: float) -> None:
     reference = example_device()
     timings = _known_timings(peak=reference.peak_flops, bandwidth=reference.memory_bandwidth, gemm=gemm,
-                             attention=attention, memory=memory, launch=launch, jitter=jitter)
+                             attention=attention, memory=memory, launch=launch, jitter=jitter, random=random)
     device = device_from_timings(timings, reference=reference)
+    assert device.random_efficiency == pytest.approx(random, rel=0.07)
     # ±3 % jitter on every time (the launch too) moves each efficiency by at most ~7 %.
     assert device.gemm_efficiency == pytest.approx(gemm, rel=0.07)
     assert device.attention_efficiency == pytest.approx(attention, rel=0.07)

@@ -10,7 +10,8 @@
 The file (``version`` 1)::
 
     {"format": "pipeplan-device", "version": 1,
-     "device": {every field of hardware.Device; "gemm_table": [[m, n, k, efficiency], ...],
+     "device": {the fields of hardware.Device (REQUIRED_FIELDS at least; a field left out takes
+                the Device's default); "gemm_table": [[m, n, k, efficiency], ...],
                 "gemm_tile": [rows, cols], "achievable_fraction": null for the per-operator model},
      "p2p": {"latency_ms": 0.012, "bandwidth": 4.1e10},          # optional; bytes/s one way
      "measurement": {free notes: torch version, device name, when, repeats, the raw timings}}
@@ -36,8 +37,8 @@ from . import hardware
 from ._files import check_output_path, read_text
 from .errors import InvalidInputError
 
-__all__ = ["FORMAT", "VERSION", "DeviceFile", "device_fields", "read_device", "write_device", "parse_device",
-           "calibrated_link", "gemm_point"]
+__all__ = ["FORMAT", "VERSION", "REQUIRED_FIELDS", "DeviceFile", "device_fields", "read_device", "write_device",
+           "parse_device", "calibrated_link", "gemm_point"]
 
 FORMAT = "pipeplan-device"
 VERSION = 1
@@ -238,6 +239,11 @@ def gemm_point(m: int, n: int, k: int, efficiency: float) -> Any:
     return point_type(m=m, n=n, k=k, efficiency=efficiency)
 
 
+#: Device fields a version-1 file must carry (the others, and fields the Device gains later, may be left
+#: out: the Device's defaults apply).
+REQUIRED_FIELDS = ("name", "memory_bytes", "peak_flops", "memory_bandwidth", "gemm_efficiency",
+                   "attention_efficiency", "memory_efficiency", "launch_overhead_ms", "num_sms", "gemm_tile")
+
 #: The check of each Device field a file may carry (fields the Device gains later pass through unchecked).
 _FIELD_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "name": _name,
@@ -247,9 +253,11 @@ _FIELD_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "gemm_efficiency": _fraction,
     "attention_efficiency": _fraction,
     "memory_efficiency": _fraction,
+    "random_efficiency": _fraction,
     "launch_overhead_ms": _non_negative,
     "num_sms": _count,
     "gemm_tile": _tile,
+    "gemm_fill_k": _count,
     "gemm_table": _gemm_table,
     "achievable_fraction": _optional_fraction,
     "description": _text,
@@ -261,8 +269,8 @@ def _parse_device_fields(where: str, payload: object) -> Any:
     if not isinstance(payload, dict):
         raise InvalidInputError(f"{where}: device must be an object of Device fields, got {payload!r:.60}")
     fields = dataclasses.fields(hardware.Device)
-    required = tuple(f.name for f in fields
-                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    required = tuple(dict.fromkeys(REQUIRED_FIELDS + tuple(
+        f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)))
     _check_keys(where, "device", payload, required=required, allowed=tuple(f.name for f in fields))
     values: dict[str, Any] = {}
     try:

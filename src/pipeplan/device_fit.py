@@ -26,7 +26,9 @@ What each field of the Device comes from:
   shape of each kind (causal, not causal); FLOPs of a forward are
   ``4 · b · heads · s² · d``, half of that when causal (FlashAttention-2's count).
 * ``memory_efficiency``: the median of ``bytes moved / (busy · memory_bandwidth)``
-  over the largest size of each memory-bound kernel (copy, add, layer norm).
+  over the largest size of each memory-bound kernel (copy, add, layer norm);
+  ``random_efficiency`` (when the Device has it) the same for the kernels that draw
+  random numbers (``dropout``), left at the Device's default when none was timed.
 * the p2p :class:`~pipeplan.hardware.Link`: a least-squares line through
   ``(bytes, one-way seconds)`` (:func:`pipeplan.calibration.fit_link`).
 
@@ -65,7 +67,7 @@ from .errors import InvalidInputError
 __all__ = [
     "GemmTiming", "AttentionTiming", "MemoryTiming", "Timings", "preset_for", "device_from_timings",
     "link_from_timings", "MONOTONE_SIZE_RATIO", "MONOTONE_TOLERANCE", "P2P_MONOTONE_TOLERANCE",
-    "OVER_PEAK_TOLERANCE", "DEFAULT_TILE",
+    "OVER_PEAK_TOLERANCE", "DEFAULT_TILE", "RANDOM_KERNELS",
 ]
 
 MONOTONE_SIZE_RATIO = 4.0
@@ -76,6 +78,8 @@ P2P_MONOTONE_TOLERANCE = 0.5
 """The same for point-to-point messages, whose latency-bound sizes are noisier (see the module doc)."""
 OVER_PEAK_TOLERANCE = 0.10
 """Efficiencies up to ``1 + this`` are read as 1; above it the peak is wrong and the timings are refused."""
+RANDOM_KERNELS = frozenset({"dropout"})
+"""Memory-bound kernels that draw random numbers (``random_efficiency``, not ``memory_efficiency``)."""
 DEFAULT_TILE = (128, 128)
 """GEMM output tile of a device that matches no preset (cuBLAS's common 128 × 128 CTA tile)."""
 
@@ -115,7 +119,7 @@ class AttentionTiming:
 
 @dataclass(frozen=True)
 class MemoryTiming:
-    """A memory-bound ``kernel`` ("copy", "add", "layer_norm") that moved ``bytes`` (read + written)."""
+    """A memory-bound ``kernel`` ("copy", "add", "layer_norm", "dropout") that moved ``bytes`` (read + written)."""
 
     kernel: str
     bytes: float
@@ -315,8 +319,11 @@ def device_from_timings(timings: Timings, *, reference: Any = None, match_preset
                                                           "peak FLOP/s") for a in largest_attention)
                             if largest_attention else gemm_efficiency)
     largest_memory = _largest_per_family(timings.memory, lambda m: m.kernel, lambda m: m.bytes)
-    memory_efficiency = statistics.median(_efficiency(_label(m), m.bytes / _busy(m.seconds, launch), bandwidth,
-                                                      "memory bandwidth") for m in largest_memory)
+    memory_efficiencies = {m.kernel: _efficiency(_label(m), m.bytes / _busy(m.seconds, launch), bandwidth,
+                                                 "memory bandwidth") for m in largest_memory}
+    plain = [eff for kernel, eff in memory_efficiencies.items() if kernel not in RANDOM_KERNELS]
+    random = [eff for kernel, eff in memory_efficiencies.items() if kernel in RANDOM_KERNELS]
+    memory_efficiency = statistics.median(plain or random)
     fields: dict[str, Any] = {
         "name": _device_name(timings),
         "memory_bytes": float(timings.memory_bytes),
@@ -341,10 +348,14 @@ def device_from_timings(timings: Timings, *, reference: Any = None, match_preset
                                      f"{len(timings.attention)} measured" if largest_attention
                                      else "no attention measured: the GEMM efficiency"),
             "memory_efficiency": "median over the largest size of "
-                                 + ", ".join(sorted({m.kernel for m in timings.memory})),
+                                 + ", ".join(sorted(set(memory_efficiencies) - RANDOM_KERNELS)),
             "launch_overhead_ms": f"median of {len(timings.launch)} timings of the smallest kernel",
         },
     }
+    if random and "random_efficiency" in {f.name for f in dataclasses.fields(hardware.Device)}:
+        fields["random_efficiency"] = statistics.median(random)
+        fields["sources"]["random_efficiency"] = "median over the largest size of " + ", ".join(
+            sorted(set(memory_efficiencies) & RANDOM_KERNELS))
     try:
         return hardware.Device(**fields)
     except TypeError as error:  # a hardware.Device without the per-operator fields

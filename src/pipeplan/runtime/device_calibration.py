@@ -27,7 +27,8 @@ is small so it runs in a few CPU seconds):
 * attention (``scaled_dot_product_attention``, forward) causal and not, 32 heads
   of 128 over sequences 512 … 4096 (CPU: 4 heads of 64 over 128 … 512).
 * memory-bound: copy (reads and writes n bytes: 2n moved), add (3n), layer norm
-  over rows of 4096 (2n), at 16 MiB … 1 GiB (CPU: 1 … 16 MiB).
+  over rows of 4096 (2n), dropout (p = 0.1, training: 2n and its one-byte-per-element
+  mask), at 16 MiB … 1 GiB (CPU: 1 … 16 MiB).
 * point-to-point (two ranks, :func:`pipeplan.runtime.calibrate.busy_sender_delays`
   with nothing to compute): NCCL between GPUs 0 and 1, gloo between two CPU
   processes; skipped with a note when there is one GPU.
@@ -142,6 +143,8 @@ def _memory(timer: _Timer, dtype: torch.dtype, sizes: Sequence[int]) -> list[Mem
         out.append(MemoryTiming("add", 3.0 * moved, timer.median(lambda: torch.add(x, y, out=z))))
         out.append(MemoryTiming("layer_norm", 2.0 * moved,
                                 timer.median(lambda: functional.layer_norm(x, (width,)))))
+        out.append(MemoryTiming("dropout", 2.0 * moved + x.numel(),
+                                timer.median(lambda: functional.dropout(x, 0.1, training=True))))
     return out
 
 
