@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# GPU check of pipeplan's runtime and predictions, in under 8 minutes on a machine with CUDA GPUs.
+# GPU check of pipeplan's runtime and predictions, in under 10 minutes on a machine with CUDA GPUs.
 #
 #   benchmarks/gpu_check.sh              # run it (needs torch with CUDA and at least one GPU)
 #   benchmarks/gpu_check.sh --dry-run    # print the plan and check every step can start (CPU is fine)
 #
-# Steps (each under its own time limit; the whole run is capped at 8 minutes):
+# Steps (each under its own time limit; the whole run is capped at 10 minutes):
+#   0. the device calibration: pipeplan calibrate --out gpu_device.json (GEMMs, attention, memory-bound
+#      kernels, launches, p2p between GPUs 0 and 1 when there are two), then a small GPT-like step planned on
+#      that device file against the same step measured by pipeplan's runtime on NCCL:
+#      benchmarks/device_step.py (predicted / measured per schedule; one rank when there is one GPU);
 #   1. the NCCL gradient test: tests/test_runtime_gpu.py (two ranks on two GPUs; one rank with both
 #      stages on a single GPU);
 #   2. the cross-schedule fidelity table on one GPU process per stage: benchmarks/fidelity.py
@@ -27,7 +31,7 @@ case "${1:-}" in
 esac
 
 started=$(date +%s)
-budget=480  # seconds for the whole check
+budget=600  # seconds for the whole check
 
 note() { echo "gpu_check: $*" | tee -a "$LOG"; }
 
@@ -42,7 +46,7 @@ step() {  # step LIMIT_SECONDS DRY_RUN_CHECK -- COMMAND...
     note "  dry run: ok ($check)"
     return 0
   fi
-  if [ "$limit" -le 0 ]; then note "  skipped: the 8-minute budget is spent"; return 0; fi
+  if [ "$limit" -le 0 ]; then note "  skipped: the 10-minute budget is spent"; return 0; fi
   set +e
   timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
   local status=${PIPESTATUS[0]}
@@ -59,6 +63,13 @@ if [ "$gpus" -eq 0 ] && [ "$DRY_RUN" = 0 ]; then
   note "no CUDA GPU here: nothing to check (use --dry-run to test the script)"
   exit 2
 fi
+
+DEVICE_FILE=${GPU_DEVICE_FILE:-gpu_device.json}
+step 90 "$PYTHON -m pipeplan calibrate --help" -- \
+  "$PYTHON" -m pipeplan calibrate --out "$DEVICE_FILE"
+if [ "$gpus" -ge 2 ]; then step_ranks=2; else step_ranks=1; fi
+step 150 "$PYTHON benchmarks/device_step.py --help" -- \
+  "$PYTHON" benchmarks/device_step.py --device "$DEVICE_FILE" --backend nccl --nproc "$step_ranks"
 
 step 150 "$PYTHON -m pytest -q -p no:cacheprovider --collect-only tests/test_runtime_gpu.py" -- \
   "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py

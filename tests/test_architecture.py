@@ -16,7 +16,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "_validation", "limits", "_files", "actions", "lowering", "schedule", "costs", "timeline",
      "calibration", "simulate", "analytic", "profile_format", "operations"),  # the core
     ("schedules", "viz"),                                           # generators; views of a Timeline
-    ("layers", "hardware", "models", "presets", "plan", "partition"),   # what a model costs; how to cut it
+    ("layers", "hardware", "device_file", "device_fit", "models", "presets", "plan",
+     "partition"),                                                  # what a model costs; how to cut it
     ("predict", "planner", "runtime", "dualrate"),                  # workflows
     ("lessons",),                                                   # the seeds' exercise APIs
     ("cli", "__main__"),                                            # verbs: parse, call, print

@@ -113,6 +113,10 @@ def test_gpu_check_dry_run_plans_every_step() -> None:
     result = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True, timeout=230,
                             env={"PYTHON": sys.executable, "GPU_CHECK_LOG": "/dev/null", "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stdout + result.stderr
-    for needle in ("tests/test_runtime_gpu.py", "benchmarks/fidelity.py --backend nccl",
+    for needle in ("pipeplan calibrate --out gpu_device.json", "benchmarks/device_step.py --device gpu_device.json",
+                   "tests/test_runtime_gpu.py", "benchmarks/fidelity.py --backend nccl",
                    "benchmarks/rebalance.py --backend nccl", "dry run: ok"):
         assert needle in result.stdout
+    # The calibration runs first: the device file exists before the step planned on it.
+    assert result.stdout.index("pipeplan calibrate") < result.stdout.index("device_step.py") \
+        < result.stdout.index("tests/test_runtime_gpu.py")

@@ -24,7 +24,7 @@ from ..errors import PipeplanError
 __all__ = ["main", "build_parser", "OneLineParser"]
 
 # Verb modules, in the order ``pipeplan --help`` lists them.
-_VERBS = ("simulate", "partition", "plan", "presets", "model", "profile", "run", "demo", "dual_rate")  # module stems; dual_rate_cmd adds "dual-rate"
+_VERBS = ("simulate", "partition", "plan", "presets", "model", "profile", "calibrate", "run", "demo", "dual_rate")  # module stems; dual_rate_cmd adds "dual-rate"
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -1,18 +1,23 @@
 """Arguments shared by the verbs that build a layer profile from a model spec.
 
     parser.add_argument_group(...)  # via add_spec_arguments(parser)
-    profile = profile_from_spec_args(args)   # --preset/--spec, --gpu, --micro-batch-size, ...
+    profile = profile_from_spec_args(args)   # --preset/--spec, --gpu or --device, --micro-batch-size, ...
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
+from typing import Any
+
 from .. import hardware, presets
+from ..device_file import read_device
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..models.spec import ModelSpec
 
-__all__ = ["add_spec_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count"]
+__all__ = ["add_spec_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count",
+           "add_device_argument", "device_from_args"]
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -21,6 +26,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = Fals
     group.add_argument("--preset", default=None, help=f"a model preset: {', '.join(presets.names())}")
     group.add_argument("--spec", default=None, metavar="FILE", help="a ModelSpec .json (or .yaml) file")
     group.add_argument("--gpu", default="h100-80g", help=f"device: {', '.join(hardware.device_names())}")
+    add_device_argument(group)
     group.add_argument("--micro-batch-size", type=int, default=1, help="examples per microbatch (default 1)")
     group.add_argument("--mfu", type=float, default=None,
                        help="achievable fraction of peak FLOP/s (default the device's, 0.4)")
@@ -30,6 +36,21 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = Fals
     group.add_argument("--sequence-parallel", action="store_true", help="with --tensor-parallel > 1")
     group.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
     group.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")
+
+
+def add_device_argument(parser: Any) -> None:
+    """Add ``--device FILE`` (a parser or an argument group)."""
+    parser.add_argument("--device", default=None, metavar="FILE",
+                        help="a device file from pipeplan calibrate: its measured device replaces --gpu's preset")
+
+
+def device_from_args(args: argparse.Namespace) -> tuple[Any, hardware.Link | None]:
+    """The device of ``--device FILE`` (with its measured p2p link, or ``None``) or of ``--gpu``; ``--mfu`` applies."""
+    if getattr(args, "device", None):
+        loaded = read_device(args.device)
+        device = loaded.device if args.mfu is None else replace(loaded.device, achievable_fraction=args.mfu)
+        return device, loaded.p2p
+    return hardware.device(args.gpu, achievable_fraction=args.mfu), None
 
 
 def uses_spec(args: argparse.Namespace) -> bool:
@@ -73,7 +94,7 @@ def _module_names(option: str, text: str | None) -> list[str]:
 def profile_from_spec_args(args: argparse.Namespace) -> LayerProfile:
     """The layer profile (ms per microbatch) the spec arguments describe."""
     spec = spec_from_args(args)
-    device = hardware.device(args.gpu, achievable_fraction=args.mfu)
+    device, _link = device_from_args(args)
     return spec.to_layer_profile(device, args.micro_batch_size, recompute=args.recompute,
                                  tensor_parallel=args.tensor_parallel, sequence_parallel=args.sequence_parallel)
 

@@ -16,11 +16,11 @@ from typing import Any
 
 from rich.table import Table
 
-from .. import hardware
+from ..device_file import device_fields
 from ..errors import InvalidInputError
 from ._common import make_console, print_json
 from ..viz.tables import format_decimal_bytes
-from ._spec_args import add_spec_arguments, human_count, spec_from_args
+from ._spec_args import add_spec_arguments, device_from_args, human_count, spec_from_args
 
 __all__ = ["register", "run"]
 
@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan model``."""
     spec = spec_from_args(args)
-    device = hardware.device(args.gpu, achievable_fraction=args.mfu)
+    device, _link = device_from_args(args)
     options = {"recompute": args.recompute, "tensor_parallel": args.tensor_parallel,
                "sequence_parallel": args.sequence_parallel}
     profile = spec.to_layer_profile(device, args.micro_batch_size, **options)
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         _write(Path(args.out), profile)
     if args.json:
-        print_json({"model": spec.name, "device": device.name, "achievable_flops": device.achievable_flops,
+        print_json({"model": spec.name, "device": device_fields(device), "achievable_flops": device.achievable_flops,
                     "micro_batch_size": args.micro_batch_size, **options, "layers": records})
         return 0
     rows = _by_module(records, costs) if args.by_module else records

@@ -27,7 +27,9 @@ from ..planner import DEFAULT_HEADROOM, Cluster, SearchResult, Workload, search
 from ..planner.space import NOT_PLANNED
 from ..schedules import SCHEDULES
 from ._common import make_console, parse_bytes, print_json
-from ._spec_args import spec_from_args
+from ..device_file import device_fields
+from ..planner.cluster import DEFAULT_INTRA_NODE
+from ._spec_args import add_device_argument, device_from_args, spec_from_args
 
 __all__ = ["register", "run"]
 
@@ -52,6 +54,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")
     parser.add_argument("--gpus", type=int, required=True, help="number of GPUs")
     parser.add_argument("--gpu", default="h100-80g", help=f"device: {', '.join(hardware.device_names())}")
+    add_device_argument(parser)
     parser.add_argument("--mfu", type=float, default=None,
                         help="achievable fraction of peak FLOP/s (default the device's, 0.4)")
     parser.add_argument("--memory", type=parse_bytes, default=None,
@@ -107,6 +110,11 @@ def _workload(args: argparse.Namespace, cluster: Cluster) -> Workload:
 
 
 def _cluster(args: argparse.Namespace) -> Cluster:
+    if args.device:  # the file's device, and its measured p2p link inside a node unless --intra-link names one
+        device, p2p = device_from_args(args)
+        intra = (hardware.link(args.intra_link) if args.intra_link else
+                 p2p or hardware.link(DEFAULT_INTRA_NODE.get(device.name, "nvlink-h100")))
+        return Cluster(args.gpus, device, intra, hardware.link(args.inter_link), args.gpus_per_node)
     return Cluster.of(args.gpu, args.gpus, intra_node=args.intra_link, inter_node=args.inter_link,
                       gpus_per_node=args.gpus_per_node, achievable_fraction=args.mfu)
 
@@ -158,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         progress.close()
     _write_files(args, result)
     if args.json:
-        print_json(_payload(result))
+        print_json({**_payload(result), "device": device_fields(cluster.device)})
         return 0
     _print(args, result)
     return 0
@@ -183,7 +191,8 @@ def _print(args: argparse.Namespace, result: SearchResult) -> None:
     stats = result.stats
     best = result.best
     model = args.preset or args.spec or args.profile
-    console.print(plan_table(result, title=f"{model} on {args.gpus} × {args.gpu}, global batch {args.global_batch}"))
+    device = args.device or args.gpu
+    console.print(plan_table(result, title=f"{model} on {args.gpus} × {device}, global batch {args.global_batch}"))
     status = "complete" if stats.complete else f"stopped by --budget {args.budget:g} s: the best plans so far"
     console.print(
         f"search {status}: {stats.candidates} candidates, {stats.partitions} exact partitions, "
