@@ -11,10 +11,8 @@ import pytest
 from pipeplan.device_file import device_fields, read_device, write_device
 from pipeplan.device_fit import Timings, device_from_timings
 
-from _device_standin import per_operator_device  # noqa: F401  (a fixture)
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.usefixtures("per_operator_device")
 
 
 @pytest.fixture

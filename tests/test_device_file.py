@@ -12,9 +12,8 @@ from pipeplan import hardware
 from pipeplan.device_file import FORMAT, VERSION, device_fields, parse_device, read_device, write_device
 from pipeplan.errors import InvalidInputError
 
-from _device_standin import example_device, per_operator_device  # noqa: F401  (a fixture)
+from _devices import example_device
 
-pytestmark = pytest.mark.usefixtures("per_operator_device")
 
 
 def _payload(**device_changes: Any) -> dict[str, Any]:

@@ -15,9 +15,8 @@ from pipeplan.device_fit import (
 )
 from pipeplan.errors import InvalidInputError
 
-from _device_standin import example_device, per_operator_device  # noqa: F401  (a fixture)
+from _devices import example_device
 
-pytestmark = pytest.mark.usefixtures("per_operator_device")
 
 _MS = (16, 64, 256, 1024, 4096, 8192)
 
