@@ -60,7 +60,7 @@ def test_partition_and_simulate_read_the_profile(profile_file: Path, capsys: pyt
     (["profile", "--out", "p.json", "--model", "nope"], "model must look like 'package.module:factory'"),
     (["profile", "--out", "p.json", "--repeats", "10000000000"], "--repeats must be <= 1000, got 10000000000"),
     (["profile", "--out", "p.json", "--warmup", "5000"], "--warmup must be <= 1000, got 5000"),
-    (["simulate", "-m", "2"], "give --forward (stage times, ms) or --profile"),
+    (["simulate", "-m", "2"], "give --forward (stage times, ms), --profile (a layer profile file) or --preset/--spec"),
     (["simulate", "--profile", "missing.json", "--stages", "2"], "profile file 'missing.json' does not exist"),
 ])
 def test_bad_arguments_are_one_line(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str],

@@ -195,6 +195,17 @@ class Device:
         """Total time of ``ops`` run one after another, ms."""
         return float(sum(self.op_milliseconds(op) for op in ops))
 
+    def summary(self) -> str:
+        """The model in use in one line (what ``plan`` and ``model`` print)."""
+        peak = f"{self.peak_flops / 1e12:.4g} TFLOP/s"
+        if self.achievable_fraction is not None:
+            return f"{self.name}, flat model: every FLOP at {self.achievable_fraction:.2f} of {peak}"
+        gemms = (f"{len(self.gemm_table)} measured GEMM shapes" if self.gemm_table else
+                 f"GEMMs at {self.gemm_efficiency:.3g} of {peak} (waves, pipeline fill)")
+        return (f"{self.name}, per-operator roofline: {gemms}, flash attention {self.attention_efficiency:.2g}, "
+                f"HBM {self.memory_bandwidth / 1e9:,.0f} GB/s x {self.memory_efficiency:.2g} "
+                f"(dropout x {self.random_efficiency:.2g}), {1e3 * self.launch_overhead_ms:.3g} us a kernel")
+
     def describe(self) -> dict[str, object]:
         """The model in use, JSON-ready (what ``plan --json`` and ``model --json`` carry)."""
         if self.achievable_fraction is not None:

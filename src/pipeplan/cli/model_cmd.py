@@ -4,8 +4,9 @@
     $ pipeplan model --spec examples/model_spec.json --out prof.json   # read by pipeplan partition
     $ pipeplan model --preset gr00t-n1 --by-module --json
 
-Times are milliseconds per microbatch at the device's achievable FLOP/s
-(``--mfu`` overrides the fraction of peak).
+Times are milliseconds per microbatch: each layer's kernels timed by the device
+model (docs/cost_model.md; ``--mfu`` switches to the flat model, every FLOP at
+that fraction of peak; ``--device FILE`` takes a ``pipeplan calibrate`` file).
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
                     "micro_batch_size": args.micro_batch_size, **options, "layers": records})
         return 0
     rows = _by_module(records, costs) if args.by_module else records
-    title = (f"{spec.name} on {device.name} ({human_count(device.achievable_flops)}FLOP/s achievable), "
-             f"microbatch {args.micro_batch_size}, recompute {args.recompute}: ms and bytes per microbatch")
+    title = (f"{spec.name} on {device.name}, microbatch {args.micro_batch_size}, recompute {args.recompute}: "
+             "ms and bytes per microbatch")
     table = Table(title=title)
     for column in ("layer", "F ms", "B ms", "W ms", "F FLOPs", "params", "activations", "W stash", "send"):
         table.add_column(column, justify="left" if column == "layer" else "right")
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
                       format_decimal_bytes(row["send_bytes"]))
     console = make_console()
     console.print(table)
+    console.print(f"cost model: {device.summary()}", markup=False, highlight=False)
     total_f, total_b = sum(profile.forward), sum(profile.backward)
     params, trained = profile.held_params()  # a tied table once
     console.print(f"{profile.num_layers} layers; F {total_f:.4g} ms + backward {total_b:.4g} ms per microbatch; "

@@ -24,6 +24,7 @@ from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..partition.choice import parse_partition
 from ..planner import DEFAULT_HEADROOM, Cluster, SearchResult, Workload, search
+from ..planner.memory import OptimizerBytes
 from ..planner.space import NOT_PLANNED
 from ..schedules import SCHEDULES
 from ._common import make_console, parse_bytes, print_json
@@ -166,10 +167,36 @@ def run(args: argparse.Namespace) -> int:
         progress.close()
     _write_files(args, result)
     if args.json:
-        print_json({**_payload(result), "device": device_fields(cluster.device)})
+        print_json({**_payload(result), "device": device_fields(cluster.device),
+                    "assumptions": _assumptions(args, cluster)})
         return 0
     _print(args, result)
+    console = make_console()
+    lines = _assumptions(args, cluster)
+    console.print("assumptions: " + "; ".join(f"{key} {value}" for key, value in lines.items()),
+                  markup=False, highlight=False)
     return 0
+
+
+_SENDS = {"eager": "eager (the sender goes on, torch isend)",
+          "rendezvous": "rendezvous (a send waits for its receive)",
+          "serialized": "serialized (each exchange on the sender's timeline: Megatron-LM's and DeepSpeed's default)"}
+
+
+def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
+    """What the plan's numbers assume, as printed and in ``--json``."""
+    split = OptimizerBytes.for_optimizer(args.optimizer, 1)
+    optimizer = {"adam": "mixed-precision Adam", "distributed": "Megatron's distributed optimizer"}.get(
+        str(args.optimizer), f"{args.optimizer} bytes per parameter")
+    return {
+        "device": cluster.device.summary(),
+        "optimizer": (f"{optimizer}: {split.weights:g} B weights + {split.gradients:g} B gradients + "
+                      f"{split.optimizer:g} B state per trained parameter"
+                      + (" (state / dp)" if args.optimizer == "distributed" else "")),
+        "gradients": "reduced over data parallel after the pipeline, not overlapped (Megatron-LM's default)",
+        "messages": _SENDS[args.send],
+        "step": "pipeline + exposed gradient reduction + optimizer step, shown to 3 significant figures",
+    }
 
 
 def _payload(result: SearchResult) -> dict[str, Any]:

@@ -6,6 +6,7 @@
     $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedule zb-h2 --iterations 6 --optimizer overlap
     $ pipeplan simulate --forward 30,4 --update 1,0.5 -m 64 --schedule dual-rate --rate-ratio 4
     $ pipeplan simulate --profile prof.json --partition 6,4 -m 8 --schedule zb-h1
+    $ pipeplan simulate --preset gpt-1.5b --gpu a100-80g --micro-batch-size 6 --stages 8 -m 24 --schedule zb-h1
 
 Times are milliseconds per microbatch. Prints a per-rank Gantt and a table of busy
 time, idle time by cause and peak in-flight activations (of the first step), and with
@@ -14,7 +15,10 @@ fit in memory is refused up front (:mod:`pipeplan.limits`); a long run shows a p
 With ``--profile`` (a file from ``pipeplan profile``) the stage costs come from the
 profile's layers summed over ``--partition`` and the step is predicted as ``pipeplan
 run`` would measure it (:func:`pipeplan.predict.predict`: the profile's calibrated
-messages and core sharing).
+messages and core sharing). With ``--preset`` or ``--spec`` the layers come from the
+model's shapes on ``--gpu`` (or a ``--device`` file) through the cost model
+(docs/cost_model.md), and each cut's activation crosses the GPU's NVLink (or the
+file's measured link) at NCCL's point-to-point rate.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from rich.console import Console
 
+from .. import hardware
 from .._validation import positive_int
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
@@ -36,6 +41,7 @@ from ..schedules.dual_rate import DualRateSchedule
 from ..simulate import OPTIMIZER_MODES, simulate
 from ..timeline import Timeline
 from . import dual_rate_cmd
+from ._spec_args import add_spec_arguments, device_from_args, spec_from_args, uses_spec
 from ._common import (
     ByteSize,
     float_list,
@@ -73,6 +79,7 @@ def register(subparsers: Any) -> None:
                         help="between steps: barrier (every rank waits for the slowest) or overlap "
                              "(each rank goes on when its own part is done); default barrier")
     dual_rate_cmd.add_rate_arguments(parser)
+    add_spec_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -220,12 +227,15 @@ def run(args: argparse.Namespace) -> int:
     refuse_flags_without_effect(args)
     output_path(args.plot, "--plot")
     output_path(args.trace, "--trace")
-    if args.profile is not None:
-        if args.forward is not None:
-            raise InvalidInputError("give either --profile or --forward, not both")
+    sources = [flag for flag, given in (("--forward", args.forward is not None), ("--profile", args.profile),
+                                        ("--preset/--spec", uses_spec(args))) if given]
+    if len(sources) > 1:
+        raise InvalidInputError(f"give one of --forward, --profile or --preset/--spec, got {' and '.join(sources)}")
+    if args.profile is not None or uses_spec(args):
         return _run_profile(args)
     if args.forward is None:
-        raise InvalidInputError("give --forward (stage times, ms) or --profile (a layer profile file)")
+        raise InvalidInputError("give --forward (stage times, ms), --profile (a layer profile file) "
+                                "or --preset/--spec (a model from shapes)")
     if args.partition is not None or args.stages is not None:
         raise InvalidInputError("--partition and --stages apply only with --profile")
     costs = costs_from_args(args)
@@ -277,6 +287,8 @@ def _run_profile(args: argparse.Namespace) -> int:
             f"--iterations does not apply with --profile (it predicts one step as pipeplan run measures it), "
             f"got {args.iterations}"
         )
+    if uses_spec(args):
+        return _run_spec(args)
     profile = LayerProfile.from_file(args.profile)
     layers = _profile_partition(args, profile)
     costs, comm = prediction_inputs(profile, layers)
@@ -294,6 +306,35 @@ def _run_profile(args: argparse.Namespace) -> int:
            f"core sharing x{calibration.slowdown_for(schedule.num_ranks):.2f} with {schedule.num_ranks} busy"),
         markup=False, highlight=False,
     )
+    show_timeline(timeline, width=args.width, steps=args.steps)
+    return 0
+
+
+def _run_spec(args: argparse.Namespace) -> int:
+    """``--preset``/``--spec``: the step on the cost model's layer times, messages at the link's NCCL rate."""
+    from ..device_file import device_fields
+    from ..planner.cluster import DEFAULT_INTRA_NODE
+
+    spec = spec_from_args(args)
+    device, measured = device_from_args(args)
+    profile = spec.to_layer_profile(device, args.micro_batch_size, recompute=args.recompute,
+                                    tensor_parallel=args.tensor_parallel, sequence_parallel=args.sequence_parallel)
+    layers = _profile_partition(args, profile)
+    costs = profile.stage_costs(layers)
+    link = measured or hardware.link(DEFAULT_INTRA_NODE.get(device.name, "nvlink-h100"))
+    ends = [sum(layers[: s + 1]) - 1 for s in range(len(layers) - 1)]
+    comm = link.comm_model([profile.send_bytes[end] for end in ends] or 0.0, send_mode=args.send)
+    check_size(args, costs.num_stages)
+    schedule = schedule_from_args(args, costs, comm)
+    timeline = simulate(schedule, costs, comm)
+    write_outputs(timeline, args)
+    if args.json:
+        print_json({**timeline.to_dict(), "layers_per_stage": layers, "device": device_fields(device),
+                    "link": link.name})
+        return 0
+    make_console().print(f"{spec.name}: layers per stage {layers}; cost model: {device.summary()}; messages over "
+                         f"{link.name} ({link.latency_ms:g} ms + bytes / {link.bandwidth / 1e9:.3g} GB/s)",
+                         markup=False, highlight=False)
     show_timeline(timeline, width=args.width, steps=args.steps)
     return 0
 

@@ -52,8 +52,9 @@ def plan_row(label: str, plan: Any, ratio: float | None) -> list[str]:
         f"{plan.micro_batch_size}×{plan.num_microbatches}",
         _layers_label(plan),
         _recompute_label(plan),
-        "—" if plan.step_time is None else f"{plan.step_time:.6g}",
-        "—" if plan.samples_per_second is None else f"{plan.samples_per_second:.4g}",
+        # three significant figures: what the cost model can claim (docs/cost_model.md)
+        "—" if plan.step_time is None else f"{plan.step_time:.3g}",
+        "—" if plan.samples_per_second is None else f"{plan.samples_per_second:.3g}",
         "—" if plan.mfu is None else f"{plan.mfu:.1%}",
         "—" if plan.bubble_ratio is None else f"{plan.bubble_ratio:.1%}",
         memory,
