@@ -285,12 +285,14 @@ _A100 = {
         "memory_bandwidth": "NVIDIA A100 datasheet: 1,555 GB/s (40GB HBM2), 2,039 GB/s (80GB HBM2e)",
         "num_sms": "NVIDIA A100 whitepaper: 108 SMs",
         "gemm_tile": "a 128 x 128 output tile, CUTLASS's and cuBLAS's common tensor-core tile",
-        "gemm_efficiency": "fitted to Qi et al. 2024 (Zero Bubble PP) Table 9, 1.5B and 6.2B T_W (benchmarks/cost_model.py --fit)",
+        "gemm_efficiency": "fitted to Qi et al. 2024 (Zero Bubble PP) Table 9, 1.5B and 6.2B T_W "
+                           "(benchmarks/cost_model.py --fit)",
         "memory_efficiency": "fitted to Qi et al. 2024 Table 9, 1.5B and 6.2B T_F and T_B",
         "random_efficiency": "fitted to Qi et al. 2024 Table 9, 1.5B and 6.2B T_F and T_B (dropout-mask kernels)",
         "launch_overhead_ms": "a kernel's fixed cost on the GPU, a few microseconds (NVIDIA, 'CUDA Graphs', "
                               "developer blog 2019: ~4 us launch overhead per kernel); not fitted",
-        "attention_efficiency": "Dao 2023 (FlashAttention-2) Fig. 4: 155-203 of 312 TFLOP/s fwd+bwd, A100, d=128, seq 2k-16k",
+        "attention_efficiency": "Dao 2023 (FlashAttention-2) Fig. 4: 155-203 of 312 TFLOP/s fwd+bwd, A100, "
+                                "d=128, seq 2k-16k",
         "gemm_fill_k": "CUTLASS's sm80 GEMM main loop: 4 pipeline stages of a 32-deep K block before the first MMA",
     },
 }

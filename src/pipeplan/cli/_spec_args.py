@@ -29,7 +29,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = Fals
     add_device_argument(group)
     group.add_argument("--micro-batch-size", type=int, default=1, help="examples per microbatch (default 1)")
     group.add_argument("--mfu", type=float, default=None,
-                       help="achievable fraction of peak FLOP/s (default the device's, 0.4)")
+                       help="the flat cost model: every FLOP at this fraction of peak (default: per-operator)")
     group.add_argument("--recompute", choices=("none", "selective", "full"), default="selective",
                        help="activation recomputation (default selective: the attention core)")
     group.add_argument("--tensor-parallel", type=int, default=1, help="tensor-parallel degree (default 1)")

@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--gpu", default="h100-80g", help=f"device: {', '.join(hardware.device_names())}")
     add_device_argument(parser)
     parser.add_argument("--mfu", type=float, default=None,
-                        help="achievable fraction of peak FLOP/s (default the device's, 0.4)")
+                        help="the flat cost model: every FLOP at this fraction of peak (default: per-operator)")
     parser.add_argument("--memory", type=parse_bytes, default=None,
                         help="memory per GPU, e.g. 80GB (default the device's)")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")

@@ -27,7 +27,8 @@ from ..operations import HALF, Op, attention, gemm, memory
 from ._layer_math import Shape
 from .modules import Embedding, LMHead, Module, Projector, TransformerStack, VisionEncoder
 
-__all__ = ["PassOps", "apply_training_ops", "module_ops", "block_ops", "embedding_ops", "head_ops", "patch_ops", "projector_ops"]
+__all__ = ["PassOps", "apply_training_ops", "module_ops", "block_ops", "embedding_ops", "head_ops", "patch_ops",
+           "projector_ops"]
 
 _FP32 = 4
 _MASK = 1

@@ -54,8 +54,9 @@ Conventions (stated so tests can pin them):
   with dropout they give ``sbh(34 + 5as/h)`` without recompute, ``34sbh`` with
   selective recompute and ``2sbh`` with full recompute (divided by ``t`` with
   sequence parallelism, ``sbh(10 + 24/t + 5as/(ht))`` without).
-* W-stash bytes are the stored inputs of the weight GEMMs (``14sbh`` for GPT):
-  what a split backward keeps after B until W.
+* W-stash bytes are what a split backward keeps after B until W: the stored
+  inputs of the weight GEMMs (``14sbh`` for GPT) and the output gradients B made
+  for them (``18sbh``): ``32sbh``, the zero-bubble paper's ``M_W``.
 * Frozen modules: a layer whose module is frozen has W = 0 and no optimizer
   state. It has a backward (B) only if a gradient must flow through it to a
   trainable module upstream; otherwise it runs only its forward and stores

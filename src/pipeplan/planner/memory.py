@@ -175,6 +175,23 @@ class MemoryModel:
             for r in range(config.pp)
         )
 
+    def least_peak(self, config: Config) -> float:
+        """Bytes some rank must hold at its peak whatever the partition, schedule and recompute.
+
+        Every rank holds its weights and state and, at its first backward, at
+        least one microbatch of its layers' activations (the least over the
+        recompute modes), so the fullest holds at least the ``1/pp`` share of
+        both; and at least :meth:`static_bound`.
+        """
+        profile = self.workload.profile(config.micro_batch_size)
+        per = self.bytes_per_param(config.dp)
+        params, trained = profile.held_params()
+        total = per.weights * params + (per.gradients + per.optimizer) * trained
+        total += profile.first_extra_bytes + profile.last_extra_bytes
+        activations = min(sum(self.workload.profile(config.micro_batch_size, mode).activation_bytes)
+                          for mode in self.workload.recompute_modes)
+        return max(self.static_bound(config), (total + activations) / config.pp)
+
     def static_bound(self, config: Config) -> float:
         """Bytes some rank must hold whatever the partition: ``max(static ÷ pp, largest layer)`` (a tied table once)."""
         profile = self.workload.profile(config.micro_batch_size)

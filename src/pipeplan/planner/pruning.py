@@ -32,6 +32,7 @@ from .layout import Layouts
 from .links import Links
 from .memory import MemoryModel
 from .space import Config
+from .step import adam_step_bytes, optimizer_ms
 from .workload import Workload
 
 __all__ = ["SearchBounds"]
@@ -97,7 +98,8 @@ class SearchBounds:
         loads[0] += times.first_extra
         loads[-1] += times.last_extra
         rank_load = microbatches * least_max_load(loads, config.pp)
-        bound = max(shared, rank_load, times.chain(split=split)) + self.least_dp_comm(config)
+        bound = max(shared, rank_load, times.chain(split=split)) + self.least_dp_comm(config) \
+            + self.least_optimizer(config)
         self._bounds[key] = bound
         return bound
 
@@ -111,7 +113,7 @@ class SearchBounds:
         profile = self.workload.profile(config.micro_batch_size)
         costs = profile.stage_costs(sizes)
         slowest = max(f + b for f, b in zip(costs.forward, costs.backward))
-        return config.num_microbatches * slowest + self.least_dp_comm(config)
+        return config.num_microbatches * slowest + self.least_dp_comm(config) + self.least_optimizer(config)
 
     def least_dp_comm(self, config: Config) -> float:
         """The all-reduce of the fewest gradients the fullest rank can hold.
@@ -127,20 +129,37 @@ class SearchBounds:
         grads = least_max_load(own, config.pp) * self.memory.bytes_per_param(config.dp).gradients
         return self.links.allreduce(config, grads)
 
+    def least_optimizer(self, config: Config) -> float:
+        """The optimizer step of the fewest trainable parameters the fullest rank can hold, in profile units.
+
+        Some rank holds at least :func:`~pipeplan.planner.bounds.least_max_load` of
+        the layers' trainable parameters, and the step waits for the slowest
+        rank's optimizer (:func:`~pipeplan.planner.step.step_rest`).
+        """
+        profile = self.workload.profile(config.micro_batch_size)
+        own = np.where(np.asarray(profile.tied_to) >= 0, 0.0, profile.trainable_params)  # a tied copy may share a rank
+        params = least_max_load(own, config.pp)
+        per = self.memory.bytes_per_param(config.dp)
+        shards = config.dp if self.memory.optimizer == "distributed" else 1
+        moved = adam_step_bytes(params, state_bytes=per.optimizer * shards, gradient_bytes=per.gradients,
+                                weight_bytes=per.weights, shards=shards)
+        return optimizer_ms(moved, params / shards, self.links.cluster.device) * 1e-3 / self.workload.time_unit
+
     def space_lower_bound(self, configs: Sequence[Config], *, chunked: bool = True,
                           deadline: float = math.inf) -> float:
         """A step time no plan of these configurations beats.
 
-        ``min over configs of max(partition-free bound, m · least slowest stage + all-reduce)``
+        ``min over configs of max(partition-free bound, m · least slowest stage) + all-reduce + optimizer``
         (see the module doc and docs/planner.md), over the configurations whose
-        weights and optimizer state can fit (``max(static ÷ pp, largest layer) ≤ capacity``).
+        weights, optimizer state and one microbatch's activations can fit
+        (:meth:`~pipeplan.planner.memory.MemoryModel.least_peak` ≤ capacity).
         With ``chunked=False`` only the one-stage-per-rank configurations count (the
         fill bound applies to them). Evaluated lazily in order of the cheap bound;
         past ``deadline`` (a ``time.perf_counter()``) only the partition-free bounds
         are used (still valid, looser).
         """
         candidates = [c for c in configs if chunked or c.virtual_stages == 1]
-        candidates = [c for c in candidates if self.memory.fits(self.memory.static_bound(c))]
+        candidates = [c for c in candidates if self.memory.fits(self.memory.least_peak(c))]
         best = math.inf
         for bound, config in sorted(((self.config_bound(c), c) for c in candidates), key=lambda e: e[0]):
             if bound >= best:

@@ -34,6 +34,11 @@ def _layers_label(plan: Any) -> str:
     return ",".join("+".join(str(sizes[s]) for s in plan.stages_of(rank)) for rank in range(plan.pp))
 
 
+def _three_figures(value: float) -> str:
+    """``1608.04`` → ``"1610"``, ``0.98341`` → ``"0.983"``: three significant figures, no exponent."""
+    return f"{float(f'{value:.3g}'):g}" if abs(value) < 1e15 else f"{value:.3g}"
+
+
 def plan_row(label: str, plan: Any, ratio: float | None) -> list[str]:
     """One table row for ``plan`` (see :data:`PLAN_COLUMNS`)."""
     schedule = plan.schedule_label
@@ -53,8 +58,8 @@ def plan_row(label: str, plan: Any, ratio: float | None) -> list[str]:
         _layers_label(plan),
         _recompute_label(plan),
         # three significant figures: what the cost model can claim (docs/cost_model.md)
-        "—" if plan.step_time is None else f"{plan.step_time:.3g}",
-        "—" if plan.samples_per_second is None else f"{plan.samples_per_second:.3g}",
+        "—" if plan.step_time is None else _three_figures(plan.step_time),
+        "—" if plan.samples_per_second is None else _three_figures(plan.samples_per_second),
         "—" if plan.mfu is None else f"{plan.mfu:.1%}",
         "—" if plan.bubble_ratio is None else f"{plan.bubble_ratio:.1%}",
         memory,
