@@ -71,3 +71,20 @@ def test_serialized_messages_sit_on_the_senders_timeline():
     serialized = evaluate_layout(workload, cluster, config, (1, 1, 1), send_mode="serialized")
     # a blocking send costs the sender its message, which an eager send overlaps with its next action
     assert serialized.pipeline_time > eager.pipeline_time
+
+
+def test_json_names_the_shapes_a_measured_table_stands_in_for(run_cli, tmp_path):
+    from dataclasses import replace
+
+    from pipeplan.device_file import write_device
+    from pipeplan.hardware import GemmPoint
+
+    device = replace(hardware.device("a100-80g"), gemm_table=(GemmPoint(1024, 1024, 1024, 0.6),))
+    path = write_device(tmp_path / "dev.json", device)
+    code, out, _ = run_cli("model", "--preset", "gpt-1.5b", "--device", str(path), "--json")
+    assert code == 0
+    fallbacks = json.loads(out)["gemm_fallbacks"]
+    assert fallbacks and all(entry["nearest_measured"] == [1024, 1024, 1024] for entry in fallbacks)
+    code, out, _ = run_cli("plan", "--preset", "gpt-1.5b", "--gpus", "2", "--global-batch", "4", "--device", str(path),
+                           "--schedules", "1f1b", "--top", "1", "--json")
+    assert code == 0 and json.loads(out)["gemm_fallbacks"]

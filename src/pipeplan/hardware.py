@@ -8,14 +8,15 @@ every constant's source)::
     memory-bound:     time = bytes / (HBM bandwidth · memory_efficiency) + launch
 
 * a GEMM's efficiency is ``gemm_efficiency`` (a large, well-shaped GEMM) times
-  its wave quantisation: ``tiles / (waves · SMs)`` for ``⌈m/tm⌉·⌈n/tn⌉`` output
-  tiles; a measured ``gemm_table`` (``pipeplan calibrate``) replaces the curve by
-  the nearest measured shape;
+  its wave quantisation ``tiles / (waves · SMs)`` for ``⌈m/tm⌉·⌈n/tn⌉`` output
+  tiles, times its pipeline fill ``k / (k + gemm_fill_k)``; a measured
+  ``gemm_table`` (``pipeplan calibrate``) replaces that curve by the nearest
+  measured shape (:meth:`Device.gemm_fallbacks` lists the shapes it stood in for);
 * a fused attention kernel runs at ``attention_efficiency`` of peak on the work
   it does (half the score blocks when causal);
-* a memory-bound kernel moves its bytes at ``memory_bandwidth · memory_efficiency``
-  (``random_efficiency`` for one that draws a dropout mask)
-  (tiled GEMM and attention kernels stream their operands at the full bandwidth).
+* a memory-bound kernel moves its bytes at ``memory_bandwidth · memory_efficiency``,
+  or ``random_efficiency`` for one that draws a dropout mask; tiled GEMM and
+  attention kernels stream their operands at the full bandwidth.
 
 With ``achievable_fraction`` set, the device is the older flat model instead:
 every counted FLOP at ``peak_flops × achievable_fraction`` (``--mfu``).
@@ -40,7 +41,7 @@ bytes per millisecond for ``comm_model``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ._validation import non_negative_float, positive_float, positive_int
@@ -165,9 +166,7 @@ class Device:
         ``k / (k + gemm_fill_k)``.
         """
         if self.gemm_table:
-            key = (math.log(m), math.log(n), math.log(k))
-            best = min(self.gemm_table, key=lambda p: (math.log(p.m) - key[0]) ** 2
-                       + (math.log(p.n) - key[1]) ** 2 + (math.log(p.k) - key[2]) ** 2)
+            best = self._nearest_gemm(m, n, k)
             return best.efficiency, (best.m, best.n, best.k) == (m, n, k)
         rows, columns = self.gemm_tile
         tiles = batch * math.ceil(m / rows) * math.ceil(n / columns)
@@ -206,19 +205,29 @@ class Device:
                 f"HBM {self.memory_bandwidth / 1e9:,.0f} GB/s x {self.memory_efficiency:.2g} "
                 f"(dropout x {self.random_efficiency:.2g}), {1e3 * self.launch_overhead_ms:.3g} us a kernel")
 
-    def describe(self) -> dict[str, object]:
-        """The model in use, JSON-ready (what ``plan --json`` and ``model --json`` carry)."""
-        if self.achievable_fraction is not None:
-            return {"name": self.name, "model": "flat", "peak_flops": self.peak_flops,
-                    "achievable_fraction": self.achievable_fraction, "memory_bytes": self.memory_bytes}
-        return {"name": self.name, "model": "per-operator roofline", "peak_flops": self.peak_flops,
-                "memory_bandwidth": self.memory_bandwidth, "gemm_efficiency": self.gemm_efficiency,
-                "attention_efficiency": self.attention_efficiency, "memory_efficiency": self.memory_efficiency,
-                "random_efficiency": self.random_efficiency,
-                "launch_overhead_ms": self.launch_overhead_ms, "num_sms": self.num_sms,
-                "gemm_tile": list(self.gemm_tile), "gemm_fill_k": self.gemm_fill_k,
-                "measured_gemms": len(self.gemm_table),
-                "memory_bytes": self.memory_bytes}
+    def gemm_fallbacks(self, ops: Iterable[Op]) -> list[dict[str, list[int]]]:
+        """The GEMM shapes of ``ops`` a measured ``gemm_table`` does not hold, each with the shape used instead.
+
+        Empty without a table (the curve covers every shape). What ``model --json``
+        and ``plan --json`` report as ``"gemm_fallbacks"``.
+        """
+        if not self.gemm_table:
+            return []
+        seen: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+        for op in ops:
+            shape = (op.m, op.n, op.k)
+            if op.kind != "gemm" or shape in seen:
+                continue
+            nearest = self._nearest_gemm(*shape)
+            seen[shape] = (nearest.m, nearest.n, nearest.k)
+        return [{"shape": list(shape), "nearest_measured": list(used)} for shape, used in seen.items()
+                if shape != used]
+
+    def _nearest_gemm(self, m: int, n: int, k: int) -> GemmPoint:
+        """The measured GEMM nearest to ``m × n × k`` in log distance."""
+        key = (math.log(m), math.log(n), math.log(k))
+        return min(self.gemm_table, key=lambda p: (math.log(p.m) - key[0]) ** 2
+                   + (math.log(p.n) - key[1]) ** 2 + (math.log(p.k) - key[2]) ** 2)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         _write(Path(args.out), profile)
     if args.json:
-        print_json({"model": spec.name, "device": device_fields(device), "achievable_flops": device.achievable_flops,
+        kernels = [op for cost in costs for op in cost.forward_ops + cost.input_grad_ops + cost.weight_grad_ops]
+        print_json({"model": spec.name, "device": device_fields(device), "cost_model": device.summary(),
+                    "gemm_fallbacks": device.gemm_fallbacks(kernels), "achievable_flops": device.achievable_flops,
                     "micro_batch_size": args.micro_batch_size, **options, "layers": records})
         return 0
     rows = _by_module(records, costs) if args.by_module else records

@@ -168,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
     _write_files(args, result)
     if args.json:
         print_json({**_payload(result), "device": device_fields(cluster.device),
-                    "assumptions": _assumptions(args, cluster)})
+                    "assumptions": _assumptions(args, cluster),
+                    "gemm_fallbacks": _gemm_fallbacks(args, cluster, result)})
         return 0
     _print(args, result)
     console = make_console()
@@ -176,6 +177,18 @@ def run(args: argparse.Namespace) -> int:
     console.print("assumptions: " + "; ".join(f"{key} {value}" for key, value in lines.items()),
                   markup=False, highlight=False)
     return 0
+
+
+def _gemm_fallbacks(args: argparse.Namespace, cluster: Cluster, result: SearchResult) -> list[dict[str, list[int]]]:
+    """The best plan's GEMM shapes a measured device table does not hold (none for a measured profile)."""
+    if args.profile or not cluster.device.gemm_table:
+        return []
+    spec = spec_from_args(args)
+    best = result.best
+    kernels = [op for mode in set(best.recompute or ("none",))
+               for cost in spec.layer_costs(best.micro_batch_size, recompute=mode)
+               for op in cost.forward_ops + cost.input_grad_ops + cost.weight_grad_ops]
+    return cluster.device.gemm_fallbacks(kernels)
 
 
 _SENDS = {"eager": "eager (the sender goes on, torch isend)",
