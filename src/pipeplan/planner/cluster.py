@@ -65,8 +65,8 @@ class Cluster:
 
     Args:
         num_gpus: GPUs to plan for.
-        device: the GPU (:class:`pipeplan.hardware.Device`): memory, peak and
-            achievable FLOP/s.
+        device: the GPU (:class:`pipeplan.hardware.Device`): memory, peak FLOP/s and
+            the per-operator cost model that times its kernels.
         intra_node: the link between GPUs of one node.
         inter_node: the link between nodes (default ``intra_node``).
         gpus_per_node: GPUs per node.

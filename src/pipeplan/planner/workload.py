@@ -85,8 +85,8 @@ class Workload:
     def from_spec(cls, spec: Any, device: Any, *, tensor_parallel: int = 1) -> Workload:
         """Every micro-batch size and recompute mode of a :class:`~pipeplan.models.spec.ModelSpec` on ``device``.
 
-        Times are ``spec.to_layer_profile`` milliseconds (FLOPs at the device's
-        achievable FLOP/s); MFU counts the spec's training FLOPs without
+        Times are ``spec.to_layer_profile`` milliseconds (each layer's kernels
+        timed by the device, docs/cost_model.md); MFU counts the spec's training FLOPs without
         recompute; tokens per sample are those of its longest module.
         """
 
