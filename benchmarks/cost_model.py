@@ -362,7 +362,7 @@ def training_rate(device: Device, link: hardware.Link, row: TrainingRate) -> flo
                   position_tokens=row.seq_length),
         TransformerStack(name="layers", num_layers=row.layers, hidden_size=row.hidden, num_heads=row.heads,
                          seq_length=row.seq_length, ffn_hidden_size=4 * row.hidden, bias=True, causal=True,
-                         final_norm=True),
+                         final_norm=True, attention="flash" if row.flash else "eager"),
         LMHead(name="output_layer", vocab_size=vocab, hidden_size=row.hidden, tokens=row.seq_length,
                tied_to="embedding"),
     ))
@@ -370,8 +370,7 @@ def training_rate(device: Device, link: hardware.Link, row: TrainingRate) -> flo
     cluster = Cluster(row.gpus, device, link, link, gpus_per_node=8)
     dp = row.gpus
     config = Config(pp=1, dp=dp, micro_batch_size=row.micro_batch,
-                    num_microbatches=row.global_batch // (dp * row.micro_batch), schedule="1f1b",
-                    recompute="selective" if row.flash else "none")
+                    num_microbatches=row.global_batch // (dp * row.micro_batch), schedule="1f1b")
     plan = evaluate_layout(workload, cluster, config, (spec.layer_costs(1).__len__(),),
                            optimizer="distributed")
     params = spec.num_parameters()

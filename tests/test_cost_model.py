@@ -15,6 +15,7 @@ from pipeplan import hardware, presets
 from pipeplan.errors import InvalidInputError
 from pipeplan.hardware import GemmPoint
 from pipeplan.operations import gemm, memory
+from pipeplan.models.spec import ModelSpec, TransformerStack
 from pipeplan.presets.reference import zero_bubble_gpt
 
 A100 = hardware.device("a100-80g")
@@ -34,17 +35,52 @@ def test_a_gpt_layers_kernels_carry_the_papers_flops():
     assert _matrix_flops(layer.weight_grad_ops) == pytest.approx(24 * s * b * h * h)
 
 
+def _flash(spec):
+    """``spec`` with FlashAttention in every stack."""
+    return ModelSpec(spec.name, tuple(replace(m, attention="flash") if isinstance(m, TransformerStack) else m
+                                      for m in spec.modules))
+
+
 def test_flash_attention_backward_does_two_and_a_half_forwards_and_full_recompute_adds_the_forward():
     # Dao 2023 (FlashAttention-2) §3.1: the backward kernel performs 2.5x the forward's matmul FLOPs
-    spec = presets.get("gpt-1.5b")
+    spec = _flash(presets.get("gpt-1.5b"))
+    none = spec.layer_costs(2, recompute="none")[1]
     selective = spec.layer_costs(2, recompute="selective")[1]
     full = spec.layer_costs(2, recompute="full")[1]
     [forward] = [op for op in selective.forward_ops if op.kind == "attention"]
     [backward] = [op for op in selective.input_grad_ops if op.kind == "attention"]
     assert backward.flops == pytest.approx(2.5 * forward.flops) and forward.causal
+    # flash never stores the scores: selective recompute is no recompute at all
+    assert none.input_grad_ops == selective.input_grad_ops and none.activation_bytes == selective.activation_bytes
     assert full.input_grad_ops == full.forward_ops + selective.input_grad_ops
     assert A100.ops_milliseconds(full.input_grad_ops) == pytest.approx(
         A100.ops_milliseconds(selective.forward_ops) + A100.ops_milliseconds(selective.input_grad_ops))
+
+
+def test_eager_selective_recompute_reruns_the_materialised_attention_before_b():
+    spec = presets.get("gpt-1.5b")  # Megatron-LM's local (eager) core attention
+    none, selective = (spec.layer_costs(2, recompute=mode)[1] for mode in ("none", "selective"))
+    core = [op.name for op in selective.input_grad_ops[:5]]
+    assert core == ["scores", "softmax", "attention_dropout", "context", "context.copy"]
+    assert selective.input_grad_ops[5:] == none.input_grad_ops
+    assert _matrix_flops(selective.input_grad_ops) - _matrix_flops(none.input_grad_ops) == pytest.approx(
+        selective.input_grad_flops - none.input_grad_flops)  # the attention core's forward FLOPs, 4bs²h
+
+
+@pytest.mark.parametrize("name", presets.names())
+@pytest.mark.parametrize("attention", ["eager", "flash"])
+def test_recompute_never_makes_a_layer_faster_or_larger(name, attention):
+    # what the planner relies on: "none" is the fastest mode and holds the most; "full" the slowest and least
+    spec = presets.get(name)
+    if attention == "flash":
+        spec = _flash(spec)
+    profiles = [spec.to_layer_profile(A100, 2, recompute=mode) for mode in ("none", "selective", "full")]
+    for faster, slower in zip(profiles, profiles[1:]):
+        for a, b in zip(faster.backward, slower.backward):
+            assert a <= b * (1 + 1e-12)
+        for a, b in zip(faster.activation_bytes, slower.activation_bytes):
+            assert a >= b * (1 - 1e-12)
+        assert faster.forward == slower.forward
 
 
 def test_the_split_of_the_backward_follows_the_kernels_not_a_ratio():

@@ -275,17 +275,20 @@ def refuse_flags_without_effect(args: argparse.Namespace) -> None:
 
 
 def _run_profile(args: argparse.Namespace) -> int:
-    """``--profile``: the step :func:`pipeplan.predict.predict` expects ``pipeplan run`` to measure."""
+    """``--profile`` (or ``--preset``/``--spec``): one step from per-layer costs.
+
+    With ``--profile``, the step :func:`pipeplan.predict.predict` expects ``pipeplan run`` to measure.
+    """
     from ..predict import predict, prediction_inputs
 
+    source = "--profile" if args.profile is not None else "--preset/--spec"
     for flag, value in (("--backward", args.backward), ("--weight", args.weight),
                         ("--activation-bytes", args.activation_bytes), ("--boundary-bytes", args.boundary_bytes)):
         if value is not None:
-            raise InvalidInputError(f"{flag} does not apply with --profile (the profile holds the costs)")
+            raise InvalidInputError(f"{flag} does not apply with {source} (the layers hold the costs)")
     if args.iterations != 1:
         raise InvalidInputError(
-            f"--iterations does not apply with --profile (it predicts one step as pipeplan run measures it), "
-            f"got {args.iterations}"
+            f"--iterations does not apply with {source} (it simulates one step), got {args.iterations}"
         )
     if uses_spec(args):
         return _run_spec(args)

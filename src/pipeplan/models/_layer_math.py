@@ -92,7 +92,8 @@ def block_part(
     grad_w_rep = n * s * two * 2 * h
     fc1_out = 2 * f if stack.gated_mlp else f
     grad_w_tp = n * two * (s * qd + kv_tokens * 2 * kvd + s * fc1_out)
-    core_bytes = n * a * s * keys * (two + (mask + two if stack.dropout else 0))
+    # materialised scores (eager attention); a flash kernel never stores them
+    core_bytes = 0 if stack.attention == "flash" else n * a * s * keys * (two + (mask + two if stack.dropout else 0))
     params = block_params(stack, layer_index=layer_index, kv_width=kv_width)
     return Part(
         forward=(linear + core) / t,

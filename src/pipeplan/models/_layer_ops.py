@@ -45,6 +45,7 @@ class PassOps:
     forward: tuple[Op, ...] = ()
     input_grad: tuple[Op, ...] = ()
     weight_grad: tuple[Op, ...] = ()
+    core: tuple[Op, ...] = ()  # the forward's materialised attention kernels (selective recompute reruns them)
 
 
 def _linear(name: str, tokens: int, n_in: int, n_out: int, bias: bool) -> tuple[Op, Op, list[Op]]:
@@ -109,7 +110,8 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
         linear("kv", n * kv_tokens, kv_width, 2 * kvd)
     problems = n * heads
     scores = float(problems) * s * keys
-    if shape.recompute == "none":  # materialised scores (Megatron local core attention)
+    core_start = len(forward)
+    if stack.attention == "eager":  # materialised scores (Megatron local core attention)
         elementwise(gemm("scores", m=s, n=keys, k=d, batch=problems),
                     [gemm("scores.dgrad_q", m=s, n=d, k=keys, batch=problems),
                      gemm("scores.dgrad_k", m=keys, n=d, k=s, batch=problems)])
@@ -123,13 +125,15 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
                      gemm("context.dgrad_v", m=keys, n=d, k=s, batch=problems)])
         elementwise(memory("context.copy", read=tokens * qd * HALF, written=tokens * qd * HALF),
                     [memory("context.copy.bwd", read=tokens * qd * HALF, written=tokens * qd * HALF)])
+        core = tuple(forward[core_start:])
     else:  # FlashAttention forward and backward kernels
-        core = 4.0 * scores * d
+        core_flops = 4.0 * scores * d
         io = (2 * tokens * qd + 2 * n * keys * kvd) * HALF
-        elementwise(attention("attention", flops=core, bytes=io, queries=s, keys=keys, head_dim=d,
+        elementwise(attention("attention", flops=core_flops, bytes=io, queries=s, keys=keys, head_dim=d,
                               problems=problems, causal=stack.causal),
-                    [attention("attention.bwd", flops=2.5 * core, bytes=2 * io, queries=s, keys=keys, head_dim=d,
-                               problems=problems, causal=stack.causal)])
+                    [attention("attention.bwd", flops=2.5 * core_flops, bytes=2 * io, queries=s, keys=keys,
+                               head_dim=d, problems=problems, causal=stack.causal)])
+        core = ()
     linear("proj", tokens, qd, h)
     elementwise(*_residual("residual1", hidden, stack.dropout))
     elementwise(*_norm("norm2", hidden))
@@ -142,7 +146,7 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
     elementwise(*_residual("residual2", hidden, stack.dropout))
     if stack.final_norm and layer_index == stack.num_layers - 1:
         elementwise(*_norm("final_norm", hidden))
-    return PassOps(tuple(forward), tuple(input_grad), tuple(weight_grad))
+    return PassOps(tuple(forward), tuple(input_grad), tuple(weight_grad), core)
 
 
 def patch_ops(encoder: VisionEncoder, shape: Shape) -> PassOps:
@@ -212,13 +216,16 @@ def apply_training_ops(ops: PassOps, *, trains: bool, needs_backward: bool, inpu
 
     No backward: the forward only. A frozen layer runs no W; a layer whose input is
     data needs no B. ``"full"`` recompute runs the forward again before B;
-    ``"selective"`` needs nothing more (the flash backward kernel recomputes the scores).
+    ``"selective"`` the materialised attention kernels (none for flash attention,
+    whose backward kernel recomputes the scores itself).
     """
     if not needs_backward:
         return PassOps(ops.forward)
     input_grad = () if input_is_data else ops.input_grad
     if recompute == "full" and not input_is_data:
         input_grad = ops.forward + input_grad
+    elif recompute == "selective" and not input_is_data:
+        input_grad = ops.core + input_grad
     return PassOps(ops.forward, input_grad, ops.weight_grad if trains else ())
 
 

@@ -157,6 +157,8 @@ def check_module(module: Any, position: int) -> None:
             raise InvalidInputError(f"{where}.{key} must be an integer >= {minimum}, got {value!r}")
     if hasattr(module, "norm") and module.norm not in NORM_PARAMS:
         raise InvalidInputError(f"{where}.norm must be one of {', '.join(NORM_PARAMS)}, got {module.norm!r}")
+    if hasattr(module, "attention") and module.attention not in ("eager", "flash"):
+        raise InvalidInputError(f"{where}.attention must be 'eager' or 'flash', got {module.attention!r}")
     if isinstance(module, (TransformerStack, VisionEncoder)):
         heads = module.num_heads
         head_dim = getattr(module, "head_dim", None)

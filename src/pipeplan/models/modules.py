@@ -16,6 +16,7 @@ from typing import Literal, Union
 
 __all__ = [
     "ACTIVATION_BYTES",
+    "Attention",
     "CrossAttention",
     "Embedding",
     "LMHead",
@@ -33,6 +34,7 @@ __all__ = [
 ACTIVATION_BYTES = 2
 
 Norm = Literal["layernorm", "rmsnorm", "none"]
+Attention = Literal["eager", "flash"]
 #: Parameters per channel of each norm type.
 NORM_PARAMS = {"layernorm": 2, "rmsnorm": 1, "none": 0}
 
@@ -73,6 +75,11 @@ class TransformerStack:
         dropout: dropout after attention probabilities, attention and MLP (masks stored).
         causal: each token attends only to earlier ones (a decoder LM): a flash kernel
             skips half the score blocks (time only; the FLOP convention counts all).
+        attention: ``"eager"`` (default: the scores are materialised, as in
+            Megatron-LM's local core attention and Korthikanti et al.'s activation
+            counts; ``"selective"`` recompute recomputes them) or ``"flash"``
+            (FlashAttention: the scores never reach memory, with or without
+            recompute, and the backward kernel recomputes them).
         layer_scale: per-channel scales after attention and MLP (DINOv2), ``2h`` parameters.
         adaptive_norm: ``(k1, k2)``: the two norms are modulated by a per-sample
             condition of width ``h`` through ``Linear(h, k·h)`` (π0.5's adaRMSNorm:
@@ -104,6 +111,7 @@ class TransformerStack:
     bias: bool = False
     dropout: bool = False
     causal: bool = False
+    attention: Attention = "eager"
     layer_scale: bool = False
     adaptive_norm: tuple[int, int] = (0, 0)
     final_norm: bool = False
@@ -176,6 +184,7 @@ class VisionEncoder:
     bias: bool = True
     gated_mlp: bool = False
     layer_scale: bool = False
+    attention: Attention = "eager"
     map_head: bool = False
     final_norm: bool = True
     inputs: tuple[str, ...] | None = ()
@@ -209,7 +218,7 @@ class VisionEncoder:
             name=self.name, num_layers=self.num_layers, hidden_size=self.hidden_size,
             num_heads=self.num_heads, seq_length=self.patches_per_image + self.extra_tokens,
             ffn_hidden_size=self.ffn_hidden_size, gated_mlp=self.gated_mlp, norm=self.norm,
-            bias=self.bias, layer_scale=self.layer_scale, final_norm=self.final_norm,
+            bias=self.bias, layer_scale=self.layer_scale, final_norm=self.final_norm, attention=self.attention,
             sequences=self.cameras * self.frames, output_tokens=self.tokens, inputs=(),
             repeats=self.repeats, frozen=self.frozen,
         )

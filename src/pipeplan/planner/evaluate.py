@@ -129,7 +129,8 @@ class Evaluator:
         ranks = []
         for rank, static in enumerate(layout.static):
             stages = [s for s, r in enumerate(layout.placement) if r == rank]
-            params = sum(stage_params[s] for s in stages)
+            # the rank's trainable parameters, a tied table it holds twice (embedding and head) once
+            params = profile.held_params(i for s in stages for i in range(bounds[s], bounds[s + 1]))[1]
             grads = static.gradients
             reduction = reduction_ms(dp_link, grads, config.dp, distributed=distributed)
             bucket = self.sync.bucket(config.dp, per.gradients, pipeline_rank=rank)
