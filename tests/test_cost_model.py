@@ -204,3 +204,10 @@ def test_table_9_passes_are_within_ten_percent():
         predicted = module.pass_times(A100, published.model)
         for p, m in zip(predicted, (published.forward, published.input_grad, published.weight_grad)):
             assert math.isclose(p, m, rel_tol=0.10), (published.model, p, m)
+
+
+def test_tensor_parallel_must_split_whole_heads_and_the_mlp():
+    spec = presets.get("gpt-1.5b")  # 24 heads, FFN 9216
+    with pytest.raises(InvalidInputError, match=r"tensor_parallel=7 must divide module 'layers''s attention heads \(24\)"):
+        spec.layer_costs(1, tensor_parallel=7)
+    assert spec.layer_costs(1, tensor_parallel=8)[1].params == pytest.approx(spec.layer_costs(1)[1].params / 8, rel=0.01)

@@ -374,6 +374,7 @@ class ModelSpec:
             (``joint_with``) gives one layer per depth holding both stacks.
         """
         shape = _check_shape(micro_batch_size, recompute, tensor_parallel, sequence_parallel)
+        self._check_tensor_parallel(shape.tensor_parallel)
         joint = {m.joint_with: m for m in self.modules if isinstance(m, TransformerStack) and m.joint_with}
         rows: list[tuple[str, tuple[str, ...], dict[str, float], float, float, PassOps]] = []
         owners: list[tuple[str, ...]] = []
@@ -414,6 +415,19 @@ class ModelSpec:
                       tied_to=tied.get(names[0]))
             for (name, names, c, p, tp, k), send in zip(rows, sends)
         ]
+
+    def _check_tensor_parallel(self, t: int) -> None:
+        """Tensor parallelism splits whole heads and the MLP evenly (Megatron-LM requires it)."""
+        if t == 1:
+            return
+        for module in self.modules:
+            if isinstance(module, (TransformerStack, VisionEncoder)):
+                kv = module.kv_heads if isinstance(module, TransformerStack) else module.num_heads
+                for what, count in (("attention heads", module.num_heads), ("key/value heads", kv),
+                                    ("FFN width", module.ffn_hidden_size)):
+                    if count % t and not (what == "key/value heads" and t % count == 0):
+                        raise InvalidInputError(
+                            f"tensor_parallel={t} must divide module {module.name!r}'s {what} ({count})")
 
     def _output_bytes(self, module: Module, shape: Shape) -> float:
         tokens, width = module.output_shape()
