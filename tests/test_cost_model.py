@@ -211,3 +211,16 @@ def test_tensor_parallel_must_split_whole_heads_and_the_mlp():
     with pytest.raises(InvalidInputError, match=r"tensor_parallel=7 must divide module 'layers''s attention heads \(24\)"):
         spec.layer_costs(1, tensor_parallel=7)
     assert spec.layer_costs(1, tensor_parallel=8)[1].params == pytest.approx(spec.layer_costs(1)[1].params / 8, rel=0.01)
+
+
+def test_table_4_at_the_first_m_is_within_ten_percent_and_ranked_as_measured():
+    # Qi et al. 2024, Table 4 (the benchmark's full table is docs/cost_model.md): never fitted
+    module = _benchmark()
+    link = hardware.link("nvlink-a100")
+    for row in module.TABLE_4:
+        plans = module.schedule_plans(row.model, row.microbatches[0], A100, link)
+        predicted = {name: module.samples_per_gpu(plans[name]) for name in module.SCHEDULES}
+        for name in module.SCHEDULES:
+            assert math.isclose(predicted[name], row.samples[name][0], rel_tol=0.10), (row.model, name)
+            assert math.isclose(max(plans[name].peak_memory) / 1e9, row.memory_gb[name], rel_tol=0.10)
+        assert module.ranked_as_measured({name: row.samples[name][0] for name in module.SCHEDULES}, predicted)
