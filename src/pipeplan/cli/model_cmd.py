@@ -68,8 +68,9 @@ def run(args: argparse.Namespace) -> int:
     for column in ("layer", "F ms", "B ms", "W ms", "F FLOPs", "params", "activations", "W stash", "send"):
         table.add_column(column, justify="left" if column == "layer" else "right")
     for row in rows:
+        held = human_count(row["params"]) + (" (tied)" if row.get("tied_to", -1) >= 0 else "")
         table.add_row(str(row["name"]), f"{row['forward']:.4g}", f"{row['backward'] - row['weight']:.4g}",
-                      f"{row['weight']:.4g}", human_count(row["forward_flops"]), human_count(row["params"]),
+                      f"{row['weight']:.4g}", human_count(row["forward_flops"]), held,
                       format_decimal_bytes(row["activation_bytes"]), format_decimal_bytes(row["weight_stash_bytes"]),
                       format_decimal_bytes(row["send_bytes"]))
     console = make_console()
@@ -89,7 +90,7 @@ def _by_module(records: list[dict[str, Any]], costs: list[Any]) -> list[dict[str
     groups: dict[str, dict[str, Any]] = {}
     for record, cost in zip(records, costs):
         key = "+".join(cost.modules)
-        group = groups.setdefault(key, {"name": key, "send_bytes": 0.0})
+        group = groups.setdefault(key, {"name": key, "send_bytes": 0.0, "tied_to": record.get("tied_to", -1)})
         for field in ("forward", "backward", "weight", "forward_flops", "params", "activation_bytes",
                       "weight_stash_bytes"):
             group[field] = group.get(field, 0.0) + record[field]
