@@ -23,6 +23,7 @@ What is compared (docs/cost_model.md explains the model and every constant):
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -231,7 +232,7 @@ def schedule_plans(size: str, num_microbatches: int, device: Device, link: hardw
     for label, template, capacity in (("ZB-1p", "zb-h1", one_x), ("ZB-2p", "zb-h2", two_x)):
         candidates = [plan(template), plan("adaptive", capacity)]
         fitting = [c for c in candidates if max(c.peak_memory) <= capacity * (1 + 1e-9)] or candidates
-        plans[label] = min(fitting, key=lambda c: c.step_time)
+        plans[label] = min(fitting, key=lambda c: c.step_time or math.inf)
     return plans
 
 
