@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         _write(Path(args.out), profile)
     if args.json:
-        kernels = [op for cost in costs for op in cost.forward_ops + cost.input_grad_ops + cost.weight_grad_ops]
+        kernels = [op for cost in costs for op in cost.ops]
         print_json({"model": spec.name, "device": device_fields(device), "cost_model": device.summary(),
                     "gemm_fallbacks": device.gemm_fallbacks(kernels), "achievable_flops": device.achievable_flops,
                     "micro_batch_size": args.micro_batch_size, **options, "layers": records})

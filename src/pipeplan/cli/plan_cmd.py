@@ -29,7 +29,7 @@ from ..planner.space import NOT_PLANNED
 from ..schedules import SCHEDULES
 from ._common import make_console, parse_bytes, print_json
 from ..device_file import device_fields
-from ..planner.cluster import DEFAULT_INTRA_NODE
+from ..planner.cluster import default_intra_node
 from ._spec_args import add_device_argument, device_from_args, spec_from_args
 
 __all__ = ["register", "run"]
@@ -113,8 +113,7 @@ def _workload(args: argparse.Namespace, cluster: Cluster) -> Workload:
 def _cluster(args: argparse.Namespace) -> Cluster:
     if args.device:  # the file's device, and its measured p2p link inside a node unless --intra-link names one
         device, p2p = device_from_args(args)
-        intra = (hardware.link(args.intra_link) if args.intra_link else
-                 p2p or hardware.link(DEFAULT_INTRA_NODE.get(device.name, "nvlink-h100")))
+        intra = hardware.link(args.intra_link) if args.intra_link else p2p or default_intra_node(device.name)
         return Cluster(args.gpus, device, intra, hardware.link(args.inter_link), args.gpus_per_node)
     return Cluster.of(args.gpu, args.gpus, intra_node=args.intra_link, inter_node=args.inter_link,
                       gpus_per_node=args.gpus_per_node, achievable_fraction=args.mfu)
@@ -186,8 +185,7 @@ def _gemm_fallbacks(args: argparse.Namespace, cluster: Cluster, result: SearchRe
     spec = spec_from_args(args)
     best = result.best
     kernels = [op for mode in set(best.recompute or ("none",))
-               for cost in spec.layer_costs(best.micro_batch_size, recompute=mode)
-               for op in cost.forward_ops + cost.input_grad_ops + cost.weight_grad_ops]
+               for cost in spec.layer_costs(best.micro_batch_size, recompute=mode) for op in cost.ops]
     return cluster.device.gemm_fallbacks(kernels)
 
 

@@ -28,7 +28,6 @@ from typing import Any
 
 from rich.console import Console
 
-from .. import hardware
 from .._validation import positive_int
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
@@ -316,7 +315,7 @@ def _run_profile(args: argparse.Namespace) -> int:
 def _run_spec(args: argparse.Namespace) -> int:
     """``--preset``/``--spec``: the step on the cost model's layer times, messages at the link's NCCL rate."""
     from ..device_file import device_fields
-    from ..planner.cluster import DEFAULT_INTRA_NODE
+    from ..planner.cluster import default_intra_node
 
     spec = spec_from_args(args)
     device, measured = device_from_args(args)
@@ -324,9 +323,8 @@ def _run_spec(args: argparse.Namespace) -> int:
                                     tensor_parallel=args.tensor_parallel, sequence_parallel=args.sequence_parallel)
     layers = _profile_partition(args, profile)
     costs = profile.stage_costs(layers)
-    link = measured or hardware.link(DEFAULT_INTRA_NODE.get(device.name, "nvlink-h100"))
-    ends = [sum(layers[: s + 1]) - 1 for s in range(len(layers) - 1)]
-    comm = link.comm_model([profile.send_bytes[end] for end in ends] or 0.0, send_mode=args.send)
+    link = measured or default_intra_node(device.name)
+    comm = link.comm_model(list(profile.boundary_bytes(layers)) or 0.0, send_mode=args.send)
     check_size(args, costs.num_stages)
     schedule = schedule_from_args(args, costs, comm)
     timeline = simulate(schedule, costs, comm)

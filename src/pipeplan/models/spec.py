@@ -168,6 +168,11 @@ class LayerCost:
         """B + W FLOPs (the full backward)."""
         return self.input_grad_flops + self.weight_grad_flops
 
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """Every kernel of the layer's step: F, then B, then W."""
+        return self.forward_ops + self.input_grad_ops + self.weight_grad_ops
+
 
 
 # ---------------------------------------------------------------- the spec

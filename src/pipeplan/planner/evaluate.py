@@ -43,8 +43,8 @@ from .memory import MemoryModel, gb
 from .pruning import SearchBounds
 from .records import SearchStats
 from .space import Config
-from .step import (GradientSync, RankRest, StepRest, adam_step_bytes, exposed_reduction_ms, gradient_sync,
-                   optimizer_ms, overlap_window, reduction_ms, step_rest)
+from .step import (GradientSync, RankRest, StepRest, exposed_reduction_ms, gradient_sync, overlap_window,
+                   rank_optimizer_ms, reduction_ms, step_rest)
 from .workload import Workload
 
 __all__ = ["Evaluator", "evaluate_layout"]
@@ -149,10 +149,9 @@ class Evaluator:
             if distributed and self.sync.overlap_param_gather and params > 0:
                 share = min(1.0, gather_bucket / (params * per.gradients)) if per.gradients else 1.0
                 gather_exposed = ring_pass_ms(dp_link, share * params * per.weights, config.dp)
-            step_bytes = adam_step_bytes(params, state_bytes=per.optimizer * shards, gradient_bytes=per.gradients,
-                                         weight_bytes=per.weights, shards=shards)
-            ranks.append(RankRest(end, reduction, exposed, gather, gather_exposed,
-                                  optimizer_ms(step_bytes, params / shards, self.cluster.device)))
+            optimizer = rank_optimizer_ms(params, weights=per.weights, gradients=per.gradients, state=per.optimizer,
+                                          shards=shards, device=self.cluster.device)
+            ranks.append(RankRest(end, reduction, exposed, gather, gather_exposed, optimizer))
         makespan = None if timeline is None else float(timeline.makespan) * to_ms
         return step_rest(ranks, makespan, overlap_grad_reduce=self.sync.overlap_grad_reduce)
 

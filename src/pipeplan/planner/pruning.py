@@ -32,7 +32,7 @@ from .layout import Layouts
 from .links import Links
 from .memory import MemoryModel
 from .space import Config
-from .step import adam_step_bytes, optimizer_ms
+from .step import rank_optimizer_ms
 from .workload import Workload
 
 __all__ = ["SearchBounds"]
@@ -124,9 +124,7 @@ class SearchBounds:
         """
         if config.dp == 1:
             return 0.0
-        profile = self.workload.profile(config.micro_batch_size)
-        own = np.where(np.asarray(profile.tied_to) >= 0, 0.0, profile.trainable_params)  # a tied copy may share a rank
-        grads = least_max_load(own, config.pp) * self.memory.bytes_per_param(config.dp).gradients
+        grads = least_max_load(self._own_trainable(config), config.pp) * self.memory.bytes_per_param(config.dp).gradients
         return self.links.allreduce(config, grads)
 
     def least_optimizer(self, config: Config) -> float:
@@ -136,14 +134,17 @@ class SearchBounds:
         the layers' trainable parameters, and the step waits for the slowest
         rank's optimizer (:func:`~pipeplan.planner.step.step_rest`).
         """
-        profile = self.workload.profile(config.micro_batch_size)
-        own = np.where(np.asarray(profile.tied_to) >= 0, 0.0, profile.trainable_params)  # a tied copy may share a rank
-        params = least_max_load(own, config.pp)
+        params = least_max_load(self._own_trainable(config), config.pp)
         per = self.memory.bytes_per_param(config.dp)
         shards = config.dp if self.memory.optimizer == "distributed" else 1
-        moved = adam_step_bytes(params, state_bytes=per.optimizer * shards, gradient_bytes=per.gradients,
-                                weight_bytes=per.weights, shards=shards)
-        return optimizer_ms(moved, params / shards, self.links.cluster.device) * 1e-3 / self.workload.time_unit
+        optimizer = rank_optimizer_ms(params, weights=per.weights, gradients=per.gradients, state=per.optimizer,
+                                      shards=shards, device=self.links.cluster.device)
+        return optimizer * 1e-3 / self.workload.time_unit
+
+    def _own_trainable(self, config: Config) -> np.ndarray:
+        """Trainable parameters per layer, a tied copy's as 0 (it may share its table's rank)."""
+        profile = self.workload.profile(config.micro_batch_size)
+        return np.where(np.asarray(profile.tied_to) >= 0, 0.0, profile.trainable_params)
 
     def space_lower_bound(self, configs: Sequence[Config], *, chunked: bool = True,
                           deadline: float = math.inf) -> float:

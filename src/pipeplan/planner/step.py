@@ -73,6 +73,7 @@ __all__ = [
     "ELEMENTS_PER_LAUNCH",
     "adam_step_bytes",
     "optimizer_ms",
+    "rank_optimizer_ms",
     "reduction_ms",
     "overlap_window",
     "exposed_reduction_ms",
@@ -173,6 +174,15 @@ def optimizer_ms(num_bytes: float, num_params: float, device: Any) -> float:
     launch = getattr(device, "launch_overhead_ms", None) or 0.0
     launches = math.ceil(num_params / ELEMENTS_PER_LAUNCH)
     return 1e3 * num_bytes / (bandwidth * efficiency) + launches * launch
+
+
+def rank_optimizer_ms(trainable_params: float, *, weights: float, gradients: float, state: float, shards: int,
+                      device: Any) -> float:
+    """One rank's Adam step over ``trainable_params``, ms: ``weights``, ``gradients`` and ``state`` are
+    bytes per parameter as the rank holds them (state already divided over ``shards``)."""
+    moved = adam_step_bytes(trainable_params, state_bytes=state * shards, gradient_bytes=gradients,
+                            weight_bytes=weights, shards=shards)
+    return optimizer_ms(moved, trainable_params / shards, device)
 
 
 def reduction_ms(link: Link, gradient_bytes: float, dp: int, *, distributed: bool) -> float:
