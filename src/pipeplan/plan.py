@@ -33,11 +33,19 @@ from .errors import InvalidInputError
 from .schedules import schedule_label
 from .timeline import Timeline
 
-__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "as_plan"]
+__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "DataParallelMode", "DP_MODES", "as_plan"]
 
 Recompute = Literal["none", "selective", "full"]
 #: Recompute modes from cheapest in time to cheapest in memory.
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
+
+DataParallelMode = Literal["ddp", "zero1", "zero2", "fsdp", "hsdp"]
+#: How data parallelism holds the model state, from least sharded to most
+#: (docs/planner.md, "Data-parallel modes"): ``ddp`` replicates everything;
+#: ``zero1`` shards the optimizer state (Megatron-LM's distributed optimizer);
+#: ``zero2`` the gradients too; ``fsdp`` (ZeRO-3) the parameters too, gathered per
+#: layer; ``hsdp`` shards as ``fsdp`` inside a node and replicates across nodes.
+DP_MODES: tuple[DataParallelMode, ...] = ("ddp", "zero1", "zero2", "fsdp", "hsdp")
 
 
 @dataclass(frozen=True)
@@ -84,7 +92,14 @@ class Plan:
 
     Attributes:
         pp: pipeline-parallel degree (ranks per pipeline).
-        dp: data-parallel degree (pipeline replicas); ``pp · dp`` GPUs.
+        dp: data-parallel degree (pipeline replicas); ``tp · pp · dp`` GPUs.
+        tp: tensor-parallel degree (GPUs sharing each layer, inside a node;
+            Megatron-LM's ``--tensor-model-parallel-size``); 1: none.
+        sequence_parallel: with ``tp > 1``, norms and dropouts split over the
+            sequence too (Megatron-LM's ``--sequence-parallel``).
+        dp_mode: how data parallelism holds the model state (:data:`DP_MODES`).
+        recompute_by_module: the recompute mode of each module of the model,
+            by module name (empty: the per-stage ``recompute`` says it all).
         layers_per_stage: layers of each stage in model order (``pp · v`` stages).
         placement: ``placement[s]`` is the pipeline rank holding stage ``s``.
         schedule: registered schedule name (``"1f1b"``, ``"interleaved"``, ...).
@@ -143,6 +158,10 @@ class Plan:
     reason: str = ""
     dp_exposed_time: float | None = None
     optimizer_time: float = 0.0
+    tp: int = 1
+    sequence_parallel: bool = False
+    dp_mode: DataParallelMode = "ddp"
+    recompute_by_module: Mapping[str, Recompute] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         sizes = self.layers_per_stage
@@ -152,6 +171,10 @@ class Plan:
             raise InvalidInputError(
                 f"placement has {len(self.placement)} entries, expected {len(sizes)} (one per stage)"
             )
+        if self.dp_mode not in DP_MODES:
+            raise InvalidInputError(f"dp_mode must be one of {', '.join(DP_MODES)}, got {self.dp_mode!r}")
+        if isinstance(self.tp, bool) or not isinstance(self.tp, (int, np.integer)) or self.tp < 1:
+            raise InvalidInputError(f"tp must be an integer >= 1, got {self.tp!r}")
         if sorted(set(self.placement)) != list(range(self.pp)):
             raise InvalidInputError(
                 f"placement {list(self.placement)} must use every rank 0..{self.pp - 1} of pp={self.pp}"
@@ -188,8 +211,8 @@ class Plan:
 
     @property
     def num_gpus(self) -> int:
-        """``pp · dp``."""
-        return self.pp * self.dp
+        """``tp · pp · dp``."""
+        return self.tp * self.pp * self.dp
 
     @property
     def global_batch(self) -> int:
@@ -279,6 +302,10 @@ class Plan:
         return {
             "pp": self.pp,
             "dp": self.dp,
+            "tp": self.tp,
+            "sequence_parallel": self.sequence_parallel,
+            "dp_mode": self.dp_mode,
+            "recompute_by_module": dict(self.recompute_by_module),
             "schedule": self.schedule,
             "schedule_options": dict(self.schedule_options),
             "virtual_stages": self.virtual_stages,
