@@ -99,6 +99,7 @@ from ._layer_math import (
 )
 from ._layer_ops import PassOps, apply_training_ops, module_ops
 from ._schema import check_module, module_record, modules_from_payload, read_payload
+from .training import ReferenceTraining
 from .modules import (
     ACTIVATION_BYTES,
     CrossAttention,
@@ -195,6 +196,7 @@ class ModelSpec:
     name: str
     modules: tuple[Module, ...]
     description: str = ""
+    training: ReferenceTraining | None = field(default=None, compare=False)
     _index: Mapping[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
