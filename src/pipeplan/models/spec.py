@@ -331,7 +331,7 @@ class ModelSpec:
         for name in frozen:
             self.module(name)
         modules = tuple(replace(m, frozen=bool(frozen[m.name])) if m.name in frozen else m for m in self.modules)
-        return ModelSpec(self.name, modules, self.description)
+        return ModelSpec(self.name, modules, self.description, self.training)
 
     # ---------------------------------------------------------------- costs
     def _parts(self, module: Module, shape: Shape, index: int) -> list[Part]:
@@ -363,7 +363,7 @@ class ModelSpec:
         self,
         micro_batch_size: int,
         *,
-        recompute: Recompute = "selective",
+        recompute: Recompute | Mapping[str, Recompute] = "selective",
         tensor_parallel: int = 1,
         sequence_parallel: bool = False,
     ) -> list[LayerCost]:
@@ -372,7 +372,8 @@ class ModelSpec:
         Args:
             micro_batch_size: examples per microbatch ``b`` (>= 1).
             recompute: ``"none"``, ``"selective"`` (default: the attention core is
-                recomputed, as flash attention does) or ``"full"``.
+                recomputed, as flash attention does) or ``"full"``; or a mode per
+                module name (a module not named: ``"none"``).
             tensor_parallel: tensor-parallel degree ``t`` (FLOPs and params per rank).
             sequence_parallel: with ``t > 1``, norms and dropouts are split too.
 
@@ -380,7 +381,8 @@ class ModelSpec:
             One :class:`LayerCost` per pipeline layer, in order. A joint pair
             (``joint_with``) gives one layer per depth holding both stacks.
         """
-        shape = _check_shape(micro_batch_size, recompute, tensor_parallel, sequence_parallel)
+        modes = self.recompute_modes(recompute)
+        shape = _check_shape(micro_batch_size, "none", tensor_parallel, sequence_parallel)
         self._check_tensor_parallel(shape.tensor_parallel)
         joint = {m.joint_with: m for m in self.modules if isinstance(m, TransformerStack) and m.joint_with}
         rows: list[tuple[str, tuple[str, ...], dict[str, float], float, float, PassOps]] = []
@@ -401,14 +403,14 @@ class ModelSpec:
                     trains = self.trains(member.name)
                     for part in self._parts(member, shape, index):
                         costs = apply_training(part, trains=trains, needs_backward=backward,
-                                               recompute=shape.recompute)
+                                               recompute=modes[member.name])
                         for key in totals:
                             totals[key] += costs[key]
                         params += part.params
                         trainable += part.params if trains else 0.0
                         run = apply_training_ops(module_ops(member, shape, index, self.module), trains=trains,
                                                  needs_backward=backward, input_is_data=part.input_is_data,
-                                                 recompute=shape.recompute)
+                                                 recompute=modes[member.name])
                         kernels = PassOps(kernels.forward + run.forward, kernels.input_grad + run.input_grad,
                                           kernels.weight_grad + run.weight_grad)
                 label = "+".join(names)
@@ -422,6 +424,85 @@ class ModelSpec:
                       tied_to=tied.get(names[0]))
             for (name, names, c, p, tp, k), send in zip(rows, sends)
         ]
+
+    def recompute_modes(self, recompute: Recompute | Mapping[str, Recompute]) -> dict[str, Recompute]:
+        """The recompute mode of every module: one mode for all, or a mode per module name (others ``"none"``).
+
+        Raises:
+            InvalidInputError: an unknown mode or module name.
+        """
+        if isinstance(recompute, str):
+            _check_shape(1, recompute, 1, False)
+            return {module.name: recompute for module in self.modules}
+        out: dict[str, Recompute] = {module.name: "none" for module in self.modules}
+        for name, mode in recompute.items():
+            self.module(name)
+            _check_shape(1, mode, 1, False)
+            out[name] = mode
+        return out
+
+    def recompute_units(self) -> list[tuple[str, ...]]:
+        """The modules whose recompute mode changes a cost (transformer blocks), as pipeline-layer owners.
+
+        A joint pair (``joint_with``) runs as one layer per depth and is one unit:
+        ``("llm", "action_expert")``.
+        """
+        partners = {m.joint_with: m.name for m in self.modules if isinstance(m, TransformerStack) and m.joint_with}
+        units: list[tuple[str, ...]] = []
+        for module in self.modules:
+            if isinstance(module, TransformerStack) and module.joint_with:
+                continue
+            if isinstance(module, (TransformerStack, VisionEncoder)):
+                partner = partners.get(module.name)
+                units.append((module.name,) if partner is None else (module.name, partner))
+        return units
+
+    def tensor_parallel_traffic(
+        self, micro_batch_size: int, *, recompute: Recompute | Mapping[str, Recompute] = "selective",
+    ) -> list[tuple[int, int, float, float]]:
+        """Per pipeline layer, the tensor-parallel collectives of one microbatch.
+
+        Returns ``(forward passes, backward passes, forward bytes, backward bytes)``
+        per layer, the bytes summed over the passes.
+
+        Megatron-LM's tensor parallelism (Shoeybi et al. 2019, §3; with sequence
+        parallelism, Korthikanti et al. 2022, §4.2.2) puts, in every transformer
+        block, two collectives in the forward (after the attention and after the
+        MLP: an all-reduce, or with sequence parallelism an all-gather before and
+        a reduce-scatter after each, the same ring volume) and two in the
+        backward. Counted here as **ring passes** (an all-reduce is two, an
+        all-gather or reduce-scatter one) of the block's full activation
+        ``b · repeats · tokens · h · 2`` bytes: 4 forward, 4 backward, and 4 more
+        in the backward under ``"full"`` recompute (the forward runs again).
+        The word embedding, the LM head, a projector or linear module and a
+        patch embedding have one pass each way (the vocabulary-parallel
+        embedding's all-reduce of its output, the head's all-gather of its input).
+        A layer without a backward has no backward passes. Joint pairs add up.
+        """
+        modes = self.recompute_modes(recompute)
+        shape = _check_shape(micro_batch_size, "none", 1, False)
+        joint = {m.joint_with: m for m in self.modules if isinstance(m, TransformerStack) and m.joint_with}
+        out: list[tuple[int, int, float, float]] = []
+        for module in self.modules:
+            if isinstance(module, TransformerStack) and module.joint_with:
+                continue
+            partner = joint.get(module.name)
+            for index in range(_depth(module)):
+                forward = backward = 0
+                forward_bytes = backward_bytes = 0.0
+                for member in ((module,) if partner is None else (module, partner)):
+                    grads = self.needs_grad(member.name) or (member is partner and self.needs_grad(module.name))
+                    block = isinstance(member, TransformerStack) or (isinstance(member, VisionEncoder) and index > 0)
+                    passes = 4 if block else 1
+                    extra = passes if block and modes[member.name] == "full" else 0
+                    size = self._hidden_bytes(member, shape)
+                    back = (passes + extra) if grads else 0
+                    forward += passes
+                    backward += back
+                    forward_bytes += passes * size
+                    backward_bytes += back * size
+                out.append((forward, backward, forward_bytes, backward_bytes))
+        return out
 
     def _check_tensor_parallel(self, t: int) -> None:
         """Tensor parallelism splits whole heads and the MLP evenly (Megatron-LM requires it)."""
@@ -500,7 +581,7 @@ class ModelSpec:
         hardware: Device,
         micro_batch_size: int,
         *,
-        recompute: Recompute = "selective",
+        recompute: Recompute | Mapping[str, Recompute] = "selective",
         tensor_parallel: int = 1,
         sequence_parallel: bool = False,
     ) -> LayerProfile:
