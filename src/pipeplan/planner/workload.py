@@ -23,22 +23,39 @@ micro-batch size and all three modes from a :class:`~pipeplan.models.spec.ModelS
 
     from pipeplan import hardware, presets
     work = Workload.from_spec(presets.get("pi0"), hardware.device("h100-80g"))
+    work.tensor_parallel_degrees            # (1, 2, 4, 8, 16): the tp that divide every head count
+    work.with_tensor_parallel(2).profile(4, "none").forward[1]   # per GPU, the TP collectives included
+
+**Tensor parallelism** (Megatron-LM's, with sequence parallelism): a spec's
+workload answers for each ``tp`` in :attr:`Workload.tensor_parallel_degrees`;
+:meth:`Workload.with_tensor_parallel` is the workload one GPU of a ``tp`` group
+sees: the spec's FLOPs and parameters divided by ``tp`` (the smaller GEMMs
+timed at their own efficiency by the device) plus each layer's collectives
+(:meth:`~pipeplan.models.spec.ModelSpec.tensor_parallel_traffic`: ring passes
+on the link inside a node, :func:`~pipeplan.planner.cluster.ring_pass_ms`) added
+to its forward and to its input-gradient part of the backward, exposed (Megatron's
+default: no ``--tp-comm-overlap``). A measured profile has ``tp = 1`` only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
+from ..hardware import Link
 from ..layers import LayerProfile
 from ..plan import RECOMPUTE_MODES, Recompute
+from .cluster import default_intra_node, ring_pass_ms
 
 __all__ = ["Workload"]
 
 ProfileSource = Callable[[int, Recompute], LayerProfile]
+TensorSource = Callable[[int, Recompute, int], LayerProfile]
+#: tensor-parallel degrees a spec's workload is checked for (a node has at most 16 GPUs here)
+_TP_CANDIDATES = tuple(range(1, 17))
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,12 @@ class Workload:
         tokens_per_sample: tokens per sample, for tokens/s; ``None`` if unknown.
         time_unit: seconds per profile time unit (``1e-3``: milliseconds).
         name: for reports.
+        tensor_parallel: the tensor-parallel degree ``source`` answers for.
+        tensor_parallel_degrees: the degrees :meth:`with_tensor_parallel` accepts.
+        tensor_source: ``tensor_source(micro_batch_size, recompute, tp)``, when the
+            workload answers for other degrees (a spec's).
+        spec: the :class:`~pipeplan.models.spec.ModelSpec` it comes from, if any
+            (its module names and reference training defaults).
     """
 
     source: ProfileSource
@@ -65,6 +88,10 @@ class Workload:
     tokens_per_sample: float | None = None
     time_unit: float = 1e-3
     name: str = "model"
+    tensor_parallel: int = 1
+    tensor_parallel_degrees: tuple[int, ...] = (1,)
+    tensor_source: TensorSource | None = field(default=None, repr=False, compare=False)
+    spec: Any = field(default=None, repr=False, compare=False)
     _cache: dict[tuple[int, str], LayerProfile] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -82,24 +109,53 @@ class Workload:
         return cls.from_profiles({(size, "none"): profile}, **options)
 
     @classmethod
-    def from_spec(cls, spec: Any, device: Any, *, tensor_parallel: int = 1) -> Workload:
+    def from_spec(cls, spec: Any, device: Any, *, tensor_parallel: int = 1, tp_link: Link | None = None) -> Workload:
         """Every micro-batch size and recompute mode of a :class:`~pipeplan.models.spec.ModelSpec` on ``device``.
 
         Times are ``spec.to_layer_profile`` milliseconds (each layer's kernels
-        timed by the device, docs/cost_model.md); MFU counts the spec's training FLOPs without
+        timed by the device, docs/cost_model.md) plus, at ``tp > 1``, the layer's
+        tensor-parallel collectives on ``tp_link`` (default the device's link
+        inside a node; module doc); MFU counts the spec's training FLOPs without
         recompute; tokens per sample are those of its longest module.
+
+        Raises:
+            InvalidInputError: ``tensor_parallel`` does not divide a module's heads or FFN width.
         """
+        link = tp_link if tp_link is not None else default_intra_node(getattr(device, "name", ""))
 
-        def source(size: int, mode: Recompute) -> LayerProfile:
-            return spec.to_layer_profile(device, size, recompute=mode, tensor_parallel=tensor_parallel)
+        def tensor_source(size: int, mode: Recompute, tp: int) -> LayerProfile:
+            profile = spec.to_layer_profile(device, size, recompute=mode, tensor_parallel=tp,
+                                            sequence_parallel=tp > 1)
+            if tp == 1:
+                return profile
+            latency = ring_pass_ms(link, 0.0, tp)  # ms per pass, and per byte of its buffer
+            per_byte = (ring_pass_ms(link, 1e9, tp) - latency) / 1e9
+            traffic = spec.tensor_parallel_traffic(size, recompute=mode)
+            forward = [f + n * latency + b * per_byte for f, (n, _, b, _) in zip(profile.forward, traffic)]
+            backward = [g + n * latency + b * per_byte for g, (_, n, _, b) in zip(profile.backward, traffic)]
+            return profile.replaced(forward=forward, backward=backward)
 
+        degrees = []
+        for tp in _TP_CANDIDATES:
+            try:
+                spec.layer_costs(1, recompute="none", tensor_parallel=tp)
+            except InvalidInputError:
+                continue
+            degrees.append(tp)
+        positive_int("tensor_parallel", tensor_parallel)
+        if tensor_parallel not in degrees:
+            spec.layer_costs(1, recompute="none", tensor_parallel=tensor_parallel)  # raises, naming the module
         tokens = spec.module_tokens()
         return cls(
-            source,
+            lambda size, mode: tensor_source(size, mode, tensor_parallel),
             recompute_modes=RECOMPUTE_MODES,
             flops_per_sample=float(sum(spec.flops_per_sample(recompute="none").values())),
             tokens_per_sample=float(max(tokens.values())) if tokens else None,
             name=getattr(spec, "name", "model"),
+            tensor_parallel=tensor_parallel,
+            tensor_parallel_degrees=tuple(degrees),
+            tensor_source=tensor_source,
+            spec=spec,
         )
 
     @classmethod
@@ -137,6 +193,26 @@ class Workload:
             cached = self.source(micro_batch_size, recompute)
             self._cache[key] = cached
         return cached
+
+    def with_tensor_parallel(self, tp: int) -> Workload:
+        """The workload one GPU of a ``tp``-way tensor-parallel group sees (module doc).
+
+        Raises:
+            InvalidInputError: ``tp`` is not one of :attr:`tensor_parallel_degrees`
+                (a measured profile: only 1; a spec: ``tp`` must divide every
+                module's heads and FFN width, the message names the module).
+        """
+        positive_int("tp", tp)
+        if tp == self.tensor_parallel:
+            return self
+        if self.tensor_source is None:
+            raise InvalidInputError(
+                f"tp={tp} needs a model spec (a measured profile was timed at tp={self.tensor_parallel} only)")
+        if tp not in self.tensor_parallel_degrees:
+            self.spec.layer_costs(1, recompute="none", tensor_parallel=tp)  # raises, naming the module
+            raise InvalidInputError(f"tp must be one of {list(self.tensor_parallel_degrees)}, got {tp}")
+        source = self.tensor_source
+        return replace(self, source=lambda size, mode: source(size, mode, tp), tensor_parallel=tp, _cache={})
 
     @property
     def num_layers(self) -> int:
