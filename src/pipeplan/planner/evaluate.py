@@ -30,21 +30,23 @@ from ..actions import Kind
 from ..costs import CommModel, StageCosts
 from ..errors import InfeasiblePlanError
 from ..partition.steptime import simulate_partition
-from ..plan import Plan, Recompute
+from ..plan import RECOMPUTE_MODES, Plan, Recompute
 from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_info
 from ..simulate import simulate
 from ..timeline import Timeline
 from .bounds import step_time_lower_bound
-from .cluster import Cluster, ring_pass_ms
+from ..hardware import Link
+from ..plan import DataParallelMode
+from .cluster import Cluster, allreduce_ms, ring_pass_ms
 from .layout import Layout, Layouts
 from .links import Links
-from .memory import MemoryModel, gb
+from .memory import MemoryModel, OptimizerBytes, gb
 from .pruning import SearchBounds
 from .records import SearchStats
 from .space import Config
-from .step import (GradientSync, RankRest, StepRest, exposed_reduction_ms, gradient_sync, overlap_window,
-                   rank_optimizer_ms, reduction_ms, step_rest)
+from .step import (GradientSync, RankRest, StepRest, exposed_reduction_ms, fsdp_exposed_ms, gradient_sync,
+                   overlap_window, rank_optimizer_ms, reduction_ms, step_rest)
 from .workload import Workload
 
 __all__ = ["Evaluator", "evaluate_layout"]
@@ -77,14 +79,21 @@ class Evaluator:
     def __init__(self, workload: Workload, cluster: Cluster, capacity: float | None = None,
                  optimizer: str | float = "adam", send_mode: str = "eager", *,
                  rank_capacity: Literal["exact", "even"] = "even",
-                 sync: GradientSync | str = "megatron") -> None:
+                 sync: GradientSync | str = "megatron", dp_mode: DataParallelMode = "ddp",
+                 stats: SearchStats | None = None) -> None:
         self.workload = workload
         self.cluster = cluster
         self.capacity = capacity
-        self.stats = SearchStats()
+        self.dp_mode = dp_mode
+        self.tp = workload.tensor_parallel
+        self.stats = SearchStats() if stats is None else stats
         self.sync = gradient_sync(sync)
-        self.memory = MemoryModel(workload, optimizer, capacity)
-        self.links = Links(workload, cluster, send_mode, distributed=optimizer == "distributed")
+        if dp_mode in ("fsdp", "hsdp"):  # FSDP prefetches gathers and reduce-scatters each layer as it ends
+            self.sync = GradientSync(dp_mode, overlap_grad_reduce=True, bucket_bytes=None,
+                                     bucket_first_stage_only=False, overlap_param_gather=True)
+        self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node)
+        self.sharded = dp_mode != "ddp" or optimizer == "distributed"
+        self.links = Links(workload, cluster, send_mode, distributed=self.sharded)
         self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity)
         self.bounds = SearchBounds(workload, self.memory, self.links, self.layouts)
         self._plans: dict[tuple[Any, ...], Plan] = {}
@@ -117,43 +126,100 @@ class Evaluator:
         bound) an overlapped reduction is assumed hidden but for its last bucket.
         """
         profile = self.workload.profile(config.micro_batch_size)
-        per = self.memory.bytes_per_param(config.dp)
-        distributed = self.memory.optimizer == "distributed"
-        shards = config.dp if distributed else 1
+        per = self.memory.bytes_per_param(config.dp, config.pp)
+        shards = self.memory.shards(config.dp, config.pp)
+        sharded = self.sharded
         dp_link = self.cluster.data_parallel_link(config.pp, config.dp)
         trainable = np.asarray(profile.trainable_params, dtype=float)
         bounds = np.concatenate([[0], np.cumsum(layout.sizes)])
         stage_params = [float(trainable[bounds[s]:bounds[s + 1]].sum()) for s in range(len(layout.sizes))]
         to_ms = 1e3 * self.workload.time_unit
-        gather_bucket = self.sync.bucket(config.dp, per.gradients)  # the parameter gather buckets like rank 0
+        largest = float(trainable.max()) if len(trainable) else 0.0
+        gather_bucket = (largest * per.reduce if self.dp_mode in ("fsdp", "hsdp")
+                         else self.sync.bucket(config.dp, per.reduce))  # the parameter gather buckets like rank 0
+        step = self.memory.step_bytes(config.dp, config.pp)
         ranks = []
-        for rank, static in enumerate(layout.static):
+        for rank in range(len(layout.static)):
             stages = [s for s, r in enumerate(layout.placement) if r == rank]
             # the rank's trainable parameters, a tied table it holds twice (embedding and head) once
             params = profile.held_params(i for s in stages for i in range(bounds[s], bounds[s + 1]))[1]
-            grads = static.gradients
-            reduction = reduction_ms(dp_link, grads, config.dp, distributed=distributed)
-            bucket = self.sync.bucket(config.dp, per.gradients, pipeline_rank=rank)
-            last = reduction_ms(dp_link, min(bucket, grads), config.dp, distributed=distributed)
+            grads = params * per.reduce
+            reduction = self._reduction_ms(dp_link, grads, config)
+            bucket = (largest * per.reduce if self.dp_mode in ("fsdp", "hsdp")
+                      else self.sync.bucket(config.dp, per.reduce, pipeline_rank=rank))
+            last = self._reduction_ms(dp_link, min(bucket, grads), config)
             end = 0.0
             exposed = reduction
             if self.sync.overlap_grad_reduce:
                 exposed = last
                 if timeline is not None:
-                    work = _gradient_work(timeline, rank, {s: stage_params[s] * per.gradients for s in stages}, to_ms)
+                    work = _gradient_work(timeline, rank, {s: stage_params[s] * per.reduce for s in stages}, to_ms)
                     end = max((finish for _, finish, _ in work), default=0.0)
                     exposed = exposed_reduction_ms(reduction, window_ms=overlap_window(work, bucket),
                                                    last_bucket_ms=last)
-            gather = ring_pass_ms(dp_link, params * per.weights, config.dp) if distributed else 0.0
+            gather = ring_pass_ms(self._shard_link(dp_link), params * per.gather, shards) if sharded else 0.0
             gather_exposed = gather
-            if distributed and self.sync.overlap_param_gather and params > 0:
-                share = min(1.0, gather_bucket / (params * per.gradients)) if per.gradients else 1.0
-                gather_exposed = ring_pass_ms(dp_link, share * params * per.weights, config.dp)
-            optimizer = rank_optimizer_ms(params, weights=per.weights, gradients=per.gradients, state=per.optimizer,
-                                          shards=shards, device=self.cluster.device)
+            if sharded and self.sync.overlap_param_gather and params > 0:
+                share = min(1.0, gather_bucket / (params * per.reduce)) if per.reduce else 1.0
+                gather_exposed = ring_pass_ms(self._shard_link(dp_link), share * params * per.gather, shards)
+            if self.memory.unsharded_layers(config.pp):  # FSDP without a pipeline: per layer, every microbatch
+                reduction, exposed, gather, gather_exposed, end = self._fsdp_per_microbatch(config, layout, per, dp_link)
+            optimizer = rank_optimizer_ms(params, device=self.cluster.device, **step)  # type: ignore[arg-type]
             ranks.append(RankRest(end, reduction, exposed, gather, gather_exposed, optimizer))
         makespan = None if timeline is None else float(timeline.makespan) * to_ms
         return step_rest(ranks, makespan, overlap_grad_reduce=self.sync.overlap_grad_reduce)
+
+    def _shard_link(self, dp_link: Link) -> Link:
+        """The link a shard group's collectives run on (HSDP: inside a node)."""
+        return self.cluster.intra_node if self.dp_mode == "hsdp" else dp_link
+
+    def _reduction_ms(self, dp_link: Link, num_bytes: float, config: Config) -> float:
+        """The gradient collective of ``num_bytes`` per rank, ms: an all-reduce (DDP), a reduce-scatter
+        (sharded modes), HSDP's reduce-scatter in the node and all-reduce of the shard across nodes."""
+        if self.dp_mode == "hsdp":
+            shards = self.memory.shards(config.dp, config.pp)
+            return (ring_pass_ms(self.cluster.intra_node, num_bytes, shards)
+                    + allreduce_ms(self.cluster.between_nodes, num_bytes / shards, config.dp // shards))
+        return reduction_ms(dp_link, num_bytes, config.dp, distributed=self.sharded)
+
+    def _fsdp_per_microbatch(self, config: Config, layout: Layout, per: OptimizerBytes,
+                             dp_link: Link) -> tuple[float, float, float, float, float]:
+        """FSDP/HSDP at ``pp = 1``: the per-layer gathers and reduce-scatters of every microbatch, ms.
+
+        Returns ``(reduction, exposed, gather, gather_exposed, end)`` for the one
+        rank: the whole step's reduce-scatters, the exposed part of all of it
+        (:func:`~pipeplan.planner.step.fsdp_exposed_ms` per microbatch), the
+        gathers, 0 (counted in ``exposed``) and 0.
+        """
+        profile = self.workload.profile(config.micro_batch_size, layout.recompute[0])
+        to_ms = 1e3 * self.workload.time_unit
+        shards = self.memory.shards(config.dp, config.pp)
+        link = self._shard_link(dp_link)
+        trainable = np.asarray(profile.trainable_params, dtype=float)
+        params = np.asarray(profile.params, dtype=float)
+        gathers = [ring_pass_ms(link, p * 2.0, shards) if p > 0 else 0.0 for p in params]
+        scatters = [self._reduction_ms(dp_link, t * per.reduce, config) if t > 0 else 0.0 for t in trainable]
+        forward = [f * to_ms for f in profile.forward]
+        backward = [b * to_ms for b in profile.backward]
+        m = config.num_microbatches
+        exposed = m * fsdp_exposed_ms(forward, backward, gathers, scatters)
+        return m * sum(scatters), exposed, 2 * m * sum(gathers), 0.0, 0.0
+
+    def _recompute_by_module(self, layout: Layout) -> dict[str, Recompute]:
+        """Each recompute unit's mode (its layers' heaviest, where stages relaxed it apart), by module name."""
+        spec = self.workload.spec
+        if spec is None:
+            return {}
+        layer_mode = [mode for size, mode in zip(layout.sizes, layout.recompute) for _ in range(size)]
+        names = self.workload.profile(self.workload.smallest_micro_batch).names
+        out: dict[str, Recompute] = {}
+        for unit in spec.recompute_units():
+            label = "+".join(unit)
+            modes = [layer_mode[i] for i, name in enumerate(names) if name.rsplit(".", 1)[0] == label]
+            mode = max(modes, key=RECOMPUTE_MODES.index) if modes else "none"
+            for member in unit:
+                out[member] = mode
+        return out
 
     def evaluate(self, config: Config, sizes: tuple[int, ...], recompute: tuple[Recompute, ...],
                  effort: str | None = None) -> Plan:
@@ -261,6 +327,10 @@ class Evaluator:
             timeline=timeline,
             fits=fits,
             reason=reason,
+            tp=self.tp,
+            sequence_parallel=self.tp > 1,
+            dp_mode=self.dp_mode if config.dp > 1 or self.dp_mode == "ddp" else "ddp",
+            recompute_by_module=self._recompute_by_module(layout),
         )
         self._plans[key] = plan
         return plan

@@ -352,7 +352,8 @@ class Layouts:
 
     def _partition(self, config: Config, counts: tuple[int, ...], placement: tuple[int, ...]) -> Layout | Rejection:
         """The exact min-max partition under the capacity, recompute relaxed, or why none fits."""
-        profile, per_param = self.memory.memory_profile(config.micro_batch_size, config.recompute, config.dp)
+        profile, per_param = self.memory.memory_profile(config.micro_batch_size, config.recompute, config.dp,
+                                                           config.pp)
         name = schedule_info(config.schedule).fixed_template() if config.pp > 1 else "1f1b"
         options = self.schedule_options(config) if name == config.schedule else {}
         stages = config.num_stages

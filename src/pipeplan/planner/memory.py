@@ -16,6 +16,29 @@ Per parameter (mixed-precision training, bf16 weights):
 * a number ``x``: ``x`` bytes per trainable parameter, split 2 weight, 2
   gradient, the rest optimizer.
 
+With Adam, the data-parallel mode (:data:`~pipeplan.plan.DP_MODES`, over ``d``
+ranks sharing the state; :meth:`OptimizerBytes.for_mode`) sets the split:
+
+* ``ddp``: 2 + 2 + 12 = 16, nothing sharded (the gradient all-reduced in bf16);
+* ``zero1``: 2 + 4 + 12/d (Megatron's distributed optimizer, as ``"distributed"``);
+* ``zero2``: 2 + 2/d + 12/d (gradients reduce-scattered into their shard during
+  the backward; ZeRO, Rajbhandari et al. 2020, §5: ``2Ψ + 14Ψ/N``);
+* ``fsdp`` (FSDP2 with bf16 compute and fp32 reduction, torchtitan's
+  ``MixedPrecisionPolicy``): every rank holds its ``1/d`` shard of the fp32
+  parameters, fp32 gradients and the two moments, 16/d; without a pipeline the
+  parameters are resharded after each layer's forward and backward, and the
+  rank holds the unsharded bf16 parameters and gradients of the layer it runs
+  and the one it prefetches, ``4 · (p₁ + p₂)`` bytes for its two largest layers
+  (:meth:`MemoryModel.static_memory`); with a pipeline (torchtitan keeps the
+  parameters unsharded across microbatches, ``reshard_after_forward=False``, and
+  accumulates unsharded gradients until the last) it holds 2 + 2 more per
+  parameter: 2 + 4/d, 2, 12/d;
+* ``hsdp``: ``fsdp`` with ``d`` the replicas of a stage inside one node
+  (:func:`~pipeplan.planner.space.hsdp_shards`), replicated across nodes.
+
+The bytes each mode puts on the wire per parameter (``reduce``: the gradient
+reduction; ``gather``: the parameter all-gather) are kept beside them.
+
 A frozen layer (``Workload.trainable``) holds only its weights. Per rank:
 
 ``static_r = Σ_{layers on r} (weights + [trainable] · (gradients + optimizer)) · params + extras``
@@ -48,9 +71,9 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from ..plan import RECOMPUTE_MODES, RankMemory, Recompute
+from ..plan import RECOMPUTE_MODES, DataParallelMode, RankMemory, Recompute
 from ..viz.tables import format_decimal_bytes
-from .space import Config
+from .space import Config, hsdp_shards
 from .workload import Workload
 
 __all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "gb"]
@@ -65,6 +88,8 @@ class OptimizerBytes:
     weights: float = 2.0
     gradients: float = 2.0
     optimizer: float = 12.0
+    reduce: float = 2.0
+    gather: float = 0.0
 
     @property
     def per_trainable(self) -> float:
@@ -72,12 +97,32 @@ class OptimizerBytes:
         return self.weights + self.gradients + self.optimizer
 
     @classmethod
+    def for_mode(cls, optimizer: str | float, mode: DataParallelMode, shards: int, *,
+                 pipelined: bool = False) -> OptimizerBytes:
+        """The split of ``optimizer`` under data-parallel ``mode`` over ``shards`` ranks (module doc).
+
+        ``pipelined``: the model is cut into pipeline stages (FSDP then keeps its
+        parameters unsharded across microbatches). A number of bytes per parameter
+        or ``"distributed"`` is taken as it is, whatever the mode.
+        """
+        if optimizer != "adam" or mode == "ddp":
+            return cls.for_optimizer(optimizer, shards)
+        d = float(shards)
+        if mode == "zero1":
+            return cls(2.0, 4.0, 12.0 / d, reduce=4.0, gather=2.0)
+        if mode == "zero2":
+            return cls(2.0, 2.0 / d, 12.0 / d, reduce=2.0, gather=2.0)
+        if pipelined:  # fsdp / hsdp with a pipeline: unsharded bf16 weights and gradients kept
+            return cls(2.0 + 4.0 / d, 2.0, 12.0 / d, reduce=4.0, gather=2.0)
+        return cls(4.0 / d, 4.0 / d, 8.0 / d, reduce=4.0, gather=2.0)
+
+    @classmethod
     def for_optimizer(cls, optimizer: str | float, dp: int) -> OptimizerBytes:
         """The split for ``"adam"``, ``"distributed"`` or a total number of bytes per parameter."""
         if optimizer == "adam":
             return cls(2.0, 2.0, 12.0)
         if optimizer == "distributed":
-            return cls(2.0, 4.0, 12.0 / dp)
+            return cls(2.0, 4.0, 12.0 / dp, reduce=4.0, gather=2.0)
         if isinstance(optimizer, str):
             try:
                 optimizer = float(optimizer)
@@ -90,7 +135,7 @@ class OptimizerBytes:
             raise InvalidInputError(f"bytes per parameter must be a finite number > 0, got {optimizer!r}")
         weights = min(2.0, total)
         gradients = min(2.0, total - weights)
-        return cls(weights, gradients, total - weights - gradients)
+        return cls(weights, gradients, total - weights - gradients, reduce=gradients)
 
 
 def gb(num_bytes: float) -> str:
@@ -106,35 +151,65 @@ class MemoryModel:
         optimizer: ``"adam"``, ``"distributed"`` or bytes per parameter
             (:meth:`OptimizerBytes.for_optimizer`).
         capacity: bytes one GPU may hold; ``None``: everything fits.
+        dp_mode: the data-parallel mode (``"ddp"``: as ``optimizer`` says).
+        gpus_per_node: GPUs per node of the devices ``dp_mode`` runs on (GPUs
+            of a tensor-parallel group count as one), for ``hsdp``'s shards.
     """
 
-    def __init__(self, workload: Workload, optimizer: str | float, capacity: float | None) -> None:
+    def __init__(self, workload: Workload, optimizer: str | float, capacity: float | None,
+                 dp_mode: DataParallelMode = "ddp", gpus_per_node: int = 8) -> None:
         self.workload = workload
         self.optimizer = optimizer
         self.capacity = capacity
+        self.dp_mode = dp_mode
+        self.gpus_per_node = gpus_per_node
+
+    def shards(self, dp: int, pp: int) -> int:
+        """Ranks the optimizer state is sharded over: ``dp`` (ZeRO, FSDP, the distributed optimizer), HSDP's
+        shards inside a node, or 1 (DDP)."""
+        if self.dp_mode == "hsdp":
+            return hsdp_shards(1, pp, dp, self.gpus_per_node)
+        if self.dp_mode == "ddp":
+            return dp if self.optimizer == "distributed" else 1
+        return dp
+
+    def step_bytes(self, dp: int, pp: int) -> dict[str, float]:
+        """What one rank's optimizer step reads and writes per parameter, for
+        :func:`~pipeplan.planner.step.rank_optimizer_ms`: ``weights``, ``gradients``,
+        ``state`` (already divided over the shards) and ``shards``."""
+        per = self.bytes_per_param(dp, pp)
+        shards = self.shards(dp, pp)
+        if shards > 1 and self.optimizer == "adam":  # the shard's bf16 weights, its reduced gradient, its state
+            return {"weights": 2.0, "gradients": per.reduce, "state": 12.0 / shards, "shards": shards}
+        return {"weights": per.weights, "gradients": per.gradients, "state": per.optimizer, "shards": shards}
+
+    def unsharded_layers(self, pp: int) -> bool:
+        """Whether the mode gathers each layer's parameters for its forward and backward (FSDP/HSDP without a pipeline)."""
+        return self.dp_mode in ("fsdp", "hsdp") and pp == 1
 
     def fits(self, total: float) -> bool:
         """Whether ``total`` bytes fit the capacity (within a part in 10⁹)."""
         return self.capacity is None or total <= self.capacity * (1 + 1e-9)
 
-    def bytes_per_param(self, dp: int) -> OptimizerBytes:
-        """The optimizer's bytes per parameter at data-parallel degree ``dp``."""
-        return OptimizerBytes.for_optimizer(self.optimizer, dp)
+    def bytes_per_param(self, dp: int, pp: int = 1) -> OptimizerBytes:
+        """Bytes per parameter at data-parallel degree ``dp`` and pipeline degree ``pp`` under the mode."""
+        return OptimizerBytes.for_mode(self.optimizer, self.dp_mode, self.shards(dp, pp), pipelined=pp > 1)
 
-    def layer_static_bytes(self, micro_batch_size: int, dp: int) -> np.ndarray:
+    def layer_static_bytes(self, micro_batch_size: int, dp: int, pp: int = 1) -> np.ndarray:
         """Bytes of weights, gradients and optimizer state per layer."""
-        per = self.bytes_per_param(dp)
+        per = self.bytes_per_param(dp, pp)
         profile = self.workload.profile(micro_batch_size)
         params = np.asarray(profile.params)
         return params * per.weights + np.asarray(profile.trainable_params) * (per.gradients + per.optimizer)
 
-    def memory_profile(self, micro_batch_size: int, mode: Recompute, dp: int) -> tuple[LayerProfile, float]:
+    def memory_profile(self, micro_batch_size: int, mode: Recompute, dp: int,
+                       pp: int = 1) -> tuple[LayerProfile, float]:
         """The profile the partitioner sees: params scaled so ``bytes_per_param`` × params is each layer's static bytes."""
         profile = self.workload.profile(micro_batch_size, mode)
-        per = self.bytes_per_param(dp)
+        per = self.bytes_per_param(dp, pp)
         if profile.trainable_params == profile.params:
             return profile, per.per_trainable
-        scaled = self.layer_static_bytes(micro_batch_size, dp) / per.per_trainable
+        scaled = self.layer_static_bytes(micro_batch_size, dp, pp) / per.per_trainable
         # a copy that trains while its table is frozen holds more than the table: counted apart
         tied = [t if t < 0 or scaled[i] <= scaled[t] else -1 for i, t in enumerate(profile.tied_to)]
         return (
@@ -150,7 +225,7 @@ class MemoryModel:
 
         ``sizes`` are layers per stage, ``placement`` each stage's rank.
         """
-        per = self.bytes_per_param(config.dp)
+        per = self.bytes_per_param(config.dp, config.pp)
         profile = self.workload.profile(config.micro_batch_size)
         params = np.asarray(profile.params)
         trainable_params = np.asarray(profile.trainable_params)
@@ -170,6 +245,9 @@ class MemoryModel:
                 grads[rank] -= float(trainable_params[held].sum()) - trained_once
         extras[placement[0]] += profile.first_extra_bytes
         extras[placement[-1]] += profile.last_extra_bytes
+        if self.unsharded_layers(config.pp):  # the gathered layer and the prefetched one, bf16 weights + gradients
+            largest = np.sort(params)[::-1]
+            extras[0] += 4.0 * float(largest[:2].sum())
         return tuple(
             RankMemory(per.weights * weights[r] + extras[r], per.gradients * grads[r], per.optimizer * grads[r], 0.0)
             for r in range(config.pp)
@@ -184,7 +262,7 @@ class MemoryModel:
         both; and at least :meth:`static_bound`.
         """
         profile = self.workload.profile(config.micro_batch_size)
-        per = self.bytes_per_param(config.dp)
+        per = self.bytes_per_param(config.dp, config.pp)
         params, trained = profile.held_params()
         total = per.weights * params + (per.gradients + per.optimizer) * trained
         total += profile.first_extra_bytes + profile.last_extra_bytes
@@ -195,8 +273,8 @@ class MemoryModel:
     def static_bound(self, config: Config) -> float:
         """Bytes some rank must hold whatever the partition: ``max(static ÷ pp, largest layer)`` (a tied table once)."""
         profile = self.workload.profile(config.micro_batch_size)
-        static = self.layer_static_bytes(config.micro_batch_size, config.dp)
-        per = self.bytes_per_param(config.dp)
+        static = self.layer_static_bytes(config.micro_batch_size, config.dp, config.pp)
+        per = self.bytes_per_param(config.dp, config.pp)
         params, trained = profile.held_params()
         total = per.weights * params + (per.gradients + per.optimizer) * trained
         total += profile.first_extra_bytes + profile.last_extra_bytes
@@ -243,7 +321,7 @@ class MemoryModel:
     def heaviest(self, config: Config, layers: Sequence[int]) -> str:
         """The layer among ``layers`` with the most bytes (static plus one microbatch's activations), described."""
         profile = self.workload.profile(config.micro_batch_size, config.recompute)
-        static = self.layer_static_bytes(config.micro_batch_size, config.dp)
+        static = self.layer_static_bytes(config.micro_batch_size, config.dp, config.pp)
         act = np.asarray(profile.activation_bytes)
         index = max(layers, key=lambda i: static[i] + act[i])
         return f"{profile.names[index]!r} ({gb(static[index])} of weights and optimizer state)"

@@ -122,9 +122,10 @@ class SearchBounds:
         :func:`~pipeplan.planner.bounds.least_max_load` of the layers' gradients
         (of the ``kP + 1`` largest layers, one rank holds ``k + 1``).
         """
-        if config.dp == 1:
-            return 0.0
-        grads = least_max_load(self._own_trainable(config), config.pp) * self.memory.bytes_per_param(config.dp).gradients
+        if config.dp == 1 or self.memory.dp_mode in ("fsdp", "hsdp"):
+            return 0.0  # FSDP overlaps its collectives: no exposed share is certain
+        grads = least_max_load(self._own_trainable(config), config.pp) * self.memory.bytes_per_param(
+            config.dp, config.pp).reduce
         return self.links.allreduce(config, grads)
 
     def least_optimizer(self, config: Config) -> float:
@@ -135,10 +136,8 @@ class SearchBounds:
         rank's optimizer (:func:`~pipeplan.planner.step.step_rest`).
         """
         params = least_max_load(self._own_trainable(config), config.pp)
-        per = self.memory.bytes_per_param(config.dp)
-        shards = config.dp if self.memory.optimizer == "distributed" else 1
-        optimizer = rank_optimizer_ms(params, weights=per.weights, gradients=per.gradients, state=per.optimizer,
-                                      shards=shards, device=self.links.cluster.device)
+        step = self.memory.step_bytes(config.dp, config.pp)
+        optimizer = rank_optimizer_ms(params, device=self.links.cluster.device, **step)  # type: ignore[arg-type]
         return optimizer * 1e-3 / self.workload.time_unit
 
     def _own_trainable(self, config: Config) -> np.ndarray:

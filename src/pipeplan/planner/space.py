@@ -1,4 +1,4 @@
-"""The search space: every (pp × dp, micro-batch size, schedule, v, recompute) the planner tries.
+"""The search space: every (tp × pp × dp, data-parallel mode, micro-batch size, schedule, v, recompute) the planner tries.
 
     from pipeplan.planner.space import SearchSpace
     space = SearchSpace(num_gpus=8, global_batch=256, num_layers=48)
@@ -7,8 +7,14 @@
 A :class:`Config` fixes everything but the partition; the search then solves the
 exact partition for it (:mod:`pipeplan.planner.search`). What is enumerated:
 
-* ``pp`` every divisor of the GPU count with ``pp ≤ L`` (or the one given);
-  ``dp = G / pp``;
+* ``tp`` every tensor-parallel degree the workload answers for that divides
+  the GPUs of a node and the GPU count (or the one given): tensor parallelism
+  stays inside a node;
+* ``pp`` every divisor of ``G / tp`` with ``pp ≤ L`` (or the one given);
+  ``dp = G / (tp · pp)``;
+* the data-parallel mode (:data:`~pipeplan.plan.DP_MODES`): ``ddp`` alone at
+  ``dp = 1``; ``hsdp`` only where a stage's replicas both share a node and
+  span nodes (:func:`hsdp_shards`);
 * micro-batch size ``b`` every size the workload answers for with
   ``dp · b`` dividing the global batch (or the one given); ``m = B / (dp · b)``;
 * every registered synchronous schedule (not ``dual-rate``, which trains on
@@ -51,10 +57,10 @@ from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..partition.choice import PartitionChoice
 from ..partition.solver import even_split
-from ..plan import RECOMPUTE_MODES, Recompute
+from ..plan import DP_MODES, RECOMPUTE_MODES, DataParallelMode, Recompute
 from ..schedules import SCHEDULES, schedule_info, schedule_label
 
-__all__ = ["Config", "SearchSpace", "divisors", "NOT_PLANNED"]
+__all__ = ["Config", "SearchSpace", "divisors", "hsdp_shards", "NOT_PLANNED"]
 
 #: Registered schedules the planner does not plan, and why.
 NOT_PLANNED = {
@@ -69,6 +75,19 @@ def divisors(number: int) -> list[int]:
     return small + [number // d for d in reversed(small) if d * d != number]
 
 
+def hsdp_shards(tp: int, pp: int, dp: int, gpus_per_node: int) -> int:
+    """The shard degree of HSDP: a stage's data-parallel replicas inside one node (1: no HSDP).
+
+    GPUs are laid out ``tp`` innermost, then the pipeline, then its replicas
+    (:mod:`pipeplan.planner.cluster`), so a node holds ``gpus_per_node / (tp · pp)``
+    replicas of each stage; HSDP shards over those and replicates across nodes,
+    and needs both to be more than one.
+    """
+    per_node = gpus_per_node // (tp * pp) if gpus_per_node % (tp * pp) == 0 else 1
+    shards = math.gcd(per_node, dp)
+    return shards if 1 < shards < dp else 1
+
+
 @dataclass(frozen=True, order=True)
 class Config:
     """One point of the space before the partition is chosen.
@@ -80,6 +99,8 @@ class Config:
         schedule: registered schedule name.
         virtual_stages: stages per rank ``v``.
         recompute: the mode the partition is solved under (relaxed per stage later).
+        tp: tensor-parallel degree (GPUs per layer, inside a node).
+        dp_mode: how data parallelism holds the model state (:data:`~pipeplan.plan.DP_MODES`).
     """
 
     pp: int
@@ -89,6 +110,13 @@ class Config:
     schedule: str
     virtual_stages: int = 1
     recompute: Recompute = "none"
+    tp: int = 1
+    dp_mode: DataParallelMode = "ddp"
+
+    @property
+    def num_gpus(self) -> int:
+        """``tp · pp · dp``."""
+        return self.tp * self.pp * self.dp
 
     @property
     def num_stages(self) -> int:
@@ -124,6 +152,10 @@ class SearchSpace:
         partition: fix the layers per stage: counts ``>= 1`` adding up to ``L``
             (only configurations with that many stages), ``"even"`` (each
             configuration's even split), or ``"auto"`` / ``None`` (solved).
+        tensor_parallel_degrees: the ``tp`` the workload answers for.
+        tp: fix the tensor-parallel degree.
+        dp_modes: the data-parallel modes to try (default ``("ddp",)``).
+        gpus_per_node: GPUs per node (``tp`` divides it; HSDP shards inside it).
     """
 
     num_gpus: int
@@ -136,14 +168,32 @@ class SearchSpace:
     schedules: tuple[str, ...] | None = None
     max_virtual_stages: int | None = None
     partition: PartitionChoice | None = None
+    tensor_parallel_degrees: tuple[int, ...] = (1,)
+    tp: int | None = None
+    dp_modes: tuple[DataParallelMode, ...] = ("ddp",)
+    gpus_per_node: int = 8
 
     def __post_init__(self) -> None:
         positive_int("num_gpus", self.num_gpus)
+        positive_int("gpus_per_node", self.gpus_per_node)
+        unknown = [mode for mode in self.dp_modes if mode not in DP_MODES]
+        if unknown or not self.dp_modes:
+            raise InvalidInputError(f"dp modes must be among {', '.join(DP_MODES)}, got {list(self.dp_modes)}")
+        if self.tp is not None:
+            positive_int("tp", self.tp)
+            node = min(self.gpus_per_node, self.num_gpus)
+            if node % self.tp:
+                raise InvalidInputError(
+                    f"tp={self.tp} must divide the GPUs of a node ({node}): tensor parallelism stays inside a node")
+            if self.tp not in self.tensor_parallel_degrees:
+                raise InvalidInputError(
+                    f"tp={self.tp} must divide every module's attention heads and FFN width; this model allows "
+                    f"tp in {list(self.tensor_parallel_degrees)}")
         positive_int("global_batch", self.global_batch)
         positive_int("num_layers", self.num_layers)
         if self.pp is not None:
             positive_int("pp", self.pp)
-            if self.num_gpus % self.pp:
+            if self.num_gpus % (self.pp * (self.tp or 1)):
                 raise InvalidInputError(f"pp must divide the GPU count {self.num_gpus}, got {self.pp}")
             if self.pp > self.num_layers:
                 raise InvalidInputError(
@@ -189,11 +239,26 @@ class SearchSpace:
             return tuple(name for name in SCHEDULES if name not in NOT_PLANNED)
         return tuple(self.schedules)
 
-    def pipeline_degrees(self) -> list[int]:
-        """``pp`` values tried."""
+    def tensor_degrees(self) -> list[int]:
+        """``tp`` values tried: the workload's degrees that divide a node's GPUs and the GPU count."""
+        if self.tp is not None:
+            return [self.tp]
+        node = min(self.gpus_per_node, self.num_gpus)
+        return [tp for tp in self.tensor_parallel_degrees if node % tp == 0 and self.num_gpus % tp == 0]
+
+    def pipeline_degrees(self, tp: int = 1) -> list[int]:
+        """``pp`` values tried at tensor-parallel degree ``tp``."""
+        gpus = self.num_gpus // tp
         if self.pp is not None:
-            return [self.pp]
-        return [pp for pp in divisors(self.num_gpus) if pp <= self.num_layers]
+            return [self.pp] if gpus % self.pp == 0 else []
+        return [pp for pp in divisors(gpus) if pp <= self.num_layers]
+
+    def modes_for(self, tp: int, pp: int, dp: int) -> list[DataParallelMode]:
+        """The data-parallel modes tried at ``tp × pp × dp`` (``ddp`` alone without data parallelism)."""
+        if dp == 1:
+            return ["ddp"]
+        return [mode for mode in self.dp_modes
+                if mode != "hsdp" or hsdp_shards(tp, pp, dp, self.gpus_per_node) > 1]
 
     def micro_batches_for(self, dp: int) -> list[int]:
         """Micro-batch sizes ``b`` with ``dp · b`` dividing the global batch."""
@@ -256,19 +321,22 @@ class SearchSpace:
     def _every_config(self) -> list[Config]:
         """:meth:`configs` before a fixed partition filters them."""
         out: list[Config] = []
-        for pp in self.pipeline_degrees():
-            dp = self.num_gpus // pp
-            sizes = self.micro_batches_for(dp)
-            for size in sizes:
-                microbatches = self.global_batch // (dp * size)
-                for name, virtual in self.schedule_shapes(pp, microbatches):
-                    if schedule_info(name).any_placement and virtual > 1 and size != sizes[0]:
-                        continue  # chunked adaptive: the smallest micro-batch only (module doc)
-                    for mode in self.recompute_modes:
-                        out.append(Config(pp, dp, size, microbatches, name, virtual, mode))
+        for tp in self.tensor_degrees():
+            for pp in self.pipeline_degrees(tp):
+                dp = self.num_gpus // (tp * pp)
+                sizes = self.micro_batches_for(dp)
+                for size in sizes:
+                    microbatches = self.global_batch // (dp * size)
+                    for name, virtual in self.schedule_shapes(pp, microbatches):
+                        if schedule_info(name).any_placement and virtual > 1 and size != sizes[0]:
+                            continue  # chunked adaptive: the smallest micro-batch only (module doc)
+                        for dp_mode in self.modes_for(tp, pp, dp):
+                            for mode in self.recompute_modes:
+                                out.append(Config(pp, dp, size, microbatches, name, virtual, mode, tp, dp_mode))
         if not out:
             fixed = f" × micro-batch size {self.micro_batch_size}" if self.micro_batch_size else ""
-            degrees = ", ".join(f"dp={self.num_gpus // pp}" for pp in self.pipeline_degrees())
+            degrees = ", ".join(f"dp={self.num_gpus // (tp * pp)}" for tp in self.tensor_degrees()
+                                for pp in self.pipeline_degrees(tp))
             raise InvalidInputError(
                 f"global_batch={self.global_batch} is not divisible by dp{fixed} for any pipeline degree "
                 f"({degrees}); choose a global batch that dp × micro-batch size divides"

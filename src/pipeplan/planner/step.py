@@ -49,6 +49,15 @@ followed after the step by an all-gather of the bf16 parameters
   exposed, unless ``overlap_param_gather`` (Megatron ``--overlap-param-gather``
   overlaps it with the next forward): then only its first bucket's gather is.
 
+**Sharded data parallelism without a pipeline** (FSDP/HSDP at ``pp = 1``):
+each layer's parameters are all-gathered before its forward and again before
+its backward, and its gradients reduce-scattered after it, every microbatch.
+FSDP2 prefetches the next layer's gather while one layer computes, so per
+microbatch (:func:`fsdp_exposed_ms`) the forward exposes its first gather and
+whatever the gathers take beyond the compute they hide behind, and the backward
+likewise for its gathers and reduce-scatters, plus the last layer's
+reduce-scatter, which nothing follows.
+
 Step = pipeline makespan + exposed data-parallel time + optimizer time (the
 slowest rank's; the optimizer waits for every rank's gradients, since the
 gradient-norm clip reduces over all of them). Not modelled: collectives slowing
@@ -80,6 +89,7 @@ __all__ = [
     "RankRest",
     "StepRest",
     "step_rest",
+    "fsdp_exposed_ms",
 ]
 
 #: Elements one multi-tensor-apply launch covers: 320 blocks × 65536-element chunks
@@ -302,3 +312,27 @@ def step_rest(ranks: Sequence[RankRest], makespan: float | None, *, overlap_grad
         optimizer=max(rank.optimizer for rank in ranks),
         ranks=tuple(ranks),
     )
+
+
+def fsdp_exposed_ms(forward_ms: Sequence[float], backward_ms: Sequence[float], gather_ms: Sequence[float],
+                    scatter_ms: Sequence[float]) -> float:
+    """One microbatch's exposed FSDP communication, ms, with one layer prefetched (module doc).
+
+    Args:
+        forward_ms, backward_ms: each layer's compute, in model order.
+        gather_ms: each layer's parameter all-gather (run before its forward and
+            again before its backward).
+        scatter_ms: each layer's gradient reduce-scatter (after its backward).
+
+    Forward: the first layer's gather, then ``max(0, Σ gathers of layers 2..L −
+    Σ forward of layers 1..L−1)``; backward (layers in reverse): the last
+    layer's gather, then the other gathers and every reduce-scatter but the
+    first layer's against the backward compute, then the first layer's
+    reduce-scatter.
+    """
+    if not gather_ms:
+        return 0.0
+    forward = gather_ms[0] + max(0.0, sum(gather_ms[1:]) - sum(forward_ms[:-1]))
+    hidden = sum(backward_ms[1:]) if len(backward_ms) > 1 else 0.0
+    backward = gather_ms[-1] + max(0.0, sum(gather_ms[:-1]) + sum(scatter_ms[1:]) - hidden) + scatter_ms[0]
+    return forward + backward
