@@ -451,8 +451,8 @@ class _Search:
         budget = self.options.budget
         deadline = math.inf if budget is None else self.started + budget
         baselines = (self._reference_fsdp(), self._megatron_recommended())
-        for baseline in baselines:  # a baseline is a point of the space: the plans never lose to it
-            if baseline.plan is not None and baseline.fits:
+        for baseline in baselines:  # a baseline in the space is one of its plans: the plans never lose to it
+            if baseline.plan is not None and baseline.fits and self._in_space(baseline.plan):
                 self.ranking.offer(baseline.plan)
         plans = self.ranking.plans()
         stats.seconds = time.perf_counter() - self.started
@@ -469,6 +469,16 @@ class _Search:
         skipped = tuple(Rejection(config, reason) for config, reason in self.space.skipped())
         return SearchResult(plans, megatron, knobs, tuple(self.rejected) + skipped, stats, *bounds,
                             rerun=self._rerun, baselines=baselines)
+
+    def _in_space(self, plan: Plan) -> bool:
+        """Whether ``plan`` (a baseline: 1F1B on an even split) is a point of the searched space."""
+        space = self.space
+        return (plan.tp in space.tensor_degrees() and plan.pp in space.pipeline_degrees(plan.tp)
+                and plan.dp_mode in space.modes_for(plan.tp, plan.pp, plan.dp)
+                and plan.micro_batch_size in space.micro_batches_for(plan.dp)
+                and (plan.pp == 1 or "1f1b" in space.schedule_names)
+                and plan.uniform_recompute in self.workload.recompute_modes
+                and space.partition in (None, "even"))
 
     def _space_bound(self, configs: Sequence[Config], deadline: float, *, chunked: bool = True) -> float:
         """The least of each evaluator's bound over its configurations."""
