@@ -24,6 +24,7 @@ input-gradient backward (B) but no W. One noise sample per example.
 from __future__ import annotations
 
 from ..models.spec import CrossAttention, Embedding, Linear, ModelSpec, Module, Projector, TransformerStack
+from ..models.training import ReferenceTraining
 from ._components import siglip_so400m
 
 __all__ = ["gr00t_n1"]
@@ -31,6 +32,12 @@ __all__ = ["gr00t_n1"]
 _EMBODIMENTS = 32
 _TEXT_TOKENS = 32
 _IMAGE_TOKENS = 64  # 256 patches, pixel shuffle 0.5
+# Module paths in Isaac-GR00T (gr00t/model/gr00t_n1.py: backbone = EagleBackbone, action_head =
+# FlowmatchingActionHead; backbone/eagle_backbone.py: self.model is the Eagle-2 chat model, self.linear).
+_EAGLE = "backbone.model."
+_SIGLIP = _EAGLE + "vision_model.vision_model."
+_LLM = _EAGLE + "language_model.model."
+_HEAD = "action_head."
 
 
 def _category_params(*pairs: tuple[int, int]) -> int:
@@ -47,27 +54,41 @@ def gr00t_n1() -> ModelSpec:
     decoder_mlp = ((hidden, hidden), (hidden, action_dim))
     seq = _IMAGE_TOKENS + _TEXT_TOKENS
     modules: list[Module] = [
-        siglip_so400m("vision", map_head=True),
+        siglip_so400m("vision", map_head=True, fqn=(_SIGLIP + "encoder.layers.{i}",),
+                      fqn_first=(_SIGLIP + "embeddings",), fqn_last=(_SIGLIP + "post_layernorm",)),
         Projector(name="vision_projector", tokens=_IMAGE_TOKENS, norm_params=2 * 4 * 1152,
-                  linears=(Linear(4 * 1152, 2048), Linear(2048, 2048))),
-        Embedding(name="text_embedding", vocab_size=49_164, hidden_size=2048, tokens=_TEXT_TOKENS),
+                  linears=(Linear(4 * 1152, 2048), Linear(2048, 2048)), fqn=(_EAGLE + "mlp1",)),
+        Embedding(name="text_embedding", vocab_size=49_164, hidden_size=2048, tokens=_TEXT_TOKENS,
+                  fqn=(_LLM + "embed_tokens",), role="embedding"),
         TransformerStack(name="llm", num_layers=12, hidden_size=2048, num_heads=32, seq_length=seq,
                          ffn_hidden_size=8192, gated_mlp=True, norm="rmsnorm", final_norm=True, frozen=True,
-                         inputs=("vision_projector", "text_embedding")),
-        Projector(name="vlm_projection", linears=(Linear(2048, width),), tokens=seq, activation=False),
+                         inputs=("vision_projector", "text_embedding"), fqn=(_LLM + "layers.{i}",),
+                         fqn_last=(_LLM + "norm",), role="decoder"),
+        Projector(name="vlm_projection", linears=(Linear(2048, width),), tokens=seq, activation=False,
+                  fqn=("backbone.linear",)),
         Projector(name="action_embedding", inputs=(), tokens=horizon, output_tokens=tokens, output_width=width,
                   linears=(Linear(state_dim, hidden, tokens=1), Linear(hidden, width, tokens=1),
                            Linear(action_dim, width), Linear(2 * width, width), Linear(width, width),
                            Linear(256, width, tokens=1), Linear(width, width, tokens=1)),
                   # the other 31 embodiments' state and action MLPs, 32 future tokens, 1024 positions
                   extra_params=(_EMBODIMENTS - 1) * _category_params(*state_mlp, *action_mlp)
-                  + 32 * width + 1024 * width),
+                  + 32 * width + 1024 * width,
+                  fqn=tuple(_HEAD + name for name in ("state_encoder", "action_encoder", "future_tokens",
+                                                      "position_embedding", "model.timestep_encoder"))),
         TransformerStack(name="action_dit", num_layers=16, hidden_size=width, num_heads=32, head_dim=48,
                          seq_length=tokens, ffn_hidden_size=4 * width, bias=True, norm="none", dropout=True,
-                         adaptive_norm=(2, 0), cross_attention=CrossAttention("vlm_projection", every=2)),
+                         adaptive_norm=(2, 0), cross_attention=CrossAttention("vlm_projection", every=2),
+                         fqn=(_HEAD + "model.transformer_blocks.{i}",)),
         Projector(name="action_output", tokens=tokens,
                   linears=(Linear(width, 2 * width, tokens=1), Linear(width, hidden), Linear(hidden, hidden),
                            Linear(hidden, action_dim)),
-                  extra_params=(_EMBODIMENTS - 1) * _category_params(*decoder_mlp)),
+                  extra_params=(_EMBODIMENTS - 1) * _category_params(*decoder_mlp),
+                  fqn=tuple(_HEAD + name for name in ("model.norm_out", "model.proj_out_1", "model.proj_out_2",
+                                                      "action_decoder"))),
     ]
-    return ModelSpec("gr00t-n1", tuple(modules), "nvidia/GR00T-N1-2B: Eagle-2 (layer 12) + 16-block DiT")
+    # scripts/gr00t_finetune.py (N1 release): HF Trainer (AdamW, DDP over torchrun), no gradient
+    # checkpointing, no EMA; tune_llm=False, tune_visual=True, tune_projector=True, tune_diffusion_model=True.
+    training = ReferenceTraining(dp_mode="ddp", ema=False, optimizer="adamw", implementation="gr00t",
+                                 source="Isaac-GR00T scripts/gr00t_finetune.py, gr00t/model/backbone/eagle_backbone.py")
+    return ModelSpec("gr00t-n1", tuple(modules), "nvidia/GR00T-N1-2B: Eagle-2 (layer 12) + 16-block DiT",
+                     training=training)

@@ -26,6 +26,7 @@ default). Its LM head is not in the action loss and is left out here.
 from __future__ import annotations
 
 from ..models.spec import Embedding, Linear, LMHead, ModelSpec, Module, Projector, TransformerStack
+from ..models.training import ReferenceTraining
 from ._components import dinov2_large, llama2_7b_blocks, siglip_so400m
 
 __all__ = ["openvla_7b", "cogact"]
@@ -33,40 +34,67 @@ __all__ = ["openvla_7b", "cogact"]
 _VOCAB = 32_064  # 32,000 + 1 pad token, padded to a multiple of 64 (prismatic llama2.py)
 _TEXT_TOKENS = 40
 _PATCHES = 256
+#: Prismatic's training defaults (prismatic/conf/vla.py: train_strategy="fsdp-full-shard",
+#: enable_gradient_checkpointing=True; prismatic/training/strategies/fsdp.py: "full-shard" is
+#: ShardingStrategy.HYBRID_SHARD (shard within a node, replicate across nodes) and a non-reentrant
+#: checkpoint_wrapper on every LLM transformer layer only; AdamW). CogACT's training/strategies/fsdp.py
+#: and scripts/train.py (use_ema=False) do the same.
+def _prismatic(implementation: str, source: str) -> ReferenceTraining:
+    return ReferenceTraining(recompute={"llm": "full"}, dp_mode="hsdp", ema=False, optimizer="adamw",
+                             implementation=implementation, source=source)
 
 
-def _vlm(*, output_tokens: int | None = None) -> list[Module]:
+_DIT = "action_model.net."  # CogACT vla/cogactvla.py: self.action_model = ActionModel(...); .net is the DiT
+
+
+def _vlm(prefix: str = "", *, output_tokens: int | None = None) -> list[Module]:
+    """The Prismatic VLM; module paths as in prismatic/models/vlms/prismatic.py (PrismaticVLM), under ``prefix``."""
     seq = _PATCHES + _TEXT_TOKENS
+    dino, siglip = prefix + "vision_backbone.dino_featurizer.", prefix + "vision_backbone.siglip_featurizer."
+    llama = prefix + "llm_backbone.llm.model."
     return [
-        dinov2_large("dinov2"),
-        siglip_so400m("siglip", map_head=True),
+        dinov2_large("dinov2", fqn=(dino + "blocks.{i}",), fqn_last=(dino + "norm",),
+                     fqn_first=tuple(dino + name for name in ("patch_embed", "cls_token", "reg_token", "pos_embed"))),
+        # timm's attn_pool (the MAP head) is charged to the patch-embedding layer, so its path goes there
+        siglip_so400m("siglip", map_head=True, fqn=(siglip + "blocks.{i}",), fqn_last=(siglip + "norm",),
+                      fqn_first=tuple(siglip + name for name in ("patch_embed", "pos_embed", "attn_pool"))),
         Projector(name="projector", inputs=("dinov2", "siglip"), tokens=_PATCHES,
-                  linears=(Linear(2176, 8704), Linear(8704, 4096), Linear(4096, 4096))),
-        Embedding(name="text_embedding", vocab_size=_VOCAB, hidden_size=4096, tokens=_TEXT_TOKENS),
-        llama2_7b_blocks("llm", seq_length=seq, inputs=("projector", "text_embedding"),
-                         output_tokens=output_tokens),
+                  linears=(Linear(2176, 8704), Linear(8704, 4096), Linear(4096, 4096)), fqn=(prefix + "projector",)),
+        Embedding(name="text_embedding", vocab_size=_VOCAB, hidden_size=4096, tokens=_TEXT_TOKENS,
+                  fqn=(llama + "embed_tokens",), role="embedding"),
+        llama2_7b_blocks("llm", seq_length=seq, inputs=("projector", "text_embedding"), output_tokens=output_tokens,
+                         fqn=(llama + "layers.{i}",), fqn_last=(llama + "norm",), role="decoder"),
     ]
 
 
 def openvla_7b() -> ModelSpec:
     """OpenVLA-7B: 7.54B parameters; actions are 7 tokens of the LM head's vocabulary."""
-    modules = [*_vlm(), LMHead(name="lm_head", vocab_size=_VOCAB, hidden_size=4096, tokens=_PATCHES + _TEXT_TOKENS)]
-    return ModelSpec("openvla-7b", tuple(modules), "openvla/openvla-7b: prism-dinosiglip-224px + Llama-2 7B")
+    modules = [*_vlm(), LMHead(name="lm_head", vocab_size=_VOCAB, hidden_size=4096, tokens=_PATCHES + _TEXT_TOKENS,
+                               fqn=("llm_backbone.llm.lm_head",), role="loss")]
+    training = _prismatic("prismatic", "openvla prismatic/conf/vla.py, prismatic/training/strategies/fsdp.py")
+    return ModelSpec("openvla-7b", tuple(modules), "openvla/openvla-7b: prism-dinosiglip-224px + Llama-2 7B",
+                     training=training)
 
 
 def cogact() -> ModelSpec:
     """CogACT-Base: OpenVLA's VLM plus an 89M DiT-B action model trained on 8 noise samples per example."""
     repeats, width, actions = 8, 768, 16
     modules: list[Module] = [
-        *_vlm(output_tokens=1),
+        *_vlm("vlm.", output_tokens=1),
         Projector(name="action_embedding", inputs=("llm",), tokens=actions, repeats=repeats,
                   output_tokens=actions + 1, output_width=width,
                   linears=(Linear(7, width), Linear(256, width, tokens=1), Linear(width, width, tokens=1),
                            Linear(4096, width, tokens=1)),
                   # history embedder (7 → 768, built but unused), 17 position embeddings, the CFG null condition
-                  extra_params=7 * width + width + (actions + 1) * width + 4096),
+                  extra_params=7 * width + width + (actions + 1) * width + 4096,
+                  fqn=tuple(_DIT + name for name in ("x_embedder", "t_embedder", "z_embedder", "history_embedder",
+                                                     "positional_embedding"))),
         TransformerStack(name="action_dit", num_layers=12, hidden_size=width, num_heads=12, seq_length=actions + 1,
-                         ffn_hidden_size=4 * width, bias=True, norm="none", repeats=repeats),
-        Projector(name="action_output", linears=(Linear(width, 7),), tokens=actions + 1, repeats=repeats),
+                         ffn_hidden_size=4 * width, bias=True, norm="none", repeats=repeats,
+                         fqn=(_DIT + "blocks.{i}",)),
+        Projector(name="action_output", linears=(Linear(width, 7),), tokens=actions + 1, repeats=repeats,
+                  fqn=(_DIT + "final_layer",)),
     ]
-    return ModelSpec("cogact", tuple(modules), "microsoft/CogACT: OpenVLA VLM + DiT-B, repeated_diffusion_steps=8")
+    training = _prismatic("cogact", "CogACT scripts/train.py, training/strategies/fsdp.py")
+    return ModelSpec("cogact", tuple(modules), "microsoft/CogACT: OpenVLA VLM + DiT-B, repeated_diffusion_steps=8",
+                     training=training)
