@@ -211,7 +211,7 @@ def _check_paths(module: Any, where: str) -> None:
             raise InvalidInputError(f"{where}.{key} needs fqn (the paths of the blocks)")
         if isinstance(paths, (str, bytes)) or not isinstance(paths, tuple) or not paths:
             raise InvalidInputError(f"{where}.{key} must be a non-empty list of module paths, got {paths!r}")
-        templated = repeated and key == "fqn"
+        templated = repeated and key == "fqn" and module.num_layers > 1  # one block may name itself
         for path in paths:
             if not isinstance(path, str) or not path or path != path.strip():
                 raise InvalidInputError(f"{where}.{key} entries must be non-empty module paths, got {path!r}")
@@ -219,7 +219,7 @@ def _check_paths(module: Any, where: str) -> None:
                 named = path.format(i=0)
             except (KeyError, IndexError, ValueError):
                 named = None
-            if named is None or (templated and "{i}" not in path) or (not templated and named != path):
+            if named is None or (templated and "{i}" not in path) or (not repeated and named != path):
                 need = "a template with {i} (the block index)" if templated else "a module path without braces"
                 raise InvalidInputError(f"{where}.{key} entry {path!r} must be {need}")
     role = module.role

@@ -103,7 +103,8 @@ class TransformerStack:
             expert and Gemma). The pair forms one pipeline layer per depth.
         inputs, repeats, frozen: see the module doc.
         fqn: the module paths of one block in the reference code, each a template with
-            ``{i}`` for the block index (``("model.layers.{i}",)``); ``None``: not recorded
+            ``{i}`` for the block index (``("model.layers.{i}",)``; a one-block stack may give a
+            plain path); ``None``: not recorded
             (:mod:`pipeplan.models.engine_names` generates ``name.i``).
         fqn_first, fqn_last: paths (no ``{i}``) that belong with the first / last block's
             pipeline layer (a final norm: ``("model.norm",)``).

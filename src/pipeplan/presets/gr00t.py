@@ -12,13 +12,18 @@ of which GR00T keeps the first 12 of 24 layers (paper: middle-layer features)
 and projects them 2048 → 1536. The action head
 (gr00t/model/action_head/flow_matching_action_head.py, cross_attention_dit.py;
 N1 config: 16 DiT blocks, 32 heads × 48 = 1536, AdaLayerNorm, dropout 0.2,
-``interleave_self_attention``, output 1536 → 1024) reads a state token, 32
-future tokens and 16 action tokens (49), cross-attends to the VLM tokens on even
-blocks and self-attends on odd ones, and decodes with embodiment-specific MLPs
-(32 embodiments; one runs per example, all hold parameters). Text is taken as 32
-tokens (an assumption). Recipe: the LLM is frozen (paper §2; ``tune_llm=False``)
-while the vision tower, projectors and DiT train, so the LLM layers have an
-input-gradient backward (B) but no W. One noise sample per example.
+``interleave_self_attention``, output 1536 → 1024) reads a state token and 16
+action tokens (17: N1's head concatenates ``state_features, action_features``;
+the 32 ``future_tokens``, ``vlln`` and ``vl_self_attention`` are N1.5 code),
+cross-attends to the VLM tokens on even blocks and self-attends on odd ones, and
+decodes with embodiment-specific MLPs (32 embodiments; one runs per example, all
+hold parameters). The Eagle backbone replaces SigLIP's pooling head by
+``Identity`` (eagle_backbone.py), so it holds no parameters here. Text is taken as
+32 tokens (an assumption). Recipe (scripts/gr00t_finetune.py of the N1 release):
+``tune_llm=False`` freezes the whole language model, ``embed_tokens`` included,
+while the vision tower, projectors and DiT train (``tune_visual=True``), so the
+LLM layers have an input-gradient backward (B) but no W. One noise sample per
+example.
 """
 
 from __future__ import annotations
@@ -48,17 +53,17 @@ def _category_params(*pairs: tuple[int, int]) -> int:
 def gr00t_n1() -> ModelSpec:
     """GR00T-N1-2B: 2.2B parameters, 1.34B of them in the VLM (paper)."""
     width, hidden, horizon, action_dim, state_dim = 1536, 1024, 16, 32, 64
-    tokens = 1 + 32 + horizon
+    tokens = 1 + horizon
     state_mlp = ((state_dim, hidden), (hidden, width))
     action_mlp = ((action_dim, width), (2 * width, width), (width, width))
     decoder_mlp = ((hidden, hidden), (hidden, action_dim))
     seq = _IMAGE_TOKENS + _TEXT_TOKENS
     modules: list[Module] = [
-        siglip_so400m("vision", map_head=True, fqn=(_SIGLIP + "encoder.layers.{i}",),
+        siglip_so400m("vision", fqn=(_SIGLIP + "encoder.layers.{i}",),
                       fqn_first=(_SIGLIP + "embeddings",), fqn_last=(_SIGLIP + "post_layernorm",)),
         Projector(name="vision_projector", tokens=_IMAGE_TOKENS, norm_params=2 * 4 * 1152,
                   linears=(Linear(4 * 1152, 2048), Linear(2048, 2048)), fqn=(_EAGLE + "mlp1",)),
-        Embedding(name="text_embedding", vocab_size=49_164, hidden_size=2048, tokens=_TEXT_TOKENS,
+        Embedding(name="text_embedding", vocab_size=49_164, hidden_size=2048, tokens=_TEXT_TOKENS, frozen=True,
                   fqn=(_LLM + "embed_tokens",), role="embedding"),
         TransformerStack(name="llm", num_layers=12, hidden_size=2048, num_heads=32, seq_length=seq,
                          ffn_hidden_size=8192, gated_mlp=True, norm="rmsnorm", final_norm=True, frozen=True,
@@ -70,11 +75,10 @@ def gr00t_n1() -> ModelSpec:
                   linears=(Linear(state_dim, hidden, tokens=1), Linear(hidden, width, tokens=1),
                            Linear(action_dim, width), Linear(2 * width, width), Linear(width, width),
                            Linear(256, width, tokens=1), Linear(width, width, tokens=1)),
-                  # the other 31 embodiments' state and action MLPs, 32 future tokens, 1024 positions
-                  extra_params=(_EMBODIMENTS - 1) * _category_params(*state_mlp, *action_mlp)
-                  + 32 * width + 1024 * width,
-                  fqn=tuple(_HEAD + name for name in ("state_encoder", "action_encoder", "future_tokens",
-                                                      "position_embedding", "model.timestep_encoder"))),
+                  # the other 31 embodiments' state and action MLPs, 1024 positions (max_seq_len)
+                  extra_params=(_EMBODIMENTS - 1) * _category_params(*state_mlp, *action_mlp) + 1024 * width,
+                  fqn=tuple(_HEAD + name for name in ("state_encoder", "action_encoder", "position_embedding",
+                                                      "model.timestep_encoder"))),
         TransformerStack(name="action_dit", num_layers=16, hidden_size=width, num_heads=32, head_dim=48,
                          seq_length=tokens, ffn_hidden_size=4 * width, bias=True, norm="none", dropout=True,
                          adaptive_norm=(2, 0), cross_attention=CrossAttention("vlm_projection", every=2),

@@ -20,12 +20,13 @@ scripts/train.py) keeps that VLM and feeds the last token's hidden state (the
 cognition feature) to a DiT-Base action model (12 blocks, width 768, 12 heads,
 in-context conditioning: 1 condition token + 16 action tokens), trained with
 ``repeated_diffusion_steps = 8`` noise samples per example (scripts/train.py
-default). Its LM head is not in the action loss and is left out here.
+default). Its LM head still computes logits and a loss (labels are passed) but
+only the action loss is backpropagated: a frozen, forward-only layer here.
 """
 
 from __future__ import annotations
 
-from ..models.spec import Embedding, Linear, LMHead, ModelSpec, Module, Projector, TransformerStack
+from ..models.spec import Embedding, Linear, LMHead, ModelSpec, Module, Projector, TransformerStack, VisionEncoder
 from ..models.training import ReferenceTraining
 from ._components import dinov2_large, llama2_7b_blocks, siglip_so400m
 
@@ -47,17 +48,41 @@ def _prismatic(implementation: str, source: str) -> ReferenceTraining:
 _DIT = "action_model.net."  # CogACT vla/cogactvla.py: self.action_model = ActionModel(...); .net is the DiT
 
 
+def _unused_last_block(name: str, tower: VisionEncoder, path: str) -> TransformerStack:
+    """The tower's last block and final norm, which run but get no gradient (see :func:`_vlm`)."""
+    return TransformerStack(name=name, num_layers=1, hidden_size=tower.hidden_size, num_heads=tower.num_heads,
+                            seq_length=tower.patches_per_image + tower.extra_tokens,
+                            ffn_hidden_size=tower.ffn_hidden_size, bias=True, layer_scale=tower.layer_scale,
+                            final_norm=True, frozen=True, inputs=(),
+                            fqn=(path + f"blocks.{tower.num_layers}",), fqn_last=(path + "norm",))
+
+
 def _vlm(prefix: str = "", *, output_tokens: int | None = None) -> list[Module]:
-    """The Prismatic VLM; module paths as in prismatic/models/vlms/prismatic.py (PrismaticVLM), under ``prefix``."""
+    """The Prismatic VLM; module paths as in prismatic/models/vlms/prismatic.py (PrismaticVLM), under ``prefix``.
+
+    Both featurizers return the *second-to-last* block's patches
+    (prismatic/models/backbones/vision/dinosiglip_vit.py: ``get_intermediate_layers(n={len(blocks) - 2})``).
+    timm 0.9.10 (openvla's pin) still runs every block in ``_intermediate_layers``, so the last block
+    costs its forward, but nothing reads its output: it, the final norm (not applied) and SigLIP's
+    ``attn_pool`` head (not run) get no gradient. The last block and norm are therefore a frozen,
+    forward-only module here (``inputs=()``: no gradient flows into it); the pooling head's parameters
+    stay counted on SigLIP's patch layer without FLOPs (``map_head``), as trainable: FSDP holds them
+    in the trained (requires_grad) parameters like the rest of the tower.
+    """
     seq = _PATCHES + _TEXT_TOKENS
     dino, siglip = prefix + "vision_backbone.dino_featurizer.", prefix + "vision_backbone.siglip_featurizer."
     llama = prefix + "llm_backbone.llm.model."
+    dino_tower = dinov2_large("dinov2", num_layers=23, final_norm=False, fqn=(dino + "blocks.{i}",),
+                              fqn_first=tuple(dino + name for name in ("patch_embed", "cls_token", "reg_token",
+                                                                        "pos_embed")))
+    # timm's attn_pool (the MAP head) is charged to the patch-embedding layer, so its path goes there
+    siglip_tower = siglip_so400m("siglip", num_layers=26, final_norm=False, map_head=True, fqn=(siglip + "blocks.{i}",),
+                                 fqn_first=tuple(siglip + name for name in ("patch_embed", "pos_embed", "attn_pool")))
     return [
-        dinov2_large("dinov2", fqn=(dino + "blocks.{i}",), fqn_last=(dino + "norm",),
-                     fqn_first=tuple(dino + name for name in ("patch_embed", "cls_token", "reg_token", "pos_embed"))),
-        # timm's attn_pool (the MAP head) is charged to the patch-embedding layer, so its path goes there
-        siglip_so400m("siglip", map_head=True, fqn=(siglip + "blocks.{i}",), fqn_last=(siglip + "norm",),
-                      fqn_first=tuple(siglip + name for name in ("patch_embed", "pos_embed", "attn_pool"))),
+        dino_tower,
+        _unused_last_block("dinov2_last", dino_tower, dino),
+        siglip_tower,
+        _unused_last_block("siglip_last", siglip_tower, siglip),
         Projector(name="projector", inputs=("dinov2", "siglip"), tokens=_PATCHES,
                   linears=(Linear(2176, 8704), Linear(8704, 4096), Linear(4096, 4096)), fqn=(prefix + "projector",)),
         Embedding(name="text_embedding", vocab_size=_VOCAB, hidden_size=4096, tokens=_TEXT_TOKENS,
@@ -81,6 +106,11 @@ def cogact() -> ModelSpec:
     repeats, width, actions = 8, 768, 16
     modules: list[Module] = [
         *_vlm("vlm.", output_tokens=1),
+        # CogACT passes labels to the VLM (vla/cogactvla.py), so Llama's LM head computes logits and a loss over
+        # the prompt; only the action loss is backpropagated (training/strategies/base_strategy_cogact.py),
+        # so no gradient reaches the head: frozen and forward-only (inputs=()), its 131M parameters held.
+        LMHead(name="lm_head", vocab_size=_VOCAB, hidden_size=4096, tokens=_PATCHES + _TEXT_TOKENS, frozen=True,
+               inputs=(), fqn=("vlm.llm_backbone.llm.lm_head",), role="loss"),
         Projector(name="action_embedding", inputs=("llm",), tokens=actions, repeats=repeats,
                   output_tokens=actions + 1, output_width=width,
                   linears=(Linear(7, width), Linear(256, width, tokens=1), Linear(width, width, tokens=1),
@@ -95,6 +125,6 @@ def cogact() -> ModelSpec:
         Projector(name="action_output", linears=(Linear(width, 7),), tokens=actions + 1, repeats=repeats,
                   fqn=(_DIT + "final_layer",)),
     ]
-    training = _prismatic("cogact", "CogACT scripts/train.py, training/strategies/fsdp.py")
+    training = _prismatic("cogact", "CogACT scripts/train.py, training/strategies/fsdp.py, base_strategy_cogact.py")
     return ModelSpec("cogact", tuple(modules), "microsoft/CogACT: OpenVLA VLM + DiT-B, repeated_diffusion_steps=8",
                      training=training)
