@@ -50,20 +50,20 @@ def _category_params(*pairs: tuple[int, int]) -> int:
     return sum(i * o + o for i, o in pairs)
 
 
-def gr00t_n1() -> ModelSpec:
-    """GR00T-N1-2B: 2.2B parameters, 1.34B of them in the VLM (paper)."""
-    width, hidden, horizon, action_dim, state_dim = 1536, 1024, 16, 32, 64
+def gr00t_n1(*, action_horizon: int = 16, text_tokens: int = _TEXT_TOKENS) -> ModelSpec:
+    """GR00T-N1-2B: 2.2B parameters, 1.34B of them in the VLM (paper); ``action_horizon`` 16 (N1 config)."""
+    width, hidden, horizon, action_dim, state_dim = 1536, 1024, action_horizon, 32, 64
     tokens = 1 + horizon
     state_mlp = ((state_dim, hidden), (hidden, width))
     action_mlp = ((action_dim, width), (2 * width, width), (width, width))
     decoder_mlp = ((hidden, hidden), (hidden, action_dim))
-    seq = _IMAGE_TOKENS + _TEXT_TOKENS
+    seq = _IMAGE_TOKENS + text_tokens
     modules: list[Module] = [
         siglip_so400m("vision", fqn=(_SIGLIP + "encoder.layers.{i}",),
                       fqn_first=(_SIGLIP + "embeddings",), fqn_last=(_SIGLIP + "post_layernorm",)),
         Projector(name="vision_projector", tokens=_IMAGE_TOKENS, norm_params=2 * 4 * 1152,
                   linears=(Linear(4 * 1152, 2048), Linear(2048, 2048)), fqn=(_EAGLE + "mlp1",)),
-        Embedding(name="text_embedding", vocab_size=49_164, hidden_size=2048, tokens=_TEXT_TOKENS, frozen=True,
+        Embedding(name="text_embedding", vocab_size=49_164, hidden_size=2048, tokens=text_tokens, frozen=True,
                   fqn=(_LLM + "embed_tokens",), role="embedding"),
         TransformerStack(name="llm", num_layers=12, hidden_size=2048, num_heads=32, seq_length=seq,
                          ffn_hidden_size=8192, gated_mlp=True, norm="rmsnorm", final_norm=True, frozen=True,

@@ -57,7 +57,7 @@ def _unused_last_block(name: str, tower: VisionEncoder, path: str) -> Transforme
                             fqn=(path + f"blocks.{tower.num_layers}",), fqn_last=(path + "norm",))
 
 
-def _vlm(prefix: str = "", *, output_tokens: int | None = None) -> list[Module]:
+def _vlm(prefix: str = "", *, text_tokens: int, output_tokens: int | None = None) -> list[Module]:
     """The Prismatic VLM; module paths as in prismatic/models/vlms/prismatic.py (PrismaticVLM), under ``prefix``.
 
     Both featurizers return the *second-to-last* block's patches
@@ -69,7 +69,7 @@ def _vlm(prefix: str = "", *, output_tokens: int | None = None) -> list[Module]:
     stay counted on SigLIP's patch layer without FLOPs (``map_head``), as trainable: FSDP holds them
     in the trained (requires_grad) parameters like the rest of the tower.
     """
-    seq = _PATCHES + _TEXT_TOKENS
+    seq = _PATCHES + text_tokens
     dino, siglip = prefix + "vision_backbone.dino_featurizer.", prefix + "vision_backbone.siglip_featurizer."
     llama = prefix + "llm_backbone.llm.model."
     dino_tower = dinov2_large("dinov2", num_layers=23, final_norm=False, fqn=(dino + "blocks.{i}",),
@@ -85,31 +85,32 @@ def _vlm(prefix: str = "", *, output_tokens: int | None = None) -> list[Module]:
         _unused_last_block("siglip_last", siglip_tower, siglip),
         Projector(name="projector", inputs=("dinov2", "siglip"), tokens=_PATCHES,
                   linears=(Linear(2176, 8704), Linear(8704, 4096), Linear(4096, 4096)), fqn=(prefix + "projector",)),
-        Embedding(name="text_embedding", vocab_size=_VOCAB, hidden_size=4096, tokens=_TEXT_TOKENS,
+        Embedding(name="text_embedding", vocab_size=_VOCAB, hidden_size=4096, tokens=text_tokens,
                   fqn=(llama + "embed_tokens",), role="embedding"),
         llama2_7b_blocks("llm", seq_length=seq, inputs=("projector", "text_embedding"), output_tokens=output_tokens,
                          fqn=(llama + "layers.{i}",), fqn_last=(llama + "norm",), role="decoder"),
     ]
 
 
-def openvla_7b() -> ModelSpec:
-    """OpenVLA-7B: 7.54B parameters; actions are 7 tokens of the LM head's vocabulary."""
-    modules = [*_vlm(), LMHead(name="lm_head", vocab_size=_VOCAB, hidden_size=4096, tokens=_PATCHES + _TEXT_TOKENS,
+def openvla_7b(*, text_tokens: int = _TEXT_TOKENS) -> ModelSpec:
+    """OpenVLA-7B: 7.54B parameters; actions are 7 tokens of the LM head's vocabulary (``text_tokens``: prompt + 7)."""
+    modules = [*_vlm(text_tokens=text_tokens),
+               LMHead(name="lm_head", vocab_size=_VOCAB, hidden_size=4096, tokens=_PATCHES + text_tokens,
                                fqn=("llm_backbone.llm.lm_head",), role="loss")]
     training = _prismatic("prismatic", "openvla prismatic/conf/vla.py, prismatic/training/strategies/fsdp.py")
     return ModelSpec("openvla-7b", tuple(modules), "openvla/openvla-7b: prism-dinosiglip-224px + Llama-2 7B",
                      training=training)
 
 
-def cogact() -> ModelSpec:
+def cogact(*, text_tokens: int = _TEXT_TOKENS) -> ModelSpec:
     """CogACT-Base: OpenVLA's VLM plus an 89M DiT-B action model trained on 8 noise samples per example."""
     repeats, width, actions = 8, 768, 16
     modules: list[Module] = [
-        *_vlm("vlm.", output_tokens=1),
+        *_vlm("vlm.", text_tokens=text_tokens, output_tokens=1),
         # CogACT passes labels to the VLM (vla/cogactvla.py), so Llama's LM head computes logits and a loss over
         # the prompt; only the action loss is backpropagated (training/strategies/base_strategy_cogact.py),
         # so no gradient reaches the head: frozen and forward-only (inputs=()), its 131M parameters held.
-        LMHead(name="lm_head", vocab_size=_VOCAB, hidden_size=4096, tokens=_PATCHES + _TEXT_TOKENS, frozen=True,
+        LMHead(name="lm_head", vocab_size=_VOCAB, hidden_size=4096, tokens=_PATCHES + text_tokens, frozen=True,
                inputs=(), fqn=("vlm.llm_backbone.llm.lm_head",), role="loss"),
         Projector(name="action_embedding", inputs=("llm",), tokens=actions, repeats=repeats,
                   output_tokens=actions + 1, output_width=width,
