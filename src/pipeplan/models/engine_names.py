@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .modules import Module, Role, TransformerStack, VisionEncoder
-from .spec import ModelSpec
+from .spec import ModelSpec, _depth  # a module's pipeline layers, as layer_costs counts them
 
 __all__ = ["LayerName", "Role", "layer_names_in_reference", "megatron_port", "reference_of"]
 
@@ -47,15 +47,6 @@ class LayerName:
 
     fqns: tuple[str, ...]
     role: Role
-
-
-def _depth(module: Module) -> int:
-    """Pipeline layers of ``module`` on its own (a joint partner's layers included in its pair)."""
-    if isinstance(module, VisionEncoder):
-        return 1 + module.num_layers
-    if isinstance(module, TransformerStack):
-        return module.num_layers
-    return 1
 
 
 def _paths(module: Module, index: int) -> tuple[str, ...]:
