@@ -1,23 +1,24 @@
-"""The planner's numbers: search time, distance to the lower bound, speed-up over Megatron-LM's default.
+"""The planner's numbers: search time, the best plan against the baselines users run, distance to the lower bound.
 
     python benchmarks/planner.py            # print the tables
     python benchmarks/planner.py --write    # also record them in docs/planner.md
-    python benchmarks/planner.py --only baseline --write
+    python benchmarks/planner.py --only clusters --write
 
-What it runs (the default search of ``pipeplan plan``: every pp dividing the GPU
-count, every micro-batch size, every schedule with interleaved v ≤ 4, recompute
-where memory needs it, 16-byte Adam, eager messages, H100 80GB with NVLink in a
-node and InfiniBand NDR between nodes, global batch 256):
+What it runs (the default search of ``pipeplan plan``: every tp dividing a node,
+every pp, every data-parallel mode, every micro-batch size, every schedule with
+interleaved v ≤ 4, recompute where memory needs it, Adam, Megatron-LM's default
+gradient reduction for ddp/zero1/zero2, eager messages, global batch 256):
 
-* **speed**: ``pi0`` on 8 GPUs and ``driving-6cam`` on 32. CPU seconds of the
+* **speed**: ``pi0`` on 8 H100s and ``driving-6cam`` on 32. CPU seconds of the
   search (``time.process_time``, the least of ``--repeats`` runs; the machine is
-  shared, so CPU time is the number to compare with the 10 s target) and wall seconds;
-* **quality**: every preset on 8 GPUs (``driving-6cam`` on 32): the best plan's
-  step time ÷ the search's lower bound (total work ÷ GPUs plus the unavoidable fill, the least
-  heaviest rank and the least all-reduce; docs/planner.md);
-* **baseline**: the best plan vs the Megatron-LM default it reports (even split,
-  1F1B, same pp, dp, micro-batch size and m, no recompute), for ``pi0`` at pp = 4
-  and for ``driving-6cam``.
+  shared, so CPU time is the number to compare with the targets) and wall seconds;
+* **clusters**: every preset on 8, 32 and 64 H100 80GB (NVLink in a node,
+  InfiniBand NDR between nodes) and on 8 and 32 A100 80GB (NVLink, RoCE 400G
+  between nodes): the best plan, both baselines (``reference-fsdp``: what the
+  model's repository runs; ``megatron-recommended``: the least model parallelism
+  that fits), the best plan's ratio to the better baseline that fits, and its
+  step time ÷ the search's lower bound (docs/planner.md);
+* **walkthrough**: the ranked table of ``pipeplan plan --preset pi0 --gpus 8 --global-batch 256``.
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ from pipeplan.planner import Cluster, Workload, search  # noqa: E402
 
 GPU = "h100-80g"
 BATCH = 256
-GPUS = {"driving-6cam": 32}  # every other preset: 8
+#: (device, GPUs, link between nodes) of the clusters table (issue 20's list)
+CLUSTERS = (("h100-80g", 8, "ib-ndr"), ("h100-80g", 32, "ib-ndr"), ("h100-80g", 64, "ib-ndr"),
+            ("a100-80g", 8, "roce-400g"), ("a100-80g", 32, "roce-400g"))
 
 
-def run(preset: str, gpus: int, *, pp: int | None = None, batch: int = BATCH) -> tuple[object, float, float]:
+def run(preset: str, gpus: int, *, gpu: str = GPU, inter: str = "ib-ndr", pp: int | None = None,
+        batch: int = BATCH) -> tuple[object, float, float]:
     """One default search: ``(result, cpu seconds, wall seconds)``."""
-    cluster = Cluster.of(GPU, gpus)
+    cluster = Cluster.of(gpu, gpus, inter_node=inter)
     workload = Workload.from_spec(presets.get(preset), cluster.device)
     cpu, wall = time.process_time(), time.perf_counter()
     result = search(workload, cluster, batch, pp=pp)
@@ -50,10 +54,11 @@ def run(preset: str, gpus: int, *, pp: int | None = None, batch: int = BATCH) ->
 
 
 def describe(plan) -> str:  # type: ignore[no-untyped-def]
-    schedule = plan.schedule_label
-    modes = sorted(set(plan.recompute))
-    return (f"pp={plan.pp}×dp={plan.dp}, {schedule}, b={plan.micro_batch_size}, m={plan.num_microbatches}, "
-            f"recompute {'/'.join(modes)}")
+    """``tp1·pp4·dp2 zero1, zb-v, b=8, m=16, recompute none``."""
+    modes = "/".join(sorted(set(plan.recompute)))
+    mode = plan.dp_mode if plan.dp > 1 else "—"
+    return (f"tp{plan.tp}·pp{plan.pp}·dp{plan.dp} {mode}, {plan.schedule_label}, b={plan.micro_batch_size}, "
+            f"m={plan.num_microbatches}, recompute {modes}")
 
 
 def speed_table(repeats: int) -> str:
@@ -68,66 +73,66 @@ def speed_table(repeats: int) -> str:
     return "\n".join(rows)
 
 
-def quality_table() -> str:
-    rows = ["| model | GPUs | batch | best step ms | of which all-reduce | lower bound ms | best ÷ bound | "
-            "bound, one stage per rank | best ÷ it | Megatron default ms | × default | best plan |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    cases = [(preset, GPUS.get(preset, 8), BATCH) for preset in presets.names()]
-    cases.append(("driving-6cam", 32, 1024))  # the same model with 4× the microbatches per pipeline
-    for preset, gpus, batch in cases:
-        result, _, _ = run(preset, gpus, batch=batch)
-        best, base = result.best, result.baseline  # type: ignore[attr-defined]
-        ratio = result.ratio(best)  # type: ignore[attr-defined]
-        fits = "" if base.fits else " (over memory)"
-        bound = result.lower_bound  # type: ignore[attr-defined]
-        single = result.single_stage_bound  # type: ignore[attr-defined]
-        rows.append(f"| {preset} | {gpus} | {batch} | {best.step_time:.1f} | {best.dp_comm_time:.1f} | {bound:.1f} | "
-                    f"{best.step_time / bound:.3f} | {single:.1f} | {best.step_time / single:.3f} | "
-                    f"{base.step_time:.1f}{fits} | {ratio:.2f}× | {describe(best)} |")
+def _cluster_row(case: tuple[str, str, int, str]) -> str:
+    preset, gpu, gpus, inter = case
+    try:
+        result, cpu, _ = run(preset, gpus, gpu=gpu, inter=inter)
+    except Exception as error:  # noqa: BLE001 - a row that cannot be planned says why
+        return f"| {preset} | {gpus} × {gpu} | — | {str(error)[:120]} | | | | | | |"
+    best = result.best  # type: ignore[attr-defined]
+    cells = []
+    for baseline in result.baselines:  # type: ignore[attr-defined]
+        if baseline.plan is None:
+            cells.append("—")
+        elif not baseline.fits:
+            cells.append(f"over memory ({describe(baseline.plan)})")
+        else:
+            cells.append(f"{baseline.step_time:.1f} ({describe(baseline.plan)})")
+    ratio = result.ratio_to_best_baseline(best)  # type: ignore[attr-defined]
+    gap = best.step_time / result.lower_bound  # type: ignore[attr-defined]
+    never_slower = all(b.step_time is None or best.step_time <= b.step_time * (1 + 1e-9)
+                       for b in result.baselines)  # type: ignore[attr-defined]
+    return (f"| {preset} | {gpus} × {gpu} | {best.step_time:.1f} | {describe(best)} | {cells[0]} | {cells[1]} | "
+            f"{'—' if ratio is None else f'{ratio:.2f}×'} | {'yes' if never_slower else 'NO'} | {gap:.3f} | "
+            f"{cpu:.1f} |")
+
+
+def clusters_table() -> str:
+    """Every preset on every cluster of :data:`CLUSTERS` (two processes)."""
+    from multiprocessing import Pool
+
+    rows = ["| model | cluster | best ms | best plan | reference-fsdp ms | megatron-recommended ms | "
+            "× best baseline | never slower | best ÷ bound | CPU s |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    cases = [(preset, gpu, gpus, inter) for preset in presets.names() for gpu, gpus, inter in CLUSTERS]
+    with Pool(2) as pool:
+        rows += pool.map(_cluster_row, cases)
     return "\n".join(rows)
 
 
 def walkthrough() -> str:
-    """The ranked table of ``pipeplan plan --preset pi0 --gpus 8 --gpu h100-80g --global-batch 256 --pp 4``."""
+    """The ranked table of ``pipeplan plan --preset pi0 --gpus 8 --gpu h100-80g --global-batch 256``."""
     from rich.console import Console
 
     from pipeplan.viz import plan_table
 
-    result, _, _ = run("pi0", 8, pp=4)
-    console = Console(record=True, width=220, file=open(os.devnull, "w"))
+    result, _, _ = run("pi0", 8)
+    console = Console(record=True, width=240, file=open(os.devnull, "w"))
     console.print(plan_table(result))  # type: ignore[arg-type]
     return "```text\n" + console.export_text().rstrip() + "\n```"
-
-
-def baseline_table() -> str:
-    rows = ["| model | GPUs | pp | best step ms | best plan | Megatron default ms | default plan | × default | "
-            "default made to fit (recompute) ms | × it |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
-    for preset, gpus, pp in (("pi0", 8, 4), ("driving-6cam", 32, None), ("driving-6cam", 32, 4)):
-        result, _, _ = run(preset, gpus, pp=pp)
-        best, base = result.best, result.baseline  # type: ignore[attr-defined]
-        fits = "" if base.fits else ", over memory"
-        fitting = base if base.fits else result.one_knob.get("recompute")  # type: ignore[attr-defined]
-        made_fit = "—" if fitting is None else (
-            f"{fitting.step_time:.1f} ({'/'.join(sorted(set(fitting.recompute)))}) | "
-            f"{fitting.step_time / best.step_time:.2f}×")
-        rows.append(f"| {preset} | {gpus} | {pp or 'searched'} | {best.step_time:.1f} | {describe(best)}, layers "
-                    f"{list(best.layers_per_stage)} | {base.step_time:.1f} | layers {list(base.layers_per_stage)}{fits} | "
-                    f"{result.ratio(best):.2f}× | {made_fit} |")  # type: ignore[attr-defined]
-    return "\n".join(rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="record the tables in docs/planner.md")
     parser.add_argument("--repeats", type=int, default=2, help="speed runs per model (the least CPU time counts)")
-    parser.add_argument("--only", choices=("speed", "quality", "baseline", "walkthrough"), default=None,
+    parser.add_argument("--only", choices=("speed", "clusters", "walkthrough"), default=None,
                         help="run (and with --write, record) one table only")
     args = parser.parse_args()
     machine = (f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores "
                f"({platform.machine()}), shared with other jobs while measured")
     makers = {"speed": lambda: f"Measured on {machine}.\n\n{speed_table(args.repeats)}",
-              "quality": quality_table, "baseline": baseline_table, "walkthrough": walkthrough}
+              "clusters": clusters_table, "walkthrough": walkthrough}
     docs = Path(__file__).resolve().parent.parent / "docs" / "planner.md"
     for name, make in makers.items():
         if args.only not in (None, name):

@@ -165,7 +165,8 @@ class Evaluator:
                 share = min(1.0, gather_bucket / (params * per.reduce)) if per.reduce else 1.0
                 gather_exposed = ring_pass_ms(self._shard_link(dp_link), share * params * per.gather, shards)
             if self.memory.unsharded_layers(config.pp):  # FSDP without a pipeline: per layer, every microbatch
-                reduction, exposed, gather, gather_exposed, end = self._fsdp_per_microbatch(config, layout, per, dp_link)
+                reduction, exposed, gather, gather_exposed, _ = self._fsdp_per_microbatch(config, layout, per, dp_link)
+                end = 0.0 if timeline is None else float(timeline.makespan) * to_ms  # exposed after the compute
             optimizer = rank_optimizer_ms(params, device=self.cluster.device, **step)  # type: ignore[arg-type]
             ranks.append(RankRest(end, reduction, exposed, gather, gather_exposed, optimizer))
         makespan = None if timeline is None else float(timeline.makespan) * to_ms
@@ -210,7 +211,8 @@ class Evaluator:
         Returns ``(reduction, exposed, gather, gather_exposed, end)`` for the one
         rank: the whole step's reduce-scatters, the exposed part of all of it
         (:func:`~pipeplan.planner.step.fsdp_exposed_ms` per microbatch), the
-        gathers, 0 (counted in ``exposed``) and 0.
+        gathers, 0 (counted in ``exposed``) and 0 (the caller sets ``end``: the
+        exposed time adds to the whole compute).
         """
         if mode is None:
             assert layout is not None

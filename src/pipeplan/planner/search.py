@@ -56,7 +56,7 @@ from .layout import Layout
 from .memory import OptimizerBytes, gb
 from .records import Rejection, SearchStats
 from .step import gradient_sync
-from .space import Config, SearchSpace
+from .space import Config, SearchSpace, hsdp_shards
 from .workload import Workload
 
 __all__ = ["search", "SearchOptions", "SearchResult", "Baseline", "SearchStats", "Rejection", "step_time_lower_bound",
@@ -516,27 +516,38 @@ class _Search:
         return best if best is not None else closest
 
     def _reference_fsdp(self) -> Baseline:
-        """FSDP over every GPU (pp = tp = 1) with the reference's recompute, the fastest micro-batch size that fits."""
+        """What the model's own repository runs: data parallelism over every GPU (pp = tp = 1) in its
+        reference mode with its reference recompute (FSDP without a record, or where the recorded mode does
+        not fit), the fastest micro-batch size that fits."""
         training = getattr(self.workload.spec, "training", None)
-        mode: DataParallelMode = "fsdp"
         recompute: Recompute = "none"
+        modes: list[DataParallelMode] = ["fsdp"]
         note = "FSDP over every GPU"
         if training is not None:
-            modes = [training.mode_of(name) for unit in self.workload.spec.recompute_units() for name in unit]
-            recompute = max(modes or ["none"], key=RECOMPUTE_MODES.index)
-            note = f"the reference's {training.dp_mode} and recompute ({training.source})" if training.source else note
-            if training.dp_mode in ("fsdp", "hsdp", "zero2", "zero1"):
-                mode = training.dp_mode
+            units = [training.mode_of(name) for unit in self.workload.spec.recompute_units() for name in unit]
+            recompute = max(units or ["none"], key=RECOMPUTE_MODES.index)
+            modes = [training.dp_mode] + (["fsdp"] if training.dp_mode != "fsdp" else [])
+            note = f"{training.dp_mode}, recompute {recompute}" + (f" ({training.source})" if training.source else "")
         if recompute not in self.workload.recompute_modes:
             recompute = "none"
         dp = self.cluster.num_gpus
-        if dp == 1:
-            mode = "ddp"
-        if self.options.dp_modes is not None and mode not in self.options.modes():
-            return Baseline("reference-fsdp", None, f"dp mode {mode} is not searched (--dp-modes)")
-        configs = [Config(1, dp, b, self.global_batch // (dp * b), "1f1b", 1, recompute, 1, mode)
-                   for b in self.space.micro_batches_for(dp)]
-        return Baseline("reference-fsdp", self._fastest_fitting(configs), note)
+        if self.options.dp_modes is not None:
+            modes = [mode for mode in modes if mode in self.options.modes()]
+            if not modes:
+                return Baseline("reference-fsdp", None, "its data-parallel mode is not searched (--dp-modes)")
+        plan: Plan | None = None
+        for index, mode in enumerate(modes):
+            mode = mode if dp > 1 else "ddp"
+            if mode == "hsdp" and hsdp_shards(1, 1, dp, self.cluster.gpus_per_node) == 1:
+                mode = "fsdp"  # one node: HSDP is FSDP
+            configs = [Config(1, dp, b, self.global_batch // (dp * b), "1f1b", 1, recompute, 1, mode)
+                       for b in self.space.micro_batches_for(dp)]
+            plan = self._fastest_fitting(configs)
+            if plan is not None and plan.fits:
+                if index:
+                    note += f"; {modes[0]} does not fit, so {mode}"
+                break
+        return Baseline("reference-fsdp", plan, note)
 
     def _megatron_recommended(self) -> Baseline:
         """Megatron-LM's recommended layout: the least model parallelism that fits (docs/planner.md)."""
