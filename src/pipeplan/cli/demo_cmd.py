@@ -100,48 +100,54 @@ def _story_microbatches(num_microbatches: int) -> int:
     return num_microbatches * (1 + 2 + sum(MORE_MICROBATCHES) + 2)
 
 
-def pi0_story(console: Console, *, width: int = 100, gpus: int = 8, global_batch: int = 256, pp: int = 4) -> None:
-    """Plan π0 on ``gpus`` H100s with ``pp`` pipeline stages: the ranked table, the Gantt, the Megatron-LM flags."""
+def pi0_story(console: Console, *, width: int = 100) -> None:
+    """π0 planned honestly: where plain sharded data parallelism is as good, and where pipelining pays.
+
+    Two searches of the whole space (tp, pp, data-parallel mode, schedule,
+    micro-batch size, recompute) against the two baselines a user would run:
+    8 H100s at global batch 256 (32 samples per GPU: FSDP hides its
+    communication, no pipeline needed) and 64 H100s at global batch 64 (one
+    sample per GPU: FSDP's per-layer gathers over InfiniBand no longer hide, and
+    tensor plus pipeline parallelism inside and across nodes wins).
+    """
     from .. import presets
-    from ..planner.export import export_notes, export_refusal, megatron_args
     from ..planner import Cluster, Workload, search
+    from ..planner.explain import explain
     from ..viz import plan_table, text_gantt
 
-    cluster = Cluster.of("h100-80g", gpus)
     spec = presets.get("pi0")
-    workload = Workload.from_spec(spec, cluster.device)
-    console.rule(f"[bold]Planning π0 on {gpus} × H100 80GB, global batch {global_batch}, {pp} pipeline stages")
+    training = spec.training
+    console.rule("[bold]π0: when does pipelining pay?")
     console.print(
         f"π0 (openpi): a SigLIP vision tower, Gemma 2B and an action expert that runs in lockstep with every "
-        f"Gemma layer — {spec.num_parameters() / 1e9:.2f}B parameters, {workload.num_layers} pipeline layers "
-        "(a Gemma layer and its action-expert layer are one). Times come from FLOPs at 40% of the H100's "
-        "989 TFLOP/s; links: NVLink in the node."
+        f"Gemma layer, {spec.num_parameters() / 1e9:.2f}B parameters. openpi trains it with "
+        f"{training.dp_mode if training else 'data parallelism'} and full recompute; Megatron-LM would use the "
+        "least model parallelism that fits. pipeplan searches both and everything between."
     )
-    result = search(workload, cluster, global_batch, pp=pp, top=5)
-    console.print(plan_table(result, title="ranked plans (step time is one optimizer step)"))
-    best, base = result.best, result.baseline
-    assert base is not None and best.step_time is not None and base.step_time is not None
+    for gpus, batch in ((8, 256), (64, 64)):
+        cluster = Cluster.of("h100-80g", gpus)
+        workload = Workload.from_spec(spec, cluster.device)
+        result = search(workload, cluster, batch, top=3)
+        console.rule(f"{gpus} × H100 80GB, global batch {batch} ({batch // gpus} per GPU)")
+        console.print(plan_table(result, title="ranked plans, the baselines, one-knob changes (step ms)"))
+        best, baseline = result.best, result.best_baseline
+        if baseline is None or baseline.plan is None:
+            console.print("no baseline fits")
+            continue
+        line = explain(best, baseline.plan, baseline.name)
+        if best.pp == 1 and best.tp == 1:
+            console.print(f"Plain sharded data parallelism is the best plan here ({best.dp_mode}): {line}. "
+                          "A pipeline only adds fill and drain when every GPU has enough samples to hide its "
+                          "communication.", markup=False, highlight=False)
+        else:
+            console.print(f"Pipelining pays: tp={best.tp} × pp={best.pp} × dp={best.dp} {best.dp_mode}, "
+                          f"{best.schedule_label}, is {line}.", markup=False, highlight=False)
+            if best.timeline is not None:
+                console.print("\n[bold]The best plan's step[/bold] (one pipeline; ms)")
+                console.print(text_gantt(best.timeline, width=width), markup=False, highlight=False)
     console.print(
-        f"Megatron-LM's default for the same GPUs and batch splits the {workload.num_layers} layers evenly "
-        f"({list(base.layers_per_stage)}): the cheap vision layers fill the first stages and the Gemma layers "
-        f"pile up on the last, so its step takes {base.step_time:.0f} ms. The best plan puts "
-        f"{list(best.layers_per_stage)} layers on its stages and runs {best.schedule_label}: {best.step_time:.0f} ms, "
-        f"{result.ratio(best):.2f}× faster; the search's lower bound is {result.lower_bound:.0f} ms."
-    )
-    if best.timeline is not None:
-        console.print("\n[bold]The best plan's step[/bold] (one pipeline; ms)")
-        console.print(text_gantt(best.timeline, width=width), markup=False, highlight=False)
-    runnable, index = result.best_for("megatron")
-    where = f"plan {index + 1}" if index is not None else f"the best {runnable.schedule_label} plan"
-    skipped = "" if index == 0 else f"; Megatron-LM cannot run plan 1: {export_refusal(result.plans[0], 'megatron')}"
-    console.print(f"\n[bold]Megatron-LM flags[/bold] for {where}{skipped}:")
-    console.print(" ".join(megatron_args(runnable)), markup=False, highlight=False)
-    for note in export_notes(runnable, "megatron"):
-        console.print(f"note: {note}")
-    console.print("default Megatron-LM run: " + " ".join(megatron_args(base)), markup=False, highlight=False)
-    console.print(
-        f"\nThe full search (every pp) is `pipeplan plan --preset pi0 --gpus {gpus} --gpu h100-80g "
-        f"--global-batch {global_batch}`; add --export torchtitan|deepspeed|torch for the other engines."
+        "\nYour own cluster: `pipeplan plan --preset pi0 --gpus N --global-batch B`; "
+        "add --export megatron|deepspeed|torchtitan|torch for an engine's flags."
     )
 
 
