@@ -199,22 +199,37 @@ def test_tight_memory_recomputes_only_the_stages_that_need_it():
 
 
 # ------------------------------------------------------------- baselines
-def test_baseline_is_megatron_default_and_one_knob_plans_change_one_knob():
+def test_baselines_are_what_users_run_and_one_knob_plans_change_one_knob():
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, first_extra=25.0)
     result = search(workload, small_cluster(4, 4e9), 16, pp=4, top=3)
+    assert [b.name for b in result.baselines] == ["reference-fsdp", "megatron-recommended"]
+    fsdp, megatron = result.baselines
+    assert fsdp.plan is not None and (fsdp.plan.pp, fsdp.plan.dp, fsdp.plan.dp_mode) == (1, 4, "fsdp")
     base = result.baseline
-    assert base is not None and base.schedule == "1f1b"
-    assert base.layers_per_stage == even_split(8, 4)
-    assert (base.pp, base.dp, base.micro_batch_size, base.num_microbatches) == (
-        result.best.pp, result.best.dp, result.best.micro_batch_size, result.best.num_microbatches)
+    assert base is megatron.plan and base is not None and base.schedule == "1f1b"
+    assert base.pp == 4 and base.layers_per_stage == even_split(8, 4)  # the least pp that fits, within --pp 4
     assert set(base.recompute) == {"none"}
+    assert all(plan.pp == 4 for plan in result.plans)  # a baseline outside the searched space is not a plan
     assert result.ratio(result.best) == pytest.approx(base.step_time / result.best.step_time)
     assert result.ratio(result.best) > 1.0  # the heavy first stage makes the even split slow
+    best_baseline = min(b.step_time for b in result.baselines if b.step_time is not None)
+    assert result.ratio_to_best_baseline(result.best) == pytest.approx(best_baseline / result.best.step_time)
     knobs = result.one_knob
     assert knobs["partition"].schedule == "1f1b" and knobs["partition"].layers_per_stage != base.layers_per_stage
+    assert (knobs["partition"].micro_batch_size, knobs["partition"].num_microbatches) == (
+        base.micro_batch_size, base.num_microbatches)
     assert knobs["schedule"].layers_per_stage == even_split(8, knobs["schedule"].num_stages)
     for plan in knobs.values():
         assert result.best.step_time <= plan.step_time * (1 + 1e-12) or plan.pp != result.best.pp
+
+
+def test_a_baseline_in_the_space_is_never_faster_than_the_best_plan():
+    workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, first_extra=25.0)
+    result = search(workload, small_cluster(8, 4e9), 32, top=2)
+    for baseline in result.baselines:
+        assert baseline.step_time is not None
+        assert result.best.step_time <= baseline.step_time * (1 + 1e-12)
+    assert result.ratio_to_best_baseline(result.best) >= 1.0
 
 
 def test_plans_are_ranked_and_fit():

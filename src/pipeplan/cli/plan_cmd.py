@@ -67,6 +67,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--inter-link", default="ib-ndr", help="link between nodes (default ib-ndr)")
     parser.add_argument("--global-batch", type=int, required=True, help="samples per optimizer step")
     parser.add_argument("--pp", type=int, default=None, help="fix the pipeline-parallel degree")
+    parser.add_argument("--tp", type=int, default=None,
+                        help="fix the tensor-parallel degree (Megatron TP with sequence parallelism, inside a node; "
+                             "default: every degree that divides the heads and a node)")
+    parser.add_argument("--dp-modes", default=None, metavar="MODES",
+                        help="comma-separated data-parallel modes to search: ddp, zero1, zero2, fsdp, hsdp "
+                             "(default all with --optimizer adam)")
     parser.add_argument("--micro-batch-size", type=int, default=None, help="fix the micro-batch size")
     parser.add_argument("--partition", default=None, metavar="auto|even|A,B,...",
                         help="fix the layers per stage: counts like 4,3,3,2 (only configurations with that many "
@@ -162,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
             schedules=schedules, memory_capacity=args.memory, optimizer=args.optimizer, send_mode=args.send,
             top=args.top, budget=args.budget, progress=progress, max_virtual_stages=args.max_virtual_stages,
             headroom=args.headroom, partition=None if args.partition is None else parse_partition(args.partition),
+            tp=args.tp, dp_modes=_dp_modes(args.dp_modes),
         )
     finally:
         progress.close()
@@ -177,6 +184,16 @@ def run(args: argparse.Namespace) -> int:
     console.print("assumptions: " + "; ".join(f"{key} {value}" for key, value in lines.items()),
                   markup=False, highlight=False)
     return 0
+
+
+def _dp_modes(text: str | None) -> list[str] | None:
+    """``--dp-modes`` as a list (``None``: the default)."""
+    if text is None:
+        return None
+    modes = [mode.strip() for mode in text.split(",")]
+    if not all(modes):
+        raise InvalidInputError(f"--dp-modes has an empty entry: {text!r}")
+    return modes
 
 
 def _gemm_fallbacks(args: argparse.Namespace, cluster: Cluster, result: SearchResult) -> list[dict[str, list[int]]]:
@@ -205,7 +222,13 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         "optimizer": (f"{optimizer}: {split.weights:g} B weights + {split.gradients:g} B gradients + "
                       f"{split.optimizer:g} B state per trained parameter"
                       + (" (state / dp)" if args.optimizer == "distributed" else "")),
-        "gradients": "reduced over data parallel after the pipeline, not overlapped (Megatron-LM's default)",
+        "gradients": ("ddp, zero1, zero2: reduced over data parallel after the pipeline, not overlapped "
+                      "(Megatron-LM's default; zero1/zero2 reduce-scatter fp32/bf16 gradients and all-gather bf16 "
+                      "weights); fsdp, hsdp: per layer with one layer prefetched (FSDP2), without a pipeline "
+                      "every microbatch"),
+        "tensor parallel": ("Megatron TP with sequence parallelism inside a node: 4 ring passes of a block's "
+                            "activation in its forward and 4 in its backward, exposed (no --tp-comm-overlap); "
+                            "GEMMs divided by tp and timed at their own efficiency"),
         "messages": _SENDS[args.send],
         "step": "pipeline + exposed gradient reduction + optimizer step, shown to 3 significant figures",
     }
@@ -219,12 +242,21 @@ def _payload(result: SearchResult, names: Any = None) -> dict[str, Any]:
         entry["exports"] = plan_exports(plan, names)
     if result.baseline is not None:
         payload["baseline"]["exports"] = plan_exports(result.baseline, names)
+    for entry, baseline in zip(payload["baselines"], result.baselines):
+        if baseline.plan is not None:
+            entry["exports"] = plan_exports(baseline.plan, names)
+    best = result.best_baseline
+    if best is not None and best.plan is not None:
+        from ..planner.explain import explain
+
+        payload["why"] = explain(result.best, best.plan, best.name)
     return payload
 
 
 def _print(args: argparse.Namespace, result: SearchResult) -> None:
     from ..planner.export import export_files, export_notes, export_refusal
     from ..viz import plan_table, text_gantt
+    from ..viz.plans import recompute_legend
 
     if args.export:  # before anything is printed: a plan the engine cannot run is one line
         plan, index = result.best_for(args.export)
@@ -235,6 +267,10 @@ def _print(args: argparse.Namespace, result: SearchResult) -> None:
     model = args.preset or args.spec or args.profile
     device = args.device or args.gpu
     console.print(plan_table(result, title=f"{model} on {args.gpus} × {device}, global batch {args.global_batch}"))
+    legend = recompute_legend(best)
+    if legend:
+        console.print(legend, markup=False, highlight=False)
+    console.print(_headline(result), markup=False, highlight=False)
     status = "complete" if stats.complete else f"stopped by --budget {args.budget:g} s: the best plans so far"
     console.print(
         f"search {status}: {stats.candidates} candidates, {stats.partitions} exact partitions, "
@@ -255,6 +291,17 @@ def _print(args: argparse.Namespace, result: SearchResult) -> None:
         emit_export(args, files)
         for note in export_notes(plan, args.export):
             console.print(f"note: {note}")
+
+
+def _headline(result: SearchResult) -> str:
+    """The best plan against the best baseline that fits, and why (one line)."""
+    from ..planner.explain import explain
+
+    best = result.best_baseline
+    if best is None or best.plan is None:
+        names = ", ".join(f"{b.name} ({b.note})" for b in result.baselines)
+        return f"best plan: no baseline fits ({names})"
+    return "best plan: " + explain(result.best, best.plan, best.name)
 
 
 def _write_files(args: argparse.Namespace, result: SearchResult) -> None:

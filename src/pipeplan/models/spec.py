@@ -387,6 +387,7 @@ class ModelSpec:
         joint = {m.joint_with: m for m in self.modules if isinstance(m, TransformerStack) and m.joint_with}
         rows: list[tuple[str, tuple[str, ...], dict[str, float], float, float, PassOps]] = []
         owners: list[tuple[str, ...]] = []
+        seen: dict[tuple[str, int, bool], list[tuple[dict[str, float], float, PassOps]]] = {}
         for module in self.modules:
             if isinstance(module, TransformerStack) and module.joint_with:
                 continue
@@ -401,16 +402,22 @@ class ModelSpec:
                         member is partner and self.needs_grad(module.name)
                     )
                     trains = self.trains(member.name)
-                    for part in self._parts(member, shape, index):
-                        costs = apply_training(part, trains=trains, needs_backward=backward,
-                                               recompute=modes[member.name])
-                        for key in totals:
-                            totals[key] += costs[key]
-                        params += part.params
-                        trainable += part.params if trains else 0.0
-                        run = apply_training_ops(module_ops(member, shape, index, self.module), trains=trains,
-                                                 needs_backward=backward, input_is_data=part.input_is_data,
-                                                 recompute=modes[member.name])
+                    # identical layers cost the same: compute one of each kind once per call
+                    key = (member.name, _layer_kind(member, index), backward)
+                    if key not in seen:
+                        seen[key] = []
+                        for part in self._parts(member, shape, index):
+                            costs = apply_training(part, trains=trains, needs_backward=backward,
+                                                   recompute=modes[member.name])
+                            run = apply_training_ops(module_ops(member, shape, index, self.module), trains=trains,
+                                                     needs_backward=backward, input_is_data=part.input_is_data,
+                                                     recompute=modes[member.name])
+                            seen[key].append((costs, part.params, run))
+                    for costs, part_params, run in seen[key]:
+                        for name in totals:
+                            totals[name] += costs[name]
+                        params += part_params
+                        trainable += part_params if trains else 0.0
                         kernels = PassOps(kernels.forward + run.forward, kernels.input_grad + run.input_grad,
                                           kernels.weight_grad + run.weight_grad)
                 label = "+".join(names)
@@ -655,6 +662,22 @@ class ModelSpec:
             return cls.from_dict(payload)
         except TypeError as error:
             raise InvalidInputError(f"spec file {str(file)!r}: {error}") from None
+
+
+def _layer_kind(module: Module, index: int) -> int:
+    """A representative of the layers of ``module`` that cost what layer ``index`` costs.
+
+    Blocks differ only in being the last (a final norm) or, for a stack with
+    cross-attention, in attending across; a vision encoder's layer 0 is its
+    patch embedding.
+    """
+    depth = _depth(module)
+    if index in (0, depth - 1):
+        return index
+    if isinstance(module, TransformerStack) and module.cross_attention is not None:
+        every = module.cross_attention.every
+        return next(i for i in range(1, depth - 1) if (i % every == 0) == (index % every == 0))
+    return 1
 
 
 def _depth(module: Module) -> int:

@@ -16,7 +16,7 @@ data-parallel group uses the inter-node link as soon as ``pp · dp`` exceeds a n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import hardware
 from .._validation import positive_int
@@ -122,6 +122,20 @@ class Cluster:
     def between_nodes(self) -> Link:
         """The inter-node link."""
         return self.inter_node if self.inter_node is not None else self.intra_node
+
+    def for_tensor_parallel(self, tp: int) -> Cluster:
+        """The cluster of ``tp``-GPU tensor-parallel groups: each group acts as one device of the pipeline and data
+        parallelism (GPUs are laid out ``tp`` innermost, inside a node; every GPU of a group sends its own
+        share of a message on its own link)."""
+        if tp == 1:
+            return self
+        if self.gpus_per_node % tp and self.num_gpus % tp:
+            raise InvalidInputError(f"tp={tp} must divide the GPUs of a node ({self.gpus_per_node})")
+        node = min(self.gpus_per_node, self.num_gpus)
+        if node % tp:
+            raise InvalidInputError(f"tp={tp} must divide the GPUs of a node ({node}): tensor parallelism stays "
+                                    "inside a node")
+        return replace(self, num_gpus=self.num_gpus // tp, gpus_per_node=max(1, self.gpus_per_node // tp))
 
     def pipeline_link(self, pp: int, dp: int, rank_a: int, rank_b: int) -> Link:
         """The link between pipeline ranks ``rank_a`` and ``rank_b`` (0-based within a pipeline).

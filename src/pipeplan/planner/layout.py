@@ -104,9 +104,12 @@ class Layouts:
         self._layouts: dict[tuple[Any, ...], Layout | Rejection | None] = {}
         self._templates: dict[tuple[Any, ...], Schedule] = {}
         self._inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
-        self._free: dict[tuple[Any, ...], tuple[int, ...]] = {}
-        self._chunks: dict[tuple[Any, ...], tuple[int, ...]] = {}
-        self._cuts: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        # partitions that depend on the profiles alone: shared by every Layouts of this workload
+        # (the search has one per data-parallel mode)
+        shared = workload.memo
+        self._free: dict[tuple[Any, ...], tuple[int, ...]] = shared.setdefault("free_sizes", {})
+        self._chunks: dict[tuple[Any, ...], tuple[int, ...]] = shared.setdefault("chunk_sizes", {})
+        self._cuts: dict[tuple[Any, ...], tuple[int, ...]] = shared.setdefault("chunk_cuts", {})
         self._balanced: dict[tuple[Any, ...], Layout] = {}
 
     # ------------------------------------------------------------ schedule shapes

@@ -47,7 +47,7 @@ from .._validation import positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..partition import even_split
 from ..partition.choice import PartitionChoice
-from ..plan import RECOMPUTE_MODES, Plan, Recompute
+from ..plan import DP_MODES, RECOMPUTE_MODES, DataParallelMode, Plan, Recompute
 from ..schedules import schedule_info
 from .bounds import fill_bound, step_time_lower_bound
 from .cluster import Cluster
@@ -58,7 +58,7 @@ from .records import Rejection, SearchStats
 from .space import Config, SearchSpace
 from .workload import Workload
 
-__all__ = ["search", "SearchOptions", "SearchResult", "SearchStats", "Rejection", "step_time_lower_bound",
+__all__ = ["search", "SearchOptions", "SearchResult", "Baseline", "SearchStats", "Rejection", "step_time_lower_bound",
            "evaluate_layout", "fill_bound", "DEFAULT_HEADROOM"]
 
 Progress = Callable[[int, int], None]
@@ -68,14 +68,48 @@ DEFAULT_HEADROOM = 0.1
 
 
 @dataclass(frozen=True)
-class SearchResult:
-    """Ranked plans that fit, the Megatron-LM default and the best one-knob changes.
+class Baseline:
+    """What a user would run without pipeplan, planned the same way (docs/planner.md, "Baselines").
 
     Attributes:
-        plans: the best plans that fit, fastest first.
-        baseline: Megatron-LM's default for the best plan's GPUs and batch: an
-            even split, 1F1B, the same micro-batch size and ``m``, no recompute
-            (``baseline.fits`` says whether it fits).
+        name: ``"reference-fsdp"`` (the model's own repository: FSDP over every
+            GPU with its reference recompute) or ``"megatron-recommended"``
+            (tensor parallelism inside a node, pipeline stages only as needed to
+            fit, 1F1B, even layers per stage, the distributed optimizer).
+        plan: its plan (``None``: it could not be built), fastest micro-batch size that fits.
+        note: how it was chosen, in a line.
+    """
+
+    name: str
+    plan: Plan | None
+    note: str = ""
+
+    @property
+    def fits(self) -> bool:
+        """It was built and fits the memory."""
+        return self.plan is not None and self.plan.fits
+
+    @property
+    def step_time(self) -> float | None:
+        """Its step time when it fits."""
+        return self.plan.step_time if self.fits and self.plan is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``name``, ``fits``, ``step_time``, ``note`` and the plan's fields."""
+        fields = {} if self.plan is None else self.plan.to_dict()
+        return dict(fields, name=self.name, fits=self.fits, step_time=self.step_time, note=self.note)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Ranked plans that fit, the baselines a user would otherwise run and the best one-knob changes.
+
+    Attributes:
+        plans: the best plans that fit, fastest first (never slower than a
+            baseline that fits: a baseline is a point of the space, and joins the
+            plans when it is among the fastest).
+        baseline: the Megatron-LM plan the one-knob rows change (the
+            ``megatron-recommended`` baseline; ``baseline.fits`` says whether it fits).
         one_knob: the best plan that changes one knob of the baseline, by knob
             (``"partition"``, ``"schedule"``, ``"micro_batch_size"``,
             ``"recompute"``, ``"pp"``).
@@ -95,6 +129,20 @@ class SearchResult:
     lower_bound: float
     single_stage_bound: float = math.inf
     rerun: Callable[[Sequence[str]], SearchResult] | None = field(default=None, repr=False, compare=False)
+    baselines: tuple[Baseline, ...] = ()
+
+    @property
+    def best_baseline(self) -> Baseline | None:
+        """The fastest baseline that fits (``None``: none fits)."""
+        fitting = [b for b in self.baselines if b.step_time is not None]
+        return min(fitting, key=lambda b: b.step_time or math.inf) if fitting else None
+
+    def ratio_to_best_baseline(self, plan: Plan) -> float | None:
+        """The best fitting baseline's step time ÷ ``plan``'s (the headline: > 1 is faster than it)."""
+        best = self.best_baseline
+        if best is None or best.step_time is None or not plan.step_time:
+            return None
+        return best.step_time / plan.step_time
 
     @property
     def best(self) -> Plan:
@@ -129,17 +177,24 @@ class SearchResult:
             raise InvalidInputError(f"{engine} runs only {', '.join(allowed)}, and {error}") from None
 
     def ratio(self, plan: Plan) -> float | None:
-        """Baseline step time ÷ ``plan``'s (> 1: faster than Megatron's default)."""
+        """The Megatron baseline's step time ÷ ``plan``'s (> 1: faster than it)."""
         if self.baseline is None or self.baseline.step_time is None or not plan.step_time:
             return None
         return self.baseline.step_time / plan.step_time
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready result (plans without exports; the CLI adds them)."""
+        def row(plan: Plan) -> dict[str, Any]:
+            return dict(plan.to_dict(), ratio_to_baseline=self.ratio(plan),
+                        ratio_to_best_baseline=self.ratio_to_best_baseline(plan))
+
+        best = self.best_baseline
         return {
-            "plans": [dict(p.to_dict(), ratio_to_baseline=self.ratio(p)) for p in self.plans],
+            "plans": [row(p) for p in self.plans],
+            "baselines": [b.to_dict() for b in self.baselines],
+            "best_baseline": None if best is None else best.name,
             "baseline": None if self.baseline is None else self.baseline.to_dict(),
-            "one_knob": {k: dict(p.to_dict(), ratio_to_baseline=self.ratio(p)) for k, p in self.one_knob.items()},
+            "one_knob": {k: row(p) for k, p in self.one_knob.items()},
             "lower_bound": self.lower_bound,
             "single_stage_bound": self.single_stage_bound,
             "rejected": [
@@ -155,6 +210,7 @@ def _config_dict(config: Config) -> dict[str, Any]:
         "pp": config.pp, "dp": config.dp, "micro_batch_size": config.micro_batch_size,
         "microbatches": config.num_microbatches, "schedule": config.schedule,
         "virtual_stages": config.virtual_stages, "recompute": config.recompute,
+        "tp": config.tp, "dp_mode": config.dp_mode,
     }
 
 
@@ -177,6 +233,8 @@ def search(
     exhaustive: bool = False,
     headroom: float = DEFAULT_HEADROOM,
     partition: PartitionChoice | None = None,
+    tp: int | None = None,
+    dp_modes: Sequence[str] | None = None,
 ) -> SearchResult:
     """Search the space for the fastest plans that fit.
 
@@ -213,6 +271,11 @@ def search(
             ``"even"`` (every configuration's even split) or ``"auto"`` /
             ``None`` (the search's own partitions). Recompute is still relaxed per
             stage; the Megatron default and the one-knob plans stay as they are.
+        tp: fix the tensor-parallel degree (default: every degree the workload
+            answers for that divides a node).
+        dp_modes: the data-parallel modes to try (default every one of
+            :data:`~pipeplan.plan.DP_MODES` with ``optimizer="adam"``; ``"zero1"``
+            alone with ``optimizer="distributed"``; ``"ddp"`` with bytes per parameter).
 
     Returns:
         A :class:`SearchResult`.
@@ -227,7 +290,8 @@ def search(
     options = SearchOptions(pp=pp, micro_batch_size=micro_batch_size, schedules=schedules,
                             memory_capacity=memory_capacity, optimizer=optimizer,
                             max_virtual_stages=max_virtual_stages, send_mode=send_mode, top=top, budget=budget,
-                            progress=progress, exhaustive=exhaustive, headroom=headroom, partition=partition)
+                            progress=progress, exhaustive=exhaustive, headroom=headroom, partition=partition,
+                            tp=tp, dp_modes=tuple(dp_modes) if dp_modes is not None else None)
     return _Search(workload, cluster, global_batch, options).run()
 
 
@@ -248,6 +312,26 @@ class SearchOptions:
     exhaustive: bool = False
     headroom: float = DEFAULT_HEADROOM
     partition: PartitionChoice | None = None
+    tp: int | None = None
+    dp_modes: tuple[str, ...] | None = None
+
+    def modes(self) -> tuple[DataParallelMode, ...]:
+        """The data-parallel modes searched (see :func:`search`)."""
+        if self.dp_modes is not None:
+            unknown = [m for m in self.dp_modes if m not in DP_MODES]
+            if unknown or not self.dp_modes:
+                raise InvalidInputError(f"dp modes must be among {', '.join(DP_MODES)}, got {list(self.dp_modes)}")
+            if self.optimizer == "distributed" and set(self.dp_modes) - {"zero1"}:
+                raise InvalidInputError("optimizer 'distributed' is Megatron's distributed optimizer, dp mode zero1; "
+                                        f"it does not combine with {', '.join(m for m in self.dp_modes if m != 'zero1')}")
+            return tuple(self.dp_modes)  # type: ignore[arg-type]
+        if self.optimizer == "distributed":
+            return ("zero1",)
+        return DP_MODES if self.optimizer == "adam" else ("ddp",)
+
+    def optimizer_kind(self) -> str | float:
+        """The optimizer the memory model sees: ``"distributed"`` is Adam under ``zero1``."""
+        return "adam" if self.optimizer == "distributed" else self.optimizer
 
     def capacity(self, cluster: Cluster) -> float:
         """Check the options but ``top`` and return the bytes per GPU a plan may use on ``cluster``.
@@ -297,7 +381,7 @@ class _Ranking:
 
     def offer(self, plan: Plan) -> None:
         """Keep ``plan`` if it is new and among the ``keep`` fastest."""
-        identity = (plan.pp, plan.schedule, plan.virtual_stages, plan.micro_batch_size,
+        identity = (plan.tp, plan.pp, plan.dp_mode, plan.schedule, plan.virtual_stages, plan.micro_batch_size,
                     plan.layers_per_stage, plan.recompute)
         if identity in self._seen:
             return
@@ -331,40 +415,146 @@ class _Search:
             micro_batch_size=options.micro_batch_size,
             schedules=tuple(options.schedules) if options.schedules is not None else None,
             max_virtual_stages=options.max_virtual_stages, partition=options.partition,
+            tensor_parallel_degrees=workload.tensor_parallel_degrees, tp=options.tp, dp_modes=options.modes(),
+            gpus_per_node=cluster.gpus_per_node,
         )
         self.started = time.perf_counter()
-        self.evaluator = Evaluator(workload, cluster, self.capacity, options.optimizer, options.send_mode)
+        self.stats = SearchStats()
+        self._evaluators: dict[tuple[int, str], Evaluator] = {}
+        self._workloads: dict[int, Workload] = {}
         self.ranking = _Ranking(self.keep)
         self.rejected: list[Rejection] = []
 
+    def evaluator_for(self, config: Config) -> Evaluator:
+        """The evaluator of ``config``'s tensor-parallel degree and data-parallel mode (one per pair, sharing the counts)."""
+        key = (config.tp, config.dp_mode)
+        evaluator = self._evaluators.get(key)
+        if evaluator is None:
+            if config.tp not in self._workloads:  # one per degree: the evaluators of its modes share its profiles
+                self._workloads[config.tp] = self.workload.with_tensor_parallel(config.tp)
+            evaluator = Evaluator(self._workloads[config.tp],
+                                  self.cluster.for_tensor_parallel(config.tp), self.capacity,
+                                  self.options.optimizer_kind(), self.options.send_mode, dp_mode=config.dp_mode, stats=self.stats)
+            self._evaluators[key] = evaluator
+        return evaluator
+
+    def bound(self, config: Config) -> float:
+        """:meth:`~pipeplan.planner.pruning.SearchBounds.config_bound` of ``config`` under its own evaluator."""
+        return self.evaluator_for(config).bounds.config_bound(config)
+
     def run(self) -> SearchResult:
-        """Search, then the Megatron default, the one-knob plans and the space's bounds."""
-        evaluator, stats = self.evaluator, self.evaluator.stats
+        """Search, then the baselines, the one-knob plans and the space's bounds."""
+        stats = self.stats
         configs = self.space.configs()
         stats.candidates = len(configs)
         self._visit_all(configs)
+        budget = self.options.budget
+        deadline = math.inf if budget is None else self.started + budget
+        baselines = (self._reference_fsdp(), self._megatron_recommended())
+        for baseline in baselines:  # a baseline in the space is one of its plans: the plans never lose to it
+            if baseline.plan is not None and baseline.fits and self._in_space(baseline.plan):
+                self.ranking.offer(baseline.plan)
         plans = self.ranking.plans()
         stats.seconds = time.perf_counter() - self.started
         if not plans:
             raise _no_plan_fits(self.rejected, self.capacity, stats, self.workload,
                                 self.options.capacity_note(self.cluster))
-        baseline = _megatron_default(evaluator, plans[0])
-        budget = self.options.budget
-        deadline = math.inf if budget is None else self.started + budget
-        knobs = _one_knob(evaluator, self.space, plans[0], baseline, deadline)
-        bounds = (evaluator.bounds.space_lower_bound(configs, deadline=deadline),
-                  evaluator.bounds.space_lower_bound(configs, chunked=False, deadline=deadline))
+        megatron = baselines[1].plan
+        if megatron is None:
+            megatron = _megatron_default(self.evaluator_for(replace(configs[0], tp=plans[0].tp,
+                                                                    dp_mode=plans[0].dp_mode)), plans[0])
+        knobs = {} if megatron is None else _one_knob(self, megatron, deadline)
+        bounds = (self._space_bound(configs, deadline), self._space_bound(configs, deadline, chunked=False))
         stats.seconds = time.perf_counter() - self.started
         skipped = tuple(Rejection(config, reason) for config, reason in self.space.skipped())
-        return SearchResult(plans, baseline, knobs, tuple(self.rejected) + skipped, stats, *bounds,
-                            rerun=self._rerun)
+        return SearchResult(plans, megatron, knobs, tuple(self.rejected) + skipped, stats, *bounds,
+                            rerun=self._rerun, baselines=baselines)
+
+    def _in_space(self, plan: Plan) -> bool:
+        """Whether ``plan`` (a baseline: 1F1B on an even split) is a point of the searched space."""
+        space = self.space
+        return (plan.tp in space.tensor_degrees() and plan.pp in space.pipeline_degrees(plan.tp)
+                and plan.dp_mode in space.modes_for(plan.tp, plan.pp, plan.dp)
+                and plan.micro_batch_size in space.micro_batches_for(plan.dp)
+                and (plan.pp == 1 or "1f1b" in space.schedule_names)
+                and plan.uniform_recompute in self.workload.recompute_modes
+                and space.partition in (None, "even"))
+
+    def _space_bound(self, configs: Sequence[Config], deadline: float, *, chunked: bool = True) -> float:
+        """The least of each evaluator's bound over its configurations."""
+        groups: dict[tuple[int, str], list[Config]] = {}
+        for config in configs:
+            groups.setdefault((config.tp, config.dp_mode), []).append(config)
+        return min(self.evaluator_for(group[0]).bounds.space_lower_bound(group, chunked=chunked, deadline=deadline)
+                   for group in groups.values())
+
+    # ------------------------------------------------------------ baselines
+    def _fastest_fitting(self, configs: Sequence[Config]) -> Plan | None:
+        """The fastest fitting plan of ``configs`` on the even split with their own recompute, else the least-over one."""
+        best: Plan | None = None
+        closest: Plan | None = None
+        for config in configs:
+            try:
+                sizes = even_split(self.workload.num_layers, config.num_stages)
+                plan = self.evaluator_for(config).evaluate(config, sizes, (config.recompute,) * config.num_stages)
+            except PipeplanError:
+                continue
+            if plan.fits and (best is None or (plan.step_time or math.inf) < (best.step_time or math.inf)):
+                best = plan
+            elif not plan.fits and (closest is None or max(plan.peak_memory) < max(closest.peak_memory)):
+                closest = plan
+        return best if best is not None else closest
+
+    def _reference_fsdp(self) -> Baseline:
+        """FSDP over every GPU (pp = tp = 1) with the reference's recompute, the fastest micro-batch size that fits."""
+        training = getattr(self.workload.spec, "training", None)
+        mode: DataParallelMode = "fsdp"
+        recompute: Recompute = "none"
+        note = "FSDP over every GPU"
+        if training is not None:
+            modes = [training.mode_of(name) for unit in self.workload.spec.recompute_units() for name in unit]
+            recompute = max(modes or ["none"], key=RECOMPUTE_MODES.index)
+            note = f"the reference's {training.dp_mode} and recompute ({training.source})" if training.source else note
+            if training.dp_mode in ("fsdp", "hsdp", "zero2", "zero1"):
+                mode = training.dp_mode
+        if recompute not in self.workload.recompute_modes:
+            recompute = "none"
+        dp = self.cluster.num_gpus
+        if dp == 1:
+            mode = "ddp"
+        if self.options.dp_modes is not None and mode not in self.options.modes():
+            return Baseline("reference-fsdp", None, f"dp mode {mode} is not searched (--dp-modes)")
+        configs = [Config(1, dp, b, self.global_batch // (dp * b), "1f1b", 1, recompute, 1, mode)
+                   for b in self.space.micro_batches_for(dp)]
+        return Baseline("reference-fsdp", self._fastest_fitting(configs), note)
+
+    def _megatron_recommended(self) -> Baseline:
+        """Megatron-LM's recommended layout: the least model parallelism that fits (docs/planner.md)."""
+        space = self.space
+        shapes = sorted(((tp, pp) for tp in space.tensor_degrees() for pp in space.pipeline_degrees(tp)),
+                        key=lambda shape: (shape[0] * shape[1], shape[1]))
+        closest: Plan | None = None
+        for tp, pp in shapes:
+            dp = self.cluster.num_gpus // (tp * pp)
+            mode: DataParallelMode = "zero1" if dp > 1 and "zero1" in space.dp_modes else "ddp"
+            for recompute in self.workload.recompute_modes:  # none, then selective, then full: the first that fits
+                configs = [Config(pp, dp, b, self.global_batch // (dp * b), "1f1b", 1, recompute, tp, mode)
+                           for b in space.micro_batches_for(dp)]
+                plan = self._fastest_fitting(configs)
+                if plan is not None and plan.fits:
+                    return Baseline("megatron-recommended", plan,
+                                    f"the least model parallelism that fits: tp={tp}, pp={pp}, recompute {recompute}")
+                if plan is not None and (closest is None or max(plan.peak_memory) < max(closest.peak_memory)):
+                    closest = plan
+        return Baseline("megatron-recommended", closest, "no tp × pp fits with 1F1B and an even split")
 
     def _visit_all(self, configs: Sequence[Config]) -> None:
         """Evaluate ``configs`` in order of their bound, as long as a bound leaves them a chance."""
-        evaluator, stats, options = self.evaluator, self.evaluator.stats, self.options
+        stats, options = self.stats, self.options
         # by bound; within a configuration, no recompute first (the others need it to bind)
-        ordered = sorted(configs, key=lambda c: (evaluator.bounds.config_bound(c), c.pp, c.micro_batch_size,
-                                                 c.schedule, c.virtual_stages, RECOMPUTE_MODES.index(c.recompute)))
+        ordered = sorted(configs, key=lambda c: (self.bound(c), c.tp, c.pp, DP_MODES.index(c.dp_mode),
+                                                 c.micro_batch_size, c.schedule, c.virtual_stages,
+                                                 RECOMPUTE_MODES.index(c.recompute)))
         # Fixed templates first; the cost-aware "adaptive" generator is far dearer to
         # build, and is never slower than the templates it also tries, so it runs
         # last and only where its bound could beat the best plan found.
@@ -381,7 +571,7 @@ class _Search:
                     options.progress(done, len(ordered))
                 done += 1
                 limit = self.ranking.threshold(rank_needed) * (1 - _TIE)
-                if not options.exhaustive and evaluator.bounds.config_bound(config) >= limit:
+                if not options.exhaustive and self.bound(config) >= limit:
                     stats.pruned += len(group) - position
                     done += len(group) - position - 1
                     break
@@ -398,7 +588,7 @@ class _Search:
 
     def _visit(self, config: Config, limit: float) -> Plan | Rejection | None:
         """The plan of ``config`` that fits, why it does not fit, or ``None`` (pruned, or not in the space)."""
-        evaluator, exhaustive = self.evaluator, self.options.exhaustive
+        evaluator, exhaustive = self.evaluator_for(config), self.options.exhaustive
         if not exhaustive and evaluator.bounds.bottleneck_bound(config) >= limit:
             evaluator.stats.pruned += 1
             return None
@@ -423,7 +613,7 @@ class _Search:
         if not names:
             raise InvalidInputError(f"the search tried none of them (--schedules {','.join(self.space.schedule_names)})")
         options = replace(self.options, schedules=names, memory_capacity=self.capacity, top=1, progress=None,
-                          headroom=DEFAULT_HEADROOM)
+                          headroom=DEFAULT_HEADROOM, dp_modes=self.space.dp_modes)
         return _Search(self.workload, self.cluster, self.global_batch, options).run()
 
 
@@ -458,7 +648,8 @@ def _no_plan_fits(rejected: Sequence[Rejection], capacity: float, stats: SearchS
 # ------------------------------------------------------------------ baselines
 def _megatron_default(evaluator: Evaluator, best: Plan) -> Plan | None:
     """Even split, 1F1B, no recompute, the best plan's pp, dp, micro-batch size and m."""
-    config = Config(best.pp, best.dp, best.micro_batch_size, best.num_microbatches, "1f1b", 1, "none")
+    config = Config(best.pp, best.dp, best.micro_batch_size, best.num_microbatches, "1f1b", 1, "none", best.tp,
+                    best.dp_mode)
     sizes = even_split(best.num_layers, best.pp)
     try:
         none: tuple[Recompute, ...] = tuple("none" for _ in range(best.pp))
@@ -467,33 +658,38 @@ def _megatron_default(evaluator: Evaluator, best: Plan) -> Plan | None:
         return None
 
 
-def _one_knob(evaluator: Evaluator, space: SearchSpace, best: Plan, baseline: Plan | None,
-              deadline: float = math.inf) -> dict[str, Plan]:
-    """The best fitting plan that changes one knob of the Megatron default (the knobs tried by ``deadline``)."""
-    if baseline is None:
-        return {}
-    base = Config(baseline.pp, baseline.dp, baseline.micro_batch_size, baseline.num_microbatches, "1f1b", 1, "none")
-    num_layers = best.num_layers
+def _one_knob(search: _Search, baseline: Plan, deadline: float = math.inf) -> dict[str, Plan]:
+    """The best fitting plan that changes one knob of the Megatron baseline (the knobs tried by ``deadline``)."""
+    space = search.space
+    evaluator = search.evaluator_for(Config(baseline.pp, baseline.dp, baseline.micro_batch_size,
+                                            baseline.num_microbatches, "1f1b", 1, "none", baseline.tp,
+                                            baseline.dp_mode))
+    mode = baseline.uniform_recompute or "none"
+    base = Config(baseline.pp, baseline.dp, baseline.micro_batch_size, baseline.num_microbatches, "1f1b", 1, mode,
+                  baseline.tp, baseline.dp_mode)
+    num_layers = baseline.num_layers
+    gpus = space.num_gpus // base.tp
     trials: dict[str, list[tuple[Config, tuple[int, ...] | None]]] = {
-        "partition": [(base, None)],
+        "partition": [(base, None)] if base.pp > 1 else [],
         "schedule": [
             (replace(base, schedule=name, virtual_stages=v), even_split(num_layers, base.pp * v))
             for name, v in space.schedule_shapes(base.pp, base.num_microbatches)
             if name != base.schedule and not (schedule_info(name).any_placement and v > 1)  # its even split is not its own layout
         ],
-        "recompute": [(replace(base, recompute=mode), even_split(num_layers, base.pp))
-                      for mode in evaluator.workload.recompute_modes if mode != "none"],
+        "recompute": [(replace(base, recompute=m), even_split(num_layers, base.pp))
+                      for m in evaluator.workload.recompute_modes if m != mode],
         "micro_batch_size": [
             (replace(base, micro_batch_size=b, num_microbatches=space.global_batch // (base.dp * b)),
              even_split(num_layers, base.pp))
             for b in space.micro_batches_for(base.dp) if b != base.micro_batch_size
         ],
         "pp": [
-            (Config(p, space.num_gpus // p, base.micro_batch_size,
-                    space.global_batch // (space.num_gpus // p * base.micro_batch_size), "1f1b"),
+            (replace(base, pp=p, dp=gpus // p,
+                     num_microbatches=space.global_batch // (gpus // p * base.micro_batch_size),
+                     dp_mode=base.dp_mode if gpus // p > 1 else "ddp"),
              even_split(num_layers, p))
-            for p in space.pipeline_degrees()
-            if p != base.pp and space.global_batch % (space.num_gpus // p * base.micro_batch_size) == 0
+            for p in space.pipeline_degrees(base.tp)
+            if p != base.pp and space.global_batch % (gpus // p * base.micro_batch_size) == 0
         ],
     }
     out: dict[str, Plan] = {}
@@ -503,6 +699,7 @@ def _one_knob(evaluator: Evaluator, space: SearchSpace, best: Plan, baseline: Pl
             if time.perf_counter() > deadline:
                 break
             try:
+                evaluator = search.evaluator_for(config)
                 if sizes is None:
                     layout = evaluator.layouts.partitioned(config)
                     if layout is None or isinstance(layout, Rejection):

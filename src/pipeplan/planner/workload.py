@@ -93,6 +93,8 @@ class Workload:
     tensor_source: TensorSource | None = field(default=None, repr=False, compare=False)
     spec: Any = field(default=None, repr=False, compare=False)
     _cache: dict[tuple[int, str], LayerProfile] = field(default_factory=dict, repr=False, compare=False)
+    #: results derived from the profiles alone (partitions ignoring memory), shared by their users
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         unknown = [mode for mode in self.recompute_modes if mode not in RECOMPUTE_MODES]
@@ -212,7 +214,7 @@ class Workload:
             self.spec.layer_costs(1, recompute="none", tensor_parallel=tp)  # raises, naming the module
             raise InvalidInputError(f"tp must be one of {list(self.tensor_parallel_degrees)}, got {tp}")
         source = self.tensor_source
-        return replace(self, source=lambda size, mode: source(size, mode, tp), tensor_parallel=tp, _cache={})
+        return replace(self, source=lambda size, mode: source(size, mode, tp), tensor_parallel=tp, _cache={}, memo={})
 
     @property
     def num_layers(self) -> int:

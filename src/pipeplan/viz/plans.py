@@ -1,4 +1,4 @@
-"""The planner's ranked table: each plan, the Megatron-LM default and the one-knob changes.
+"""The planner's ranked table: each plan, the baselines a user would run and the one-knob changes.
 
     from pipeplan.viz.plans import plan_table
     console.print(plan_table(result))        # result from pipeplan.planner.search
@@ -12,18 +12,37 @@ from rich.table import Table
 
 from .tables import format_bytes
 
-__all__ = ["plan_table", "plan_row", "PLAN_COLUMNS"]
+__all__ = ["plan_table", "plan_row", "recompute_legend", "PLAN_COLUMNS"]
 
-PLAN_COLUMNS = ("rank", "pp×dp", "schedule", "b×m", "layers per stage", "recompute", "step ms", "samples/s",
-                "MFU", "bubble", "worst rank / capacity", "× Megatron")
+PLAN_COLUMNS = ("#", "tp×pp×dp", "dp mode", "schedule", "b×m", "layers per stage", "recompute", "step ms",
+                "samples/s", "MFU", "bubble", "worst GPU / capacity", "× best baseline")
+
+_SHORT = {"none": "-", "selective": "s", "full": "f"}
+
+
+def recompute_legend(plan: Any) -> str:
+    """What the recompute column's letters mean for ``plan``'s model (empty without modules)."""
+    units = _units(plan)
+    if not units:
+        return ""
+    return (f"recompute per module ({' / '.join(units)}): - none, s selective, f full; * differs between stages "
+            "(per stage in --json)")
+
+
+def _units(plan: Any) -> list[str]:
+    """The modules whose recompute the plan sets, in model order."""
+    return list(plan.recompute_by_module)
 
 
 def _recompute_label(plan: Any) -> str:
     modes = plan.recompute or ("none",)
+    by_module = plan.recompute_by_module
+    if by_module:
+        mixed = "*" if len(set(modes)) > 1 else ""
+        return "/".join(_SHORT[by_module[name]] for name in _units(plan)) + mixed
     if len(set(modes)) == 1:
         return modes[0]
-    short = {"none": "-", "selective": "s", "full": "f"}
-    return "".join(short[mode] for mode in modes)
+    return "".join(_SHORT[mode] for mode in modes)
 
 
 def _layers_label(plan: Any) -> str:
@@ -52,7 +71,8 @@ def plan_row(label: str, plan: Any, ratio: float | None) -> list[str]:
             memory += " (over)"
     return [
         label,
-        f"{plan.pp}×{plan.dp}",
+        f"{plan.tp}×{plan.pp}×{plan.dp}",
+        plan.dp_mode if plan.dp > 1 else "—",
         schedule,
         f"{plan.micro_batch_size}×{plan.num_microbatches}",
         _layers_label(plan),
@@ -67,16 +87,25 @@ def plan_row(label: str, plan: Any, ratio: float | None) -> list[str]:
     ]
 
 
+_BASELINE_LABELS = {"reference-fsdp": "reference FSDP", "megatron-recommended": "Megatron recommended"}
+
+
 def plan_table(result: Any, *, title: str | None = None) -> Table:
-    """Ranked plans, then the Megatron-LM default and the best plan changing one knob of it."""
+    """Ranked plans, then the baselines, then the best plan changing one knob of the Megatron baseline."""
     table = Table(title=title)
     for column in PLAN_COLUMNS:
-        table.add_column(column, justify="left" if column in ("schedule", "layers per stage") else "right")
+        table.add_column(column, justify="left" if column in ("schedule", "layers per stage", "dp mode") else "right")
     for index, plan in enumerate(result.plans):
-        table.add_row(*plan_row(str(index + 1), plan, result.ratio(plan)))
-    if result.baseline is not None:
+        table.add_row(*plan_row(str(index + 1), plan, result.ratio_to_best_baseline(plan)))
+    baselines = [b for b in getattr(result, "baselines", ()) if b.plan is not None]
+    if baselines:
         table.add_section()
-        table.add_row(*plan_row("Megatron default", result.baseline, 1.0))
+        for baseline in baselines:
+            table.add_row(*plan_row(_BASELINE_LABELS.get(baseline.name, baseline.name), baseline.plan,
+                                    result.ratio_to_best_baseline(baseline.plan) if baseline.fits else None))
+    if result.one_knob:
+        table.add_section()
         for knob, plan in result.one_knob.items():
-            table.add_row(*plan_row(f"only {knob.replace('_', ' ')}", plan, result.ratio(plan)))
+            table.add_row(*plan_row(f"Megatron, only {knob.replace('_', ' ')}", plan,
+                                    result.ratio_to_best_baseline(plan)))
     return table
