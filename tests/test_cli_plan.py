@@ -30,10 +30,11 @@ def base(path: str, *extra: str) -> list[str]:
 def test_table_baseline_gantt_and_export(run_cli, vla_profile):
     status, out, err = run_cli(*base(vla_profile, "--pp", "4", "--export", "megatron"))
     assert status == 0, err
-    for column in ("pp×dp", "schedule", "layers per stage", "recompute", "step ms", "samples/s", "MFU", "bubble",
-                   "worst rank / capacity", "× Megatron"):
+    for column in ("tp×pp×dp", "dp mode", "schedule", "layers per stage", "recompute", "step ms", "samples/s", "MFU",
+                   "bubble", "worst GPU / capacity", "× best baseline"):
         assert column in out
-    assert "Megatron default" in out and "only partition" in out
+    assert "reference FSDP" in out and "Megatron recommended" in out and "Megatron, only partition" in out
+    assert "best plan: " in out and " reference-fsdp " in out or " megatron-recommended " in out
     assert "search complete" in out and "rank 3 |" in out
     assert "--pipeline-model-parallel-size 4" in out
 
@@ -115,7 +116,7 @@ def test_preset_end_to_end_with_torchtitan_export(run_cli):
                                "--global-batch", "64", "--pp", "2", "--micro-batch-size", "4",
                                "--schedules", "1f1b,zb-h1", "--export", "torchtitan", "--top", "3")
     assert status == 0, err
-    assert "pi0 on 8 × h100-80g" in out and "Megatron default" in out
+    assert "pi0 on 8 × h100-80g" in out and "Megatron recommended" in out
     assert "def apply_plan(config):" in out and "\"pipeline_parallel_degree\": 2," in out
 
 

@@ -16,7 +16,6 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ..errors import InvalidInputError
 from ..planner.export import EXPORT_TARGETS, ExportFile, LayerName
@@ -105,11 +104,8 @@ def reference_names(args: argparse.Namespace, num_layers: int) -> list[LayerName
     """The model's own layer names for a ``--preset``/``--spec`` model (``None`` for a profile or layer counts)."""
     if not (getattr(args, "preset", None) or getattr(args, "spec", None)):
         return None
-    try:
-        from ..models.engine_names import layer_names_in_reference  # type: ignore[import-untyped,unused-ignore]
-    except ImportError:  # the presets' engine names are not there: the plan's own names are guessed from
-        return None
+    from ..models.engine_names import layer_names_in_reference
     from ._spec_args import spec_from_args
 
-    names: Any = layer_names_in_reference(spec_from_args(args))
+    names = layer_names_in_reference(spec_from_args(args))
     return list(names) if len(names) == num_layers else None

@@ -16,7 +16,7 @@ from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..models.spec import ModelSpec
 
-__all__ = ["add_spec_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count",
+__all__ = ["add_spec_arguments", "add_shape_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count",
            "add_device_argument", "device_from_args"]
 
 
@@ -34,8 +34,17 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = Fals
                        help="activation recomputation (default selective: the attention core)")
     group.add_argument("--tensor-parallel", type=int, default=1, help="tensor-parallel degree (default 1)")
     group.add_argument("--sequence-parallel", action="store_true", help="with --tensor-parallel > 1")
+    add_shape_arguments(group)
     group.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
     group.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")
+
+
+def add_shape_arguments(parser: Any) -> None:
+    """Add a preset's shape options (``--action-horizon``, ``--text-tokens``, ``--cameras``, ``--image-size``)."""
+    for option, what in (("action-horizon", "actions per chunk"), ("text-tokens", "text tokens per example"),
+                         ("cameras", "images per example"), ("image-size", "image side in pixels")):
+        parser.add_argument(f"--{option}", type=int, default=None, metavar="N",
+                            help=f"{what}, for a preset that has it (pipeplan presets --json lists its options)")
 
 
 def add_device_argument(parser: Any) -> None:
@@ -67,7 +76,16 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     if getattr(args, "sequence_parallel", False) and args.tensor_parallel == 1:
         raise InvalidInputError("--sequence-parallel does not apply without --tensor-parallel > 1 "
                                 "(it splits the norms and dropouts across tensor-parallel ranks)")
-    spec = presets.get(args.preset) if args.preset else ModelSpec.from_file(args.spec)
+    shape = {key: getattr(args, key) for key in presets.OPTION_LIMITS if getattr(args, key, None) is not None}
+    if shape and not args.preset:
+        given = ", ".join("--" + key.replace("_", "-") for key in shape)
+        raise InvalidInputError(f"{given} applies to --preset; a --spec file gives its shapes itself")
+    if args.preset and args.preset in presets.names():
+        for key in shape:
+            if key not in presets.options(args.preset):
+                has = ", ".join("--" + k.replace("_", "-") for k in presets.options(args.preset)) or "none"
+                raise InvalidInputError(f"preset {args.preset!r} has no --{key.replace('_', '-')}; its options: {has}")
+    spec = presets.get(args.preset, **shape) if args.preset else ModelSpec.from_file(args.spec)
     flags: dict[str, bool] = {}
     for option, value in (("freeze", True), ("unfreeze", False)):
         for name in _module_names(option, getattr(args, option)):

@@ -26,6 +26,7 @@ from ..partition.choice import parse_partition
 from ..planner import DEFAULT_HEADROOM, Cluster, SearchResult, Workload, search
 from ..planner.memory import OptimizerBytes
 from ..planner.space import NOT_PLANNED
+from ..planner.step import SYNCS
 from ..schedules import SCHEDULES
 from ._common import make_console, parse_bytes, print_json
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
@@ -73,6 +74,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--dp-modes", default=None, metavar="MODES",
                         help="comma-separated data-parallel modes to search: ddp, zero1, zero2, fsdp, hsdp "
                              "(default all with --optimizer adam)")
+    parser.add_argument("--grad-sync", choices=tuple(SYNCS), default="megatron",
+                        help="how ddp/zero1/zero2 reduce gradients: megatron (Megatron-LM's default, after the "
+                             "backward), megatron-overlap (--overlap-grad-reduce --overlap-param-gather) or "
+                             "torch-ddp (25 MB buckets); fsdp and hsdp always overlap per layer")
     parser.add_argument("--micro-batch-size", type=int, default=None, help="fix the micro-batch size")
     parser.add_argument("--partition", default=None, metavar="auto|even|A,B,...",
                         help="fix the layers per stage: counts like 4,3,3,2 (only configurations with that many "
@@ -168,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
             schedules=schedules, memory_capacity=args.memory, optimizer=args.optimizer, send_mode=args.send,
             top=args.top, budget=args.budget, progress=progress, max_virtual_stages=args.max_virtual_stages,
             headroom=args.headroom, partition=None if args.partition is None else parse_partition(args.partition),
-            tp=args.tp, dp_modes=_dp_modes(args.dp_modes),
+            tp=args.tp, dp_modes=_dp_modes(args.dp_modes), sync=args.grad_sync,
         )
     finally:
         progress.close()
@@ -212,6 +217,12 @@ _SENDS = {"eager": "eager (the sender goes on, torch isend)",
           "serialized": "serialized (each exchange on the sender's timeline: Megatron-LM's and DeepSpeed's default)"}
 
 
+_SYNC_WORDS = {"megatron": "reduced after the pipeline, not overlapped (Megatron-LM's default)",
+               "megatron-overlap": "reduced in buckets during the last backward (Megatron-LM --overlap-grad-reduce "
+                                   "--overlap-param-gather)",
+               "torch-ddp": "reduced in 25 MB buckets during the last backward (PyTorch DDP)"}
+
+
 def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
     """What the plan's numbers assume, as printed and in ``--json``."""
     split = OptimizerBytes.for_optimizer(args.optimizer, 1)
@@ -222,10 +233,9 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         "optimizer": (f"{optimizer}: {split.weights:g} B weights + {split.gradients:g} B gradients + "
                       f"{split.optimizer:g} B state per trained parameter"
                       + (" (state / dp)" if args.optimizer == "distributed" else "")),
-        "gradients": ("ddp, zero1, zero2: reduced over data parallel after the pipeline, not overlapped "
-                      "(Megatron-LM's default; zero1/zero2 reduce-scatter fp32/bf16 gradients and all-gather bf16 "
-                      "weights); fsdp, hsdp: per layer with one layer prefetched (FSDP2), without a pipeline "
-                      "every microbatch"),
+        "gradients": (f"ddp, zero1, zero2: {_SYNC_WORDS[args.grad_sync]} (zero1/zero2 reduce-scatter "
+                      "fp32/bf16 gradients and all-gather bf16 weights); fsdp, hsdp: per layer with one layer "
+                      "prefetched (FSDP2), without a pipeline every microbatch"),
         "tensor parallel": ("Megatron TP with sequence parallelism inside a node: 4 ring passes of a block's "
                             "activation in its forward and 4 in its backward, exposed (no --tp-comm-overlap); "
                             "GEMMs divided by tp and timed at their own efficiency"),

@@ -42,6 +42,7 @@ def preset_summary(spec: ModelSpec) -> dict[str, Any]:
         "description": spec.description,
         "parameters": spec.num_parameters(),
         "trainable_parameters": spec.trainable_parameters(),
+        "options": presets.options(spec.name) if spec.name in presets.names() else {},
         "flops_per_example": sum(flops.values()),
         "modules": [
             {"name": m.name, "kind": m.kind, "parameters": params[m.name], "flops_per_example": flops[m.name],

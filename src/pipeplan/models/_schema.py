@@ -28,6 +28,7 @@ from ..errors import InvalidInputError
 from .modules import (
     MODULE_KINDS,
     NORM_PARAMS,
+    ROLES,
     CrossAttention,
     Linear,
     Module,
@@ -124,7 +125,7 @@ def module_from_record(record: Any, position: int) -> Module:
             values["linears"] = tuple(Linear(*[int(x) for x in item]) for item in values["linears"])
         except (TypeError, ValueError):
             raise InvalidInputError(f"{where}.linears must be a list of [in_features, out_features(, tokens)]") from None
-    for key in ("inputs", "adaptive_norm"):
+    for key in ("inputs", "adaptive_norm", "fqn", "fqn_first", "fqn_last"):
         if key in values and values[key] is not None:
             if isinstance(values[key], (str, bytes)) or not isinstance(values[key], Sequence):
                 raise InvalidInputError(f"{where}.{key} must be a list, got {values[key]!r}")
@@ -196,3 +197,34 @@ def check_module(module: Any, position: int) -> None:
     for key in ("frozen",):
         if not isinstance(getattr(module, key), bool):
             raise InvalidInputError(f"{where}.{key} must be true or false, got {getattr(module, key)!r}")
+    _check_paths(module, where)
+
+
+def _check_paths(module: Any, where: str) -> None:
+    """The reference paths (``fqn``, ``fqn_first``, ``fqn_last``) and ``role`` of a module."""
+    repeated = isinstance(module, (TransformerStack, VisionEncoder))
+    for key in ("fqn", "fqn_first", "fqn_last"):
+        paths = getattr(module, key, None)
+        if paths is None:
+            continue
+        if key != "fqn" and module.fqn is None:
+            raise InvalidInputError(f"{where}.{key} needs fqn (the paths of the blocks)")
+        if isinstance(paths, (str, bytes)) or not isinstance(paths, tuple) or not paths:
+            raise InvalidInputError(f"{where}.{key} must be a non-empty list of module paths, got {paths!r}")
+        templated = repeated and key == "fqn" and module.num_layers > 1  # one block may name itself
+        for path in paths:
+            if not isinstance(path, str) or not path or path != path.strip():
+                raise InvalidInputError(f"{where}.{key} entries must be non-empty module paths, got {path!r}")
+            try:
+                named = path.format(i=0)
+            except (KeyError, IndexError, ValueError):
+                named = None
+            if named is None or (templated and "{i}" not in path) or (not repeated and named != path):
+                need = "a template with {i} (the block index)" if templated else "a module path without braces"
+                raise InvalidInputError(f"{where}.{key} entry {path!r} must be {need}")
+    role = module.role
+    if role is not None:
+        if role not in ROLES:
+            raise InvalidInputError(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}")
+        if module.fqn is None:
+            raise InvalidInputError(f"{where}.role needs fqn (the module paths it describes)")

@@ -25,6 +25,8 @@ __all__ = [
     "MODULE_KINDS",
     "NORM_PARAMS",
     "Norm",
+    "ROLES",
+    "Role",
     "Projector",
     "TransformerStack",
     "VisionEncoder",
@@ -37,6 +39,10 @@ Norm = Literal["layernorm", "rmsnorm", "none"]
 Attention = Literal["eager", "flash"]
 #: Parameters per channel of each norm type.
 NORM_PARAMS = {"layernorm": 2, "rmsnorm": 1, "none": 0}
+#: What a module's layers are to Megatron-LM (see :mod:`pipeplan.models.engine_names`): a decoder
+#: layer (``--num-layers``), the word embedding or the loss (final norm + output layer), or "other".
+Role = Literal["embedding", "decoder", "loss", "other"]
+ROLES: tuple[str, ...] = ("embedding", "decoder", "loss", "other")
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,13 @@ class TransformerStack:
             attend to that stack's keys/values of the same layer too (π0's action
             expert and Gemma). The pair forms one pipeline layer per depth.
         inputs, repeats, frozen: see the module doc.
+        fqn: the module paths of one block in the reference code, each a template with
+            ``{i}`` for the block index (``("model.layers.{i}",)``; a one-block stack may give a
+            plain path); ``None``: not recorded
+            (:mod:`pipeplan.models.engine_names` generates ``name.i``).
+        fqn_first, fqn_last: paths (no ``{i}``) that belong with the first / last block's
+            pipeline layer (a final norm: ``("model.norm",)``).
+        role: what the blocks are to Megatron-LM (:data:`Role`); needs ``fqn``.
     """
 
     name: str
@@ -123,6 +136,10 @@ class TransformerStack:
     inputs: tuple[str, ...] | None = None
     repeats: int = 1
     frozen: bool = False
+    fqn: tuple[str, ...] | None = None
+    fqn_first: tuple[str, ...] | None = None
+    fqn_last: tuple[str, ...] | None = None
+    role: Role | None = None
 
     kind = "transformer"
 
@@ -165,6 +182,9 @@ class VisionEncoder:
         map_head: the checkpoint holds a SigLIP attention-pooling head that the
             model does not run (its parameters count, its FLOPs do not).
         final_norm: a norm after the blocks (default True).
+        fqn, fqn_first, fqn_last, role: the reference code's module paths as in
+            :class:`TransformerStack`: ``fqn`` templates name block ``{i}`` (pipeline layer
+            ``1 + i``), ``fqn_first`` the patch-embedding layer, ``fqn_last`` goes with the last block.
         Other block fields as in :class:`TransformerStack` (bias default True).
     """
 
@@ -190,6 +210,10 @@ class VisionEncoder:
     inputs: tuple[str, ...] | None = ()
     repeats: int = 1
     frozen: bool = False
+    fqn: tuple[str, ...] | None = None
+    fqn_first: tuple[str, ...] | None = None
+    fqn_last: tuple[str, ...] | None = None
+    role: Role | None = None
 
     kind = "vision_encoder"
 
@@ -250,6 +274,8 @@ class Projector:
             embeddings, a classifier-free-guidance null condition).
         output_tokens, output_width: what the next module reads (default the last
             linear's tokens and width).
+        fqn, role: the reference code's module paths of the layer and its Megatron role
+            (as in :class:`TransformerStack`, without ``{i}``).
         One pipeline layer.
     """
 
@@ -265,6 +291,8 @@ class Projector:
     inputs: tuple[str, ...] | None = None
     repeats: int = 1
     frozen: bool = False
+    fqn: tuple[str, ...] | None = None
+    role: Role | None = None
 
     kind = "projector"
 
@@ -283,6 +311,8 @@ class Embedding:
 
     ``position_tokens`` adds a learned position table (GPT-2 style). ``dropout``
     stores a dropout mask on the output. One pipeline layer; its input is data.
+    ``fqn`` and ``role``: the reference code's module paths and Megatron role (as in
+    :class:`TransformerStack`, without ``{i}``).
     """
 
     name: str
@@ -294,6 +324,8 @@ class Embedding:
     inputs: tuple[str, ...] | None = ()
     repeats: int = 1
     frozen: bool = False
+    fqn: tuple[str, ...] | None = None
+    role: Role | None = None
 
     kind = "embedding"
 
@@ -312,7 +344,7 @@ class LMHead:
     then count once in :meth:`ModelSpec.num_parameters`, but the layer's ``params``
     in the profile include the copy the last stage must hold (Megatron-LM keeps
     one on each end and all-reduces their gradients). Logits are kept in fp32 for
-    the loss (4 bytes each).
+    the loss (4 bytes each). ``fqn`` and ``role`` as in :class:`Embedding`.
     """
 
     name: str
@@ -323,6 +355,8 @@ class LMHead:
     inputs: tuple[str, ...] | None = None
     repeats: int = 1
     frozen: bool = False
+    fqn: tuple[str, ...] | None = None
+    role: Role | None = None
 
     kind = "lm_head"
 

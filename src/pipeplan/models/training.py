@@ -35,6 +35,9 @@ class ReferenceTraining:
         optimizer: the optimizer's name as the reference configures it (``"adamw"``).
         source: the file(s) these come from.
         default_recompute: the mode of a module ``recompute`` does not name.
+        implementation: the code the modules' reference paths (``fqn``) name, e.g.
+            ``"megatron-gpt"``, ``"openpi-pytorch"``
+            (:func:`pipeplan.models.engine_names.reference_of`); ``None``: not recorded.
     """
 
     recompute: Mapping[str, Recompute] = field(default_factory=dict, hash=False)
@@ -43,6 +46,7 @@ class ReferenceTraining:
     optimizer: str = "adamw"
     source: str = ""
     default_recompute: Recompute = "none"
+    implementation: str | None = None
 
     def __post_init__(self) -> None:
         for name, mode in {**self.recompute, "(default)": self.default_recompute}.items():

@@ -96,6 +96,8 @@ class Evaluator:
         self.links = Links(workload, cluster, send_mode, distributed=self.sharded)
         self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity)
         self.bounds = SearchBounds(workload, self.memory, self.links, self.layouts)
+        self.bounds.overlapped = self.sync.overlap_grad_reduce
+        self.bounds.sharded_floor = self._sharded_floor
         self._plans: dict[tuple[Any, ...], Plan] = {}
 
     def lower_bound(self, config: Config, layout: Layout) -> float:
@@ -182,8 +184,27 @@ class Evaluator:
                     + allreduce_ms(self.cluster.between_nodes, num_bytes / shards, config.dp // shards))
         return reduction_ms(dp_link, num_bytes, config.dp, distributed=self.sharded)
 
-    def _fsdp_per_microbatch(self, config: Config, layout: Layout, per: OptimizerBytes,
-                             dp_link: Link) -> tuple[float, float, float, float, float]:
+    def _sharded_floor(self, config: Config) -> float:
+        """The least exposed FSDP/HSDP time of ``config`` whatever its partition and order, in profile units.
+
+        Without a pipeline the exposure is fixed by the profile (:meth:`_fsdp_per_microbatch`):
+        the least over the recompute modes. With one, the rank holding the
+        largest layer gathers at least that layer before its first forward.
+        """
+        per = self.memory.bytes_per_param(config.dp, config.pp)
+        dp_link = self.cluster.data_parallel_link(config.pp, config.dp)
+        if self.memory.unsharded_layers(config.pp):
+            exposed = min(self._fsdp_per_microbatch(config, None, per, dp_link, mode)[1]
+                          for mode in self.workload.recompute_modes)
+        else:
+            trainable = self.workload.profile(config.micro_batch_size).trainable_params
+            largest = max(trainable, default=0.0)
+            shards = self.memory.shards(config.dp, config.pp)
+            exposed = ring_pass_ms(self._shard_link(dp_link), largest * per.gather, shards) if largest > 0 else 0.0
+        return exposed * self._per_ms
+
+    def _fsdp_per_microbatch(self, config: Config, layout: Layout | None, per: OptimizerBytes,
+                             dp_link: Link, mode: Recompute | None = None) -> tuple[float, float, float, float, float]:
         """FSDP/HSDP at ``pp = 1``: the per-layer gathers and reduce-scatters of every microbatch, ms.
 
         Returns ``(reduction, exposed, gather, gather_exposed, end)`` for the one
@@ -191,7 +212,10 @@ class Evaluator:
         (:func:`~pipeplan.planner.step.fsdp_exposed_ms` per microbatch), the
         gathers, 0 (counted in ``exposed``) and 0.
         """
-        profile = self.workload.profile(config.micro_batch_size, layout.recompute[0])
+        if mode is None:
+            assert layout is not None
+            mode = layout.recompute[0]
+        profile = self.workload.profile(config.micro_batch_size, mode)
         to_ms = 1e3 * self.workload.time_unit
         shards = self.memory.shards(config.dp, config.pp)
         link = self._shard_link(dp_link)

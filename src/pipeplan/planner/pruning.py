@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,10 @@ class SearchBounds:
         self.memory = memory
         self.links = links
         self.layouts = layouts
+        #: gradients are reduced while the backward runs (then no share of the reduction is certain to show)
+        self.overlapped = False
+        #: FSDP/HSDP: the least exposed data-parallel time of a configuration, in profile units (the evaluator's)
+        self.sharded_floor: Callable[[Config], float] | None = None
         self._times: dict[int, LayerTimes] = {}
         self._bounds: dict[tuple[Any, ...], float] = {}
 
@@ -122,8 +126,12 @@ class SearchBounds:
         :func:`~pipeplan.planner.bounds.least_max_load` of the layers' gradients
         (of the ``kP + 1`` largest layers, one rank holds ``k + 1``).
         """
-        if config.dp == 1 or self.memory.dp_mode in ("fsdp", "hsdp"):
-            return 0.0  # FSDP overlaps its collectives: no exposed share is certain
+        if config.dp == 1:
+            return 0.0
+        if self.memory.dp_mode in ("fsdp", "hsdp"):
+            return 0.0 if self.sharded_floor is None else self.sharded_floor(config)
+        if self.overlapped:
+            return 0.0  # overlapped collectives: no exposed share is certain
         grads = least_max_load(self._own_trainable(config), config.pp) * self.memory.bytes_per_param(
             config.dp, config.pp).reduce
         return self.links.allreduce(config, grads)

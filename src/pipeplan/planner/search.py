@@ -55,6 +55,7 @@ from .evaluate import Evaluator, evaluate_layout
 from .layout import Layout
 from .memory import OptimizerBytes, gb
 from .records import Rejection, SearchStats
+from .step import gradient_sync
 from .space import Config, SearchSpace
 from .workload import Workload
 
@@ -235,6 +236,7 @@ def search(
     partition: PartitionChoice | None = None,
     tp: int | None = None,
     dp_modes: Sequence[str] | None = None,
+    sync: str = "megatron",
 ) -> SearchResult:
     """Search the space for the fastest plans that fit.
 
@@ -276,6 +278,11 @@ def search(
         dp_modes: the data-parallel modes to try (default every one of
             :data:`~pipeplan.plan.DP_MODES` with ``optimizer="adam"``; ``"zero1"``
             alone with ``optimizer="distributed"``; ``"ddp"`` with bytes per parameter).
+        sync: how ``ddp``, ``zero1`` and ``zero2`` reduce gradients
+            (:data:`~pipeplan.planner.step.SYNCS`: ``"megatron"``, Megatron-LM's
+            default, no overlap; ``"megatron-overlap"``, with
+            ``--overlap-grad-reduce --overlap-param-gather``; ``"torch-ddp"``);
+            ``fsdp`` and ``hsdp`` always overlap, layer by layer.
 
     Returns:
         A :class:`SearchResult`.
@@ -291,7 +298,7 @@ def search(
                             memory_capacity=memory_capacity, optimizer=optimizer,
                             max_virtual_stages=max_virtual_stages, send_mode=send_mode, top=top, budget=budget,
                             progress=progress, exhaustive=exhaustive, headroom=headroom, partition=partition,
-                            tp=tp, dp_modes=tuple(dp_modes) if dp_modes is not None else None)
+                            tp=tp, dp_modes=tuple(dp_modes) if dp_modes is not None else None, sync=sync)
     return _Search(workload, cluster, global_batch, options).run()
 
 
@@ -314,6 +321,7 @@ class SearchOptions:
     partition: PartitionChoice | None = None
     tp: int | None = None
     dp_modes: tuple[str, ...] | None = None
+    sync: str = "megatron"
 
     def modes(self) -> tuple[DataParallelMode, ...]:
         """The data-parallel modes searched (see :func:`search`)."""
@@ -352,6 +360,7 @@ class SearchOptions:
         if not capacity > 0:
             raise InvalidInputError(f"memory_capacity must be > 0 bytes, got {given!r}")
         OptimizerBytes.for_optimizer(self.optimizer, 1)  # validates
+        gradient_sync(self.sync)  # validates
         return capacity
 
     def capacity_note(self, cluster: Cluster) -> str:
@@ -434,7 +443,8 @@ class _Search:
                 self._workloads[config.tp] = self.workload.with_tensor_parallel(config.tp)
             evaluator = Evaluator(self._workloads[config.tp],
                                   self.cluster.for_tensor_parallel(config.tp), self.capacity,
-                                  self.options.optimizer_kind(), self.options.send_mode, dp_mode=config.dp_mode, stats=self.stats)
+                                  self.options.optimizer_kind(), self.options.send_mode, dp_mode=config.dp_mode,
+                                  stats=self.stats, sync=self.options.sync)
             self._evaluators[key] = evaluator
         return evaluator
 

@@ -13,7 +13,9 @@ Each preset's shapes and sources are in its module's docstring (``pi``,
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from typing import Any
 
 from ..errors import InvalidInputError
 from ..models.spec import ModelSpec
@@ -22,9 +24,13 @@ from .openvla import cogact, openvla_7b
 from .pi import pi0, pi05
 from .reference import driving_6cam, dumbbell, gpt_1_5b
 
-__all__ = ["names", "get"]
+__all__ = ["names", "get", "options", "OPTION_LIMITS"]
 
-_BUILDERS: dict[str, Callable[[], ModelSpec]] = {
+#: The shape options a preset may take (``presets.get(name, action_horizon=10)``) and the
+#: largest value accepted (beyond it a size is a typo, not a model).
+OPTION_LIMITS: dict[str, int] = {"action_horizon": 1024, "text_tokens": 32_768, "cameras": 64, "image_size": 4096}
+
+_BUILDERS: dict[str, Callable[..., ModelSpec]] = {
     "pi0": pi0,
     "pi0.5": pi05,
     "openvla-7b": openvla_7b,
@@ -41,12 +47,33 @@ def names() -> list[str]:
     return list(_BUILDERS)
 
 
-def get(name: str) -> ModelSpec:
-    """The preset ``name`` as a fresh :class:`ModelSpec`.
-
-    Raises:
-        InvalidInputError: an unknown name; the message lists the presets.
-    """
+def options(name: str) -> dict[str, int]:
+    """The shape options preset ``name`` takes, with their defaults (``{"action_horizon": 50, ...}``)."""
     if name not in _BUILDERS:
         raise InvalidInputError(f"preset must be one of {', '.join(_BUILDERS)}, got {name!r}")
-    return _BUILDERS[name]()
+    parameters = inspect.signature(_BUILDERS[name]).parameters.values()
+    return {p.name: p.default for p in parameters if p.name in OPTION_LIMITS}
+
+
+def get(name: str, **overrides: int) -> ModelSpec:
+    """The preset ``name`` as a fresh :class:`ModelSpec`, with some shape options changed.
+
+    Args:
+        name: one of :func:`names`.
+        overrides: options of that preset (:func:`options`): ``action_horizon``,
+            ``text_tokens``, ``cameras``, ``image_size`` where the model has them.
+
+    Raises:
+        InvalidInputError: an unknown name (the message lists the presets), an option the
+            preset lacks, or a size below 1 or above :data:`OPTION_LIMITS`.
+    """
+    allowed = options(name)
+    for option, value in overrides.items():
+        if option not in allowed:
+            has = ", ".join(allowed) or "none"
+            raise InvalidInputError(f"preset {name!r} has no option {option!r}; its options: {has}")
+        limit = OPTION_LIMITS[option]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise InvalidInputError(f"{option} of preset {name!r} must be an integer in 1..{limit}, got {value!r}")
+    chosen: dict[str, Any] = dict(overrides)
+    return _BUILDERS[name](**chosen)

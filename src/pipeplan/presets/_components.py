@@ -22,23 +22,24 @@ GEMMA: dict[str, dict[str, int]] = {
 }
 
 
-def siglip_so400m(name: str, *, cameras: int = 1, image_size: int = 224, **options: Any) -> VisionEncoder:
+def siglip_so400m(name: str, *, cameras: int = 1, image_size: int = 224, num_layers: int = 27,
+                  **options: Any) -> VisionEncoder:
     """SigLIP So400m/14: width 1152, depth 27, MLP 4304, 16 heads, patch 14.
 
     Source: openpi src/openpi/models/siglip.py (``decode_variant("So400m/14")``) and
     the HF ``siglip_vision_model`` config in Isaac-GR00T's Eagle-2 config.json.
     """
-    return VisionEncoder(name=name, image_size=image_size, patch_size=14, num_layers=27, hidden_size=1152,
+    return VisionEncoder(name=name, image_size=image_size, patch_size=14, num_layers=num_layers, hidden_size=1152,
                          num_heads=16, ffn_hidden_size=4304, cameras=cameras, **options)
 
 
-def dinov2_large(name: str, *, image_size: int = 224, **options: Any) -> VisionEncoder:
+def dinov2_large(name: str, *, image_size: int = 224, num_layers: int = 24, **options: Any) -> VisionEncoder:
     """DINOv2 ViT-L/14 with 4 registers (timm ``vit_large_patch14_reg4_dinov2.lvd142m``).
 
     Width 1024, depth 24, 16 heads, MLP 4096, LayerScale, a class token and 4
     registers; OpenVLA/Prismatic runs it at 224 px (256 patches).
     """
-    return VisionEncoder(name=name, image_size=image_size, patch_size=14, num_layers=24, hidden_size=1024,
+    return VisionEncoder(name=name, image_size=image_size, patch_size=14, num_layers=num_layers, hidden_size=1024,
                          num_heads=16, ffn_hidden_size=4096, extra_tokens=5, layer_scale=True, **options)
 
 

@@ -12,18 +12,24 @@ of which GR00T keeps the first 12 of 24 layers (paper: middle-layer features)
 and projects them 2048 → 1536. The action head
 (gr00t/model/action_head/flow_matching_action_head.py, cross_attention_dit.py;
 N1 config: 16 DiT blocks, 32 heads × 48 = 1536, AdaLayerNorm, dropout 0.2,
-``interleave_self_attention``, output 1536 → 1024) reads a state token, 32
-future tokens and 16 action tokens (49), cross-attends to the VLM tokens on even
-blocks and self-attends on odd ones, and decodes with embodiment-specific MLPs
-(32 embodiments; one runs per example, all hold parameters). Text is taken as 32
-tokens (an assumption). Recipe: the LLM is frozen (paper §2; ``tune_llm=False``)
-while the vision tower, projectors and DiT train, so the LLM layers have an
-input-gradient backward (B) but no W. One noise sample per example.
+``interleave_self_attention``, output 1536 → 1024) reads a state token and 16
+action tokens (17: N1's head concatenates ``state_features, action_features``;
+the 32 ``future_tokens``, ``vlln`` and ``vl_self_attention`` are N1.5 code),
+cross-attends to the VLM tokens on even blocks and self-attends on odd ones, and
+decodes with embodiment-specific MLPs (32 embodiments; one runs per example, all
+hold parameters). The Eagle backbone replaces SigLIP's pooling head by
+``Identity`` (eagle_backbone.py), so it holds no parameters here. Text is taken as
+32 tokens (an assumption). Recipe (scripts/gr00t_finetune.py of the N1 release):
+``tune_llm=False`` freezes the whole language model, ``embed_tokens`` included,
+while the vision tower, projectors and DiT train (``tune_visual=True``), so the
+LLM layers have an input-gradient backward (B) but no W. One noise sample per
+example.
 """
 
 from __future__ import annotations
 
 from ..models.spec import CrossAttention, Embedding, Linear, ModelSpec, Module, Projector, TransformerStack
+from ..models.training import ReferenceTraining
 from ._components import siglip_so400m
 
 __all__ = ["gr00t_n1"]
@@ -31,6 +37,12 @@ __all__ = ["gr00t_n1"]
 _EMBODIMENTS = 32
 _TEXT_TOKENS = 32
 _IMAGE_TOKENS = 64  # 256 patches, pixel shuffle 0.5
+# Module paths in Isaac-GR00T (gr00t/model/gr00t_n1.py: backbone = EagleBackbone, action_head =
+# FlowmatchingActionHead; backbone/eagle_backbone.py: self.model is the Eagle-2 chat model, self.linear).
+_EAGLE = "backbone.model."
+_SIGLIP = _EAGLE + "vision_model.vision_model."
+_LLM = _EAGLE + "language_model.model."
+_HEAD = "action_head."
 
 
 def _category_params(*pairs: tuple[int, int]) -> int:
@@ -38,36 +50,49 @@ def _category_params(*pairs: tuple[int, int]) -> int:
     return sum(i * o + o for i, o in pairs)
 
 
-def gr00t_n1() -> ModelSpec:
-    """GR00T-N1-2B: 2.2B parameters, 1.34B of them in the VLM (paper)."""
-    width, hidden, horizon, action_dim, state_dim = 1536, 1024, 16, 32, 64
-    tokens = 1 + 32 + horizon
+def gr00t_n1(*, action_horizon: int = 16, text_tokens: int = _TEXT_TOKENS) -> ModelSpec:
+    """GR00T-N1-2B: 2.2B parameters, 1.34B of them in the VLM (paper); ``action_horizon`` 16 (N1 config)."""
+    width, hidden, horizon, action_dim, state_dim = 1536, 1024, action_horizon, 32, 64
+    tokens = 1 + horizon
     state_mlp = ((state_dim, hidden), (hidden, width))
     action_mlp = ((action_dim, width), (2 * width, width), (width, width))
     decoder_mlp = ((hidden, hidden), (hidden, action_dim))
-    seq = _IMAGE_TOKENS + _TEXT_TOKENS
+    seq = _IMAGE_TOKENS + text_tokens
     modules: list[Module] = [
-        siglip_so400m("vision", map_head=True),
+        siglip_so400m("vision", fqn=(_SIGLIP + "encoder.layers.{i}",),
+                      fqn_first=(_SIGLIP + "embeddings",), fqn_last=(_SIGLIP + "post_layernorm",)),
         Projector(name="vision_projector", tokens=_IMAGE_TOKENS, norm_params=2 * 4 * 1152,
-                  linears=(Linear(4 * 1152, 2048), Linear(2048, 2048))),
-        Embedding(name="text_embedding", vocab_size=49_164, hidden_size=2048, tokens=_TEXT_TOKENS),
+                  linears=(Linear(4 * 1152, 2048), Linear(2048, 2048)), fqn=(_EAGLE + "mlp1",)),
+        Embedding(name="text_embedding", vocab_size=49_164, hidden_size=2048, tokens=text_tokens, frozen=True,
+                  fqn=(_LLM + "embed_tokens",), role="embedding"),
         TransformerStack(name="llm", num_layers=12, hidden_size=2048, num_heads=32, seq_length=seq,
                          ffn_hidden_size=8192, gated_mlp=True, norm="rmsnorm", final_norm=True, frozen=True,
-                         inputs=("vision_projector", "text_embedding")),
-        Projector(name="vlm_projection", linears=(Linear(2048, width),), tokens=seq, activation=False),
+                         inputs=("vision_projector", "text_embedding"), fqn=(_LLM + "layers.{i}",),
+                         fqn_last=(_LLM + "norm",), role="decoder"),
+        Projector(name="vlm_projection", linears=(Linear(2048, width),), tokens=seq, activation=False,
+                  fqn=("backbone.linear",)),
         Projector(name="action_embedding", inputs=(), tokens=horizon, output_tokens=tokens, output_width=width,
                   linears=(Linear(state_dim, hidden, tokens=1), Linear(hidden, width, tokens=1),
                            Linear(action_dim, width), Linear(2 * width, width), Linear(width, width),
                            Linear(256, width, tokens=1), Linear(width, width, tokens=1)),
-                  # the other 31 embodiments' state and action MLPs, 32 future tokens, 1024 positions
-                  extra_params=(_EMBODIMENTS - 1) * _category_params(*state_mlp, *action_mlp)
-                  + 32 * width + 1024 * width),
+                  # the other 31 embodiments' state and action MLPs, 1024 positions (max_seq_len)
+                  extra_params=(_EMBODIMENTS - 1) * _category_params(*state_mlp, *action_mlp) + 1024 * width,
+                  fqn=tuple(_HEAD + name for name in ("state_encoder", "action_encoder", "position_embedding",
+                                                      "model.timestep_encoder"))),
         TransformerStack(name="action_dit", num_layers=16, hidden_size=width, num_heads=32, head_dim=48,
                          seq_length=tokens, ffn_hidden_size=4 * width, bias=True, norm="none", dropout=True,
-                         adaptive_norm=(2, 0), cross_attention=CrossAttention("vlm_projection", every=2)),
+                         adaptive_norm=(2, 0), cross_attention=CrossAttention("vlm_projection", every=2),
+                         fqn=(_HEAD + "model.transformer_blocks.{i}",)),
         Projector(name="action_output", tokens=tokens,
                   linears=(Linear(width, 2 * width, tokens=1), Linear(width, hidden), Linear(hidden, hidden),
                            Linear(hidden, action_dim)),
-                  extra_params=(_EMBODIMENTS - 1) * _category_params(*decoder_mlp)),
+                  extra_params=(_EMBODIMENTS - 1) * _category_params(*decoder_mlp),
+                  fqn=tuple(_HEAD + name for name in ("model.norm_out", "model.proj_out_1", "model.proj_out_2",
+                                                      "action_decoder"))),
     ]
-    return ModelSpec("gr00t-n1", tuple(modules), "nvidia/GR00T-N1-2B: Eagle-2 (layer 12) + 16-block DiT")
+    # scripts/gr00t_finetune.py (N1 release): HF Trainer (AdamW, DDP over torchrun), no gradient
+    # checkpointing, no EMA; tune_llm=False, tune_visual=True, tune_projector=True, tune_diffusion_model=True.
+    training = ReferenceTraining(dp_mode="ddp", ema=False, optimizer="adamw", implementation="gr00t",
+                                 source="Isaac-GR00T scripts/gr00t_finetune.py, gr00t/model/backbone/eagle_backbone.py")
+    return ModelSpec("gr00t-n1", tuple(modules), "nvidia/GR00T-N1-2B: Eagle-2 (layer 12) + 16-block DiT",
+                     training=training)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from ..models.spec import (
     CrossAttention, Embedding, Linear, LMHead, ModelSpec, Module, Projector, TransformerStack, VisionEncoder,
 )
+from ..models.training import ReferenceTraining
 from ._components import clip_large_336, llama2_7b_blocks
 
 __all__ = ["ZERO_BUBBLE_MODELS", "gpt_1_5b", "zero_bubble_gpt", "dumbbell", "driving_6cam"]
@@ -49,13 +50,21 @@ def zero_bubble_gpt(size: str, *, num_layers: int | None = None, seq_length: int
     vocab = vocab_size
     modules: list[Module] = [
         Embedding(name="embedding", vocab_size=vocab, hidden_size=hidden, tokens=seq_length,
-                  position_tokens=seq_length, dropout=True),
+                  position_tokens=seq_length, dropout=True, role="embedding",
+                  fqn=("embedding.word_embeddings", "embedding.position_embeddings")),
         TransformerStack(name="layers", num_layers=num_layers or layers, hidden_size=hidden, num_heads=heads,
                          seq_length=seq_length, ffn_hidden_size=4 * hidden, bias=True, dropout=True,
-                         causal=True, final_norm=True),
-        LMHead(name="output_layer", vocab_size=vocab, hidden_size=hidden, tokens=seq_length, tied_to="embedding"),
+                         causal=True, final_norm=True, fqn=("decoder.layers.{i}",), role="decoder"),
+        # Megatron's loss "layer" (--account-for-loss-in-pipeline-split) is the final norm and the
+        # output layer; pipeplan charges the final norm's 2h parameters to the last decoder layer.
+        LMHead(name="output_layer", vocab_size=vocab, hidden_size=hidden, tokens=seq_length, tied_to="embedding",
+               fqn=("decoder.final_layernorm", "output_layer"), role="loss"),
     ]
-    return ModelSpec(f"gpt-{size}", tuple(modules), f"Zero Bubble PP (Qi et al. 2023) Table 3: {size.upper()} GPT")
+    # Megatron-LM megatron/core/models/gpt/gpt_model.py (GPTModel: embedding, decoder, output_layer)
+    training = ReferenceTraining(implementation="megatron-gpt", dp_mode="ddp",
+                                 source="Megatron-LM megatron/core/models/gpt/gpt_model.py")
+    return ModelSpec(f"gpt-{size}", tuple(modules), f"Zero Bubble PP (Qi et al. 2023) Table 3: {size.upper()} GPT",
+                     training=training)
 
 
 def gpt_1_5b(*, num_layers: int = 22, seq_length: int = 1024) -> ModelSpec:

@@ -15,21 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dataclasses import dataclass
-from typing import Literal
-
 from ...errors import InvalidInputError
+from ...models.engine_names import LayerName, Role
 from ...plan import Plan
-
-try:
-    from ...models.engine_names import LayerName  # type: ignore[import-untyped,unused-ignore]
-except ImportError:  # until the presets' engine names land (interface: LayerName(fqns, role))
-    @dataclass(frozen=True)
-    class LayerName:  # type: ignore[no-redef]
-        """How the model's reference implementation names one pipeline layer."""
-
-        fqns: tuple[str, ...]
-        role: Literal["embedding", "decoder", "loss", "other"]
 
 __all__ = ["LayerName", "layer_names", "stage_fqns", "module_of"]
 
@@ -45,7 +33,7 @@ def module_of(name: str) -> str:
 
 def _guessed(plan: Plan) -> list[LayerName]:
     names = list(plan.layer_names) or [f"layers.{i}" for i in range(plan.num_layers)]
-    roles = ["decoder"] * len(names)
+    roles: list[Role] = ["decoder"] * len(names)
     if len(names) > 1 and module_of(names[0]) in _EMBEDDING_MODULES:
         roles[0] = "embedding"
     if len(names) > 1 and module_of(names[-1]) in _LOSS_MODULES:

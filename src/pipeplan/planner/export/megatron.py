@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from typing import cast
 
 from ...errors import InvalidInputError
 from ...plan import Plan
 from ...schedules.patterns import loop_placement
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, layer_names
+from ...models.engine_names import Role
 
 __all__ = [
     "MEGATRON_COMMIT",
@@ -67,7 +69,7 @@ _DP_FLAGS = {"ddp": [], "zero1": ["--use-distributed-optimizer"]}
 def _roles(plan: Plan, names: Sequence[LayerName] | None, embedding: bool | None, loss: bool | None) -> list[str]:
     """One Megatron role per layer; raises for a model Megatron-LM has no port of."""
     resolved = layer_names(plan, names)
-    roles = [name.role for name in resolved]
+    roles: list[str] = [name.role for name in resolved]
     if embedding is not None:
         roles[0] = "embedding" if embedding else ("decoder" if roles[0] == "embedding" else roles[0])
     if loss is not None:
@@ -160,7 +162,7 @@ def _split(plan: Plan, roles: list[str]) -> list[str]:
         if share is None or counts[-1] != share:
             args += ["--decoder-last-pipeline-num-layers", str(counts[-1])]
         return args
-    return ["--pipeline-model-parallel-layout", megatron_layout(plan, [LayerName(("l",), r) for r in roles])]
+    return ["--pipeline-model-parallel-layout", megatron_layout(plan, [LayerName(("l",), cast(Role, r)) for r in roles])]
 
 
 def megatron_args(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
@@ -176,8 +178,8 @@ def megatron_args(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
             with, or a model it has no port of.
     """
     plan = to_plan(plan)
+    roles = _roles(plan, names, embedding_layer, loss_layer)  # a model with no port is said first
     _check_runs(plan)
-    roles = _roles(plan, names, embedding_layer, loss_layer)
     args = ["--pipeline-model-parallel-size", str(plan.pp), "--num-layers", str(roles.count("decoder"))]
     args += _split(plan, roles)
     if plan.tp > 1:
