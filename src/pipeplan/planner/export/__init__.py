@@ -62,7 +62,7 @@ __all__ = [
     "torchtitan_schedule_name", "torchtitan_files",
     "torch_split_spec", "torch_split_snippet", "torch_schedule_csv", "torch_actions", "torch_files",
     "plan_schedule", "export_files", "export_plan", "export_notes", "plan_exports", "export_refusal",
-    "ENGINES", "EXPORT_TARGETS", "ENGINE_SCHEDULES",
+    "ENGINES", "EXPORT_TARGETS", "ENGINE_SCHEDULES", "ENGINE_DP_MODES",
 ]
 
 ENGINES = ("megatron", "deepspeed", "torchtitan", "torch")
@@ -72,6 +72,13 @@ EXPORT_TARGETS = ENGINES + ("torchtitan-toml",)
 #: the schedules each engine runs (``None``: any, from the schedule CSV)
 ENGINE_SCHEDULES: dict[str, tuple[str, ...] | None] = {
     "megatron": MEGATRON_SCHEDULES, "deepspeed": DEEPSPEED_SCHEDULES, "torchtitan": None, "torchtitan-toml": None,
+    "torch": None,
+}
+
+#: the data-parallel modes each engine's export runs with a pipeline (``None``: every mode; DeepSpeed
+#: at pp 1 also runs zero2 and fsdp). For ``SearchResult.best_for``'s fallback search.
+ENGINE_DP_MODES: dict[str, tuple[str, ...] | None] = {
+    "megatron": ("ddp", "zero1"), "deepspeed": ("ddp", "zero1"), "torchtitan": None, "torchtitan-toml": None,
     "torch": None,
 }
 
