@@ -117,7 +117,7 @@ def test_preset_end_to_end_with_torchtitan_export(run_cli):
                                "--schedules", "1f1b,zb-h1", "--export", "torchtitan", "--top", "3")
     assert status == 0, err
     assert "pi0 on 8 × h100-80g" in out and "Megatron recommended" in out
-    assert "[parallelism]" in out and "pipeline_parallel_degree = 2" in out
+    assert "def apply_plan(config):" in out and "\"pipeline_parallel_degree\": 2," in out
 
 
 def test_preset_json_frozen_vision_holds_less(run_cli):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -285,7 +287,7 @@ def test_custom_placement_schedule_csv_is_accepted_by_torch():
 # ------------------------------------------------------- DeepSpeed config
 # deepspeed/runtime/constants.py and runtime/activation_checkpointing/config.py: the keys we may write.
 DEEPSPEED_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                  "activation_checkpointing"}
+                  "activation_checkpointing", "zero_optimization"}
 DEEPSPEED_CHECKPOINT_KEYS = {"partition_activations", "contiguous_memory_optimization", "cpu_checkpointing",
                              "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}
 
@@ -299,21 +301,15 @@ def test_deepspeed_config_satisfies_its_batch_assertion():
     # DeepSpeedConfig._batch_assertion: train_batch = micro × grad_acc × data-parallel world size
     assert config["train_batch_size"] == (config["train_micro_batch_size_per_gpu"]
                                           * config["gradient_accumulation_steps"] * plan.dp) == 64
-    assert "activation_checkpoint_interval=1" in deepspeed_snippet(plan)
+    assert "ACTIVATION_CHECKPOINT_INTERVAL = 1" in deepspeed_snippet(plan)
     with pytest.raises(InvalidInputError, match="its own 1F1B-like schedule"):
         deepspeed_config(Plan(pp=2, dp=1, layers_per_stage=(2, 2), placement=(0, 1), schedule="zb-h1"))
 
 
 # ------------------------------------------------------------- torchtitan
-# torchtitan/config/job_config.py at e347b1e5e (2026-02-15, the last TOML release): the keys we may write.
-TORCHTITAN_KEYS = {
-    "parallelism": {"pipeline_parallel_degree", "module_fqns_per_model_part", "pipeline_parallel_schedule",
-                    "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size",
-                    "pipeline_parallel_layers_per_stage", "pipeline_parallel_first_stage_less_layers",
-                    "pipeline_parallel_last_stage_less_layers"},
-    "training": {"local_batch_size", "global_batch_size"},
-    "activation_checkpoint": {"mode", "selective_ac_option"},
-}
+# torchtitan's config field names (tests/data/torchtitan_fields.json: the last TOML release, e347b1e5e).
+TORCHTITAN_KEYS = {section: set(keys) for section, keys in json.loads(
+    (Path(__file__).parent / "data" / "torchtitan_fields.json").read_text())["toml"].items()}
 
 
 def planned(schedule: str, virtual: int = 1, micro: int = 8):
@@ -372,7 +368,7 @@ def test_torchtitan_toml_passes_torchtitan_checks(schedule, virtual, csv_needed)
     if csv_needed:
         from torch.distributed.pipelining.schedules import _Action, _validate_schedule
 
-        rows = [line[2:].split(",") for line in text.split("(one row per rank):\n")[1].splitlines()]
+        rows = [line.split(",") for line in text.split("# ==> schedule.csv <==\n")[1].splitlines()]
         actions = {rank: [_Action.from_str(cell) for cell in row] for rank, row in enumerate(rows)}
         mapping = _validate_schedule(actions, plan.pp, plan.num_stages, plan.num_microbatches)
         assert tuple(mapping[s] for s in range(plan.num_stages)) == plan.placement

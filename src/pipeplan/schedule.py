@@ -289,6 +289,62 @@ class Schedule:
             self._cache["messages_from"] = table
         return table.get(action, ())
 
+    # ------------------------------------------------------------ torch CSV
+    @classmethod
+    def from_csv(cls, text: str, *, name: str = "custom") -> Schedule:
+        """A schedule from torch's CSV (``_PipelineScheduleRuntime._dump_csv`` / ``_load_csv``, compute only).
+
+        One row per rank, one action per cell written ``{stage}{F|B|I|W}{microbatch}``
+        (torch's ``_Action`` strings); empty cells (idle steps in torch's own
+        orders) are skipped, and so are communication and FSDP actions (``SEND_F``,
+        ``RECV_B``, ``UNSHARD``, ``RESHARD``, ``REDUCE_GRAD``: pipeplan derives the
+        messages). ``(a;b)OVERLAP_F_B`` runs its sub-actions in order. The placement
+        is where each stage's actions are; ``m`` is the largest microbatch + 1.
+        The text of a file is ``Path(path).read_text()``.
+
+        Raises:
+            InvalidInputError: a cell that is no action, a stage on two ranks or on none.
+        """
+        import csv
+        import io
+        import re
+
+        orders: list[list[tuple[str, int, int]]] = []
+        rank_of: dict[int, int] = {}
+        cell_pattern = re.compile(r"(\d+)(F|I|B|W)(\d+)")
+        skipped = re.compile(r"\d+(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)\d*")
+        for rank, row in enumerate(csv.reader(io.StringIO(text))):
+            order: list[tuple[str, int, int]] = []
+            for cell in row:
+                cell = cell.strip()
+                if cell.startswith("(") and cell.endswith(")OVERLAP_F_B"):
+                    parts = cell[1:-len(")OVERLAP_F_B")].split(";")
+                else:
+                    parts = [cell]
+                for part in parts:
+                    part = part.strip()
+                    if not part or skipped.fullmatch(part):
+                        continue
+                    match = cell_pattern.fullmatch(part)
+                    if match is None:
+                        raise InvalidInputError(
+                            f"rank {rank}: {part!r} is not a torch action like 2F0, 1B3, 0I1 or 0W1"
+                        )
+                    stage, kind, microbatch = int(match.group(1)), match.group(2), int(match.group(3))
+                    if rank_of.setdefault(stage, rank) != rank:
+                        raise InvalidInputError(f"stage {stage} has actions on ranks {rank_of[stage]} and {rank}")
+                    order.append((kind, stage, microbatch))
+            orders.append(order)
+        while orders and not orders[-1]:
+            orders.pop()  # a trailing blank line is no rank
+        if not rank_of:
+            raise InvalidInputError("the CSV holds no actions")
+        missing = [stage for stage in range(max(rank_of) + 1) if stage not in rank_of]
+        if missing:
+            raise InvalidInputError(f"stage {missing[0]} has no actions (stages must be 0..{max(rank_of)})")
+        microbatches = 1 + max(mb for order in orders for _, _, mb in order)
+        return cls(orders, [rank_of[s] for s in range(len(rank_of))], microbatches, name=name)
+
     # ------------------------------------------------------------- validation
     def validate(self) -> Schedule:
         """Check that the schedule is complete, well placed and deadlock-free.

@@ -36,6 +36,7 @@ __all__ = [
     "text_width",
     "output_path",
     "report_written",
+    "write_machine_text",
     "progress",
 ]
 
@@ -125,6 +126,15 @@ def output_path(path: str | None, flag: str) -> str | None:
 def report_written(path: str) -> None:
     """Tell the user where an output file went (on stderr, so ``--json`` stays clean)."""
     print(f"wrote {path}", file=sys.stderr)
+
+
+def write_machine_text(text: str) -> None:
+    """Write machine text (flags, CSV, config files) on stdout as it is: never through rich, never wrapped.
+
+    It ends in exactly one newline, so a CSV gains no blank row.
+    """
+    sys.stdout.write(text.rstrip("\n") + "\n")
+    sys.stdout.flush()
 
 
 @contextmanager

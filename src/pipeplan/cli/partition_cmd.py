@@ -22,9 +22,13 @@ from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..limits import check_schedule_size
 from ..partition import PartitionResult, even_split, partition_layers
+from ..plan import Plan
+from ..planner.export import ExportFile
+from ..schedule import Schedule
 from ..partition.steptime import partition_schedule, simulate_partition
 from ..schedules import SCHEDULES, backward_mode
 from ._common import check_scaled, make_console, parse_bytes, print_json, progress
+from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ..viz.tables import format_decimal_bytes
 from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
 
@@ -75,8 +79,7 @@ def register(subparsers: Any) -> None:
                         help="minimise the slowest stage (exact) or the simulated step time (local search)")
     parser.add_argument("--tie-break", choices=("lexicographic", "variance", "none"), default="lexicographic",
                         help="among optimal partitions (default lexicographic)")
-    parser.add_argument("--export", choices=("megatron", "deepspeed", "torch"), default=None,
-                        help="also print the plan for this engine")
+    add_export_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_spec_arguments(parser)
     parser.set_defaults(func=run)
@@ -125,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan partition``."""
     micro = args.microbatches if args.microbatches is not None else 2 * args.stages
     _check_size(args, micro)
+    check_export_args(args)
     for flag, value in (("--first-extra", args.first_extra), ("--last-extra", args.last_extra)):
         check_scaled(flag, value, 2.0 * micro, "its backward share summed over the microbatches")
     profile = profile_from_args(args)
@@ -152,14 +156,14 @@ def run(args: argparse.Namespace) -> int:
         chosen = _simulated(profile, result, micro)
         same = tuple(even_sizes) == tuple(result.layers_per_stage)
         baseline = chosen if same else _evaluate(profile, even_sizes, args.schedule, micro)
-    exported = _export(args.export, result, args.schedule, micro) if args.export else None
+    exported = _export(args, result, micro) if args.export else None
     if args.json:
         payload = result.to_dict()
         payload["memory_capacity"] = args.memory
         payload["even_split"] = {"layers_per_stage": list(even_sizes), **baseline}
         payload["simulated"] = chosen
         if exported is not None:
-            payload["export"] = {"engine": args.export, "text": exported}
+            payload["export"] = _export_payload(args.export, exported)
         print_json(payload)
         return 0
     console = make_console()
@@ -172,8 +176,9 @@ def run(args: argparse.Namespace) -> int:
         f"(even split: step {baseline['step_time']:.6g} ms, bubble {baseline['bubble_ratio']:.2%})"
     )
     if exported is not None:
-        console.print(f"[bold]{args.export}[/bold]")
-        console.print(exported, markup=False, highlight=False)
+        if args.out is None:
+            console.print(f"[bold]{args.export}[/bold]")
+        emit_export(args, exported)
     return 0
 
 
@@ -246,24 +251,19 @@ def _rank_table(result: PartitionResult, capacity: float | None) -> Table:
     return table
 
 
-def _export(engine: str, result: PartitionResult, schedule: str, micro: int) -> str:
-    from ..planner import export
+def _export(args: argparse.Namespace, plan: Plan, micro: int, built: Schedule | None = None) -> list[ExportFile]:
+    """The engine's files for ``plan``, with the order that was simulated (``built``, or rebuilt here)."""
+    from ..planner.export import export_files
 
-    if engine == "megatron":
-        return " ".join(export.megatron_args(result))
-    if engine == "deepspeed":
-        return export.deepspeed_snippet(result)
-    costs = result.profile.stage_costs(result.layers_per_stage) if result.profile is not None else None
-    placement = None
-    if len(set(result.placement)) != len(result.placement):
-        placement = result.placement
-        schedule = _CHUNKS_SCHEDULE
-    built = partition_schedule(schedule, len(result.layers_per_stage), micro, costs, placement=placement)
-    return (
-        export.torch_split_snippet(result)
-        + "\n# schedule CSV for _PipelineScheduleRuntime._load_csv (one row per rank):\n"
-        + export.torch_schedule_csv(built)
-    )
+    if built is None:
+        costs = plan.profile.stage_costs(plan.layers_per_stage) if isinstance(plan, PartitionResult) and \
+            plan.profile is not None else None
+        built = partition_schedule(plan.schedule, plan.num_stages, micro, costs, options=plan.schedule_options)
+    return export_files(plan, args.export, reference_names(args, plan.num_layers), schedule=built)
+
+
+def _export_payload(engine: str, files: list[ExportFile]) -> dict[str, Any]:
+    return {"engine": engine, "files": {file.name: file.text for file in files}}
 
 
 def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
@@ -276,23 +276,13 @@ def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
     micro = args.microbatches if args.microbatches is not None else 2 * args.stages
     timeline = simulate_partition(profile, plan.layers_per_stage, _CHUNKS_SCHEDULE, micro, placement=plan.placement)
     built = timeline.schedule
-    exported = None
-    if args.export == "torch":
-        from ..planner import export
-
-        exported = export.torch_split_snippet(plan, profile.names) + "\n" + export.torch_schedule_csv(built)
-    elif args.export == "megatron":
-        from ..planner import export
-
-        exported = " ".join(export.megatron_args(plan))
-    elif args.export == "deepspeed":
-        raise InvalidInputError("DeepSpeed runs one stage per rank; --export deepspeed needs --chunks-per-rank 1")
+    exported = _export(args, plan, micro, built) if args.export else None
     if args.json:
         payload: dict[str, Any] = plan.to_dict()
         payload["simulated"] = {"schedule": _CHUNKS_SCHEDULE, "num_microbatches": micro,
                                 "step_time": timeline.makespan, "bubble_ratio": timeline.bubble_ratio}
         if exported is not None:
-            payload["export"] = {"engine": args.export, "text": exported}
+            payload["export"] = _export_payload(args.export, exported)
         print_json(payload)
         return 0
     table = Table(title=f"{profile.num_layers} layers into {len(plan.layers_per_stage)} chunks on {args.stages} ranks")
@@ -310,5 +300,5 @@ def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
         f"adaptive, m={micro}: step {timeline.makespan:.6g} ms, bubble {timeline.bubble_ratio:.2%}"
     )
     if exported is not None:
-        console.print(exported, markup=False, highlight=False)
+        emit_export(args, exported)
     return 0

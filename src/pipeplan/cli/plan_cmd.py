@@ -29,6 +29,7 @@ from ..planner.space import NOT_PLANNED
 from ..planner.step import SYNCS
 from ..schedules import SCHEDULES
 from ._common import make_console, parse_bytes, print_json
+from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ..device_file import device_fields
 from ..planner.cluster import default_intra_node
 from ._spec_args import add_device_argument, device_from_args, spec_from_args
@@ -97,8 +98,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--top", type=int, default=10, help="plans to show (default 10)")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                         help="stop after this many seconds and report the best plans found so far")
-    parser.add_argument("--export", choices=("megatron", "deepspeed", "torchtitan", "torch"), default=None,
-                        help="print the best plan for this engine")
+    add_export_arguments(parser)
     parser.add_argument("--plot", metavar="PATH", help="draw the best plan's Gantt and memory (PNG/SVG)")
     parser.add_argument("--trace", metavar="PATH", help="write the best plan's Chrome/Perfetto trace")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -160,6 +160,7 @@ class _ProgressBar:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan plan``."""
+    check_export_args(args)
     cluster = _cluster(args)
     workload = _workload(args, cluster)
     schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",")]
@@ -178,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         progress.close()
     _write_files(args, result)
     if args.json:
-        print_json({**_payload(result), "device": device_fields(cluster.device),
+        print_json({**_payload(result, reference_names(args, result.best.num_layers)), "device": device_fields(cluster.device),
                     "assumptions": _assumptions(args, cluster),
                     "gemm_fallbacks": _gemm_fallbacks(args, cluster, result)})
         return 0
@@ -243,17 +244,17 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
     }
 
 
-def _payload(result: SearchResult) -> dict[str, Any]:
+def _payload(result: SearchResult, names: Any = None) -> dict[str, Any]:
     from ..planner.export import plan_exports
 
     payload = result.to_dict()
     for entry, plan in zip(payload["plans"], result.plans):
-        entry["exports"] = plan_exports(plan)
+        entry["exports"] = plan_exports(plan, names)
     if result.baseline is not None:
-        payload["baseline"]["exports"] = plan_exports(result.baseline)
+        payload["baseline"]["exports"] = plan_exports(result.baseline, names)
     for entry, baseline in zip(payload["baselines"], result.baselines):
         if baseline.plan is not None:
-            entry["exports"] = plan_exports(baseline.plan)
+            entry["exports"] = plan_exports(baseline.plan, names)
     best = result.best_baseline
     if best is not None and best.plan is not None:
         from ..planner.explain import explain
@@ -263,10 +264,13 @@ def _payload(result: SearchResult) -> dict[str, Any]:
 
 
 def _print(args: argparse.Namespace, result: SearchResult) -> None:
-    from ..planner.export import export_notes, export_plan, export_refusal
+    from ..planner.export import export_files, export_notes, export_refusal
     from ..viz import plan_table, text_gantt
     from ..viz.plans import recompute_legend
 
+    if args.export:  # before anything is printed: a plan the engine cannot run is one line
+        plan, index = result.best_for(args.export)
+        files = export_files(plan, args.export, reference_names(args, plan.num_layers), gpus_per_node=args.gpus_per_node)
     console = make_console()
     stats = result.stats
     best = result.best
@@ -288,15 +292,13 @@ def _print(args: argparse.Namespace, result: SearchResult) -> None:
         console.print(f"[bold]best plan[/bold]: one pipeline of {best.pp} rank(s), ms")
         console.print(text_gantt(best.timeline, width=100), markup=False, highlight=False)
     if args.export:
-        plan, index = result.best_for(args.export)
-        text = export_plan(plan, args.export)
         where = (f"plan {index + 1}" if index is not None else
                  f"the best plan of the schedules it runs: {plan.schedule_label}, {plan.step_time:.6g} ms")
         heading = f"[bold]{args.export}[/bold] ({where}"
         if index != 0:
             heading += f"; {args.export} cannot run plan 1: {export_refusal(result.plans[0], args.export)}"
         console.print(heading + ")")
-        console.print(text, markup=False, highlight=False)
+        emit_export(args, files)
         for note in export_notes(plan, args.export):
             console.print(f"note: {note}")
 

@@ -1,0 +1,244 @@
+"""Megatron-LM's command line for a plan: the split, tensor parallelism, the optimizer, recompute.
+
+    from pipeplan.planner.export.megatron import megatron_args, megatron_line
+    megatron_args([3, 11, 11, 7])   # ['--pipeline-model-parallel-size', '4', '--num-layers', '32', ...]
+    megatron_line(plan)             # the same, one shlex-quoted line a shell takes as it is
+
+What Megatron-LM accepts, read from NVIDIA/Megatron-LM at commit d98e8a64 (2026-08-22):
+``megatron/training/arguments.py`` (``validate_args``),
+``megatron/core/transformer/transformer_block.py`` (``get_num_layers_to_build``) and
+``megatron/core/transformer/pipeline_parallel_layer_layout.py``.
+
+* ``--num-layers`` counts decoder (transformer) layers only. The word embedding and
+  the output layer + loss sit on the first and last stage.
+* An even split counting the embedding and the loss as one layer each is
+  ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split``
+  (``num_layers + 2`` must divide by ``P`` — by ``P·V`` with virtual stages — and
+  the first and last chunk build one decoder layer fewer).
+* ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
+  set the first / last rank's decoder layers; the other ranks share the rest
+  equally (it must divide), one chunk per rank.
+* Anything else is ``--pipeline-model-parallel-layout``: stages separated by ``|``,
+  virtual stage 0 of every rank first (stage ``s`` on rank ``s mod P``), ``E``
+  embedding, ``t`` a decoder layer, ``L`` the loss, ``x*n`` repeats. No other
+  placement exists in Megatron-LM.
+* Batches: ``--micro-batch-size``, ``--global-batch-size`` (Megatron derives ``m``).
+  ``--tensor-model-parallel-size``, ``--sequence-parallel``; ZeRO-1 is
+  ``--use-distributed-optimizer``. Recompute applies to every transformer layer alike:
+  ``--recompute-granularity selective --recompute-modules core_attn`` (attention,
+  Korthikanti et al.'s selective recompute) or ``full`` with ``--recompute-method
+  uniform --recompute-num-layers 1``.
+* Megatron-LM runs 1F1B and interleaved 1F1B (the zero-bubble schedules live in a
+  fork, sail-sg/zero-bubble-pipeline-parallelism). It has no port of a model whose
+  layers are not GPT layers (a vision tower, an action head): :func:`megatron_mapping`
+  gives the stage → module table for those instead of flags.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from typing import cast
+
+from ...errors import InvalidInputError
+from ...plan import Plan
+from ...schedules.patterns import loop_placement
+from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
+from ._names import LayerName, layer_names
+from ...models.engine_names import Role
+
+__all__ = [
+    "MEGATRON_COMMIT",
+    "MEGATRON_SCHEDULES",
+    "megatron_args",
+    "megatron_line",
+    "megatron_layout",
+    "megatron_mapping",
+    "megatron_files",
+    "megatron_notes",
+]
+
+#: the Megatron-LM commit the flags and rules were read from
+MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+#: the schedules Megatron-LM runs
+MEGATRON_SCHEDULES = ("1f1b", "interleaved")
+#: data-parallel modes with a Megatron-LM flag in this export (ZeRO-1: the distributed optimizer)
+_DP_FLAGS = {"ddp": [], "zero1": ["--use-distributed-optimizer"]}
+
+
+def _roles(plan: Plan, names: Sequence[LayerName] | None, embedding: bool | None, loss: bool | None) -> list[str]:
+    """One Megatron role per layer; raises for a model Megatron-LM has no port of."""
+    resolved = layer_names(plan, names)
+    roles: list[str] = [name.role for name in resolved]
+    if embedding is not None:
+        roles[0] = "embedding" if embedding else ("decoder" if roles[0] == "embedding" else roles[0])
+    if loss is not None:
+        roles[-1] = "loss" if loss else ("decoder" if roles[-1] == "loss" else roles[-1])
+    others = sorted({fqn.rpartition(".")[0] or fqn for name, role in zip(resolved, roles) if role == "other"
+                     for fqn in name.fqns[:1]})
+    misplaced = [i for i, role in enumerate(roles) if (role == "embedding" and i != 0)
+                 or (role == "loss" and i != len(roles) - 1)]
+    if others or misplaced:
+        what = f"its {', '.join(others)} layers are not GPT layers" if others else (
+            f"layer {misplaced[0]} is an embedding or loss layer away from the model's ends")
+        raise InvalidInputError(
+            f"Megatron-LM has no port of this model ({what}): flags would only look runnable; "
+            "use --export torch or torchtitan (module paths), or megatron_mapping() for the stage → module table"
+        )
+    if "decoder" not in roles:
+        raise InvalidInputError("Megatron-LM needs at least one decoder (transformer) layer; the plan has none")
+    return roles
+
+
+def _stage_symbols(plan: Plan, roles: list[str]) -> list[tuple[bool, int, bool]]:
+    """Per stage: (holds the embedding, decoder layers, holds the loss)."""
+    return [("embedding" in [roles[i] for i in span], sum(roles[i] == "decoder" for i in span),
+             "loss" in [roles[i] for i in span]) for span in plan.layer_ranges]
+
+
+def _check_runs(plan: Plan) -> None:
+    if plan.pp > 1 and plan.schedule not in MEGATRON_SCHEDULES:
+        raise InvalidInputError(
+            f"Megatron-LM runs 1F1B and interleaved 1F1B only, not {plan.schedule!r}; "
+            "use the torch or torchtitan export (schedule CSV) for this plan"
+        )
+    if plan.placement != loop_placement(plan.pp, plan.num_stages // plan.pp):
+        raise InvalidInputError(
+            f"Megatron-LM places stage s on rank s mod P; placement {list(plan.placement)} is not that "
+            "(use the torch export's schedule CSV for a custom placement)"
+        )
+    if plan.dp_mode not in _DP_FLAGS:
+        raise InvalidInputError(
+            f"pipeplan exports Megatron-LM plans with ddp or zero1 (--use-distributed-optimizer), not "
+            f"{plan.dp_mode!r}; torchtitan runs pipeline + {plan.dp_mode} (--export torchtitan)"
+        )
+
+
+def megatron_layout(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
+                    embedding_layer: bool | None = None, loss_layer: bool | None = None) -> str:
+    """The ``--pipeline-model-parallel-layout`` string for ``plan`` (``E`` and ``L`` added where absent).
+
+    Args:
+        plan: a Plan (or what :func:`~pipeplan.planner.as_plan` takes).
+        names: the model's layer names and roles (default: guessed from the plan's).
+        embedding_layer / loss_layer: override whether the first / last layer is
+            the embedding / the loss (otherwise from the roles).
+
+    Raises:
+        InvalidInputError: a placement other than ``s mod P``, or a model Megatron has no port of.
+    """
+    plan = to_plan(plan)
+    if plan.placement != loop_placement(plan.pp, plan.num_stages // plan.pp):
+        raise InvalidInputError(
+            f"Megatron-LM places stage s on rank s mod P; placement {list(plan.placement)} is not that "
+            "(use the torch export's schedule CSV for a custom placement)"
+        )
+    stages = []
+    symbols = _stage_symbols(plan, _roles(plan, names, embedding_layer, loss_layer))
+    for index, (_, count, _) in enumerate(symbols):
+        text = "E" if index == 0 else ""
+        text += "t" if count == 1 else (f"t*{count}" if count > 1 else "")
+        text += "L" if index == len(symbols) - 1 else ""
+        stages.append(text)
+    return "|".join(stages)
+
+
+def _split(plan: Plan, roles: list[str]) -> list[str]:
+    symbols = _stage_symbols(plan, roles)
+    counts = [count for _, count, _ in symbols]
+    embedding, loss = roles[0] == "embedding", roles[-1] == "loss"
+    sizes = [count + has_e + has_l for has_e, count, has_l in symbols]
+    accounted = ["--account-for-embedding-in-pipeline-split"] * embedding + ["--account-for-loss-in-pipeline-split"] * loss
+    virtual = plan.virtual_stages
+    if len(set(counts)) == 1 and not (virtual > 1 and (embedding or loss)):
+        return [] if virtual == 1 else ["--num-layers-per-virtual-pipeline-stage", str(counts[0])]
+    if accounted and len(set(sizes)) == 1 and all(counts):
+        return accounted + ([] if virtual == 1 else ["--num-layers-per-virtual-pipeline-stage", str(sizes[0])])
+    if virtual == 1 and plan.pp > 1 and counts[0] > 0 and counts[-1] > 0 and len(set(counts[1:-1])) <= 1:
+        share = counts[1] if plan.pp > 2 else None
+        args = []
+        if share is None or counts[0] != share:
+            args += ["--decoder-first-pipeline-num-layers", str(counts[0])]
+        if share is None or counts[-1] != share:
+            args += ["--decoder-last-pipeline-num-layers", str(counts[-1])]
+        return args
+    return ["--pipeline-model-parallel-layout", megatron_layout(plan, [LayerName(("l",), cast(Role, r)) for r in roles])]
+
+
+def megatron_args(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
+                  embedding_layer: bool | None = None, loss_layer: bool | None = None) -> list[str]:
+    """Megatron-LM command-line arguments that reproduce ``plan``, one string per token.
+
+    The split (see the module docstring), then tensor parallelism, the batch sizes,
+    the distributed optimizer for ``zero1`` and the recompute flags.
+
+    Raises:
+        InvalidInputError: a schedule Megatron-LM does not run (zero-bubble, adaptive,
+            GPipe), a placement it cannot make, a data-parallel mode it is not exported
+            with, or a model it has no port of.
+    """
+    plan = to_plan(plan)
+    roles = _roles(plan, names, embedding_layer, loss_layer)  # a model with no port is said first
+    _check_runs(plan)
+    args = ["--pipeline-model-parallel-size", str(plan.pp), "--num-layers", str(roles.count("decoder"))]
+    args += _split(plan, roles)
+    if plan.tp > 1:
+        args += ["--tensor-model-parallel-size", str(plan.tp)]
+        if plan.sequence_parallel:
+            args.append("--sequence-parallel")
+    args += ["--micro-batch-size", str(plan.micro_batch_size), "--global-batch-size", str(plan.global_batch)]
+    args += _DP_FLAGS[plan.dp_mode]
+    mode = strongest_recompute(plan)
+    if mode == "selective":
+        args += ["--recompute-granularity", "selective", "--recompute-modules", "core_attn"]
+    elif mode == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    return args
+
+
+def megatron_line(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None) -> str:
+    """:func:`megatron_args` as one shell-quoted line (``'Et*15|t*16'`` stays one word in bash)."""
+    return shlex.join(megatron_args(plan, names))
+
+
+def megatron_notes(plan: Plan | Sequence[int]) -> list[str]:
+    """What the Megatron export approximates of ``plan`` (recompute per stage or per module)."""
+    return recompute_notes(to_plan(plan), "Megatron-LM")
+
+
+def megatron_mapping(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None) -> str:
+    """The stage → rank → module table of ``plan`` (tab-separated, one row per layer).
+
+    What the Megatron export gives instead of flags for a model it has no port of:
+    which module paths each stage holds and their role.
+    """
+    plan = to_plan(plan)
+    resolved = layer_names(plan, names)
+    rows = ["stage\trank\tlayer\trole\tmodules"]
+    for stage, span in enumerate(plan.layer_ranges):
+        for index in span:
+            name = resolved[index]
+            rows.append(f"{stage}\t{plan.placement[stage]}\t{index}\t{name.role}\t{' '.join(name.fqns)}")
+    return "\n".join(rows) + "\n"
+
+
+def megatron_files(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None) -> list[ExportFile]:
+    """``megatron_args.sh``: the flags as one shell-quoted line, in a script that runs a launcher with them.
+
+    ``./megatron_args.sh`` prints the flags; ``./megatron_args.sh torchrun ... pretrain_gpt.py
+    --hidden-size ...`` runs that command with the flags appended.
+    """
+    plan = to_plan(plan)
+    line = megatron_line(plan, names)
+    text = (
+        "#!/usr/bin/env bash\n"
+        f"# pipeplan: Megatron-LM flags for this plan ({plan.pp} pipeline ranks, tp {plan.tp}, dp {plan.dp}, "
+        f"{plan.schedule_label}); checked against NVIDIA/Megatron-LM {MEGATRON_COMMIT[:8]}.\n"
+        "# ./megatron_args.sh prints them; ./megatron_args.sh torchrun --nproc-per-node N pretrain_gpt.py "
+        "[model and data flags] runs that with them appended.\n"
+        "set -euo pipefail\n"
+        f"LINE={shlex.quote(line)}\n"
+        'eval "FLAGS=($LINE)"\n'
+        'if [ "$#" -eq 0 ]; then printf \'%s\\n\' "$LINE"; else exec "$@" "${FLAGS[@]}"; fi\n'
+    )
+    return [ExportFile("megatron_args.sh", text, executable=True, printed=line + "\n")]

@@ -1,0 +1,159 @@
+"""torch.distributed.pipelining: ``split_spec.py`` (stages by module path, FSDP2 wrapping) and ``schedule.csv``.
+
+    from pipeplan.planner.export.pipelining import torch_files, torch_schedule_csv
+    torch_schedule_csv(schedule)     # "0F0,0F1,...\\n1F0,..." one row per rank, what _load_csv reads
+    torch_files(plan)                # split_spec.py and schedule.csv
+
+What torch accepts (torch/distributed/pipelining/_IR.py and schedules.py, torch 2.13):
+``pipeline(module, mb_args, split_spec={"layers.4": SplitPoint.BEGINNING, ...})`` splits
+before the named submodules; ``_PipelineScheduleRuntime._load_csv(path)`` reads one row
+per rank, one action per cell, ``{stage}{F|B|I|W}{microbatch}`` (``I`` the input
+gradient of a split backward, ``B`` a full backward), and infers the stage → rank map.
+A joint layer (two module paths at one depth, π0's Gemma and action-expert layers)
+cannot be a tracer split point: ``MODULE_FQNS_PER_STAGE`` lists every stage's paths
+for a manual split (``PipelineStage`` per stage) instead. With ``fsdp``/``hsdp`` data
+parallelism each listed module is wrapped with ``fully_shard`` (FSDP2), then the stage.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+
+from ...errors import InvalidInputError
+from ...plan import Plan
+from ...schedule import Schedule
+from ._common import ExportFile, to_plan
+from ._names import LayerName, layer_names, stage_fqns
+
+__all__ = ["torch_split_spec", "torch_split_snippet", "torch_actions", "torch_schedule_csv", "plan_schedule",
+           "torch_files"]
+
+
+def _names_arg(plan: Plan, names: Sequence[str | LayerName] | None) -> list[LayerName] | None:
+    """Plain module names (one per layer) as LayerNames; LayerNames as they are."""
+    if names is None:
+        return None
+    return [name if isinstance(name, LayerName) else LayerName(fqns=(str(name),), role="decoder") for name in names]
+
+
+def torch_split_spec(plan: Plan | Sequence[int], names: Sequence[str | LayerName] | None = None) -> dict[str, str]:
+    """``{module path: "BEGINNING"}`` for the first layer of stages 1..S-1.
+
+    Args:
+        plan: a Plan (its layer names are used).
+        names: module names (or :class:`LayerName`), one per layer; default the plan's.
+
+    Raises:
+        InvalidInputError: a stage starts at a joint layer (several module paths):
+            torch's tracer cannot split there (use ``MODULE_FQNS_PER_STAGE``).
+    """
+    plan = to_plan(plan)
+    if names is not None and len(names) != plan.num_layers:
+        raise InvalidInputError(f"names has {len(names)} entries, expected {plan.num_layers} (one per layer)")
+    resolved = layer_names(plan, _names_arg(plan, names))
+    spec = {}
+    for span in plan.layer_ranges[1:]:
+        first = resolved[span.start]
+        if len(first.fqns) != 1:
+            raise InvalidInputError(
+                f"stage starting at layer {span.start} begins with a joint layer ({', '.join(first.fqns)}): a split "
+                "point names one module; split by MODULE_FQNS_PER_STAGE instead"
+            )
+        spec[first.fqns[0]] = "BEGINNING"
+    return spec
+
+
+def torch_split_snippet(plan: Plan | Sequence[int], names: Sequence[str | LayerName] | None = None) -> str:
+    """``split_spec.py``: the module paths of every stage, the tracer's split spec, the FSDP2 wrapping."""
+    plan = to_plan(plan)
+    fqns = stage_fqns(plan, _names_arg(plan, names))
+    lines = [
+        '"""pipeplan: how to cut the model into its pipeline stages, and (FSDP/HSDP) how to shard them.',
+        "",
+        f"{plan.num_stages} stages on {plan.pp} ranks (stage s on rank STAGE_TO_RANK[s]); the order is schedule.csv:",
+        "    schedule = _PipelineScheduleRuntime(stages, n_microbatches, loss_fn=...); schedule._load_csv('schedule.csv')",
+        '"""',
+        "from torch.distributed.pipelining import SplitPoint",
+        "",
+        f"STAGE_TO_RANK = {list(plan.placement)}",
+        "MODULE_FQNS_PER_STAGE = [",
+        *[f"    {json.dumps(stage)}," for stage in fqns],
+        "]",
+    ]
+    try:
+        spec = torch_split_spec(plan, names)
+    except InvalidInputError as error:
+        lines += ["", f"# no tracer split_spec: {error}", "split_spec = None"]
+    else:
+        lines += ["", "# pipe = pipeline(model, mb_args=(example_microbatch,), split_spec=split_spec)", "split_spec = {"]
+        lines += [f"    {name!r}: SplitPoint.BEGINNING," for name in spec]
+        lines.append("}")
+    lines += _fsdp_lines(plan)
+    return "\n".join(lines) + "\n"
+
+
+def _fsdp_lines(plan: Plan) -> list[str]:
+    if plan.dp_mode not in ("fsdp", "hsdp"):
+        return ["", f"DATA_PARALLEL = {plan.dp_mode!r}  # {plan.dp} replicas; DDP/ZeRO wrap the stage modules whole"]
+    mesh = "a 2-D mesh (replicate across nodes, shard inside)" if plan.dp_mode == "hsdp" else "a 1-D mesh of dp ranks"
+    return [
+        "",
+        f"DATA_PARALLEL = {plan.dp_mode!r}  # {plan.dp} data-parallel ranks",
+        "",
+        "",
+        "def shard_stage(stage_module, stage_index, mesh):",
+        f'    """FSDP2: fully_shard each layer of the stage, then the stage; mesh is {mesh}."""',
+        "    from torch.distributed.fsdp import fully_shard",
+        "",
+        "    for fqn in MODULE_FQNS_PER_STAGE[stage_index]:",
+        "        fully_shard(stage_module.get_submodule(fqn), mesh=mesh)",
+        "    return fully_shard(stage_module, mesh=mesh)",
+    ]
+
+
+def torch_actions(schedule: Schedule) -> list[list[str]]:
+    """Per rank, the schedule's actions in torch's compact form (``0F0``, ``1B0``, ``2I1``, ``2W1``)."""
+    # pipeplan's kinds are torch's: F, B (full), I, W
+    return [[f"{stage}{kind.value}{mb}" for kind, stage, mb in order] for order in schedule.orders]
+
+
+def torch_schedule_csv(schedule: Schedule) -> str:
+    """The CSV ``_PipelineScheduleRuntime._load_csv(path, format="compute_only")`` reads (no blank line)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for row in torch_actions(schedule):
+        writer.writerow(row)
+    return buffer.getvalue()
+
+
+def plan_schedule(plan: Plan | Sequence[int]) -> Schedule:
+    """The per-rank order ``plan`` runs: its timeline's, or the fixed template rebuilt.
+
+    Raises:
+        InvalidInputError: a cost-aware schedule without a timeline (nothing to rebuild it from).
+    """
+    plan = to_plan(plan)
+    if plan.timeline is not None:
+        return plan.timeline.schedule
+    from ...schedules import build_schedule, schedule_info
+
+    if plan.schedule == "custom" or schedule_info(plan.schedule).cost_aware:
+        raise InvalidInputError(
+            f"schedule {plan.schedule!r} depends on the costs; export a plan from the planner (it keeps its timeline)"
+        )
+    return build_schedule(plan.schedule, num_stages=plan.num_stages, num_microbatches=plan.num_microbatches,
+                          **schedule_info(plan.schedule).shape_options(plan.virtual_stages))
+
+
+def torch_files(plan: Plan | Sequence[int], names: Sequence[str | LayerName] | None = None, *,
+                schedule: Schedule | None = None) -> list[ExportFile]:
+    """``split_spec.py`` and ``schedule.csv`` (``schedule``: the order to write, default the plan's)."""
+    plan = to_plan(plan)
+    order = schedule if schedule is not None else plan_schedule(plan)
+    if tuple(order.placement) != tuple(plan.placement):
+        raise InvalidInputError(f"the schedule places stages {list(order.placement)}, the plan {list(plan.placement)}")
+    return [ExportFile("split_spec.py", torch_split_snippet(plan, names)),
+            ExportFile("schedule.csv", torch_schedule_csv(order))]
