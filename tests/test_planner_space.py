@@ -18,6 +18,7 @@ from pipeplan.models.modules import Embedding, LMHead, TransformerStack
 from pipeplan.models.spec import ModelSpec
 from pipeplan.models.training import ReferenceTraining
 from pipeplan.planner import Cluster, Workload, search
+from pipeplan.planner.export import megatron_args
 from pipeplan.planner.memory import MemoryModel, OptimizerBytes
 from pipeplan.planner.space import Config, SearchSpace, hsdp_shards
 from pipeplan.planner.step import fsdp_exposed_ms
@@ -127,7 +128,7 @@ def test_pruned_search_equals_exhaustive_enumeration_with_tp_and_every_mode(batc
     assert all(p.num_gpus == 4 for p in full.plans)
 
 
-def test_baselines_follow_the_reference_and_megatron_takes_the_least_model_parallelism():
+def test_baselines_follow_the_reference_and_megatron_puts_tp_over_a_node():
     training = ReferenceTraining(recompute={"llm": "full"}, dp_mode="fsdp", source="a test")
     work = Workload.from_spec(tiny_spec(training=training), hardware.device("h100-80g"))
     cluster = Cluster(4, hardware.device("h100-80g"), hardware.link("nvlink-h100"), hardware.link("ib-ndr"), 2)
@@ -135,8 +136,9 @@ def test_baselines_follow_the_reference_and_megatron_takes_the_least_model_paral
     reference, megatron = result.baselines
     assert reference.plan is not None and (reference.plan.pp, reference.plan.tp, reference.plan.dp_mode) == (1, 1, "fsdp")
     assert set(reference.plan.recompute) == {"full"}
-    assert megatron.plan is not None and (megatron.plan.tp, megatron.plan.pp) == (1, 1)  # it fits without any
+    assert megatron.plan is not None and (megatron.plan.tp, megatron.plan.pp) == (2, 1)  # a node's 2 GPUs; fits
     assert megatron.plan.dp_mode == "zero1" and megatron.plan.schedule == "1f1b"
+    assert "--overlap-grad-reduce" in " ".join(megatron_args(megatron.plan))  # timed with the overlap
     for baseline in result.baselines:
         assert result.best.step_time <= baseline.step_time * (1 + 1e-12)
     payload = result.to_dict()
@@ -145,10 +147,12 @@ def test_baselines_follow_the_reference_and_megatron_takes_the_least_model_paral
     assert payload["plans"][0]["recompute_by_module"].keys() == {"llm"}
 
 
-def test_megatron_recommended_adds_model_parallelism_only_to_fit():
+def test_megatron_recommended_adds_pipeline_stages_only_to_fit():
     work = Workload.from_spec(tiny_spec(layers=8, hidden=2048, heads=16), hardware.device("h100-80g"))
-    cluster = Cluster(8, hardware.device("h100-80g"), hardware.link("nvlink-h100"), hardware.link("ib-ndr"), 8)
-    weights = 16 * sum(work.profile(1).params)
-    result = search(work, cluster, 8, memory_capacity=weights * 0.3, dp_modes=["ddp", "zero1"], top=1)
-    megatron = result.baselines[1].plan
-    assert megatron is not None and megatron.fits and megatron.tp * megatron.pp > 1
+    cluster = Cluster(16, hardware.device("h100-80g"), hardware.link("nvlink-h100"), hardware.link("ib-ndr"), 8)
+    loose = search(work, cluster, 16, dp_modes=["ddp", "zero1"], top=1).baselines[1].plan
+    assert loose is not None and (loose.tp, loose.pp) == (8, 1)
+    weights = 16 * sum(work.profile(1).params) / 8
+    tight = search(work, cluster, 16, memory_capacity=weights * 0.6, dp_modes=["ddp", "zero1"], top=1)
+    megatron = tight.baselines[1].plan
+    assert megatron is not None and megatron.fits and (megatron.tp, megatron.pp) == (8, 2)

@@ -100,6 +100,10 @@ class Plan:
         dp_mode: how data parallelism holds the model state (:data:`DP_MODES`).
         recompute_by_module: the recompute mode of each module of the model,
             by module name (empty: the per-stage ``recompute`` says it all).
+        grad_sync: how the gradients were timed to be reduced for ``ddp``,
+            ``zero1`` and ``zero2`` (:data:`pipeplan.planner.step.SYNCS`:
+            ``"megatron"`` after the backward, ``"megatron-overlap"`` with
+            ``--overlap-grad-reduce --overlap-param-gather``, ``"torch-ddp"``).
         layers_per_stage: layers of each stage in model order (``pp · v`` stages).
         placement: ``placement[s]`` is the pipeline rank holding stage ``s``.
         schedule: registered schedule name (``"1f1b"``, ``"interleaved"``, ...).
@@ -162,6 +166,7 @@ class Plan:
     sequence_parallel: bool = False
     dp_mode: DataParallelMode = "ddp"
     recompute_by_module: Mapping[str, Recompute] = field(default_factory=dict, hash=False)
+    grad_sync: str = "megatron"
 
     def __post_init__(self) -> None:
         sizes = self.layers_per_stage
@@ -306,6 +311,7 @@ class Plan:
             "sequence_parallel": self.sequence_parallel,
             "dp_mode": self.dp_mode,
             "recompute_by_module": dict(self.recompute_by_module),
+            "grad_sync": self.grad_sync,
             "schedule": self.schedule,
             "schedule_options": dict(self.schedule_options),
             "virtual_stages": self.virtual_stages,

@@ -74,10 +74,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--dp-modes", default=None, metavar="MODES",
                         help="comma-separated data-parallel modes to search: ddp, zero1, zero2, fsdp, hsdp "
                              "(default all with --optimizer adam)")
-    parser.add_argument("--grad-sync", choices=tuple(SYNCS), default="megatron",
-                        help="how ddp/zero1/zero2 reduce gradients: megatron (Megatron-LM's default, after the "
-                             "backward), megatron-overlap (--overlap-grad-reduce --overlap-param-gather) or "
-                             "torch-ddp (25 MB buckets); fsdp and hsdp always overlap per layer")
+    parser.add_argument("--grad-sync", choices=tuple(SYNCS), default="megatron-overlap",
+                        help="how ddp/zero1/zero2 reduce gradients: megatron-overlap (the default: Megatron-LM with "
+                             "--overlap-grad-reduce --overlap-param-gather), megatron (its bare default, after the "
+                             "backward) or torch-ddp (25 MB buckets); fsdp and hsdp always overlap per layer")
     parser.add_argument("--micro-batch-size", type=int, default=None, help="fix the micro-batch size")
     parser.add_argument("--partition", default=None, metavar="auto|even|A,B,...",
                         help="fix the layers per stage: counts like 4,3,3,2 (only configurations with that many "
@@ -226,13 +226,16 @@ _SYNC_WORDS = {"megatron": "reduced after the pipeline, not overlapped (Megatron
 def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
     """What the plan's numbers assume, as printed and in ``--json``."""
     split = OptimizerBytes.for_optimizer(args.optimizer, 1)
-    optimizer = {"adam": "mixed-precision Adam", "distributed": "Megatron's distributed optimizer"}.get(
-        str(args.optimizer), f"{args.optimizer} bytes per parameter")
+    if args.optimizer in ("adam", "distributed"):
+        optimizer = ("mixed-precision Adam, bytes per trained parameter over d sharing ranks: ddp 2 + 2 + 12; "
+                     "zero1 2 + 4 + 12/d; zero2 2 + 2/d + 12/d; fsdp 16/d plus the gathered layers (2 + 4/d + 2 + "
+                     "12/d with a pipeline); hsdp as fsdp over a node's replicas")
+    else:
+        optimizer = (f"{args.optimizer} bytes per parameter: {split.weights:g} B weights + {split.gradients:g} B "
+                     f"gradients + {split.optimizer:g} B state")
     return {
         "device": cluster.device.summary(),
-        "optimizer": (f"{optimizer}: {split.weights:g} B weights + {split.gradients:g} B gradients + "
-                      f"{split.optimizer:g} B state per trained parameter"
-                      + (" (state / dp)" if args.optimizer == "distributed" else "")),
+        "optimizer": optimizer,
         "gradients": (f"ddp, zero1, zero2: {_SYNC_WORDS[args.grad_sync]} (zero1/zero2 reduce-scatter "
                       "fp32/bf16 gradients and all-gather bf16 weights); fsdp, hsdp: per layer with one layer "
                       "prefetched (FSDP2), without a pipeline every microbatch"),

@@ -357,6 +357,7 @@ class Evaluator:
             sequence_parallel=self.tp > 1,
             dp_mode=self.dp_mode if config.dp > 1 or self.dp_mode == "ddp" else "ddp",
             recompute_by_module=self._recompute_by_module(layout),
+            grad_sync=self.sync.name,
         )
         self._plans[key] = plan
         return plan

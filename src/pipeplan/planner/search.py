@@ -129,7 +129,8 @@ class SearchResult:
     stats: SearchStats
     lower_bound: float
     single_stage_bound: float = math.inf
-    rerun: Callable[[Sequence[str]], SearchResult] | None = field(default=None, repr=False, compare=False)
+    rerun: Callable[[Sequence[str] | None, Sequence[str] | None], SearchResult] | None = field(
+        default=None, repr=False, compare=False)
     baselines: tuple[Baseline, ...] = ()
 
     @property
@@ -162,20 +163,21 @@ class SearchResult:
                 leave none the engine runs.
             InfeasiblePlanError: no plan the engine runs fits.
         """
-        from .export import ENGINE_SCHEDULES, export_refusal
+        from .export import ENGINE_DP_MODES, ENGINE_SCHEDULES, export_refusal
 
         if engine not in ENGINE_SCHEDULES:
             raise InvalidInputError(f"engine must be one of {', '.join(ENGINE_SCHEDULES)}, got {engine!r}")
         for index, plan in enumerate(self.plans):
             if not export_refusal(plan, engine):
                 return plan, index
-        allowed = ENGINE_SCHEDULES[engine]
-        if self.rerun is None or allowed is None:
+        allowed, modes = ENGINE_SCHEDULES[engine], ENGINE_DP_MODES.get(engine)
+        if self.rerun is None or (allowed is None and modes is None):
             raise InvalidInputError(f"{engine} can run none of these plans: {export_refusal(self.plans[0], engine)}")
         try:
-            return self.rerun(allowed).best, None
+            return self.rerun(allowed, modes).best, None
         except InvalidInputError as error:
-            raise InvalidInputError(f"{engine} runs only {', '.join(allowed)}, and {error}") from None
+            what = ", ".join(allowed or ()) + ("; data-parallel modes " + ", ".join(modes) if modes else "")
+            raise InvalidInputError(f"{engine} runs only {what}, and {error}") from None
 
     def ratio(self, plan: Plan) -> float | None:
         """The Megatron baseline's step time ÷ ``plan``'s (> 1: faster than it)."""
@@ -236,7 +238,7 @@ def search(
     partition: PartitionChoice | None = None,
     tp: int | None = None,
     dp_modes: Sequence[str] | None = None,
-    sync: str = "megatron",
+    sync: str = "megatron-overlap",
 ) -> SearchResult:
     """Search the space for the fastest plans that fit.
 
@@ -279,10 +281,10 @@ def search(
             :data:`~pipeplan.plan.DP_MODES` with ``optimizer="adam"``; ``"zero1"``
             alone with ``optimizer="distributed"``; ``"ddp"`` with bytes per parameter).
         sync: how ``ddp``, ``zero1`` and ``zero2`` reduce gradients
-            (:data:`~pipeplan.planner.step.SYNCS`: ``"megatron"``, Megatron-LM's
-            default, no overlap; ``"megatron-overlap"``, with
-            ``--overlap-grad-reduce --overlap-param-gather``; ``"torch-ddp"``);
-            ``fsdp`` and ``hsdp`` always overlap, layer by layer.
+            (:data:`~pipeplan.planner.step.SYNCS`: ``"megatron-overlap"``, the
+            default, Megatron-LM with ``--overlap-grad-reduce --overlap-param-gather``
+            as its performance guides recommend; ``"megatron"``, its bare default, no
+            overlap; ``"torch-ddp"``); ``fsdp`` and ``hsdp`` always overlap, layer by layer.
 
     Returns:
         A :class:`SearchResult`.
@@ -321,7 +323,7 @@ class SearchOptions:
     partition: PartitionChoice | None = None
     tp: int | None = None
     dp_modes: tuple[str, ...] | None = None
-    sync: str = "megatron"
+    sync: str = "megatron-overlap"
 
     def modes(self) -> tuple[DataParallelMode, ...]:
         """The data-parallel modes searched (see :func:`search`)."""
@@ -550,12 +552,14 @@ class _Search:
         return Baseline("reference-fsdp", plan, note)
 
     def _megatron_recommended(self) -> Baseline:
-        """Megatron-LM's recommended layout: the least model parallelism that fits (docs/planner.md)."""
+        """Megatron-LM's recommended layout (docs/planner.md): tensor parallelism over a node's GPUs (the largest
+        degree the model and the node allow), pipeline stages across nodes only as needed to fit, 1F1B, even
+        layers per stage, the distributed optimizer; no recompute unless needed, then selective, then full."""
         space = self.space
-        shapes = sorted(((tp, pp) for tp in space.tensor_degrees() for pp in space.pipeline_degrees(tp)),
-                        key=lambda shape: (shape[0] * shape[1], shape[1]))
+        degrees = [tp for tp in sorted(space.tensor_degrees(), reverse=True) if space.pipeline_degrees(tp)]
+        tp = degrees[0] if degrees else 1  # the largest the node, the model and a fixed pp allow
         closest: Plan | None = None
-        for tp, pp in shapes:
+        for pp in space.pipeline_degrees(tp):
             dp = self.cluster.num_gpus // (tp * pp)
             mode: DataParallelMode = "zero1" if dp > 1 and "zero1" in space.dp_modes else "ddp"
             for recompute in self.workload.recompute_modes:  # none, then selective, then full: the first that fits
@@ -564,10 +568,10 @@ class _Search:
                 plan = self._fastest_fitting(configs)
                 if plan is not None and plan.fits:
                     return Baseline("megatron-recommended", plan,
-                                    f"the least model parallelism that fits: tp={tp}, pp={pp}, recompute {recompute}")
+                                    f"tp={tp} over a node, the least pp that fits ({pp}), recompute {recompute}")
                 if plan is not None and (closest is None or max(plan.peak_memory) < max(closest.peak_memory)):
                     closest = plan
-        return Baseline("megatron-recommended", closest, "no tp × pp fits with 1F1B and an even split")
+        return Baseline("megatron-recommended", closest, f"no pp fits at tp={tp} with 1F1B and an even split")
 
     def _visit_all(self, configs: Sequence[Config]) -> None:
         """Evaluate ``configs`` in order of their bound, as long as a bound leaves them a chance."""
@@ -628,13 +632,18 @@ class _Search:
             return Rejection(config, plan.reason, max(plan.peak_memory))
         return plan
 
-    def _rerun(self, allowed: Sequence[str]) -> SearchResult:
-        """The same search over only the ``allowed`` schedules it tried, keeping the best plan only."""
-        names = [name for name in self.space.schedule_names if name in allowed]
+    def _rerun(self, allowed: Sequence[str] | None, modes: Sequence[str] | None = None) -> SearchResult:
+        """The same search over only the ``allowed`` schedules and data-parallel ``modes`` it tried (``None``: all
+        it tried), keeping the best plan only."""
+        names = [name for name in self.space.schedule_names if allowed is None or name in allowed]
         if not names:
             raise InvalidInputError(f"the search tried none of them (--schedules {','.join(self.space.schedule_names)})")
+        kept = [mode for mode in self.space.dp_modes if modes is None or mode in modes]
+        if not kept:
+            raise InvalidInputError(f"the search tried none of its data-parallel modes "
+                                    f"(--dp-modes {','.join(self.space.dp_modes)})")
         options = replace(self.options, schedules=names, memory_capacity=self.capacity, top=1, progress=None,
-                          headroom=DEFAULT_HEADROOM, dp_modes=self.space.dp_modes)
+                          headroom=DEFAULT_HEADROOM, dp_modes=tuple(kept))
         return _Search(self.workload, self.cluster, self.global_batch, options).run()
 
 

@@ -188,6 +188,10 @@ def megatron_args(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
             args.append("--sequence-parallel")
     args += ["--micro-batch-size", str(plan.micro_batch_size), "--global-batch-size", str(plan.global_batch)]
     args += _DP_FLAGS[plan.dp_mode]
+    if plan.grad_sync == "megatron-overlap" and plan.dp > 1:
+        args.append("--overlap-grad-reduce")
+        if plan.dp_mode == "zero1":
+            args.append("--overlap-param-gather")
     mode = strongest_recompute(plan)
     if mode == "selective":
         args += ["--recompute-granularity", "selective", "--recompute-modules", "core_attn"]
