@@ -146,7 +146,7 @@ def pi0_story(console: Console, *, width: int = 100) -> None:
                        f"{best.schedule_label}, is {line}.")
         if best.pp == 1:
             verdict += (f" The best pipelined plan listed ({piped[0].schedule_label}, pp={piped[0].pp}) takes "
-                        f"{piped[0].step_time / (best.step_time or 1):.2f}× as long." if piped else
+                        f"{(piped[0].step_time or 0.0) / (best.step_time or 1.0):.2f}× as long." if piped else
                         " No pipelined plan is among the ten fastest.")
         console.print(verdict, markup=False, highlight=False)
         if best.timeline is not None and best.pp > 1:

@@ -97,7 +97,7 @@ class Evaluator:
         self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity)
         self.bounds = SearchBounds(workload, self.memory, self.links, self.layouts)
         self.bounds.overlapped = self.sync.overlap_grad_reduce
-        self.bounds.sharded_floor = self._sharded_floor
+        self.bounds.overlap_floor = self._overlap_floor
         self._plans: dict[tuple[Any, ...], Plan] = {}
 
     def lower_bound(self, config: Config, layout: Layout) -> float:
@@ -185,24 +185,53 @@ class Evaluator:
                     + allreduce_ms(self.cluster.between_nodes, num_bytes / shards, config.dp // shards))
         return reduction_ms(dp_link, num_bytes, config.dp, distributed=self.sharded)
 
-    def _sharded_floor(self, config: Config) -> float:
-        """The least exposed FSDP/HSDP time of ``config`` whatever its partition and order, in profile units.
+    def _overlap_floor(self, config: Config) -> float:
+        """The least exposed data-parallel time of ``config`` whatever its partition and order, in profile units.
 
-        Without a pipeline the exposure is fixed by the profile (:meth:`_fsdp_per_microbatch`):
-        the least over the recompute modes. With one, the rank holding the
-        largest layer gathers at least that layer before its first forward.
+        Without a pipeline it is fixed by the profile, and this is it (the least
+        over the recompute modes): FSDP's per-layer exposure
+        (:meth:`_fsdp_per_microbatch`), or an overlapped reduction behind the last
+        microbatch's backward (:meth:`_single_rank_exposed`). With a pipeline,
+        for FSDP/HSDP: the rank holding the largest layer gathers at least that
+        layer before its first forward.
         """
         per = self.memory.bytes_per_param(config.dp, config.pp)
         dp_link = self.cluster.data_parallel_link(config.pp, config.dp)
         if self.memory.unsharded_layers(config.pp):
             exposed = min(self._fsdp_per_microbatch(config, None, per, dp_link, mode)[1]
                           for mode in self.workload.recompute_modes)
+        elif config.pp == 1:
+            exposed = min(self._single_rank_exposed(config, mode, per, dp_link) for mode in self.workload.recompute_modes)
         else:
             trainable = self.workload.profile(config.micro_batch_size).trainable_params
             largest = max(trainable, default=0.0)
             shards = self.memory.shards(config.dp, config.pp)
             exposed = ring_pass_ms(self._shard_link(dp_link), largest * per.gather, shards) if largest > 0 else 0.0
         return exposed * self._per_ms
+
+    def _single_rank_exposed(self, config: Config, mode: Recompute, per: OptimizerBytes, dp_link: Link) -> float:
+        """Without a pipeline, the exposed part of an overlapped reduction (ms): the last microbatch's backward
+        produces the gradients evenly, and its buckets reduce behind it (:func:`~pipeplan.planner.step.overlap_window`);
+        plus the exposed share of the parameter gather. Exactly what :meth:`rest` charges such a plan."""
+        profile = self.workload.profile(config.micro_batch_size, mode)
+        grads = profile.held_params()[1] * per.reduce
+        if grads <= 0:
+            return 0.0
+        total = self._reduction_ms(dp_link, grads, config)
+        bucket = self.sync.bucket(config.dp, per.reduce, pipeline_rank=0)
+        last = self._reduction_ms(dp_link, min(bucket, grads), config)
+        duration = float(sum(profile.backward)) * 1e3 * self.workload.time_unit
+        window = overlap_window([(0.0, duration, grads)], bucket)
+        exposed = exposed_reduction_ms(total, window_ms=window, last_bucket_ms=last)
+        if self.sharded and self.sync.overlap_param_gather:
+            params = profile.held_params()[1]
+            share = min(1.0, self.sync.bucket(config.dp, per.reduce) / (params * per.reduce))
+            exposed += ring_pass_ms(self._shard_link(dp_link), share * params * per.gather,
+                                    self.memory.shards(config.dp, config.pp))
+        elif self.sharded:
+            exposed += ring_pass_ms(self._shard_link(dp_link), profile.held_params()[1] * per.gather,
+                                    self.memory.shards(config.dp, config.pp))
+        return exposed
 
     def _fsdp_per_microbatch(self, config: Config, layout: Layout | None, per: OptimizerBytes,
                              dp_link: Link, mode: Recompute | None = None) -> tuple[float, float, float, float, float]:

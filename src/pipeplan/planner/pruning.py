@@ -55,8 +55,9 @@ class SearchBounds:
         self.layouts = layouts
         #: gradients are reduced while the backward runs (then no share of the reduction is certain to show)
         self.overlapped = False
-        #: FSDP/HSDP: the least exposed data-parallel time of a configuration, in profile units (the evaluator's)
-        self.sharded_floor: Callable[[Config], float] | None = None
+        #: the least exposed data-parallel time of a configuration where the reduction overlaps (FSDP/HSDP, or
+        #: an overlapped reduction without a pipeline), in profile units (the evaluator's)
+        self.overlap_floor: Callable[[Config], float] | None = None
         self._times: dict[int, LayerTimes] = {}
         self._bounds: dict[tuple[Any, ...], float] = {}
 
@@ -128,10 +129,10 @@ class SearchBounds:
         """
         if config.dp == 1:
             return 0.0
-        if self.memory.dp_mode in ("fsdp", "hsdp"):
-            return 0.0 if self.sharded_floor is None else self.sharded_floor(config)
+        if self.memory.dp_mode in ("fsdp", "hsdp") or (self.overlapped and config.pp == 1):
+            return 0.0 if self.overlap_floor is None else self.overlap_floor(config)
         if self.overlapped:
-            return 0.0  # overlapped collectives: no exposed share is certain
+            return 0.0  # overlapped collectives behind a pipeline: no exposed share is certain
         grads = least_max_load(self._own_trainable(config), config.pp) * self.memory.bytes_per_param(
             config.dp, config.pp).reduce
         return self.links.allreduce(config, grads)
