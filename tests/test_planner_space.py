@@ -19,6 +19,7 @@ from pipeplan.models.spec import ModelSpec
 from pipeplan.models.training import ReferenceTraining
 from pipeplan.planner import Cluster, Workload, search
 from pipeplan.planner.export import megatron_args
+from pipeplan.planner.cluster import ring_pass_ms
 from pipeplan.planner.memory import MemoryModel, OptimizerBytes
 from pipeplan.planner.space import Config, SearchSpace, hsdp_shards
 from pipeplan.planner.step import fsdp_exposed_ms
@@ -97,7 +98,11 @@ def test_tensor_parallel_divides_the_work_and_adds_its_collectives():
     traffic = spec.tensor_parallel_traffic(2, recompute="none")
     block = 1  # layer 1 is the first transformer block: 4 ring passes each way of b·s·h·2 bytes
     assert traffic[block][:2] == (4, 4) and traffic[block][2] == 4 * 2 * 256 * 512 * 2
-    assert two.forward[block] > bare.forward[block] and two.backward[block] > bare.backward[block]
+    link = hardware.link("nvlink-h100")  # the h100's link inside a node
+    passes = 4 * ring_pass_ms(link, traffic[block][2] / 4, 2)
+    assert two.forward[block] == pytest.approx(bare.forward[block] + passes)  # exposed: no --tp-comm-overlap
+    # the backward's collectives run beside the weight-gradient GEMMs: only what they cannot cover shows
+    assert two.backward[block] == pytest.approx(bare.backward[block] + max(0.0, passes - bare.weight[block]))
     assert two.weight[block] == bare.weight[block]  # no collective in the weight gradient
     full = spec.tensor_parallel_traffic(2, recompute="full")
     assert full[block][1] == 8  # the forward's collectives run again in the backward

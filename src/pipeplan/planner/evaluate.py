@@ -20,6 +20,7 @@ passes the capacity; its ``reason`` says by how much.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
@@ -35,7 +36,7 @@ from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_info
 from ..simulate import simulate
 from ..timeline import Timeline
-from .bounds import step_time_lower_bound
+from .bounds import least_max_load, step_time_lower_bound
 from ..hardware import Link
 from ..plan import DataParallelMode
 from .cluster import Cluster, allreduce_ms, ring_pass_ms
@@ -88,8 +89,11 @@ class Evaluator:
         self.tp = workload.tensor_parallel
         self.stats = SearchStats() if stats is None else stats
         self.sync = gradient_sync(sync)
-        if dp_mode in ("fsdp", "hsdp"):  # FSDP prefetches gathers and reduce-scatters each layer as it ends
-            self.sync = GradientSync(dp_mode, overlap_grad_reduce=True, bucket_bytes=None,
+        if dp_mode in ("fsdp", "hsdp"):
+            # FSDP2 prefetches each layer's gather; behind a pipeline (torch.distributed.pipelining) a stage
+            # reduce-scatters its gradients once, after its last microbatch's backward: one bucket per rank,
+            # exposed from the rank's own end (a rank that ends early hides it in the drain)
+            self.sync = GradientSync(dp_mode, overlap_grad_reduce=True, bucket_bytes=math.inf,
                                      bucket_first_stage_only=False, overlap_param_gather=True)
         self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node)
         self.sharded = dp_mode != "ddp" or optimizer == "distributed"
@@ -98,6 +102,7 @@ class Evaluator:
         self.bounds = SearchBounds(workload, self.memory, self.links, self.layouts)
         self.bounds.overlapped = self.sync.overlap_grad_reduce
         self.bounds.overlap_floor = self._overlap_floor
+        self.bounds.tail_bound = self._tail_bound
         self._plans: dict[tuple[Any, ...], Plan] = {}
 
     def lower_bound(self, config: Config, layout: Layout) -> float:
@@ -147,8 +152,7 @@ class Evaluator:
             params = profile.held_params(i for s in stages for i in range(bounds[s], bounds[s + 1]))[1]
             grads = params * per.reduce
             reduction = self._reduction_ms(dp_link, grads, config)
-            bucket = (largest * per.reduce if self.dp_mode in ("fsdp", "hsdp")
-                      else self.sync.bucket(config.dp, per.reduce, pipeline_rank=rank))
+            bucket = self.sync.bucket(config.dp, per.reduce, pipeline_rank=rank)
             last = self._reduction_ms(dp_link, min(bucket, grads), config)
             end = 0.0
             exposed = reduction
@@ -202,12 +206,52 @@ class Evaluator:
                           for mode in self.workload.recompute_modes)
         elif config.pp == 1:
             exposed = min(self._single_rank_exposed(config, mode, per, dp_link) for mode in self.workload.recompute_modes)
-        else:
+        elif self.dp_mode in ("fsdp", "hsdp"):
             trainable = self.workload.profile(config.micro_batch_size).trainable_params
             largest = max(trainable, default=0.0)
             shards = self.memory.shards(config.dp, config.pp)
             exposed = ring_pass_ms(self._shard_link(dp_link), largest * per.gather, shards) if largest > 0 else 0.0
+        elif self.sharded:
+            # the parameter gather of the rank with the most parameters: at least its first bucket shows
+            # (all of it without --overlap-param-gather)
+            profile = self.workload.profile(config.micro_batch_size)
+            held = least_max_load(np.where(np.asarray(profile.tied_to) >= 0, 0.0, profile.trainable_params),
+                                  config.pp)
+            if self.sync.overlap_param_gather:
+                held = min(held, self.sync.bucket(config.dp, per.reduce) / per.reduce)
+            exposed = ring_pass_ms(dp_link, held * per.gather, self.memory.shards(config.dp, config.pp))
+        else:
+            exposed = 0.0
         return exposed * self._per_ms
+
+    def _tail_bound(self, config: Config, times: Any) -> float:
+        """A bound on ``max_r (m · work_r + reduction_r)`` over every split of the layers, in profile units.
+
+        Where a rank reduces all its gradients in one collective after its own
+        last backward, its step lasts at least its work plus that reduction
+        (``rate``: the reduction's time per byte, latency left out). FSDP behind a
+        pipeline does so on every rank: :func:`~pipeplan.planner.bounds.least_max_load`
+        of ``w_l = m · t_l + rate · g_l``. Megatron-LM buckets only the first
+        pipeline rank (the others reduce in one bucket): with ``A = Σ m · t_l``,
+        ``R = Σ rate · g_l`` and ``ρ = max_l rate · g_l / (m · t_l)``, whatever rank
+        0 holds (work ``x``, at most ``ρx`` of the reduction), the largest rank is at
+        least ``max(x, (A + R − ρx) / pp)`` ≥ ``(A + R) / (pp + ρ)``.
+        """
+        if not self.sync.overlap_grad_reduce or self.sync.bucket(config.dp, 1.0, pipeline_rank=1) != math.inf:
+            return 0.0
+        per = self.memory.bytes_per_param(config.dp, config.pp)
+        dp_link = self.cluster.data_parallel_link(config.pp, config.dp)
+        rate = (self._reduction_ms(dp_link, 2e9, config) - self._reduction_ms(dp_link, 1e9, config)) / 1e9
+        profile = self.workload.profile(config.micro_batch_size)
+        grads = np.where(np.asarray(profile.tied_to) >= 0, 0.0, profile.trainable_params) * per.reduce
+        work = config.num_microbatches * np.asarray(times.total, dtype=float)
+        reduce = rate * self._per_ms * grads
+        if not self.sync.bucket_first_stage_only:
+            return least_max_load(work + reduce, config.pp)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = np.where(work > 0, reduce / work, np.where(reduce > 0, np.inf, 0.0))
+        rho = float(ratios.max()) if ratios.size else 0.0
+        return 0.0 if not math.isfinite(rho) else float(work.sum() + reduce.sum()) / (config.pp + rho)
 
     def _single_rank_exposed(self, config: Config, mode: Recompute, per: OptimizerBytes, dp_link: Link) -> float:
         """Without a pipeline, the exposed part of an overlapped reduction (ms): the last microbatch's backward
@@ -311,6 +355,11 @@ class Evaluator:
         peak = float(max(simulate(template, scaled, comm, validate=False).peak_bytes))
         return scaled, min(1.0, _ADAPTIVE_HEADROOM * peak)
 
+    def _simulate(self, schedule: Schedule, config: Config, layout: Layout, comm: CommModel) -> Timeline:
+        """Simulate ``schedule`` on ``layout`` (counted)."""
+        self.stats.simulated += 1
+        return simulate_partition(layout.costs, layout.sizes, schedule, config.num_microbatches, comm=comm)
+
     def _adaptive(self, config: Config, layout: Layout, comm: CommModel, effort: str) -> tuple[Schedule, float | None]:
         """The adaptive order under each rank's own activation limit (:meth:`adaptive_inputs`), and that limit's share."""
         costs, limit = self.adaptive_inputs(config, layout, comm)
@@ -340,10 +389,19 @@ class Evaluator:
             schedule, share = self._adaptive(config, layout, comm, effort)
             if share is not None and self.capacity is not None:  # each rank's limit in bytes
                 options = {"memory_limits": [share * (self.capacity - rank.total) for rank in layout.static]}
+            timeline = self._simulate(schedule, config, layout, comm)
         else:
             schedule = self.layouts.template(config if config.pp > 1 else replace(config, schedule="1f1b"))
-        self.stats.simulated += 1
-        timeline = simulate_partition(layout.costs, layout.sizes, schedule, config.num_microbatches, comm=comm)
+            # a fixed order on the same layers and messages gives the same timeline whatever the
+            # data-parallel mode: shared by the evaluators of this workload
+            shared = self.workload.memo.setdefault("timelines", {})
+            shape = (config.micro_batch_size, schedule.name, config.num_stages, config.num_microbatches,
+                     tuple(schedule.placement), layout.sizes, layout.recompute, layout.boundary)
+            timeline = shared.get(shape)
+            if timeline is None:
+                timeline = shared[shape] = self._simulate(schedule, config, layout, comm)
+            else:
+                self.stats.cache_hits += 1
         peaks = timeline.peak_bytes
         memory = tuple(replace(static, activations=float(peaks[r])) for r, static in enumerate(layout.static))
         rest = self.rest(config, layout, timeline)
@@ -404,8 +462,14 @@ def evaluate_layout(
     send_mode: str = "eager",
     sync: GradientSync | str = "megatron",
 ) -> Plan:
-    """Simulate one given layout (a baseline, a user's own split) as the search would."""
-    evaluator = Evaluator(workload, cluster, memory_capacity, optimizer, send_mode, sync=sync)
+    """Simulate one given layout (a baseline, a user's own split) as the search would.
+
+    ``config.tp`` and ``config.dp_mode`` are honoured as in the search: the
+    workload and cluster one GPU of a ``tp`` group sees, the mode's memory and
+    communication.
+    """
+    evaluator = Evaluator(workload.with_tensor_parallel(config.tp), cluster.for_tensor_parallel(config.tp),
+                          memory_capacity, optimizer, send_mode, sync=sync, dp_mode=config.dp_mode)
     return evaluator.evaluate(config, tuple(layers_per_stage),
                               tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)
 

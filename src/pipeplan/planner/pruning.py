@@ -58,6 +58,9 @@ class SearchBounds:
         #: the least exposed data-parallel time of a configuration where the reduction overlaps (FSDP/HSDP, or
         #: an overlapped reduction without a pipeline), in profile units (the evaluator's)
         self.overlap_floor: Callable[[Config], float] | None = None
+        #: where every rank reduces its gradients in one collective after its own last backward (FSDP behind a
+        #: pipeline): a bound on ``max_r (its work + its reduction)``, in profile units (the evaluator's)
+        self.tail_bound: Callable[[Config, LayerTimes], float] | None = None
         self._times: dict[int, LayerTimes] = {}
         self._bounds: dict[tuple[Any, ...], float] = {}
 
@@ -103,7 +106,8 @@ class SearchBounds:
         loads[0] += times.first_extra
         loads[-1] += times.last_extra
         rank_load = microbatches * least_max_load(loads, config.pp)
-        bound = max(shared, rank_load, times.chain(split=split)) + self.least_dp_comm(config) \
+        tail = 0.0 if self.tail_bound is None or config.pp == 1 else self.tail_bound(config, times)
+        bound = max(shared, rank_load, times.chain(split=split), tail) + self.least_dp_comm(config) \
             + self.least_optimizer(config)
         self._bounds[key] = bound
         return bound
@@ -129,10 +133,10 @@ class SearchBounds:
         """
         if config.dp == 1:
             return 0.0
-        if self.memory.dp_mode in ("fsdp", "hsdp") or (self.overlapped and config.pp == 1):
+        if self.memory.dp_mode in ("fsdp", "hsdp") or self.overlapped:
+            # overlapped collectives: the evaluator's floor (exact without a pipeline; the reduction behind a
+            # pipeline is in the tail bound instead)
             return 0.0 if self.overlap_floor is None else self.overlap_floor(config)
-        if self.overlapped:
-            return 0.0  # overlapped collectives behind a pipeline: no exposed share is certain
         grads = least_max_load(self._own_trainable(config), config.pp) * self.memory.bytes_per_param(
             config.dp, config.pp).reduce
         return self.links.allreduce(config, grads)

@@ -33,8 +33,10 @@ sees: the spec's FLOPs and parameters divided by ``tp`` (the smaller GEMMs
 timed at their own efficiency by the device) plus each layer's collectives
 (:meth:`~pipeplan.models.spec.ModelSpec.tensor_parallel_traffic`: ring passes
 on the link inside a node, :func:`~pipeplan.planner.cluster.ring_pass_ms`) added
-to its forward and to its input-gradient part of the backward, exposed (Megatron's
-default: no ``--tp-comm-overlap``). A measured profile has ``tp = 1`` only.
+to its forward, exposed (Megatron's default: no ``--tp-comm-overlap``), and to
+the input-gradient part of its backward less what the layer's weight-gradient
+GEMMs hide (Megatron runs the backward's collectives beside them). A measured
+profile has ``tp = 1`` only.
 """
 
 from __future__ import annotations
@@ -134,7 +136,12 @@ class Workload:
             per_byte = (ring_pass_ms(link, 1e9, tp) - latency) / 1e9
             traffic = spec.tensor_parallel_traffic(size, recompute=mode)
             forward = [f + n * latency + b * per_byte for f, (n, _, b, _) in zip(profile.forward, traffic)]
-            backward = [g + n * latency + b * per_byte for g, (_, n, _, b) in zip(profile.backward, traffic)]
+            # Megatron overlaps the backward's collectives with the weight-gradient GEMMs
+            # (tensor_parallel/layers.py: the input-gradient all-reduce, or with sequence parallelism
+            # the all-gather and reduce-scatter, run asynchronously beside the wgrad GEMM): only what
+            # the layer's W cannot cover shows
+            backward = [g + max(0.0, n * latency + b * per_byte - w)
+                        for g, w, (_, n, _, b) in zip(profile.backward, profile.weight, traffic)]
             return profile.replaced(forward=forward, backward=backward)
 
         degrees = []
