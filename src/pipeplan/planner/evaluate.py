@@ -68,6 +68,9 @@ class Evaluator:
             (:mod:`pipeplan.planner.links`).
         rank_capacity: how the partitioner shares a rank's capacity over its
             stages (:class:`~pipeplan.planner.layout.Layouts`).
+        dp_mode: the data-parallel mode (:data:`~pipeplan.plan.DP_MODES`).
+        stats: the counts to add to (default new ones).
+        shapes: a dict for the schedule templates, shared between evaluators.
         sync: how gradients are reduced over data parallel, a
             :class:`~pipeplan.planner.step.GradientSync` or a preset name
             (default ``"megatron"``: no overlap, Megatron-LM's default).
@@ -81,7 +84,7 @@ class Evaluator:
                  optimizer: str | float = "adam", send_mode: str = "eager", *,
                  rank_capacity: Literal["exact", "even"] = "even",
                  sync: GradientSync | str = "megatron", dp_mode: DataParallelMode = "ddp",
-                 stats: SearchStats | None = None) -> None:
+                 stats: SearchStats | None = None, shapes: dict[str, dict[tuple[Any, ...], Any]] | None = None) -> None:
         self.workload = workload
         self.cluster = cluster
         self.capacity = capacity
@@ -98,7 +101,7 @@ class Evaluator:
         self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node)
         self.sharded = dp_mode != "ddp" or optimizer == "distributed"
         self.links = Links(workload, cluster, send_mode, distributed=self.sharded)
-        self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity)
+        self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity, shapes)
         self.bounds = SearchBounds(workload, self.memory, self.links, self.layouts)
         self.bounds.overlapped = self.sync.overlap_grad_reduce
         self.bounds.overlap_floor = self._overlap_floor

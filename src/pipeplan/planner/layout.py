@@ -92,18 +92,25 @@ class Layouts:
         rank_capacity: where a rank holds several stages, ``"even"`` gives each
             stage an even share of the capacity (one solve); ``"exact"`` searches
             the splits (seconds per call at 70 layers).
+        shapes: a dict the schedule templates and in-flight counts are kept in,
+            shared between ``Layouts`` (they depend on the schedule's shape alone).
     """
 
     def __init__(self, workload: Workload, memory: MemoryModel, links: Links, stats: SearchStats,
-                 rank_capacity: Literal["exact", "even"] = "even") -> None:
+                 rank_capacity: Literal["exact", "even"] = "even",
+                 shapes: dict[str, dict[tuple[Any, ...], Any]] | None = None) -> None:
         self.workload = workload
         self.memory = memory
         self.links = links
         self.stats = stats
         self.rank_capacity = rank_capacity
         self._layouts: dict[tuple[Any, ...], Layout | Rejection | None] = {}
-        self._templates: dict[tuple[Any, ...], Schedule] = {}
-        self._inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        # schedule templates and their in-flight counts depend on the shape alone: shared by the
+        # search's evaluators when it passes ``shapes``
+        shapes = {} if shapes is None else shapes
+        self._templates: dict[tuple[Any, ...], Schedule] = shapes.setdefault("templates", {})
+        self._inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]]] = shapes.setdefault(
+            "inflight", {})
         # partitions that depend on the profiles alone: shared by every Layouts of this workload
         # (the search has one per data-parallel mode)
         shared = workload.memo
@@ -312,9 +319,15 @@ class Layouts:
 
     def _step_time(self, config: Config, layout: Layout) -> float:
         """The simulated step of ``layout`` under ``config``'s fixed schedule, the all-reduce included."""
-        self.stats.simulated += 1
-        timeline = simulate(self.template(config), layout.costs, self.links.comm(layout.boundary), validate=False)
-        return float(timeline.makespan) + self.links.dp_comm(config, layout.static)
+        shared = self.workload.memo.setdefault("balanced_makespans", {})  # the same whatever the mode
+        key = (config.micro_batch_size, config.schedule, config.num_stages, config.num_microbatches,
+               config.virtual_stages, layout.sizes, layout.recompute, layout.boundary)
+        makespan = shared.get(key)
+        if makespan is None:
+            self.stats.simulated += 1
+            timeline = simulate(self.template(config), layout.costs, self.links.comm(layout.boundary), validate=False)
+            makespan = shared[key] = float(timeline.makespan)
+        return makespan + self.links.dp_comm(config, layout.static)
 
     def _balanced_chunks(self, config: Config, placement: tuple[int, ...]) -> Layout | Rejection | None:
         """Chunks in a loop with even rank loads (:func:`~pipeplan.partition.placement.place_chunks`), for adaptive.

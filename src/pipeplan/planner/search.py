@@ -433,6 +433,7 @@ class _Search:
         self.stats = SearchStats()
         self._evaluators: dict[tuple[int, str], Evaluator] = {}
         self._workloads: dict[int, Workload] = {}
+        self._shapes: dict[str, dict[tuple[Any, ...], Any]] = {}  # schedule templates, for every evaluator
         self.ranking = _Ranking(self.keep)
         self.rejected: list[Rejection] = []
 
@@ -446,7 +447,7 @@ class _Search:
             evaluator = Evaluator(self._workloads[config.tp],
                                   self.cluster.for_tensor_parallel(config.tp), self.capacity,
                                   self.options.optimizer_kind(), self.options.send_mode, dp_mode=config.dp_mode,
-                                  stats=self.stats, sync=self.options.sync)
+                                  stats=self.stats, sync=self.options.sync, shapes=self._shapes)
             self._evaluators[key] = evaluator
         return evaluator
 
