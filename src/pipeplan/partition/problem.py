@@ -15,6 +15,7 @@ memory search (:mod:`.memory`).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,6 +47,17 @@ def monotone_limit(
     return ends
 
 
+def _limit_one(prefix: list[float], start: int, extra: float, threshold: float, last: int) -> int:
+    """:func:`monotone_limit` for one start, in plain floats (the same comparisons; no array overhead)."""
+    base = prefix[start]
+    end = min(max(bisect_right(prefix, base + (threshold - extra)) - 1, start), last)
+    while end > start and (prefix[end] - base) + extra > threshold:
+        end -= 1
+    while end < last and (prefix[end + 1] - base) + extra <= threshold:
+        end += 1
+    return end
+
+
 class MinMaxProblem:
     """A min-max instance: per-stage prefix sums and extras, and optional memory limits.
 
@@ -60,6 +72,7 @@ class MinMaxProblem:
         mem_limit: Sequence[np.ndarray] | None = None,
     ) -> None:
         self.prefixes = list(prefixes)
+        self._prefix_lists = [p.tolist() for p in self.prefixes]  # for one start at a time
         self.extra = np.asarray(extra, dtype=float)
         self.num_layers = len(self.prefixes[0]) - 1
         self.num_stages = len(self.extra)
@@ -97,7 +110,11 @@ class MinMaxProblem:
     def _ends(self, k: int, starts: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
         """End limit per start for stage k, and whether time (not memory/room) binds."""
         hi_end = self.num_layers - (self.num_stages - 1 - k)
-        by_time = monotone_limit(self.prefixes[k], starts, self.extra[k], threshold, self.num_layers)
+        if len(starts) == 1:
+            by_time = np.array([_limit_one(self._prefix_lists[k], int(starts[0]), float(self.extra[k]), threshold,
+                                           self.num_layers)])
+        else:
+            by_time = monotone_limit(self.prefixes[k], starts, self.extra[k], threshold, self.num_layers)
         other = np.full(len(starts), hi_end)
         if self.mem_limit is not None:
             other = np.minimum(other, self.mem_limit[k][starts])

@@ -436,6 +436,7 @@ class _Search:
         self._shapes: dict[str, dict[tuple[Any, ...], Any]] = {}  # schedule templates, for every evaluator
         self.ranking = _Ranking(self.keep)
         self.rejected: list[Rejection] = []
+        self._no_partition: dict[tuple[Any, ...], list[tuple[tuple[float, float, float], Rejection]]] = {}
 
     def evaluator_for(self, config: Config) -> Evaluator:
         """The evaluator of ``config``'s tensor-parallel degree and data-parallel mode (one per pair, sharing the counts)."""
@@ -618,8 +619,15 @@ class _Search:
         if not exhaustive and evaluator.bounds.bottleneck_bound(config) >= limit:
             evaluator.stats.pruned += 1
             return None
+        known = self._held_less(config, evaluator)
+        if known is not None:  # a mode holding no more bytes per layer found no partition that fits
+            return Rejection(config, known.reason, known.needed_bytes, at_least_bytes=known.at_least_bytes,
+                             needed_proven=known.needed_proven)
         fixed = self.space.partition_for(config)
         layout = evaluator.layouts.partitioned(config) if fixed is None else evaluator.layouts.given(config, fixed)
+        if isinstance(layout, Rejection):
+            self._no_partition.setdefault(self._shape(config), []).append((self._state_bytes(config, evaluator),
+                                                                           layout))
         if not isinstance(layout, Layout):  # a Rejection, or None: recompute where memory does not need it
             return layout
         if not exhaustive and evaluator.lower_bound(config, layout) >= limit:
@@ -632,6 +640,32 @@ class _Search:
         if not plan.fits:
             return Rejection(config, plan.reason, max(plan.peak_memory))
         return plan
+
+    @staticmethod
+    def _shape(config: Config) -> tuple[Any, ...]:
+        """``config`` but its data-parallel mode."""
+        return (config.tp, config.pp, config.dp, config.micro_batch_size, config.num_microbatches, config.schedule,
+                config.virtual_stages, config.recompute)
+
+    @staticmethod
+    def _state_bytes(config: Config, evaluator: Evaluator) -> tuple[float, float, float]:
+        """What a layer holds under ``config``'s mode: weights and the rest per parameter, and FSDP's gathered layers."""
+        per = evaluator.memory.bytes_per_param(config.dp, config.pp)
+        gathered = 1.0 if evaluator.memory.unsharded_layers(config.pp) else 0.0
+        return per.weights, per.gradients + per.optimizer, gathered
+
+    def _held_less(self, config: Config, evaluator: Evaluator) -> Rejection | None:
+        """A rejection of the same configuration under a mode that holds no more per layer (then none fits here).
+
+        The exact partition's feasibility only gets harder with more static
+        bytes on every layer (the activations are the mode's alike), so such a
+        configuration is rejected without solving: exact, not a heuristic.
+        """
+        mine = self._state_bytes(config, evaluator)
+        for theirs, rejection in self._no_partition.get(self._shape(config), ()):
+            if all(a >= b for a, b in zip(mine, theirs)):
+                return rejection
+        return None
 
     def _rerun(self, allowed: Sequence[str] | None, modes: Sequence[str] | None = None) -> SearchResult:
         """The same search over only the ``allowed`` schedules and data-parallel ``modes`` it tried (``None``: all
