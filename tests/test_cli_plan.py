@@ -90,6 +90,11 @@ def test_budget_says_it_stopped(run_cli, vla_profile):
     (["--gpus", "8", "--gpus-per-node", "3"], "8 GPUs do not fill whole nodes of 3 GPUs"),
     (["--gpus", "1000000000"], "is not divisible by dp"),  # enumerated in O(sqrt) time
     (["--headroom", "1.5"], "headroom must be a share of the memory in [0, 1), got 1.5"),
+    (["--tp", "2"], "tp=2 needs a model spec (--preset or --spec): a measured profile was timed at tp=1 only"),
+    (["--tp", "3"], "tp=3 must divide the GPUs of a node (4)"),
+    (["--dp-modes", "zero4"], "dp modes must be among ddp, zero1, zero2, fsdp, hsdp, got ['zero4']"),
+    (["--dp-modes", "zero1,,ddp"], "--dp-modes has an empty entry"),
+    (["--pp", "1", "--dp-modes", "zero2", "--export", "megatron"], "torchtitan runs every mode (--export torchtitan)"),
     (["--pp", "4", "--schedules", "adaptive", "--export", "megatron"],
      "megatron runs only 1f1b, interleaved; data-parallel modes ddp, zero1, and the search tried none of them (--schedules adaptive)"),
 ])
@@ -101,6 +106,22 @@ def test_bad_input_is_one_line_and_exit_2(run_cli, vla_profile, extra, message):
     assert status == 2
     assert err.count("\n") == 1 and "Traceback" not in err
     assert message in err
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--tp", "3"], "tp=3 must divide the GPUs of a node (8)"),
+    (["--tp", "16", "--gpus", "32"], "tp=16 must divide the GPUs of a node (8)"),
+    (["--tp", "8", "--preset", "cogact"], None),
+])
+def test_tensor_parallel_bad_input_names_the_node_or_the_module(run_cli, extra, message):
+    args = ["plan", "--gpus", "8", "--global-batch", "64", "--top", "1", "--json", *extra]
+    if "--preset" not in extra:
+        args += ["--preset", "pi0"]
+    status, out, err = run_cli(*args)
+    if message is None:  # a model whose heads 8 does not divide: the module is named
+        assert status == 2 and err.count("\n") == 1 and "must divide module" in err, err
+        return
+    assert status == 2 and err.count("\n") == 1 and message in err, err
 
 
 def test_more_stages_than_layers(run_cli, tmp_path):

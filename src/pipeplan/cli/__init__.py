@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -73,6 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"pipeplan {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader stopped early (`| head`): not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout at exit: let that go nowhere
+        return 0
     return int(status or 0)
 
 

@@ -420,6 +420,12 @@ class _Search:
         self.options = options
         self.keep = positive_int("top", options.top)
         self.capacity = options.capacity(cluster)
+        if options.tp is not None:
+            node = min(cluster.gpus_per_node, cluster.num_gpus)
+            if positive_int("tp", options.tp) > 1 and node % options.tp:
+                raise InvalidInputError(f"tp={options.tp} must divide the GPUs of a node ({node}): tensor "
+                                        "parallelism stays inside a node")
+            workload.with_tensor_parallel(options.tp)  # the model's own reason when it cannot split so
         self.space = SearchSpace(
             num_gpus=cluster.num_gpus, global_batch=global_batch, num_layers=workload.num_layers,
             micro_batch_sizes=workload.micro_batch_sizes, recompute_modes=workload.recompute_modes, pp=options.pp,
@@ -676,7 +682,8 @@ class _Search:
         kept = [mode for mode in self.space.dp_modes if modes is None or mode in modes]
         if not kept:
             raise InvalidInputError(f"the search tried none of its data-parallel modes "
-                                    f"(--dp-modes {','.join(self.space.dp_modes)})")
+                                    f"(--dp-modes {','.join(self.space.dp_modes)}); torchtitan runs every mode "
+                                    "(--export torchtitan)")
         options = replace(self.options, schedules=names, memory_capacity=self.capacity, top=1, progress=None,
                           headroom=DEFAULT_HEADROOM, dp_modes=tuple(kept))
         return _Search(self.workload, self.cluster, self.global_batch, options).run()

@@ -216,7 +216,8 @@ class Workload:
             return self
         if self.tensor_source is None:
             raise InvalidInputError(
-                f"tp={tp} needs a model spec (a measured profile was timed at tp={self.tensor_parallel} only)")
+                f"tp={tp} needs a model spec (--preset or --spec): a measured profile was timed at "
+                f"tp={self.tensor_parallel} only")
         if tp not in self.tensor_parallel_degrees:
             self.spec.layer_costs(1, recompute="none", tensor_parallel=tp)  # raises, naming the module
             raise InvalidInputError(f"tp must be one of {list(self.tensor_parallel_degrees)}, got {tp}")
