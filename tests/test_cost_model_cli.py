@@ -23,7 +23,8 @@ def test_plan_json_says_what_its_numbers_assume(run_cli):
     payload = json.loads(out)
     assumptions = payload["assumptions"]
     assert "per-operator roofline" in assumptions["device"] and "0.883" in assumptions["device"]
-    assert "2 B weights + 4 B gradients + 12 B state" in assumptions["optimizer"]
+    assert "zero1 2 + 4 + 12/d" in assumptions["optimizer"]  # the distributed optimizer is zero1
+    assert "overlap" in assumptions["gradients"]
     assert assumptions["messages"].startswith("serialized")
     assert payload["device"]["name"] == "a100-80g"
 
