@@ -154,7 +154,7 @@ class Evaluator:
             # the rank's trainable parameters, a tied table it holds twice (embedding and head) once
             params = profile.held_params(i for s in stages for i in range(bounds[s], bounds[s + 1]))[1]
             grads = params * per.reduce
-            reduction = self._reduction_ms(dp_link, grads, config)
+            reduction = self._reduction_ms(dp_link, grads, config) * self._reductions(config)
             bucket = self.sync.bucket(config.dp, per.reduce, pipeline_rank=rank)
             last = self._reduction_ms(dp_link, min(bucket, grads), config)
             end = 0.0
@@ -164,8 +164,11 @@ class Evaluator:
                 if timeline is not None:
                     work = _gradient_work(timeline, rank, {s: stage_params[s] * per.reduce for s in stages}, to_ms)
                     end = max((finish for _, finish, _ in work), default=0.0)
-                    exposed = exposed_reduction_ms(reduction, window_ms=overlap_window(work, bucket),
-                                                   last_bucket_ms=last)
+                    window = overlap_window(work, bucket)
+                    if self._reductions(config) > 1:  # ZeRO-2: each microbatch's backward hides its own
+                        window += _gradient_time(timeline, rank, set(stages), to_ms) - sum(
+                            finish - start for start, finish, _ in work)
+                    exposed = exposed_reduction_ms(reduction, window_ms=window, last_bucket_ms=last)
             gather = ring_pass_ms(self._shard_link(dp_link), params * per.gather, shards) if sharded else 0.0
             gather_exposed = gather
             if sharded and self.sync.overlap_param_gather and params > 0:
@@ -178,6 +181,11 @@ class Evaluator:
             ranks.append(RankRest(end, reduction, exposed, gather, gather_exposed, optimizer))
         makespan = None if timeline is None else float(timeline.makespan) * to_ms
         return step_rest(ranks, makespan, overlap_grad_reduce=self.sync.overlap_grad_reduce)
+
+    def _reductions(self, config: Config) -> int:
+        """Gradient collectives per step: one, or with ZeRO-2 one per microbatch (gradients are held sharded, so
+        each microbatch's are reduce-scattered into their shard: DeepSpeed stage 2 under gradient accumulation)."""
+        return config.num_microbatches if self.dp_mode == "zero2" else 1
 
     def _shard_link(self, dp_link: Link) -> Link:
         """The link a shard group's collectives run on (HSDP: inside a node)."""
@@ -264,11 +272,13 @@ class Evaluator:
         grads = profile.held_params()[1] * per.reduce
         if grads <= 0:
             return 0.0
-        total = self._reduction_ms(dp_link, grads, config)
+        count = self._reductions(config)
+        total = self._reduction_ms(dp_link, grads, config) * count
         bucket = self.sync.bucket(config.dp, per.reduce, pipeline_rank=0)
         last = self._reduction_ms(dp_link, min(bucket, grads), config)
-        duration = float(sum(profile.backward)) * 1e3 * self.workload.time_unit
-        window = overlap_window([(0.0, duration, grads)], bucket)
+        # the one stage's backward as simulated: its layers and the first/last extras (LayerProfile.stage_costs)
+        duration = float(profile.stage_costs((profile.num_layers,)).backward[0]) * 1e3 * self.workload.time_unit
+        window = overlap_window([(0.0, duration, grads)], bucket) + (count - 1) * duration
         exposed = exposed_reduction_ms(total, window_ms=window, last_bucket_ms=last)
         if self.sharded and self.sync.overlap_param_gather:
             params = profile.held_params()[1]
@@ -475,6 +485,12 @@ def evaluate_layout(
                           memory_capacity, optimizer, send_mode, sync=sync, dp_mode=config.dp_mode)
     return evaluator.evaluate(config, tuple(layers_per_stage),
                               tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)
+
+
+def _gradient_time(timeline: Timeline, rank: int, stages: set[int], to_ms: float) -> float:
+    """Milliseconds ``rank`` spends in the backward (``B``, ``W``) of ``stages`` over the whole step."""
+    return sum((record.end - record.start) * to_ms for record in timeline.records(rank)
+               if record.action.kind in (Kind.B, Kind.W) and record.action.stage in stages)
 
 
 def _gradient_work(timeline: Timeline, rank: int, stage_bytes: dict[int, float],

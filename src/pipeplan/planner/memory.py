@@ -22,7 +22,8 @@ ranks sharing the state; :meth:`OptimizerBytes.for_mode`) sets the split:
 * ``ddp``: 2 + 2 + 12 = 16, nothing sharded (the gradient all-reduced in bf16);
 * ``zero1``: 2 + 4 + 12/d (Megatron's distributed optimizer, as ``"distributed"``);
 * ``zero2``: 2 + 2/d + 12/d (gradients reduce-scattered into their shard during
-  the backward; ZeRO, Rajbhandari et al. 2020, §5: ``2Ψ + 14Ψ/N``);
+  each microbatch's backward, so one reduce-scatter per microbatch; ZeRO,
+  Rajbhandari et al. 2020, §5: ``2Ψ + 14Ψ/N``);
 * ``fsdp`` (FSDP2 with bf16 compute and fp32 reduction, torchtitan's
   ``MixedPrecisionPolicy``): every rank holds its ``1/d`` shard of the fp32
   parameters, fp32 gradients and the two moments, 16/d; without a pipeline the
@@ -31,8 +32,8 @@ ranks sharing the state; :meth:`OptimizerBytes.for_mode`) sets the split:
   and the one it prefetches, ``4 · (p₁ + p₂)`` bytes for its two largest layers
   (:meth:`MemoryModel.static_memory`); with a pipeline (torchtitan keeps the
   parameters unsharded across microbatches, ``reshard_after_forward=False``, and
-  accumulates unsharded gradients until the last) it holds 2 + 2 more per
-  parameter: 2 + 4/d, 2, 12/d;
+  accumulates unsharded gradients until the last, in the fp32 reduce dtype) it
+  holds 2 + 4 more per parameter: 2 + 4/d, 4, 12/d;
 * ``hsdp``: ``fsdp`` with ``d`` the replicas of a stage inside one node
   (:func:`~pipeplan.planner.space.hsdp_shards`), replicated across nodes.
 
@@ -112,8 +113,8 @@ class OptimizerBytes:
             return cls(2.0, 4.0, 12.0 / d, reduce=4.0, gather=2.0)
         if mode == "zero2":
             return cls(2.0, 2.0 / d, 12.0 / d, reduce=2.0, gather=2.0)
-        if pipelined:  # fsdp / hsdp with a pipeline: unsharded bf16 weights and gradients kept
-            return cls(2.0 + 4.0 / d, 2.0, 12.0 / d, reduce=4.0, gather=2.0)
+        if pipelined:  # fsdp / hsdp with a pipeline: unsharded bf16 weights, gradients accumulated in fp32
+            return cls(2.0 + 4.0 / d, 4.0, 12.0 / d, reduce=4.0, gather=2.0)
         return cls(4.0 / d, 4.0 / d, 8.0 / d, reduce=4.0, gather=2.0)
 
     @classmethod

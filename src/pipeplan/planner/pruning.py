@@ -139,7 +139,8 @@ class SearchBounds:
             return 0.0 if self.overlap_floor is None else self.overlap_floor(config)
         grads = least_max_load(self._own_trainable(config), config.pp) * self.memory.bytes_per_param(
             config.dp, config.pp).reduce
-        return self.links.allreduce(config, grads)
+        count = config.num_microbatches if self.memory.dp_mode == "zero2" else 1  # ZeRO-2: one per microbatch
+        return self.links.allreduce(config, grads) * count
 
     def least_optimizer(self, config: Config) -> float:
         """The optimizer step of the fewest trainable parameters the fullest rank can hold, in profile units.
