@@ -20,8 +20,10 @@ from typing import Any
 from ..errors import InvalidInputError
 from ..models.spec import ModelSpec
 from .gr00t import gr00t_n1
+from .gr00t_n15 import gr00t_n15
 from .openvla import cogact, openvla_7b
 from .pi import pi0, pi05
+from .pi0_fast import pi0_fast
 from .reference import driving_6cam, dumbbell, gpt_1_5b
 
 __all__ = ["names", "get", "options", "OPTION_LIMITS"]
@@ -33,8 +35,10 @@ OPTION_LIMITS: dict[str, int] = {"action_horizon": 1024, "text_tokens": 32_768, 
 _BUILDERS: dict[str, Callable[..., ModelSpec]] = {
     "pi0": pi0,
     "pi0.5": pi05,
+    "pi0-fast": pi0_fast,
     "openvla-7b": openvla_7b,
     "gr00t-n1": gr00t_n1,
+    "gr00t-n1.5": gr00t_n15,
     "cogact": cogact,
     "driving-6cam": driving_6cam,
     "dumbbell": dumbbell,

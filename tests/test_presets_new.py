@@ -1,0 +1,115 @@
+"""The new VLA presets (issue 22, part 2): exact parameter counts per module from the published shapes.
+
+Each count below is recomputed here from the reference's shapes, layer by layer, with the source
+file in a comment; none is read back from pipeplan's own arithmetic.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeplan import presets
+from pipeplan.errors import InvalidInputError
+from pipeplan.models.engine_names import layer_names_in_reference, reference_of
+
+
+def _linear(i: int, o: int, bias: bool = True) -> int:
+    return i * o + (o if bias else 0)
+
+
+def _vit_block(h: int, f: int, *, bias: bool = True, norm: int = 2) -> int:
+    # q, k, v, out and fc1, fc2 (with biases), two norms of `norm` parameters per channel
+    return 4 * _linear(h, h, bias) + _linear(h, f, bias) + _linear(f, h, bias) + 2 * norm * h
+
+
+def _siglip_so400m(patches: int = 256) -> int:
+    # openpi siglip.py So400m/14 / HF SiglipVisionModel: patch conv 14·14·3 → 1152 with bias, a position
+    # table of one row per patch, 27 encoder layers (1152, MLP 4304), post_layernorm
+    h = 1152
+    return (14 * 14 * 3 * h + h) + patches * h + 27 * _vit_block(h, 4304) + 2 * h
+
+
+def _gemma_2b_blocks() -> int:
+    # openpi gemma.py get_config("gemma_2b"): 18 layers, width 2048, 8 query heads × 256, 1 KV head,
+    # GeGLU 16,384, two RMSNorms per layer, no biases; final_norm
+    h, hd = 2048, 256
+    attn = h * 8 * hd + 2 * h * 1 * hd + 8 * hd * h
+    return 18 * (attn + 3 * h * 16_384 + 2 * h) + h
+
+
+def test_pi0_fast_exact_count_per_module():
+    # openpi src/openpi/models/pi0_fast.py (Pi0FASTConfig, Pi0FAST.__init__: SigLIP So400m/14 with
+    # num_classes=2048, pool_type="none"), gemma_fast.py (Embedder: 257,152 × 2048, decode = embedding.T)
+    spec = presets.get("pi0-fast")
+    expected = {
+        "vision": _siglip_so400m(),
+        "vision_projector": _linear(1152, 2048),  # siglip head Dense(num_classes=2048)
+        "text_embedding": 257_152 * 2048,
+        "llm": _gemma_2b_blocks(),
+        "lm_head": 0,  # tied: Embedder.decode
+    }
+    assert spec.module_parameters() == expected
+    assert spec.num_parameters() == sum(expected.values()) == 2_923_335_408
+    assert spec.trainable_parameters() == spec.num_parameters()  # no freeze filter without LoRA
+    # compute_loss: 768 image + 250 text tokens minus the last; logits for the 249 targets only
+    assert spec.module("llm").seq_length == 3 * 256 + 250 - 1
+    assert spec.module("lm_head").tokens == 249
+    head = next(c for c in spec.layer_costs(1) if c.name == "lm_head.0")
+    assert head.forward_flops == 2 * 249 * 2048 * 257_152
+    training = spec.training
+    assert training is not None and training.ema and training.mode_of("llm") == "full"
+    assert "action_horizon" not in presets.options("pi0-fast")  # FAST packs the chunk into the text tokens
+    with pytest.raises(InvalidInputError, match="text_tokens of preset 'pi0-fast' must be >= 2"):
+        presets.get("pi0-fast", text_tokens=1)
+
+
+def _gr00t_category_mlps(e: int = 32, w: int = 1536, hid: int = 1024, state: int = 64, action: int = 32):
+    # flow_matching_action_head.py: CategorySpecificLinear holds W (e, in, out) and b (e, out) per layer
+    state_encoder = e * (_linear(state, hid) + _linear(hid, w))
+    action_encoder = e * (_linear(action, w) + _linear(2 * w, w) + _linear(w, w))  # W1, W2, W3
+    action_decoder = e * (_linear(hid, hid) + _linear(hid, action))
+    return state_encoder, action_encoder, action_decoder
+
+
+def test_gr00t_n15_exact_count_per_module():
+    # nvidia/GR00T-N1.5-3B config.json (action_head_cfg, backbone_cfg) and the N1.5 Eagle 2.5 config
+    # (gr00t/model/backbone/eagle2_hg_model/config.json: SigLIP 1152/27/4304, mlp_connector_layers 1,
+    # Qwen3-1.7B 2048, 16 × 128 heads, 8 KV heads, SwiGLU 6144, vocabulary 151,680, tied)
+    h = 1152
+    siglip_head = h + (3 * h * h + 3 * h) + _linear(h, h) + 2 * h + _linear(h, 4304) + _linear(4304, h)
+    qwen3_layer = (2048 * 2048 + 2 * 2048 * 1024 + 2048 * 2048) + 3 * 2048 * 6144 + 2 * 2048
+    qk_norms = 2 * 128  # q_norm, k_norm per layer: not expressible in a stack (see the preset's doc)
+    w = 1536
+    state_encoder, action_encoder, action_decoder = _gr00t_category_mlps()
+    # cross_attention_dit.py: TimestepEncoder (TimestepEmbedding 256 → w → w), BasicTransformerBlock
+    # (attn1 q/k/v/out with biases; k, v read the 2048-wide VL features on even blocks, AdaLayerNorm
+    # Linear(w, 2w), norm3 without affine, FeedForward gelu-approximate 4w with biases)
+    def dit_block(kv: int) -> int:
+        return _linear(w, w) + 2 * _linear(kv, w) + _linear(w, w) + _linear(w, 2 * w) + _linear(w, 4 * w) \
+            + _linear(4 * w, w)
+    # SelfAttentionTransformer: 4 BasicTransformerBlocks, 2048 wide (32 × 64), LayerNorms with affine
+    vl_block = 4 * _linear(2048, 2048) + _linear(2048, 8192) + _linear(8192, 2048) + 2 * 2 * 2048
+    expected = {
+        "vision": _siglip_so400m() + siglip_head,  # eagle_backbone.py (N1.5) keeps the head
+        "vision_projector": _linear(1152, 2048),  # mlp1: one Linear without pixel shuffle
+        "text_embedding": 151_680 * 2048,
+        "llm": 12 * qwen3_layer + 2048,  # select_layer 12, final norm
+        "lm_head": 0,  # tied
+        "action_embedding": state_encoder + action_encoder + 1024 * w + 32 * w + 2 * 2048
+        + _linear(256, w) + _linear(w, w),  # + positions, future_tokens, vlln, timestep encoder
+        "vl_self_attention": 4 * vl_block,
+        "action_dit": 8 * dit_block(2048) + 8 * dit_block(w),
+        "action_output": _linear(w, 2 * w) + _linear(w, 1024) + action_decoder,  # proj_out_1, proj_out_2
+    }
+    spec = presets.get("gr00t-n1.5")
+    assert spec.module_parameters() == expected
+    assert spec.num_parameters() + 12 * qk_norms == 2_413_522_880  # the checkpoint, q/k norms included
+    # scripts/gr00t_finetune.py (N1.5): tune_llm=False, tune_visual=False: only the action head trains
+    trained = sum(expected[m] for m in ("action_embedding", "vl_self_attention", "action_dit", "action_output"))
+    assert spec.trainable_parameters() == trained == 1_068_806_144
+    assert spec.module("action_dit").seq_length == 1 + 32 + 16  # state, future tokens, actions
+    costs = {c.name: c for c in spec.layer_costs(1)}
+    for frozen in ("vision.1", "llm.11", "lm_head.0"):
+        assert costs[frozen].input_grad_flops == costs[frozen].weight_grad_flops == 0  # forward only
+    assert costs["lm_head.0"].forward_flops == 2 * (256 + 32) * 2048 * 151_680  # logits on every token
+    assert presets.get("gr00t-n1.5", cameras=2).module("llm").seq_length == 2 * 256 + 32
