@@ -113,3 +113,48 @@ def test_gr00t_n15_exact_count_per_module():
         assert costs[frozen].input_grad_flops == costs[frozen].weight_grad_flops == 0  # forward only
     assert costs["lm_head.0"].forward_flops == 2 * (256 + 32) * 2048 * 151_680  # logits on every token
     assert presets.get("gr00t-n1.5", cameras=2).module("llm").seq_length == 2 * 256 + 32
+
+
+def test_rdt_1b_exact_count_per_module():
+    # RoboticsDiffusionTransformer configs/base.yaml, models/rdt_runner.py, models/rdt/model.py, blocks.py
+    h, horizon, image_rows = 2048, 64, 2 * 3 * 729  # img_history_size × num_cameras × SigLIP-384 patches
+    # RDTBlock: norm1, timm Attention (qkv + bias, q/k RmsNorm over 64, proj + bias), norm2, CrossAttention
+    # (q, kv, proj with biases, q/k RmsNorm), norm3, Mlp h → h → h with biases
+    block = h + _linear(h, 3 * h) + 2 * 64 + _linear(h, h) + h + _linear(h, h) + _linear(h, 2 * h) + 2 * 64 \
+        + _linear(h, h) + h + 2 * _linear(h, h)
+    short_per_block = 2 * h + h + 4 * 64  # see the preset's doc: two biases, one norm, the q/k norms
+    embedders = 2 * (_linear(256, h) + _linear(h, h))  # t_embedder, freq_embedder
+    positions = (horizon + 3) * h + 1024 * h + image_rows * h  # x_pos, lang_cond_pos, img_cond_pos
+    state_adaptor = _linear(2 * 128, h) + 2 * _linear(h, h)  # mlp3x_gelu over state + mask
+    # T5 v1.1 XXL encoder: 24 blocks (q, k, v, o 4096², gated-GELU wi_0, wi_1, wo 10,240, two RMS norms),
+    # relative_attention_bias 32 × 64 in block 0, final_layer_norm, shared 32,128 × 4096
+    t5_block = 4 * 4096 * 4096 + 3 * 4096 * 10_240 + 2 * 4096
+    # SigLIP so400m-patch14-384 with its pooling head (as in the GR00T N1.5 test): 729 positions
+    siglip = _siglip_so400m(patches=729) + 1152 + (3 * 1152 ** 2 + 3 * 1152) + _linear(1152, 1152) + 2 * 1152 \
+        + _linear(1152, 4304) + _linear(4304, 1152)
+    expected = {
+        "vision": siglip,
+        "text_embedding": 32_128 * 4096,
+        "text_encoder": 24 * t5_block + 32 * 64 + 4096 - 32 * 64,  # relative bias not expressible
+        "img_adaptor": _linear(1152, h) + _linear(h, h),
+        "lang_adaptor": _linear(4096, h) + _linear(h, h),
+        "action_embedding": state_adaptor + embedders + positions,
+        "rdt": 28 * (block - short_per_block),
+        "action_output": h + _linear(h, h) + _linear(h, 128),  # FinalLayer: norm_final, ffn_final
+    }
+    spec = presets.get("rdt-1b")
+    assert spec.module_parameters() == expected
+    trained = sum(v for k, v in expected.items() if k not in ("vision", "text_embedding", "text_encoder"))
+    assert spec.trainable_parameters() == trained
+    assert trained + 28 * short_per_block == 1_228_319_872  # RDTRunner's "Diffusion params"
+    # a block's weights (qkv, proj; q, kv, proj; fc1, fc2) run on each of the 67 tokens: linear FLOPs exact,
+    # plus the modelled attention scores over the 67 tokens (an odd layer, which stands for the language one)
+    weights = _linear(h, 3 * h, False) + 3 * _linear(h, h, False) + _linear(h, 2 * h, False) + 2 * _linear(h, h, False)
+    costs = {c.name: c for c in spec.layer_costs(1)}
+    cross, self_ = costs["rdt.0"], costs["rdt.1"]
+    assert self_.forward_flops == 2 * 67 * weights + 2 * 2 * 67 * 67 * h
+    kv = 2 * image_rows * h * 2 * h  # the kv projection over the 4374 image tokens, even layers
+    assert cross.forward_flops - self_.forward_flops == kv - 2 * 67 * h * 2 * h + 2 * 2 * 67 * (image_rows - 67) * h
+    assert costs["text_encoder.0"].input_grad_flops == costs["vision.1"].input_grad_flops == 0  # no_grad
+    training = spec.training
+    assert training is not None and training.dp_mode == "zero2" and training.ema  # configs/zero2.json, EMAModel
