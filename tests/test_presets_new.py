@@ -158,3 +158,38 @@ def test_rdt_1b_exact_count_per_module():
     assert costs["text_encoder.0"].input_grad_flops == costs["vision.1"].input_grad_flops == 0  # no_grad
     training = spec.training
     assert training is not None and training.dp_mode == "zero2" and training.ema  # configs/zero2.json, EMAModel
+
+
+def test_smolvla_exact_count_per_module():
+    # lerobot policies/smolvla: configuration_smolvla.py, smolvlm_with_expert.py, modeling_smolvla.py;
+    # SmolVLM2-500M-Video-Instruct: SigLIP-B/16 at 512 px, connector Linear(12288, 960, bias=False),
+    # SmolLM2-360M text model (960, 15 × 64 heads, 5 KV heads, SwiGLU 2560, vocabulary 49,280), untied lm_head
+    v, t, e = 768, 960, 720
+    expert_mlp = 2048  # get_intermediate_size(720): 256 · ceil(4 · int(2 · 720 / 3) / 256)
+    assert 256 * -(-4 * int(2 * e / 3) // 256) == expert_mlp
+    vlm_layer = (t * t + 2 * t * 320 + t * t) + 3 * t * 2560 + 2 * t
+    expert_self = (e * t + 2 * e * 320 + t * e) + 3 * e * expert_mlp + 2 * e
+    expert_cross = (e * t + 2 * 320 * 320 + t * e) + 3 * e * expert_mlp + 2 * e  # k/v read the VLM's K/V
+    expected = {
+        "vision": (16 * 16 * 3 * v + v) + 1024 * v + 12 * _vit_block(v, 3072) + 2 * v,
+        "connector": 16 * v * t,
+        "text_embedding": 49_280 * t,
+        "state_proj": _linear(32, t),
+        "llm": 16 * vlm_layer + t,  # num_vlm_layers 16, text_model.norm
+        "lm_head": 49_280 * t,
+        "action_embedding": _linear(32, e) + _linear(2 * e, e) + _linear(e, e),
+        "action_expert": 8 * expert_self + 8 * expert_cross + e,
+        "action_output": _linear(e, 32),
+    }
+    spec = presets.get("smolvla")
+    assert spec.module_parameters() == expected
+    assert spec.num_parameters() == 450_046_176
+    # train_expert_only, freeze_vision_encoder; train_state_proj
+    trained = {"state_proj", "action_embedding", "action_expert", "action_output"}
+    assert {m.name for m in spec.modules if spec.trains(m.name)} == trained
+    assert spec.trainable_parameters() == 99_880_992
+    costs = {c.name: c for c in spec.layer_costs(1)}
+    assert costs["vision.1"].input_grad_flops == 0  # frozen, nothing trained upstream
+    assert costs["llm.0"].input_grad_flops > 0 and costs["llm.0"].weight_grad_flops == 0  # the state token's path
+    assert spec.module("llm").seq_length == 3 * 64 + 48 + 1
+    assert presets.get("smolvla", action_horizon=10).module("action_expert").seq_length == 10

@@ -25,6 +25,7 @@ from .openvla import cogact, openvla_7b
 from .pi import pi0, pi05
 from .pi0_fast import pi0_fast
 from .rdt import rdt_1b
+from .smolvla import smolvla
 from .reference import driving_6cam, dumbbell, gpt_1_5b
 
 __all__ = ["names", "get", "options", "OPTION_LIMITS"]
@@ -42,6 +43,7 @@ _BUILDERS: dict[str, Callable[..., ModelSpec]] = {
     "gr00t-n1.5": gr00t_n15,
     "cogact": cogact,
     "rdt-1b": rdt_1b,
+    "smolvla": smolvla,
     "driving-6cam": driving_6cam,
     "dumbbell": dumbbell,
     "gpt-1.5b": gpt_1_5b,
