@@ -193,3 +193,46 @@ def test_smolvla_exact_count_per_module():
     assert costs["llm.0"].input_grad_flops > 0 and costs["llm.0"].weight_grad_flops == 0  # the state token's path
     assert spec.module("llm").seq_length == 3 * 64 + 48 + 1
     assert presets.get("smolvla", action_horizon=10).module("action_expert").seq_length == 10
+
+
+def _small_stem16(channels: int = 6) -> int:
+    # octo vit_encoders.py SmallStem: StdConv 3×3 (32, 96, 192, 384) with biases and GroupNorm scale + bias,
+    # then the 1×1 "embedding" Conv to 512
+    total = 0
+    for features in (32, 96, 192, 384):
+        total += 3 * 3 * channels * features + features + 2 * features
+        channels = features
+    return total + _linear(384, 512)
+
+
+@pytest.mark.parametrize("size, width, mlp, total", [
+    ("small", 384, 1536, 27_042_060),  # vit_s (transformer.py common_transformer_sizes)
+    ("base", 768, 3072, 92_830_092),  # vit_b
+])
+def test_octo_exact_count_per_module(size, width, mlp, total):
+    # octo scripts/configs/octo_pretrain_config.py, octo_module.py, tokenizers.py, diffusion.py
+    w = width
+    block = 2 * 2 * w + 4 * _linear(w, w) + _linear(w, mlp) + _linear(mlp, w)  # LN, MHA, LN, MlpBlock
+    # ScoreActor: FourierFeatures kernel (16, 1), cond MLP (64, 32), MLPResNet 256 wide, 3 blocks, out 4 · 7
+    head = 16 + _linear(32, 64) + _linear(64, 32) + _linear(32 + w + 28, 256) \
+        + 3 * (2 * 256 + _linear(256, 1024) + _linear(1024, 256)) + _linear(256, 28)
+    t5_block = 4 * 768 * 768 + 2 * 768 * 3072 + 2 * 768  # t5-base: ReLU FFN, no biases
+    expected = {
+        # stem + obs_{name}_projection + obs_{name}_pos_embedding (max_horizon 10 × tokens × w)
+        "primary_stem": _small_stem16() + _linear(512, w) + 10 * 256 * w,
+        "wrist_stem": _small_stem16() + _linear(512, w) + 10 * 64 * w,
+        "text_embedding": 32_128 * 768,
+        "text_encoder": 12 * t5_block + 768,  # relative_attention_bias (32 × 12) not expressible
+        "language_projection": _linear(768, w) + 16 * w + 10 * w,  # + task and readout position tables
+        "transformer": 12 * block + 2 * w,  # encoder_norm
+        "action_head": head,
+    }
+    spec = presets.get(f"octo-{size}")
+    assert spec.module_parameters() == expected
+    assert spec.trainable_parameters() == total  # frozen_keys=("*hf_model*",): T5 excluded
+    assert spec.num_parameters() + 32 * 12 == total + 109_628_544  # + t5-base's encoder, 109.6M
+    assert spec.module("transformer").seq_length == 16 + 2 * (256 + 64 + 1)  # window 2
+    stem = next(c for c in spec.layer_costs(1) if c.name == "primary_stem.0")
+    # each conv as im2col over its output positions (2 frames): 128², 64², 32², 16² and the 1×1 conv, projection
+    convs = [(128, 54, 32), (64, 288, 96), (32, 864, 192), (16, 1728, 384), (16, 384, 512), (16, 512, w)]
+    assert stem.forward_flops == sum(2 * 2 * side * side * i * o for side, i, o in convs)

@@ -26,6 +26,7 @@ from .pi import pi0, pi05
 from .pi0_fast import pi0_fast
 from .rdt import rdt_1b
 from .smolvla import smolvla
+from .octo import octo_base, octo_small
 from .reference import driving_6cam, dumbbell, gpt_1_5b
 
 __all__ = ["names", "get", "options", "OPTION_LIMITS"]
@@ -44,6 +45,8 @@ _BUILDERS: dict[str, Callable[..., ModelSpec]] = {
     "cogact": cogact,
     "rdt-1b": rdt_1b,
     "smolvla": smolvla,
+    "octo-small": octo_small,
+    "octo-base": octo_base,
     "driving-6cam": driving_6cam,
     "dumbbell": dumbbell,
     "gpt-1.5b": gpt_1_5b,
