@@ -236,3 +236,37 @@ def test_octo_exact_count_per_module(size, width, mlp, total):
     # each conv as im2col over its output positions (2 frames): 128², 64², 32², 16² and the 1×1 conv, projection
     convs = [(128, 54, 32), (64, 288, 96), (32, 864, 192), (16, 1728, 384), (16, 384, 512), (16, 512, w)]
     assert stem.forward_flops == sum(2 * 2 * side * side * i * o for side, i, o in convs)
+
+
+def _lora(i: int, o: int, r: int = 32) -> int:
+    return r * (i + o)  # peft LoRA: A (r × in) and B (out × r)
+
+
+def test_openvla_oft_extra_modules_exact():
+    # openvla-oft vla-scripts/finetune.py (LoRA r=32, target_modules="all-linear"), LIBERO.md recipe,
+    # prismatic/models/action_heads.py (L1RegressionActionHead: MLPResNet(2, 7 · 4096, 4096, 7)),
+    # prismatic/models/projectors.py (ProprioProjector 8 → 4096 → 4096), prismatic/vla/constants.py (LIBERO)
+    llama = 32 * (4 * _lora(4096, 4096) + 2 * _lora(4096, 11_008) + _lora(11_008, 4096))
+    dino = 24 * (_lora(1024, 3 * 1024) + _lora(1024, 1024) + _lora(1024, 4096) + _lora(4096, 1024))
+    siglip = 27 * (_lora(1152, 3 * 1152) + _lora(1152, 1152) + _lora(1152, 4304) + _lora(4304, 1152))
+    attn_pool = _lora(1152, 1152) + _lora(1152, 2 * 1152) + _lora(1152, 1152) + _lora(1152, 4304) \
+        + _lora(4304, 1152)  # timm MAP head: q, kv, proj, mlp
+    projector = _lora(2176, 8704) + _lora(8704, 4096) + _lora(4096, 4096)
+    head = 2 * 7 * 4096 + _linear(7 * 4096, 4096) + 2 * (2 * 4096 + _linear(4096, 4096)) + 2 * 4096 \
+        + _linear(4096, 7)
+    spec, openvla = presets.get("openvla-oft"), presets.get("openvla-7b")
+    extra = {"lora_adapters": llama + dino + siglip + attn_pool + projector,
+             "proprio_projector": _linear(8, 4096) + _linear(4096, 4096), "action_head": head}
+    assert {name: spec.num_parameters(name) for name in extra} == extra
+    assert spec.num_parameters() - openvla.num_parameters() == sum(extra.values()) == 277_499_911
+    assert spec.trainable_parameters() == 277_499_911  # LoRA: the base weights are frozen
+    for name, count in openvla.module_parameters().items():
+        assert spec.num_parameters(name) == count  # the same base weights
+    costs = {c.name: c for c in spec.layer_costs(1)}
+    # under LoRA the frozen base layers still run their backward (B), but no W of their own
+    assert costs["dinov2.1"].input_grad_flops > 0 and costs["dinov2.1"].weight_grad_flops == 0
+    assert costs["dinov2_last.0"].input_grad_flops == 0  # features from the second-to-last block
+    assert costs["lm_head.0"].input_grad_flops == 0  # logits computed (labels passed), L1 loss only
+    # 2 images × 256 patches, the proprio token, 33 prompt + 56 action positions + stop
+    assert spec.module("llm").seq_length == 2 * 256 + 1 + 33 + 56 + 1
+    assert spec.module("action_head").tokens == 8

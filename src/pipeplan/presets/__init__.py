@@ -22,6 +22,7 @@ from ..models.spec import ModelSpec
 from .gr00t import gr00t_n1
 from .gr00t_n15 import gr00t_n15
 from .openvla import cogact, openvla_7b
+from .openvla_oft import openvla_oft
 from .pi import pi0, pi05
 from .pi0_fast import pi0_fast
 from .rdt import rdt_1b
@@ -40,6 +41,7 @@ _BUILDERS: dict[str, Callable[..., ModelSpec]] = {
     "pi0.5": pi05,
     "pi0-fast": pi0_fast,
     "openvla-7b": openvla_7b,
+    "openvla-oft": openvla_oft,
     "gr00t-n1": gr00t_n1,
     "gr00t-n1.5": gr00t_n15,
     "cogact": cogact,
