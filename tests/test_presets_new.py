@@ -270,3 +270,28 @@ def test_openvla_oft_extra_modules_exact():
     # 2 images × 256 patches, the proprio token, 33 prompt + 56 action positions + stop
     assert spec.module("llm").seq_length == 2 * 256 + 1 + 33 + 56 + 1
     assert spec.module("action_head").tokens == 8
+
+
+@pytest.mark.parametrize("name, depth, width, total", [
+    ("cogact-dit-s", 6, 384, 12_476_807),  # CogACT action_model/action_model.py DiT_S
+    ("cogact", 12, 768, 88_986_887),  # DiT_B, the default action_model_type
+    ("cogact-dit-l", 24, 1024, 307_764_231),  # DiT_L
+])
+def test_cogact_action_model_exact_count_per_module(name, depth, width, total):
+    # CogACT action_model/models.py: x_embedder Linear(7, w), t_embedder (256 → w → w), z_embedder
+    # Linear(4096, w) + a 4096-wide null condition, history_embedder Linear(7, w), 17 positions,
+    # DiTBlock (timm Attention qkv + proj with biases, Mlp 4w, no adaLN), FinalLayer Linear(w, 7)
+    w = width
+    expected = {
+        "action_embedding": _linear(7, w) + _linear(256, w) + _linear(w, w) + _linear(4096, w) + 4096
+        + _linear(7, w) + 17 * w,
+        "action_dit": depth * (_linear(w, 3 * w) + _linear(w, w) + _linear(w, 4 * w) + _linear(4 * w, w)),
+        "action_output": _linear(w, 7),
+    }
+    spec = presets.get(name)
+    assert {m: spec.num_parameters(m) for m in expected} == expected
+    assert sum(expected.values()) == total
+    vlm = presets.get("cogact")
+    assert spec.num_parameters() - total == vlm.num_parameters() - 88_986_887  # the same VLM
+    assert spec.module("action_dit").repeats == 8  # repeated_diffusion_steps
+    assert spec.training == vlm.training

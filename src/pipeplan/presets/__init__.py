@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import InvalidInputError
 from ..models.spec import ModelSpec
+from .cogact_dit import cogact_dit_l, cogact_dit_s
 from .gr00t import gr00t_n1
 from .gr00t_n15 import gr00t_n15
 from .openvla import cogact, openvla_7b
@@ -45,6 +46,8 @@ _BUILDERS: dict[str, Callable[..., ModelSpec]] = {
     "gr00t-n1": gr00t_n1,
     "gr00t-n1.5": gr00t_n15,
     "cogact": cogact,
+    "cogact-dit-s": cogact_dit_s,
+    "cogact-dit-l": cogact_dit_l,
     "rdt-1b": rdt_1b,
     "smolvla": smolvla,
     "octo-small": octo_small,
