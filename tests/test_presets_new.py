@@ -295,3 +295,52 @@ def test_cogact_action_model_exact_count_per_module(name, depth, width, total):
     assert spec.num_parameters() - total == vlm.num_parameters() - 88_986_887  # the same VLM
     assert spec.module("action_dit").repeats == 8  # repeated_diffusion_steps
     assert spec.training == vlm.training
+
+
+_NEW = ["pi0-fast", "gr00t-n1.5", "rdt-1b", "smolvla", "octo-small", "octo-base", "openvla-oft", "cogact-dit-s",
+        "cogact-dit-l"]
+
+
+def test_new_presets_name_their_reference_paths():
+    names = {name: layer_names_in_reference(presets.get(name)) for name in _NEW}
+    assert all(reference_of(presets.get(name)) is not None for name in _NEW)
+    # one pipeline layer per DiT block, as the reference names it
+    gr00t = [n.fqns for n in names["gr00t-n1.5"] if n.fqns[0].startswith("action_head.model.transformer_blocks")]
+    assert gr00t == [(f"action_head.model.transformer_blocks.{i}",) for i in range(16)]
+    assert ("model.blocks.27",) in [n.fqns for n in names["rdt-1b"]]  # RDTRunner.model.blocks, depth 28
+    expert = [n for n in names["smolvla"] if any("lm_expert.layers." in p for p in n.fqns)]
+    assert len(expert) == 16 and expert[-1].fqns[-1] == "model.vlm_with_expert.lm_expert.norm"
+    oft = [p for n in names["openvla-oft"] for p in n.fqns]
+    assert "vision_backbone.fused_featurizer.blocks.25" in oft and "language_model.model.layers.31" in oft
+    assert [n.role for n in names["pi0-fast"]].count("decoder") == 18
+
+
+@pytest.mark.parametrize("name", _NEW)
+def test_model_verb_runs_for_each_new_preset(run_cli, name):
+    status, out, err = run_cli("model", "--preset", name, "--gpu", "h100-80g", "--micro-batch-size", "1")
+    assert status == 0, err
+    assert out
+
+
+@pytest.mark.parametrize("name, option, value, match", [
+    ("pi0-fast", "action_horizon", 10, r"preset 'pi0-fast' has no option 'action_horizon'"),
+    ("octo-small", "cameras", 3, r"preset 'octo-small' has no option 'cameras'"),
+    ("rdt-1b", "action_horizon", 0, r"must be an integer in 1..1024, got 0"),
+    ("smolvla", "cameras", 65, r"must be an integer in 1..64"),
+])
+def test_new_presets_reject_options_they_lack(name, option, value, match):
+    with pytest.raises(InvalidInputError, match=match):
+        presets.get(name, **{option: value})
+
+
+@pytest.mark.parametrize("name, option, module, expected", [
+    ("gr00t-n1.5", {"action_horizon": 8}, "action_dit", 1 + 32 + 8),
+    ("rdt-1b", {"action_horizon": 32}, "rdt", 32 + 3),
+    ("rdt-1b", {"cameras": 1}, "img_adaptor", 2 * 729),
+    ("octo-base", {"text_tokens": 8}, "transformer", 8 + 2 * 321),
+    ("openvla-oft", {"cameras": 1}, "llm", 256 + 1 + 90),
+])
+def test_new_presets_shape_options(name, option, module, expected):
+    spec = presets.get(name, **option)
+    shape = spec.module(module)
+    assert (getattr(shape, "seq_length", None) or getattr(shape, "tokens")) == expected

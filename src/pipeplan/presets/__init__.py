@@ -2,13 +2,14 @@
 
     >>> from pipeplan import presets
     >>> presets.names()
-    ['pi0', 'pi0.5', 'openvla-7b', ...]
+    ['pi0', 'pi0.5', 'pi0-fast', ...]
     >>> spec = presets.get("pi0")
     >>> spec.num_parameters(), spec.module_parameters()["llm"]
     (3238048528, 1981884416)
 
 Each preset's shapes and sources are in its module's docstring (``pi``,
-``openvla``, ``gr00t``, ``reference``) and in docs/presets.md. torch-free.
+``pi0_fast``, ``openvla``, ``openvla_oft``, ``gr00t``, ``gr00t_n15``, ``cogact_dit``,
+``rdt``, ``smolvla``, ``octo``, ``reference``) and in docs/presets.md. torch-free.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import InvalidInputError
-from ..models.spec import Linear, ModelSpec, Projector, TransformerStack
+from ..models.spec import Linear, ModelSpec, Module, Projector, TransformerStack
 from .openvla import cogact
 
 __all__ = ["cogact_dit", "cogact_dit_s", "cogact_dit_l", "COGACT_DIT_SIZES"]
@@ -38,7 +38,7 @@ def cogact_dit(size: str, *, text_tokens: int = 40) -> ModelSpec:
     embedding, dit, output = (base.module(name) for name in ("action_embedding", "action_dit", "action_output"))
     assert isinstance(embedding, Projector) and isinstance(dit, TransformerStack) and isinstance(output, Projector)
     positions = dit.seq_length  # 1 cognition token + 16 actions
-    scaled = {
+    scaled: dict[str, Module] = {
         "action_embedding": replace(
             embedding, output_width=width,
             linears=(Linear(_ACTION_DIM, width), Linear(256, width, tokens=1), Linear(width, width, tokens=1),

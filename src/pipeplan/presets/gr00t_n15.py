@@ -40,10 +40,12 @@ the head's forward, about 0.3% of the tower's, is not counted).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..models.spec import CrossAttention, Embedding, Linear, LMHead, ModelSpec, Module, Projector, TransformerStack
 from ..models.training import ReferenceTraining
 from ._components import siglip_so400m
-from .gr00t import _EMBODIMENTS, _HEAD, _TEXT_TOKENS, _category_params
+from .gr00t import _HEAD, _TEXT_TOKENS, gr00t_n1
 
 __all__ = ["gr00t_n15"]
 
@@ -86,23 +88,20 @@ def gr00t_n15(*, action_horizon: int = 16, text_tokens: int = _TEXT_TOKENS, came
         action_horizon: actions per chunk (16, the N1.5 config).
         text_tokens: prompt tokens of the VLM (32, an assumption). cameras: 224 px views per example (1).
     """
-    width, hidden, action_dim, state_dim = 1536, 1024, 32, 64
+    width = 1536
     tokens = 1 + _FUTURE_TOKENS + action_horizon
-    state_mlp = ((state_dim, hidden), (hidden, width))
-    action_mlp = ((action_dim, width), (2 * width, width), (width, width))
-    decoder_mlp = ((hidden, hidden), (hidden, action_dim))
+    # N1's state / action encoders, timestep encoder, positions and embodiment decoders are N1.5's too
+    # (flow_matching_action_head.py); N1.5 adds vlln, the future tokens and vl_self_attention.
+    n1 = gr00t_n1(action_horizon=action_horizon)
+    n1_embedding, n1_output = n1.module("action_embedding"), n1.module("action_output")
+    assert isinstance(n1_embedding, Projector) and isinstance(n1_output, Projector)
+    fqn = n1_embedding.fqn or ()
     modules: list[Module] = [
         *_eagle_25(cameras, text_tokens),
-        Projector(name="action_embedding", inputs=(), tokens=action_horizon, output_tokens=tokens, output_width=width,
-                  linears=(Linear(state_dim, hidden, tokens=1), Linear(hidden, width, tokens=1),
-                           Linear(action_dim, width), Linear(2 * width, width), Linear(width, width),
-                           Linear(256, width, tokens=1), Linear(width, width, tokens=1)),
-                  norm_params=2 * _VL_WIDTH,  # vlln: LayerNorm(2048) on the VL features
-                  # the other 31 embodiments' MLPs, 1024 action positions (max_seq_len), the 32 future tokens
-                  extra_params=(_EMBODIMENTS - 1) * _category_params(*state_mlp, *action_mlp) + 1024 * width
-                  + _FUTURE_TOKENS * width,
-                  fqn=tuple(_HEAD + name for name in ("state_encoder", "action_encoder", "position_embedding",
-                                                      "future_tokens", "vlln", "model.timestep_encoder"))),
+        replace(n1_embedding, output_tokens=tokens,
+                norm_params=2 * _VL_WIDTH,  # vlln: LayerNorm(2048) on the VL features
+                extra_params=n1_embedding.extra_params + _FUTURE_TOKENS * width,  # + the 32 future tokens
+                fqn=(*fqn[:3], _HEAD + "future_tokens", _HEAD + "vlln", *fqn[3:])),
         # SelfAttentionTransformer over the VL tokens: BasicTransformerBlock, LayerNorm with affine, biases,
         # GELU 4 × 2048, dropout 0.2
         TransformerStack(name="vl_self_attention", num_layers=4, hidden_size=_VL_WIDTH, num_heads=32, head_dim=64,
@@ -112,12 +111,7 @@ def gr00t_n15(*, action_horizon: int = 16, text_tokens: int = _TEXT_TOKENS, came
                          seq_length=tokens, ffn_hidden_size=4 * width, bias=True, norm="none", dropout=True,
                          adaptive_norm=(2, 0), cross_attention=CrossAttention("vl_self_attention", every=2),
                          inputs=("action_embedding",), fqn=(_HEAD + "model.transformer_blocks.{i}",)),
-        Projector(name="action_output", tokens=tokens,
-                  linears=(Linear(width, 2 * width, tokens=1), Linear(width, hidden), Linear(hidden, hidden),
-                           Linear(hidden, action_dim)),
-                  extra_params=(_EMBODIMENTS - 1) * _category_params(*decoder_mlp),
-                  fqn=tuple(_HEAD + name for name in ("model.norm_out", "model.proj_out_1", "model.proj_out_2",
-                                                      "action_decoder"))),
+        replace(n1_output, tokens=tokens),  # norm_out, proj_out_1/2, the embodiments' action decoders
     ]
     # scripts/gr00t_finetune.py (N1.5): HF Trainer, optim="adamw_torch", gradient_checkpointing=False, DDP, no EMA
     training = ReferenceTraining(dp_mode="ddp", ema=False, optimizer="adamw", implementation="gr00t",
