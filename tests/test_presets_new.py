@@ -261,11 +261,13 @@ def test_openvla_oft_extra_modules_exact():
     assert spec.num_parameters() - openvla.num_parameters() == sum(extra.values()) == 277_499_911
     assert spec.trainable_parameters() == 277_499_911  # LoRA: the base weights are frozen
     for name, count in openvla.module_parameters().items():
-        assert spec.num_parameters(name) == count  # the same base weights
+        split = spec.num_parameters(f"{name}_patch") if name in ("dinov2", "siglip") else 0
+        assert spec.num_parameters(name) + split == count  # the same base weights (towers: patch layer apart)
     costs = {c.name: c for c in spec.layer_costs(1)}
     # under LoRA the frozen base layers still run their backward (B), but no W of their own
     assert costs["dinov2.1"].input_grad_flops > 0 and costs["dinov2.1"].weight_grad_flops == 0
     assert costs["dinov2_last.0"].input_grad_flops == 0  # features from the second-to-last block
+    assert costs["siglip_patch.0"].input_grad_flops == costs["siglip_patch.0"].activation_bytes == 0  # a conv
     assert costs["lm_head.0"].input_grad_flops == 0  # logits computed (labels passed), L1 loss only
     # 2 images × 256 patches, the proprio token, 33 prompt + 56 action positions + stop
     assert spec.module("llm").seq_length == 2 * 256 + 1 + 33 + 56 + 1

@@ -22,9 +22,10 @@ assumption, OpenVLA's 40 minus its 7 action tokens) + 56 action positions + the 
 LoRA cannot be expressed per layer: the base weights are frozen modules (B, no W, no
 optimizer state), and the 109,563,904 adapter parameters (rank 32 on every linear of both
 towers, their pooling head, the projector and Llama) are held by one ``lora_adapters``
-layer in front, which every tower reads so that the frozen layers run their backward as
-they do under LoRA. In the reference each Llama layer holds 2.5M of them; their FLOPs
-(about 1% of the base's) are not counted. As in OpenVLA, the last DINOv2 and SigLIP
+layer in front, which both towers' blocks read so that the frozen layers run their
+backward as they do under LoRA (each tower's patch embedding, a conv LoRA does not adapt,
+is a separate forward-only layer ``*_patch``). In the reference each Llama layer holds
+2.5M of them; their FLOPs (about 1% of the base's) are not counted. As in OpenVLA, the last DINOv2 and SigLIP
 blocks run forward only (features from the second-to-last block).
 """
 
@@ -58,20 +59,35 @@ def _hf(paths: tuple[str, ...] | None) -> tuple[str, ...] | None:
     return tuple(renamed)
 
 
-def _frozen_base(module: Module, cameras: int, sequence: int) -> Module:
+def _frozen_tower(tower: VisionEncoder, cameras: int) -> list[Module]:
+    """A LoRA-adapted tower: its patch embedding forward only (a conv: no LoRA), its blocks with B and no W."""
+    tower = replace(tower, cameras=cameras)
+    patch_params = ModelSpec("tower", (tower,)).layer_costs(1)[0].params  # + positions, class/registers, MAP head
+    pixels = tower.channels * tower.patch_size ** 2
+    patch_linear = Linear(pixels, tower.hidden_size, tokens=tower.tokens)
+    return [
+        Projector(name=f"{tower.name}_patch", inputs=(), tokens=tower.tokens, linears=(patch_linear,),
+                  activation=False, frozen=True, extra_params=int(patch_params) - pixels * tower.hidden_size
+                  - tower.hidden_size, fqn=_hf(tower.fqn_first)),
+        replace(tower.blocks(), frozen=True, inputs=(f"{tower.name}_patch", "lora_adapters"), fqn=_hf(tower.fqn),
+                fqn_last=_hf(tower.fqn_last)),
+    ]
+
+
+def _frozen_base(module: Module, cameras: int, sequence: int) -> list[Module]:
     """OpenVLA's ``module`` as OFT runs it: frozen under LoRA, ``cameras`` images, HF module paths."""
+    if isinstance(module, VisionEncoder):
+        return _frozen_tower(module, cameras)
     changes: dict[str, object] = {key: _hf(getattr(module, key)) for key in ("fqn", "fqn_first", "fqn_last")
                                   if hasattr(module, key)}
     changes["frozen"] = True
-    if isinstance(module, VisionEncoder):
-        changes.update(cameras=cameras, inputs=("lora_adapters",))
-    elif isinstance(module, TransformerStack) and module.name.endswith("_last"):
+    if isinstance(module, TransformerStack) and module.name.endswith("_last"):
         changes["sequences"] = cameras
     elif module.name == "projector":
         changes["tokens"] = cameras * _PATCHES
     elif module.name == "llm":
         changes.update(seq_length=sequence, inputs=("projector", "proprio_projector", "text_embedding"))
-    return replace(module, **changes)  # type: ignore[arg-type]
+    return [replace(module, **changes)]  # type: ignore[arg-type]
 
 
 def openvla_oft(*, cameras: int = 2, text_tokens: int = _PROMPT + _CHUNK * _ACTION_DIM + 1) -> ModelSpec:
@@ -82,15 +98,15 @@ def openvla_oft(*, cameras: int = 2, text_tokens: int = _PROMPT + _CHUNK * _ACTI
         text_tokens: prompt + 56 action positions + stop (90; the prompt's 33 an assumption).
     """
     sequence = cameras * _PATCHES + 1 + text_tokens  # patches, proprio token, language
-    base = [_frozen_base(module, cameras, sequence) for module in _vlm(text_tokens=text_tokens)]
+    base = [part for module in _vlm(text_tokens=text_tokens) for part in _frozen_base(module, cameras, sequence)]
     width = 4096  # Llama-2 7B
     modules: list[Module] = [
         Projector(name="lora_adapters", inputs=(), tokens=1, bias=False, linears=(Linear(4096, 32),),
                   extra_params=OFT_LORA_PARAMETERS - 4096 * 32, fqn=("*.lora_A.default", "*.lora_B.default")),
-        *base[:5],  # both towers (and their forward-only last blocks), the projector
+        *base[:7],  # both towers (and their forward-only last blocks), the projector
         Projector(name="proprio_projector", inputs=(), tokens=1,
                   linears=(Linear(_PROPRIO_DIM, width), Linear(width, width)), fqn=("proprio_projector",)),
-        *base[5:],  # the text embedding and Llama
+        *base[7:],  # the text embedding and Llama
         LMHead(name="lm_head", vocab_size=_VOCAB, hidden_size=width, tokens=sequence, frozen=True, inputs=(),
                fqn=("language_model.lm_head",), role="loss"),
         Projector(name="action_head", inputs=("llm",), tokens=_CHUNK,
