@@ -21,8 +21,9 @@ def params(name: str, *modules: str) -> int:
 
 
 def test_names_and_unknown_preset():
-    assert presets.names() == ["pi0", "pi0.5", "openvla-7b", "gr00t-n1", "cogact", "driving-6cam", "dumbbell",
-                               "gpt-1.5b"]
+    assert presets.names() == ["pi0", "pi0.5", "pi0-fast", "openvla-7b", "openvla-oft", "gr00t-n1", "gr00t-n1.5",
+                               "cogact", "cogact-dit-s", "cogact-dit-l", "rdt-1b", "smolvla", "octo-small",
+                               "octo-base", "driving-6cam", "dumbbell", "gpt-1.5b"]
     with pytest.raises(InvalidInputError, match=r"preset must be one of pi0, pi0.5, .*got 'pi1'"):
         presets.get("pi1")
 

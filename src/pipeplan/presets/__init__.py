@@ -2,13 +2,14 @@
 
     >>> from pipeplan import presets
     >>> presets.names()
-    ['pi0', 'pi0.5', 'openvla-7b', ...]
+    ['pi0', 'pi0.5', 'pi0-fast', ...]
     >>> spec = presets.get("pi0")
     >>> spec.num_parameters(), spec.module_parameters()["llm"]
     (3238048528, 1981884416)
 
 Each preset's shapes and sources are in its module's docstring (``pi``,
-``openvla``, ``gr00t``, ``reference``) and in docs/presets.md. torch-free.
+``pi0_fast``, ``openvla``, ``openvla_oft``, ``gr00t``, ``gr00t_n15``, ``cogact_dit``,
+``rdt``, ``smolvla``, ``octo``, ``reference``) and in docs/presets.md. torch-free.
 """
 
 from __future__ import annotations
@@ -19,9 +20,16 @@ from typing import Any
 
 from ..errors import InvalidInputError
 from ..models.spec import ModelSpec
+from .cogact_dit import cogact_dit_l, cogact_dit_s
 from .gr00t import gr00t_n1
+from .gr00t_n15 import gr00t_n15
 from .openvla import cogact, openvla_7b
+from .openvla_oft import openvla_oft
 from .pi import pi0, pi05
+from .pi0_fast import pi0_fast
+from .rdt import rdt_1b
+from .smolvla import smolvla
+from .octo import octo_base, octo_small
 from .reference import driving_6cam, dumbbell, gpt_1_5b
 
 __all__ = ["names", "get", "options", "OPTION_LIMITS"]
@@ -33,9 +41,18 @@ OPTION_LIMITS: dict[str, int] = {"action_horizon": 1024, "text_tokens": 32_768, 
 _BUILDERS: dict[str, Callable[..., ModelSpec]] = {
     "pi0": pi0,
     "pi0.5": pi05,
+    "pi0-fast": pi0_fast,
     "openvla-7b": openvla_7b,
+    "openvla-oft": openvla_oft,
     "gr00t-n1": gr00t_n1,
+    "gr00t-n1.5": gr00t_n15,
     "cogact": cogact,
+    "cogact-dit-s": cogact_dit_s,
+    "cogact-dit-l": cogact_dit_l,
+    "rdt-1b": rdt_1b,
+    "smolvla": smolvla,
+    "octo-small": octo_small,
+    "octo-base": octo_base,
     "driving-6cam": driving_6cam,
     "dumbbell": dumbbell,
     "gpt-1.5b": gpt_1_5b,
