@@ -89,8 +89,8 @@ def planner_problems(batch: int = 256):
 def planner_corpus() -> None:
     from pipeplan.schedules.adaptive import _FAST_RULES
 
-    fast = {f"list:{kind}/{key}/{'reserve' if reserve else 'free'}/{window}"
-            for kind, key, window, reserve in _rules((0, 1, 0, 1), 4, 1.0, "fast")}
+    fast = {f"list:{kind}/{key}/{'reserve' if reserve else 'free'}/{window}{'/defer' if defer else ''}"
+            for kind, key, window, reserve, defer in _rules((0, 1, 0, 1), 4, 1.0, "fast")}
     wins: collections.Counter[str] = collections.Counter()
     gaps = []
     for name, stages, microbatches, costs, comm, placement, limit in planner_problems():

@@ -44,7 +44,7 @@ import numpy as np
 from .._validation import positive_float, positive_int
 from ..costs import CommModel, StageCosts
 from ..errors import DeadlockError, InfeasiblePlanError, InvalidInputError
-from ..schedule import Schedule
+from ..schedule import Action, Schedule
 from ..simulate import simulate
 from ..timeline import Timeline
 from .list_scheduler import FORWARD_KEYS, KIND_ORDERS, forward_windows, list_schedule, sequential_schedule
@@ -183,19 +183,19 @@ def adaptive_candidates(
         # sends that can beat any split order, so the full templates are a floor too.
         for label, schedule in _templates(num_stages, num_microbatches, ranks, "full"):
             consider(f"{label} (full backward)", schedule)
-    windows = forward_windows(costs, ranks, comm, backward)
-    for kind_order, forward_key, window_name, reserve in _rules(ranks, num_stages, memory_limit, effort):
-        if window_name not in windows:
-            continue  # the same window as another for these costs
+    windows = forward_windows(costs, ranks, comm, backward, memory_limit)
+    for kind_order, forward_key, window_name, reserve, defer in _rules(ranks, num_stages, memory_limit, effort):
+        if window_name not in windows or (defer and backward != "split"):
+            continue  # the same window as another for these costs; nothing to defer
         window = windows[window_name]
         built = list_schedule(
             num_microbatches, costs, ranks, comm=comm, backward=backward,
             memory_limit=memory_limit, kind_order=kind_order, forward_key=forward_key,
-            reserve=reserve, forward_window=window,
+            reserve=reserve, forward_window=window, defer_weights=defer,
         )
         if built is not None:
             mode = "reserve" if reserve else "free"
-            consider(f"list:{kind_order}/{forward_key}/{mode}/{window_name}", built)
+            consider(f"list:{kind_order}/{forward_key}/{mode}/{window_name}{'/defer' if defer else ''}", built)
     if not any(c.fits for c in candidates):
         consider("sequential", sequential_schedule(num_stages, num_microbatches, ranks, backward=backward))
     return candidates
@@ -211,8 +211,8 @@ _FAST_RULES = (("FBW", "microbatch", "count"), ("BFW", "microbatch", "count"),
 
 def _rules(
     ranks: tuple[int, ...], num_stages: int, memory_limit: float | None, effort: str = "full"
-) -> list[tuple[str, str, str, bool]]:
-    """The list-scheduling rules tried: ``(kind order, forward key, window, reserve)``.
+) -> list[tuple[str, str, str, bool, bool]]:
+    """The list-scheduling rules tried: ``(kind order, forward key, window, reserve, defer W)``.
 
     Every kind order, window and memory policy; with one stage per rank a rank's
     forwards are all of one stage, so the forward tie-breaks agree and one is tried.
@@ -221,18 +221,16 @@ def _rules(
     """
     reserves = (True, False) if memory_limit is not None else (False,)
     if effort == "fast":  # each rule free, and the first one reserving where a limit binds
-        fast = [(kind, key, window, False) for kind, key, window in _FAST_RULES]
-        return fast + [(*_FAST_RULES[0], True)] if memory_limit is not None else fast
+        fast = [(kind, key, window, False, False) for kind, key, window in _FAST_RULES]
+        return fast + [(*_FAST_RULES[0], True, False)] if memory_limit is not None else fast
     forward_keys = list(FORWARD_KEYS) if len(set(ranks)) < num_stages else ["microbatch"]
     return [
-        (kind_order, forward_key, window, reserve)
+        (kind_order, forward_key, window, reserve, defer)
         for kind_order in KIND_ORDERS
         for forward_key in forward_keys
-        for window in ("open", "count", "double", "cost")
+        for window in ("open", "count", "double", "cost", "zb", "fill")
         for reserve in reserves
-        # benchmarks/adaptive_rules.py: with W filling gaps and no reservation the
-        # cost-aware window never beat the other rules on its corpus.
-        if not (kind_order == "BFW" and window == "cost" and not reserve)
+        for defer in (False,)  # deferring W: 0 sole wins on benchmarks/adaptive_rules.py's corpus (docs)
     ]
 
 
@@ -295,6 +293,54 @@ def best_candidate(candidates: Sequence[Candidate], objective: Objective = "make
         slack = _TOLERANCE * max(1.0, abs(target))
         pool = [c for c in pool if _rank_key(c, objective)[level] <= target + slack]
     return pool[0]
+
+
+#: How many of the best distinct fitting orders are repaired (the best of the results wins).
+#: Repairing only the best one lost to the zero-bubble heuristic where a second-best order
+#: repaired better (issue 23); ``python benchmarks/adaptive_rules.py --repairs`` measures k.
+REPAIRS = 4
+
+
+def repair_count(num_actions: int) -> int:
+    """How many candidates :func:`adaptive` repairs for an order of ``num_actions`` actions.
+
+    :data:`REPAIRS`, fewer on large orders (each repair costs up to
+    :func:`~pipeplan.schedules.refine.default_evaluations` simulations): about 40,000
+    actions' worth, at least one.
+    """
+    return max(1, min(REPAIRS, 40_000 // max(1, num_actions)))
+
+
+def _distinct_best(candidates: Sequence[Candidate], objective: Objective, count: int) -> list[Candidate]:
+    """The ``count`` best fitting candidates under ``objective``, one per distinct order."""
+    ranked = sorted((c for c in candidates if c.fits), key=lambda c: _rank_key(c, objective))
+    out: list[Candidate] = []
+    seen: set[tuple[tuple[Action, ...], ...]] = set()
+    for candidate in ranked:
+        orders = tuple(tuple(order) for order in candidate.schedule.orders)
+        if orders not in seen:
+            seen.add(orders)
+            out.append(candidate)
+            if len(out) == count:
+                break
+    return out
+
+
+def _repaired_best(candidates: Sequence[Candidate], costs: StageCosts, comm: CommModel | None,
+                   memory_limit: float | None, objective: Objective, evaluations: int | None) -> Schedule:
+    """Repair the best few distinct fitting orders and return the best result.
+
+    The result is never worse under ``objective`` (then the other metric) than any
+    candidate: the best candidate is among those repaired, and repair never worsens.
+    """
+    count = 1 if evaluations == 0 else repair_count(candidates[0].schedule.num_actions)
+    pool = _distinct_best(candidates, objective, count)
+    repaired = []
+    for candidate in pool:
+        schedule, timeline = refine(candidate.schedule, costs, comm, memory_limit=memory_limit,
+                                    objective=objective, max_evaluations=evaluations, timeline=candidate.timeline)
+        repaired.append(Candidate(candidate.label, schedule, timeline, True))
+    return best_candidate([*repaired, *pool], objective).schedule
 
 
 def adaptive(
@@ -362,9 +408,5 @@ def adaptive(
             f"no order of {num_microbatches} microbatches fits memory_limit = {memory_limit!r} bytes per rank "
             "without deadlocking"
         )
-    best = best_candidate(candidates, objective)  # type: ignore[arg-type]
-    chosen, _ = refine(
-        best.schedule, costs, comm, memory_limit=memory_limit, objective=objective,  # type: ignore[arg-type]
-        max_evaluations=refine_evaluations, timeline=best.timeline,
-    )
+    chosen = _repaired_best(candidates, costs, comm, memory_limit, objective, refine_evaluations)  # type: ignore[arg-type]
     return Schedule(chosen.orders, chosen.placement, chosen.num_microbatches, name="adaptive")

@@ -60,6 +60,7 @@ def list_schedule(
     forward_key: str = "microbatch",
     reserve: bool = True,
     forward_window: Sequence[int] | None = None,
+    defer_weights: bool = False,
 ) -> Schedule | None:
     """Build one order by non-delay list scheduling on the actual costs.
 
@@ -81,6 +82,9 @@ def list_schedule(
             Without it a forward only needs room on its own rank, which can.
         forward_window: per stage, the most microbatches that may have run its
             ``F`` but not yet its backward (1F1B's ``S − s``, say); ``None`` for no window.
+        defer_weights: do not start a ``W`` that would still run when a forward (that
+            fits) or a gradient backward already on its way arrives; wait for that one
+            instead (the zero-bubble heuristic's rule). Off: a ``W`` fills every gap.
 
     Returns:
         The schedule (named ``"adaptive"``), or ``None`` when the rule deadlocks
@@ -92,7 +96,7 @@ def list_schedule(
         raise InvalidInputError(f"forward_key must be one of {', '.join(FORWARD_KEYS)}, got {forward_key!r}")
     scheduler = _ListScheduler(num_microbatches, costs, placement, comm or CommModel(), backward=backward,
                                memory_limit=memory_limit, kind_order=kind_order, forward_key=forward_key,
-                               reserve=reserve, forward_window=forward_window)
+                               reserve=reserve, forward_window=forward_window, defer_weights=defer_weights)
     return scheduler.run()
 
 
@@ -116,7 +120,7 @@ class _ListScheduler:
 
     def __init__(self, num_microbatches: int, costs: StageCosts, placement: Sequence[int], comm: CommModel, *,
                  backward: str, memory_limit: float | None, kind_order: str, forward_key: str, reserve: bool,
-                 forward_window: Sequence[int] | None) -> None:
+                 forward_window: Sequence[int] | None, defer_weights: bool = False) -> None:
         num_stages = costs.num_stages
         num_ranks = max(placement) + 1
         self.num_microbatches = num_microbatches
@@ -144,6 +148,7 @@ class _ListScheduler:
         self.forward_tiebreak = FORWARD_KEYS[forward_key]
         self.last = num_stages - 1
         self.window = list(forward_window) if forward_window is not None else [num_microbatches + 1] * num_stages
+        self.defer_weights = defer_weights and self.split
         self.first_rank = placement[0]
         self.enabled: list[dict[_Key, tuple[float, tuple[int, int, int], _Key]]] = [{} for _ in range(num_ranks)]
         self.weights: list[list[tuple[int, int]]] = [[] for _ in range(num_ranks)]
@@ -224,8 +229,23 @@ class _ListScheduler:
         if heap:
             mb, stage = heap[0]
             if best_prio is None or (self.weight_priority, mb, stage) < best_prio:
+                if self.defer_weights:
+                    waiting = self._arrives_during(rank, when + self.costs.duration(_WEIGHT, stage, mb))
+                    if waiting is not None:
+                        return waiting
                 best, ready_at = (_WEIGHT, stage, mb), when
         return max(when, ready_at), best
+
+    def _arrives_during(self, rank: int, until: float) -> tuple[float, _Key] | None:
+        """The first startable forward or gradient backward arriving before ``until``, with its time."""
+        fits = self._fits
+        found: tuple[float, tuple[int, int, int], _Key] | None = None
+        limit = until - TOLERANCE * max(1.0, abs(until))
+        for key, entry in self.enabled[rank].items():
+            if entry[0] < limit and (found is None or entry[:2] < found[:2]) and (
+                    key[0] is not _FORWARD or fits(rank, key[1])):
+                found = entry
+        return None if found is None else (found[0], found[2])
 
     def _enable(self, rank: int, key: _Key, ready: float) -> None:
         """Make a forward or gradient backward startable on ``rank`` from time ``ready``."""
@@ -318,39 +338,59 @@ def sequential_schedule(
 
 
 def forward_windows(
-    costs: StageCosts, placement: Sequence[int], comm: CommModel, backward: str
+    costs: StageCosts, placement: Sequence[int], comm: CommModel, backward: str,
+    memory_limit: float | None = None,
 ) -> dict[str, list[int] | None]:
     """Forward windows to try (see :func:`list_schedule`), by name, duplicates dropped.
 
     ``open``: none. ``count``: 1F1B's ``S − s``. ``double``: ZB-H2's ``2(S − s) − 1``.
-    ``cost``: ``1 + ⌈R_s / T⌉``, where ``R_s`` is the shortest time from the end of
-    ``F(s, mb)`` to the start of its backward (the rest of the forward, the backward
-    back up, the messages) and ``T`` the busiest rank's work per microbatch, the
-    steady-state period: just enough forwards to keep stage ``s`` busy while the
-    first gradient comes back.
+    ``cost``: ``1 + ⌈R_s / T_F⌉``; ``fill`` and ``zb``: ``1 + ⌊R_s / T_F⌋``, where ``R_s`` is the
+    shortest time from the end of ``F(s, mb)`` to the start of its backward (the rest of
+    the forward, the backward back up, the messages) and ``T_F`` the forward time per
+    microbatch of the rank holding ``s`` (all its chunks): before its first backward a
+    rank runs only forwards, so that many keep it busy while the first gradient comes
+    back. ``zb`` is the zero-bubble repository's warm-up (``zb.py``'s ``manual_order``,
+    sail-sg/zero-bubble-pipeline-parallelism: one forward, then as many as end before
+    the gradient arrives; with one stage per rank, also no more than fit
+    ``memory_limit`` and fewer than the stage above holds, as that code trims them);
+    ``fill`` is that count without the cap and trim; ``cost`` also starts the one that
+    straddles the gradient's arrival.
     """
     num_stages = costs.num_stages
     split = backward == "split"
     gradient = Kind.I if split else Kind.B
     boundary = comm.boundary_times(num_stages)
-    work: dict[int, float] = {}
-    pieces = (Kind.F, gradient, Kind.W) if split else (Kind.F, gradient)
+    forward_work: dict[int, float] = {}
     for stage, rank in enumerate(placement):
-        work[rank] = work.get(rank, 0.0) + sum(costs.duration(kind, stage, 0) for kind in pieces)
-    period = max(work.values())
-    cost_window = []
+        forward_work[rank] = forward_work.get(rank, 0.0) + costs.duration(Kind.F, stage, 0)
+    cost_window, zb_window = [], []
+    round_trip = 0.0  # R_s, built from the last stage up
+    trips = [0.0] * num_stages
+    for stage in range(num_stages - 2, -1, -1):
+        later = stage + 1
+        round_trip += costs.duration(Kind.F, later, 0) + costs.duration(gradient, later, 0)
+        round_trip += _edge_time(Action(Kind.F, stage, 0), Action(Kind.F, later, 0), placement, boundary)
+        round_trip += _edge_time(Action(gradient, later, 0), Action(gradient, stage, 0), placement, boundary)
+        trips[stage] = round_trip
     for stage in range(num_stages):
-        round_trip = 0.0
-        for later in range(stage + 1, num_stages):
-            round_trip += costs.duration(Kind.F, later, 0) + costs.duration(gradient, later, 0)
-            round_trip += _edge_time(Action(Kind.F, later - 1, 0), Action(Kind.F, later, 0), placement, boundary)
-            round_trip += _edge_time(Action(gradient, later, 0), Action(gradient, later - 1, 0), placement, boundary)
-        cost_window.append(1 + math.ceil(round_trip / period - TOLERANCE))
+        ratio = trips[stage] / max(forward_work[placement[stage]], TOLERANCE)
+        cost_window.append(1 + math.ceil(ratio - TOLERANCE))
+        zb_window.append(1 + math.floor(ratio + TOLERANCE))
+    fill_window = list(zb_window)
+    if len(set(placement)) == num_stages:  # one stage per rank: the heuristic's memory cap and trim
+        for stage in range(num_stages):
+            if memory_limit is not None and costs.activation_bytes[stage] > 0:
+                fit = math.floor(memory_limit / costs.activation_bytes[stage] + TOLERANCE)
+                zb_window[stage] = max(1, min(zb_window[stage], fit))
+            if stage > 0 and zb_window[stage] >= zb_window[stage - 1]:
+                zb_window[stage] = max(1, zb_window[stage - 1] - 1)
     candidates: dict[str, list[int] | None] = {
         "open": None,
         "count": [num_stages - s for s in range(num_stages)],
         "double": [2 * (num_stages - s) - 1 for s in range(num_stages)],
         "cost": cost_window,
+        "zb": zb_window,
+        "fill": fill_window,
     }
     out: dict[str, list[int] | None] = {}
     for name, window in candidates.items():
