@@ -9,6 +9,7 @@ the end is the smallest set of rules found that keeps every problem's best::
 
     python benchmarks/adaptive_rules.py --problems 80
     python benchmarks/adaptive_rules.py --planner       # the planner's chunked layouts (minutes)
+    python benchmarks/adaptive_rules.py --large         # P = 32, m = 128: every rule and the repair (minutes)
 
 ``--planner`` takes its problems from the planner instead: every preset's chunked
 adaptive layouts (stage ``s`` on rank ``s mod pp``, ``v`` = 2–4, the smallest
@@ -109,13 +110,62 @@ def planner_corpus() -> None:
           f"over {len(gaps)} layouts (before the repair)")
 
 
+def large_corpus(cases: int = 6, seed: int = 3) -> None:
+    """P = 32, m = 128, one stage per rank: which of every rule win, and what repairing the 3 best gains.
+
+    Two uniform problems (the zero-bubble paper's 1.5B row) and random unequal ones
+    (F in [5, 40], B in [0.8F, 1.2F], W in [0.3F, 0.7F]), limits p and 2p microbatches.
+    Every rule is tried (``LARGE_ACTIONS`` raised for the run): this picked
+    :data:`pipeplan.schedules.adaptive._LARGE_RULES` and the repair count at this size.
+    """
+    from pipeplan.schedules import adaptive as module
+    from pipeplan.schedules.refine import refine
+
+    ranks, microbatches, comm = 32, 128, CommModel(latency=0.5)
+    module.LARGE_ACTIONS, saved = 10**9, module.LARGE_ACTIONS
+    rng = random.Random(seed)
+    wins = {"makespan": collections.Counter(), "span": collections.Counter()}
+    value = {"makespan": lambda t: t.makespan, "span": lambda t: float(t.spans.max())}
+    try:
+        for case in range(cases):
+            if case < 2:
+                forward, gradient, weight = [18.5] * ranks, [18.1] * ranks, [9.3] * ranks
+            else:
+                forward = [rng.uniform(5, 40) for _ in range(ranks)]
+                gradient = [f * rng.uniform(0.8, 1.2) for f in forward]
+                weight = [f * rng.uniform(0.3, 0.7) for f in forward]
+            costs = StageCosts(forward, [g + w for g, w in zip(gradient, weight)], weight,
+                               weight_stash_bytes=[0.37] * ranks)
+            limit = float((1 + case % 2) * ranks)
+            candidates = module.adaptive_candidates(ranks, microbatches, costs=costs, comm=comm, memory_limit=limit)
+            for objective, measure in value.items():
+                fitting = [c for c in candidates if c.fits]
+                best = min(measure(c.timeline) for c in fitting)
+                tied = sorted(c.label for c in fitting if measure(c.timeline) <= best * (1 + 1e-6))
+                wins[objective].update(tied)
+                gains = []
+                for c in module._distinct_best(candidates, objective, 3):
+                    _, timeline = refine(c.schedule, costs, comm, memory_limit=limit, objective=objective,
+                                         max_evaluations=40, timeline=c.timeline)
+                    gains.append(f"{c.label} {measure(c.timeline):.1f} -> {measure(timeline):.1f}")
+                print(f"case {case} {objective}: best {best:.1f} by {tied[:3]}; repaired: {'; '.join(gains)}")
+    finally:
+        module.LARGE_ACTIONS = saved
+    for objective, counter in wins.items():
+        print(f"{objective}: {counter.most_common()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=80)
     parser.add_argument("--planner", action="store_true", help="the planner's chunked adaptive layouts instead")
+    parser.add_argument("--large", action="store_true", help="P = 32, m = 128 problems instead")
     args = parser.parse_args()
     if args.planner:
         planner_corpus()
+        return
+    if args.large:
+        large_corpus()
         return
     value = {"makespan": lambda t: t.makespan, "span": lambda t: float(t.spans.max())}
     wins = {objective: collections.Counter() for objective in value}

@@ -32,10 +32,13 @@ TOLERANCE = 1e-9
 KIND_ORDERS: dict[str, tuple[str, str, str]] = {
     "BFW": ("gradient", "forward", "weight"),  # W only fills gaps
     "FBW": ("forward", "gradient", "weight"),  # forwards first: admit microbatches eagerly
+    "ALT": ("forward", "gradient", "weight"),  # F and B take turns (see below)
 }
 """Priority of an action's three roles, by rule name: ``forward`` (``F``), ``gradient`` (the
 backward that sends the input gradient upstream: ``B`` with a full backward, ``I`` with a
-split one; the ``B`` of the rule names) and ``weight`` (``W``)."""
+split one; the ``B`` of the rule names) and ``weight`` (``W``). ``ALT``: after a forward the
+gradient backward goes first, after a gradient backward the forward (1F1B's steady
+alternation, the rounds of the zero-bubble heuristic's ``manual_order``); ``W`` last."""
 
 FORWARD_KEYS: dict[str, Callable[[int, int], tuple[int, int]]] = {
     # Oldest microbatch first, its deepest stage first (depth-first).
@@ -145,6 +148,12 @@ class _ListScheduler:
         roles = {role: index for index, role in enumerate(KIND_ORDERS[kind_order])}
         self.forward_priority, self.gradient_priority = roles["forward"], roles["gradient"]
         self.weight_priority = roles["weight"]
+        self.alternate = kind_order == "ALT"
+        self.after_forward = [False] * num_ranks  # ALT: the rank's last F or gradient backward was an F
+        self.forwards_left = [0] * num_ranks
+        self.waiting = self.alternate  # ALT may wait for a forward not yet sent (see _turn)
+        for rank in placement:
+            self.forwards_left[rank] += num_microbatches
         self.forward_tiebreak = FORWARD_KEYS[forward_key]
         self.last = num_stages - 1
         self.window = list(forward_window) if forward_window is not None else [num_microbatches + 1] * num_stages
@@ -159,6 +168,9 @@ class _ListScheduler:
         self.orders: list[list[Action]] = [[] for _ in range(num_ranks)]
         self.open_forwards = [0] * num_stages
         self.admission_ok = True
+        # per rank: whether one more microbatch would not fit it (admission needs none such)
+        self.over = [False] * num_ranks
+        self.num_over = 0
 
     def run(self) -> Schedule | None:
         """Schedule every action; ``None`` when the rule deadlocks against the memory limit."""
@@ -180,19 +192,29 @@ class _ListScheduler:
                 continue
             chosen = decisions[rank][1]
             if chosen is None:
-                return None
-            touched = start(rank, chosen, when)
-            scheduled += 1
+                if not self.waiting:
+                    return None
+                # ALT: every rank waits for a forward not yet sent; drop those waits until
+                # something starts (the usual priorities then decide, as without ALT)
+                self.waiting, touched = False, set(range(num_ranks))
+            else:
+                touched = start(rank, chosen, when)
+                scheduled += 1
+                self.waiting = self.alternate
             for r in touched:
                 decisions[r] = decide(r)
                 versions[r] += 1
                 heapq.heappush(agenda, (decisions[r][0], r, versions[r]))
         return Schedule(self.orders, self.placement, self.num_microbatches, name="adaptive")
 
-    def _admission(self) -> bool:
-        """Whether every rank has room for one more microbatch's activations."""
-        held, reserved, need, limit = self.held, self.reserved, self.need, self.limit
-        return all(held[q] + reserved[q] + need[q] <= limit for q in range(self.num_ranks))
+    def _recheck(self, ranks: range | tuple[int, ...]) -> None:
+        """Update whether ``ranks`` have room for one more microbatch, after their memory changed."""
+        held, reserved, need, limit, over = self.held, self.reserved, self.need, self.limit, self.over
+        for q in ranks:
+            full = held[q] + reserved[q] + need[q] > limit
+            if full != over[q]:
+                over[q] = full
+                self.num_over += 1 if full else -1
 
     def _fits(self, rank: int, stage: int) -> bool:
         """Whether a forward of ``stage`` may start on ``rank`` (window and memory)."""
@@ -204,6 +226,10 @@ class _ListScheduler:
 
     def _decide(self, rank: int) -> tuple[float, _Key | None]:
         """When ``rank`` can start something next, and what (``None``: nothing can start)."""
+        if self.alternate:
+            turn = self._turn(rank)
+            if turn is not None:
+                return turn
         # two passes over the rank's enabled actions, no list built: this runs about
         # twice per scheduled action and dominates the generator's time
         fits = self._fits
@@ -236,6 +262,42 @@ class _ListScheduler:
                 best, ready_at = (_WEIGHT, stage, mb), when
         return max(when, ready_at), best
 
+    def _turn(self, rank: int) -> tuple[float, _Key] | None:
+        """``ALT``: the action whose turn it is (F after a gradient backward, and back), or ``None``.
+
+        The earliest enabled action of the kind whose turn it is runs as soon as it is
+        ready; until then the rank fills the wait with a ``W`` (with ``defer_weights``,
+        only a ``W`` that ends before it arrives) or waits. A forward's turn also waits
+        (filling with ``W``) for a forward not yet sent while the rank has forwards left,
+        as the heuristic's rounds do. ``None`` when no action of that kind is due
+        (warm-up, cool-down, a forward that does not fit): the usual priorities decide.
+        """
+        kind = self.gradient if self.after_forward[rank] else _FORWARD
+        found: tuple[float, tuple[int, int, int], _Key] | None = None
+        for key, entry in self.enabled[rank].items():
+            if key[0] is kind and (found is None or entry[:2] < found[:2]) and (
+                    kind is not _FORWARD or self._fits(rank, key[1])):
+                found = entry
+        free, heap = self.free[rank], self.weights[rank]
+        if found is None:
+            if kind is not _FORWARD or not self.waiting or not self.forwards_left[rank] or self._forward_blocked(rank):
+                return None
+            if heap:
+                mb, stage = heap[0]
+                return free, (_WEIGHT, stage, mb)
+            return math.inf, None  # wait for the forward to be sent
+        ready = found[0]
+        if ready <= free + TOLERANCE * max(1.0, abs(free)) or not heap:
+            return max(free, ready), found[2]
+        mb, stage = heap[0]
+        if self.defer_weights and free + self.costs.duration(_WEIGHT, stage, mb) > ready * (1 + TOLERANCE) + TOLERANCE:
+            return ready, found[2]
+        return free, (_WEIGHT, stage, mb)
+
+    def _forward_blocked(self, rank: int) -> bool:
+        """Whether an enabled forward on ``rank`` is held back by its window or memory."""
+        return any(key[0] is _FORWARD for key in self.enabled[rank])
+
     def _arrives_during(self, rank: int, until: float) -> tuple[float, _Key] | None:
         """The first startable forward or gradient backward arriving before ``until``, with its time."""
         fits = self._fits
@@ -266,6 +328,10 @@ class _ListScheduler:
             del self.enabled[rank][chosen]
         self.orders[rank].append(Action(kind, stage, mb))
         self.free[rank] = finish
+        if kind is not _WEIGHT:
+            self.after_forward[rank] = kind is _FORWARD
+            if kind is _FORWARD:
+                self.forwards_left[rank] -= 1
         touched = {rank}
         if kind is _FORWARD:
             self._forward_done(rank, stage, mb, finish, touched)
@@ -274,8 +340,11 @@ class _ListScheduler:
         else:
             self.held[rank] -= self.stash[stage]
         if self.reserve:
-            self.admission_ok = self._admission()
-            touched.add(self.first_rank)  # admission looks at every rank's memory
+            self._recheck(range(self.num_ranks) if kind is _FORWARD and stage == 0 else (rank,))
+            admission_ok = self.num_over == 0
+            if admission_ok != self.admission_ok:
+                self.admission_ok = admission_ok
+                touched.add(self.first_rank)  # admission looks at every rank's memory
         return touched
 
     def _forward_done(self, rank: int, stage: int, mb: int, finish: float, touched: set[int]) -> None:
