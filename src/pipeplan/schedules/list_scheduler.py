@@ -262,7 +262,7 @@ class _ListScheduler:
                 best, ready_at = (_WEIGHT, stage, mb), when
         return max(when, ready_at), best
 
-    def _turn(self, rank: int) -> tuple[float, _Key] | None:
+    def _turn(self, rank: int) -> tuple[float, _Key | None] | None:
         """``ALT``: the action whose turn it is (F after a gradient backward, and back), or ``None``.
 
         The earliest enabled action of the kind whose turn it is runs as soon as it is
