@@ -10,6 +10,7 @@ the end is the smallest set of rules found that keeps every problem's best::
     python benchmarks/adaptive_rules.py --problems 80
     python benchmarks/adaptive_rules.py --planner       # the planner's chunked layouts (minutes)
     python benchmarks/adaptive_rules.py --large         # P = 32, m = 128: every rule and the repair (minutes)
+    python benchmarks/adaptive_rules.py --cover         # every rule on issue 23's corpus and this one (minutes)
 
 ``--planner`` takes its problems from the planner instead: every preset's chunked
 adaptive layouts (stage ``s`` on rank ``s mod pp``, ``v`` = 2–4, the smallest
@@ -27,6 +28,7 @@ import random
 
 from pipeplan import CommModel, StageCosts
 from pipeplan.schedules.adaptive import _rules, adaptive_candidates, minimum_memory_limit
+from pipeplan.schedules.list_scheduler import FORWARD_KEYS, KIND_ORDERS
 from pipeplan.schedules.zb_v import zb_v_placement
 
 PLANNER_PRESETS = {"driving-6cam": 32, "pi0": 8, "pi0.5": 8, "openvla-7b": 8, "gr00t-n1": 8, "cogact": 8,
@@ -115,14 +117,15 @@ def large_corpus(cases: int = 6, seed: int = 3) -> None:
 
     Two uniform problems (the zero-bubble paper's 1.5B row) and random unequal ones
     (F in [5, 40], B in [0.8F, 1.2F], W in [0.3F, 0.7F]), limits p and 2p microbatches.
-    Every rule is tried (``LARGE_ACTIONS`` raised for the run): this picked
+    Every rule is tried (:func:`every_rule`): this picked
     :data:`pipeplan.schedules.adaptive._LARGE_RULES` and the repair count at this size.
     """
     from pipeplan.schedules import adaptive as module
     from pipeplan.schedules.refine import refine
 
     ranks, microbatches, comm = 32, 128, CommModel(latency=0.5)
-    module.LARGE_ACTIONS, saved = 10**9, module.LARGE_ACTIONS
+    saved = module._rules
+    module._rules = lambda ranks, stages, limit, effort="full", actions=0: every_rule(ranks, stages, limit)
     rng = random.Random(seed)
     wins = {"makespan": collections.Counter(), "span": collections.Counter()}
     value = {"makespan": lambda t: t.makespan, "span": lambda t: float(t.spans.max())}
@@ -150,9 +153,50 @@ def large_corpus(cases: int = 6, seed: int = 3) -> None:
                     gains.append(f"{c.label} {measure(c.timeline):.1f} -> {measure(timeline):.1f}")
                 print(f"case {case} {objective}: best {best:.1f} by {tied[:3]}; repaired: {'; '.join(gains)}")
     finally:
-        module.LARGE_ACTIONS = saved
+        module._rules = saved
     for objective, counter in wins.items():
         print(f"{objective}: {counter.most_common()}")
+
+
+def every_rule(ranks, num_stages, memory_limit):
+    """Every kind order, forward key (one with one stage per rank), window and memory policy."""
+    keys = ["microbatch"] if len(set(ranks)) == num_stages else list(FORWARD_KEYS)
+    reserves = (True, False) if memory_limit is not None else (False,)
+    return [(kind, key, window, reserve, False) for kind in KIND_ORDERS for key in keys
+            for window in ("open", "count", "double", "cost", "zb", "fill") for reserve in reserves]
+
+
+def cover_corpus() -> None:
+    """Greedy covers of every rule's pre-repair bests: one stage per rank, and chunked.
+
+    Problems: issue 23's corpus (``schedule_corpus.corpus``, 80) and this module's
+    :func:`problems` (80); this picked ``_ONE_PER_RANK_RULES`` and ``_CHUNKED_EXTRA``.
+    """
+    from pipeplan.schedules import adaptive as module
+    from schedule_corpus import COMM, STAGES, corpus
+
+    saved = module._rules
+    module._rules = lambda ranks, stages, limit, effort="full", actions=0: every_rule(ranks, stages, limit)
+    try:
+        issue = [(STAGES, m, costs, CommModel(latency=COMM), list(range(STAGES)), limit) for costs, m, limit in corpus(80)]
+        groups: dict[bool, list[set[str]]] = {True: [], False: []}
+        for stages, microbatches, costs, comm, placement, limit in [*issue, *problems(80)]:
+            fitting = [c for c in module.adaptive_candidates(stages, microbatches, costs=costs, comm=comm,
+                                                              memory_limit=limit, placement=placement) if c.fits]
+            for measure in (lambda t: t.makespan, lambda t: float(t.spans.max())):
+                best = min(measure(c.timeline) for c in fitting)
+                tied = {c.label for c in fitting if measure(c.timeline) <= best * (1 + 1e-6)}
+                if all(label.startswith("list:") for label in tied):  # a template holds it otherwise
+                    groups[len(set(placement)) == stages].append(tied)
+    finally:
+        module._rules = saved
+    for one, sets in groups.items():
+        cover, left = [], sets
+        while left:
+            pick = max(set().union(*left), key=lambda label: (sum(label in tied for tied in left), -len(label)))
+            cover.append(pick)
+            left = [tied for tied in left if pick not in tied]
+        print(f"{'one stage per rank' if one else 'chunked'}: {len(sets)} bests held by rules only; cover {cover}")
 
 
 def main() -> None:
@@ -160,7 +204,11 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=80)
     parser.add_argument("--planner", action="store_true", help="the planner's chunked adaptive layouts instead")
     parser.add_argument("--large", action="store_true", help="P = 32, m = 128 problems instead")
+    parser.add_argument("--cover", action="store_true", help="covers of every rule on both corpora")
     args = parser.parse_args()
+    if args.cover:
+        cover_corpus()
+        return
     if args.planner:
         planner_corpus()
         return

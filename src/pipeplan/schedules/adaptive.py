@@ -47,7 +47,7 @@ from ..errors import DeadlockError, InfeasiblePlanError, InvalidInputError
 from ..schedule import Action, Schedule
 from ..simulate import simulate
 from ..timeline import Timeline
-from .list_scheduler import FORWARD_KEYS, KIND_ORDERS, forward_windows, list_schedule, sequential_schedule
+from .list_scheduler import FORWARD_KEYS, forward_windows, list_schedule, sequential_schedule
 from .refine import Objective, objective_value, refine
 from .gpipe import gpipe
 from .interleaved import interleaved
@@ -222,34 +222,54 @@ _LARGE_RULES = (("BFW", "microbatch", "double"), ("FBW", "microbatch", "double")
                 ("FBW", "microbatch", "zb"), ("BFW", "microbatch", "open"), ("FBW", "microbatch", "cost"))
 
 
+#: One stage per rank: the smallest set of rules found (greedy cover) that holds the best
+#: order of every rule on 107 problems of ``benchmarks/adaptive_rules.py --cover``
+#: (issue 23's 80-problem corpus and the one-stage-per-rank problems of the rules corpus),
+#: both objectives, before the repair: ``(kind order, window, reserve)``.
+_ONE_PER_RANK_RULES = (("BFW", "open", False), ("FBW", "cost", False), ("FBW", "fill", False),
+                       ("FBW", "count", False), ("ALT", "count", True), ("ALT", "double", False),
+                       ("FBW", "zb", False), ("FBW", "double", False))
+
+#: Several stages per rank: the rules of before issue 23 (B > F > W and F > B > W, every
+#: forward key, the open, count, double and cost windows, both memory policies) and the two
+#: rules of the cover on its 53 chunked problems that are not among them.
+_CHUNKED_EXTRA = (("FBW", "deepest", "zb", True), ("ALT", "shallowest", "open", False))
+
+
 def _rules(
     ranks: tuple[int, ...], num_stages: int, memory_limit: float | None, effort: str = "full",
     num_actions: int = 0,
 ) -> list[tuple[str, str, str, bool, bool]]:
     """The list-scheduling rules tried: ``(kind order, forward key, window, reserve, defer W)``.
 
-    Every kind order, window and memory policy; with one stage per rank a rank's
-    forwards are all of one stage, so the forward tie-breaks agree and one is tried.
-    Without a limit reservation changes nothing. ``effort="fast"``: :data:`_FAST_RULES`
-    without reservation, and the first of them with it when there is a limit.
+    One stage per rank: :data:`_ONE_PER_RANK_RULES` (a rank's forwards are all of one
+    stage, so the forward tie-breaks agree); several: the rules listed at
+    :data:`_CHUNKED_EXTRA`. Above :data:`LARGE_ACTIONS`, :data:`_LARGE_RULES` or the
+    fast rules and the ``zb`` window. Without a limit reservation changes nothing
+    (those rules run free, once). ``effort="fast"``: :data:`_FAST_RULES` without
+    reservation, and the first of them with it when there is a limit. No rule defers
+    ``W`` (``list_schedule(defer_weights=True)``): it never won alone on the rules corpus.
     """
-    reserves = (True, False) if memory_limit is not None else (False,)
+    one_per_rank = len(set(ranks)) == num_stages
     if effort == "full" and num_actions > LARGE_ACTIONS:
-        if len(set(ranks)) == num_stages:
+        if one_per_rank:
             return [(kind, key, window, False, False) for kind, key, window in _LARGE_RULES]
         return _rules(ranks, num_stages, memory_limit, "fast") + [("FBW", "microbatch", "zb", False, False)]
     if effort == "fast":  # each rule free, and the first one reserving where a limit binds
         fast = [(kind, key, window, False, False) for kind, key, window in _FAST_RULES]
         return fast + [(*_FAST_RULES[0], True, False)] if memory_limit is not None else fast
-    forward_keys = list(FORWARD_KEYS) if len(set(ranks)) < num_stages else ["microbatch"]
-    return [
-        (kind_order, forward_key, window, reserve, defer)
-        for kind_order in KIND_ORDERS
-        for forward_key in forward_keys
-        for window in ("open", "count", "double", "cost", "zb", "fill")
-        for reserve in reserves
-        for defer in (False,)  # deferring W: 0 sole wins on benchmarks/adaptive_rules.py's corpus (docs)
-    ]
+    if one_per_rank:
+        rules = [(kind, "microbatch", window, reserve) for kind, window, reserve in _ONE_PER_RANK_RULES]
+    else:
+        rules = [(kind, key, window, reserve) for kind in ("BFW", "FBW") for key in FORWARD_KEYS
+                 for window in ("open", "count", "double", "cost") for reserve in (True, False)]
+        rules += list(_CHUNKED_EXTRA)
+    out: list[tuple[str, str, str, bool, bool]] = []
+    for kind, key, window, reserve in rules:
+        rule = (kind, key, window, reserve and memory_limit is not None, False)
+        if rule not in out:
+            out.append(rule)
+    return out
 
 
 def _check(
