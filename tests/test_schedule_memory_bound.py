@@ -157,3 +157,11 @@ def test_deferred_weights_wait_for_an_arriving_backward():
     # here deferring costs 0.5 of makespan (the W's pile up at the end): why it is a rule
     # option and not in adaptive's default set (it never won alone on the rules corpus)
     assert simulate(defer, costs).makespan == pytest.approx(simulate(fill, costs).makespan + 0.5)
+
+
+def test_placement_bounds_match_the_bounds_of_any_order_of_that_placement():
+    costs = StageCosts([1.0, 2.0, 1.5, 1.0], weight_stash_bytes=[0.3] * 4)
+    placement, comm = list(zb_v_placement(2)), CommModel(latency=0.1)
+    schedule = adaptive(4, 6, costs=costs, comm=comm, memory_limit=3.0, placement=placement)
+    assert analytic.placement_lower_bounds(costs, placement, 6, comm=comm, memory_limit=3.0) == pytest.approx(
+        tuple(analytic.memory_lower_bounds(schedule, costs, comm, memory_limit=3.0)))

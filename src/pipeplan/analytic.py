@@ -22,7 +22,7 @@ from typing import NamedTuple
 from ._validation import finite_floats, positive_int
 from .costs import CommModel, StageCosts
 from .errors import InvalidInputError
-from .schedule import Kind, Schedule
+from .schedule import Action, Kind, Schedule
 
 __all__ = [
     "uniform_bubble",
@@ -35,6 +35,7 @@ __all__ = [
     "one_f_one_b_activation_bytes",
     "makespan_lower_bound",
     "memory_lower_bounds",
+    "placement_lower_bounds",
     "StepBounds",
     "dual_rate_period",
 ]
@@ -206,6 +207,29 @@ def memory_lower_bounds(
         makespan = max(makespan, first_backward + work - room)
         span = max(span, work, gap + work - room)
     return StepBounds(makespan, span)
+
+
+def placement_lower_bounds(
+    costs: StageCosts, placement: Sequence[int], num_microbatches: int, *, comm: CommModel | None = None,
+    memory_limit: float | None = None, backward: str = "split",
+) -> StepBounds:
+    """:func:`memory_lower_bounds` for a placement, before any order is built (for a planner).
+
+    ``placement``: stage → rank; ``backward``: ``"split"`` (``I`` and ``W``) or ``"full"``.
+    The bounds read only which actions run on which rank, so one microbatch at a time
+    stands in for every order.
+    """
+    if backward not in ("split", "full"):
+        raise InvalidInputError(f"backward must be 'split' or 'full', got {backward!r}")
+    kinds = (Kind.I, Kind.W) if backward == "split" else (Kind.B,)
+    orders: list[list[Action]] = [[] for _ in range(max(placement) + 1)]
+    for mb in range(positive_int("num_microbatches", num_microbatches)):
+        for stage, rank in enumerate(placement):
+            orders[rank].append(Action(Kind.F, stage, mb))
+        for stage in reversed(range(len(placement))):
+            orders[placement[stage]].extend(Action(kind, stage, mb) for kind in kinds)
+    schedule = Schedule(orders, list(placement), num_microbatches)
+    return memory_lower_bounds(schedule, costs, comm, memory_limit=memory_limit)
 
 
 def _forward_room(costs: StageCosts, stages: Sequence[int], num_microbatches: int, limit: float | None) -> float:
