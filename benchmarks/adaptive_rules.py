@@ -11,6 +11,7 @@ the end is the smallest set of rules found that keeps every problem's best::
     python benchmarks/adaptive_rules.py --planner       # the planner's chunked layouts (minutes)
     python benchmarks/adaptive_rules.py --large         # P = 32, m = 128: every rule and the repair (minutes)
     python benchmarks/adaptive_rules.py --cover         # every rule on issue 23's corpus and this one (minutes)
+    python benchmarks/adaptive_rules.py --repairs       # how many of the best orders to repair (minutes)
 
 ``--planner`` takes its problems from the planner instead: every preset's chunked
 adaptive layouts (stage ``s`` on rank ``s mod pp``, ``v`` = 2–4, the smallest
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import random
+import time
 
 from pipeplan import CommModel, StageCosts
 from pipeplan.schedules.adaptive import _rules, adaptive_candidates, minimum_memory_limit
@@ -199,13 +201,46 @@ def cover_corpus() -> None:
         print(f"{'one stage per rank' if one else 'chunked'}: {len(sets)} bests held by rules only; cover {cover}")
 
 
+def repairs_corpus(count: int = 60) -> None:
+    """adaptive with ``REPAIRS`` = 1, 2 and 4 on this module's problems, both objectives: what k buys."""
+    import importlib
+
+    from pipeplan import simulate
+
+    module = importlib.import_module("pipeplan.schedules.adaptive")
+    saved, results = module.REPAIRS, {}
+    try:
+        for k in (1, 2, 4):
+            module.REPAIRS, values, started = k, [], time.process_time()
+            for stages, microbatches, costs, comm, placement, limit in problems(count):
+                for objective in ("makespan", "span"):
+                    timeline = simulate(module.adaptive(stages, microbatches, costs=costs, comm=comm, memory_limit=limit,
+                                                        placement=placement, objective=objective), costs, comm)
+                    values.append(timeline.makespan if objective == "makespan" else float(timeline.spans.max()))
+            results[k] = (values, time.process_time() - started)
+    finally:
+        module.REPAIRS = saved
+    base, seconds = results[1]
+    for k in (2, 4):
+        values, spent = results[k]
+        better = sum(v < b * (1 - 1e-9) for b, v in zip(base, values))
+        worse = sum(v > b * (1 + 1e-9) for b, v in zip(base, values))
+        gain = max((b - v) / b for b, v in zip(base, values))
+        print(f"k = {k} against k = 1: better on {better}, worse on {worse} of {len(base)}, "
+              f"largest gain {gain:.2%}, CPU {spent:.1f} s against {seconds:.1f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=80)
     parser.add_argument("--planner", action="store_true", help="the planner's chunked adaptive layouts instead")
     parser.add_argument("--large", action="store_true", help="P = 32, m = 128 problems instead")
     parser.add_argument("--cover", action="store_true", help="covers of every rule on both corpora")
+    parser.add_argument("--repairs", action="store_true", help="what repairing the 2 or 4 best orders buys")
     args = parser.parse_args()
+    if args.repairs:
+        repairs_corpus()
+        return
     if args.cover:
         cover_corpus()
         return

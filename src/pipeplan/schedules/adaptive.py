@@ -335,7 +335,9 @@ def best_candidate(candidates: Sequence[Candidate], objective: Objective = "make
 
 #: How many of the best distinct fitting orders are repaired (the best of the results wins).
 #: Repairing only the best one lost to the zero-bubble heuristic where a second-best order
-#: repaired better (issue 23); ``python benchmarks/adaptive_rules.py --repairs`` measures k.
+#: repaired better (issue 23). ``python benchmarks/adaptive_rules.py --repairs`` (60 problems,
+#: both objectives): k = 2 improves 7 of 120 results on k = 1, k = 4 14 (by up to 1.6 %),
+#: at 1.4x and 2.4x the CPU time.
 REPAIRS = 4
 
 
