@@ -101,6 +101,7 @@ def corpus_tables(checkout: str | None, problems: int = 80, torch_problems: int 
         for objective in ("makespan", "span"):
             lines.append(_summary(f"zero-bubble heuristic (best of its 8 settings), {objective}", gaps[objective],
                                   (own / (2 * problems), peer / problems)))
+        lines += ["", *_long_uniform(zb)]
     for name in TORCH_PEERS:
         gaps_t: list[float] = []
         own = 0.0
@@ -119,6 +120,29 @@ def corpus_tables(checkout: str | None, problems: int = 80, torch_problems: int 
     if bound_gaps["makespan"]:
         lines += ["", "Gap of adaptive to `analytic.memory_lower_bounds` on the corpus (mean, worst): "
                   + ", ".join(f"{objective} {sum(g) / len(g):.2%}, {max(g):.2%}" for objective, g in bound_gaps.items())]
+    return lines
+
+
+def _long_uniform(zb) -> list[str]:
+    """Uniform P = 32, m = 128 with the paper's 1.5B-row costs (m = 24 row), limits p and 2p: spans."""
+    ranks, m, f, b, w, c = 32, 128, 18.522, 18.086, 9.337, 0.601
+    costs = StageCosts([f] * ranks, [b + w] * ranks, [w] * ranks, activation_bytes=[1.0] * ranks,
+                       weight_stash_bytes=[STASH] * ranks)
+    comm = CommModel(latency=c)
+    lines = ["| uniform P = 32, m = 128 (1.5B row costs) | limit | heuristic span | adaptive span | gap | "
+             "adaptive CPU s | heuristic CPU s (8 settings) |", "|---|---|---|---|---|---|---|"]
+    for k in (1, 2):
+        limit = float(k * ranks)
+        started = time.process_time()
+        theirs = _fitting(heuristic_orders(zb, costs, comm_latency=c, num_microbatches=m, memory_limit=limit),
+                          costs, comm, limit)
+        peer = time.process_time() - started
+        started = time.process_time()
+        mine = simulate(adaptive(ranks, m, costs=costs, comm=comm, memory_limit=limit, objective="span"), costs, comm)
+        own = time.process_time() - started
+        best = min(_span(t) for t in theirs)
+        lines.append(f"| | {k}p·M_B | {best:.2f} | {_span(mine):.2f} | {_span(mine) / best - 1:+.4%} | "
+                     f"{own:.2f} | {peer:.2f} |")
     return lines
 
 

@@ -6,10 +6,10 @@ generator instead list-schedules the actual costs
 whenever a rank is free, starts the most urgent action whose inputs have arrived
 and whose activations fit the rank's memory limit. A split backward lets ``W``
 passes fill the gaps. Several priority rules are tried, and so is every fixed
-template that applies to the placement; the best order under the objective that
-fits the limit (simulated with the same costs and communication) is then repaired
-by :func:`~pipeplan.schedules.refine.refine`, so the result is never worse than
-the best template that fits::
+template that applies to the placement; the few best orders under the objective
+that fit the limit (simulated with the same costs and communication) are then
+repaired by :func:`~pipeplan.schedules.refine.refine` and the best result kept, so
+it is never worse than any candidate, the templates that fit included::
 
     from pipeplan import StageCosts, simulate
     from pipeplan.schedules.adaptive import adaptive
@@ -347,7 +347,7 @@ def repair_count(num_actions: int) -> int:
     :data:`REPAIRS`, fewer on large orders (each repair costs up to
     :func:`~pipeplan.schedules.refine.default_evaluations` simulations): about 12,000
     actions' worth, at least one. At P = 32, m = 128 repairing the three best orders
-    changed none of 6 problems' results (``benchmarks/adaptive_rules.py --large``).
+    bettered none of 6 problems' best (``benchmarks/adaptive_rules.py --large``).
     """
     return max(1, min(REPAIRS, 12_000 // max(1, num_actions)))
 
@@ -415,7 +415,7 @@ def adaptive(
             happens with rendezvous sends, where a split rank blocks in the send of
             its ``I`` before it can run ``W``).
         objective: ``"makespan"`` or ``"span"`` (see the module doc).
-        refine_evaluations: simulations the repair of the best order may spend
+        refine_evaluations: simulations the repair of each of the best orders may spend
             (default :func:`~pipeplan.schedules.refine.default_evaluations`; 0 turns it off).
         effort: ``"full"`` (every rule, then the repair) or ``"fast"`` (the
             templates and a few rules, no repair unless ``refine_evaluations`` asks).
