@@ -146,10 +146,9 @@ def refine(
                 trial = simulate(candidate, costs, comm, validate=False)
             except DeadlockError:
                 continue
-            if max(trial.peak_bytes) > bound:
-                continue
             key = _key(trial, objective)
-            if _improves(key, best):
+            # memory only for a move that would be kept (peak_bytes costs about as much as the simulation)
+            if _improves(key, best) and max(trial.peak_bytes) <= bound:
                 orders[rank] = order
                 kept, timeline, best, improved = candidate, trial, key, True
                 break
