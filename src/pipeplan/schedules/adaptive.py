@@ -381,7 +381,7 @@ def _repaired_best(candidates: Sequence[Candidate], costs: StageCosts, comm: Com
         schedule, timeline = refine(candidate.schedule, costs, comm, memory_limit=memory_limit,
                                     objective=objective, max_evaluations=evaluations, timeline=candidate.timeline)
         repaired.append(Candidate(candidate.label, schedule, timeline, True))
-    return best_candidate([*repaired, *pool], objective).schedule
+    return best_candidate([*repaired, *candidates], objective).schedule  # ties: the leanest of all
 
 
 def adaptive(
