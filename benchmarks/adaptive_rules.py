@@ -9,6 +9,9 @@ the end is the smallest set of rules found that keeps every problem's best::
 
     python benchmarks/adaptive_rules.py --problems 80
     python benchmarks/adaptive_rules.py --planner       # the planner's chunked layouts (minutes)
+    python benchmarks/adaptive_rules.py --large         # P = 32, m = 128: every rule and the repair (minutes)
+    python benchmarks/adaptive_rules.py --cover         # every rule on issue 23's corpus and this one (minutes)
+    python benchmarks/adaptive_rules.py --repairs       # how many of the best orders to repair (minutes)
 
 ``--planner`` takes its problems from the planner instead: every preset's chunked
 adaptive layouts (stage ``s`` on rank ``s mod pp``, ``v`` = 2–4, the smallest
@@ -23,9 +26,11 @@ from __future__ import annotations
 import argparse
 import collections
 import random
+import time
 
 from pipeplan import CommModel, StageCosts
 from pipeplan.schedules.adaptive import _rules, adaptive_candidates, minimum_memory_limit
+from pipeplan.schedules.list_scheduler import FORWARD_KEYS, KIND_ORDERS
 from pipeplan.schedules.zb_v import zb_v_placement
 
 PLANNER_PRESETS = {"driving-6cam": 32, "pi0": 8, "pi0.5": 8, "openvla-7b": 8, "gr00t-n1": 8, "cogact": 8,
@@ -89,8 +94,8 @@ def planner_problems(batch: int = 256):
 def planner_corpus() -> None:
     from pipeplan.schedules.adaptive import _FAST_RULES
 
-    fast = {f"list:{kind}/{key}/{'reserve' if reserve else 'free'}/{window}"
-            for kind, key, window, reserve in _rules((0, 1, 0, 1), 4, 1.0, "fast")}
+    fast = {f"list:{kind}/{key}/{'reserve' if reserve else 'free'}/{window}{'/defer' if defer else ''}"
+            for kind, key, window, reserve, defer in _rules((0, 1, 0, 1), 4, 1.0, "fast")}
     wins: collections.Counter[str] = collections.Counter()
     gaps = []
     for name, stages, microbatches, costs, comm, placement, limit in planner_problems():
@@ -109,13 +114,141 @@ def planner_corpus() -> None:
           f"over {len(gaps)} layouts (before the repair)")
 
 
+def large_corpus(cases: int = 6, seed: int = 3) -> None:
+    """P = 32, m = 128, one stage per rank: which of every rule win, and what repairing the 3 best gains.
+
+    Two uniform problems (the zero-bubble paper's 1.5B row) and random unequal ones
+    (F in [5, 40], B in [0.8F, 1.2F], W in [0.3F, 0.7F]), limits p and 2p microbatches.
+    Every rule is tried (:func:`every_rule`): this picked
+    :data:`pipeplan.schedules.adaptive._LARGE_RULES` and the repair count at this size.
+    """
+    from pipeplan.schedules import adaptive as module
+    from pipeplan.schedules.refine import refine
+
+    ranks, microbatches, comm = 32, 128, CommModel(latency=0.5)
+    saved = module._rules
+    module._rules = lambda ranks, stages, limit, effort="full", actions=0: every_rule(ranks, stages, limit)
+    rng = random.Random(seed)
+    wins = {"makespan": collections.Counter(), "span": collections.Counter()}
+    value = {"makespan": lambda t: t.makespan, "span": lambda t: float(t.spans.max())}
+    try:
+        for case in range(cases):
+            if case < 2:
+                forward, gradient, weight = [18.5] * ranks, [18.1] * ranks, [9.3] * ranks
+            else:
+                forward = [rng.uniform(5, 40) for _ in range(ranks)]
+                gradient = [f * rng.uniform(0.8, 1.2) for f in forward]
+                weight = [f * rng.uniform(0.3, 0.7) for f in forward]
+            costs = StageCosts(forward, [g + w for g, w in zip(gradient, weight)], weight,
+                               weight_stash_bytes=[0.37] * ranks)
+            limit = float((1 + case % 2) * ranks)
+            candidates = module.adaptive_candidates(ranks, microbatches, costs=costs, comm=comm, memory_limit=limit)
+            for objective, measure in value.items():
+                fitting = [c for c in candidates if c.fits]
+                best = min(measure(c.timeline) for c in fitting)
+                tied = sorted(c.label for c in fitting if measure(c.timeline) <= best * (1 + 1e-6))
+                wins[objective].update(tied)
+                gains = []
+                for c in module._distinct_best(candidates, objective, 3):
+                    _, timeline = refine(c.schedule, costs, comm, memory_limit=limit, objective=objective,
+                                         max_evaluations=40, timeline=c.timeline)
+                    gains.append(f"{c.label} {measure(c.timeline):.1f} -> {measure(timeline):.1f}")
+                print(f"case {case} {objective}: best {best:.1f} by {tied[:3]}; repaired: {'; '.join(gains)}")
+    finally:
+        module._rules = saved
+    for objective, counter in wins.items():
+        print(f"{objective}: {counter.most_common()}")
+
+
+def every_rule(ranks, num_stages, memory_limit):
+    """Every kind order, forward key (one with one stage per rank), window and memory policy."""
+    keys = ["microbatch"] if len(set(ranks)) == num_stages else list(FORWARD_KEYS)
+    reserves = (True, False) if memory_limit is not None else (False,)
+    return [(kind, key, window, reserve, False) for kind in KIND_ORDERS for key in keys
+            for window in ("open", "count", "double", "cost", "zb", "fill") for reserve in reserves]
+
+
+def cover_corpus() -> None:
+    """Greedy covers of every rule's pre-repair bests: one stage per rank, and chunked.
+
+    Problems: issue 23's corpus (``schedule_corpus.corpus``, 80) and this module's
+    :func:`problems` (80); this picked ``_ONE_PER_RANK_RULES`` and ``_CHUNKED_EXTRA``.
+    """
+    from pipeplan.schedules import adaptive as module
+    from schedule_corpus import COMM, STAGES, corpus
+
+    saved = module._rules
+    module._rules = lambda ranks, stages, limit, effort="full", actions=0: every_rule(ranks, stages, limit)
+    try:
+        issue = [(STAGES, m, costs, CommModel(latency=COMM), list(range(STAGES)), limit) for costs, m, limit in corpus(80)]
+        groups: dict[bool, list[set[str]]] = {True: [], False: []}
+        for stages, microbatches, costs, comm, placement, limit in [*issue, *problems(80)]:
+            fitting = [c for c in module.adaptive_candidates(stages, microbatches, costs=costs, comm=comm,
+                                                              memory_limit=limit, placement=placement) if c.fits]
+            for measure in (lambda t: t.makespan, lambda t: float(t.spans.max())):
+                best = min(measure(c.timeline) for c in fitting)
+                tied = {c.label for c in fitting if measure(c.timeline) <= best * (1 + 1e-6)}
+                if all(label.startswith("list:") for label in tied):  # a template holds it otherwise
+                    groups[len(set(placement)) == stages].append(tied)
+    finally:
+        module._rules = saved
+    for one, sets in groups.items():
+        cover, left = [], sets
+        while left:
+            pick = max(set().union(*left), key=lambda label: (sum(label in tied for tied in left), -len(label)))
+            cover.append(pick)
+            left = [tied for tied in left if pick not in tied]
+        print(f"{'one stage per rank' if one else 'chunked'}: {len(sets)} bests held by rules only; cover {cover}")
+
+
+def repairs_corpus(count: int = 60) -> None:
+    """adaptive with ``REPAIRS`` = 1, 2 and 4 on this module's problems, both objectives: what k buys."""
+    import importlib
+
+    from pipeplan import simulate
+
+    module = importlib.import_module("pipeplan.schedules.adaptive")
+    saved, results = module.REPAIRS, {}
+    try:
+        for k in (1, 2, 4):
+            module.REPAIRS, values, started = k, [], time.process_time()
+            for stages, microbatches, costs, comm, placement, limit in problems(count):
+                for objective in ("makespan", "span"):
+                    timeline = simulate(module.adaptive(stages, microbatches, costs=costs, comm=comm, memory_limit=limit,
+                                                        placement=placement, objective=objective), costs, comm)
+                    values.append(timeline.makespan if objective == "makespan" else float(timeline.spans.max()))
+            results[k] = (values, time.process_time() - started)
+    finally:
+        module.REPAIRS = saved
+    base, seconds = results[1]
+    for k in (2, 4):
+        values, spent = results[k]
+        better = sum(v < b * (1 - 1e-9) for b, v in zip(base, values))
+        worse = sum(v > b * (1 + 1e-9) for b, v in zip(base, values))
+        gain = max((b - v) / b for b, v in zip(base, values))
+        print(f"k = {k} against k = 1: better on {better}, worse on {worse} of {len(base)}, "
+              f"largest gain {gain:.2%}, CPU {spent:.1f} s against {seconds:.1f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=80)
     parser.add_argument("--planner", action="store_true", help="the planner's chunked adaptive layouts instead")
+    parser.add_argument("--large", action="store_true", help="P = 32, m = 128 problems instead")
+    parser.add_argument("--cover", action="store_true", help="covers of every rule on both corpora")
+    parser.add_argument("--repairs", action="store_true", help="what repairing the 2 or 4 best orders buys")
     args = parser.parse_args()
+    if args.repairs:
+        repairs_corpus()
+        return
+    if args.cover:
+        cover_corpus()
+        return
     if args.planner:
         planner_corpus()
+        return
+    if args.large:
+        large_corpus()
         return
     value = {"makespan": lambda t: t.makespan, "span": lambda t: float(t.spans.max())}
     wins = {objective: collections.Counter() for objective in value}

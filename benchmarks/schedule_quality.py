@@ -12,10 +12,16 @@ Part 2 runs unequal costs (lesson 16's dumbbell and its re-balanced split, P = 4
 8, m = 2P and 4P, limits p and 2p microbatches per rank) and reports the gap to the
 bound. Part 3 plays several steps of each objective's order with the optimizer step
 waiting for every rank or overlapping. Part 4 times adaptive at P = 16, m = 64 and
-P = 32, m = 128 (CPU seconds).
+P = 32, m = 128 (CPU seconds). Part 5 runs issue 23's seeded corpus (P = 8; F uniform in
+[5, 40]; B in [0.8F, 1.2F]; W in [0.3F, 0.7F]; T_comm 0.5; m in {2P, 4P}; limit P·M_B and
+2P·M_B) against the zero-bubble repository's heuristic, imported from the checkout given
+by ``--zb-checkout`` or ``$ZB_CHECKOUT`` (never copied into pipeplan; the part is skipped
+without it), and against torch 2.13's ZBVZeroBubble / DualPipeV / InterleavedZeroBubble
+orders on their placements; it reports the gaps to ``analytic.memory_lower_bounds``.
 
     python benchmarks/schedule_quality.py            # print the tables
     python benchmarks/schedule_quality.py --write    # also record them in docs/schedules.md
+    python benchmarks/schedule_quality.py --corpus-only --zb-checkout /tmp/zb --problems 80
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from pathlib import Path
 from pipeplan import CommModel, StageCosts, analytic, build_schedule, simulate
 from pipeplan.partition import partition_layers
 from pipeplan.schedules.adaptive import adaptive
+from pipeplan.schedules.zb_v import zb_v_placement
+from schedule_corpus import corpus_tables
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "schedules.md"
 BEGIN, END = "<!-- schedule-quality:begin -->", "<!-- schedule-quality:end -->"
@@ -166,23 +174,38 @@ def objective_table(iterations: int = 6, problems: int = 40) -> list[str]:
 
 
 def speed_table() -> list[str]:
-    lines = ["| P | m | actions | CPU seconds (objective makespan) | CPU seconds (objective span) |", "|---|---|---|---|---|"]
-    for p, m in ((16, 64), (32, 128)):
-        costs = StageCosts(forward=[1.0] * p, backward=[2.0] * p, weight=[0.9] * p)
+    """CPU seconds of adaptive (issue 23's targets: under 1 s at P = 32, m = 128; under 3 s on the V of 64 chunks)."""
+    lines = ["| placement | P | m | actions | CPU seconds (objective makespan) | CPU seconds (objective span) |",
+             "|---|---|---|---|---|---|"]
+    for p, m, layout in ((16, 64, "one per rank"), (32, 128, "one per rank"), (32, 128, "V (2 chunks per rank)")):
+        stages = 2 * p if layout.startswith("V") else p
+        placement = list(zb_v_placement(p)) if stages > p else list(range(p))
+        share = p / stages  # a chunk carries its share of the rank's work
+        costs = StageCosts(forward=[share] * stages, backward=[2.0 * share] * stages, weight=[0.9 * share] * stages,
+                           activation_bytes=[share] * stages)
         comm = CommModel(latency=0.05)
         times = []
         for objective in ("makespan", "span"):
             started = time.process_time()
-            adaptive(p, m, costs=costs, comm=comm, memory_limit=2 * p, objective=objective)
+            adaptive(stages, m, costs=costs, comm=comm, memory_limit=2.0 * p, objective=objective,
+                     placement=placement)
             times.append(time.process_time() - started)
-        lines.append(f"| {p} | {m} | {3 * p * m} | {times[0]:.2f} | {times[1]:.2f} |")
+        lines.append(f"| {layout} | {p} | {m} | {3 * stages * m} | {times[0]:.2f} | {times[1]:.2f} |")
     return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="record the tables in docs/schedules.md")
+    parser.add_argument("--zb-checkout", default=None, help="zero-bubble repository checkout (or $ZB_CHECKOUT)")
+    parser.add_argument("--problems", type=int, default=80, help="corpus size (part 5)")
+    parser.add_argument("--torch-problems", type=int, default=80, help="corpus problems run against torch's orders")
+    parser.add_argument("--corpus-only", action="store_true", help="print part 5 only (no --write)")
     args = parser.parse_args()
+    corpus_lines = corpus_tables(args.zb_checkout, args.problems, args.torch_problems)
+    if args.corpus_only:
+        print("\n".join(corpus_lines))
+        return
     sections = [
         "Zero-bubble paper, 1.5B rows (p = 8; memory limit k·p·M_B):", "", *paper_table(), "",
         "Unequal costs (communication 0.5 ms per message; gap to `analytic.makespan_lower_bound`):", "",
@@ -191,6 +214,7 @@ def main() -> None:
         "waiting for every rank (barrier) or each rank going on when its own part is done (overlap):", "",
         *objective_table(), "",
         "Speed (uniform costs, limit 2p microbatches per rank):", "", *speed_table(), "",
+        *corpus_lines, "",
         f"Recorded by `python benchmarks/schedule_quality.py --write` ({time.strftime('%Y-%m-%d')}, "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores).",
     ]

@@ -15,12 +15,14 @@ Times are in any one unit; bytes are bytes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from ._validation import finite_floats, positive_int
 from .costs import CommModel, StageCosts
 from .errors import InvalidInputError
-from .schedule import Kind, Schedule
+from .schedule import Action, Kind, Schedule
 
 __all__ = [
     "uniform_bubble",
@@ -32,6 +34,9 @@ __all__ = [
     "activation_bytes_per_microbatch",
     "one_f_one_b_activation_bytes",
     "makespan_lower_bound",
+    "memory_lower_bounds",
+    "placement_lower_bounds",
+    "StepBounds",
     "dual_rate_period",
 ]
 
@@ -122,45 +127,10 @@ def makespan_lower_bound(schedule: Schedule, costs: StageCosts, comm: CommModel 
     stages = schedule.num_stages
     num_mb = schedule.num_microbatches
     costs.check_shape(stages, num_mb)
-    boundary = comm.boundary_times(stages)
-    # Message time per boundary, from the schedule's messages (every microbatch crosses the same ones).
-    crossing = [0.0] * max(0, stages - 1)
-    for message in schedule.messages():
-        if message.producer.microbatch == 0:
-            crossing[message.boundary] = boundary[message.boundary]
-    backward_kind = schedule.gradient_kind
-    split = schedule.split_backward
-    last = stages - 1
-    mbs = range(num_mb)
-
-    def d(kind: Kind, stage: int, mb: int) -> float:
-        return costs.duration(kind, stage, mb)
-
-    # Earliest start of F(s, mb) and of its backward; shortest path after each kind.
-    before_f = [[0.0] * num_mb for _ in range(stages)]
-    for mb in mbs:
-        for s in range(1, stages):
-            before_f[s][mb] = before_f[s - 1][mb] + d(Kind.F, s - 1, mb) + crossing[s - 1]
-    after_f = [[0.0] * num_mb for _ in range(stages)]
-    before_b = [[0.0] * num_mb for _ in range(stages)]
-    after_b = [[0.0] * num_mb for _ in range(stages)]
-    for mb in mbs:
-        tail_w = d(Kind.W, 0, mb) if split else 0.0
-        down = 0.0  # from the end of F(s) to the end of the last stage's F
-        for s in range(last, -1, -1):
-            after_f[s][mb] = down
-            down += d(Kind.F, s, mb) + (crossing[s - 1] if s > 0 else 0.0)
-        if backward_kind is not None:
-            chain = tail_w  # from the end of B(s) to the end of stage 0's backward and W
-            for s in range(stages):
-                after_b[s][mb] = max(chain, d(Kind.W, s, mb) if split else 0.0)
-                chain += d(backward_kind, s, mb) + (crossing[s] if s < last else 0.0)
-            up = before_f[last][mb] + d(Kind.F, last, mb)
-            for s in range(last, -1, -1):
-                before_b[s][mb] = up
-                up += d(backward_kind, s, mb) + (crossing[s - 1] if s > 0 else 0.0)
-            for s in range(stages):
-                after_f[s][mb] += sum(d(backward_kind, j, mb) for j in range(stages)) + sum(crossing) + tail_w
+    paths = _Paths(schedule, costs, comm)
+    backward_kind, split, mbs = schedule.gradient_kind, schedule.split_backward, range(num_mb)
+    before_f, after_f, before_b, after_b = paths.before_f, paths.after_f, paths.before_b, paths.after_b
+    d = paths.d
 
     bound = 0.0
     # Critical path of each microbatch.
@@ -184,6 +154,147 @@ def makespan_lower_bound(schedule: Schedule, costs: StageCosts, comm: CommModel 
             drain = min(min(after_f[s]) for s in held)
         bound = max(bound, fill + work + drain)
     return bound
+
+
+
+class StepBounds(NamedTuple):
+    """Lower bounds no order can beat: the step's ``makespan`` and its largest per-rank ``span``."""
+
+    makespan: float
+    span: float
+
+
+def memory_lower_bounds(
+    schedule: Schedule, costs: StageCosts, comm: CommModel | None = None, *, memory_limit: float | None = None
+) -> StepBounds:
+    """Bounds on makespan and span of any order of ``schedule``'s actions that fits ``memory_limit``.
+
+    :func:`makespan_lower_bound` ignores memory; at a tight limit the fill is longer.
+    Before its first backward a rank runs only forwards, and holds every one of them
+    (nothing is freed before a backward), so their activation bytes fit the limit:
+    the forward work it can do before then is at most ``K_r``, the most forward time
+    whose ``activation_bytes`` fit (a fractional knapsack over its stages, at most
+    ``m`` of each; all its forwards without a limit). Its first backward cannot start
+    before ``t_r``, the earliest any backward of its stages can (the chain of one
+    microbatch, eager messages), nor less than ``g_r`` after the rank's first start
+    (the path from its shallowest stage's ``F`` to that backward). So
+
+    * makespan ≥ ``t_r + work_r − K_r``, and span_r ≥ ``g_r + work_r − K_r``, for every rank;
+    * makespan ≥ :func:`makespan_lower_bound`, span_r ≥ ``work_r``.
+
+    With uniform costs, one stage per rank and ``k`` microbatches' activations fitting,
+    rank 0's idle time before its first ``B`` is the zero-bubble paper's appendix-B
+    bound ``(p − 1)(T_B + 2T_comm) + (p − k)T_F``. ``memory_limit`` is bytes per rank as
+    ``Timeline.peak_bytes`` counts them (``None``: no limit).
+    """
+    comm = comm or CommModel()
+    costs.check_shape(schedule.num_stages, schedule.num_microbatches)
+    makespan = makespan_lower_bound(schedule, costs, comm)
+    span = 0.0
+    if schedule.gradient_kind is None:  # forward only: nothing waits for a backward
+        for order in schedule.orders:
+            span = max(span, sum(costs.duration(k, s, mb) for k, s, mb in order))
+        return StepBounds(makespan, span)
+    paths = _Paths(schedule, costs, comm)
+    mbs = range(schedule.num_microbatches)
+    for rank, order in enumerate(schedule.orders):
+        held = schedule.stages_of(rank)
+        work = sum(costs.duration(k, s, mb) for k, s, mb in order)
+        room = _forward_room(costs, held, schedule.num_microbatches, memory_limit)
+        first_backward = min(paths.before_b[s][mb] for s in held for mb in mbs)
+        top = min(held)
+        gap = min(paths.before_b[s][mb] - paths.before_f[top][mb] for s in held for mb in mbs)
+        makespan = max(makespan, first_backward + work - room)
+        span = max(span, work, gap + work - room)
+    return StepBounds(makespan, span)
+
+
+def placement_lower_bounds(
+    costs: StageCosts, placement: Sequence[int], num_microbatches: int, *, comm: CommModel | None = None,
+    memory_limit: float | None = None, backward: str = "split",
+) -> StepBounds:
+    """:func:`memory_lower_bounds` for a placement, before any order is built (for a planner).
+
+    ``placement``: stage → rank; ``backward``: ``"split"`` (``I`` and ``W``) or ``"full"``.
+    The bounds read only which actions run on which rank, so one microbatch at a time
+    stands in for every order.
+    """
+    if backward not in ("split", "full"):
+        raise InvalidInputError(f"backward must be 'split' or 'full', got {backward!r}")
+    kinds = (Kind.I, Kind.W) if backward == "split" else (Kind.B,)
+    orders: list[list[Action]] = [[] for _ in range(max(placement) + 1)]
+    for mb in range(positive_int("num_microbatches", num_microbatches)):
+        for stage, rank in enumerate(placement):
+            orders[rank].append(Action(Kind.F, stage, mb))
+        for stage in reversed(range(len(placement))):
+            orders[placement[stage]].extend(Action(kind, stage, mb) for kind in kinds)
+    schedule = Schedule(orders, list(placement), num_microbatches)
+    return memory_lower_bounds(schedule, costs, comm, memory_limit=memory_limit)
+
+
+def _forward_room(costs: StageCosts, stages: Sequence[int], num_microbatches: int, limit: float | None) -> float:
+    """The most forward time of ``stages`` whose activations fit ``limit`` bytes at once (an upper bound)."""
+    items = []  # (time, bytes) of every forward, longest per byte first
+    for stage in stages:
+        for mb in range(num_microbatches):
+            items.append((costs.duration(Kind.F, stage, mb), float(costs.activation_bytes[stage])))
+    if limit is None or math.isinf(limit):
+        return sum(time for time, _ in items)
+    items.sort(key=lambda item: -math.inf if item[1] <= 0 else -item[0] / item[1])
+    room, left = 0.0, float(limit) * (1 + 1e-9) + 1e-9
+    for time, size in items:
+        if size <= left:
+            room, left = room + time, left - size
+        else:  # the fractional part keeps this an upper bound
+            return room + time * left / size
+    return room
+
+
+class _Paths:
+    """Shortest paths of each microbatch's chain (eager messages), shared by the bounds.
+
+    ``before_f[s][mb]`` / ``before_b[s][mb]``: earliest start of ``F(s, mb)`` / its
+    gradient backward from time 0; ``after_f`` / ``after_b``: the shortest path that
+    must follow the end of that action.
+    """
+
+    def __init__(self, schedule: Schedule, costs: StageCosts, comm: CommModel) -> None:
+        stages, num_mb = schedule.num_stages, schedule.num_microbatches
+        boundary = comm.boundary_times(stages)
+        # Message time per boundary, from the schedule's messages (every microbatch crosses the same ones).
+        crossing = [0.0] * max(0, stages - 1)
+        for message in schedule.messages():
+            if message.producer.microbatch == 0:
+                crossing[message.boundary] = boundary[message.boundary]
+        backward_kind = schedule.gradient_kind
+        split = schedule.split_backward
+        last = stages - 1
+        d = self.d = costs.duration
+        before_f = [[0.0] * num_mb for _ in range(stages)]
+        for mb in range(num_mb):
+            for s in range(1, stages):
+                before_f[s][mb] = before_f[s - 1][mb] + d(Kind.F, s - 1, mb) + crossing[s - 1]
+        after_f = [[0.0] * num_mb for _ in range(stages)]
+        before_b = [[0.0] * num_mb for _ in range(stages)]
+        after_b = [[0.0] * num_mb for _ in range(stages)]
+        for mb in range(num_mb):
+            tail_w = d(Kind.W, 0, mb) if split else 0.0
+            down = 0.0  # from the end of F(s) to the end of the last stage's F
+            for s in range(last, -1, -1):
+                after_f[s][mb] = down
+                down += d(Kind.F, s, mb) + (crossing[s - 1] if s > 0 else 0.0)
+            if backward_kind is not None:
+                chain = tail_w  # from the end of B(s) to the end of stage 0's backward and W
+                for s in range(stages):
+                    after_b[s][mb] = max(chain, d(Kind.W, s, mb) if split else 0.0)
+                    chain += d(backward_kind, s, mb) + (crossing[s] if s < last else 0.0)
+                up = before_f[last][mb] + d(Kind.F, last, mb)
+                for s in range(last, -1, -1):
+                    before_b[s][mb] = up
+                    up += d(backward_kind, s, mb) + (crossing[s - 1] if s > 0 else 0.0)
+                for s in range(stages):
+                    after_f[s][mb] += sum(d(backward_kind, j, mb) for j in range(stages)) + sum(crossing) + tail_w
+        self.before_f, self.after_f, self.before_b, self.after_b = before_f, after_f, before_b, after_b
 
 
 def dual_rate_period(

@@ -6,10 +6,10 @@ generator instead list-schedules the actual costs
 whenever a rank is free, starts the most urgent action whose inputs have arrived
 and whose activations fit the rank's memory limit. A split backward lets ``W``
 passes fill the gaps. Several priority rules are tried, and so is every fixed
-template that applies to the placement; the best order under the objective that
-fits the limit (simulated with the same costs and communication) is then repaired
-by :func:`~pipeplan.schedules.refine.refine`, so the result is never worse than
-the best template that fits::
+template that applies to the placement; the few best orders under the objective
+that fit the limit (simulated with the same costs and communication) are then
+repaired by :func:`~pipeplan.schedules.refine.refine` and the best result kept, so
+it is never worse than any candidate, the templates that fit included::
 
     from pipeplan import StageCosts, simulate
     from pipeplan.schedules.adaptive import adaptive
@@ -44,10 +44,10 @@ import numpy as np
 from .._validation import positive_float, positive_int
 from ..costs import CommModel, StageCosts
 from ..errors import DeadlockError, InfeasiblePlanError, InvalidInputError
-from ..schedule import Schedule
+from ..schedule import Action, Schedule
 from ..simulate import simulate
 from ..timeline import Timeline
-from .list_scheduler import FORWARD_KEYS, KIND_ORDERS, forward_windows, list_schedule, sequential_schedule
+from .list_scheduler import FORWARD_KEYS, forward_windows, list_schedule, sequential_schedule
 from .refine import Objective, objective_value, refine
 from .gpipe import gpipe
 from .interleaved import interleaved
@@ -183,19 +183,21 @@ def adaptive_candidates(
         # sends that can beat any split order, so the full templates are a floor too.
         for label, schedule in _templates(num_stages, num_microbatches, ranks, "full"):
             consider(f"{label} (full backward)", schedule)
-    windows = forward_windows(costs, ranks, comm, backward)
-    for kind_order, forward_key, window_name, reserve in _rules(ranks, num_stages, memory_limit, effort):
-        if window_name not in windows:
-            continue  # the same window as another for these costs
+    windows = forward_windows(costs, ranks, comm, backward, memory_limit)
+    actions = num_stages * num_microbatches * (3 if backward == "split" else 2)
+    for kind_order, forward_key, window_name, reserve, defer in _rules(ranks, num_stages, memory_limit, effort,
+                                                                       actions):
+        if window_name not in windows or (defer and backward != "split"):
+            continue  # the same window as another for these costs; nothing to defer
         window = windows[window_name]
         built = list_schedule(
             num_microbatches, costs, ranks, comm=comm, backward=backward,
             memory_limit=memory_limit, kind_order=kind_order, forward_key=forward_key,
-            reserve=reserve, forward_window=window,
+            reserve=reserve, forward_window=window, defer_weights=defer,
         )
         if built is not None:
             mode = "reserve" if reserve else "free"
-            consider(f"list:{kind_order}/{forward_key}/{mode}/{window_name}", built)
+            consider(f"list:{kind_order}/{forward_key}/{mode}/{window_name}{'/defer' if defer else ''}", built)
     if not any(c.fits for c in candidates):
         consider("sequential", sequential_schedule(num_stages, num_microbatches, ranks, backward=backward))
     return candidates
@@ -209,31 +211,65 @@ _FAST_RULES = (("FBW", "microbatch", "count"), ("BFW", "microbatch", "count"),
                ("FBW", "microbatch", "double"), ("BFW", "microbatch", "open"))
 
 
-def _rules(
-    ranks: tuple[int, ...], num_stages: int, memory_limit: float | None, effort: str = "full"
-) -> list[tuple[str, str, str, bool]]:
-    """The list-scheduling rules tried: ``(kind order, forward key, window, reserve)``.
+#: Above this many actions ``effort="full"`` tries :data:`_LARGE_RULES` (one stage per rank)
+#: or the fast rules and the ``zb`` window (chunked placements) instead of every rule.
+LARGE_ACTIONS = 6000
 
-    Every kind order, window and memory policy; with one stage per rank a rank's
-    forwards are all of one stage, so the forward tie-breaks agree and one is tried.
-    Without a limit reservation changes nothing. ``effort="fast"``: :data:`_FAST_RULES`
-    without reservation, and the first of them with it when there is a limit.
+#: On 6 problems at P = 32, m = 128 (uniform 1.5B-row costs and random unequal ones, limits
+#: p and 2p microbatches; ``python benchmarks/adaptive_rules.py --large``) these rules and
+#: the templates hold every problem's best order of all rules, on both objectives.
+_LARGE_RULES = (("BFW", "microbatch", "double"), ("FBW", "microbatch", "double"),
+                ("FBW", "microbatch", "zb"), ("BFW", "microbatch", "open"), ("FBW", "microbatch", "cost"))
+
+
+#: One stage per rank: the smallest set of rules found (greedy cover) that holds the best
+#: order of every rule on 107 problems of ``benchmarks/adaptive_rules.py --cover``
+#: (issue 23's 80-problem corpus and the one-stage-per-rank problems of the rules corpus),
+#: both objectives, before the repair: ``(kind order, window, reserve)``.
+_ONE_PER_RANK_RULES = (("BFW", "open", False), ("FBW", "cost", False), ("FBW", "fill", False),
+                       ("FBW", "count", False), ("ALT", "count", True), ("ALT", "double", False),
+                       ("FBW", "zb", False), ("FBW", "double", False))
+
+#: Several stages per rank: the rules of before issue 23 (B > F > W and F > B > W, every
+#: forward key, the open, count, double and cost windows, both memory policies) and the two
+#: rules of the cover on its 53 chunked problems that are not among them.
+_CHUNKED_EXTRA = (("FBW", "deepest", "zb", True), ("ALT", "shallowest", "open", False))
+
+
+def _rules(
+    ranks: tuple[int, ...], num_stages: int, memory_limit: float | None, effort: str = "full",
+    num_actions: int = 0,
+) -> list[tuple[str, str, str, bool, bool]]:
+    """The list-scheduling rules tried: ``(kind order, forward key, window, reserve, defer W)``.
+
+    One stage per rank: :data:`_ONE_PER_RANK_RULES` (a rank's forwards are all of one
+    stage, so the forward tie-breaks agree); several: the rules listed at
+    :data:`_CHUNKED_EXTRA`. Above :data:`LARGE_ACTIONS`, :data:`_LARGE_RULES` or the
+    fast rules and the ``zb`` window. Without a limit reservation changes nothing
+    (those rules run free, once). ``effort="fast"``: :data:`_FAST_RULES` without
+    reservation, and the first of them with it when there is a limit. No rule defers
+    ``W`` (``list_schedule(defer_weights=True)``): it never won alone on the rules corpus.
     """
-    reserves = (True, False) if memory_limit is not None else (False,)
+    one_per_rank = len(set(ranks)) == num_stages
+    if effort == "full" and num_actions > LARGE_ACTIONS:
+        if one_per_rank:
+            return [(kind, key, window, False, False) for kind, key, window in _LARGE_RULES]
+        return _rules(ranks, num_stages, memory_limit, "fast") + [("FBW", "microbatch", "zb", False, False)]
     if effort == "fast":  # each rule free, and the first one reserving where a limit binds
-        fast = [(kind, key, window, False) for kind, key, window in _FAST_RULES]
-        return fast + [(*_FAST_RULES[0], True)] if memory_limit is not None else fast
-    forward_keys = list(FORWARD_KEYS) if len(set(ranks)) < num_stages else ["microbatch"]
-    return [
-        (kind_order, forward_key, window, reserve)
-        for kind_order in KIND_ORDERS
-        for forward_key in forward_keys
-        for window in ("open", "count", "double", "cost")
-        for reserve in reserves
-        # benchmarks/adaptive_rules.py: with W filling gaps and no reservation the
-        # cost-aware window never beat the other rules on its corpus.
-        if not (kind_order == "BFW" and window == "cost" and not reserve)
-    ]
+        fast = [(kind, key, window, False, False) for kind, key, window in _FAST_RULES]
+        return fast + [(*_FAST_RULES[0], True, False)] if memory_limit is not None else fast
+    if one_per_rank:
+        rules = [(kind, "microbatch", window, reserve) for kind, window, reserve in _ONE_PER_RANK_RULES]
+    else:
+        rules = [(kind, key, window, reserve) for kind in ("BFW", "FBW") for key in FORWARD_KEYS
+                 for window in ("open", "count", "double", "cost") for reserve in (True, False)]
+        rules += list(_CHUNKED_EXTRA)
+    out: list[tuple[str, str, str, bool, bool]] = []
+    for kind, key, window, reserve in rules:
+        rule = (kind, key, window, reserve and memory_limit is not None, False)
+        if rule not in out:
+            out.append(rule)
+    return out
 
 
 def _check(
@@ -297,6 +333,57 @@ def best_candidate(candidates: Sequence[Candidate], objective: Objective = "make
     return pool[0]
 
 
+#: How many of the best distinct fitting orders are repaired (the best of the results wins).
+#: Repairing only the best one lost to the zero-bubble heuristic where a second-best order
+#: repaired better (issue 23). ``python benchmarks/adaptive_rules.py --repairs`` (60 problems,
+#: both objectives): k = 2 improves 7 of 120 results on k = 1, k = 4 14 (by up to 1.6 %),
+#: at 1.4x and 2.4x the CPU time.
+REPAIRS = 4
+
+
+def repair_count(num_actions: int) -> int:
+    """How many candidates :func:`adaptive` repairs for an order of ``num_actions`` actions.
+
+    :data:`REPAIRS`, fewer on large orders (each repair costs up to
+    :func:`~pipeplan.schedules.refine.default_evaluations` simulations): about 12,000
+    actions' worth, at least one. At P = 32, m = 128 repairing the three best orders
+    bettered none of 6 problems' best (``benchmarks/adaptive_rules.py --large``).
+    """
+    return max(1, min(REPAIRS, 12_000 // max(1, num_actions)))
+
+
+def _distinct_best(candidates: Sequence[Candidate], objective: Objective, count: int) -> list[Candidate]:
+    """The ``count`` best fitting candidates under ``objective``, one per distinct order."""
+    ranked = sorted((c for c in candidates if c.fits), key=lambda c: _rank_key(c, objective))
+    out: list[Candidate] = []
+    seen: set[tuple[tuple[Action, ...], ...]] = set()
+    for candidate in ranked:
+        orders = tuple(tuple(order) for order in candidate.schedule.orders)
+        if orders not in seen:
+            seen.add(orders)
+            out.append(candidate)
+            if len(out) == count:
+                break
+    return out
+
+
+def _repaired_best(candidates: Sequence[Candidate], costs: StageCosts, comm: CommModel | None,
+                   memory_limit: float | None, objective: Objective, evaluations: int | None) -> Schedule:
+    """Repair the best few distinct fitting orders and return the best result.
+
+    The result is never worse under ``objective`` (then the other metric) than any
+    candidate: the best candidate is among those repaired, and repair never worsens.
+    """
+    count = 1 if evaluations == 0 else repair_count(candidates[0].schedule.num_actions)
+    pool = _distinct_best(candidates, objective, count)
+    repaired = []
+    for candidate in pool:
+        schedule, timeline = refine(candidate.schedule, costs, comm, memory_limit=memory_limit,
+                                    objective=objective, max_evaluations=evaluations, timeline=candidate.timeline)
+        repaired.append(Candidate(candidate.label, schedule, timeline, True))
+    return best_candidate([*repaired, *candidates], objective).schedule  # ties: the leanest of all
+
+
 def adaptive(
     num_stages: int,
     num_microbatches: int,
@@ -328,7 +415,7 @@ def adaptive(
             happens with rendezvous sends, where a split rank blocks in the send of
             its ``I`` before it can run ``W``).
         objective: ``"makespan"`` or ``"span"`` (see the module doc).
-        refine_evaluations: simulations the repair of the best order may spend
+        refine_evaluations: simulations the repair of each of the best orders may spend
             (default :func:`~pipeplan.schedules.refine.default_evaluations`; 0 turns it off).
         effort: ``"full"`` (every rule, then the repair) or ``"fast"`` (the
             templates and a few rules, no repair unless ``refine_evaluations`` asks).
@@ -362,9 +449,5 @@ def adaptive(
             f"no order of {num_microbatches} microbatches fits memory_limit = {memory_limit!r} bytes per rank "
             "without deadlocking"
         )
-    best = best_candidate(candidates, objective)  # type: ignore[arg-type]
-    chosen, _ = refine(
-        best.schedule, costs, comm, memory_limit=memory_limit, objective=objective,  # type: ignore[arg-type]
-        max_evaluations=refine_evaluations, timeline=best.timeline,
-    )
+    chosen = _repaired_best(candidates, costs, comm, memory_limit, objective, refine_evaluations)  # type: ignore[arg-type]
     return Schedule(chosen.orders, chosen.placement, chosen.num_microbatches, name="adaptive")
