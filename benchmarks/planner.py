@@ -47,7 +47,7 @@ def run(preset: str, gpus: int, *, gpu: str = GPU, inter: str = "ib-ndr", pp: in
         batch: int = BATCH) -> tuple[object, float, float]:
     """One default search: ``(result, cpu seconds, wall seconds)``."""
     cluster = Cluster.of(gpu, gpus, inter_node=inter)
-    workload = Workload.from_spec(presets.get(preset), cluster.device)
+    workload = Workload.from_spec(presets.get(preset), cluster.device, tp_link=cluster.intra_node)
     cpu, wall = time.process_time(), time.perf_counter()
     result = search(workload, cluster, batch, pp=pp)
     return result, time.process_time() - cpu, time.perf_counter() - wall

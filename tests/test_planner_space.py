@@ -18,6 +18,7 @@ from pipeplan.models.modules import Embedding, LMHead, TransformerStack
 from pipeplan.models.spec import ModelSpec
 from pipeplan.models.training import ReferenceTraining
 from pipeplan.planner import Cluster, Workload, search
+from pipeplan.planner.search import megatron_split
 from pipeplan.planner.export import megatron_args
 from pipeplan.planner.cluster import ring_pass_ms
 from pipeplan.planner.memory import MemoryModel, OptimizerBytes
@@ -161,3 +162,12 @@ def test_megatron_recommended_adds_pipeline_stages_only_to_fit():
     tight = search(work, cluster, 16, memory_capacity=weights * 0.6, dp_modes=["ddp", "zero1"], top=1)
     megatron = tight.baselines[1].plan
     assert megatron is not None and megatron.fits and (megatron.tp, megatron.pp) == (8, 2)
+
+
+@pytest.mark.parametrize("layers,stages", [(50, 4), (50, 8), (48, 8), (7, 2), (23, 5), (100, 16)])
+def test_megatron_split_is_one_megatron_accepts(layers, stages):
+    sizes = megatron_split(layers, stages)
+    assert sum(sizes) == layers and len(sizes) == stages and min(sizes) >= 1
+    middle = sizes[1:-1]
+    assert len(set(middle)) <= 1  # only the first and last stage may differ (--decoder-first/last-...)
+    assert max(sizes) - min(sizes) <= (stages + 1) // 2

@@ -124,13 +124,15 @@ def pi0_story(console: Console, *, width: int = 100) -> None:
         f"{training.dp_mode if training else 'data parallelism'} and full recompute; Megatron-LM would use the "
         "least model parallelism that fits. pipeplan searches both and everything between."
     )
+    bests = []
     for gpus, batch in ((8, 256), (64, 64)):
         cluster = Cluster.of("h100-80g", gpus)
-        workload = Workload.from_spec(spec, cluster.device)
+        workload = Workload.from_spec(spec, cluster.device, tp_link=cluster.intra_node)
         result = search(workload, cluster, batch, top=10)
         console.rule(f"{gpus} × H100 80GB, global batch {batch} ({batch // gpus} per GPU)")
         console.print(plan_table(result, title="ranked plans, the baselines, one-knob changes (step ms)"))
         best, baseline = result.best, result.best_baseline
+        bests.append(best)
         if baseline is None or baseline.plan is None:
             console.print("no baseline fits")
             continue
@@ -152,15 +154,22 @@ def pi0_story(console: Console, *, width: int = 100) -> None:
         if best.timeline is not None and best.pp > 1:
             console.print("\n[bold]The best plan's step[/bold] (one pipeline; ms)")
             console.print(text_gantt(best.timeline, width=width), markup=False, highlight=False)
-    console.print(
-        "\nWith 32 samples per GPU every GPU has enough work to hide FSDP's per-layer gathers, and a pipeline "
-        "would only add fill and drain. With one sample per GPU the gradient and parameter collectives across "
-        "nodes no longer hide: cutting the data-parallel degree with model parallelism inside the node pays."
-    )
+    first, second = bests
+    if first.tp * first.pp == 1 and second.tp * second.pp > 1:
+        console.print(
+            f"\nWith {256 // 8} samples per GPU each GPU has work enough to hide its data-parallel collectives "
+            f"({_ms(first.exposed_dp_time, first)} of them exposed), and a pipeline would only add fill and drain. "
+            f"With {64 // 64} sample per GPU they no longer hide across nodes: cutting the data-parallel degree with "
+            f"model parallelism (tp={second.tp}, pp={second.pp}) pays.", markup=False, highlight=False)
     console.print(
         "\nYour own cluster: `pipeplan plan --preset pi0 --gpus N --global-batch B`; "
         "add --export megatron|deepspeed|torchtitan|torch for an engine's flags."
     )
+
+
+def _ms(value: float | None, plan: Any) -> str:
+    """A plan's time in its unit as milliseconds, three significant figures."""
+    return f"{float(f'{(value or 0.0) * plan.time_unit * 1e3:.3g}'):g} ms"
 
 
 def _idle_table(title: str, timelines: dict[str, Timeline]) -> Table:

@@ -118,7 +118,7 @@ def _workload(args: argparse.Namespace, cluster: Cluster) -> Workload:
             raise InvalidInputError("--freeze/--unfreeze apply to --preset or --spec, not to a measured --profile")
         profile = LayerProfile.from_file(args.profile)
         return Workload.from_profile(profile, micro_batch_size=args.profile_micro_batch_size, name=args.profile)
-    return Workload.from_spec(spec_from_args(args), cluster.device)
+    return Workload.from_spec(spec_from_args(args), cluster.device, tp_link=cluster.intra_node)
 
 
 def _cluster(args: argparse.Namespace) -> Cluster:
@@ -292,7 +292,7 @@ def _print(args: argparse.Namespace, result: SearchResult) -> None:
         f"(best is {(best.step_time or 0.0) / result.lower_bound:.3f}× it)"
     )
     if best.timeline is not None:
-        console.print(f"[bold]best plan[/bold]: one pipeline of {best.pp} rank(s), ms")
+        console.print(f"[bold]best plan's step[/bold] (one pipeline of {best.pp} rank(s); ms)")
         console.print(text_gantt(best.timeline, width=100), markup=False, highlight=False)
     if args.export:
         where = (f"plan {index + 1}" if index is not None else

@@ -59,7 +59,7 @@ from .step import gradient_sync
 from .space import Config, SearchSpace, hsdp_shards
 from .workload import Workload
 
-__all__ = ["search", "SearchOptions", "SearchResult", "Baseline", "SearchStats", "Rejection", "step_time_lower_bound",
+__all__ = ["search", "SearchOptions", "SearchResult", "Baseline", "megatron_split", "SearchStats", "Rejection", "step_time_lower_bound",
            "evaluate_layout", "fill_bound", "DEFAULT_HEADROOM"]
 
 Progress = Callable[[int, int], None]
@@ -515,7 +515,7 @@ class _Search:
         closest: Plan | None = None
         for config in configs:
             try:
-                sizes = even_split(self.workload.num_layers, config.num_stages)
+                sizes = megatron_split(self.workload.num_layers, config.num_stages)
                 plan = self.evaluator_for(config).evaluate(config, sizes, (config.recompute,) * config.num_stages)
             except PipeplanError:
                 continue
@@ -689,6 +689,26 @@ class _Search:
         return _Search(self.workload, self.cluster, self.global_batch, options).run()
 
 
+def megatron_split(num_layers: int, stages: int) -> tuple[int, ...]:
+    """Layers per stage the way Megatron-LM accepts them: an even split, or equal middle stages with the remainder on
+    the first and the last (``--decoder-first/last-pipeline-num-layers``; megatron/training/arguments.py requires
+    the layers left to the middle stages to divide evenly)."""
+    if num_layers % stages == 0 or stages < 3:
+        return tuple(even_split(num_layers, stages))
+    middle, rest = divmod(num_layers, stages)
+    return (middle + (rest + 1) // 2,) + (middle,) * (stages - 2) + (middle + rest // 2,)
+
+
+def _gpus_needed(workload: Workload, capacity: float) -> str:
+    """The least GPUs whose memory holds the model's state sharded over all of them (advice for no-plan-fits)."""
+    profile = workload.profile(workload.smallest_micro_batch)
+    params, trained = profile.held_params()
+    state = 2.0 * params + 14.0 * trained  # bf16 weights; bf16 gradients and fp32 Adam state of what trains
+    gpus = max(1, math.ceil(state / capacity))
+    return (f"its weights and optimizer state ({gb(state)}) need at least {gpus} GPUs of this memory, fully sharded "
+            "(fsdp), or fewer trained modules (--freeze)")
+
+
 def _no_plan_fits(rejected: Sequence[Rejection], capacity: float, stats: SearchStats,
                   workload: Workload, capacity_note: str = "") -> PipeplanError:
     """The error when nothing fits: the least memory a rejection names, or what weights alone need."""
@@ -703,8 +723,8 @@ def _no_plan_fits(rejected: Sequence[Rejection], capacity: float, stats: SearchS
             closest = min(bounds, key=lambda r: r.at_least_bytes or math.inf)
             return InfeasiblePlanError(
                 f"no plan fits {gb(capacity)} per GPU{capacity_note}: weights and optimizer state alone need at least "
-                f"{gb(closest.at_least_bytes or 0)} per GPU even at pp={closest.config.pp} (use more GPUs, "
-                "--optimizer distributed, or freeze modules)"
+                f"{gb(closest.at_least_bytes or 0)} per GPU even at pp={closest.config.pp}; "
+                f"{_gpus_needed(workload, capacity)}"
             )
         return InfeasiblePlanError(f"no plan fits: {rejected[0].reason}")
     closest = min(known, key=lambda r: r.needed_bytes or math.inf)
