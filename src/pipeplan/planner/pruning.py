@@ -68,7 +68,10 @@ class SearchBounds:
         """Per-layer times at micro-batch size ``micro_batch_size``, the least over the workload's recompute modes (cached)."""
         times = self._times.get(micro_batch_size)
         if times is None:
-            times = LayerTimes.of(self.workload.profile(micro_batch_size, mode) for mode in self.workload.recompute_modes)
+            # a model spec's recompute never makes a layer's F, B or W faster (tests/test_cost_model.py checks
+            # every preset), so its least is "none"; a measured workload may say otherwise: take the least
+            modes = ("none",) if self.workload.spec is not None else self.workload.recompute_modes
+            times = LayerTimes.of(self.workload.profile(micro_batch_size, mode) for mode in modes)
             self._times[micro_batch_size] = times
         return times
 
