@@ -33,7 +33,7 @@ def test_table_baseline_gantt_and_export(run_cli, vla_profile):
     for column in ("tp×pp×dp", "dp mode", "schedule", "layers per stage", "recompute", "step ms", "samples/s", "MFU",
                    "bubble", "worst GPU / capacity", "× best baseline"):
         assert column in out
-    assert "reference FSDP" in out and "Megatron recommended" in out and "Megatron, only partition" in out
+    assert "its repository (reference)" in out and "Megatron recommended" in out and "Megatron, only partition" in out
     assert "best plan: " in out and " reference-fsdp " in out or " megatron-recommended " in out
     assert "search complete" in out and "rank 3 |" in out
     assert "--pipeline-model-parallel-size 4" in out
@@ -172,7 +172,7 @@ def test_pi0_demo_story(run_cli):
     assert status == 0, err
     first, second = out.split("64 × H100 80GB, global batch 64")
     assert "Plain sharded data parallelism is the best plan here" in first
-    assert "reference FSDP" in first and "Megatron recommended" in first
+    assert "its repository (reference)" in first and "Megatron recommended" in first
     assert ("Pipelining pays: tp=" in second or "Tensor parallelism inside a node pays" in second)
     assert "faster than" in second
     status, _, err = run_cli("demo", "--story", "pi0", "-m", "4")

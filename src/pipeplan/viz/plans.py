@@ -87,7 +87,7 @@ def plan_row(label: str, plan: Any, ratio: float | None) -> list[str]:
     ]
 
 
-_BASELINE_LABELS = {"reference-fsdp": "reference FSDP", "megatron-recommended": "Megatron recommended"}
+_BASELINE_LABELS = {"reference-fsdp": "its repository (reference)", "megatron-recommended": "Megatron recommended"}
 
 
 def plan_table(result: Any, *, title: str | None = None) -> Table:
