@@ -240,8 +240,9 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
                       "fp32/bf16 gradients and all-gather bf16 weights); fsdp, hsdp: per layer with one layer "
                       "prefetched (FSDP2), without a pipeline every microbatch"),
         "tensor parallel": ("Megatron TP with sequence parallelism inside a node: 4 ring passes of a block's "
-                            "activation in its forward and 4 in its backward, exposed (no --tp-comm-overlap); "
-                            "GEMMs divided by tp and timed at their own efficiency"),
+                            "activation in its forward, exposed (no --tp-comm-overlap), and 4 in its backward "
+                            "beside the weight-gradient GEMMs (what they cannot cover shows); GEMMs divided by tp "
+                            "and timed at their own efficiency"),
         "messages": _SENDS[args.send],
         "step": "pipeline + exposed gradient reduction + optimizer step, shown to 3 significant figures",
     }
