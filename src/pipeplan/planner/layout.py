@@ -169,7 +169,7 @@ class Layouts:
         same partition and schedule.
         """
         micro_batch_size = config.micro_batch_size
-        per_mode = {mode: self.workload.profile(micro_batch_size, mode).stage_costs(sizes) for mode in set(recompute)}
+        per_mode = {mode: self._stage_costs(micro_batch_size, mode, tuple(sizes)) for mode in set(recompute)}
         pick = lambda attr: [getattr(per_mode[mode], attr)[s] for s, mode in enumerate(recompute)]  # noqa: E731
         costs = StageCosts(pick("forward"), pick("backward"), pick("weight"), activation_bytes=pick("activation_bytes"),
                            weight_stash_bytes=pick("weight_stash_bytes"))
@@ -180,6 +180,15 @@ class Layouts:
             bound[rank] += counts[s] * costs.activation_bytes[s]
         costs, boundary = self.links.on_timelines(costs, self.links.boundary_times(config, sizes, placement))
         return Layout(tuple(sizes), tuple(placement), tuple(recompute), costs, boundary, static, tuple(bound))
+
+    def _stage_costs(self, micro_batch_size: int, mode: Recompute, sizes: tuple[int, ...]) -> StageCosts:
+        """The profile's stage costs of ``sizes`` (shared by every Layouts of this workload: the modes ask alike)."""
+        shared = self.workload.memo.setdefault("stage_costs", {})
+        key = (micro_batch_size, mode, sizes)
+        costs = shared.get(key)
+        if costs is None:
+            costs = shared[key] = self.workload.profile(micro_batch_size, mode).stage_costs(sizes)
+        return costs
 
     def fixed(self, config: Config, sizes: tuple[int, ...], recompute: tuple[Recompute, ...]) -> Layout:
         """The layout of given layers per stage and recompute, on the schedule's own placement."""
