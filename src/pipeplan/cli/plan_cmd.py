@@ -1,15 +1,17 @@
-"""``pipeplan plan``: the fastest pipeline plans that fit, against Megatron-LM's default, with engine flags.
+"""``pipeplan plan``: the fastest plans that fit, against what users run instead, with the engines' files.
 
     $ pipeplan plan --preset pi0 --gpus 8 --gpu h100-80g --global-batch 256
     $ pipeplan plan --preset pi0 --gpus 8 --global-batch 256 --pp 4 --export torchtitan
     $ pipeplan plan --preset driving-6cam --gpus 32 --global-batch 256 --json --budget 5
     $ pipeplan plan --profile prof.json --gpus 8 --global-batch 64     # a measured profile (ms)
 
-Prints the ranked table (rank, pp×dp, schedule, b×m, layers per stage,
-recompute, step time, samples/s, MFU, bubble, worst rank's memory / capacity,
-ratio to the Megatron default), then the default and the best plan changing one
-knob of it, and the search's counts. ``--json`` prints ``plans`` (each with
-``exports``), ``baseline`` and ``search``.
+Prints the ranked table (#, tp×pp×dp, dp mode, schedule, b×m, layers per
+stage, recompute per module, step time, samples/s, MFU, bubble, worst GPU's
+memory / capacity, ratio to the better baseline), then the two baselines (the
+model's repository, Megatron-LM's recommended layout) and the best plan changing
+one knob of the Megatron one, why the best plan beats them, and the search's
+counts. ``--json`` prints ``plans`` (each with ``exports``), ``baselines``,
+``baseline`` (the Megatron one), ``why`` and ``search`` (docs/planner.md).
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ def register(subparsers: Any) -> None:
     """Add the ``plan`` verb."""
     parser = subparsers.add_parser(
         "plan",
-        help="search pp × dp, partition, schedule, microbatches and recompute for the fastest plan that fits",
+        help="search tp × pp × dp, the data-parallel mode, partition, schedule, microbatches and recompute "
+             "for the fastest plan that fits",
         description=(
-            "Search pipeline × data parallel degrees, the exact partition, every schedule, the micro-batch "
-            "size and recompute per stage under per-GPU memory; rank by simulated step time; compare with "
-            "Megatron-LM's default; export the flags."
+            "Search tensor × pipeline × data parallel degrees, the data-parallel mode (ddp, ZeRO-1/2, FSDP, "
+            "HSDP), the exact partition, every schedule, the micro-batch size and recompute under per-GPU "
+            "memory; rank by simulated step time; compare with what the model's repository runs and with "
+            "Megatron-LM's recommended layout; export the engines' files."
         ),
     )
     parser.add_argument("--preset", default=None, help=f"a model preset: {', '.join(presets.names())}")

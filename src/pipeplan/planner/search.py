@@ -1,11 +1,12 @@
-"""The planner's search: the fastest plans that fit, a Megatron-LM baseline, and why others do not fit.
+"""The planner's search: the fastest plans that fit, the baselines users run instead, and why others do not fit.
 
     from pipeplan.planner import Cluster, Workload, search
     result = search(workload, Cluster.of("h100-80g", num_gpus=8), global_batch=256)
-    best = result.plans[0]; best.step_time, result.ratio(best)   # vs Megatron's default
+    best = result.plans[0]; best.step_time, result.ratio_to_best_baseline(best)   # vs the better baseline
 
-For each :class:`~pipeplan.planner.space.Config` (pp × dp, micro-batch size,
-schedule, v, recompute mode) the search:
+For each :class:`~pipeplan.planner.space.Config` (tp × pp × dp, data-parallel
+mode, micro-batch size, schedule, v, recompute mode; one
+:class:`~pipeplan.planner.evaluate.Evaluator` per tp and mode) the search:
 
 1. solves the **exact** min-max partition of the layers into ``pp · v`` stages
    (:func:`pipeplan.partition_layers`) under the memory the schedule's in-flight
@@ -261,8 +262,8 @@ def search(
         top: how many plans to keep.
         budget: seconds; once a plan is found, the search stops after that many
             and returns the best so far with ``stats.complete = False`` (the
-            one-knob baselines and the bound's refinement stop at it too; the
-            Megatron default is always simulated).
+            one-knob plans and the bound's refinement stop at it too; the two
+            baselines are always simulated).
         progress: ``progress(done, total)`` after each configuration.
         exhaustive: simulate every candidate (no pruning), for checking.
         headroom: the share of each GPU's memory left free when ``memory_capacity``
@@ -274,7 +275,7 @@ def search(
             evaluated; the others come back in ``rejected`` with the reason),
             ``"even"`` (every configuration's even split) or ``"auto"`` /
             ``None`` (the search's own partitions). Recompute is still relaxed per
-            stage; the Megatron default and the one-knob plans stay as they are.
+            stage; the baselines and the one-knob plans stay as they are.
         tp: fix the tensor-parallel degree (default: every degree the workload
             answers for that divides a node).
         dp_modes: the data-parallel modes to try (default every one of
