@@ -46,10 +46,11 @@ from typing import Any
 
 from .._validation import positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
-from ..partition import even_split
 from ..partition.choice import PartitionChoice
-from ..plan import DP_MODES, RECOMPUTE_MODES, DataParallelMode, Plan, Recompute
+from ..plan import DP_MODES, RECOMPUTE_MODES, DataParallelMode, Plan
 from ..schedules import schedule_info
+from .baselines import (Baseline, in_space, megatron_default, megatron_recommended, megatron_split, one_knob,
+                        reference_baseline)
 from .bounds import fill_bound, step_time_lower_bound
 from .cluster import Cluster
 from .evaluate import Evaluator, evaluate_layout
@@ -57,7 +58,7 @@ from .layout import Layout
 from .memory import OptimizerBytes, gb
 from .records import Rejection, SearchStats
 from .step import gradient_sync
-from .space import Config, SearchSpace, hsdp_shards
+from .space import Config, SearchSpace
 from .workload import Workload
 
 __all__ = ["search", "SearchOptions", "SearchResult", "Baseline", "megatron_split", "SearchStats", "Rejection", "step_time_lower_bound",
@@ -67,39 +68,6 @@ Progress = Callable[[int, int], None]
 _TIE = 1e-12
 #: the share of a GPU's memory the search leaves free by default (see :func:`search`)
 DEFAULT_HEADROOM = 0.1
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """What a user would run without pipeplan, planned the same way (docs/planner.md, "Baselines").
-
-    Attributes:
-        name: ``"reference-fsdp"`` (the model's own repository: FSDP over every
-            GPU with its reference recompute) or ``"megatron-recommended"``
-            (tensor parallelism inside a node, pipeline stages only as needed to
-            fit, 1F1B, even layers per stage, the distributed optimizer).
-        plan: its plan (``None``: it could not be built), fastest micro-batch size that fits.
-        note: how it was chosen, in a line.
-    """
-
-    name: str
-    plan: Plan | None
-    note: str = ""
-
-    @property
-    def fits(self) -> bool:
-        """It was built and fits the memory."""
-        return self.plan is not None and self.plan.fits
-
-    @property
-    def step_time(self) -> float | None:
-        """Its step time when it fits."""
-        return self.plan.step_time if self.fits and self.plan is not None else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """``name``, ``fits``, ``step_time``, ``note`` and the plan's fields."""
-        fields = {} if self.plan is None else self.plan.to_dict()
-        return dict(fields, name=self.name, fits=self.fits, step_time=self.step_time, note=self.note)
 
 
 @dataclass(frozen=True)
@@ -471,9 +439,9 @@ class _Search:
         self._visit_all(configs)
         budget = self.options.budget
         deadline = math.inf if budget is None else self.started + budget
-        baselines = (self._reference_fsdp(), self._megatron_recommended())
+        baselines = (reference_baseline(self), megatron_recommended(self))
         for baseline in baselines:  # a baseline in the space is one of its plans: the plans never lose to it
-            if baseline.plan is not None and baseline.fits and self._in_space(baseline.plan):
+            if baseline.plan is not None and baseline.fits and in_space(self, baseline.plan):
                 self.ranking.offer(baseline.plan)
         plans = self.ranking.plans()
         stats.seconds = time.perf_counter() - self.started
@@ -482,24 +450,14 @@ class _Search:
                                 self.options.capacity_note(self.cluster))
         megatron = baselines[1].plan
         if megatron is None:
-            megatron = _megatron_default(self.evaluator_for(replace(configs[0], tp=plans[0].tp,
+            megatron = megatron_default(self.evaluator_for(replace(configs[0], tp=plans[0].tp,
                                                                     dp_mode=plans[0].dp_mode)), plans[0])
-        knobs = {} if megatron is None else _one_knob(self, megatron, deadline)
+        knobs = {} if megatron is None else one_knob(self, megatron, deadline)
         bounds = (self._space_bound(configs, deadline), self._space_bound(configs, deadline, chunked=False))
         stats.seconds = time.perf_counter() - self.started
         skipped = tuple(Rejection(config, reason) for config, reason in self.space.skipped())
         return SearchResult(plans, megatron, knobs, tuple(self.rejected) + skipped, stats, *bounds,
                             rerun=self._rerun, baselines=baselines)
-
-    def _in_space(self, plan: Plan) -> bool:
-        """Whether ``plan`` (a baseline: 1F1B on an even split) is a point of the searched space."""
-        space = self.space
-        return (plan.tp in space.tensor_degrees() and plan.pp in space.pipeline_degrees(plan.tp)
-                and plan.dp_mode in space.modes_for(plan.tp, plan.pp, plan.dp)
-                and plan.micro_batch_size in space.micro_batches_for(plan.dp)
-                and (plan.pp == 1 or "1f1b" in space.schedule_names)
-                and plan.uniform_recompute in self.workload.recompute_modes
-                and space.partition in (None, "even"))
 
     def _space_bound(self, configs: Sequence[Config], deadline: float, *, chunked: bool = True) -> float:
         """The least of each evaluator's bound over its configurations."""
@@ -508,79 +466,6 @@ class _Search:
             groups.setdefault((config.tp, config.dp_mode), []).append(config)
         return min(self.evaluator_for(group[0]).bounds.space_lower_bound(group, chunked=chunked, deadline=deadline)
                    for group in groups.values())
-
-    # ------------------------------------------------------------ baselines
-    def _fastest_fitting(self, configs: Sequence[Config]) -> Plan | None:
-        """The fastest fitting plan of ``configs`` on the even split with their own recompute, else the least-over one."""
-        best: Plan | None = None
-        closest: Plan | None = None
-        for config in configs:
-            try:
-                sizes = megatron_split(self.workload.num_layers, config.num_stages)
-                plan = self.evaluator_for(config).evaluate(config, sizes, (config.recompute,) * config.num_stages)
-            except PipeplanError:
-                continue
-            if plan.fits and (best is None or (plan.step_time or math.inf) < (best.step_time or math.inf)):
-                best = plan
-            elif not plan.fits and (closest is None or max(plan.peak_memory) < max(closest.peak_memory)):
-                closest = plan
-        return best if best is not None else closest
-
-    def _reference_fsdp(self) -> Baseline:
-        """What the model's own repository runs: data parallelism over every GPU (pp = tp = 1) in its
-        reference mode with its reference recompute (FSDP without a record, or where the recorded mode does
-        not fit), the fastest micro-batch size that fits."""
-        training = getattr(self.workload.spec, "training", None)
-        recompute: Recompute = "none"
-        modes: list[DataParallelMode] = ["fsdp"]
-        note = "FSDP over every GPU"
-        if training is not None:
-            units = [training.mode_of(name) for unit in self.workload.spec.recompute_units() for name in unit]
-            recompute = max(units or ["none"], key=RECOMPUTE_MODES.index)
-            modes = [training.dp_mode] + (["fsdp"] if training.dp_mode != "fsdp" else [])
-            note = f"{training.dp_mode}, recompute {recompute}" + (f" ({training.source})" if training.source else "")
-        if recompute not in self.workload.recompute_modes:
-            recompute = "none"
-        dp = self.cluster.num_gpus
-        if self.options.dp_modes is not None:
-            modes = [mode for mode in modes if mode in self.options.modes()]
-            if not modes:
-                return Baseline("reference-fsdp", None, "its data-parallel mode is not searched (--dp-modes)")
-        plan: Plan | None = None
-        for index, mode in enumerate(modes):
-            mode = mode if dp > 1 else "ddp"
-            if mode == "hsdp" and hsdp_shards(1, 1, dp, self.cluster.gpus_per_node) == 1:
-                mode = "fsdp"  # one node: HSDP is FSDP
-            configs = [Config(1, dp, b, self.global_batch // (dp * b), "1f1b", 1, recompute, 1, mode)
-                       for b in self.space.micro_batches_for(dp)]
-            plan = self._fastest_fitting(configs)
-            if plan is not None and plan.fits:
-                if index:
-                    note += f"; {modes[0]} does not fit, so {mode}"
-                break
-        return Baseline("reference-fsdp", plan, note)
-
-    def _megatron_recommended(self) -> Baseline:
-        """Megatron-LM's recommended layout (docs/planner.md): tensor parallelism over a node's GPUs (the largest
-        degree the model and the node allow), pipeline stages across nodes only as needed to fit, 1F1B, even
-        layers per stage, the distributed optimizer; no recompute unless needed, then selective, then full."""
-        space = self.space
-        degrees = [tp for tp in sorted(space.tensor_degrees(), reverse=True) if space.pipeline_degrees(tp)]
-        tp = degrees[0] if degrees else 1  # the largest the node, the model and a fixed pp allow
-        closest: Plan | None = None
-        for pp in space.pipeline_degrees(tp):
-            dp = self.cluster.num_gpus // (tp * pp)
-            mode: DataParallelMode = "zero1" if dp > 1 and "zero1" in space.dp_modes else "ddp"
-            for recompute in self.workload.recompute_modes:  # none, then selective, then full: the first that fits
-                configs = [Config(pp, dp, b, self.global_batch // (dp * b), "1f1b", 1, recompute, tp, mode)
-                           for b in space.micro_batches_for(dp)]
-                plan = self._fastest_fitting(configs)
-                if plan is not None and plan.fits:
-                    return Baseline("megatron-recommended", plan,
-                                    f"tp={tp} over a node, the least pp that fits ({pp}), recompute {recompute}")
-                if plan is not None and (closest is None or max(plan.peak_memory) < max(closest.peak_memory)):
-                    closest = plan
-        return Baseline("megatron-recommended", closest, f"no pp fits at tp={tp} with 1F1B and an even split")
 
     def _visit_all(self, configs: Sequence[Config]) -> None:
         """Evaluate ``configs`` in order of their bound, as long as a bound leaves them a chance."""
@@ -690,16 +575,6 @@ class _Search:
         return _Search(self.workload, self.cluster, self.global_batch, options).run()
 
 
-def megatron_split(num_layers: int, stages: int) -> tuple[int, ...]:
-    """Layers per stage the way Megatron-LM accepts them: an even split, or equal middle stages with the remainder on
-    the first and the last (``--decoder-first/last-pipeline-num-layers``; megatron/training/arguments.py requires
-    the layers left to the middle stages to divide evenly)."""
-    if num_layers % stages == 0 or stages < 3:
-        return tuple(even_split(num_layers, stages))
-    middle, rest = divmod(num_layers, stages)
-    return (middle + (rest + 1) // 2,) + (middle,) * (stages - 2) + (middle + rest // 2,)
-
-
 def _gpus_needed(workload: Workload, capacity: float) -> str:
     """The least GPUs whose memory holds the model's state sharded over all of them (advice for no-plan-fits)."""
     profile = workload.profile(workload.smallest_micro_batch)
@@ -736,76 +611,3 @@ def _no_plan_fits(rejected: Sequence[Rejection], capacity: float, stats: SearchS
         f"(pp={c.pp}, dp={c.dp}, {c.schedule_label}, micro-batch size {c.micro_batch_size}, "
         f"recompute {c.recompute}): {closest.reason}"
     )
-
-
-# ------------------------------------------------------------------ baselines
-def _megatron_default(evaluator: Evaluator, best: Plan) -> Plan | None:
-    """Even split, 1F1B, no recompute, the best plan's pp, dp, micro-batch size and m."""
-    config = Config(best.pp, best.dp, best.micro_batch_size, best.num_microbatches, "1f1b", 1, "none", best.tp,
-                    best.dp_mode)
-    sizes = even_split(best.num_layers, best.pp)
-    try:
-        none: tuple[Recompute, ...] = tuple("none" for _ in range(best.pp))
-        return evaluator.evaluate(config, sizes, none)
-    except PipeplanError:
-        return None
-
-
-def _one_knob(search: _Search, baseline: Plan, deadline: float = math.inf) -> dict[str, Plan]:
-    """The best fitting plan that changes one knob of the Megatron baseline (the knobs tried by ``deadline``)."""
-    space = search.space
-    evaluator = search.evaluator_for(Config(baseline.pp, baseline.dp, baseline.micro_batch_size,
-                                            baseline.num_microbatches, "1f1b", 1, "none", baseline.tp,
-                                            baseline.dp_mode))
-    mode = baseline.uniform_recompute or "none"
-    base = Config(baseline.pp, baseline.dp, baseline.micro_batch_size, baseline.num_microbatches, "1f1b", 1, mode,
-                  baseline.tp, baseline.dp_mode)
-    num_layers = baseline.num_layers
-    gpus = space.num_gpus // base.tp
-    trials: dict[str, list[tuple[Config, tuple[int, ...] | None]]] = {
-        "partition": [(base, None)] if base.pp > 1 else [],
-        "schedule": [
-            (replace(base, schedule=name, virtual_stages=v), even_split(num_layers, base.pp * v))
-            for name, v in space.schedule_shapes(base.pp, base.num_microbatches)
-            if name != base.schedule and not (schedule_info(name).any_placement and v > 1)  # its even split is not its own layout
-        ],
-        "recompute": [(replace(base, recompute=m), even_split(num_layers, base.pp))
-                      for m in evaluator.workload.recompute_modes if m != mode],
-        "micro_batch_size": [
-            (replace(base, micro_batch_size=b, num_microbatches=space.global_batch // (base.dp * b)),
-             even_split(num_layers, base.pp))
-            for b in space.micro_batches_for(base.dp) if b != base.micro_batch_size
-        ],
-        "pp": [
-            (replace(base, pp=p, dp=gpus // p,
-                     num_microbatches=space.global_batch // (gpus // p * base.micro_batch_size),
-                     dp_mode=base.dp_mode if gpus // p > 1 else "ddp"),
-             even_split(num_layers, p))
-            for p in space.pipeline_degrees(base.tp)
-            if p != base.pp and space.global_batch % (gpus // p * base.micro_batch_size) == 0
-        ],
-    }
-    out: dict[str, Plan] = {}
-    for knob, options in trials.items():
-        found: Plan | None = None
-        for config, sizes in options:
-            if time.perf_counter() > deadline:
-                break
-            try:
-                evaluator = search.evaluator_for(config)
-                if sizes is None:
-                    layout = evaluator.layouts.partitioned(config)
-                    if layout is None or isinstance(layout, Rejection):
-                        continue
-                    plan = evaluator.simulate(config, layout)
-                else:
-                    if config.pp > 1 and len(sizes) > num_layers:
-                        continue
-                    plan = evaluator.evaluate(config, sizes, (config.recompute,) * len(sizes), "fast")
-            except PipeplanError:
-                continue
-            if plan.fits and plan.step_time is not None and (found is None or plan.step_time < (found.step_time or 0)):
-                found = plan
-        if found is not None:
-            out[knob] = found
-    return out
