@@ -12,6 +12,7 @@ and the command exits 2; so is a number that overflows floating point inside num
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -29,9 +30,60 @@ _VERBS = ("simulate", "partition", "plan", "presets", "model", "profile", "calib
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (no usage block) and exit 2."""
+    """An argument parser whose errors are one line (no usage block) and exit 2.
+
+    Abbreviations are off (``--global 256`` is not ``--global-batch``), and a flag it does
+    not know is named with the closest one it does: ``unrecognized argument --memroy (did
+    you mean --memory?)`` — also when the misspelt flag left a required one missing.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self._seen: list[str] = []
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        self._seen = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._verb_parser(parsed).refuse_unknown(extras)
+        return parsed
+
+    def _verb_parser(self, parsed: argparse.Namespace) -> OneLineParser:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and getattr(parsed, "verb", None) in action.choices:
+                chosen = action.choices[parsed.verb]
+                return chosen if isinstance(chosen, OneLineParser) else self
+        return self
+
+    def refuse_unknown(self, extras: Sequence[str]) -> Any:
+        """Exit 2 naming each token in ``extras`` this parser does not take, with the closest flag."""
+        flags = self._unknown_flags(extras)
+        others = [token for token in extras if not token.startswith("-")]
+        parts = [self._suggest(flag) for flag in flags]
+        if others and not flags:
+            parts.append(f"unrecognized arguments: {' '.join(others)}")
+        self.error("; ".join(parts) or f"unrecognized arguments: {' '.join(extras)}")
+
+    def _flags(self) -> list[str]:
+        return [flag for action in self._actions for flag in action.option_strings if flag.startswith("--")]
+
+    def _unknown_flags(self, tokens: Sequence[str]) -> list[str]:
+        known = set(self._flags())
+        return [token.split("=", 1)[0] for token in tokens
+                if token.startswith("--") and token.split("=", 1)[0] not in known and token != "--"]
+
+    def _suggest(self, flag: str) -> str:
+        close = difflib.get_close_matches(flag, self._flags(), n=1, cutoff=0.7)
+        return f"unrecognized argument {flag}" + (f" (did you mean {close[0]}?)" if close else "")
 
     def error(self, message: str) -> Any:
+        unknown = self._unknown_flags(self._seen)
+        if unknown and message.startswith("the following arguments are required"):
+            message = "; ".join(self._suggest(flag) for flag in unknown)
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -19,23 +19,11 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from ..units import format_bytes
 from ..timeline import expect_timeline
 from ..timeline import IdleCause, Timeline
 
 __all__ = ["rank_table", "format_bytes", "format_decimal_bytes", "format_time"]
-
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def format_bytes(value: float) -> str:
-    """``1536`` → ``"1.5 KiB"``, ``4`` → ``"4 B"`` (binary units, 3 significant digits)."""
-    size = float(value)
-    for unit in _BYTE_UNITS:
-        if abs(size) < 1024 or unit == _BYTE_UNITS[-1]:
-            return f"{size:.3g} {unit}" if abs(size) < 1000 else f"{size:,.0f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
-
 
 _DECIMAL_UNITS = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
 

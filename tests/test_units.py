@@ -1,0 +1,83 @@
+"""pipeplan.units: sizes and bandwidths name their unit on input; memory prints in GiB."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from hypothesis import given, strategies as st
+
+from pipeplan import units
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("80GiB", 80 * 2**30), ("80GB", 80e9), ("512MiB", 512 * 2**20), ("1.5 TB", 1.5e12), ("7b", 7),
+])
+def test_parse_bytes_reads_decimal_and_binary_units(text: str, expected: float) -> None:
+    assert units.parse_bytes(text, flag="--memory", require_unit=True) == pytest.approx(expected)
+
+
+def test_a_bare_memory_is_refused_with_both_spellings() -> None:
+    # issue 24: `--memory 80` used to mean 80 bytes ("no plan fits 8e-08 GB per GPU")
+    with pytest.raises(ValueError, match=r"--memory 80 has no unit: write 80GiB .* or 80GB"):
+        units.parse_bytes("80", flag="--memory", require_unit=True)
+    assert units.parse_bytes("80", flag="--boundary-bytes") == 80
+
+
+@pytest.mark.parametrize("text", ["", "GB", "80 parsecs", "-3GB", "0GiB", "1e999GB"])
+def test_bad_sizes_name_the_flag(text: str) -> None:
+    with pytest.raises(ValueError, match="--memory"):
+        units.parse_bytes(text, flag="--memory", require_unit=True)
+
+
+@pytest.mark.parametrize(("text", "bytes_per_second"), [
+    ("25GB/s", 25e9), ("900GiB/s", 900 * 2**30), ("200Gbit/s", 25e9), ("400Gbps", 50e9), ("12 MB/s", 12e6),
+])
+def test_bandwidths_come_back_in_bytes_per_ms(text: str, bytes_per_second: float) -> None:
+    assert units.parse_bandwidth(text, flag="--comm-bandwidth") == pytest.approx(bytes_per_second / 1000)
+
+
+def test_a_bare_bandwidth_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"--comm-bandwidth 25 has no unit: write e.g. 25GB/s"):
+        units.parse_bandwidth("25", flag="--comm-bandwidth")
+
+
+@pytest.mark.parametrize(("text", "expected"), [("0.4", 0.4), ("40%", 0.4), ("100%", 1.0), ("1", 1.0)])
+def test_fractions_read_both_spellings(text: str, expected: float) -> None:
+    assert units.parse_fraction(text, flag="--mfu") == pytest.approx(expected)
+
+
+def test_a_percentage_without_its_sign_names_the_flag_and_both_spellings() -> None:
+    # issue 24: `--mfu 40` failed naming achievable_fraction, an internal field
+    with pytest.raises(ValueError, match=r"--mfu 40 is above 1: it is a fraction, write 0.4 or 40%"):
+        units.parse_fraction("40", flag="--mfu")
+    for bad in ("0", "-0.1", "150%", "forty"):
+        with pytest.raises(ValueError, match="--mfu"):
+            units.parse_fraction(bad, flag="--mfu")
+
+
+def test_argparse_type_reports_one_line() -> None:
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("--memory", type=units.argparse_type(units.parse_bytes, "--memory", require_unit=True))
+    assert parser.parse_args(["--memory", "40GiB"]).memory == 40 * 2**30
+    with pytest.raises(argparse.ArgumentError, match="has no unit"):
+        parser.parse_args(["--memory", "40"])
+
+
+def test_memory_prints_in_gib_and_capacity_shows_headroom() -> None:
+    assert units.format_gib(80 * 2**30) == "80 GiB"
+    assert units.format_gib(1.5e9) == "1.4 GiB"
+    assert units.format_gib(1.71349e10) == "16 GiB"
+    assert units.format_capacity(80 * 2**30, headroom=0.1) == "80 GiB (72 GiB usable, 10% headroom)"
+    assert units.format_capacity(80 * 2**30, headroom=0) == "80 GiB"
+
+
+def test_bandwidth_prints_per_second_and_says_when_unbounded() -> None:
+    assert units.format_bandwidth(25e6) == "25 GB/s"
+    assert units.format_bandwidth(float("inf")) == "unbounded"
+
+
+@given(st.floats(min_value=1e-3, max_value=1e6))
+def test_gib_round_trip(gib: float) -> None:
+    parsed = units.parse_bytes(f"{gib!r}GiB", flag="--memory", require_unit=True)
+    assert float(units.format_gib(parsed, digits=3).split()[0].replace(",", "")) == pytest.approx(gib, rel=6e-3)
