@@ -42,7 +42,7 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._seen: list[str] = []
 
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         self._seen = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 

@@ -28,6 +28,7 @@ __all__ = [
     "float_list",
     "parse_bytes",
     "ByteSize",
+    "memory_size",
     "print_json",
     "make_console",
     "require_torch",
@@ -85,6 +86,13 @@ def parse_bytes(text: str) -> float:
     size = ByteSize(value)
     size.unit = match.group(2)
     return size
+
+
+def memory_size(flag: str) -> Callable[[str], float]:
+    """An argparse type for a memory capacity: a size with its unit (``80GiB``, ``80GB``); a bare number is refused."""
+    from .. import units
+
+    return units.argparse_type(units.parse_bytes, flag, require_unit=True)
 
 
 def check_scaled(flag: str, value: float | None, factor: float, why: str) -> None:

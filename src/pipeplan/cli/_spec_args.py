@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
-from .. import hardware, presets
+from .. import hardware, presets, units
 from ..device_file import read_device
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..models.spec import ModelSpec
+from ..plan import Recompute
 
 __all__ = ["add_spec_arguments", "add_shape_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count",
-           "add_device_argument", "device_from_args"]
+           "add_device_argument", "device_from_args", "add_mfu_argument", "recompute_of", "RECOMPUTE_CHOICES"]
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -28,15 +29,35 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = Fals
     group.add_argument("--gpu", default="h100-80g", help=f"device: {', '.join(hardware.device_names())}")
     add_device_argument(group)
     group.add_argument("--micro-batch-size", type=int, default=1, help="examples per microbatch (default 1)")
-    group.add_argument("--mfu", type=float, default=None,
-                       help="the flat cost model: every FLOP at this fraction of peak (default: per-operator)")
-    group.add_argument("--recompute", choices=("none", "selective", "full"), default="selective",
-                       help="activation recomputation (default selective: the attention core)")
-    group.add_argument("--tensor-parallel", type=int, default=1, help="tensor-parallel degree (default 1)")
-    group.add_argument("--sequence-parallel", action="store_true", help="with --tensor-parallel > 1")
+    add_mfu_argument(group)
+    group.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default="reference",
+                       help="activation recomputation: none, selective (the attention core), full, or reference "
+                            "(default: what the model's reference code runs, per module; none for a spec without one)")
+    group.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (Megatron TP; default 1)")
+    group.add_argument("--sequence-parallel", action="store_true", help="with --tp > 1")
     add_shape_arguments(group)
     group.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
     group.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")
+
+
+RECOMPUTE_CHOICES = ("reference", "none", "selective", "full")
+"""``--recompute``'s values: a mode for every module, or ``reference`` (the spec's own recipe)."""
+
+
+def add_mfu_argument(parser: Any) -> None:
+    """Add ``--mfu`` (a fraction ``0.4`` or a percentage ``40%``) to a parser or an argument group."""
+    parser.add_argument("--mfu", type=units.argparse_type(units.parse_fraction, "--mfu"), default=None,
+                        help="the flat cost model: every FLOP at this fraction of peak, e.g. 0.4 or 40%% "
+                             "(default: per-operator)")
+
+
+def recompute_of(args: argparse.Namespace, spec: ModelSpec) -> Recompute | dict[str, Recompute]:
+    """``--recompute`` for ``spec``: one mode for all modules, or the reference's mode per module."""
+    if args.recompute != "reference":
+        return cast(Recompute, args.recompute)
+    if spec.training is None:
+        return "none"
+    return {module.name: spec.training.mode_of(module.name) for module in spec.modules}
 
 
 def add_shape_arguments(parser: Any) -> None:
@@ -73,8 +94,8 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
         raise InvalidInputError("give either --preset or --spec, not both")
     if not (args.preset or args.spec):
         raise InvalidInputError(f"give --preset (one of {', '.join(presets.names())}) or --spec FILE")
-    if getattr(args, "sequence_parallel", False) and args.tensor_parallel == 1:
-        raise InvalidInputError("--sequence-parallel does not apply without --tensor-parallel > 1 "
+    if getattr(args, "sequence_parallel", False) and args.tp == 1:
+        raise InvalidInputError("--sequence-parallel does not apply without --tp > 1 "
                                 "(it splits the norms and dropouts across tensor-parallel ranks)")
     shape = {key: getattr(args, key) for key in presets.OPTION_LIMITS if getattr(args, key, None) is not None}
     if shape and not args.preset:
@@ -113,8 +134,8 @@ def profile_from_spec_args(args: argparse.Namespace) -> LayerProfile:
     """The layer profile (ms per microbatch) the spec arguments describe."""
     spec = spec_from_args(args)
     device, _link = device_from_args(args)
-    return spec.to_layer_profile(device, args.micro_batch_size, recompute=args.recompute,
-                                 tensor_parallel=args.tensor_parallel, sequence_parallel=args.sequence_parallel)
+    return spec.to_layer_profile(device, args.micro_batch_size, recompute=recompute_of(args, spec),
+                                 tensor_parallel=args.tp, sequence_parallel=args.sequence_parallel)
 
 
 def human_count(value: float) -> str:

@@ -21,7 +21,7 @@ from ..device_file import device_fields
 from ..errors import InvalidInputError
 from ._common import make_console, print_json
 from ..viz.tables import format_decimal_bytes
-from ._spec_args import add_spec_arguments, device_from_args, human_count, spec_from_args
+from ._spec_args import add_spec_arguments, device_from_args, human_count, recompute_of, spec_from_args
 
 __all__ = ["register", "run"]
 
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan model``."""
     spec = spec_from_args(args)
     device, _link = device_from_args(args)
-    options = {"recompute": args.recompute, "tensor_parallel": args.tensor_parallel,
+    options = {"recompute": recompute_of(args, spec), "tensor_parallel": args.tp,
                "sequence_parallel": args.sequence_parallel}
     profile = spec.to_layer_profile(device, args.micro_batch_size, **options)
     costs = spec.layer_costs(args.micro_batch_size, **options)

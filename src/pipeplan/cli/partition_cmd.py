@@ -27,7 +27,7 @@ from ..planner.export import ExportFile
 from ..schedule import Schedule
 from ..partition.steptime import partition_schedule, simulate_partition
 from ..schedules import SCHEDULES, backward_mode
-from ._common import check_scaled, make_console, parse_bytes, print_json, progress
+from ._common import check_scaled, make_console, memory_size, parse_bytes, print_json, progress
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ..viz.tables import format_decimal_bytes
 from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
@@ -67,7 +67,7 @@ def register(subparsers: Any) -> None:
                              "With --chunks-per-rank v: the number of ranks (S·v chunks)")
     parser.add_argument("--chunks-per-rank", type=int, default=1,
                         help="chunks per rank (v > 1 chooses chunk boundaries and their ranks)")
-    parser.add_argument("--memory", type=parse_bytes, default=None,
+    parser.add_argument("--memory", type=memory_size("--memory"), default=None,
                         help="memory capacity per rank (GPU), e.g. 80GB; the stages sharing a rank must fit "
                              "together")
     parser.add_argument("--bytes-per-param", type=float, default=16.0,

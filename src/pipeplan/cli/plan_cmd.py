@@ -30,11 +30,11 @@ from ..planner.memory import OptimizerBytes
 from ..planner.space import NOT_PLANNED
 from ..planner.step import SYNCS
 from ..schedules import SCHEDULES
-from ._common import make_console, parse_bytes, print_json
+from ._common import make_console, memory_size, print_json
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ..device_file import device_fields
 from ..planner.cluster import default_intra_node
-from ._spec_args import add_device_argument, device_from_args, spec_from_args
+from ._spec_args import add_device_argument, add_mfu_argument, device_from_args, spec_from_args
 
 __all__ = ["register", "run"]
 
@@ -62,10 +62,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--gpus", type=int, required=True, help="number of GPUs")
     parser.add_argument("--gpu", default="h100-80g", help=f"device: {', '.join(hardware.device_names())}")
     add_device_argument(parser)
-    parser.add_argument("--mfu", type=float, default=None,
-                        help="the flat cost model: every FLOP at this fraction of peak (default: per-operator)")
-    parser.add_argument("--memory", type=parse_bytes, default=None,
-                        help="memory per GPU, e.g. 80GB (default the device's)")
+    add_mfu_argument(parser)
+    parser.add_argument("--memory", type=memory_size("--memory"), default=None,
+                        help="memory per GPU with its unit, e.g. 80GiB or 80GB (default the device's)")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     parser.add_argument("--intra-link", default=None,
                         help=f"link inside a node (default NVLink of the GPU): {', '.join(hardware.link_names())}")

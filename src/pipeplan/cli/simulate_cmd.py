@@ -40,7 +40,7 @@ from ..schedules.dual_rate import DualRateSchedule
 from ..simulate import OPTIMIZER_MODES, simulate
 from ..timeline import Timeline
 from . import dual_rate_cmd
-from ._spec_args import add_spec_arguments, device_from_args, spec_from_args, uses_spec
+from ._spec_args import add_spec_arguments, device_from_args, recompute_of, spec_from_args, uses_spec
 from ._common import (
     ByteSize,
     float_list,
@@ -319,8 +319,8 @@ def _run_spec(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     device, measured = device_from_args(args)
-    profile = spec.to_layer_profile(device, args.micro_batch_size, recompute=args.recompute,
-                                    tensor_parallel=args.tensor_parallel, sequence_parallel=args.sequence_parallel)
+    profile = spec.to_layer_profile(device, args.micro_batch_size, recompute=recompute_of(args, spec),
+                                    tensor_parallel=args.tp, sequence_parallel=args.sequence_parallel)
     layers = _profile_partition(args, profile)
     costs = profile.stage_costs(layers)
     link = measured or default_intra_node(device.name)
