@@ -149,11 +149,16 @@ def test_lower_bound_is_exact_for_uniform_one_f_one_b():
 # ------------------------------------------------------------- memory
 def test_optimizer_bytes_per_parameter():
     assert OptimizerBytes.for_optimizer("adam", 8).per_trainable == 16
-    # Megatron-LM theoretical_memory_usage.py: 6 + 12 / dp with the distributed optimizer
-    assert OptimizerBytes.for_optimizer("distributed", 8).per_trainable == pytest.approx(6 + 12 / 8)
+    # Megatron-LM theoretical_memory_usage.py: 6 + 12 / dp with the distributed optimizer (the evaluator's shorthand)
+    assert OptimizerBytes.for_mode("distributed", "ddp", 8).per_trainable == pytest.approx(6 + 12 / 8)
     assert OptimizerBytes.for_optimizer(18.0, 1).per_trainable == 18
+    assert OptimizerBytes.for_optimizer("18", 1).per_trainable == 18
     with pytest.raises(InvalidInputError, match="optimizer"):
         OptimizerBytes.for_optimizer("sgd", 1)
+    # issue 24: a user's "distributed" optimizer is the data-parallel mode zero1, refused with that pointer
+    with pytest.raises(InvalidInputError, match="the distributed optimizer is the data-parallel mode zero1: "
+                                                "--dp-modes zero1"):
+        OptimizerBytes.for_optimizer("distributed", 8)
 
 
 def test_plan_memory_is_weights_state_and_the_one_f_one_b_activation_peak():
@@ -250,12 +255,13 @@ def test_plans_are_ranked_and_fit():
 def test_no_plan_fits_names_the_smallest_memory_and_the_module():
     # 8 layers of 3.1M parameters (50 MB each with Adam): at pp = 8 a rank holds 50 MB plus activations
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512)
-    with pytest.raises(InfeasiblePlanError, match=r"smallest memory that fits is .* GB .*largest module is 'layers"):
+    with pytest.raises(InfeasiblePlanError, match=r"smallest memory that fits is .* GiB .*largest module is 'layers"):
         search(workload, small_cluster(8, 5.1e7), 16, headroom=0)
-    with pytest.raises(InfeasiblePlanError, match=r"weights and optimizer state alone need at least 0.05.* GB"):
+    with pytest.raises(InfeasiblePlanError, match=r"weights and optimizer state alone need at least 0.04.* GiB"):
         search(workload, small_cluster(8, 4e7), 16, headroom=0)
-    # the default leaves 10 % free, and the message says where its number comes from
-    with pytest.raises(InfeasiblePlanError, match=r"no plan fits 0.0459 GB per GPU \(its 0.051 GB less 10% headroom\)"):
+    # the default leaves 10 % free, and the message shows the capacity once, with and without it (GiB)
+    with pytest.raises(InfeasiblePlanError, match=r"no plan fits a GPU of 0.0475 GiB \(0.0427 GiB usable, 10% "
+                                                  r"headroom\)"):
         search(workload, small_cluster(8, 5.1e7), 16)
     with pytest.raises(InvalidInputError, match=r"headroom must be a share of the memory in \[0, 1\), got 1"):
         search(workload, small_cluster(8, 5.1e7), 16, headroom=1)

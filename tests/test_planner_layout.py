@@ -36,18 +36,17 @@ def test_a_stage_that_alone_needs_more_names_its_layers_and_bytes():
     rejection = evaluator.layouts.partitioned(config)
     assert isinstance(rejection, Rejection)
     # 1F1B holds min(m, P − s) = 2 microbatches on stage 2: 6 layers × (16 + 2 × 100) bytes = 1296
-    assert rejection.reason.startswith("stage 2 (layers 7..12) needs at least 1.296e-06 GB on its own; "
+    assert rejection.reason.startswith("stage 2 (layers 7..12) needs at least 1.27 KiB on its own; "
                                        "its largest module is 'layers.7'")
     assert rejection.needed_bytes == 1296.0 and rejection.needed_proven
 
 
 def test_the_no_plan_message_says_when_its_memory_was_only_found_to_fit():
-    from pipeplan.planner.records import SearchStats
-    from pipeplan.planner.search import _no_plan_fits
+    from pipeplan.planner.advice import no_plan_fits
 
     _, _, config = _lumpy_interleaved()
     found = Rejection(config, "rank 0 ...", needed_bytes=2064.0, needed_proven=False)
     proven = Rejection(config, "stage 2 ...", needed_bytes=1296.0)
     workload, _, _ = _lumpy_interleaved()
-    assert "the smallest memory found to fit is" in str(_no_plan_fits([found], 300.0, SearchStats(), workload))
-    assert "the smallest memory that fits is" in str(_no_plan_fits([proven], 300.0, SearchStats(), workload))
+    assert "the smallest memory found to fit is 2.02 KiB" in str(no_plan_fits([found], "300 B", workload, 300.0))
+    assert "the smallest memory that fits is 1.27 KiB" in str(no_plan_fits([proven], "300 B", workload, 300.0))

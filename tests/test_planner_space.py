@@ -45,8 +45,8 @@ def test_bytes_per_parameter_follow_zero_and_fsdp(d):
     assert OptimizerBytes.for_mode("adam", "zero2", d).per_trainable == pytest.approx(2 + 14 / d)
     assert OptimizerBytes.for_mode("adam", "fsdp", d).per_trainable == pytest.approx(16 / d)
     assert OptimizerBytes.for_mode("adam", "fsdp", d, pipelined=True).per_trainable == pytest.approx(6 + 16 / d)
-    # the old "distributed" optimizer is zero1
-    assert OptimizerBytes.for_optimizer("distributed", d) == OptimizerBytes.for_mode("adam", "zero1", d)
+    # the evaluator's "distributed" shorthand (Megatron-LM's distributed optimizer) is zero1
+    assert OptimizerBytes.for_mode("distributed", "ddp", d) == OptimizerBytes.for_mode("adam", "zero1", d)
 
 
 def test_static_memory_shrinks_with_sharding_and_fsdp_holds_its_gathered_layers():

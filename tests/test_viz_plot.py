@@ -12,7 +12,7 @@ import pytest
 import pipeplan
 from pipeplan import Action, CommModel, InvalidInputError, PipeplanError, Schedule, StageCosts, Timeline
 from pipeplan.viz import plot_timeline
-from pipeplan.viz.plot import KIND_COLORS, _timeline_figure
+from pipeplan.viz.plot import KIND_COLORS, _draw_gantt, _timeline_figure, gantt_windows, plot_plan
 
 pytest.importorskip("matplotlib")
 
@@ -120,18 +120,42 @@ def test_hatches_only_while_they_are_cheap() -> None:
     big = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=16, num_microbatches=64),
                             StageCosts.uniform(16), CommModel(latency=1, send_mode="rendezvous"))
     assert sum(iv.cause.value == "blocked" for iv in big.idle_intervals()) > 400
-    gantt, memory = _timeline_figure(big, memory=True, title=None).axes
-    assert {c.get_hatch() for c in gantt.collections} == {None}
+    *gantts, memory = _timeline_figure(big, memory=True, title=None).axes
+    assert len(gantts) == 2  # 64 microbatches: the step's start and end (test_many_microbatches_...)
+    assert all({c.get_hatch() for c in gantt.collections} == {None} for gantt in gantts)
     # 16 memory lines, no two of the same colour.
     assert len({tuple(line.get_color()) for line in memory.lines}) == 16
 
 
 def test_narrow_bars_get_no_number() -> None:
-    # 200 microbatches on one rank: bars far narrower than a digit.
+    # 200 microbatches on one rank drawn whole: bars far narrower than a digit.
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
     timeline = pipeplan.simulate(pipeplan.build_schedule("gpipe", num_stages=1, num_microbatches=200),
                                  StageCosts([1.0]))
-    gantt = _timeline_figure(timeline, memory=False, title=None).axes[0]
+    gantt = Figure().subplots()
+    _draw_gantt(gantt, timeline, timeline.makespan, Patch=Patch)
     assert len(gantt.texts) == 0
+
+
+def test_many_microbatches_draw_the_start_and_the_end_not_a_barcode() -> None:
+    # issue 24 item 4: a 128-microbatch step drawn whole is a barcode
+    timeline = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=128),
+                                 StageCosts([3, 3, 3, 3]))
+    (start, first_end), (last_start, end) = gantt_windows(timeline)
+    # (ranks − 1 + 4) microbatches' share of the step, c = makespan / (m + ranks − 1), at each end
+    share = 7 * timeline.makespan / (128 + 3)
+    assert start == 0 and end == timeline.makespan
+    assert first_end == pytest.approx(share) and last_start == pytest.approx(timeline.makespan - share)
+    figure = _timeline_figure(timeline, memory=True, title=None)
+    left, right, memory = figure.axes
+    assert left.get_xlim() == pytest.approx((0, share)) and right.get_xlim() == pytest.approx((last_start, end))
+    assert "not drawn" in right.get_title(loc="left") and memory.get_xlim() == pytest.approx((0, end))
+    # the windows are wide enough to number their bars: microbatch 0 on the left, 127 on the right
+    assert "0" in {t.get_text() for t in left.texts} and "127" in {t.get_text() for t in right.texts}
+    # few microbatches: one window, the whole step
+    assert gantt_windows(one_f_one_b()) == [(0.0, one_f_one_b().makespan)]
 
 
 @pytest.mark.parametrize("name", ["step.png", "step.svg"])
@@ -163,3 +187,29 @@ def test_missing_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
 def test_importing_pipeplan_viz_does_not_import_matplotlib() -> None:
     code = "import sys, pipeplan, pipeplan.viz; assert 'matplotlib' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_plot_plan_draws_total_memory_against_capacity_and_the_step_parts(tmp_path: Path) -> None:
+    # issue 24 item 4: the PNG showed activations only, and makespan 986.4 ms where the table said 991.66 ms
+    from pipeplan.planner import Cluster, search
+    from _planner_models import gpt_workload
+
+    result = search(gpt_workload(num_layers=8, hidden=512, heads=8, seq=512), Cluster.of("h100-80g", 4), 16,
+                    pp=4, dp_modes=["ddp"], top=1)
+    plan = result.best
+    path = tmp_path / "plan.png"
+    plot_plan(plan, path, title="gpt")
+    assert path.stat().st_size > 1000
+    from pipeplan.viz.plot import step_parts
+
+    figure = _timeline_figure(plan.timeline, memory=True, title=step_parts(plan),
+                              static_bytes=[m.parameters + m.gradients + m.optimizer for m in plan.memory],
+                              capacity=plan.memory_capacity)
+    memory = figure.axes[-1]
+    peaks = [max(line.get_ydata()) for line in memory.lines if line.get_label().startswith("rank")]
+    assert peaks == pytest.approx([total / 2**30 for total in plan.peak_memory], rel=1e-9)  # the table's total
+    capacity = [line for line in memory.lines if line.get_label().startswith("capacity")]
+    assert capacity and capacity[0].get_ydata()[0] == pytest.approx(plan.memory_capacity / 2**30)
+    title = step_parts(plan)
+    assert title.startswith("pipeline makespan ") and title.endswith("ms (the table's)")
+    assert "optimizer step" in title and plan.step_time > plan.pipeline_time

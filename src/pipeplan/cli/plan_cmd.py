@@ -7,18 +7,22 @@
 
 Prints the ranked table (#, tp×pp×dp, dp mode, schedule, b×m, layers per
 stage, recompute per module, step time, samples/s, MFU, bubble, worst GPU's
-memory / capacity, ratio to the better baseline), then the two baselines (the
-model's repository, Megatron-LM's recommended layout) and the best plan changing
-one knob of the Megatron one, why the best plan beats them, and the search's
-counts. ``--json`` prints ``plans`` (each with ``exports``), ``baselines``,
-``baseline`` (the Megatron one), ``why`` and ``search`` (docs/planner.md).
+memory, ratio to the better baseline), then the two baselines (the model's
+repository, Megatron-LM's recommended layout) and the best plan changing one
+knob of the Megatron one; under it a legend of the notation it shows, the GPU's
+capacity (once, with and without headroom), the partitions the table cut, why
+the best plan beats the baselines and the search's counts. Step times are
+shown to 3 significant figures and plans equal at that resolution are marked
+``= #N``. When no plan fits, the error names the remedies that would, each
+computed (:mod:`pipeplan.planner.advice`). ``--json`` prints ``plans`` (each
+with ``exports`` and ``ties_with``), ``baselines``, ``baseline`` (the Megatron
+one), ``why``, ``search`` and ``assumptions`` (with ``memory``; docs/planner.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import hardware, presets
@@ -27,10 +31,12 @@ from ..layers import LayerProfile
 from ..partition.choice import parse_partition
 from ..planner import DEFAULT_HEADROOM, Cluster, SearchResult, Workload, search
 from ..planner.memory import OptimizerBytes
+from ..planner.resolution import RESOLUTION_NOTE, tie_leaders
 from ..planner.space import NOT_PLANNED
 from ..planner.step import SYNCS
 from ..schedules import SCHEDULES
-from ._common import make_console, memory_size, print_json
+from .. import units
+from ._common import make_console, memory_size, output_path, print_json, progress, report_written
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ..device_file import device_fields
 from ..planner.cluster import default_intra_node
@@ -85,16 +91,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--partition", default=None, metavar="auto|even|A,B,...",
                         help="fix the layers per stage: counts like 4,3,3,2 (only configurations with that many "
                              "stages, pp·v), 'even' (each one's even split) or 'auto' (solved; the default)")
-    parser.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM,
-                        help="share of each GPU's memory left free when --memory is not given "
-                             f"(default {DEFAULT_HEADROOM:g}; 0 plans up to the full memory)")
+    parser.add_argument("--headroom", type=_headroom, default=None,
+                        help="share of each GPU's memory left free, e.g. 0.1 or 10%% (default "
+                             f"{DEFAULT_HEADROOM * 100:g}%%; 0 plans up to the full memory; not with --memory, which is "
+                             "what a plan may use)")
     parser.add_argument("--max-virtual-stages", type=int, default=4,
                         help="largest v (chunks per rank) tried for interleaved and adaptive (default 4)")
     parser.add_argument("--schedules", default=None,
                         help="comma-separated schedules to try (default all but dual-rate: "
                              f"{','.join(n for n in SCHEDULES if n not in NOT_PLANNED)})")
     parser.add_argument("--optimizer", default="adam",
-                        help="adam (16 bytes/param), distributed (Megatron: 6 + 12/dp) or bytes per parameter")
+                        help="adam (mixed precision, 16 bytes per parameter, sharded as each --dp-modes mode "
+                             "shards it) or bytes of weights + gradients + optimizer state per parameter (then ddp "
+                             "only); Megatron-LM's distributed optimizer is --dp-modes zero1")
     parser.add_argument("--send", choices=("eager", "rendezvous", "serialized"), default="eager",
                         help="message semantics: eager (torch isend), rendezvous, or serialized (Megatron-LM's "
                              "and DeepSpeed's blocking p2p: each exchange on the sender's timeline)")
@@ -106,6 +115,23 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--trace", metavar="PATH", help="write the best plan's Chrome/Perfetto trace")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
+
+
+def _headroom(text: str) -> float:
+    """``--headroom``: a fraction ``0.1`` or ``10%`` (:func:`pipeplan.units.parse_fraction`), ``0`` included, below 1."""
+    try:
+        if float(text.strip().removesuffix("%")) == 0:
+            return 0.0
+    except ValueError:
+        pass
+    try:
+        share = units.parse_fraction(text, flag="--headroom")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if share >= 1:
+        raise argparse.ArgumentTypeError(f"--headroom {text} leaves no memory to plan with; give a share below 1, "
+                                         "e.g. 0.1 or 10%")
+    return share
 
 
 def _workload(args: argparse.Namespace, cluster: Cluster) -> Workload:
@@ -133,60 +159,58 @@ def _cluster(args: argparse.Namespace) -> Cluster:
                       gpus_per_node=args.gpus_per_node, achievable_fraction=args.mfu)
 
 
-class _ProgressBar:
-    """A rich progress bar on stderr that appears only once a search has run for a second."""
+def _search_progress(advance: Callable[..., None]) -> Callable[[int, int], None]:
+    """The search's ``progress(done, total)`` as a share of one bar; a restart (the advice's searches) renames it."""
+    shown = [0.0]
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.started = time.perf_counter()
-        self.bar: Any = None
-        self.task: Any = None
+    def report(done: int, total: int) -> None:
+        share = done / total if total else 1.0
+        advance(share - shown[0], None if share >= shown[0] else "looking for what would fit")
+        shown[0] = share
 
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            if time.perf_counter() - self.started < 1.0:
-                return
-            from rich.console import Console
-            from rich.progress import Progress
+    return report
 
-            self.bar = Progress(console=Console(stderr=True), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task("searching plans", total=total)
-        self.bar.update(self.task, completed=done)
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+def _check_args(args: argparse.Namespace) -> None:
+    """What can be refused before any work: the optimizer, ``--headroom`` with ``--memory``, the output paths."""
+    OptimizerBytes.for_optimizer(args.optimizer, 1)
+    if args.headroom is not None and args.memory is not None:
+        raise InvalidInputError("--headroom does not apply with --memory: --memory is what a plan may use per GPU; "
+                                "give one of them")
+    output_path(args.plot, "--plot")
+    output_path(args.trace, "--trace")
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan plan``."""
     check_export_args(args)
+    _check_args(args)
     cluster = _cluster(args)
     workload = _workload(args, cluster)
     schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",")]
     if schedules is not None and not all(schedules):
         raise InvalidInputError(f"--schedules has an empty entry: {args.schedules!r}")
-    progress = _ProgressBar(enabled=not args.json and sys.stderr.isatty())
-    try:
+    headroom = DEFAULT_HEADROOM if args.headroom is None else args.headroom
+    with progress(1.0, "searching plans") as advance:
         result = search(
             workload, cluster, args.global_batch, pp=args.pp, micro_batch_size=args.micro_batch_size,
             schedules=schedules, memory_capacity=args.memory, optimizer=args.optimizer, send_mode=args.send,
-            top=args.top, budget=args.budget, progress=progress, max_virtual_stages=args.max_virtual_stages,
-            headroom=args.headroom, partition=None if args.partition is None else parse_partition(args.partition),
+            top=args.top, budget=args.budget, progress=_search_progress(advance),
+            max_virtual_stages=args.max_virtual_stages, headroom=headroom,
+            partition=None if args.partition is None else parse_partition(args.partition),
             tp=args.tp, dp_modes=_dp_modes(args.dp_modes), sync=args.grad_sync,
         )
-    finally:
-        progress.close()
+    ties = tie_leaders([plan.step_time for plan in result.plans])
     _write_files(args, result)
     if args.json:
-        print_json({**_payload(result, reference_names(args, result.best.num_layers)), "device": device_fields(cluster.device),
+        payload = _payload(result, reference_names(args, result.best.num_layers))
+        for entry, tie in zip(payload["plans"], ties):
+            entry["ties_with"] = tie
+        print_json({**payload, "device": device_fields(cluster.device),
                     "assumptions": _assumptions(args, cluster),
                     "gemm_fallbacks": _gemm_fallbacks(args, cluster, result)})
         return 0
-    _print(args, result)
+    _print(args, result, ties, _capacity(args, cluster))
     console = make_console()
     lines = _assumptions(args, cluster)
     console.print("assumptions: " + "; ".join(f"{key} {value}" for key, value in lines.items()),
@@ -226,10 +250,18 @@ _SYNC_WORDS = {"megatron": "reduced after the pipeline, not overlapped (Megatron
                "torch-ddp": "reduced in 25 MB buckets during the last backward (PyTorch DDP)"}
 
 
+def _capacity(args: argparse.Namespace, cluster: Cluster) -> str:
+    """The GPU's memory once, with and without headroom, or the given ``--memory``."""
+    from ..planner.advice import capacity_text
+
+    headroom = DEFAULT_HEADROOM if args.headroom is None else args.headroom
+    return capacity_text(args.memory or 0.0, cluster.memory_bytes, headroom, args.memory is not None)
+
+
 def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
     """What the plan's numbers assume, as printed and in ``--json``."""
     split = OptimizerBytes.for_optimizer(args.optimizer, 1)
-    if args.optimizer in ("adam", "distributed"):
+    if args.optimizer == "adam":
         optimizer = ("mixed-precision Adam, bytes per trained parameter over d sharing ranks: ddp 2 + 2 + 12; "
                      "zero1 2 + 4 + 12/d; zero2 2 + 2/d + 12/d; fsdp 16/d plus the gathered layers (2 + 4/d + 2 + "
                      "12/d with a pipeline); hsdp as fsdp over a node's replicas")
@@ -238,6 +270,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
                      f"gradients + {split.optimizer:g} B state")
     return {
         "device": cluster.device.summary(),
+        "memory": f"{_capacity(args, cluster)} per GPU, in GiB (2^30 bytes) throughout",
         "optimizer": optimizer,
         "gradients": (f"ddp, zero1, zero2: {_SYNC_WORDS[args.grad_sync]} (zero1/zero2 reduce-scatter "
                       "fp32/bf16 gradients and all-gather bf16 weights); fsdp, hsdp: per layer with one layer "
@@ -247,7 +280,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
                             "beside the weight-gradient GEMMs (what they cannot cover shows); GEMMs divided by tp "
                             "and timed at their own efficiency"),
         "messages": _SENDS[args.send],
-        "step": "pipeline + exposed gradient reduction + optimizer step, shown to 3 significant figures",
+        "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",
     }
 
 
@@ -270,10 +303,10 @@ def _payload(result: SearchResult, names: Any = None) -> dict[str, Any]:
     return payload
 
 
-def _print(args: argparse.Namespace, result: SearchResult) -> None:
+def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None], capacity: str) -> None:
     from ..planner.export import export_files, export_notes, export_refusal
     from ..viz import plan_table, text_gantt
-    from ..viz.plans import recompute_legend
+    from ..viz.plans import full_partitions, plan_legend, three_figures
 
     if args.export:  # before anything is printed: a plan the engine cannot run is one line
         plan, index = result.best_for(args.export)
@@ -283,24 +316,29 @@ def _print(args: argparse.Namespace, result: SearchResult) -> None:
     best = result.best
     model = args.preset or args.spec or args.profile
     device = args.device or args.gpu
-    console.print(plan_table(result, title=f"{model} on {args.gpus} × {device}, global batch {args.global_batch}"))
-    legend = recompute_legend(best)
-    if legend:
-        console.print(legend, markup=False, highlight=False)
+    console.print(plan_table(result, title=f"{model} on {args.gpus} × {device}, global batch {args.global_batch}",
+                             ties=ties))
+    for line in plan_legend(result, capacity=capacity, ties=ties):
+        console.print(line, markup=False, highlight=False)
+    partitions = full_partitions(result, width=console.width)
+    if partitions:
+        console.print("partitions in full (layers per rank, rank 0 first):", markup=False, highlight=False)
+        for line in partitions:
+            console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
     console.print(_headline(result), markup=False, highlight=False)
     status = "complete" if stats.complete else f"stopped by --budget {args.budget:g} s: the best plans so far"
     console.print(
         f"search {status}: {stats.candidates} candidates, {stats.partitions} exact partitions, "
         f"{stats.simulated} simulated, {stats.pruned} pruned by bounds, {stats.rejected} over memory, "
-        f"{stats.seconds:.2f} s; lower bound {result.lower_bound:.6g} ms "
-        f"(best is {(best.step_time or 0.0) / result.lower_bound:.3f}× it)"
+        f"{stats.seconds:.2f} s; lower bound {three_figures(result.lower_bound)} ms "
+        f"(best is {(best.step_time or 0.0) / result.lower_bound:.3g}× it)"
     )
     if best.timeline is not None:
         console.print(f"[bold]best plan's step[/bold] (one pipeline of {best.pp} rank(s); ms)")
         console.print(text_gantt(best.timeline, width=100), markup=False, highlight=False)
     if args.export:
         where = (f"plan {index + 1}" if index is not None else
-                 f"the best plan of the schedules it runs: {plan.schedule_label}, {plan.step_time:.6g} ms")
+                 f"the best plan of the schedules it runs: {plan.schedule_label}, {three_figures(plan.step_time or 0.0)} ms")
         heading = f"[bold]{args.export}[/bold] ({where}"
         if index != 0:
             heading += f"; {args.export} cannot run plan 1: {export_refusal(result.plans[0], args.export)}"
@@ -322,14 +360,17 @@ def _headline(result: SearchResult) -> str:
 
 
 def _write_files(args: argparse.Namespace, result: SearchResult) -> None:
-    timeline = result.best.timeline
-    if timeline is None:
+    """The best plan's ``--plot`` and ``--trace``, each reported ``wrote PATH`` on stderr."""
+    best = result.best
+    if best.timeline is None:
         return
     if args.plot:
-        from ..viz import plot_timeline
+        from ..viz.plot import plot_plan
 
-        plot_timeline(timeline, args.plot)
+        plot_plan(best, args.plot, title=f"{args.preset or args.spec or args.profile}: plan 1")
+        report_written(args.plot)
     if args.trace:
         from ..viz import write_trace
 
-        write_trace(timeline, args.trace)
+        write_trace(best.timeline, args.trace)
+        report_written(args.trace)

@@ -2,7 +2,8 @@
 
     from pipeplan.planner.memory import MemoryModel, OptimizerBytes
     OptimizerBytes.for_optimizer("adam", dp=8).per_trainable       # 16.0
-    OptimizerBytes.for_optimizer("distributed", dp=8).per_trainable  # 6 + 12/8 = 7.5
+    OptimizerBytes.for_optimizer("18", dp=8).per_trainable          # 18.0 (bytes per parameter)
+    OptimizerBytes.for_mode("adam", "zero1", 8).per_trainable       # 6 + 12/8 = 7.5
     memory = MemoryModel(workload, "adam", capacity=72e9)
     memory.static_memory(config, sizes, placement)   # per rank: RankMemory, activations 0
 
@@ -10,17 +11,23 @@ Per parameter (mixed-precision training, bf16 weights):
 
 * ``"adam"``: 2 (bf16 weight) + 2 (bf16 gradient) + 12 (fp32 master weight and
   the two Adam moments) = **16** bytes;
-* ``"distributed"`` (Megatron-LM's distributed optimizer, fp32 gradients, the
-  12 bytes of optimizer state sharded over data parallel): 2 + 4 + 12 / dp =
-  **6 + 12/dp** (Megatron-LM ``theoretical_memory_usage.py``);
 * a number ``x``: ``x`` bytes per trainable parameter, split 2 weight, 2
   gradient, the rest optimizer.
+
+:meth:`OptimizerBytes.for_optimizer` is the one parser of what a user writes
+(``plan --optimizer``, ``partition --optimizer``): ``adam`` or a number.
+Megatron-LM's distributed optimizer is not an optimizer but a data-parallel mode,
+``zero1``, and ``"distributed"`` is refused with that pointer. Below the CLI,
+:meth:`OptimizerBytes.for_mode` and :class:`MemoryModel` still take
+``"distributed"`` as shorthand for Adam sharded as ``zero1`` under ``ddp``
+(2 + 4 + 12 / dp = **6 + 12/dp**, Megatron-LM ``theoretical_memory_usage.py``),
+for the benchmarks that model Megatron-LM's own runs.
 
 With Adam, the data-parallel mode (:data:`~pipeplan.plan.DP_MODES`, over ``d``
 ranks sharing the state; :meth:`OptimizerBytes.for_mode`) sets the split:
 
 * ``ddp``: 2 + 2 + 12 = 16, nothing sharded (the gradient all-reduced in bf16);
-* ``zero1``: 2 + 4 + 12/d (Megatron's distributed optimizer, as ``"distributed"``);
+* ``zero1``: 2 + 4 + 12/d (Megatron-LM's distributed optimizer, ``--use-distributed-optimizer``);
 * ``zero2``: 2 + 2/d + 12/d (gradients reduce-scattered into their shard during
   each microbatch's backward, so one reduce-scatter per microbatch; ZeRO,
   Rajbhandari et al. 2020, §5: ``2Ψ + 14Ψ/N``);
@@ -73,13 +80,17 @@ import numpy as np
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..plan import RECOMPUTE_MODES, DataParallelMode, RankMemory, Recompute
-from ..viz.tables import format_decimal_bytes
+from ..viz.plans import gib
 from .space import Config, hsdp_shards
 from .workload import Workload
 
-__all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "gb"]
+__all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "gb", "DISTRIBUTED_REFUSAL"]
 
-OPTIMIZERS = ("adam", "distributed")
+#: What ``--optimizer`` names besides a number of bytes per parameter.
+OPTIMIZERS = ("adam",)
+
+#: Why ``--optimizer distributed`` is refused, and what to write instead.
+DISTRIBUTED_REFUSAL = "the distributed optimizer is the data-parallel mode zero1: --dp-modes zero1"
 
 
 @dataclass(frozen=True)
@@ -104,8 +115,11 @@ class OptimizerBytes:
 
         ``pipelined``: the model is cut into pipeline stages (FSDP then keeps its
         parameters unsharded across microbatches). A number of bytes per parameter
-        or ``"distributed"`` is taken as it is, whatever the mode.
+        is taken as it is, whatever the mode; ``"distributed"`` (the evaluator's
+        shorthand, module doc) is Adam's ``zero1`` split over ``shards``.
         """
+        if optimizer == "distributed":
+            return cls(2.0, 4.0, 12.0 / shards, reduce=4.0, gather=2.0)
         if optimizer != "adam" or mode == "ddp":
             return cls.for_optimizer(optimizer, shards)
         d = float(shards)
@@ -119,17 +133,26 @@ class OptimizerBytes:
 
     @classmethod
     def for_optimizer(cls, optimizer: str | float, dp: int) -> OptimizerBytes:
-        """The split for ``"adam"``, ``"distributed"`` or a total number of bytes per parameter."""
+        """The split for ``"adam"`` or a total number of bytes per parameter (``18`` or ``"18"``), unsharded.
+
+        The one parser of ``--optimizer`` (``dp`` is unused: what data parallelism
+        shards is :meth:`for_mode`'s).
+
+        Raises:
+            InvalidInputError: anything else; ``"distributed"`` with the pointer to
+                ``--dp-modes zero1`` (:data:`DISTRIBUTED_REFUSAL`).
+        """
         if optimizer == "adam":
             return cls(2.0, 2.0, 12.0)
-        if optimizer == "distributed":
-            return cls(2.0, 4.0, 12.0 / dp, reduce=4.0, gather=2.0)
         if isinstance(optimizer, str):
+            if optimizer.strip().lower() == "distributed":
+                raise InvalidInputError(DISTRIBUTED_REFUSAL)
             try:
                 optimizer = float(optimizer)
             except ValueError:
                 raise InvalidInputError(
-                    f"optimizer must be 'adam', 'distributed' or bytes per parameter, got {optimizer!r}"
+                    f"optimizer must be 'adam' or bytes per parameter (weights + gradients + optimizer state, "
+                    f"e.g. 16), got {optimizer!r}"
                 ) from None
         total = float(optimizer)
         if not 0 < total < float("inf"):
@@ -140,8 +163,8 @@ class OptimizerBytes:
 
 
 def gb(num_bytes: float) -> str:
-    """Bytes as the planner prints them: ``3.36 GB`` (10⁹ bytes, four significant digits)."""
-    return format_decimal_bytes(num_bytes, digits=4, unit="GB")
+    """Bytes as the planner prints them: ``71.7 GiB`` (:func:`pipeplan.viz.plans.gib`, 3 significant digits)."""
+    return gib(num_bytes)
 
 
 class MemoryModel:
@@ -149,8 +172,8 @@ class MemoryModel:
 
     Args:
         workload: per-layer parameters and activation bytes.
-        optimizer: ``"adam"``, ``"distributed"`` or bytes per parameter
-            (:meth:`OptimizerBytes.for_optimizer`).
+        optimizer: ``"adam"``, bytes per parameter (:meth:`OptimizerBytes.for_optimizer`)
+            or ``"distributed"`` (Adam sharded as ``zero1`` under ``ddp``, module doc).
         capacity: bytes one GPU may hold; ``None``: everything fits.
         dp_mode: the data-parallel mode (``"ddp"``: as ``optimizer`` says).
         gpus_per_node: GPUs per node of the devices ``dp_mode`` runs on (GPUs

@@ -49,13 +49,14 @@ from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..partition.choice import PartitionChoice
 from ..plan import DP_MODES, RECOMPUTE_MODES, DataParallelMode, Plan
 from ..schedules import schedule_info
+from .advice import NoPlanFitsError, capacity_text, find_remedies, no_plan_fits
 from .baselines import (Baseline, in_space, megatron_default, megatron_recommended, megatron_split, one_knob,
                         reference_baseline)
 from .bounds import fill_bound, step_time_lower_bound
 from .cluster import Cluster
 from .evaluate import Evaluator, evaluate_layout
 from .layout import Layout
-from .memory import OptimizerBytes, gb
+from .memory import OptimizerBytes
 from .records import Rejection, SearchStats
 from .step import gradient_sync
 from .space import Config, SearchSpace
@@ -66,6 +67,8 @@ __all__ = ["search", "SearchOptions", "SearchResult", "Baseline", "megatron_spli
 
 Progress = Callable[[int, int], None]
 _TIE = 1e-12
+#: seconds each advice search may run on once it has a plan (:func:`_attempt`)
+_ADVICE_BUDGET = 1.0
 #: the share of a GPU's memory the search leaves free by default (see :func:`search`)
 DEFAULT_HEADROOM = 0.1
 
@@ -208,6 +211,7 @@ def search(
     tp: int | None = None,
     dp_modes: Sequence[str] | None = None,
     sync: str = "megatron-overlap",
+    advise: bool = True,
 ) -> SearchResult:
     """Search the space for the fastest plans that fit.
 
@@ -221,8 +225,9 @@ def search(
         schedules: schedules to try (default all registered).
         memory_capacity: bytes per GPU a plan may use (default ``cluster.memory_bytes``
             less ``headroom``).
-        optimizer: ``"adam"`` (16 bytes per parameter), ``"distributed"``
-            (6 + 12/dp) or bytes per parameter (:mod:`pipeplan.planner.memory`).
+        optimizer: ``"adam"`` (16 bytes per parameter, split per data-parallel
+            mode) or bytes per parameter (:mod:`pipeplan.planner.memory`);
+            Megatron-LM's distributed optimizer is ``dp_modes=["zero1"]``.
         max_virtual_stages: largest ``v`` for interleaved and adaptive (default 4;
             ``None``: every ``v`` with ``pp · v ≤ L``).
         send_mode: ``"eager"``, ``"rendezvous"`` or ``"serialized"`` messages
@@ -247,13 +252,16 @@ def search(
         tp: fix the tensor-parallel degree (default: every degree the workload
             answers for that divides a node).
         dp_modes: the data-parallel modes to try (default every one of
-            :data:`~pipeplan.plan.DP_MODES` with ``optimizer="adam"``; ``"zero1"``
-            alone with ``optimizer="distributed"``; ``"ddp"`` with bytes per parameter).
+            :data:`~pipeplan.plan.DP_MODES` with ``optimizer="adam"``; ``"ddp"`` with
+            bytes per parameter).
         sync: how ``ddp``, ``zero1`` and ``zero2`` reduce gradients
             (:data:`~pipeplan.planner.step.SYNCS`: ``"megatron-overlap"``, the
             default, Megatron-LM with ``--overlap-grad-reduce --overlap-param-gather``
             as its performance guides recommend; ``"megatron"``, its bare default, no
             overlap; ``"torch-ddp"``); ``fsdp`` and ``hsdp`` always overlap, layer by layer.
+        advise: when no plan fits, search again under each remedy in reach (more
+            GPUs, a fixed option dropped, no headroom: :mod:`pipeplan.planner.advice`)
+            and name those that fit in the error.
 
     Returns:
         A :class:`SearchResult`.
@@ -262,15 +270,37 @@ def search(
         InvalidInputError: bad numbers, a batch no ``dp × b`` divides, unknown schedules,
             a ``partition`` whose counts do not add up to the layers or whose
             stage count no configuration has.
-        InfeasiblePlanError: no plan fits; names the smallest memory that would
-            and the rank and layers that need it.
+        InfeasiblePlanError: no plan fits (a :class:`~pipeplan.planner.advice.NoPlanFitsError`
+            where the memory is why); names the smallest memory that would, the
+            rank and layers that need it, and the remedies that fit, each with its
+            worst GPU.
     """
     options = SearchOptions(pp=pp, micro_batch_size=micro_batch_size, schedules=schedules,
                             memory_capacity=memory_capacity, optimizer=optimizer,
                             max_virtual_stages=max_virtual_stages, send_mode=send_mode, top=top, budget=budget,
                             progress=progress, exhaustive=exhaustive, headroom=headroom, partition=partition,
                             tp=tp, dp_modes=tuple(dp_modes) if dp_modes is not None else None, sync=sync)
-    return _Search(workload, cluster, global_batch, options).run()
+    try:
+        return _Search(workload, cluster, global_batch, options).run()
+    except NoPlanFitsError as error:
+        if not advise:
+            raise
+        remedies, tried = find_remedies(_attempt(workload, global_batch), workload, cluster, options,
+                                        options.capacity(cluster), progress=progress)
+        raise error.with_remedies(remedies, tried) from None
+
+
+def _attempt(workload: Workload, global_batch: int) -> Callable[[Cluster, SearchOptions], Plan | None]:
+    """The best plan that fits under other options (for advice), or ``None``; quick: the top plan, a short budget."""
+
+    def attempt(cluster: Cluster, options: SearchOptions) -> Plan | None:
+        quick = replace(options, top=1, progress=None, budget=min(options.budget or _ADVICE_BUDGET, _ADVICE_BUDGET))
+        try:
+            return _Search(workload, cluster, global_batch, quick).run().best
+        except (InfeasiblePlanError, InvalidInputError):
+            return None
+
+    return attempt
 
 
 @dataclass(frozen=True)
@@ -300,17 +330,12 @@ class SearchOptions:
             unknown = [m for m in self.dp_modes if m not in DP_MODES]
             if unknown or not self.dp_modes:
                 raise InvalidInputError(f"dp modes must be among {', '.join(DP_MODES)}, got {list(self.dp_modes)}")
-            if self.optimizer == "distributed" and set(self.dp_modes) - {"zero1"}:
-                raise InvalidInputError("optimizer 'distributed' is Megatron's distributed optimizer, dp mode zero1; "
-                                        f"it does not combine with {', '.join(m for m in self.dp_modes if m != 'zero1')}")
             return tuple(self.dp_modes)  # type: ignore[arg-type]
-        if self.optimizer == "distributed":
-            return ("zero1",)
         return DP_MODES if self.optimizer == "adam" else ("ddp",)
 
     def optimizer_kind(self) -> str | float:
-        """The optimizer the memory model sees: ``"distributed"`` is Adam under ``zero1``."""
-        return "adam" if self.optimizer == "distributed" else self.optimizer
+        """The optimizer the memory model sees (``"adam"`` or bytes per parameter)."""
+        return self.optimizer
 
     def capacity(self, cluster: Cluster) -> float:
         """Check the options but ``top`` and return the bytes per GPU a plan may use on ``cluster``.
@@ -334,11 +359,10 @@ class SearchOptions:
         gradient_sync(self.sync)  # validates
         return capacity
 
-    def capacity_note(self, cluster: Cluster) -> str:
-        """Where the capacity comes from, when the search derived it (for the no-plan-fits message)."""
-        if self.memory_capacity is None and self.headroom:
-            return f" (its {gb(cluster.memory_bytes)} less {self.headroom:.0%} headroom)"
-        return ""
+    def capacity_text(self, cluster: Cluster) -> str:
+        """The capacity once, with and without headroom (:func:`~pipeplan.planner.advice.capacity_text`)."""
+        return capacity_text(self.capacity(cluster), cluster.memory_bytes, self.headroom,
+                             self.memory_capacity is not None)
 
 
 class _Ranking:
@@ -446,8 +470,7 @@ class _Search:
         plans = self.ranking.plans()
         stats.seconds = time.perf_counter() - self.started
         if not plans:
-            raise _no_plan_fits(self.rejected, self.capacity, stats, self.workload,
-                                self.options.capacity_note(self.cluster))
+            raise no_plan_fits(self.rejected, self.options.capacity_text(self.cluster), self.workload, self.capacity)
         megatron = baselines[1].plan
         if megatron is None:
             megatron = megatron_default(self.evaluator_for(replace(configs[0], tp=plans[0].tp,
@@ -573,41 +596,3 @@ class _Search:
         options = replace(self.options, schedules=names, memory_capacity=self.capacity, top=1, progress=None,
                           headroom=DEFAULT_HEADROOM, dp_modes=tuple(kept))
         return _Search(self.workload, self.cluster, self.global_batch, options).run()
-
-
-def _gpus_needed(workload: Workload, capacity: float) -> str:
-    """The least GPUs whose memory holds the model's state sharded over all of them (advice for no-plan-fits)."""
-    profile = workload.profile(workload.smallest_micro_batch)
-    params, trained = profile.held_params()
-    state = 2.0 * params + 14.0 * trained  # bf16 weights; bf16 gradients and fp32 Adam state of what trains
-    gpus = max(1, math.ceil(state / capacity))
-    return (f"its weights and optimizer state ({gb(state)}) need at least {gpus} GPUs of this memory, fully sharded "
-            "(fsdp), or fewer trained modules (--freeze)")
-
-
-def _no_plan_fits(rejected: Sequence[Rejection], capacity: float, stats: SearchStats,
-                  workload: Workload, capacity_note: str = "") -> PipeplanError:
-    """The error when nothing fits: the least memory a rejection names, or what weights alone need."""
-    if not rejected:
-        return InfeasiblePlanError(
-            "no candidate could be evaluated"
-        )
-    known = [r for r in rejected if r.needed_bytes is not None]
-    if not known:
-        bounds = [r for r in rejected if r.at_least_bytes is not None]
-        if bounds:
-            closest = min(bounds, key=lambda r: r.at_least_bytes or math.inf)
-            return InfeasiblePlanError(
-                f"no plan fits {gb(capacity)} per GPU{capacity_note}: weights and optimizer state alone need at least "
-                f"{gb(closest.at_least_bytes or 0)} per GPU even at pp={closest.config.pp}; "
-                f"{_gpus_needed(workload, capacity)}"
-            )
-        return InfeasiblePlanError(f"no plan fits: {rejected[0].reason}")
-    closest = min(known, key=lambda r: r.needed_bytes or math.inf)
-    c = closest.config
-    return InfeasiblePlanError(
-        f"no plan fits {gb(capacity)} per GPU{capacity_note}; the smallest memory "
-        f"{'that fits' if closest.needed_proven else 'found to fit'} is {gb(closest.needed_bytes or 0)} "
-        f"(pp={c.pp}, dp={c.dp}, {c.schedule_label}, micro-batch size {c.micro_batch_size}, "
-        f"recompute {c.recompute}): {closest.reason}"
-    )

@@ -1,21 +1,35 @@
 """The planner's ranked table: each plan, the baselines a user would run and the one-knob changes.
 
-    from pipeplan.viz.plans import plan_table
-    console.print(plan_table(result))        # result from pipeplan.planner.search
+    from pipeplan.viz.plans import plan_table, plan_legend, full_partitions
+    console.print(plan_table(result, ties=[None, 0]))   # result from pipeplan.planner.search
+    for line in plan_legend(result, capacity="80 GiB") + full_partitions(result, width=120): print(line)
+
+The table keeps every cell short: a partition longer than
+:data:`PARTITION_CELL` characters is cut at a rank and ends in ``…``, and
+:func:`full_partitions` prints those in full under it, wrapped between ranks.
+:func:`plan_legend` explains the notation the table shows, and only that.
+Memory is in GiB (:func:`pipeplan.units.format_gib`); the capacity is stated once
+in the legend, not on every row.
 """
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
 
-from .tables import format_bytes
+from ..units import GIB, format_bytes, format_gib
 
-__all__ = ["plan_table", "plan_row", "recompute_legend", "PLAN_COLUMNS"]
+__all__ = ["plan_table", "plan_row", "plan_legend", "full_partitions", "recompute_legend", "three_figures",
+           "gib", "PLAN_COLUMNS", "PARTITION_CELL"]
 
 PLAN_COLUMNS = ("#", "tp×pp×dp", "dp mode", "schedule", "b×m", "layers per stage", "recompute", "step ms",
-                "samples/s", "MFU", "bubble", "worst GPU / capacity", "× best baseline")
+                "samples/s", "MFU", "bubble", "worst GPU", "× best baseline")
+
+#: Longest "layers per stage" cell, characters (longer ones are cut at a rank; :func:`full_partitions`).
+PARTITION_CELL = 28
 
 _SHORT = {"none": "-", "selective": "s", "full": "f"}
 
@@ -45,30 +59,51 @@ def _recompute_label(plan: Any) -> str:
     return "".join(_SHORT[mode] for mode in modes)
 
 
-def _layers_label(plan: Any) -> str:
+def gib(num_bytes: float) -> str:
+    """Memory as the planner prints it: GiB (:func:`pipeplan.units.format_gib`, ``71.7 GiB``); below 0.01 GiB,
+    where GiB would read ``0``, the binary unit that suits it (``1.27 KiB``: a hand-written toy profile)."""
+    return format_gib(num_bytes) if num_bytes == 0 or abs(num_bytes) >= 0.01 * GIB else format_bytes(num_bytes)
+
+
+def _rank_layers(plan: Any) -> list[str]:
+    """Per rank, its layers: ``"8"``, or its chunks' layers joined by ``+`` (``"3+2"``: chunks of 3 and 2)."""
     sizes = plan.layers_per_stage
     if plan.virtual_stages == 1:
-        return ",".join(str(n) for n in sizes)
-    # chunks grouped by rank: 3+2,4+1 means rank 0 holds chunks of 3 and 2 layers
-    return ",".join("+".join(str(sizes[s]) for s in plan.stages_of(rank)) for rank in range(plan.pp))
+        return [str(n) for n in sizes]
+    return ["+".join(str(sizes[s]) for s in plan.stages_of(rank)) for rank in range(plan.pp)]
 
 
-def _three_figures(value: float) -> str:
+def _layers_label(plan: Any) -> str:
+    """The partition cell: every rank's layers, cut at a rank with ``…`` past :data:`PARTITION_CELL`."""
+    parts = _rank_layers(plan)
+    text = ",".join(parts)
+    if len(text) <= PARTITION_CELL:
+        return text
+    kept: list[str] = []
+    for part in parts:
+        if len(",".join([*kept, part])) + 2 > PARTITION_CELL:
+            break
+        kept.append(part)
+    return ",".join(kept) + ",…"
+
+
+def three_figures(value: float) -> str:
     """``1608.04`` → ``"1610"``, ``0.98341`` → ``"0.983"``: three significant figures, no exponent."""
     return f"{float(f'{value:.3g}'):g}" if abs(value) < 1e15 else f"{value:.3g}"
 
 
-def plan_row(label: str, plan: Any, ratio: float | None) -> list[str]:
-    """One table row for ``plan`` (see :data:`PLAN_COLUMNS`)."""
+def plan_row(label: str, plan: Any, ratio: float | None, *, tie: int | None = None) -> list[str]:
+    """One table row for ``plan`` (see :data:`PLAN_COLUMNS`); ``tie``: the 0-based plan its step time ties with."""
     schedule = plan.schedule_label
     worst = plan.worst_rank
     memory = "—"
     if worst is not None:
-        memory = format_bytes(plan.peak_memory[worst])
-        if plan.memory_capacity:
-            memory += f" / {format_bytes(plan.memory_capacity)}"
+        memory = gib(plan.peak_memory[worst])
         if not plan.fits:
             memory += " (over)"
+    step = "—" if plan.step_time is None else three_figures(plan.step_time)
+    if tie is not None:
+        step += f" = #{tie + 1}"
     return [
         label,
         f"{plan.tp}×{plan.pp}×{plan.dp}",
@@ -78,8 +113,8 @@ def plan_row(label: str, plan: Any, ratio: float | None) -> list[str]:
         _layers_label(plan),
         _recompute_label(plan),
         # three significant figures: what the cost model can claim (docs/cost_model.md)
-        "—" if plan.step_time is None else _three_figures(plan.step_time),
-        "—" if plan.samples_per_second is None else _three_figures(plan.samples_per_second),
+        step,
+        "—" if plan.samples_per_second is None else three_figures(plan.samples_per_second),
         "—" if plan.mfu is None else f"{plan.mfu:.1%}",
         "—" if plan.bubble_ratio is None else f"{plan.bubble_ratio:.1%}",
         memory,
@@ -90,22 +125,79 @@ def plan_row(label: str, plan: Any, ratio: float | None) -> list[str]:
 _BASELINE_LABELS = {"reference-fsdp": "its repository (reference)", "megatron-recommended": "Megatron recommended"}
 
 
-def plan_table(result: Any, *, title: str | None = None) -> Table:
-    """Ranked plans, then the baselines, then the best plan changing one knob of the Megatron baseline."""
+def _rows(result: Any) -> list[tuple[str, Any, bool]]:
+    """Every row of the table after the ranked plans: (label, plan, whether it fits), baselines then one-knob."""
+    rows = [(_BASELINE_LABELS.get(b.name, b.name), b.plan, bool(b.fits))
+            for b in getattr(result, "baselines", ()) if b.plan is not None]
+    return rows + [(f"Megatron, only {knob.replace('_', ' ')}", plan, True) for knob, plan in result.one_knob.items()]
+
+
+def plan_table(result: Any, *, title: str | None = None, ties: Sequence[int | None] | None = None) -> Table:
+    """Ranked plans, then the baselines, then the best plan changing one knob of the Megatron baseline.
+
+    ``ties[i]``: the earlier plan plan ``i``'s step time ties with (0-based), marked ``= #N``.
+    """
     table = Table(title=title)
     for column in PLAN_COLUMNS:
         table.add_column(column, justify="left" if column in ("schedule", "layers per stage", "dp mode") else "right")
     for index, plan in enumerate(result.plans):
-        table.add_row(*plan_row(str(index + 1), plan, result.ratio_to_best_baseline(plan)))
-    baselines = [b for b in getattr(result, "baselines", ()) if b.plan is not None]
-    if baselines:
-        table.add_section()
-        for baseline in baselines:
-            table.add_row(*plan_row(_BASELINE_LABELS.get(baseline.name, baseline.name), baseline.plan,
-                                    result.ratio_to_best_baseline(baseline.plan) if baseline.fits else None))
-    if result.one_knob:
-        table.add_section()
-        for knob, plan in result.one_knob.items():
-            table.add_row(*plan_row(f"Megatron, only {knob.replace('_', ' ')}", plan,
-                                    result.ratio_to_best_baseline(plan)))
+        table.add_row(*plan_row(str(index + 1), plan, result.ratio_to_best_baseline(plan),
+                                tie=None if ties is None else ties[index]))
+    rows = _rows(result)
+    baselines = len([b for b in getattr(result, "baselines", ()) if b.plan is not None])
+    for position, (label, plan, fits) in enumerate(rows):
+        if position in (0, baselines):
+            table.add_section()
+        table.add_row(*plan_row(label, plan, result.ratio_to_best_baseline(plan) if fits else None))
     return table
+
+
+def _shown(result: Any) -> list[tuple[str, Any]]:
+    """Every plan the table shows, with its row's label."""
+    return [(f"#{index + 1}", plan) for index, plan in enumerate(result.plans)] + [
+        (label, plan) for label, plan, _fits in _rows(result)]
+
+
+def plan_legend(result: Any, *, capacity: str | None = None, ties: Sequence[int | None] | None = None) -> list[str]:
+    """What the table's notation means, one line each, for what ``result``'s table shows only.
+
+    ``capacity``: the GPU's memory as :func:`pipeplan.units.format_capacity` writes it.
+    """
+    plans = [plan for _label, plan in _shown(result)]
+    lines = ["tp×pp×dp: tensor × pipeline × data-parallel GPUs; b×m: micro-batch size × microbatches per step "
+             "(a pipeline's; global batch = b·m·dp)"]
+    chunked = sorted({plan.virtual_stages for plan in plans if plan.virtual_stages > 1})
+    partition = "layers per stage: the layers each rank holds, rank 0 first"
+    if chunked:
+        partition += ("; v=N: N chunks (virtual stages) per rank, and 3+1+4 is one rank's chunks of 3, 1 and 4 "
+                      "layers in model order")
+    if any(_layers_label(plan).endswith("…") for plan in plans):
+        partition += "; … cut here, in full below"
+    lines.append(partition)
+    recompute = recompute_legend(result.plans[0]) if result.plans else ""
+    if recompute:
+        lines.append(recompute)
+    elif any(not plan.recompute_by_module and plan.uniform_recompute is None for plan in plans):
+        lines.append("recompute per stage: - none, s selective, f full")
+    if ties is not None and any(tie is not None for tie in ties):
+        lines.append("= #N: the step time ties with plan N at the cost model's resolution (3 significant figures)")
+    worst = "worst GPU: the fullest GPU's peak, weights + gradients + optimizer state + activations"
+    if capacity:
+        worst += f"; each GPU {capacity}"
+    if any(not plan.fits for plan in plans):
+        worst += "; (over): does not fit"
+    lines.append(worst)
+    return lines
+
+
+def full_partitions(result: Any, *, width: int = 120) -> list[str]:
+    """The partitions the table cut, in full: one entry per plan, wrapped between ranks, never inside one."""
+    lines: list[str] = []
+    for label, plan in _shown(result):
+        if not _layers_label(plan).endswith("…"):
+            continue
+        head = f"{label} ({plan.pp} ranks): "
+        lines += textwrap.wrap(", ".join(_rank_layers(plan)), width=max(width, len(head) + 20),
+                               initial_indent=head, subsequent_indent=" " * 4, break_long_words=False,
+                               break_on_hyphens=False)
+    return lines
