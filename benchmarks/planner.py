@@ -114,11 +114,20 @@ def walkthrough() -> str:
     """The ranked table of ``pipeplan plan --preset pi0 --gpus 8 --gpu h100-80g --global-batch 256``."""
     from rich.console import Console
 
+    from pipeplan.planner.resolution import tie_leaders
     from pipeplan.viz import plan_table
+    from pipeplan.viz.plans import plan_legend
 
     result, _, _ = run("pi0", 8)
     console = Console(record=True, width=240, file=open(os.devnull, "w"))
-    console.print(plan_table(result))  # type: ignore[arg-type]
+    ties = tie_leaders([plan.step_time for plan in result.plans])
+    console.print(plan_table(result, ties=ties))  # type: ignore[arg-type]
+    from pipeplan.planner import DEFAULT_HEADROOM
+    from pipeplan.units import format_capacity
+
+    capacity = format_capacity(Cluster.of(GPU, 8).memory_bytes, headroom=DEFAULT_HEADROOM)
+    for line in plan_legend(result, capacity=capacity, ties=ties):
+        console.print(line, markup=False, highlight=False)
     return "```text\n" + console.export_text().rstrip() + "\n```"
 
 

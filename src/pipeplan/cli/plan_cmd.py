@@ -331,7 +331,7 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
         f"search {status}: {stats.candidates} candidates, {stats.partitions} exact partitions, "
         f"{stats.simulated} simulated, {stats.pruned} pruned by bounds, {stats.rejected} over memory, "
         f"{stats.seconds:.2f} s; lower bound {three_figures(result.lower_bound)} ms "
-        f"(best is {(best.step_time or 0.0) / result.lower_bound:.3g}× it)"
+        f"(best is {(best.step_time or 0.0) / result.lower_bound:.2f}× it)"
     )
     if best.timeline is not None:
         console.print(f"[bold]best plan's step[/bold] (one pipeline of {best.pp} rank(s); ms)")

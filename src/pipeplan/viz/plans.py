@@ -180,7 +180,8 @@ def plan_legend(result: Any, *, capacity: str | None = None, ties: Sequence[int 
     elif any(not plan.recompute_by_module and plan.uniform_recompute is None for plan in plans):
         lines.append("recompute per stage: - none, s selective, f full")
     if ties is not None and any(tie is not None for tie in ties):
-        lines.append("= #N: the step time ties with plan N at the cost model's resolution (3 significant figures)")
+        lines.append("= #N: ties with plan N at the cost model's resolution (3 significant figures: less than one "
+                     "unit of the last figure apart)")
     worst = "worst GPU: the fullest GPU's peak, weights + gradients + optimizer state + activations"
     if capacity:
         worst += f"; each GPU {capacity}"
