@@ -138,7 +138,7 @@ def no_plan_fits(rejected: Sequence[Rejection], capacity: str, workload: Workloa
                 hint=f"the model's weights and optimizer state ({gib(state)}) need at least {gpus} GPUs of "
                      "this memory, fully sharded (fsdp), or fewer trained modules (--freeze)",
             )
-        return NoPlanFitsError(f"no plan fits: {rejected[0].reason}")
+        return NoPlanFitsError(f"no plan fits a GPU of {capacity}: {rejected[0].reason}")
     closest = min(known, key=lambda r: r.needed_bytes or math.inf)
     c = closest.config
     return NoPlanFitsError(
