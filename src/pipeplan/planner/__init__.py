@@ -11,7 +11,9 @@ Modules: :mod:`pipeplan.plan` (the Plan type, re-exported here), :mod:`~pipeplan
 (partitions and chunk layouts of a configuration), :mod:`~pipeplan.planner.links` (message and
 all-reduce times), :mod:`~pipeplan.planner.bounds` and :mod:`~pipeplan.planner.pruning` (lower
 bounds), :mod:`~pipeplan.planner.evaluate` (simulate a layout into a Plan),
-:mod:`~pipeplan.planner.search` (the search loop, ranking, baselines).
+:mod:`~pipeplan.planner.search` (the search loop, ranking, baselines), :mod:`~pipeplan.planner.advice`
+(when no plan fits: the remedies that would, each searched), :mod:`~pipeplan.planner.resolution`
+(step times to three significant figures, and which plans tie there).
 """
 
 from __future__ import annotations
