@@ -18,7 +18,7 @@ from pipeplan.planner.space import Config
 def test_plan_json_says_what_its_numbers_assume(run_cli):
     code, out, _ = run_cli("plan", "--preset", "gpt-1.5b", "--gpus", "8", "--gpu", "a100-80g", "--global-batch", "16",
                            "--pp", "8", "--schedules", "1f1b", "--top", "1", "--send", "serialized",
-                           "--optimizer", "distributed", "--json")
+                           "--dp-modes", "zero1", "--json")
     assert code == 0
     payload = json.loads(out)
     assumptions = payload["assumptions"]

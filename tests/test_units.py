@@ -77,7 +77,13 @@ def test_bandwidth_prints_per_second_and_says_when_unbounded() -> None:
     assert units.format_bandwidth(float("inf")) == "unbounded"
 
 
-@given(st.floats(min_value=1e-3, max_value=1e6))
+@given(st.floats(min_value=0.01, max_value=1e6))
 def test_gib_round_trip(gib: float) -> None:
     parsed = units.parse_bytes(f"{gib!r}GiB", flag="--memory", require_unit=True)
     assert float(units.format_gib(parsed, digits=3).split()[0].replace(",", "")) == pytest.approx(gib, rel=6e-3)
+
+
+def test_tiny_memory_falls_back_to_the_unit_that_suits_it() -> None:
+    # a hand-written toy profile of a few KiB would otherwise read "0 GiB"
+    assert units.format_gib(1300) == "1.27 KiB"
+    assert units.format_gib(0) == "0 GiB"

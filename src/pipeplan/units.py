@@ -146,7 +146,13 @@ def _trim(value: float, digits: int) -> str:
 
 
 def format_gib(num_bytes: float, *, digits: int = 3) -> str:
-    """Memory in GiB with ``digits`` significant digits: ``85899345920`` → ``"80 GiB"``, ``1.5e9`` → ``"1.4 GiB"``."""
+    """Memory in GiB with ``digits`` significant digits: ``85899345920`` → ``"80 GiB"``, ``1.5e9`` → ``"1.4 GiB"``.
+
+    Below 0.01 GiB, where GiB would read ``0`` (a hand-written toy profile), the binary
+    unit that suits it: ``1300`` → ``"1.27 KiB"``.
+    """
+    if num_bytes != 0 and abs(num_bytes) < 0.01 * GIB:
+        return format_bytes(num_bytes)
     return f"{_trim(num_bytes / GIB, digits)} GiB"
 
 

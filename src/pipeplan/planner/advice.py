@@ -26,7 +26,8 @@ from typing import Any
 from ..errors import InfeasiblePlanError
 from ..plan import Plan
 from ..units import format_capacity
-from ..viz.plans import gib, three_figures
+from ..units import format_gib
+from ..viz.plans import three_figures
 from .cluster import Cluster
 from .records import Rejection
 from .workload import Workload
@@ -66,7 +67,7 @@ class Remedy:
         plan = self.plan
         mode = f" {plan.dp_mode}" if plan.dp > 1 else ""
         step = "" if plan.step_time is None else f", {three_figures(plan.step_time)} ms a step"
-        return (f"{self.flags}: {gib(self.worst_bytes)} per GPU, fits {gib(self.capacity)} "
+        return (f"{self.flags}: {format_gib(self.worst_bytes)} per GPU, fits {format_gib(self.capacity)} "
                 f"({plan.tp}×{plan.pp}×{plan.dp}{mode}, {plan.schedule_label}, b×m "
                 f"{plan.micro_batch_size}×{plan.num_microbatches}{step})")
 
@@ -109,7 +110,7 @@ class NoPlanFitsError(InfeasiblePlanError):
 def capacity_text(capacity: float, device_bytes: float, headroom: float, given: bool) -> str:
     """The capacity once, in one form: ``79.6 GiB (71.7 GiB usable, 10% headroom)``, or a given ``--memory``."""
     if given:
-        return f"{gib(capacity)} (--memory)"
+        return f"{format_gib(capacity)} (--memory)"
     return format_capacity(device_bytes, headroom=headroom)
 
 
@@ -134,8 +135,8 @@ def no_plan_fits(rejected: Sequence[Rejection], capacity: str, workload: Workloa
             state, gpus = gpus_for_state(workload, capacity_bytes)
             return NoPlanFitsError(
                 f"no plan fits a GPU of {capacity}: weights and optimizer state alone need at least "
-                f"{gib(closest.at_least_bytes or 0)} per GPU even at pp={closest.config.pp}",
-                hint=f"the model's weights and optimizer state ({gib(state)}) need at least {gpus} GPUs of "
+                f"{format_gib(closest.at_least_bytes or 0)} per GPU even at pp={closest.config.pp}",
+                hint=f"the model's weights and optimizer state ({format_gib(state)}) need at least {gpus} GPUs of "
                      "this memory, fully sharded (fsdp), or fewer trained modules (--freeze)",
             )
         return NoPlanFitsError(f"no plan fits a GPU of {capacity}: {rejected[0].reason}")
@@ -143,7 +144,7 @@ def no_plan_fits(rejected: Sequence[Rejection], capacity: str, workload: Workloa
     c = closest.config
     return NoPlanFitsError(
         f"no plan fits a GPU of {capacity}; the smallest memory "
-        f"{'that fits' if closest.needed_proven else 'found to fit'} is {gib(closest.needed_bytes or 0)} "
+        f"{'that fits' if closest.needed_proven else 'found to fit'} is {format_gib(closest.needed_bytes or 0)} "
         f"(pp={c.pp}, dp={c.dp}, {c.schedule_label}, micro-batch size {c.micro_batch_size}, "
         f"recompute {c.recompute}): {closest.reason}",
         needed_bytes=closest.needed_bytes, proven=closest.needed_proven,

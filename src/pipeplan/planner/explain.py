@@ -13,7 +13,7 @@ step, or memory that allows a larger micro-batch.
 from __future__ import annotations
 
 from ..plan import Plan
-from ..viz.plans import gib
+from ..units import format_gib
 
 __all__ = ["explain"]
 
@@ -50,5 +50,5 @@ def explain(plan: Plan, baseline: Plan, name: str) -> str:
     if changes:
         line += ": " + ", ".join(changes)
     if plan.memory and baseline.memory:
-        line += (f"; worst GPU {gib(max(baseline.peak_memory))} → {gib(max(plan.peak_memory))}")
+        line += (f"; worst GPU {format_gib(max(baseline.peak_memory))} → {format_gib(max(plan.peak_memory))}")
     return line

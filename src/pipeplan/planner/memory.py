@@ -80,7 +80,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..plan import RECOMPUTE_MODES, DataParallelMode, RankMemory, Recompute
-from ..viz.plans import gib
+from ..units import format_gib
 from .space import Config, hsdp_shards
 from .workload import Workload
 
@@ -164,7 +164,7 @@ class OptimizerBytes:
 
 def gb(num_bytes: float) -> str:
     """Bytes as the planner prints them: ``71.7 GiB`` (:func:`pipeplan.viz.plans.gib`, 3 significant digits)."""
-    return gib(num_bytes)
+    return format_gib(num_bytes)
 
 
 class MemoryModel:

@@ -20,10 +20,10 @@ from typing import Any
 
 from rich.table import Table
 
-from ..units import GIB, format_bytes, format_gib
+from ..units import format_gib
 
 __all__ = ["plan_table", "plan_row", "plan_legend", "full_partitions", "recompute_legend", "three_figures",
-           "gib", "PLAN_COLUMNS", "PARTITION_CELL"]
+           "PLAN_COLUMNS", "PARTITION_CELL"]
 
 PLAN_COLUMNS = ("#", "tp×pp×dp", "dp mode", "schedule", "b×m", "layers per stage", "recompute", "step ms",
                 "samples/s", "MFU", "bubble", "worst GPU", "× best baseline")
@@ -59,12 +59,6 @@ def _recompute_label(plan: Any) -> str:
     return "".join(_SHORT[mode] for mode in modes)
 
 
-def gib(num_bytes: float) -> str:
-    """Memory as the planner prints it: GiB (:func:`pipeplan.units.format_gib`, ``71.7 GiB``); below 0.01 GiB,
-    where GiB would read ``0``, the binary unit that suits it (``1.27 KiB``: a hand-written toy profile)."""
-    return format_gib(num_bytes) if num_bytes == 0 or abs(num_bytes) >= 0.01 * GIB else format_bytes(num_bytes)
-
-
 def _rank_layers(plan: Any) -> list[str]:
     """Per rank, its layers: ``"8"``, or its chunks' layers joined by ``+`` (``"3+2"``: chunks of 3 and 2)."""
     sizes = plan.layers_per_stage
@@ -98,7 +92,7 @@ def plan_row(label: str, plan: Any, ratio: float | None, *, tie: int | None = No
     worst = plan.worst_rank
     memory = "—"
     if worst is not None:
-        memory = gib(plan.peak_memory[worst])
+        memory = format_gib(plan.peak_memory[worst])
         if not plan.fits:
             memory += " (over)"
     step = "—" if plan.step_time is None else three_figures(plan.step_time)

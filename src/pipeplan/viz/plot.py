@@ -41,8 +41,8 @@ from ..errors import InvalidInputError, PipeplanError
 from ..timeline import expect_timeline
 from ..schedule import Kind
 from ..timeline import IdleCause, Timeline
-from ..units import GIB
-from .plans import gib, three_figures
+from ..units import GIB, format_gib
+from .plans import three_figures
 from .tables import format_time
 
 __all__ = ["plot_timeline", "plot_plan", "gantt_windows", "KIND_COLORS", "IDLE_COLORS"]
@@ -364,7 +364,7 @@ def _draw_memory(axes: Any, timeline: Timeline, makespan: float, MaxNLocator: An
                   linewidth=1.2, color=colors[rank])
     if capacity:
         axes.axhline(capacity / divisor, color="#c62828", linestyle="--", linewidth=1.0,
-                     label=f"capacity {gib(capacity)}")
+                     label=f"capacity {format_gib(capacity)}")
     if counts:
         axes.set_ylabel("in-flight\nmicrobatches")
         axes.yaxis.set_major_locator(MaxNLocator(integer=True))
