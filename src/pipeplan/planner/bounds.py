@@ -176,7 +176,8 @@ def step_time_lower_bound(
     With a full backward, every action of ``r`` precedes the backward of ``s_r``
     for the last microbatch, after which the gradient still travels down to
     stage 0 (``tail_r = Σ_{s < s_r} B_s`` plus messages). With a split backward
-    only the input-gradient parts (``B − W``) are chained that way, and stage 0's
+    only the input-gradient parts (``B − W``, or a measured ``I``, whose work is
+    then ``F + I + W``) are chained that way, and stage 0's
     ``W`` follows. The bound is ``max_r`` of those; for uniform 1F1B it equals
     the makespan ``(m + P − 1)(F + B)``.
     """
@@ -184,6 +185,9 @@ def step_time_lower_bound(
     backward = np.asarray(costs.backward)
     weight = np.asarray(costs.weight)
     chained = backward - weight if split else backward
+    if split and costs.backward_input is not None:  # a measured split: I and W are times of their own
+        chained = np.asarray(costs.backward_input)
+        backward = chained + weight
     num_stages = len(forward)
     crossing = np.array(
         [boundary[s] if placement[s] != placement[s + 1] else 0.0 for s in range(num_stages - 1)]
