@@ -19,7 +19,7 @@ import pytest
 from pipeplan.calibration import Calibration
 from pipeplan.cli import main
 from pipeplan.layers import LayerProfile
-from pipeplan.schedules import build_schedule
+from pipeplan.schedules import build_schedule, schedule_info
 from pipeplan.simulate import simulate
 
 #: a measured split whose halves each cost more than the fused backward (W > B, I + W > B)
@@ -200,3 +200,16 @@ def test_run_refuses_with_one_line(capfd: pytest.CaptureFixture[str], monkeypatc
     assert stop.value.code == 2
     err = capfd.readouterr().err
     assert expected in err and err.count("\n") == 1
+
+
+def test_the_planner_bounds_hold_when_a_measured_split_is_cheaper_than_b(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # I + W below B (a hand-written or noisy file): a split schedule then beats the fused bound F + B
+    path = tmp_path / "cheap_split.json"
+    LayerProfile(**{**SPLIT, "weight": [200.0, 40.0, 40.0, 40.0],  # type: ignore[arg-type]
+                    "backward_input": [0.0, 40.0, 40.0, 40.0]}).to_file(path)
+    assert main(["plan", "--profile", str(path), "--gpus", "2", "--pp", "2", "--global-batch", "8",
+                 "--memory", "40GB", "--dp-modes", "ddp", "--json"]) == 0
+    result = _out(capsys)
+    best = result["plans"][0]
+    assert schedule_info(best["schedule"]).split_backward and result["lower_bound"] <= best["step_time"]

@@ -76,10 +76,10 @@ class LayerTimes:
     Attributes:
         forward: ``F_ℓ``.
         total: ``F_ℓ + B_ℓ`` (the full backward includes the weight gradient).
-        backward: ``B_ℓ``.
+        backward: ``B_ℓ`` (with a measured split, the least of ``B_ℓ`` and ``I_ℓ + W_ℓ``).
         input_gradient: ``B_ℓ − W_ℓ``, the part a split backward chains from
-            stage to stage (0 for a measured split, whose input-gradient time the
-            planner's stage costs do not keep per layer).
+            stage to stage (0 for a measured split: a stage 0 runs its layers'
+            whole backward as ``W``, so no layer's measured ``I`` is sure to be charged).
         first_extra, last_extra: the fixed time of the first and last stage
             (a third forward, two thirds backward, half of which weight gradient).
     """
@@ -96,7 +96,9 @@ class LayerTimes:
         """The elementwise least times of ``profiles`` (one per recompute mode, same layers)."""
         listed = list(profiles)
         forward = np.min([np.asarray(p.forward, dtype=float) for p in listed], axis=0)
-        backward = np.min([np.asarray(p.backward, dtype=float) for p in listed], axis=0)
+        # a measured split's halves are times of their own: a split schedule's work is F + I + W
+        backward = np.min([np.asarray(p.backward, dtype=float) if p.backward_input is None
+                           else np.minimum(p.backward, np.add(p.backward_input, p.weight)) for p in listed], axis=0)
         chained = np.min([
             np.zeros(p.num_layers) if p.backward_input is not None
             else np.maximum(np.subtract(p.backward, p.weight), 0.0) for p in listed], axis=0)
