@@ -15,9 +15,9 @@ records back; :func:`in_file_terms` restates a per-layer validation message
     >>> profile_origin({"source": "shapes", "model": "pi0", "device": "h100-80g"}, measured_split=False)
     ('shapes', 'computed from shapes by pipeplan model (pi0 on h100-80g)')
 
-What the
-fields mean, and which versions exist, is :class:`pipeplan.layers.LayerProfile`'s
-(its module doc); this module knows only the two file formats.
+What the fields mean, and which versions exist, is
+:class:`pipeplan.layers.LayerProfile`'s (its module doc); this module knows only
+the two file formats and the notes that say where a file came from.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     options = {"recompute": recompute_of(args, spec), "tensor_parallel": args.tp,
                "sequence_parallel": args.sequence_parallel}
     profile = spec.to_layer_profile(device, args.micro_batch_size, **options)
-    notes = {"source": "shapes", "model": spec.name, "device": device.name, "micro_batch_size": args.micro_batch_size,
+    notes = {"source": "shapes", "model": spec.name, "device": device.name, "microbatch_size": args.micro_batch_size,
              **options, **({"spec": args.spec} if args.spec else {"preset": args.preset})}
     costs = spec.layer_costs(args.micro_batch_size, **options)
     records = profile.to_records()
@@ -75,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = _by_module(records, costs) if args.by_module else records
     title = (f"{spec.name} on {device.name}, microbatch {args.micro_batch_size}, recompute {args.recompute}: "
-             "ms and bytes per microbatch")
+             "ms and bytes per microbatch (I + W = B, the full backward)")
     table = Table(title=title)
-    for column in ("layer", "F ms", "B ms", "W ms", "F FLOPs", "params", "activations", "W stash", "send"):
+    for column in ("layer", "F ms", "I ms", "W ms", "F FLOPs", "params", "activations", "W stash", "send"):
         table.add_column(column, justify="left" if column == "layer" else "right")
     for row in rows:
         held = human_count(row["params"]) + (" (tied)" if row.get("tied_to", -1) >= 0 else "")

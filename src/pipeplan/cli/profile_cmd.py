@@ -20,11 +20,10 @@ not replace a profile computed from shapes (``pipeplan model``) unless ``--force
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
-
-from pathlib import Path
 
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
