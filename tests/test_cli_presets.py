@@ -27,8 +27,8 @@ def test_presets_table_and_json(capsys):
 def test_model_writes_a_profile_partition_reads(tmp_path, capsys):
     out = tmp_path / "prof.json"
     assert main(["model", "--preset", "pi0", "--gpu", "h100-80g", "--micro-batch-size", "4", "--out", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "llm+action_expert.0" in text and "profile written" in text
+    captured = capsys.readouterr()
+    assert "llm+action_expert.0" in captured.out and captured.err == f"wrote {out}\n"
     profile = LayerProfile.from_file(out)
     assert profile.num_layers == 1 + 27 + 1 + 1 + 1 + 18 + 1
     assert main(["partition", str(out), "--stages", "4", "--json"]) == 0

@@ -88,7 +88,23 @@ def test_a_spread_too_large_is_refused_with_one_line(tmp_path: Path, capsys: pyt
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "too noisy to trust" in err and err.count("\n") == 1
+    # the refusal names the ways out (issue 24, item 6)
+    assert "--statistic min" in err and "raise --max-spread (now 1e-12; this layer needs" in err
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_min_is_not_judged_by_the_spread_and_the_header_says_what_was_kept(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 24, item 6: --statistic min, pitched for shared machines, no longer hits the spread refusal
+    path = tmp_path / "p.json"
+    argv = ["profile", *TINY[:-2], "--max-spread", "1e-12", "--nproc", "1", "--out", str(path)]
+    assert main([*argv, "--statistic", "min"]) == 0
+    captured = capsys.readouterr()
+    assert "min of 3 runs" in captured.out and "median" not in captured.out
+    assert captured.err == f"wrote {path}\n"
+    assert LayerProfile.from_file(path).measurement["statistic"] == "min"
+    assert main(["profile", *TINY, "--nproc", "1", "--out", str(path)]) == 0
+    assert "median of 3 runs ± IQR" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -96,8 +112,10 @@ def test_a_spread_too_large_is_refused_with_one_line(tmp_path: Path, capsys: pyt
 def test_profile_calibrates_the_processes_it_is_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "prof.csv"
     assert main(["profile", *TINY, "--nproc", "2", "--out", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert "calibration (gloo, 2 processes" in out and "wrote" in out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "calibration (gloo, 2 processes" in out and captured.err == f"wrote {path}\n"
+    assert "inf" not in out and "bandwidth " in out  # units.format_bandwidth, reason given when unbounded
     profile = LayerProfile.from_file(path)
     calibration = profile.calibration
     assert calibration is not None and calibration.backend == "gloo"

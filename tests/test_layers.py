@@ -106,14 +106,16 @@ def test_json_object_with_extras(tmp_path):
 @pytest.mark.parametrize(
     "name,text,match",
     [
-        ("p.csv", "forward\n1\nx\n", r"forward\[1\] must be a number"),
-        ("p.csv", "forward,backward\n1,2\n1,\n", r"layers\[1\] lacks 'backward'"),
+        ("p.csv", "forward\n1\nx\n", r"p.csv', layer 1 \(layers.1\): forward must be a number"),
+        ("p.csv", "forward,backward\n1,2\n1,\n", r"layer 1 \(layers.1\) lacks 'backward'"),
         ("p.json", "[{\"forward\": 1, \"speed\": 3}]", "unknown keys"),
-        ("p.json", "[{\"backward\": 1}]", "needs a 'forward'"),
+        ("p.json", "[{\"name\": \"embed\", \"backward\": 1}]", r"layer 0 \(embed\) needs a 'forward'"),
         ("p.json", "{\"layer\": []}", "needs 'layers'"),
         ("p.json", "{not json", "not valid JSON"),
         ("p.txt", "forward\n1\n", "must end in .csv or .json"),
-        ("p.csv", "forward,backward,weight\n1,2,3\n", r"weight\[0\] = 3.0 must be <= backward"),
+        # the file, the layer by index and name, the field; never a stage's sum (issue 24, item 1)
+        ("p.csv", "name,forward,backward,weight\nvit,1,2,3\n",
+         r"^profile file '.*p.csv', layer 0 \(vit\): weight = 3.0 must be <= backward = 2.0 .*backward_input"),
     ],
 )
 def test_bad_files_name_the_problem(tmp_path, name, text, match):
@@ -217,8 +219,8 @@ def test_version_2_json_says_what_it_is(tmp_path):
         ('{"version": 2, "format": "other", "layers": [{"forward": 1}]}', "'format' must be"),
         ('{"version": 2, "layers": [{"forward": 1}], "calibration": {"latency": 1}}', "calibration lacks"),
         ('{"version": 2, "layers": [{"forward": 1}, {"forward": 2, "backward_input": 1}]}',
-         r"layers\[0\] lacks 'backward_input'"),
-        ('{"version": 2, "layers": [{"forward": 1, "backward_input": -1}]}', r"backward_input\[0\] must be >= 0"),
+         r"layer 0 \(layers.0\) lacks 'backward_input'"),
+        ('{"version": 2, "layers": [{"forward": 1, "backward_input": -1}]}', r"layer 0 \(layers.0\): backward_input must be >= 0"),
     ],
 )
 def test_bad_version_2_files_name_the_problem(tmp_path, text, match):

@@ -59,8 +59,8 @@ def test_run_json_reports_gradient_check_and_prediction(capsys: pytest.CaptureFi
 
 
 @pytest.mark.timeout(180)
-def test_run_user_model_with_dp_and_checkpointing(capsys: pytest.CaptureFixture[str]) -> None:
-    report = _json_run(capsys, "--nproc", "4", "--dp", "2", "--schedule", "1f1b", "--checkpoint",
+def test_run_user_model_with_dp_and_recompute_full(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _json_run(capsys, "--nproc", "4", "--dp", "2", "--schedule", "1f1b", "--recompute", "full",
                        "--model", "test_runtime_cli:tiny_model", "--partition", "3,2",
                        "--batch-size", "8", "-m", "4", "--steps", "1", "--warmup", "0")
     assert report["gradient_check"]["ok"], report["gradient_check"]
@@ -332,9 +332,10 @@ def test_run_with_a_profile_draws_predicted_over_measured(tmp_path: Path, capsys
     plot, trace = tmp_path / "cmp.png", tmp_path / "cmp.json"
     assert main(["run", "--nproc", "2", "--schedule", "1f1b", *SMALL, "--profile", str(profile),
                  "--plot", str(plot), "--trace", str(trace)]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert f"prediction (profile {profile}: as-run costs, calibrated messages and core sharing)" in out
-    assert f"wrote {plot} (predicted above measured)" in out
+    assert f"wrote {plot}\nwrote {trace}\n" in captured.err
     assert plot.read_bytes().startswith(b"\x89PNG")
     groups = {e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["name"] == "process_name"}
     assert groups == {"predicted", "measured"}
@@ -359,4 +360,6 @@ def test_run_refuses_a_profile_of_another_model(tmp_path: Path, no_spawn: None,
     LayerProfile([1.0, 1.0, 1.0]).to_file(path)
     assert main(["run", "--profile", str(path), "--layers", "2"]) == 2
     err = capfd.readouterr().err
-    assert "the profile has 3 layers but the model has 4" in err and err.count("\n") == 1
+    assert f"--profile {str(path)!r} has 3 layers, of unknown origin" in err and err.count("\n") == 1
+    assert "the model this run builds (--model vla --layers 2) has 4: measure this model " \
+           "(pipeplan profile --model vla --layers 2 --out PROFILE)" in err

@@ -42,5 +42,7 @@ def test_a_run_with_a_profile_measures_nothing_and_predicts_from_it(profile: Lay
 
 
 def test_a_profile_of_another_model_is_refused_before_any_rank_starts(profile: LayerProfile) -> None:
-    with pytest.raises(InvalidInputError, match="the profile has 4 layers but the model has 5"):
+    with pytest.raises(InvalidInputError, match=r"the profile has 4 layers, measured by pipeplan profile \(--model vla "
+                                                r"--layers 2.*; the model this run builds \(--model vla --layers 3\) "
+                                                r"has 5: .*or run the model it was measured on \(--model vla --layers 2\)"):
         run_pipeline(RunConfig(schedule="1f1b", pp=2, profile=profile, layers=3, batch_size=8, microbatches=4))

@@ -171,7 +171,9 @@ def test_bad_tied_to_in_a_file_is_one_line_exit_2(run_cli, tmp_path):
     path.write_text("forward,params,tied_to\n1,10,-1\n1,10,-1\n1,20,0\n")
     status, out, err = run_cli("partition", str(path), "--stages", "2")
     assert status == 2 and out == ""
-    assert err.count("\n") == 1 and "tied_to[2] = 0 must name an untied layer with at least its 20 params" in err
+    assert err.count("\n") == 1  # the file, the layer and the field (issue 24, item 1)
+    assert f"profile file {str(path)!r}, layer 2 (layers.2): tied_to = 0 must name an untied layer with at least " \
+           "its 20 params" in err
 
 
 def test_model_table_prints_the_spec_count(run_cli):

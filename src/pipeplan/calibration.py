@@ -24,6 +24,10 @@ Fields and units (times in ms, like every pipeplan cost):
   stays near 1. :func:`pipeplan.predict.contention.simulate_shared` charges it.
 * ``samples``: the ``(bytes, one-way ms)`` pairs the link was fitted to, kept so
   a reader can check the fit.
+
+:meth:`Calibration.describe_link` says the link in words, with units, and why a
+bandwidth came out unbounded (``latency 0.148 ms, bandwidth unbounded (latency-bound
+at these sizes: ...)``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import numpy as np
 
 from ._validation import finite_floats, non_negative_float, positive_float
 from .costs import CommModel, SendMode
+from .units import format_bandwidth, format_bytes
 from .errors import InvalidInputError
 
 __all__ = ["Calibration", "fit_link"]
@@ -112,6 +117,24 @@ class Calibration:
         """The :class:`~pipeplan.costs.CommModel` of this link for the given boundary sizes (bytes)."""
         return CommModel(latency=self.latency, bandwidth=self.bandwidth, boundary_bytes=boundary_bytes,
                          send_mode=send_mode)
+
+    def describe_link(self) -> str:
+        """The link in words: ``latency 0.148 ms, bandwidth 2.5 GB/s``, saying why when the bandwidth is unbounded.
+
+        An unbounded bandwidth is what :func:`fit_link` returns when message size
+        cost no measurable time: the link is latency-bound at the sizes measured
+        (the model's boundary sizes), or only one size was measured.
+        """
+        link = f"latency {self.latency:.3f} ms, bandwidth {format_bandwidth(self.bandwidth)}"
+        if math.isfinite(self.bandwidth):
+            return link
+        sizes = sorted({size for size, _ms in self.samples})
+        if len(sizes) > 1:
+            return (f"{link} (latency-bound at these sizes: messages of {format_bytes(sizes[0])} to "
+                    f"{format_bytes(sizes[-1])} took no measurably longer than the smallest)")
+        if sizes:
+            return f"{link} (one message size measured, {format_bytes(sizes[0])}: size costs nothing in the fit)"
+        return f"{link} (not measured: messages cost the latency alone)"
 
     def slowdown_for(self, processes: int) -> float:
         """The factor for ``processes`` computing at once (the last measured one beyond the table)."""

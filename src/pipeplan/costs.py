@@ -16,6 +16,16 @@ A split backward runs ``I`` = ``backward - weight`` (input gradient) and
 backward runs them (their sum is then more than the full backward: the split
 pays a second autograd traversal), pass ``backward_input``: ``I`` then costs
 ``backward_input`` and ``W`` ``weight``, independently of ``backward``.
+
+**What a profile may hold** (one rule, :func:`forward_backward_weight`; every
+reader of a profile, the simulator, the partitioner and the planner, applies
+it through :class:`StageCosts` and :class:`~pipeplan.layers.LayerProfile`):
+times are finite, ``F > 0``, ``B, W, I >= 0``; without a measured ``I``,
+``W <= B`` (``W`` is then a part of ``B``, and ``I = B - W``); with one, ``W`` and
+``I`` are measurements of their own and may add up to more than ``B`` (``W > B``
+included): split schedules run ``I`` and ``W`` as measured, fused ones ``B``.
+Costs rebuilt from other costs keep the measured split (:meth:`StageCosts.replaced`,
+:meth:`StageCosts.stagewise`).
 """
 
 from __future__ import annotations
@@ -37,6 +47,9 @@ if TYPE_CHECKING:
 __all__ = ["StageCosts", "CommModel", "SendMode", "forward_backward_weight"]
 
 SendMode = Literal["eager", "rendezvous"]
+#: the constructor arguments of :class:`StageCosts`, in order
+_FIELDS = ("forward", "backward", "weight", "activation_bytes", "weight_stash_bytes", "microbatch_scale", "update",
+           "backward_input")
 
 _UNIFORM_BYTES_PER_STAGE = 80
 """Peak bytes per stage of :meth:`StageCosts.uniform` (tracemalloc, 100,000 stages: 80.0)."""
@@ -49,12 +62,17 @@ def forward_backward_weight(
     *,
     split_measured: bool = False,
 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-    """Validate per-stage (or per-layer) times and fill in the defaults.
+    """Validate per-stage (or per-layer) times and fill in the defaults: the rule of what costs may hold.
 
     ``backward`` defaults to twice ``forward``; ``weight`` to half of ``backward``
     and must satisfy ``0 <= weight <= backward`` (see the module doc's convention),
     unless ``split_measured`` (the input-gradient half is given on its own, so
     ``weight`` is a measured time of its own and need only be >= 0).
+
+    Raises:
+        InvalidInputError: naming the field and index (``weight[3] = ...``);
+            :meth:`~pipeplan.layers.LayerProfile.from_file` restates it with the
+            file and the layer's name.
     """
     fwd = finite_floats("forward", forward)
     count = len(fwd)
@@ -73,7 +91,8 @@ def forward_backward_weight(
         if w > b:
             raise InvalidInputError(
                 f"weight[{index}] = {w} must be <= backward[{index}] = {b} "
-                "(weight is the weight-gradient part of the full backward)"
+                "(weight is the weight-gradient part of the full backward; only a profile that also "
+                "gives the split's input-gradient time, backward_input, may hold weight > backward)"
             )
     return fwd, bwd, wgt
 
@@ -172,6 +191,34 @@ class StageCosts:
             None if backward is None else [backward] * count,
             None if weight is None else [weight] * count,
         )
+
+    def replaced(self, **changes: Sequence[float] | None) -> StageCosts:
+        """A copy with some fields replaced (validated like new costs); the others, the measured split included, kept.
+
+        ``costs.replaced(activation_bytes=[2.0, 1.0])``.
+        """
+        unknown = set(changes) - set(_FIELDS)
+        if unknown:
+            raise InvalidInputError(f"unknown stage cost fields {sorted(unknown)}; allowed: {', '.join(_FIELDS)}")
+        return StageCosts(**{**{name: getattr(self, name) for name in _FIELDS}, **changes})
+
+    @classmethod
+    def stagewise(cls, sources: Sequence[StageCosts]) -> StageCosts:
+        """Costs whose stage ``s`` is stage ``s`` of ``sources[s]`` (e.g. each stage's recompute mode's costs).
+
+        Each stage keeps its source's input-gradient time (a measured
+        ``backward_input`` where its source has one, else ``backward - weight``);
+        every source must have the same ``microbatch_scale``.
+        """
+        if not sources or len({source.microbatch_scale for source in sources}) != 1:
+            raise InvalidInputError("stagewise needs one source per stage, all with the same microbatch_scale")
+        pick = lambda name: [getattr(source, name)[s] for s, source in enumerate(sources)]  # noqa: E731
+        measured = any(source.backward_input is not None for source in sources)
+        split_input = [source.backward[s] - source.weight[s] if source.backward_input is None
+                       else source.backward_input[s] for s, source in enumerate(sources)]
+        return cls(pick("forward"), pick("backward"), pick("weight"), pick("activation_bytes"),
+                   pick("weight_stash_bytes"), sources[0].microbatch_scale, pick("update"),
+                   split_input if measured else None)
 
     @property
     def num_stages(self) -> int:

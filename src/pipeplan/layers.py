@@ -43,7 +43,8 @@ Units and conventions, shared with :class:`~pipeplan.costs.StageCosts`:
 A *measured* profile (``pipeplan profile``, :func:`pipeplan.runtime.measure.measure_layers`)
 also carries, per layer, ``backward_input`` (the input-gradient half of a split
 backward as the runtime runs it; with it ``weight`` is the weight half as run, and
-the two add up to more than ``backward``), ``send_bytes`` measured as the
+the two may add up to more than ``backward``, W > B included: what a profile may
+hold is :mod:`pipeplan.costs`' one rule), ``send_bytes`` measured as the
 layer's output size, the interquartile range of each measured time
 (``spread``), and for the whole file a :class:`~pipeplan.calibration.Calibration`
 (message latency and bandwidth, processes sharing cores) and free-form
@@ -81,7 +82,7 @@ from .calibration import Calibration
 from .costs import StageCosts, forward_backward_weight
 from .errors import InvalidInputError
 from .limits import check_memory
-from .profile_format import PROFILE_FORMAT, PROFILE_VERSION, parse_profile, write_profile
+from .profile_format import PROFILE_FORMAT, PROFILE_VERSION, in_file_terms, parse_profile, write_profile
 
 __all__ = ["LayerProfile", "transformer_layer_flops", "PROFILE_VERSION"]
 
@@ -378,14 +379,17 @@ class LayerProfile:
         Raises:
             InvalidInputError: a file that is missing, a directory, not a regular
                 file, unreadable, empty or not UTF-8; an unknown suffix; a version
-                this pipeplan does not read; or bad values (naming the row and column).
+                this pipeplan does not read; or bad values (naming the file, the layer's
+                index and name, and the field).
         """
         file = Path(path)
         where = f"profile file {str(file)!r}"
         payload = parse_profile(read_text(file, "profile file"), file, where)
-        if isinstance(payload, Mapping):
-            return cls._from_payload(payload, where, options)
-        return cls.from_records(payload, **options)
+        try:
+            return (cls._from_payload(payload, where, options) if isinstance(payload, Mapping)
+                    else cls.from_records(payload, **options))
+        except InvalidInputError as error:
+            raise InvalidInputError(in_file_terms(str(error), payload, where)) from None
 
     @classmethod
     def _from_payload(cls, payload: Mapping[str, Any], where: str, options: Mapping[str, Any]) -> LayerProfile:
@@ -473,14 +477,9 @@ class LayerProfile:
 
         ``profile.replaced(calibration=None)``; ``names`` is the constructor's name for :attr:`names`.
         """
-        values: dict[str, Any] = {
-            "forward": self.forward, "backward": self.backward, "weight": self.weight,
-            "activation_bytes": self.activation_bytes, "params": self.params, "names": self.names,
-            "weight_stash_bytes": self.weight_stash_bytes, "send_bytes": self.send_bytes,
-            "trainable_params": self.trainable_params, "tied_to": self.tied_to, "backward_input": self.backward_input,
-            "spread": self.spread, "calibration": self.calibration, "measurement": self.measurement,
-            **{key: getattr(self, key) for key in _EXTRAS},
-        }
+        keys = ("forward", "backward", "weight", "activation_bytes", "params", "names", *_OPTIONAL_COLUMNS,
+                "spread", "calibration", "measurement", *_EXTRAS)  # the constructor's arguments, all attributes
+        values: dict[str, Any] = {key: getattr(self, key) for key in keys}
         unknown = set(changes) - set(values)
         if unknown:
             raise InvalidInputError(f"unknown profile fields {sorted(unknown)}; allowed: {', '.join(values)}")
@@ -503,8 +502,7 @@ class LayerProfile:
         bwd = _segment_sums(self.backward, bounds) + 2.0 * extra_time / 3.0
         wgt = _segment_sums(self.weight, bounds) + extra_time / 3.0
         if self.backward_input is None:
-            # a layer may have weight == backward; sums rounded apart must not make W > B
-            # (a measured split's W is a time of its own and may exceed B)
+            # a layer may have weight == backward; sums rounded apart must not make W > B (unmeasured split)
             wgt = np.minimum(wgt, bwd)
         act = _segment_sums(self.activation_bytes, bounds)
         stash = np.minimum(_segment_sums(self.weight_stash_bytes, bounds), act)

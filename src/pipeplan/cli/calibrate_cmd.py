@@ -22,7 +22,8 @@ from rich.table import Table
 from .._files import check_output_path
 from ..device_file import write_device
 from ..device_fit import Timings, device_from_timings, link_from_timings
-from ._common import make_console, require_torch
+from ..units import format_bandwidth, format_bytes
+from ._common import make_console, report_written, require_torch
 
 __all__ = ["register", "run"]
 
@@ -70,7 +71,7 @@ def _print(timings: Timings, device: Any, link: Any, notes: list[str], out: str)
     console = make_console()
     launch_s = device.launch_overhead_ms / 1e3
     table = Table(title=f"{timings.device_name} ({timings.dtype}): peak {device.peak_flops / 1e12:.4g} TFLOP/s, "
-                        f"memory {device.memory_bandwidth / 1e9:.4g} GB/s")
+                        f"memory {format_bandwidth(device.memory_bandwidth / 1e3)}")
     for column in ("kernel", "shape / bytes", "time ms", "achieved", "efficiency"):
         table.add_column(column, justify="left" if column in ("kernel", "shape / bytes") else "right")
     for gemm, point in zip(timings.gemms, device.gemm_table):
@@ -83,15 +84,15 @@ def _print(timings: Timings, device: Any, link: Any, notes: list[str], out: str)
                       f"{attention.seconds * 1e3:.4g}", f"{rate / 1e12:.4g} TFLOP/s", f"{rate / device.peak_flops:.1%}")
     for kernel in timings.memory:
         rate = kernel.bytes / kernel.seconds
-        table.add_row(kernel.kernel, f"{kernel.bytes / 1e6:.4g} MB", f"{kernel.seconds * 1e3:.4g}",
-                      f"{rate / 1e9:.4g} GB/s", f"{rate / device.memory_bandwidth:.1%}")
+        table.add_row(kernel.kernel, format_bytes(kernel.bytes), f"{kernel.seconds * 1e3:.4g}",
+                      format_bandwidth(rate / 1e3), f"{rate / device.memory_bandwidth:.1%}")
     console.print(table)
     console.print(f"GEMM efficiency {device.gemm_efficiency:.1%} (largest shapes), attention "
                   f"{device.attention_efficiency:.1%}, memory {device.memory_efficiency:.1%}, launch "
                   f"{launch_s * 1e6:.3g} µs per kernel")
     if link is not None:
-        console.print(f"p2p: {link.latency_ms * 1e3:.3g} µs + bytes / {link.bandwidth / 1e9:.4g} GB/s "
+        console.print(f"p2p: {link.latency_ms * 1e3:.3g} µs + bytes / {format_bandwidth(link.bandwidth / 1e3)} "
                       f"({len(timings.p2p)} sizes)")
     for note in notes:
         console.print(note)
-    console.print(f"wrote {out}")
+    report_written(out)

@@ -1,12 +1,14 @@
 """``pipeplan model``: the per-layer profile of a preset or a spec file on a device.
 
     $ pipeplan model --preset pi0 --gpu h100-80g --micro-batch-size 4
-    $ pipeplan model --spec examples/model_spec.json --out prof.json   # read by pipeplan partition
+    $ pipeplan model --spec examples/model_spec.json --out shapes.json  # read by pipeplan partition
     $ pipeplan model --preset gr00t-n1 --by-module --json
 
 Times are milliseconds per microbatch: each layer's kernels timed by the device
 model (docs/cost_model.md; ``--mfu`` switches to the flat model, every FLOP at
 that fraction of peak; ``--device FILE`` takes a ``pipeplan calibrate`` file).
+The file ``--out`` writes notes it was computed from shapes (which model, which
+device); it does not replace a measured profile (``pipeplan profile``) unless ``--force``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from rich.table import Table
 
 from ..device_file import device_fields
 from ..errors import InvalidInputError
-from ._common import make_console, print_json
-from ..viz.tables import format_decimal_bytes
+from ..profile_format import check_overwrite
+from ..units import format_bytes
+from ._common import make_console, print_json, report_written
 from ._spec_args import add_spec_arguments, device_from_args, human_count, recompute_of, spec_from_args
 
 __all__ = ["register", "run"]
@@ -34,7 +37,10 @@ def register(subparsers: Any) -> None:
     )
     add_spec_arguments(parser)
     parser.add_argument("--out", default=None, metavar="PATH",
-                        help="write the layer profile as .json or .csv (read by pipeplan partition)")
+                        help="write the layer profile as .json or .csv (read by pipeplan partition); refused over "
+                             "a measured profile unless --force")
+    parser.add_argument("--force", action="store_true",
+                        help="let --out replace a profile of another origin (one pipeplan profile measured)")
     parser.add_argument("--by-module", action="store_true", help="one row per module instead of per layer")
     parser.add_argument("--json", action="store_true", help="print the profile as JSON")
     parser.set_defaults(func=run)
@@ -42,19 +48,25 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan model``."""
+    if args.spec:
+        _check_spec_path(args.spec)
+    out = _out_path(args)
     spec = spec_from_args(args)
     device, _link = device_from_args(args)
     options = {"recompute": recompute_of(args, spec), "tensor_parallel": args.tp,
                "sequence_parallel": args.sequence_parallel}
     profile = spec.to_layer_profile(device, args.micro_batch_size, **options)
+    notes = {"source": "shapes", "model": spec.name, "device": device.name, "microbatch_size": args.micro_batch_size,
+             **options, **({"spec": args.spec} if args.spec else {"preset": args.preset})}
     costs = spec.layer_costs(args.micro_batch_size, **options)
     records = profile.to_records()
     for record, cost in zip(records, costs):
         record["forward_flops"] = cost.forward_flops
         record["input_grad_flops"] = cost.input_grad_flops
         record["weight_grad_flops"] = cost.weight_grad_flops
-    if args.out:
-        _write(Path(args.out), profile)
+    if out is not None:
+        profile.replaced(measurement=notes).to_file(out)
+        report_written(str(out))
     if args.json:
         kernels = [op for cost in costs for op in cost.ops]
         print_json({"model": spec.name, "device": device_fields(device), "cost_model": device.summary(),
@@ -63,16 +75,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = _by_module(records, costs) if args.by_module else records
     title = (f"{spec.name} on {device.name}, microbatch {args.micro_batch_size}, recompute {args.recompute}: "
-             "ms and bytes per microbatch")
+             "ms and bytes per microbatch (I + W = B, the full backward)")
     table = Table(title=title)
-    for column in ("layer", "F ms", "B ms", "W ms", "F FLOPs", "params", "activations", "W stash", "send"):
+    for column in ("layer", "F ms", "I ms", "W ms", "F FLOPs", "params", "activations", "W stash", "send"):
         table.add_column(column, justify="left" if column == "layer" else "right")
     for row in rows:
         held = human_count(row["params"]) + (" (tied)" if row.get("tied_to", -1) >= 0 else "")
         table.add_row(str(row["name"]), f"{row['forward']:.4g}", f"{row['backward'] - row['weight']:.4g}",
                       f"{row['weight']:.4g}", human_count(row["forward_flops"]), held,
-                      format_decimal_bytes(row["activation_bytes"]), format_decimal_bytes(row["weight_stash_bytes"]),
-                      format_decimal_bytes(row["send_bytes"]))
+                      format_bytes(row["activation_bytes"]), format_bytes(row["weight_stash_bytes"]),
+                      format_bytes(row["send_bytes"]))
     console = make_console()
     console.print(table)
     console.print(f"cost model: {device.summary()}", markup=False, highlight=False)
@@ -80,8 +92,7 @@ def run(args: argparse.Namespace) -> int:
     params, trained = profile.held_params()  # a tied table once
     console.print(f"{profile.num_layers} layers; F {total_f:.4g} ms + backward {total_b:.4g} ms per microbatch; "
                   f"{human_count(params)} parameters, {human_count(trained)} trained"
-                  + (" (a tied table counted once)" if profile.tied_groups else "")
-                  + (f"; profile written to {args.out}" if args.out else ""))
+                  + (" (a tied table counted once)" if profile.tied_groups else ""))
     return 0
 
 
@@ -98,8 +109,27 @@ def _by_module(records: list[dict[str, Any]], costs: list[Any]) -> list[dict[str
     return list(groups.values())
 
 
-def _write(path: Path, profile: Any) -> None:
-    """The profile file (version 2, :meth:`~pipeplan.layers.LayerProfile.to_file`) ``pipeplan partition`` reads."""
+def _out_path(args: argparse.Namespace) -> Path | None:
+    """``--out``, checked before any work: a profile suffix, and no measured profile replaced without ``--force``."""
+    if not args.out:
+        return None
+    path = Path(args.out)
     if path.suffix.lower() not in (".json", ".csv"):
         raise InvalidInputError(f"--out must end in .json or .csv, got {str(path)!r}")
-    profile.to_file(path)
+    if not args.force:
+        check_overwrite(path, "shapes")
+    return path
+
+
+def _check_spec_path(spec: str) -> None:
+    """A missing ``--spec`` file: say where it was looked for, where the example lives, and the presets."""
+    path = Path(spec)
+    if path.exists():
+        return
+    example = Path(__file__).resolve().parents[3] / "examples" / "model_spec.json"
+    here = f" (in this checkout: {example})" if example.is_file() else ""
+    raise InvalidInputError(
+        f"--spec {spec}: no file at {path.absolute()} (a relative path is read from the current directory, "
+        f"{Path.cwd()}); the example spec is examples/model_spec.json in the pipeplan repository{here}; "
+        "or name a preset with --preset (pipeplan presets lists them)"
+    )

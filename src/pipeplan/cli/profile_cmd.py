@@ -6,25 +6,30 @@
 
 Measures, per top-level layer, the forward, the full backward and the two halves
 of a split backward as the runtime runs them (ms, median of ``--repeats`` runs
-after ``--warmup``, with their interquartile range), activation and output bytes
-and parameters, on one microbatch (``--batch-size / -m`` samples) with the
+after ``--warmup``, with their interquartile range; ``--statistic min``: the
+fastest run), activation and output bytes and parameters, on one microbatch
+(``--batch-size / -m`` samples; ``-m`` defaults to 2 × ``--nproc``) with the
 threads each of ``--nproc`` ranks will have; then ``--nproc`` processes measure
-the link (ping-pong) and core sharing into the file's calibration. A spread
-larger than ``--max-spread`` (a loaded machine) is refused with exit 2. The
-file feeds ``pipeplan partition``, ``pipeplan simulate --profile`` and
-``pipeplan run --profile``.
+the link (ping-pong) and core sharing into the file's calibration. Under the
+median, a spread larger than ``--max-spread`` (a loaded machine) is refused with
+exit 2. The file feeds ``pipeplan plan --profile``, ``pipeplan partition``,
+``pipeplan simulate --profile`` and ``pipeplan run --profile``; ``--out`` does
+not replace a profile computed from shapes (``pipeplan model``) unless ``--force``.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
-from ._common import make_console, print_json, require_torch
+from ..profile_format import check_overwrite
+from ..units import format_bytes
+from ._common import make_console, print_json, report_written, require_torch
 
 __all__ = ["register", "run"]
 
@@ -40,24 +45,30 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--model", default=None,
                         help="package.module:factory, or a built-in model: vla (default), dumbbell")
     parser.add_argument("--layers", type=int, default=8, help="transformer blocks of a built-in model (default 8)")
-    parser.add_argument("--batch-size", type=int, default=16, help="samples per step (default 16)")
-    parser.add_argument("-m", "--microbatches", type=int, default=4,
-                        help="microbatches per step; one microbatch is measured (default 4)")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="samples per step, not per microbatch: the microbatch measured is --batch-size / -m "
+                             "(default 16)")
+    parser.add_argument("-m", "--microbatches", type=int, default=None,
+                        help="microbatches per step; one microbatch is measured (default 2 × --nproc, the "
+                             "pipeline ranks)")
     parser.add_argument("--nproc", type=int, default=2,
                         help="processes the run will use: sets threads per process and the calibration (default 2)")
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per measurement (default 7)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
     parser.add_argument("--statistic", choices=("median", "min"), default="median",
                         help="what each time is of its repeats: median (default) or min, the fastest run "
-                             "(on a shared machine: the run least slowed by others)")
+                             "(on a shared machine: the run least slowed by others; the spread check is skipped, "
+                             "since others' load is what min looks past)")
     parser.add_argument("--max-spread", type=float, default=0.5,
-                        help="refuse when a layer's interquartile range exceeds this fraction of its F + B "
-                             "(default 0.5)")
+                        help="under the median, refuse when a layer's interquartile range exceeds this fraction "
+                             "of its F + B (default 0.5)")
     parser.add_argument("--no-calibrate", action="store_true", help="skip the link and core-sharing calibration")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                         help="process-group backend of the calibration (default gloo)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds for the calibration ranks (default 120)")
     parser.add_argument("--out", required=True, help="the profile file to write, .json or .csv")
+    parser.add_argument("--force", action="store_true",
+                        help="let --out replace a profile of another origin (one pipeplan model computed from shapes)")
     parser.add_argument("--json", action="store_true", help="print the profile as JSON")
     parser.set_defaults(func=run)
 
@@ -69,13 +80,16 @@ def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan profile``."""
     if not str(args.out).lower().endswith((".json", ".csv")):
         raise InvalidInputError(f"--out must end in .json or .csv, got {args.out!r}")
+    if not args.force:
+        check_overwrite(Path(args.out), "measured")
     spread = positive_float("--max-spread", args.max_spread)
+    nproc = positive_int("--nproc", args.nproc)
     from ..limits import MAX_REPEATS, check_builtin_model_size
     from ..models import BUILTIN_MODELS
 
     layers = positive_int("--layers", args.layers)
     if args.model is None or args.model in BUILTIN_MODELS:
-        check_builtin_model_size(layers, positive_int("--nproc", args.nproc))
+        check_builtin_model_size(layers, nproc)
     require_torch("pipeplan profile")
     from ..runtime.loop import profile_model
 
@@ -84,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
             args.model,
             layers=layers,
             batch_size=positive_int("--batch-size", args.batch_size),
-            microbatches=positive_int("-m", args.microbatches),
-            nproc=positive_int("--nproc", args.nproc),
+            microbatches=positive_int("-m", 2 * nproc if args.microbatches is None else args.microbatches),
+            nproc=nproc,
             repeats=positive_int("--repeats", args.repeats, maximum=MAX_REPEATS, why=_REPEATS_WHY),
             warmup=positive_int("--warmup", args.warmup, minimum=0, maximum=MAX_REPEATS, why=_REPEATS_WHY),
             backend=args.backend,
@@ -106,10 +120,14 @@ def run(args: argparse.Namespace) -> int:
         print_json({"out": args.out, "layers": profile.to_records(),
                     "calibration": None if profile.calibration is None else profile.calibration.to_dict(),
                     "measurement": profile.measurement})
+        report_written(args.out)
         return 0
     console = make_console()
-    table = Table(title=f"profile of {profile.measurement.get('model')} "
-                        f"(ms per microbatch of {profile.measurement.get('microbatch_size')}, median ± IQR)")
+    notes = profile.measurement
+    kept = (f"min of {notes.get('repeats')} runs, ± their IQR" if notes.get("statistic") == "min"
+            else f"median of {notes.get('repeats')} runs ± IQR")
+    table = Table(title=f"profile of {notes.get('model')} (ms per microbatch of {notes.get('microbatch_size')}, "
+                        f"{kept})")
     for column in ("layer", "F", "B (full)", "I", "W", "activations", "send", "params"):
         table.add_column(column, justify="left" if column == "layer" else "right")
     assert profile.backward_input is not None
@@ -120,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(
             name, cell("forward", profile.forward[index]), cell("backward", profile.backward[index]),
             cell("backward_input", profile.backward_input[index]), cell("weight", profile.weight[index]),
-            f"{profile.activation_bytes[index] / 2**20:.2f} MiB", f"{profile.send_bytes[index] / 2**10:.1f} KiB",
+            format_bytes(profile.activation_bytes[index]), format_bytes(profile.send_bytes[index]),
             f"{profile.params[index]:,.0f}",
         )
     console.print(table)
@@ -128,12 +146,13 @@ def run(args: argparse.Namespace) -> int:
     if calibration is not None:
         console.print(
             f"calibration ({calibration.backend}, {profile.measurement.get('nproc')} processes x "
-            f"{profile.measurement.get('threads_per_process')} thread(s)): latency {calibration.latency:.3f} ms, "
-            f"bandwidth {calibration.bandwidth / 1e3:.1f} MB/s, core sharing slowdown "
+            f"{profile.measurement.get('threads_per_process')} thread(s)): {calibration.describe_link()}; "
+            "core sharing slowdown "
             + ", ".join(f"{k + 1} busy x{factor:.2f}" for k, factor in enumerate(calibration.slowdown)),
             markup=False, highlight=False,
         )
     load = profile.measurement.get("loadavg_before")
-    console.print(f"wrote {args.out} (load average {load[0]:.2f} before measuring)" if load else f"wrote {args.out}",
-                  markup=False, highlight=False)
+    if load:
+        console.print(f"load average {load[0]:.2f} before measuring", markup=False, highlight=False)
+    report_written(args.out)
     return 0

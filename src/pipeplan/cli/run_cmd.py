@@ -1,7 +1,7 @@
 """``pipeplan run``: one real pipeline-parallel training step on processes of this machine.
 
     $ pipeplan run --nproc 2 --schedule 1f1b -m 4
-    $ pipeplan run --nproc 4 --dp 2 --schedule zb-h1 --checkpoint --json
+    $ pipeplan run --nproc 4 --dp 2 --schedule zb-h1 --recompute full --json
     $ torchrun --nproc-per-node 2 -m pipeplan run --schedule gpipe
     $ pipeplan run --schedule dual-rate --rate-ratio 4 --damping 0.95   # see cli/dual_rate_cmd.py
 
@@ -33,8 +33,9 @@ from ..errors import InvalidInputError
 from ..limits import MAX_STEPS, check_gantt_size
 from ..partition.choice import parse_partition
 from ..schedules import SCHEDULES, schedule_info
+from ..units import format_bytes
 from . import dual_rate_cmd
-from ._common import make_console, print_json, require_torch, text_width
+from ._common import make_console, print_json, report_written, require_torch, text_width
 
 __all__ = ["register", "run", "execute_rank"]
 
@@ -52,11 +53,17 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--nproc", type=int, default=2, help="processes to start (default 2; ignored under torchrun)")
     parser.add_argument("--schedule", default="1f1b", help=f"one of {', '.join(SCHEDULES)} (default 1f1b)")
-    parser.add_argument("-m", "--microbatches", type=int, default=4, help="microbatches per step (default 4)")
-    parser.add_argument("--batch-size", type=int, default=16, help="samples per replica per step (default 16)")
-    parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas (default 1); pp = nproc / dp")
+    parser.add_argument("-m", "--microbatches", type=int, default=None,
+                        help="microbatches per step (default 2 × the pipeline ranks, nproc / dp)")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="samples per replica per step, not per microbatch: a microbatch is --batch-size / -m "
+                             "(default 16)")
+    parser.add_argument("--dp", type=int, default=1,
+                        help="data-parallel replicas (default 1); the pipeline ranks are nproc / dp")
     parser.add_argument("--virtual-stages", type=int, default=2, help="chunks per rank for interleaved (default 2)")
-    parser.add_argument("--checkpoint", action="store_true", help="recompute activations in the backward")
+    parser.add_argument("--recompute", choices=("none", "full"), default="none",
+                        help="full: recompute every stage's activations in its backward (activation checkpointing); "
+                             "none (default): keep them")
     parser.add_argument("--model", default=None,
                         help="package.module:factory returning (nn.Sequential, loss_fn, make_batch), or a built-in "
                              "model: vla (default), dumbbell")
@@ -109,7 +116,7 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     pp = world_size // dp
     virtual = positive_int("--virtual-stages", args.virtual_stages)
     num_stages = schedule_info(args.schedule).stages_for(pp, virtual)
-    microbatches = positive_int("-m", args.microbatches)
+    microbatches = positive_int("-m", 2 * pp if args.microbatches is None else args.microbatches)
     batch_size = positive_int("--batch-size", args.batch_size)
     if batch_size < microbatches:
         raise InvalidInputError(f"--batch-size must be >= the {microbatches} microbatches, got {batch_size}")
@@ -127,12 +134,13 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     return {
         "schedule": args.schedule, "num_stages": num_stages, "pp": pp, "dp": dp,
         "microbatches": microbatches, "batch_size": batch_size, "virtual_stages": virtual,
-        "checkpoint": bool(args.checkpoint), "model": args.model,
+        "checkpoint": args.recompute == "full", "model": args.model,
         "layers": layers,
         "partition": partition, "steps": positive_int("--steps", args.steps, maximum=MAX_STEPS, why=_STEPS_WHY),
         "warmup": positive_int("--warmup", args.warmup, minimum=0, maximum=MAX_STEPS, why=_STEPS_WHY),
         "timeout": check_timeout("--timeout", args.timeout),
         "profile": _profile(args.profile),
+        "profile_path": args.profile,
         "plot": _plot_path(args.plot),
         "trace": args.trace,
     }
@@ -213,7 +221,8 @@ def _check_model(config: dict[str, Any]) -> None:
     if config["profile"] is not None:
         from ..runtime.loop import check_profile_fits
 
-        check_profile_fits(config["profile"], layers)
+        check_profile_fits(config["profile"], layers, model=_run_config(config).model_flags,
+                           path=config["profile_path"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -356,8 +365,8 @@ def _checkpoint_lines(report: dict[str, Any]) -> list[str]:
             saved = summary["saved_activation_bytes"][stage]
             without = summary["saved_activation_bytes_without_checkpoint"][stage]
             lines.append(
-                f"  stage {stage} (rank {summary['rank']}): saved activations {without / 2**20:.2f} MiB -> "
-                f"{saved / 2**20:.2f} MiB per microbatch, recompute adds {summary['recompute_time'][stage]:.2f} ms "
+                f"  stage {stage} (rank {summary['rank']}): saved activations {format_bytes(without)} -> "
+                f"{format_bytes(saved)} per microbatch, recompute adds {summary['recompute_time'][stage]:.2f} ms "
                 f"(backward {summary['backward_time'][stage]:.2f} ms)"
             )
     return lines
@@ -369,10 +378,12 @@ def _write_pictures(report: dict[str, Any], args: argparse.Namespace) -> None:
         from ..viz import plot_comparison
 
         plot_comparison(report["predicted_timeline"], report["timeline"], args.plot)
+        report_written(args.plot)
     if args.trace:
         from ..viz import write_trace
 
         write_trace(report["predicted_timeline"], args.trace, measured=report["timeline"])
+        report_written(args.trace)
 
 
 def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
@@ -388,7 +399,7 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
         f"pipeplan run: {report['schedule']} on {config['world_size']} processes ({config['backend']}), "
         f"pp={config['pp']} x dp={config['dp']}, {config['num_stages']} stages {config['layers_per_stage']}, "
         f"m={config['microbatches']}, batch {config['batch_size']} per replica"
-        + (", checkpointing" if config["checkpoint"] else ""),
+        + (", recompute full" if config["checkpoint"] else ""),
         markup=False, highlight=False,
     )
     try:
@@ -415,11 +426,8 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
     lines[2:2] = ["  " + problem for problem in check["problems"]]
     lines += ["  " + line for line in report["comparison_report"].splitlines()[1:]]
     if config["checkpoint"]:
-        lines.append("activation checkpointing:")
+        lines.append("recompute full (activation checkpointing):")
         lines += _checkpoint_lines(report)
-    for written in (args.plot, args.trace):
-        if written:
-            lines.append(f"wrote {written} (predicted above measured)")
     for line in lines:
         console.print(line, markup=False, highlight=False)
 

@@ -76,10 +76,10 @@ class LayerTimes:
     Attributes:
         forward: ``F_ℓ``.
         total: ``F_ℓ + B_ℓ`` (the full backward includes the weight gradient).
-        backward: ``B_ℓ``.
+        backward: ``B_ℓ`` (with a measured split, the least of ``B_ℓ`` and ``I_ℓ + W_ℓ``).
         input_gradient: ``B_ℓ − W_ℓ``, the part a split backward chains from
-            stage to stage (0 for a measured split, whose input-gradient time the
-            planner's stage costs do not keep per layer).
+            stage to stage (0 for a measured split: a stage 0 runs its layers'
+            whole backward as ``W``, so no layer's measured ``I`` is sure to be charged).
         first_extra, last_extra: the fixed time of the first and last stage
             (a third forward, two thirds backward, half of which weight gradient).
     """
@@ -96,7 +96,9 @@ class LayerTimes:
         """The elementwise least times of ``profiles`` (one per recompute mode, same layers)."""
         listed = list(profiles)
         forward = np.min([np.asarray(p.forward, dtype=float) for p in listed], axis=0)
-        backward = np.min([np.asarray(p.backward, dtype=float) for p in listed], axis=0)
+        # a measured split's halves are times of their own: a split schedule's work is F + I + W
+        backward = np.min([np.asarray(p.backward, dtype=float) if p.backward_input is None
+                           else np.minimum(p.backward, np.add(p.backward_input, p.weight)) for p in listed], axis=0)
         chained = np.min([
             np.zeros(p.num_layers) if p.backward_input is not None
             else np.maximum(np.subtract(p.backward, p.weight), 0.0) for p in listed], axis=0)
@@ -176,7 +178,8 @@ def step_time_lower_bound(
     With a full backward, every action of ``r`` precedes the backward of ``s_r``
     for the last microbatch, after which the gradient still travels down to
     stage 0 (``tail_r = Σ_{s < s_r} B_s`` plus messages). With a split backward
-    only the input-gradient parts (``B − W``) are chained that way, and stage 0's
+    only the input-gradient parts (``B − W``, or a measured ``I``, whose work is
+    then ``F + I + W``) are chained that way, and stage 0's
     ``W`` follows. The bound is ``max_r`` of those; for uniform 1F1B it equals
     the makespan ``(m + P − 1)(F + B)``.
     """
@@ -184,6 +187,9 @@ def step_time_lower_bound(
     backward = np.asarray(costs.backward)
     weight = np.asarray(costs.weight)
     chained = backward - weight if split else backward
+    if split and costs.backward_input is not None:  # a measured split: I and W are times of their own
+        chained = np.asarray(costs.backward_input)
+        backward = chained + weight
     num_stages = len(forward)
     crossing = np.array(
         [boundary[s] if placement[s] != placement[s + 1] else 0.0 for s in range(num_stages - 1)]

@@ -360,9 +360,8 @@ class Evaluator:
         if min(budgets) <= 0:
             raise InfeasiblePlanError(f"a rank's weights and optimizer state alone exceed {gb(self.capacity)}")
         scale = [1.0 / budgets[rank] for rank in layout.placement]
-        scaled = StageCosts(costs.forward, costs.backward, costs.weight,
-                            activation_bytes=[a * k for a, k in zip(costs.activation_bytes, scale)],
-                            weight_stash_bytes=[a * k for a, k in zip(costs.weight_stash_bytes, scale)])
+        scaled = costs.replaced(activation_bytes=[a * k for a, k in zip(costs.activation_bytes, scale)],
+                                weight_stash_bytes=[a * k for a, k in zip(costs.weight_stash_bytes, scale)])
         stand_in = schedule_info(config.schedule).fixed_template(config.virtual_stages)
         template = self.layouts.template(replace(config, schedule=stand_in))
         peak = float(max(simulate(template, scaled, comm, validate=False).peak_bytes))

@@ -170,9 +170,7 @@ class Layouts:
         """
         micro_batch_size = config.micro_batch_size
         per_mode = {mode: self._stage_costs(micro_batch_size, mode, tuple(sizes)) for mode in set(recompute)}
-        pick = lambda attr: [getattr(per_mode[mode], attr)[s] for s, mode in enumerate(recompute)]  # noqa: E731
-        costs = StageCosts(pick("forward"), pick("backward"), pick("weight"), activation_bytes=pick("activation_bytes"),
-                           weight_stash_bytes=pick("weight_stash_bytes"))
+        costs = StageCosts.stagewise([per_mode[mode] for mode in recompute])  # a measured split kept
         static = self.memory.static_memory(config, sizes, placement)
         counts, _ = self.inflight(config)
         bound = [0.0] * config.pp

@@ -93,9 +93,10 @@ class Links:
             return costs, tuple(boundary)
         last = len(costs.forward) - 1
         forward = [f + (boundary[s] if s < last else 0.0) for s, f in enumerate(costs.forward)]
-        backward = [b + (boundary[s - 1] if s > 0 else 0.0) for s, b in enumerate(costs.backward)]
-        return (StageCosts(forward, backward, costs.weight, activation_bytes=costs.activation_bytes,
-                           weight_stash_bytes=costs.weight_stash_bytes),
+        received = [boundary[s - 1] if s > 0 else 0.0 for s in range(last + 1)]
+        split_input = None if costs.backward_input is None else [i + r for i, r in zip(costs.backward_input, received)]
+        backward = [b + r for b, r in zip(costs.backward, received)]
+        return (costs.replaced(forward=forward, backward=backward, backward_input=split_input),
                 tuple(0.0 for _ in boundary))
 
     def allreduce(self, config: Config, num_bytes: float) -> float:

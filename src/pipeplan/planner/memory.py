@@ -237,7 +237,8 @@ class MemoryModel:
         # a copy that trains while its table is frozen holds more than the table: counted apart
         tied = [t if t < 0 or scaled[i] <= scaled[t] else -1 for i, t in enumerate(profile.tied_to)]
         return (
-            LayerProfile(profile.forward, profile.backward, profile.weight, activation_bytes=profile.activation_bytes,
+            LayerProfile(profile.forward, profile.backward, profile.weight, backward_input=profile.backward_input,
+                         activation_bytes=profile.activation_bytes,
                          params=scaled.tolist(), names=profile.names, first_extra=profile.first_extra,
                          last_extra=profile.last_extra, first_extra_bytes=profile.first_extra_bytes,
                          last_extra_bytes=profile.last_extra_bytes, tied_to=tied),

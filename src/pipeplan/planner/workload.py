@@ -107,9 +107,22 @@ class Workload:
             )
 
     @classmethod
-    def from_profile(cls, profile: LayerProfile, *, micro_batch_size: int = 1, **options: object) -> Workload:
-        """A measured (or hand-written) profile: one micro-batch size, no recompute."""
-        size = positive_int("micro_batch_size", micro_batch_size)
+    def from_profile(cls, profile: LayerProfile, *, micro_batch_size: int | None = None,
+                     **options: object) -> Workload:
+        """A measured (or hand-written) profile: one micro-batch size, no recompute.
+
+        The planner reads the file as ``simulate --profile`` and ``partition`` do
+        (:mod:`pipeplan.costs`' rule of what a profile may hold): a measured split
+        (``backward_input``) is kept, so split schedules run ``I`` and ``W`` as
+        measured, ``W > B`` included, and fused ones ``B``.
+
+        Args:
+            micro_batch_size: the size the profile was measured at; ``None``: the
+                ``microbatch_size`` its measurement notes give (``pipeplan profile``
+                writes it), else 1.
+        """
+        noted = profile.measurement.get("microbatch_size", 1)
+        size = positive_int("micro_batch_size", noted if micro_batch_size is None else micro_batch_size)
         return cls.from_profiles({(size, "none"): profile}, **options)
 
     @classmethod

@@ -32,6 +32,7 @@ from ..costs import StageCosts
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..predict import costs_as_run, predict
+from ..profile_format import profile_origin
 from ..schedules import SCHEDULES, schedule_info
 from ..timeline import Timeline
 from .launch import threads_per_process
@@ -100,6 +101,15 @@ class RunConfig:
     def world_size(self) -> int:
         """Processes of the run."""
         return self.pp * self.dp
+
+    @property
+    def model_flags(self) -> str:
+        """The model as ``pipeplan run`` flags name it: ``--model dumbbell --layers 8``, or ``--model pkg.mod:fn``."""
+        from ..models import BUILTIN_MODELS
+
+        if self.model is None or self.model in BUILTIN_MODELS:
+            return f"--model {self.model or 'vla'} --layers {self.layers}"
+        return f"--model {self.model}"
 
 
 def load_configured_model(config: RunConfig) -> tuple[Any, Any, Any]:
@@ -192,6 +202,7 @@ def profile_model(
                             backend=backend, timeout=timeout)[0]
     notes = {
         **profile.measurement,
+        "source": "measured",
         "model": model or "vla",
         "layers": layers,
         "batch_size": batch_size,
@@ -310,13 +321,32 @@ def gradient_check(gathered: list[tuple[int, dict[int, list[tuple[str, Any]]]]],
             "ok": worst <= GRADIENT_TOLERANCE and not problems, "problems": problems}
 
 
-def check_profile_fits(profile: LayerProfile, num_layers: int) -> None:
-    """Raise when a profile does not describe a model of ``num_layers`` top-level layers."""
-    if profile.num_layers != num_layers:
-        raise InvalidInputError(
-            f"the profile has {profile.num_layers} layers but the model has {num_layers}; "
-            "profile this model (pipeplan profile) or pick the model the profile was measured on"
-        )
+def check_profile_fits(profile: LayerProfile, num_layers: int, *, model: str = "", path: str = "") -> None:
+    """Raise when a profile does not describe a model of ``num_layers`` top-level layers.
+
+    Args:
+        model: the run's model as its flags say (``--model dumbbell --layers 8``), for the message.
+        path: the profile file, for the message.
+
+    Raises:
+        InvalidInputError: naming the file and what made it, the run's model and
+            both layer counts, and the two ways out (measure this model, or run
+            the one the profile was measured on).
+    """
+    if profile.num_layers == num_layers:
+        return
+    kind, origin = profile_origin(profile.measurement, measured_split=profile.backward_input is not None)
+    notes = profile.measurement
+    fix = f"measure this model (pipeplan profile {model + ' ' if model else ''}--out PROFILE)"
+    if kind == "measured" and notes.get("model"):
+        again = " ".join(f"--{key} {notes[key]}" for key in ("model", "layers") if notes.get(key) is not None)
+        fix += f", or run the model it was measured on ({again})"
+    elif kind == "shapes":
+        fix += "; a profile from shapes (pipeplan model) describes a preset or spec, not a model pipeplan run builds"
+    raise InvalidInputError(
+        f"{f'--profile {path!r}' if path else 'the profile'} has {profile.num_layers} layers, {origin}; "
+        f"the model this run builds{f' ({model})' if model else ''} has {num_layers}: {fix}"
+    )
 
 
 def execute_rank(rank: int, world_size: int, config: RunConfig) -> dict[str, Any] | None:
@@ -346,7 +376,7 @@ def execute_rank(rank: int, world_size: int, config: RunConfig) -> dict[str, Any
             with monitor.phase_of("measuring the layers"):
                 profile = measure_layers(model, _sample(make_batch, config.batch_size, config.microbatches),
                                          repeats=3, warmup=1)
-        check_profile_fits(profile, len(model))
+        check_profile_fits(profile, len(model), model=config.model_flags)
         shared = [(_partition(profile, config, len(model)), profile)]
     with monitor.phase_of("receiving the partition from rank 0", collective=True):
         dist.broadcast_object_list(shared, src=0)
@@ -437,7 +467,7 @@ def run_pipeline(config: RunConfig, *, backend: str = "gloo") -> dict[str, Any]:
     from .launch import spawn
 
     if config.profile is not None:  # a profile of another model fails here, in one line, before any rank starts
-        check_profile_fits(config.profile, len(load_configured_model(config)[0]))
+        check_profile_fits(config.profile, len(load_configured_model(config)[0]), model=config.model_flags)
     report = spawn(execute_rank, config.world_size, config, backend=backend, timeout=config.timeout)[0]
     assert report is not None
     return report
