@@ -61,8 +61,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--preset", default=None, help=f"a model preset: {', '.join(presets.names())}")
     parser.add_argument("--spec", default=None, metavar="FILE", help="a ModelSpec .json (or .yaml) file")
     parser.add_argument("--profile", metavar="FILE", help="a measured layer profile, .csv or .json (times in ms)")
-    parser.add_argument("--profile-micro-batch-size", type=int, default=1,
-                        help="micro-batch size the --profile was measured at (default 1)")
+    parser.add_argument("--profile-micro-batch-size", type=int, default=None,
+                        help="micro-batch size the --profile was measured at (default: the size the file "
+                             "records, else 1)")
     parser.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
     parser.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")
     parser.add_argument("--gpus", type=int, required=True, help="number of GPUs")
