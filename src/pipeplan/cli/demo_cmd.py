@@ -41,11 +41,23 @@ MORE_MICROBATCHES = (1, 4, 16, 64)
 
 def register(subparsers: Any) -> None:
     """Add the ``demo`` verb."""
-    parser = subparsers.add_parser("demo", help="lesson 16's story on a built-in VLA-shaped pipeline")
+    parser = subparsers.add_parser(
+        "demo",
+        help="worked stories: a VLA-shaped pipeline's bubble and cure, the seed lessons, π0 on H100s",
+        description=(
+            "Tell one worked story with numbers computed here (the simulator, the planner, real CPU processes). "
+            "Stories and their defaults: lesson16 (default): a 30|10|10|20 ms dumbbell on 4 ranks, m = 8, "
+            "Gantt 80 columns, about 1 s. seed002: seed 002's unit-step tables of GPipe and 1F1B, N = 3 stages, "
+            "M = 4 microbatches (fixed). seed003: seed 003's pipeline of N = 4 stages on real torch modules, "
+            "M = m = 8, Gantt 96 columns. dual-rate: lesson 16 Q3, a slow camera and a fast controller, "
+            "measured on 2 processes (about 20 s; needs torch). pi0: π0 planned on 8 and 64 H100s (the planner "
+            "chooses m). M is the microbatch count and N the stage count in every story."),
+    )
     parser.add_argument("--story", choices=("lesson16", "seed002", "seed003", "dual-rate", "pi0"), default="lesson16",
                         help="which story to tell (default lesson16)")
     parser.add_argument("-m", "--microbatches", type=int, default=None,
-                        help="microbatches per step (default 8; not with seed002, which uses the seed's 4)")
+                        help="microbatches per step (default 8, twice the 4 ranks of lesson16 and seed003; not "
+                             "with seed002, which uses the seed's 4, nor pi0)")
     parser.add_argument("--width", type=int, default=None,
                         help="Gantt width in characters (default 80; seed003: 96; not with seed002)")
     parser.set_defaults(func=run)
@@ -66,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
         for name in ("gpipe", "1f1b"):
             timeline = simulate(build_schedule(name, num_stages=3, num_microbatches=4),
                                 StageCosts.uniform(3, forward=1.0, backward=1.0))
-            console.print(f"[bold]{name}[/bold], M=3 stages, N=4 microbatches, F = B = 1 step:")
+            console.print(f"[bold]{name}[/bold], N = 3 stages, M = 4 microbatches, F = B = 1 step "
+                          "(seed 002 writes M for the stages and N for the microbatches; pipeplan's stories use M "
+                          "for microbatches and N for stages, as seed 003 does; numbered from 0):")
             console.print(step_table(timeline), markup=False, highlight=False)
         return 0
     if args.story == "dual-rate":

@@ -34,6 +34,7 @@ from ..units import format_gib
 from ._common import check_scaled, make_console, memory_size, parse_bytes, print_json, progress
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
+from .simulate_cmd import renamed_flag
 
 __all__ = ["register", "run", "profile_from_args"]
 
@@ -87,6 +88,8 @@ def register(subparsers: Any) -> None:
     add_export_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_spec_arguments(parser)
+    renamed_flag(parser, "--chunks-per-rank", "--virtual-stages", "chunks per rank, as in simulate and plan")
+    renamed_flag(parser, "--bytes-per-param", "--optimizer", "adam or bytes per parameter, as in plan")
     parser.set_defaults(func=run)
 
 
@@ -204,7 +207,10 @@ def _bytes_per_param(optimizer: str) -> float:
         value: str | float = float(text)
     except ValueError:
         value = text
-    return OptimizerBytes.for_optimizer(value, 1).per_trainable
+    try:
+        return OptimizerBytes.for_optimizer(value, 1).per_trainable
+    except InvalidInputError as error:
+        raise InvalidInputError(f"--optimizer: {error}") from None
 
 
 def _microbatches(args: argparse.Namespace) -> int:

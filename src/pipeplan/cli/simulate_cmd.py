@@ -59,10 +59,23 @@ from ._common import (
 )
 
 __all__ = ["register", "add_cost_arguments", "costs_from_args", "comm_from_args", "schedule_from_args",
-           "size_list", "memory_limit", "default_microbatches", "JSON_ACTIONS_LIMIT"]
+           "size_list", "memory_limit", "default_microbatches", "renamed_flag", "JSON_ACTIONS_LIMIT"]
 
 JSON_ACTIONS_LIMIT = 20_000
 """The most actions ``--json`` lists without ``--actions`` (about 4 MB of JSON); past it, the summary."""
+
+
+def renamed_flag(parser: Any, old: str, new: str, meaning: str) -> None:
+    """Refuse ``old`` (a flag this verb renamed) with one line naming ``new``; hidden from ``--help``.
+
+    Not an alias: the old spelling does nothing but say where the flag went.
+    """
+
+    class Renamed(argparse.Action):
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+            raise argparse.ArgumentError(self, f"was renamed {new} ({meaning})")
+
+    parser.add_argument(old, nargs="?", action=Renamed, help=argparse.SUPPRESS)
 
 
 def size_list(flag: str) -> Any:
@@ -132,6 +145,9 @@ def register(subparsers: Any) -> None:
                              "the slowest; default) or overlap (each rank goes on when its own part is done)")
     dual_rate_cmd.add_rate_arguments(parser)
     add_spec_arguments(parser)
+    renamed_flag(parser, "--steps", "--step-table", "the unit-step table; --steps N is a count of steps in run")
+    renamed_flag(parser, "--optimizer", "--step-boundary", "barrier or overlap between steps; --optimizer is the "
+                 "optimizer state in plan and partition")
     parser.set_defaults(func=run)
 
 
@@ -152,7 +168,7 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
                         help="weight-gradient part of the backward per stage, ms (default: half the backward)")
     parser.add_argument("--update", type=float_list("--update"),
                         help="optimizer update time per stage, ms (default 0; only dual-rate runs U)")
-    parser.add_argument("--activation-bytes", type=size_list("--activation-bytes"),
+    parser.add_argument("--activation-bytes", type=size_list("--activation-bytes"), metavar="SIZES",
                         help="activation size per microbatch per stage, bytes or with a unit (e.g. 2GiB,512MiB); "
                              "default: none, so memory figures count microbatches")
     parser.add_argument("-m", "--microbatches", type=int, default=None,
@@ -161,7 +177,7 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedule", default="1f1b", help=f"one of {', '.join(SCHEDULES)} (default 1f1b)")
     parser.add_argument("--virtual-stages", type=int, default=None,
                         help="chunks per rank for interleaved schedules")
-    parser.add_argument("--memory-limit", type=memory_limit, default=None,
+    parser.add_argument("--memory-limit", type=memory_limit, default=None, metavar="SIZE|COUNT",
                         help="activation memory per rank for the adaptive schedule: a size with its unit "
                              "(e.g. 12GiB; needs --activation-bytes), or a bare integer, a count of "
                              "microbatches in flight (e.g. 4; without --activation-bytes)")
@@ -169,12 +185,12 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what the adaptive schedule minimises: the step's makespan (the optimizer waits "
                              "for every rank; default) or the largest per-rank span (each rank steps on its own)")
     parser.add_argument("--forward-only", action="store_true", help="simulate only the forward pass")
-    parser.add_argument("--comm-latency", type=float, default=0.0, help="ms per message between ranks (default 0)")
+    parser.add_argument("--comm-latency", type=float, default=0.0, metavar="MS", help="ms per message between ranks (default 0)")
     parser.add_argument("--comm-bandwidth", type=units.argparse_type(units.parse_bandwidth, "--comm-bandwidth"),
-                        default=None,
+                        default=None, metavar="RATE",
                         help="bandwidth between ranks with its unit, e.g. 25GB/s or 200Gbit/s, with "
                              "--boundary-bytes (default: unbounded)")
-    parser.add_argument("--boundary-bytes", type=size_list("--boundary-bytes"), default=None,
+    parser.add_argument("--boundary-bytes", type=size_list("--boundary-bytes"), default=None, metavar="SIZES",
                         help="message size per stage boundary, bytes or with a unit (e.g. 64MiB; one size "
                              "or S-1 sizes)")
     parser.add_argument("--send", choices=("eager", "rendezvous"), default="eager",
