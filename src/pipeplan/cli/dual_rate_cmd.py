@@ -212,7 +212,7 @@ def run_verb(args: argparse.Namespace) -> int:
         + f", weight stashing {'on' if config.stash_weights else 'off'}, {run.frames} frames, {run.steps} steps "
         f"of {config.num_envs} samples", markup=False, highlight=False)
     console.print(text_gantt(timeline, width=args.width), markup=False, highlight=False)
-    console.print(rank_table(timeline))
+    console.print(rank_table(timeline, activation_sizes=False))  # a measured run records no activation sizes
     lines = [
         f"measured: {run.samples_per_s:,.0f} samples/s, {run.frames_per_s:.1f} frames/s over {run.wall_s:.2f} s; "
         f"utilisation per rank " + ", ".join(f"{u:.0%}" for u in metrics.utilisation),

@@ -458,7 +458,7 @@ def _run_spec(args: argparse.Namespace) -> int:
                                     link=link.name))
         return 0
     make_console().print(f"{spec.name}: layers per stage {layers}; cost model: {device.summary()}; messages over "
-                         f"{link.name} ({link.latency_ms:g} ms + bytes / {link.bandwidth / 1e9:.3g} GB/s)",
+                         f"{link.name} ({link.latency_ms:g} ms + bytes / {units.format_bandwidth(link.bandwidth / 1e3)})",
                          markup=False, highlight=False)
     show_timeline(timeline, width=args.width, step_table=args.step_table)
     return 0
