@@ -92,12 +92,14 @@ def run(args: argparse.Namespace) -> int:
         require_torch("pipeplan demo --story seed003")
         from ..lessons.pipeline import run_demo
 
-        console.print(run_demo(num_stages=4, num_microbatches=micro, chart_width=width),
-                      markup=False, highlight=False, soft_wrap=True)
+        with progress(1, f"seed 003: measuring 4 stages × {micro} microbatches on torch modules"):
+            text = run_demo(num_stages=4, num_microbatches=micro, chart_width=width)
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
         return 0
     if args.story == "pi0":
         refuse_unless(args.microbatches is None, "-m/--microbatches", "to --story pi0 (the planner chooses m)")
-        pi0_story(console, width=width)
+        with progress(2, "π0: searching the plans for 8 H100s") as advance:
+            pi0_story(console, width=width, advance=advance)
         return 0
     stages = len(DUMBBELL_FORWARD)
     largest = MORE_MICROBATCHES[-1] * micro
@@ -114,7 +116,7 @@ def _story_microbatches(num_microbatches: int) -> int:
     return num_microbatches * (1 + 2 + sum(MORE_MICROBATCHES) + 2)
 
 
-def pi0_story(console: Console, *, width: int = 100) -> None:
+def pi0_story(console: Console, *, width: int = 100, advance: Callable[..., None] | None = None) -> None:
     """π0 planned honestly: where plain sharded data parallelism is as good, and where pipelining pays.
 
     Two searches of the whole space (tp, pp, data-parallel mode, schedule,
@@ -123,6 +125,8 @@ def pi0_story(console: Console, *, width: int = 100) -> None:
     communication, no pipeline needed) and 64 H100s at global batch 64 (one
     sample per GPU: FSDP's per-layer gathers over InfiniBand no longer hide, and
     tensor plus pipeline parallelism inside and across nodes wins).
+
+    ``advance(1, description)`` is called after each of the two searches (the CLI's progress bar).
     """
     from .. import presets
     from ..planner import Cluster, Workload, search
@@ -143,6 +147,7 @@ def pi0_story(console: Console, *, width: int = 100) -> None:
         cluster = Cluster.of("h100-80g", gpus)
         workload = Workload.from_spec(spec, cluster.device, tp_link=cluster.intra_node)
         result = search(workload, cluster, batch, top=10)
+        (advance or (lambda amount, description=None: None))(1, "π0: searching the plans for 64 H100s")
         console.rule(f"{gpus} × H100 80GB, global batch {batch} ({batch // gpus} per GPU)")
         console.print(plan_table(result, title="ranked plans, the baselines, one-knob changes (step ms)"))
         best, baseline = result.best, result.best_baseline
