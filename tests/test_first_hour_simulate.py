@@ -48,7 +48,8 @@ def test_partition_tables_print_memory_in_gib(run_cli, tmp_path):
                     + "".join(f"layers.{i},2,1e9,2e8\n" for i in range(8)))
     status, out, _ = run_cli("partition", str(path), "--stages", "4", "--schedule", "zb-v", "--memory", "80GiB")
     assert status == 0
-    assert "≤ 80 GiB per rank" in out and "memory GiB" in out and "(capacity 80 GiB)" in out
+    assert "≤ 80 GiB per rank" in out and "(capacity 80 GiB)" in out
+    assert re.search(r"│ +[0-9.]+ GiB │", out)  # stage and rank memory in GiB
     assert " GB" not in out
 
 

@@ -283,7 +283,7 @@ def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
     if capacity is not None:
         title += f", ≤ {format_gib(capacity)} per rank"
     table = Table(title=title)
-    for column in ("stage", "rank", "layers", "count", "time ms", "memory GiB", "in flight"):
+    for column in ("stage", "rank", "layers", "count", "time ms", "memory", "in flight"):
         table.add_column(column, justify="right")
     has_memory = any(result.stage_memory)
     for stage, span in enumerate(result.layer_ranges):
@@ -293,7 +293,7 @@ def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
             f"{span.start}–{span.stop - 1}",
             str(len(span)),
             f"{result.stage_times[stage]:.6g}",
-            _gib_cell(result.stage_memory[stage]) if has_memory else "—",
+            format_gib(result.stage_memory[stage]) if has_memory else "—",
             str(result.inflight[stage]),
         )
     return table
@@ -302,21 +302,16 @@ def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
 def _rank_table(result: PartitionResult, capacity: float | None) -> Table:
     """Per rank (GPU): its stages and the memory they hold together."""
     table = Table(title="memory per rank" + (f" (capacity {format_gib(capacity)})" if capacity else ""))
-    for column in ("rank", "stages", "time ms", "memory GiB"):
+    for column in ("rank", "stages", "time ms", "memory"):
         table.add_column(column, justify="right")
     loads = [0.0] * result.num_ranks
     for stage, rank in enumerate(result.placement):
         loads[rank] += result.stage_times[stage]
     for rank in range(result.num_ranks):
         stages = [str(s) for s, r in enumerate(result.placement) if r == rank]
-        memory = _gib_cell(result.rank_memory[rank]) if any(result.stage_memory) else "—"
+        memory = format_gib(result.rank_memory[rank]) if any(result.stage_memory) else "—"
         table.add_row(str(rank), " + ".join(stages), f"{loads[rank]:.6g}", memory)
     return table
-
-
-def _gib_cell(num_bytes: float) -> str:
-    """A memory cell of a table whose header says GiB: ``"15.9"``."""
-    return format_gib(num_bytes).removesuffix(" GiB")
 
 
 def _export(args: argparse.Namespace, plan: Plan, micro: int, built: Schedule | None = None) -> list[ExportFile]:

@@ -294,24 +294,16 @@ class RankMemoryModel:
 
 
 def gib(num_bytes: float, *, up: bool = False) -> str:
-    """Memory as partition's messages print it: GiB to 4 significant digits (``"15.96 GiB"``).
+    """Memory as partition's messages print it: :func:`pipeplan.units.format_gib` to 4 digits (``"15.96 GiB"``).
 
-    A size below 0.1 GiB (toy profiles, tests) takes the binary unit that keeps its digits
-    (``"2.016 KiB"``, ``"512 B"``) instead of reading as ``"0 GiB"``. ``up`` rounds up: a
-    smallest capacity that fits must not read as less than it is.
+    ``up`` rounds up to those digits: a smallest capacity that fits must not read as less
+    than it is. (A toy size below 0.01 GiB is ``format_gib``'s: the binary unit that suits it.)
     """
-    value = float(num_bytes)
-    name, size = next(((unit, scale) for unit, scale, least in _UNITS if abs(value) >= least * scale), ("B", 1.0))
-    shown = value / size
-    if up and shown > 0 and math.isfinite(shown):
-        step = 10.0 ** (math.floor(math.log10(shown)) - 3)
-        shown = math.ceil(shown / step * (1 - 1e-12)) * step
-    if name == "GiB":
-        return format_gib(shown * GIB, digits=4)
-    return f"{shown:.4g} {name}" if shown < 1e4 else f"{shown:,.0f} {name}"
-
-
-_UNITS = (("GiB", float(GIB), 0.1), ("MiB", 2.0**20, 1.0), ("KiB", 2.0**10, 1.0))  # unit, bytes, from
+    value = float(num_bytes) / GIB
+    if up and value >= 0.01 and math.isfinite(value):
+        step = 10.0 ** (math.floor(math.log10(value)) - 3)
+        value = math.ceil(value / step * (1 - 1e-12)) * step
+    return format_gib(value * GIB, digits=4)
 
 
 def _fixed_tied_excess(tied: TiedLayers | None, placement: Sequence[int], num_layers: int) -> np.ndarray:
