@@ -44,9 +44,9 @@ def test_simulate_human_output_has_gantt_and_table(run_cli):
 def test_simulate_iterations_report_the_steady_step_time(run_cli):
     argv = ["simulate", "--forward", "1,1,1,1", "--backward", "2,2,2,2", "--weight", "1,1,1,1", "-m", "8",
             "--schedule", "zb-h2", "--iterations", "6"]
-    status, out, _ = run_cli(*argv, "--optimizer", "overlap")
+    status, out, _ = run_cli(*argv, "--step-boundary", "overlap")
     assert status == 0
-    assert "6 steps, optimizer overlap: steady step time 24 ms (first step 27 ms)" in out
+    assert "6 steps, step boundary overlap: steady step time 24 ms (first step 27 ms)" in out
     status, out, _ = run_cli(*argv, "--json")
     payload = json.loads(out)
     assert payload["iterations"] == 6 and payload["optimizer"] == "barrier"
@@ -55,9 +55,9 @@ def test_simulate_iterations_report_the_steady_step_time(run_cli):
 
 def test_simulate_step_table(run_cli):
     status, out, _ = run_cli("simulate", "--forward", "1,1,1", "--backward", "1,1,1", "-m", "4",
-                             "--schedule", "gpipe", "--steps")
+                             "--schedule", "gpipe", "--step-table")
     assert status == 0
-    assert "T=1: S1: F1(1)" in out
+    assert "T=0: S0: F0(0)" in out
 
 
 def test_simulate_writes_plot_and_trace(run_cli, tmp_path):
@@ -84,8 +84,7 @@ def test_simulate_writes_plot_and_trace(run_cli, tmp_path):
         (["--forward", "1e308,1e308"], "the default backward .* overflows"),
         (["--forward", "30,10", "--iterations", "0"], "iterations must be >= 1, got 0"),
         (["--forward", "30,10", "--width", "100000000"], "--width must be <= 10000 columns, got 100000000"),
-        (["--forward", "30,10", "--optimizer", "later"], "optimizer must be one of barrier, overlap, got 'later'"),
-        (["--forward", "30,10", "--optimizer", "overlap"], "--optimizer does not apply with one step"),
+        (["--forward", "30,10", "--step-boundary", "overlap"], "--step-boundary does not apply with one step"),
         (["--forward", "30,10", "--update", "1,1"], "--update does not apply to schedule '1f1b'"),
         (["--forward", "1,1", "-m", "4", "--schedule", "zb-h2", "--send", "rendezvous"],
          r"rendezvous sends deadlock between ranks 0 and 1 .*rank 0 is blocked sending the activation of "
@@ -121,7 +120,7 @@ def test_demo_tells_the_lesson16_story(run_cli):
 def test_demo_seed002_step_tables(run_cli):
     status, out, _ = run_cli("demo", "--story", "seed002")
     assert status == 0
-    assert out.count("T=1: S1: F1(1)") == 2
+    assert out.count("T=0: S0: F0(0)") == 2
 
 
 def test_demo_rejects_zero_microbatches(run_cli):
@@ -153,11 +152,12 @@ def test_empty_list_entry_is_refused(capsys):
 
 
 @pytest.mark.parametrize("argv, flag", [
-    (["--json", "--steps"], "--steps"),
+    (["--json", "--step-table"], "--step-table"),
+    (["--actions"], "--actions"),
     (["--json", "--width", "0"], "--width"),
     (["--weight", "1,1,1,1"], "--weight"),
     (["--forward-only", "--backward", "1,1,1,1"], "--backward"),
-    (["--comm-bandwidth", "10"], "--comm-bandwidth"),
+    (["--comm-bandwidth", "10GB/s"], "--comm-bandwidth"),
 ])
 def test_flags_that_do_not_apply_are_refused(run_cli, argv, flag):
     status, _, err = run_cli("simulate", "--forward", "30,10,10,20", *argv)

@@ -89,8 +89,9 @@ def test_run_dual_rate_json_passes_the_replay_check(run_cli):
 @pytest.mark.slow
 def test_dual_rate_verb_json_has_every_method_field(run_cli):
     pytest.importorskip("torch")
-    status, out, _ = run_cli("dual-rate", "--quick", "--budget", "0.2", "--json")
+    status, out, err = run_cli("dual-rate", "--quick", "--budget", "0.2", "--json")
     assert status == 0
+    assert "4 methods × 1 seed = 4 training runs of 0.2 s" in err  # said before the run, on stderr
     payload = json.loads(out)
     names = [row["name"] for row in payload["methods"]]
     assert names == ["synchronous", "dual-rate λ=1", "dual-rate λ=0.9", "frozen encoder"]

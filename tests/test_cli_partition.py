@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -87,7 +88,8 @@ def test_zb_v_memory_is_per_rank_in_table_and_json(run_cli, tmp_path):
     status, out, _ = run_cli("partition", str(path), "--stages", "4", "--schedule", "zb-v",
                              "--memory", "56GB", "-m", "8")
     assert status == 0
-    assert "4 stages on 2 ranks, ≤ 56 GB per rank" in out
+    assert "4 stages on 2 ranks, ≤ 52.2 GiB per rank" in out  # 56e9 bytes: memory is printed in GiB
+    assert re.search(r"│ +[0-9.]+ GiB │", out)  # stage memory in GiB
     assert "memory per rank" in out and "0 + 3" in out and "1 + 2" in out
 
 
@@ -124,7 +126,7 @@ def test_memory_infeasible_is_one_line_exit_2(run_cli):
         (["partition", "/nonexistent.csv", "--stages", "2"], "does not exist"),
         (["partition", "--layers", "8", "--layer-cost", "1", "--stages", "2", "--schedule", "nope"],
          "schedule must be one of"),
-        (["partition", "--layers", "4", "--layer-cost", "2", "--layer-params", "1e300", "--bytes-per-param", "1e10",
+        (["partition", "--layers", "4", "--layer-cost", "2", "--layer-params", "1e300", "--optimizer", "1e10",
           "--stages", "2"], "layer bytes add up past the largest float"),
         (["partition", "--layers", "4", "--layer-cost", "1e307", "--stages", "2"], "makespan overflows"),
     ],
@@ -142,14 +144,14 @@ def test_argparse_errors_exit_2(capsys):
     assert caught.value.code == 2
 
 
-def test_chunks_per_rank(run_cli, tmp_path):
+def test_virtual_stages(run_cli, tmp_path):
     path = tmp_path / "vision.json"
     path.write_text(json.dumps([{"forward": 40 / 3, "name": "vision"}]
                                + [{"forward": 2 / 3, "name": f"blocks.{i}"} for i in range(30)]))
-    status, out, _ = run_cli("partition", str(path), "--stages", "4", "--chunks-per-rank", "2", "--json")
+    status, out, _ = run_cli("partition", str(path), "--stages", "4", "--virtual-stages", "2", "--json")
     assert status == 0
     payload = json.loads(out)
     assert len(payload["placement"]) == 8
     assert payload["max_load"] == pytest.approx(payload["lower_bound"])
-    status, out, _ = run_cli("partition", str(path), "--stages", "4", "--chunks-per-rank", "2")
+    status, out, _ = run_cli("partition", str(path), "--stages", "4", "--virtual-stages", "2")
     assert status == 0 and "rank loads" in out

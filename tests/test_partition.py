@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import pipeplan
 from pipeplan import AsymmetricPipelineScheduler, InfeasiblePlanError, InvalidInputError, simulate
 from pipeplan.partition import memory as memory_module
+from pipeplan.partition.memory import gib
 from pipeplan.partition import problem as problem_module
 from pipeplan.partition import tiebreak as tiebreak_module
 from pipeplan.partition import ties as partition_ties
@@ -279,7 +280,8 @@ def test_memory_is_respected_and_infeasibility_is_exact(instance):
         with pytest.raises(InfeasiblePlanError) as caught:
             partition_layers(profile, num_stages, **options)
         message = str(caught.value)
-        assert f"smallest capacity that fits is {smallest:.6g} bytes" in message
+        assert caught.value.needed_bytes == pytest.approx(smallest)
+        assert f"smallest capacity that fits is {gib(smallest, up=True)}," in message  # GiB, rounded up
         assert "needed by stage" in message
         # that capacity does fit
         partition_layers(profile, num_stages, **{**options, "memory_capacity": smallest})
@@ -352,10 +354,11 @@ def test_capacity_is_per_rank_when_stages_share_a_rank(instance, exhaustive):
             assert "per rank" in message and "needed by rank" in message
             if exhaustive:
                 assert not fitting
-                assert f"smallest capacity per rank that fits is {smallest:.6g} bytes" in message
+                assert f"smallest capacity per rank that fits is {gib(smallest, up=True)}," in message
+                assert caught.needed_bytes == pytest.approx(smallest)
             else:
-                found = float(message.split("found to fit is ")[1].split(" ")[0])
-                assert found >= smallest * (1 - 1e-5)
+                assert "found to fit is" in message
+                assert caught.needed_bytes >= smallest * (1 - 1e-5)
             return
     assert fitting
     assert max(result.rank_memory) <= capacity * (1 + 1e-12)

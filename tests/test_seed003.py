@@ -115,6 +115,7 @@ def test_pipeline_rejects_bad_input():
 def test_demo_prints_gantt_and_bubble_beside_the_closed_form():
     text = run_demo(num_stages=4, num_microbatches=8, width=32, microbatch_size=4, repeats=1)
     assert "closed form (N-1)/(M+N-1) = 3/11 = 27.3%" in text
+    assert "N = 4 stages x M = 8 microbatches" in text  # M microbatches, N stages: the demos' one meaning
     assert sum(line.startswith("rank ") for line in text.splitlines()) == 4
     measured = float(re.search(r"bubble of GPipe on the measured stage times ([0-9.]+)%", text).group(1))
     assert 0.0 < measured < 100.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,7 +13,7 @@ import pipeplan
 from pipeplan import Action, CommModel, InvalidInputError, Schedule, StageCosts, Timeline
 from pipeplan.timeline import IdleCause
 from pipeplan.viz import text_gantt
-from pipeplan.viz.gantt_text import IDLE_CHARS
+from pipeplan.viz.gantt_text import ELISION, IDLE_CHARS
 
 from _builders import chunked_gpipe, simulated_timelines
 
@@ -127,7 +129,7 @@ def test_rejects_bad_width(width: object) -> None:
 @settings(max_examples=40, deadline=None)
 @given(timeline=timelines(), width=st.integers(1, 160))
 def test_rank_lines_have_equal_width_and_valid_cells(timeline: Timeline, width: int) -> None:
-    chart = text_gantt(timeline, width=width)
+    chart = text_gantt(timeline, width=width, elide=False)
     lines = rank_lines(chart, timeline.num_ranks)
     assert len({len(line) for line in lines}) == 1
     allowed = set(IDLE_CHARS.values()) | set("FBIWfbiw0123456789 ")
@@ -155,3 +157,47 @@ def test_rank_lines_have_equal_width_and_valid_cells(timeline: Timeline, width: 
                 assert cells[first : first + len(label)] == label
             elif last > first:
                 assert cells[first] == letter
+
+
+# ------------------------------------------------------------------ elision (issue 24 item 4)
+def test_many_microbatches_per_column_draw_start_middle_and_end() -> None:
+    # m = 128 on 16 ranks at 100 columns: one column of the whole step would hold ~3 actions.
+    timeline = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=16, num_microbatches=128),
+                                 StageCosts.uniform(16, forward=1))
+    chart = text_gantt(timeline, width=100)
+    lines = chart.splitlines()
+    ranks = rank_lines(chart, 16)
+    assert {len(cells_of(line)) for line in ranks} == {100}
+    assert all(cells_of(line).count(ELISION) == 2 for line in ranks)
+    start, middle, end = cells_of(ranks[0]).split(ELISION)
+    assert start.startswith("F0 F1 F2 ")  # the warm-up, labelled
+    assert "B" in middle and "F" in middle  # the steady state alternates
+    assert end.rstrip().endswith("B127")  # the cool-down: rank 0 ends with the last backward
+    assert cells_of(ranks[15]).split(ELISION)[2].endswith("_" * 10)  # the last rank drains
+    assert "elided:" in chart and "ms (" in chart
+    # The marks leave out exactly the time between the windows, which the legend names.
+    elided = next(line for line in lines if line.startswith("elided:"))
+    numbers = [float(n.replace(",", "")) for n in re.findall(r"([0-9][0-9,.]*) ms \(", elided)]
+    assert len(numbers) == 2 and 0 < sum(numbers) < timeline.makespan
+    # elide=False keeps the one-scale chart.
+    assert ELISION not in text_gantt(timeline, width=100, elide=False)
+
+
+def test_small_charts_are_not_elided() -> None:
+    timeline = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8),
+                                 StageCosts(forward=[30, 10, 10, 20]))
+    assert text_gantt(timeline, width=60) == text_gantt(timeline, width=60, elide=False)
+    assert "elided" not in text_gantt(timeline, width=60)
+
+
+@settings(max_examples=30, deadline=None)
+@given(timeline=timelines(), width=st.integers(1, 160))
+def test_elided_charts_keep_equal_widths_and_valid_cells(timeline: Timeline, width: int) -> None:
+    chart = text_gantt(timeline, width=width)
+    lines = rank_lines(chart, timeline.num_ranks)
+    allowed = set(IDLE_CHARS.values()) | set("FBIWfbiw0123456789 …")
+    for line in lines:
+        cells = cells_of(line)
+        assert len(cells) == width and set(cells) <= allowed
+    marks = {cells_of(line).count(ELISION) for line in lines}
+    assert marks in ({0}, {2})

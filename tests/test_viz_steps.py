@@ -18,7 +18,7 @@ _LINE = re.compile(r"T=(\d+): (.*)")
 
 
 def parse(table: str) -> list[tuple[int, list[tuple[int, str, int]]]]:
-    """``[(t, [(stage, kind, microbatch), ...]), ...]`` with everything 1-based, checking the syntax."""
+    """``[(t, [(stage, kind, microbatch), ...]), ...]`` with everything 0-based, checking the syntax."""
     rows = []
     for line in table.splitlines():
         match = _LINE.fullmatch(line)
@@ -29,15 +29,15 @@ def parse(table: str) -> list[tuple[int, list[tuple[int, str, int]]]]:
             for part in body.split(" | "):
                 entry = _ENTRY.fullmatch(part)
                 assert entry, part
-                assert entry.group(1) == entry.group(3)  # "S2: F2(1)": the subscript is the stage
+                assert entry.group(1) == entry.group(3)  # "S1: F1(0)": the subscript is the stage
                 entries.append((int(entry.group(1)), entry.group(2), int(entry.group(4))))
         rows.append((step, entries))
     return rows
 
 
 def seed_case(name: str) -> Timeline:
-    # Seed 002 (/work/shared/seeds/002_58c429019bdfa765.txt): M = 3 stages, N = 4
-    # microbatches, T_F ≈ T_B (unit costs).
+    # Seed 002 (/work/shared/seeds/002_58c429019bdfa765.txt): 3 stages (the seed's M), 4
+    # microbatches (the seed's N), T_F ≈ T_B (unit costs). The seed counts from 1, the table from 0.
     return pipeplan.simulate(pipeplan.build_schedule(name, num_stages=3, num_microbatches=4),
                              StageCosts.uniform(3, forward=1, backward=1))
 
@@ -45,31 +45,31 @@ def seed_case(name: str) -> Timeline:
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 def test_seed_002_m3_n4(name: str) -> None:
     rows = parse(step_table(seed_case(name)))
-    # The seed's fill phase: F1(1) → F2(1) → F3(1), stage 1 alone at T=1.
-    assert rows[0] == (1, [(1, "F", 1)])
-    assert (2, "F", 1) in rows[1][1] and (3, "F", 1) in rows[2][1]
-    # T_1F1B ≈ N·2 + (2M − 2) = 12 steps for M = 3, N = 4 (the seed's formula); GPipe
-    # with F = B also takes 2·(N + M − 1) = 12.
-    assert [step for step, _ in rows] == list(range(1, 13))
+    # The seed's fill phase F1(1) → F2(1) → F3(1) is F0(0) → F1(0) → F2(0): stage 0 alone at T=0.
+    assert rows[0] == (0, [(0, "F", 0)])
+    assert (1, "F", 0) in rows[1][1] and (2, "F", 0) in rows[2][1]
+    # T_1F1B ≈ N·2 + (2M − 2) = 12 steps for the seed's M = 3 stages, N = 4 microbatches;
+    # GPipe with F = B also takes 2·(N + M − 1) = 12.
+    assert [step for step, _ in rows] == list(range(12))
     # Every action appears exactly once, and each stage runs at most one action a step.
     counted = Counter(entry for _, entries in rows for entry in entries)
-    assert counted == Counter((s, k, mb) for k in "FB" for s in range(1, 4) for mb in range(1, 5))
+    assert counted == Counter((s, k, mb) for k in "FB" for s in range(3) for mb in range(4))
     for _, entries in rows:
         stages = [stage for stage, _, _ in entries]
         assert stages == sorted(set(stages))
-    # The drain ends with stage 1's backward of the last microbatch.
-    assert rows[-1] == (12, [(1, "B", 4)])
+    # The drain ends with stage 0's backward of the last microbatch.
+    assert rows[-1] == (11, [(0, "B", 3)])
 
 
 def test_seed_002_1f1b_interleaves_in_steady_state() -> None:
     rows = dict(parse(step_table(seed_case("1f1b"))))
-    # Stage 3 runs B3(1) right after F3(1) (T=4), and the middle stage alternates F and B.
-    assert rows[4] == [(3, "B", 1)]
-    middle = [kind for step in sorted(rows) for stage, kind, _ in rows[step] if stage == 2]
+    # The last stage runs B2(0) right after F2(0) (T=3), and the middle stage alternates F and B.
+    assert rows[3] == [(2, "B", 0)]
+    middle = [kind for step in sorted(rows) for stage, kind, _ in rows[step] if stage == 1]
     assert middle == ["F", "F", "B", "F", "B", "F", "B", "B"]
-    # 1F1B keeps fewer forwards ahead than GPipe: stage 1 starts its first B at T=6, not T=9.
-    first_b = min(step for step, entries in rows.items() if (1, "B", 1) in entries)
-    assert first_b == 6
+    # 1F1B keeps fewer forwards ahead than GPipe: stage 0 starts its first B at T=5, not T=8.
+    first_b = min(step for step, entries in rows.items() if (0, "B", 0) in entries)
+    assert first_b == 5
 
 
 def test_idle_steps_and_longer_actions() -> None:
@@ -78,14 +78,14 @@ def test_idle_steps_and_longer_actions() -> None:
                                  StageCosts([1, 1]), CommModel(latency=1.0))
     lines = step_table(timeline).splitlines()
     assert lines == [
-        "T=1: S1: F1(1)",
-        "T=2: idle",
-        "T=3: S2: F2(1)",
-        "T=4: S2: B2(1)",
-        "T=5: S2: B2(1)",
-        "T=6: idle",
-        "T=7: S1: B1(1)",
-        "T=8: S1: B1(1)",
+        "T=0: S0: F0(0)",
+        "T=1: idle",
+        "T=2: S1: F1(0)",
+        "T=3: S1: B1(0)",
+        "T=4: S1: B1(0)",
+        "T=5: idle",
+        "T=6: S0: B0(0)",
+        "T=7: S0: B0(0)",
     ]
 
 
@@ -160,8 +160,8 @@ def test_integer_costs_every_action_fills_its_steps(
     assert len(occupied) == timeline.schedule.num_actions
     for record in timeline.records():
         kind, stage, mb = record.action
-        # Steps are 1-based: the action [start, end) covers steps start+1 .. end.
-        assert occupied[(stage + 1, kind, mb + 1)] == list(range(int(record.start) + 1, int(record.end) + 1))
+        # Steps are 0-based like the stages and microbatches: the action [start, end) covers steps start .. end-1.
+        assert occupied[(stage, kind, mb)] == list(range(int(record.start), int(record.end)))
 
 
 def test_rejects_an_action_that_lasts_no_time() -> None:

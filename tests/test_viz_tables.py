@@ -36,15 +36,26 @@ def test_gpipe_uniform_rows_and_caption() -> None:
     assert table.row_count == 5  # four ranks and the total
     assert column(table, "rank") == ["0", "1", "2", "3", "total"]
     assert column(table, "stages") == ["0", "1", "2", "3", "all"]
-    assert column(table, "busy") == ["24", "24", "24", "24", "96"]
+    assert column(table, "busy ms") == ["24", "24", "24", "24", "96"]
     assert column(table, "util %") == ["72.7"] * 5  # 24 / 33 = 1 − 3/11
     assert column(table, "peak in-flight") == ["8"] * 5
     assert column(table, "peak activations") == ["8 B"] * 5  # default: 1 byte per microbatch
     # Rank p starts after p forwards (fill p) and ends 2·p before rank 0 (drain: p backwards of 2).
-    assert column(table, "idle fill") == ["0", "1", "2", "3", "6"]
-    assert column(table, "idle drain") == ["0", "2", "4", "6", "12"]
-    assert "idle blocked" not in headers(table) and "idle overhead" not in headers(table)
-    assert table.caption == "makespan 33 · bubble ratio 27.3% · span bubble rate 27.3%"
+    assert column(table, "idle fill ms") == ["0", "1", "2", "3", "6"]
+    assert column(table, "idle drain ms") == ["0", "2", "4", "6", "12"]
+    assert "idle blocked ms" not in headers(table) and "idle overhead ms" not in headers(table)
+    assert table.caption == "makespan 33 ms · bubble ratio 27.3% · span bubble rate 27.3%"
+
+
+def test_without_activation_sizes_no_bytes_are_claimed() -> None:
+    # Issue 24 item 11: with no sizes given each microbatch counts 1, which is no memory figure.
+    timeline = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=8),
+                                 StageCosts([30, 10, 10, 20]))
+    table = rank_table(timeline, activation_sizes=False)
+    assert "peak activations" not in headers(table)
+    assert column(table, "peak in-flight") == ["4", "3", "2", "1", "4"]
+    assert table.caption.endswith("· no activation sizes given")
+    assert "peak activations" in headers(rank_table(timeline))
 
 
 def test_only_non_zero_causes_get_columns() -> None:
@@ -56,7 +67,7 @@ def test_only_non_zero_causes_get_columns() -> None:
     present = [c for c in IdleCause if any(per_rank[c] > 0 for per_rank in idle)]
     assert IdleCause.BLOCKED in present
     assert [h for h in headers(table) if h.startswith("idle ")] == [
-        f"idle {c.value.replace('_', ' ')}" for c in present
+        f"idle {c.value.replace('_', ' ')} ms" for c in present
     ]
     # 1F1B: stage p holds min(m, P − p) microbatches, here 1 GiB each.
     assert column(table, "peak in-flight")[:4] == ["4", "3", "2", "1"]
@@ -92,7 +103,7 @@ def test_format_time(value: float, text: str) -> None:
 def test_rows_match_the_timeline(timeline: Timeline) -> None:
     table = rank_table(timeline)
     assert table.row_count == timeline.num_ranks + 1
-    assert column(table, "busy") == [format_time(float(b)) for b in timeline.busy] + [
+    assert column(table, "busy ms") == [format_time(float(b)) for b in timeline.busy] + [
         format_time(float(timeline.busy.sum()))
     ]
     assert column(table, "util %")[:-1] == [f"{100 * u:.1f}" for u in timeline.utilisation]
@@ -101,7 +112,7 @@ def test_rows_match_the_timeline(timeline: Timeline) -> None:
     ]
     idle = timeline.idle_by_cause()
     for cause in IdleCause:
-        header = f"idle {cause.value.replace('_', ' ')}"
+        header = f"idle {cause.value.replace('_', ' ')} ms"
         if any(per_rank[cause] > 0 for per_rank in idle):
             assert column(table, header)[:-1] == [format_time(per_rank[cause]) for per_rank in idle]
         else:

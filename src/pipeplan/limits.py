@@ -32,6 +32,7 @@ __all__ = [
     "MAX_GANTT_WIDTH",
     "MAX_REPEATS",
     "MAX_STEPS",
+    "REPORT_STEP_ACTIONS",
     "ITERATION_BYTES",
     "ITERATION_BYTES_PER_RANK",
     "available_memory",
@@ -61,6 +62,12 @@ MAX_REPEATS = 1_000
 
 #: The most steps a run executes (warm-up and measured alike).
 MAX_STEPS = 10_000
+
+#: The largest step a verb simulates only to report it (``pipeplan partition``'s step and bubble):
+#: ~0.5 GB and ~2.5 s at the simulator's ~480 B and ~2.5 µs per action. Past it the report says
+#: the step was not simulated; ``partition --layers 1000 --stages 1000`` (m = 2000: 4e6 actions)
+#: took 2 GB and 10 s for a trivial partition before.
+REPORT_STEP_ACTIONS = 1_000_000
 
 #: Each simulated iteration keeps its ranks' end times: measured 285 B per iteration at 4 ranks
 #: and 1,641 B at 32 (peak resident-set growth, 1f1b, ``simulate(..., iterations=n)``), i.e.

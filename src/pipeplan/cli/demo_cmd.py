@@ -41,11 +41,23 @@ MORE_MICROBATCHES = (1, 4, 16, 64)
 
 def register(subparsers: Any) -> None:
     """Add the ``demo`` verb."""
-    parser = subparsers.add_parser("demo", help="lesson 16's story on a built-in VLA-shaped pipeline")
+    parser = subparsers.add_parser(
+        "demo",
+        help="worked stories: a VLA-shaped pipeline's bubble and cure, the seed lessons, π0 on H100s",
+        description=(
+            "Tell one worked story with numbers computed here (the simulator, the planner, real CPU processes). "
+            "Stories and their defaults: lesson16 (default): a 30|10|10|20 ms dumbbell on 4 ranks, m = 8, "
+            "Gantt 80 columns, about 1 s. seed002: seed 002's unit-step tables of GPipe and 1F1B, N = 3 stages, "
+            "M = 4 microbatches (fixed). seed003: seed 003's pipeline of N = 4 stages on real torch modules, "
+            "M = m = 8, Gantt 96 columns. dual-rate: lesson 16 Q3, a slow camera and a fast controller, "
+            "measured on 2 processes (about 20 s; needs torch). pi0: π0 planned on 8 and 64 H100s (the planner "
+            "chooses m). M is the microbatch count and N the stage count in every story."),
+    )
     parser.add_argument("--story", choices=("lesson16", "seed002", "seed003", "dual-rate", "pi0"), default="lesson16",
                         help="which story to tell (default lesson16)")
     parser.add_argument("-m", "--microbatches", type=int, default=None,
-                        help="microbatches per step (default 8; not with seed002, which uses the seed's 4)")
+                        help="microbatches per step (default 8, twice the 4 ranks of lesson16 and seed003; not "
+                             "with seed002, which uses the seed's 4, nor pi0)")
     parser.add_argument("--width", type=int, default=None,
                         help="Gantt width in characters (default 80; seed003: 96; not with seed002)")
     parser.set_defaults(func=run)
@@ -66,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
         for name in ("gpipe", "1f1b"):
             timeline = simulate(build_schedule(name, num_stages=3, num_microbatches=4),
                                 StageCosts.uniform(3, forward=1.0, backward=1.0))
-            console.print(f"[bold]{name}[/bold], M=3 stages, N=4 microbatches, F = B = 1 step:")
+            console.print(f"[bold]{name}[/bold], N = 3 stages, M = 4 microbatches, F = B = 1 step "
+                          "(seed 002 writes M for the stages and N for the microbatches; pipeplan's stories use M "
+                          "for microbatches and N for stages, as seed 003 does; numbered from 0):")
             console.print(step_table(timeline), markup=False, highlight=False)
         return 0
     if args.story == "dual-rate":
@@ -78,12 +92,14 @@ def run(args: argparse.Namespace) -> int:
         require_torch("pipeplan demo --story seed003")
         from ..lessons.pipeline import run_demo
 
-        console.print(run_demo(num_stages=4, num_microbatches=micro, chart_width=width),
-                      markup=False, highlight=False, soft_wrap=True)
+        with progress(1, f"seed 003: measuring 4 stages × {micro} microbatches on torch modules"):
+            text = run_demo(num_stages=4, num_microbatches=micro, chart_width=width)
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
         return 0
     if args.story == "pi0":
         refuse_unless(args.microbatches is None, "-m/--microbatches", "to --story pi0 (the planner chooses m)")
-        pi0_story(console, width=width)
+        with progress(2, "π0: searching the plans for 8 H100s") as advance:
+            pi0_story(console, width=width, advance=advance)
         return 0
     stages = len(DUMBBELL_FORWARD)
     largest = MORE_MICROBATCHES[-1] * micro
@@ -100,7 +116,7 @@ def _story_microbatches(num_microbatches: int) -> int:
     return num_microbatches * (1 + 2 + sum(MORE_MICROBATCHES) + 2)
 
 
-def pi0_story(console: Console, *, width: int = 100) -> None:
+def pi0_story(console: Console, *, width: int = 100, advance: Callable[..., None] | None = None) -> None:
     """π0 planned honestly: where plain sharded data parallelism is as good, and where pipelining pays.
 
     Two searches of the whole space (tp, pp, data-parallel mode, schedule,
@@ -109,6 +125,8 @@ def pi0_story(console: Console, *, width: int = 100) -> None:
     communication, no pipeline needed) and 64 H100s at global batch 64 (one
     sample per GPU: FSDP's per-layer gathers over InfiniBand no longer hide, and
     tensor plus pipeline parallelism inside and across nodes wins).
+
+    ``advance(1, description)`` is called after each of the two searches (the CLI's progress bar).
     """
     from .. import presets
     from ..planner import Cluster, Workload, search
@@ -129,6 +147,7 @@ def pi0_story(console: Console, *, width: int = 100) -> None:
         cluster = Cluster.of("h100-80g", gpus)
         workload = Workload.from_spec(spec, cluster.device, tp_link=cluster.intra_node)
         result = search(workload, cluster, batch, top=10)
+        (advance or (lambda amount, description=None: None))(1, "π0: searching the plans for 64 H100s")
         console.rule(f"{gpus} × H100 80GB, global batch {batch} ({batch // gpus} per GPU)")
         console.print(plan_table(result, title="ranked plans, the baselines, one-knob changes (step ms)"))
         best, baseline = result.best, result.best_baseline

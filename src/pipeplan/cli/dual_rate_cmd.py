@@ -15,6 +15,11 @@ the work itself is :mod:`pipeplan.dualrate.runtime`,
 from __future__ import annotations
 
 import argparse
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -22,7 +27,7 @@ from rich.console import Console
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
 from ..limits import check_gantt_size
-from ._common import make_console, print_json, require_torch, text_width
+from ._common import make_console, print_json, progress, require_torch, text_width
 
 __all__ = [
     "register",
@@ -32,6 +37,7 @@ __all__ = [
     "run_verb",
     "simulate_lines",
     "dual_rate_story",
+    "STUDY_STARTUP_S",
 ]
 
 
@@ -126,7 +132,7 @@ def simulate_lines(timeline: Any, costs: Any, comm: Any) -> list[str]:
         f"dual-rate: k = {shape.rate_ratio} action steps per vision update, {shape.num_frames} frames, "
         f"{shape.num_steps} action steps, staleness bound {shape.max_staleness}",
         f"  action side {metrics.samples_per_s:.4g} steps/s, vision side {metrics.frames_per_s:.4g} frames/s "
-        f"(whole run, time unit ms)",
+        f"(whole run; times in ms)",
         f"  steady state: {metrics.steady_period:.6g} ms per frame simulated, closed form {period:.6g} ms"
         if metrics.steady_period is not None else
         f"  closed-form steady state: {period:.6g} ms per frame (run >= 8 frames to compare with the simulator)",
@@ -206,7 +212,7 @@ def run_verb(args: argparse.Namespace) -> int:
         + f", weight stashing {'on' if config.stash_weights else 'off'}, {run.frames} frames, {run.steps} steps "
         f"of {config.num_envs} samples", markup=False, highlight=False)
     console.print(text_gantt(timeline, width=args.width), markup=False, highlight=False)
-    console.print(rank_table(timeline))
+    console.print(rank_table(timeline, activation_sizes=False))  # a measured run records no activation sizes
     lines = [
         f"measured: {run.samples_per_s:,.0f} samples/s, {run.frames_per_s:.1f} frames/s over {run.wall_s:.2f} s; "
         f"utilisation per rank " + ", ".join(f"{u:.0%}" for u in metrics.utilisation),
@@ -232,13 +238,53 @@ def _study_verb(args: argparse.Namespace) -> int:
         0.5 if args.quick else 1.0)
     seeds = _integer("--seeds", args.seeds) or (1 if args.quick else 3)
     ratio = _integer("--rate-ratio", args.rate_ratio) or 4
-    study = run_study(budget_s=budget, seeds=range(seeds), methods=QUICK_METHODS if args.quick else tuple(METHODS),
-                      base=DualRateConfig(rate_ratio=ratio))
+    methods = QUICK_METHODS if args.quick else tuple(METHODS)
+    runs = len(methods) * seeds
+    expected = runs * budget + STUDY_STARTUP_S
+    # Always said, terminal or not: the study runs for a minute or more with nothing else to show.
+    print(f"pipeplan dual-rate: {len(methods)} methods × {seeds} seed{'s' if seeds > 1 else ''} = {runs} training "
+          f"runs of {budget:g} s (idle-core time) on 2 processes, plus ~{STUDY_STARTUP_S:.0f} s to start and "
+          f"measure the costs: about {expected:.0f} s, longer on a busy machine (--quick: 4 methods, 1 seed)",
+          file=sys.stderr, flush=True)
+    with _elapsed_progress(expected, f"training {runs} runs"):
+        study = run_study(budget_s=budget, seeds=range(seeds), methods=methods, base=DualRateConfig(rate_ratio=ratio))
     if args.json:
         print_json(study.to_dict())
         return 0
     _study_table(make_console(), study)
     return 0
+
+
+#: Seconds a study spends outside its training runs on an idle machine: two processes importing
+#: torch, the cost measurement and the warm-up run (``--quick --budget 0.2``: 15.5 s in all, 0.8 s of it training).
+STUDY_STARTUP_S = 15.0
+
+
+@contextmanager
+def _elapsed_progress(expected_s: float, description: str) -> Iterator[None]:
+    """A progress bar on stderr (a terminal only) that fills with elapsed time over ``expected_s``.
+
+    The runs happen in other processes and report nothing until they end; the bar stops
+    short of full until they do.
+    """
+    with progress(expected_s, description) as advance:
+        done = threading.Event()
+
+        def tick() -> None:
+            shown = 0.0
+            started = time.monotonic()
+            while not done.wait(0.5):
+                target = min(time.monotonic() - started, 0.99 * expected_s)
+                advance(target - shown)
+                shown = target
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            done.set()
+            ticker.join()
 
 
 def _study_table(console: Console, study: Any) -> None:
@@ -298,8 +344,9 @@ def dual_rate_story(console: Console) -> None:
                   f"{_runs(dual_schedule.staleness(0))}. The lesson damps them: ∇θ_vis ← λ^Δt ∇θ_vis.")
     console.print("\n[bold]4. Measured[/bold]: real processes (gloo), 1 s idle-core budget each, one seed "
                   "(the full benchmark, 3 seeds: benchmarks/dual_rate.py; docs/dual_rate.md).")
-    study = run_study(budget_s=1.0, seeds=(0,), methods=("synchronous", "dual-rate λ=1", "dual-rate λ=0.9",
-                                                          "frozen encoder"), base=base)
+    with _elapsed_progress(4 * 1.0 + STUDY_STARTUP_S, "training 4 runs"):
+        study = run_study(budget_s=1.0, seeds=(0,), methods=("synchronous", "dual-rate λ=1", "dual-rate λ=0.9",
+                                                              "frozen encoder"), base=base)
     _study_table(console, study)
     rows = {row["name"]: row for row in study.summary()}
     plain, damped, frozen = rows["dual-rate λ=1"], rows["dual-rate λ=0.9"], rows["frozen encoder"]

@@ -2,12 +2,15 @@
 
     $ pipeplan partition --layers 32 --layer-cost 2 --first-extra 16 --last-extra 8 --stages 4
     $ pipeplan partition profile.csv --stages 8 --memory 80GB -m 16 --export megatron
-    $ pipeplan partition profile.json --stages 4 --chunks-per-rank 2 --json
+    $ pipeplan partition profile.json --stages 4 --virtual-stages 2 --json
     $ pipeplan partition --preset pi0 --stages 4 --gpu h100-80g --micro-batch-size 4
 
-Times are milliseconds per microbatch (F + B + W for ``--layer-cost``). Prints a
-table of layers, time and memory per stage, then the simulated step time and
-bubble of an even split and of the chosen partition under ``--schedule``.
+Times are milliseconds per microbatch (F + B + W for ``--layer-cost``); memory is
+printed in GiB. Prints a table of layers, time and memory per stage, then the
+simulated step time and bubble of an even split and of the chosen partition under
+``--schedule`` (``-m`` defaults to twice the pipeline ranks). A step larger than
+:data:`pipeplan.limits.REPORT_STEP_ACTIONS` actions is not simulated for the report
+(it would cost more than the partition): the line says so and how to get it.
 """
 
 from __future__ import annotations
@@ -20,17 +23,18 @@ from rich.table import Table
 from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from ..limits import check_schedule_size
+from ..limits import REPORT_STEP_ACTIONS, action_count, check_schedule_size
 from ..partition import PartitionResult, even_split, partition_layers
 from ..plan import Plan
 from ..planner.export import ExportFile
 from ..schedule import Schedule
 from ..partition.steptime import partition_schedule, simulate_partition
-from ..schedules import SCHEDULES, backward_mode
+from ..schedules import SCHEDULES, backward_mode, schedule_info
+from ..units import format_gib
 from ._common import check_scaled, make_console, memory_size, parse_bytes, print_json, progress
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
-from ..viz.tables import format_decimal_bytes
 from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
+from .simulate_cmd import renamed_flag
 
 __all__ = ["register", "run", "profile_from_args"]
 
@@ -64,17 +68,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--stages", type=int, required=True,
                         help="pipeline stages S (model pieces). Ranks (GPUs) follow from --schedule: S for "
                              "1f1b, gpipe, zb-h1/zb-h2; S/2 for zb-v and interleaved (two stages per rank). "
-                             "With --chunks-per-rank v: the number of ranks (S·v chunks)")
-    parser.add_argument("--chunks-per-rank", type=int, default=1,
-                        help="chunks per rank (v > 1 chooses chunk boundaries and their ranks)")
+                             "With --virtual-stages v: the number of ranks (S·v chunks)")
+    parser.add_argument("--virtual-stages", type=int, default=1,
+                        help="chunks (virtual stages) per rank; v > 1 chooses chunk boundaries and their ranks "
+                             "(default 1)")
     parser.add_argument("--memory", type=memory_size("--memory"), default=None,
                         help="memory capacity per rank (GPU), e.g. 80GB; the stages sharing a rank must fit "
                              "together")
-    parser.add_argument("--bytes-per-param", type=float, default=16.0,
-                        help="bytes of weights, gradients and optimizer state per parameter (default 16)")
+    parser.add_argument("--optimizer", default="adam", metavar="adam|BYTES",
+                        help="optimizer state: adam (mixed-precision Adam, 16 bytes of weights, gradients and "
+                             "state per parameter; default) or those bytes per parameter as a number")
     parser.add_argument("--schedule", default="1f1b", help=f"one of {', '.join(SCHEDULES)} (default 1f1b)")
     parser.add_argument("-m", "--microbatches", type=int, default=None,
-                        help="microbatches per step (default: twice the number of stages)")
+                        help="microbatches per step (default: twice the pipeline ranks)")
     parser.add_argument("--objective", choices=("bottleneck", "step-time"), default="bottleneck",
                         help="minimise the slowest stage (exact) or the simulated step time (local search)")
     parser.add_argument("--tie-break", choices=("lexicographic", "variance", "none"), default="lexicographic",
@@ -82,6 +88,8 @@ def register(subparsers: Any) -> None:
     add_export_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_spec_arguments(parser)
+    renamed_flag(parser, "--chunks-per-rank", "--virtual-stages", "chunks per rank, as in simulate and plan")
+    renamed_flag(parser, "--bytes-per-param", "--optimizer", "adam or bytes per parameter, as in plan")
     parser.set_defaults(func=run)
 
 
@@ -126,22 +134,25 @@ def _extras(args: argparse.Namespace) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan partition``."""
-    micro = args.microbatches if args.microbatches is not None else 2 * args.stages
+    micro = _microbatches(args)
     _check_size(args, micro)
     check_export_args(args)
     for flag, value in (("--first-extra", args.first_extra), ("--last-extra", args.last_extra)):
         check_scaled(flag, value, 2.0 * micro, "its backward share summed over the microbatches")
+    per_param = _bytes_per_param(args.optimizer)
     profile = profile_from_args(args)
     extras = _extras(args)
     if extras:
         profile = profile.with_extras(**extras)
-    if args.chunks_per_rank != 1:
+    if args.virtual_stages != 1:
         return _run_chunks(args, profile)
+    skipped = _step_too_large(args, micro)
     options: dict[str, Any] = {
         "memory_capacity": args.memory,
-        "bytes_per_param": args.bytes_per_param,
+        "bytes_per_param": per_param,
         "schedule": args.schedule,
         "num_microbatches": micro,
+        "simulate_step": skipped is None,
     }
     with progress(2, f"partitioning {profile.num_layers} layers into {args.stages} stages") as advance:
         result = partition_layers(
@@ -155,13 +166,15 @@ def run(args: argparse.Namespace) -> int:
         even_sizes = even_split(profile.num_layers, args.stages)
         chosen = _simulated(profile, result, micro)
         same = tuple(even_sizes) == tuple(result.layers_per_stage)
-        baseline = chosen if same else _evaluate(profile, even_sizes, args.schedule, micro)
+        baseline = chosen if same or skipped else _evaluate(profile, even_sizes, args.schedule, micro)
     exported = _export(args, result, micro) if args.export else None
     if args.json:
         payload = result.to_dict()
         payload["memory_capacity"] = args.memory
         payload["even_split"] = {"layers_per_stage": list(even_sizes), **baseline}
-        payload["simulated"] = chosen
+        payload["simulated"] = None if skipped else chosen
+        if skipped:
+            payload["not_simulated"] = skipped
         if exported is not None:
             payload["export"] = _export_payload(args.export, exported)
         print_json(payload)
@@ -170,11 +183,14 @@ def run(args: argparse.Namespace) -> int:
     console.print(_stage_table(result, args.memory))
     if result.num_ranks < result.num_stages:
         console.print(_rank_table(result, args.memory))
-    console.print(
-        f"slowest stage {result.bottleneck:.6g} ms (even split {baseline['bottleneck']:.6g} ms); "
-        f"{args.schedule}, m={micro}: step {chosen['step_time']:.6g} ms, bubble {chosen['bubble_ratio']:.2%} "
-        f"(even split: step {baseline['step_time']:.6g} ms, bubble {baseline['bubble_ratio']:.2%})"
-    )
+    even_bottleneck = _evaluate(profile, even_sizes, None, micro)["bottleneck"] if skipped else baseline["bottleneck"]
+    line = f"slowest stage {result.bottleneck:.6g} ms (even split {even_bottleneck:.6g} ms); "
+    if skipped:
+        line += f"{args.schedule}, m={micro}: step not simulated ({skipped})"
+    else:
+        line += (f"{args.schedule}, m={micro}: step {chosen['step_time']:.6g} ms, bubble {chosen['bubble_ratio']:.2%} "
+                 f"(even split: step {baseline['step_time']:.6g} ms, bubble {baseline['bubble_ratio']:.2%})")
+    console.print(line, markup=False, highlight=False)
     if exported is not None:
         if args.out is None:
             console.print(f"[bold]{args.export}[/bold]")
@@ -182,43 +198,90 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bytes_per_param(optimizer: str) -> float:
+    """``--optimizer adam|BYTES`` as bytes of weights, gradients and optimizer state per parameter."""
+    from ..planner.memory import OptimizerBytes
+
+    text = optimizer.strip()
+    try:
+        value: str | float = float(text)
+    except ValueError:
+        value = text
+    try:
+        return OptimizerBytes.for_optimizer(value, 1).per_trainable
+    except InvalidInputError as error:
+        raise InvalidInputError(f"--optimizer: {error}") from None
+
+
+def _microbatches(args: argparse.Namespace) -> int:
+    """``-m`` as given, else twice the pipeline ranks (``--stages`` over the schedule's stages per rank)."""
+    if args.microbatches is not None:
+        return int(args.microbatches)
+    stages = positive_int("--stages", args.stages)
+    if args.virtual_stages != 1 or args.schedule not in SCHEDULES:
+        return 2 * stages  # --virtual-stages: --stages counts the ranks; an unknown schedule fails later
+    info = schedule_info(args.schedule)
+    chunks = 2 if info.layout == "loop" else info.chunks_per_rank()  # interleaved's default v = 2
+    return 2 * max(1, stages // chunks)
+
+
+def _step_too_large(args: argparse.Namespace, micro: int) -> str | None:
+    """Why the step is not simulated for the report (too many actions), or ``None`` to simulate it.
+
+    ``--objective step-time`` needs the simulation and always gets it.
+    """
+    if args.objective == "step-time" or args.schedule not in SCHEDULES:
+        return None
+    actions = action_count(args.stages, micro, backward_mode(args.schedule))
+    if actions <= REPORT_STEP_ACTIONS:
+        return None
+    return (f"{args.stages} stages × m = {micro} is {actions:,} actions, past the {REPORT_STEP_ACTIONS:,} a "
+            "report simulates (the partition does not need them); give a smaller -m to see the step")
+
+
 def _check_size(args: argparse.Namespace, micro: int) -> None:
     """Refuse up front a step too large to simulate in this machine's memory."""
     stages = positive_int("--stages", args.stages)
     micro = positive_int("-m/--microbatches", micro)
-    if args.chunks_per_rank != 1:
-        check_schedule_size(_CHUNKS_SCHEDULE, num_stages=stages * positive_int("--chunks-per-rank", args.chunks_per_rank),
+    if args.virtual_stages != 1:
+        check_schedule_size(_CHUNKS_SCHEDULE, num_stages=stages * positive_int("--virtual-stages", args.virtual_stages),
                             num_microbatches=micro, names=("chunks", "m"))
     elif args.schedule in SCHEDULES:
+        simulated = args.objective == "step-time" or action_count(stages, micro, backward_mode(args.schedule)) \
+            <= REPORT_STEP_ACTIONS
         check_schedule_size(args.schedule, num_stages=stages, num_microbatches=micro,
-                            backward=backward_mode(args.schedule), simulated=True, names=("--stages", "m"))
+                            backward=backward_mode(args.schedule), simulated=simulated, names=("--stages", "m"))
 
 
-def _simulated(profile: LayerProfile, result: PartitionResult, micro: int) -> dict[str, float]:
+def _simulated(profile: LayerProfile, result: PartitionResult, micro: int) -> dict[str, float | None]:
     """The chosen partition's figures from the step the solver simulated (no second simulation).
 
     The bubble follows from its definition: busy time is ``m × Σ (F + B)`` over stages.
+    Without a simulated step (too large to report) the step and bubble are ``None``.
     """
     costs = profile.stage_costs(result.layers_per_stage)
     totals = [f + b for f, b in zip(costs.forward, costs.backward)]
-    assert result.step_time is not None  # partition_layers simulates when given num_microbatches
+    if result.step_time is None:
+        return {"bottleneck": max(totals), "step_time": None, "bubble_ratio": None}
     ranks = len(set(result.placement))
     bubble = 1.0 - micro * sum(totals) / (ranks * result.step_time) if result.step_time > 0 else 0.0
     return {"bottleneck": max(totals), "step_time": result.step_time, "bubble_ratio": bubble}
 
 
-def _evaluate(profile: LayerProfile, sizes: Any, schedule: str, micro: int) -> dict[str, float]:
-    """Slowest stage, simulated step time and bubble ratio of ``sizes``."""
+def _evaluate(profile: LayerProfile, sizes: Any, schedule: str | None, micro: int) -> dict[str, Any]:
+    """Slowest stage, simulated step time and bubble ratio of ``sizes`` (``schedule=None``: the slowest stage alone)."""
     costs = profile.stage_costs(sizes)
-    timeline = simulate_partition(costs, sizes, schedule, micro)
     totals = [f + b for f, b in zip(costs.forward, costs.backward)]
+    if schedule is None:
+        return {"bottleneck": max(totals), "step_time": None, "bubble_ratio": None}
+    timeline = simulate_partition(costs, sizes, schedule, micro)
     return {"bottleneck": max(totals), "step_time": timeline.makespan, "bubble_ratio": timeline.bubble_ratio}
 
 
 def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
     title = f"{sum(result.layers_per_stage)} layers into {result.num_stages} stages on {result.num_ranks} ranks"
     if capacity is not None:
-        title += f", ≤ {format_decimal_bytes(capacity)} per rank"
+        title += f", ≤ {format_gib(capacity)} per rank"
     table = Table(title=title)
     for column in ("stage", "rank", "layers", "count", "time ms", "memory", "in flight"):
         table.add_column(column, justify="right")
@@ -230,7 +293,7 @@ def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
             f"{span.start}–{span.stop - 1}",
             str(len(span)),
             f"{result.stage_times[stage]:.6g}",
-            format_decimal_bytes(result.stage_memory[stage]) if has_memory else "—",
+            format_gib(result.stage_memory[stage]) if has_memory else "—",
             str(result.inflight[stage]),
         )
     return table
@@ -238,7 +301,7 @@ def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
 
 def _rank_table(result: PartitionResult, capacity: float | None) -> Table:
     """Per rank (GPU): its stages and the memory they hold together."""
-    table = Table(title="memory per rank" + (f" (capacity {format_decimal_bytes(capacity)})" if capacity else ""))
+    table = Table(title="memory per rank" + (f" (capacity {format_gib(capacity)})" if capacity else ""))
     for column in ("rank", "stages", "time ms", "memory"):
         table.add_column(column, justify="right")
     loads = [0.0] * result.num_ranks
@@ -246,7 +309,7 @@ def _rank_table(result: PartitionResult, capacity: float | None) -> Table:
         loads[rank] += result.stage_times[stage]
     for rank in range(result.num_ranks):
         stages = [str(s) for s, r in enumerate(result.placement) if r == rank]
-        memory = format_decimal_bytes(result.rank_memory[rank]) if any(result.stage_memory) else "—"
+        memory = format_gib(result.rank_memory[rank]) if any(result.stage_memory) else "—"
         table.add_row(str(rank), " + ".join(stages), f"{loads[rank]:.6g}", memory)
     return table
 
@@ -267,13 +330,13 @@ def _export_payload(engine: str, files: list[ExportFile]) -> dict[str, Any]:
 
 
 def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
-    """``--chunks-per-rank v``: chunk boundaries and a chunk → rank map, simulated adaptively."""
+    """``--virtual-stages v``: chunk boundaries and a chunk → rank map, simulated adaptively."""
     from ..partition.placement import place_chunks
 
     if args.memory is not None:
-        raise InvalidInputError("--memory is not supported with --chunks-per-rank > 1")
-    plan = place_chunks(profile, args.stages, args.chunks_per_rank)
-    micro = args.microbatches if args.microbatches is not None else 2 * args.stages
+        raise InvalidInputError("--memory is not supported with --virtual-stages > 1")
+    plan = place_chunks(profile, args.stages, args.virtual_stages)
+    micro = _microbatches(args)
     timeline = simulate_partition(profile, plan.layers_per_stage, _CHUNKS_SCHEDULE, micro, placement=plan.placement)
     built = timeline.schedule
     exported = _export(args, plan, micro, built) if args.export else None

@@ -2,15 +2,18 @@
 
     $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedule 1f1b
     $ pipeplan simulate --forward 30,10,10,20 -m 8 --send rendezvous --comm-latency 1 --json
-    $ pipeplan simulate --forward 1,1,1 --backward 1,1,1 -m 4 --schedule gpipe --steps
-    $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedule zb-h2 --iterations 6 --optimizer overlap
+    $ pipeplan simulate --forward 1,1,1 --backward 1,1,1 -m 4 --schedule gpipe --step-table
+    $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedule zb-h2 --iterations 6 --step-boundary overlap
     $ pipeplan simulate --forward 30,4 --update 1,0.5 -m 64 --schedule dual-rate --rate-ratio 4
     $ pipeplan simulate --profile prof.json --partition 6,4 -m 8 --schedule zb-h1
     $ pipeplan simulate --preset gpt-1.5b --gpu a100-80g --micro-batch-size 6 --stages 8 -m 24 --schedule zb-h1
 
 Times are milliseconds per microbatch. Prints a per-rank Gantt and a table of busy
 time, idle time by cause and peak in-flight activations (of the first step), and with
-``--iterations`` the steady-state step time of back-to-back steps. A size that cannot
+``--iterations`` the steady-state step time of back-to-back steps. ``-m`` defaults to
+twice the pipeline ranks. ``--json`` prints every action only up to
+:data:`JSON_ACTIONS_LIMIT` actions (or with ``--actions``); past it, the summary
+(makespan, bubble, per-rank metrics) and a note on stderr. A size that cannot
 fit in memory is refused up front (:mod:`pipeplan.limits`); a long run shows a progress bar.
 With ``--profile`` (a file from ``pipeplan profile``) the stage costs come from the
 profile's layers summed over ``--partition`` and the step is predicted as ``pipeplan
@@ -24,10 +27,12 @@ file's measured link) at NCCL's point-to-point rate.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from rich.console import Console
 
+from .. import units
 from .._validation import positive_int
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
@@ -46,7 +51,6 @@ from ._common import (
     float_list,
     make_console,
     output_path,
-    parse_bytes,
     print_json,
     progress,
     refuse_unless,
@@ -54,7 +58,64 @@ from ._common import (
     text_width,
 )
 
-__all__ = ["register", "add_cost_arguments", "costs_from_args", "comm_from_args", "schedule_from_args"]
+__all__ = ["register", "add_cost_arguments", "costs_from_args", "comm_from_args", "schedule_from_args",
+           "size_list", "memory_limit", "default_microbatches", "renamed_flag", "JSON_ACTIONS_LIMIT"]
+
+JSON_ACTIONS_LIMIT = 20_000
+"""The most actions ``--json`` lists without ``--actions`` (about 4 MB of JSON); past it, the summary."""
+
+
+def renamed_flag(parser: Any, old: str, new: str, meaning: str) -> None:
+    """Refuse ``old`` (a flag this verb renamed) with one line naming ``new``; hidden from ``--help``.
+
+    Not an alias: the old spelling does nothing but say where the flag went.
+    """
+
+    class Renamed(argparse.Action):
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+            raise argparse.ArgumentError(self, f"was renamed {new} ({meaning})")
+
+    parser.add_argument(old, nargs="?", action=Renamed, help=argparse.SUPPRESS)
+
+
+def size_list(flag: str) -> Any:
+    """An argparse type for comma-separated sizes in bytes: bare (``4e9``) or with a unit (``2GiB,512MiB``)."""
+    numbers = float_list(flag)
+
+    def parse(text: str) -> list[float]:
+        try:
+            return numbers(text)  # bare numbers: the costs' own checks name a negative or infinite one
+        except argparse.ArgumentTypeError:
+            if any(not part.strip() for part in text.split(",")):
+                raise
+        try:
+            return [units.parse_bytes(part, flag=flag) for part in text.split(",")]
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
+def memory_limit(text: str) -> ByteSize:
+    """``--memory-limit``: a size with its unit (``12GiB``: bytes) or a bare integer (``4``: microbatches).
+
+    The result remembers its unit (:class:`ByteSize`); a bare number that is no whole count is refused.
+    """
+    stripped = text.strip()
+    try:
+        count = float(stripped)
+    except ValueError:
+        try:
+            size = ByteSize(units.parse_bytes(stripped, flag="--memory-limit", require_unit=True))
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        size.unit = stripped.lstrip("0123456789.eE+- ")
+        return size
+    if not (count >= 1 and count == int(count)):
+        raise argparse.ArgumentTypeError(
+            f"--memory-limit {stripped} has no unit, so it is a count of microbatches in flight per rank, "
+            f"a whole number >= 1; for a size write it with a unit, e.g. {stripped}GiB")
+    return ByteSize(count)
 
 
 def register(subparsers: Any) -> None:
@@ -65,20 +126,28 @@ def register(subparsers: Any) -> None:
         description="Simulate one training step of a pipeline schedule on per-stage costs (ms per microbatch).",
     )
     add_cost_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the timeline as JSON (instead of the text views)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the timeline as JSON (instead of the text views): every action up to "
+                             f"{JSON_ACTIONS_LIMIT:,} actions, the summary past that")
+    parser.add_argument("--actions", action="store_true",
+                        help="with --json: list every action and idle interval, however many (the summary "
+                             "alone otherwise, past the limit)")
     parser.add_argument("--plot", metavar="PATH", help="draw the Gantt and memory to a PNG/SVG file")
     parser.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace JSON file")
-    parser.add_argument("--steps", action="store_true",
-                        help="also print the unit-step table (T=1: S1: F1(1) | ...); text output only")
+    parser.add_argument("--step-table", action="store_true",
+                        help="also print the unit-step table (T=0: S0: F0(0) | ...); text output only")
     parser.add_argument("--width", type=int, default=None,
                         help="text Gantt width in characters (default 100); text output only")
     parser.add_argument("--iterations", type=int, default=1,
                         help="training steps played back to back (default 1); reports the steady step time")
-    parser.add_argument("--optimizer", default=None,
-                        help="between steps: barrier (every rank waits for the slowest) or overlap "
-                             "(each rank goes on when its own part is done); default barrier")
+    parser.add_argument("--step-boundary", choices=OPTIMIZER_MODES, default=None,
+                        help="with --iterations: what happens between steps: barrier (every rank waits for "
+                             "the slowest; default) or overlap (each rank goes on when its own part is done)")
     dual_rate_cmd.add_rate_arguments(parser)
     add_spec_arguments(parser)
+    renamed_flag(parser, "--steps", "--step-table", "the unit-step table; --steps N is a count of steps in run")
+    renamed_flag(parser, "--optimizer", "--step-boundary", "barrier or overlap between steps; --optimizer is the "
+                 "optimizer state in plan and partition")
     parser.set_defaults(func=run)
 
 
@@ -99,26 +168,31 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
                         help="weight-gradient part of the backward per stage, ms (default: half the backward)")
     parser.add_argument("--update", type=float_list("--update"),
                         help="optimizer update time per stage, ms (default 0; only dual-rate runs U)")
-    parser.add_argument("--activation-bytes", type=float_list("--activation-bytes"),
-                        help="activation bytes per microbatch per stage (default 1 each, so memory "
-                             "figures count microbatches)")
-    parser.add_argument("-m", "--microbatches", type=int, default=8, help="microbatches per step (default 8)")
+    parser.add_argument("--activation-bytes", type=size_list("--activation-bytes"), metavar="SIZES",
+                        help="activation size per microbatch per stage, bytes or with a unit (e.g. 2GiB,512MiB); "
+                             "default: none, so memory figures count microbatches")
+    parser.add_argument("-m", "--microbatches", type=int, default=None,
+                        help="microbatches per step (default: twice the pipeline ranks; dual-rate: rounded up "
+                             "to whole frames)")
     parser.add_argument("--schedule", default="1f1b", help=f"one of {', '.join(SCHEDULES)} (default 1f1b)")
     parser.add_argument("--virtual-stages", type=int, default=None,
                         help="chunks per rank for interleaved schedules")
-    parser.add_argument("--memory-limit", type=parse_bytes, default=None,
-                        help="activation memory per rank for the adaptive schedule, in the unit of "
-                             "--activation-bytes: bytes (e.g. 12GB) when they are given, else a count "
-                             "of microbatches (e.g. 4)")
+    parser.add_argument("--memory-limit", type=memory_limit, default=None, metavar="SIZE|COUNT",
+                        help="activation memory per rank for the adaptive schedule: a size with its unit "
+                             "(e.g. 12GiB; needs --activation-bytes), or a bare integer, a count of "
+                             "microbatches in flight (e.g. 4; without --activation-bytes)")
     parser.add_argument("--objective", choices=("makespan", "span"), default=None,
                         help="what the adaptive schedule minimises: the step's makespan (the optimizer waits "
                              "for every rank; default) or the largest per-rank span (each rank steps on its own)")
     parser.add_argument("--forward-only", action="store_true", help="simulate only the forward pass")
-    parser.add_argument("--comm-latency", type=float, default=0.0, help="ms per message between ranks")
-    parser.add_argument("--comm-bandwidth", type=float, default=None,
-                        help="bytes per ms between ranks, with --boundary-bytes (default: infinite)")
-    parser.add_argument("--boundary-bytes", type=float_list("--boundary-bytes"), default=None,
-                        help="bytes per message per stage boundary (one number or S-1 numbers)")
+    parser.add_argument("--comm-latency", type=float, default=0.0, metavar="MS", help="ms per message between ranks (default 0)")
+    parser.add_argument("--comm-bandwidth", type=units.argparse_type(units.parse_bandwidth, "--comm-bandwidth"),
+                        default=None, metavar="RATE",
+                        help="bandwidth between ranks with its unit, e.g. 25GB/s or 200Gbit/s, with "
+                             "--boundary-bytes (default: unbounded)")
+    parser.add_argument("--boundary-bytes", type=size_list("--boundary-bytes"), default=None, metavar="SIZES",
+                        help="message size per stage boundary, bytes or with a unit (e.g. 64MiB; one size "
+                             "or S-1 sizes)")
     parser.add_argument("--send", choices=("eager", "rendezvous"), default="eager",
                         help="eager: senders never wait; rendezvous: blocking P2P (default eager)")
 
@@ -135,12 +209,16 @@ def costs_from_args(args: argparse.Namespace) -> StageCosts:
         refuse_unless(args.weight is None or splits, "--weight",
                       f"to schedule {args.schedule!r}: it runs the full backward in one piece "
                       "(use zb-h1, zb-h2, zb-v or adaptive)")
-    memory_limit = getattr(args, "memory_limit", None)
-    if memory_limit is not None and isinstance(memory_limit, ByteSize) and memory_limit.unit \
-            and args.activation_bytes is None:
+    limit = getattr(args, "memory_limit", None)
+    if isinstance(limit, ByteSize) and limit.unit and args.activation_bytes is None:
         raise InvalidInputError(
-            f"--memory-limit {memory_limit:g} bytes needs --activation-bytes: without them each "
-            "microbatch counts 1, so the limit is a count of microbatches (e.g. --memory-limit 4)"
+            f"--memory-limit {units.format_gib(limit)} is a size and needs --activation-bytes: without them "
+            "each microbatch counts 1, so the limit is a bare count of microbatches (e.g. --memory-limit 4)"
+        )
+    if isinstance(limit, ByteSize) and not limit.unit and args.activation_bytes is not None:
+        raise InvalidInputError(
+            f"--memory-limit {limit:g} has no unit, so it counts microbatches, but --activation-bytes makes "
+            f"memory bytes: write the limit as a size, e.g. --memory-limit {limit:g}GiB"
         )
     return StageCosts(args.forward, args.backward, args.weight, args.activation_bytes,
                       update=getattr(args, "update", None))
@@ -186,6 +264,27 @@ def schedule_from_args(args: argparse.Namespace, costs: StageCosts, comm: CommMo
     return build_schedule(args.schedule, num_stages=costs.num_stages, num_microbatches=args.microbatches, **options)
 
 
+def default_microbatches(args: argparse.Namespace, num_stages: int) -> int:
+    """``-m`` as given, else twice the pipeline ranks the schedule puts ``num_stages`` stages on.
+
+    Ranks are stages over chunks per rank (``--virtual-stages`` for interleaved, whose default is 2;
+    two for zb-v); dual-rate rounds up to whole frames of ``--rate-ratio`` steps.
+    """
+    if args.microbatches is not None:
+        return int(args.microbatches)
+    if args.schedule not in SCHEDULES:
+        return 2 * num_stages  # the unknown name is schedule_from_args's error
+    info = schedule_info(args.schedule)
+    virtual = args.virtual_stages if isinstance(args.virtual_stages, int) and args.virtual_stages > 0 else None
+    loop = info.layout == "loop" or (info.any_placement and (virtual or 1) > 1)
+    chunks = (virtual or 2) if info.layout == "loop" else (virtual or 1) if loop else info.chunks_per_rank()
+    micro = 2 * max(1, num_stages // chunks)
+    if info.updates_in_step:
+        ratio = dual_rate_cmd.rate_options(args).get("rate_ratio", 4)
+        micro = -(-micro // ratio) * ratio
+    return micro
+
+
 def check_size(args: argparse.Namespace, num_stages: int) -> int:
     """Refuse up front a step (or Gantt) too large for this machine's memory; returns its actions."""
     micro = positive_int("-m/--microbatches", args.microbatches)
@@ -222,7 +321,9 @@ def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan simulate``."""
     text_width(args)
     if args.json:
-        refuse_unless(not args.steps, "--steps", "with --json (it adds a table to the text output)")
+        refuse_unless(not args.step_table, "--step-table", "with --json (it adds a table to the text output)")
+    else:
+        refuse_unless(not args.actions, "--actions", "without --json (it lists every action in the JSON)")
     refuse_flags_without_effect(args)
     output_path(args.plot, "--plot")
     output_path(args.trace, "--trace")
@@ -239,23 +340,25 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--partition and --stages apply only with --profile")
     costs = costs_from_args(args)
     comm = comm_from_args(args)
+    args.microbatches = default_microbatches(args, costs.num_stages)
     actions = check_size(args, costs.num_stages) if args.schedule in SCHEDULES else 0
     iterations = args.iterations if isinstance(args.iterations, int) and args.iterations > 0 else 1
     with progress((3 + iterations) * actions, f"{args.schedule}: building {actions:,} actions") as advance:
         schedule = schedule_from_args(args, costs, comm)
         advance(actions, "simulating")
-        timeline = simulate(schedule, costs, comm, iterations=args.iterations, optimizer=args.optimizer)
+        timeline = simulate(schedule, costs, comm, iterations=args.iterations, optimizer=args.step_boundary)
         advance(iterations * actions, "writing outputs")
         write_outputs(timeline, args)
         advance(actions, "drawing")
         dual = isinstance(schedule, DualRateSchedule)
         if args.json:
-            payload = timeline.to_dict()
+            payload = timeline_payload(timeline, args)
             if dual:
                 payload["dual_rate"] = dual_rate_metrics(timeline).to_dict()
             print_json(payload)
         else:
-            show_timeline(timeline, width=args.width, steps=args.steps)
+            show_timeline(timeline, width=args.width, step_table=args.step_table,
+                          activation_sizes=args.activation_bytes is not None)
             if dual:
                 for line in dual_rate_cmd.simulate_lines(timeline, costs, comm):
                     print(line)
@@ -263,14 +366,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def refuse_flags_without_effect(args: argparse.Namespace) -> None:
-    """Refuse ``--update`` off dual-rate and ``--optimizer`` for a single step; default the optimizer."""
+    """Refuse ``--update`` off dual-rate and ``--step-boundary`` for a single step; default the boundary."""
     updates = args.schedule in SCHEDULES and schedule_info(args.schedule).updates_in_step
     refuse_unless(getattr(args, "update", None) is None or updates, "--update",
                   f"to schedule {args.schedule!r} (only dual-rate runs the optimizer update U inside the step)")
-    if args.optimizer in OPTIMIZER_MODES:  # an unknown name is the simulator's error, listing the modes
-        refuse_unless(args.iterations != 1, "--optimizer",
+    if args.step_boundary is not None:
+        refuse_unless(args.iterations != 1, "--step-boundary",
                       "with one step (it sets what happens between steps; add --iterations N > 1)")
-    args.optimizer = "barrier" if args.optimizer is None else args.optimizer
+    args.step_boundary = "barrier" if args.step_boundary is None else args.step_boundary
+
+
+def timeline_payload(timeline: Timeline, args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    """``--json``'s object: every action up to :data:`JSON_ACTIONS_LIMIT` (or with ``--actions``), else the summary.
+
+    A summarised payload says so (``"actions_listed": false`` and the count) and a note on stderr
+    names ``--actions``.
+    """
+    count = timeline.schedule.num_actions
+    full = bool(getattr(args, "actions", False)) or count <= JSON_ACTIONS_LIMIT
+    payload = timeline.to_dict() if full else timeline.summary()
+    payload["num_actions"] = count
+    payload["actions_listed"] = full
+    if not full:
+        print(f"--json: {count:,} actions, more than {JSON_ACTIONS_LIMIT:,}: printing the summary (makespan, "
+              "bubble, per-rank metrics); add --actions for every action", file=sys.stderr)
+    payload.update(extra)
+    return payload
 
 
 def _run_profile(args: argparse.Namespace) -> int:
@@ -294,21 +415,23 @@ def _run_profile(args: argparse.Namespace) -> int:
     profile = LayerProfile.from_file(args.profile)
     layers = _profile_partition(args, profile)
     costs, comm = prediction_inputs(profile, layers)
+    args.microbatches = default_microbatches(args, costs.num_stages)
+    check_size(args, costs.num_stages)
     schedule = schedule_from_args(args, costs, comm)
     timeline = predict(profile, schedule, layers)
     write_outputs(timeline, args)
     if args.json:
-        print_json({**timeline.to_dict(), "layers_per_stage": layers})
+        print_json(timeline_payload(timeline, args, layers_per_stage=layers))
         return 0
     calibration = profile.calibration
     make_console().print(
         f"profile {args.profile}: layers per stage {layers}; "
         + ("no calibration (free messages, a core per rank)" if calibration is None else
-           f"calibrated messages {calibration.latency:.3f} ms + bytes / {calibration.bandwidth:.3g} B/ms, "
+           f"calibrated messages {calibration.latency:.3f} ms + bytes / {units.format_bandwidth(calibration.bandwidth)}, "
            f"core sharing x{calibration.slowdown_for(schedule.num_ranks):.2f} with {schedule.num_ranks} busy"),
         markup=False, highlight=False,
     )
-    show_timeline(timeline, width=args.width, steps=args.steps)
+    show_timeline(timeline, width=args.width, step_table=args.step_table)
     return 0
 
 
@@ -325,18 +448,19 @@ def _run_spec(args: argparse.Namespace) -> int:
     costs = profile.stage_costs(layers)
     link = measured or default_intra_node(device.name)
     comm = link.comm_model(list(profile.boundary_bytes(layers)) or 0.0, send_mode=args.send)
+    args.microbatches = default_microbatches(args, costs.num_stages)
     check_size(args, costs.num_stages)
     schedule = schedule_from_args(args, costs, comm)
     timeline = simulate(schedule, costs, comm)
     write_outputs(timeline, args)
     if args.json:
-        print_json({**timeline.to_dict(), "layers_per_stage": layers, "device": device_fields(device),
-                    "link": link.name})
+        print_json(timeline_payload(timeline, args, layers_per_stage=layers, device=device_fields(device),
+                                    link=link.name))
         return 0
     make_console().print(f"{spec.name}: layers per stage {layers}; cost model: {device.summary()}; messages over "
-                         f"{link.name} ({link.latency_ms:g} ms + bytes / {link.bandwidth / 1e9:.3g} GB/s)",
+                         f"{link.name} ({link.latency_ms:g} ms + bytes / {units.format_bandwidth(link.bandwidth / 1e3)})",
                          markup=False, highlight=False)
-    show_timeline(timeline, width=args.width, steps=args.steps)
+    show_timeline(timeline, width=args.width, step_table=args.step_table)
     return 0
 
 
@@ -354,9 +478,14 @@ def write_outputs(timeline: Timeline, args: argparse.Namespace) -> None:
         report_written(args.trace)
 
 
-def show_timeline(timeline: Timeline, *, width: int = 100, steps: bool = False, console: Console | None = None) -> None:
-    """Print the Gantt, the optional step table and the per-rank table."""
-    from ..viz import rank_table, step_table, text_gantt
+def show_timeline(timeline: Timeline, *, width: int = 100, step_table: bool = False, activation_sizes: bool = True,
+                  console: Console | None = None) -> None:
+    """Print the Gantt, the optional step table and the per-rank table.
+
+    ``activation_sizes``: whether the costs gave activation bytes (else the table shows no byte column).
+    """
+    from ..viz import rank_table, text_gantt
+    from ..viz import step_table as steps_of
 
     console = console or make_console()
     schedule = timeline.schedule
@@ -367,12 +496,12 @@ def show_timeline(timeline: Timeline, *, width: int = 100, steps: bool = False, 
     )
     if timeline.iterations > 1:
         console.print(
-            f"{timeline.iterations} steps, optimizer {timeline.optimizer}: steady step time "
+            f"{timeline.iterations} steps, step boundary {timeline.optimizer}: steady step time "
             f"{timeline.steady_step_time:.6g} ms (first step {timeline.step_times[0]:.6g} ms); "
             "the chart shows the first step"
         )
     # soft_wrap: a chart wider than the terminal is cut by the terminal, not re-flowed (and stays linear).
     console.print(text_gantt(timeline, width=width), markup=False, highlight=False, soft_wrap=True)
-    if steps:
-        console.print(step_table(timeline), markup=False, highlight=False, soft_wrap=True)
-    console.print(rank_table(timeline))
+    if step_table:
+        console.print(steps_of(timeline), markup=False, highlight=False, soft_wrap=True)
+    console.print(rank_table(timeline, activation_sizes=activation_sizes))

@@ -340,7 +340,7 @@ def run_demo(
     slow_back[min(1, num_stages - 1)] *= 2
     unbalanced = pipe.simulate(StageCosts(slow, slow_back)).bubble_ratio
     lines = [
-        f"Seed 003: GPipe, {num_stages} stages x {num_microbatches} microbatches "
+        f"Seed 003: GPipe, N = {num_stages} stages x M = {num_microbatches} microbatches "
         f"of {microbatch_size} samples (MLP width {width})",
         f"measured per-microbatch stage times (ms, median of {num_microbatches} microbatches x {repeats} steps):",
     ]

@@ -34,10 +34,11 @@ import numpy as np
 
 from ..errors import InfeasiblePlanError
 from ..layers import LayerProfile
+from ..units import GIB, format_gib
 from .problem import MinMaxProblem, monotone_limit
 
-__all__ = ["EXHAUSTIVE_LIMIT", "RankMemoryModel", "TiedLayers", "memory_limits", "memory_prefixes", "rank_totals",
-           "tied_layers"]
+__all__ = ["EXHAUSTIVE_LIMIT", "RankMemoryModel", "TiedLayers", "gib", "memory_limits", "memory_prefixes",
+           "rank_totals", "tied_layers"]
 
 # Splits of the rank capacities the per-rank memory search starts from.
 SHARE_STARTS = 6
@@ -271,8 +272,8 @@ class RankMemoryModel:
             values = problem.values(bounds)
             stage = int(np.argmax(values))
             return InfeasiblePlanError(
-                f"memory_capacity={capacity:.6g} bytes fits no partition of {where}; the smallest capacity "
-                f"that fits is {needed:.6g} bytes, needed by stage {stage} "
+                f"memory_capacity = {gib(capacity)} fits no partition of {where}; the smallest capacity "
+                f"that fits is {gib(needed, up=True)}, needed by stage {stage} "
                 f"(layers {bounds[stage]}..{bounds[stage + 1] - 1})",
                 needed_bytes=float(needed), stage=stage, layers=((int(bounds[stage]), int(bounds[stage + 1]) - 1),),
             )
@@ -284,12 +285,25 @@ class RankMemoryModel:
         stages = [k for k, r in enumerate(self.placement) if r == rank]
         held = ", ".join(f"stage {k}: layers {bounds[k]}..{bounds[k + 1] - 1}" for k in stages)
         return InfeasiblePlanError(
-            f"memory_capacity={capacity:.6g} bytes per rank fits no partition of {where} on "
+            f"memory_capacity = {gib(capacity)} per rank fits no partition of {where} on "
             f"{self.num_ranks} ranks; the smallest capacity per rank {'that fits' if exact else 'found to fit'} "
-            f"is {needed:.6g} bytes, needed by rank {rank} ({held})",
+            f"is {gib(needed, up=True)}, needed by rank {rank} ({held})",
             needed_bytes=float(needed), proven=exact, rank=rank,
             layers=tuple((int(bounds[k]), int(bounds[k + 1]) - 1) for k in stages),
         )
+
+
+def gib(num_bytes: float, *, up: bool = False) -> str:
+    """Memory as partition's messages print it: :func:`pipeplan.units.format_gib` to 4 digits (``"15.96 GiB"``).
+
+    ``up`` rounds up to those digits: a smallest capacity that fits must not read as less
+    than it is. (A toy size below 0.01 GiB is ``format_gib``'s: the binary unit that suits it.)
+    """
+    value = float(num_bytes) / GIB
+    if up and value >= 0.01 and math.isfinite(value):
+        step = 10.0 ** (math.floor(math.log10(value)) - 3)
+        value = math.ceil(value / step * (1 - 1e-12)) * step
+    return format_gib(value * GIB, digits=4)
 
 
 def _fixed_tied_excess(tied: TiedLayers | None, placement: Sequence[int], num_layers: int) -> np.ndarray:

@@ -69,7 +69,7 @@ from ..layers import LayerProfile
 from ..plan import Plan
 from ..schedules import SCHEDULES, schedule_info
 from ..schedules.inflight import inflight_and_placement, inflight_per_stage
-from .memory import RankMemoryModel, memory_limits, memory_prefixes, rank_totals, tied_layers
+from .memory import RankMemoryModel, gib, memory_limits, memory_prefixes, rank_totals, tied_layers
 from .problem import MinMaxProblem
 from .steptime import StepTimer, improve_step_time
 from .tiebreak import tie_break as break_ties
@@ -208,6 +208,7 @@ def partition_layers(
     objective: Objective = "bottleneck",
     tie_break: TieBreak = "lexicographic",
     rank_capacity: Literal["exact", "even"] = "exact",
+    simulate_step: bool | None = None,
 ) -> PartitionResult:
     """Split layers into ``num_stages`` non-empty contiguous stages, slowest stage first.
 
@@ -236,6 +237,11 @@ def partition_layers(
             ``"even"`` gives each stage an equal share of its rank's capacity and
             solves once (always fits per rank, not proven fastest; the planner's
             quick path).
+        simulate_step: whether to simulate the chosen partition's step for
+            ``step_time``; default (``None``): when ``num_microbatches`` is given.
+            ``False`` keeps ``num_microbatches`` for the in-flight counts alone
+            (a caller that reports no step, or one too large to simulate for a
+            report: S·m actions cost ~0.5 kB and ~2.5 µs each).
 
     Returns:
         A :class:`PartitionResult`.
@@ -284,7 +290,10 @@ def partition_layers(
         raise InvalidInputError(
             f"num_stages must be <= the number of layers ({num_layers}) so no stage is empty, got {stages}"
         )
-    simulate_step = num_microbatches is not None or objective == "step_time"
+    if simulate_step is False and objective == "step_time":
+        raise InvalidInputError("objective 'step_time' simulates the step; it cannot run with simulate_step=False")
+    if simulate_step is None:
+        simulate_step = num_microbatches is not None or objective == "step_time"
     micro = stages if num_microbatches is None else positive_int("num_microbatches", num_microbatches)
     with np.errstate(over="ignore"):
         totals = {"layer times": times.sum() + extra_time.max(),
@@ -319,7 +328,7 @@ def partition_layers(
             proven = False
         if outcome is None:
             raise InfeasiblePlanError(
-                f"memory_capacity={capacity:.6g} bytes per rank fits no partition of {num_layers} layers into "
+                f"memory_capacity = {gib(capacity)} per rank fits no partition of {num_layers} layers into "
                 f"{stages} stages under {schedule!r} with each rank's capacity split evenly over its stages"
             )
     elif outcome is None:

@@ -11,7 +11,7 @@ full, split or no backward; one or several stages per rank)::
     rank 0 |F0  F1 <<B0      B1     |
     rank 1 |....F0B0 F1B1  _________|
             0                 10
-    1f1b, simulated: makespan 13, 1 column = 0.542 time units
+    1f1b, simulated: makespan 13 ms, 1 column = 0.542 ms
     actions: F forward  B backward; the number is the microbatch (0-based)
     idle: . fill  _ drain  > starved upstream  < starved downstream  # blocked  * overhead
     stages: rank r holds stage r

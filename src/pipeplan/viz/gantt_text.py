@@ -12,17 +12,25 @@ Works on any :class:`~pipeplan.timeline.Timeline`, simulated or measured::
     rank 2 |...F>>F<<BF<<<BF<<B2F<<B3>>FB4>>>>FB5>>>>>B6<<<B7___________|
     rank 3 |....F0B0 FB1  FB2 F3B3 F4B4 F5B5 >>F6B6 >>F7B7 _____________|
             0               200             400             600
-    1f1b, simulated: makespan 750, 1 column = 12.5 time units
+    1f1b, simulated: makespan 750 ms, 1 column = 12.5 ms
     actions: F forward  B backward; the number is the microbatch (0-based)
     idle: . fill  _ drain  > starved upstream  < starved downstream  # blocked  * overhead
     stages: rank r holds stage r
 
 Drawing rules (also printed in the legend):
 
-* Time runs left to right; ``width`` columns cover ``[0, makespan]``, so one
-  column is ``makespan / width`` time units. An interval ``[a, b)`` fills the
-  columns from ``round(a / step)`` to ``round(b / step)``, so neighbouring
-  intervals never overlap and every rank line has exactly ``width`` cells.
+* Time runs left to right, in ms (the unit of pipeplan's costs; ``unit=`` names
+  another); ``width`` columns cover ``[0, makespan]``, so one column is
+  ``makespan / width``. An interval ``[a, b)`` fills the columns from
+  ``round(a / step)`` to ``round(b / step)``, so neighbouring intervals never
+  overlap and every rank line has exactly ``width`` cells.
+* Many microbatches per character (the median action shorter than one column:
+  m = 128 on 16 ranks at 100 columns) would draw a barcode. The chart then shows
+  three windows at one readable scale (three columns for the shortest quarter of
+  the actions): the start of the step (warm-up), its middle (steady state) and
+  its end (cool-down), separated by ``" … "`` (:data:`ELISION`) on every line; the
+  axis labels each window's own times and the legend says how many ms each mark
+  leaves out. ``elide=False`` always draws the whole step.
 * An action is drawn as its kind letter followed by its (0-based) microbatch
   when the label fits in the action's columns (``F3 ``, ``B12``, ``W0``), as the
   bare letter otherwise; the remaining columns of the action are blanks. An
@@ -39,7 +47,10 @@ Drawing rules (also printed in the legend):
 
 from __future__ import annotations
 
+import bisect
 import math
+
+import numpy as np
 
 from .._validation import positive_int
 from ..timeline import expect_timeline
@@ -47,7 +58,7 @@ from ..limits import check_gantt_size
 from ..timeline import IdleCause, Timeline
 from .tables import format_time
 
-__all__ = ["text_gantt", "IDLE_CHARS"]
+__all__ = ["text_gantt", "IDLE_CHARS", "ELISION"]
 
 #: The character that marks an idle cell, per cause.
 IDLE_CHARS: dict[IdleCause, str] = {
@@ -62,7 +73,8 @@ IDLE_CHARS: dict[IdleCause, str] = {
 _KIND_NAMES = {"F": "forward", "B": "backward", "I": "input gradient", "W": "weight gradient", "U": "update"}
 
 
-def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True) -> str:
+def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True, elide: bool = True,
+               unit: str = "ms") -> str:
     """Render ``timeline`` as a text Gantt chart.
 
     Args:
@@ -71,11 +83,18 @@ def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True) -> 
         width: number of time columns (>= 1); one column is ``makespan / width``
             time units.
         legend: append the legend (letters, chunk cases, idle characters, scale).
+        elide: when the typical action would be narrower than one column (many
+            microbatches per character: a barcode), draw three windows at a
+            readable scale instead, the start (warm-up), the middle (steady
+            state) and the end (cool-down), separated by :data:`ELISION` marks;
+            the legend gives the time each mark leaves out. ``False``: always the
+            whole step at one scale.
+        unit: the timeline's time unit, for the legend (pipeplan's costs are ms).
 
     Returns:
-        The chart: one ``"rank r |...|"`` line per rank (all of the same length),
-        a time-axis line, then the legend lines when ``legend`` is true. No
-        trailing newline.
+        The chart: one ``"rank r |...|"`` line per rank (all of the same length,
+        ``width`` cells between the bars, elision marks included), a time-axis
+        line, then the legend lines when ``legend`` is true. No trailing newline.
 
     Raises:
         InvalidInputError: ``timeline`` is not a Timeline, ``width`` is not an
@@ -85,29 +104,93 @@ def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True) -> 
     width = positive_int("width", width)
     check_gantt_size(width, timeline.num_ranks)
     makespan = timeline.makespan
-    scale = width / makespan if makespan > 0 else 0.0
     label_width = len(f"rank {timeline.num_ranks - 1}")
-
-    def column(time: float) -> int:
-        return min(width, max(0, int(round(time * scale))))
-
+    windows = _windows(timeline, width) if elide else None
+    spans = windows or [(0.0, makespan, width)]
+    ranks = [_RankView(timeline, rank) for rank in range(timeline.num_ranks)]
     lines = []
-    for rank in range(timeline.num_ranks):
+    for view in ranks:
+        cells = ELISION.join(view.cells(begin, end, columns) for begin, end, columns in spans)
+        lines.append(f"{f'rank {view.rank}':<{label_width}} |{cells}|")
+    lines.append(_axis(spans, label_width))
+    if legend:
+        lines.extend(_legend(timeline, spans, unit))
+    return "\n".join(lines)
+
+
+#: The mark between the windows of an elided chart (see :func:`text_gantt`'s ``elide``).
+ELISION = " … "
+
+#: An elided chart's target: columns per short action (the shortest quarter's longest), enough for ``F12``.
+_COLUMNS_PER_ACTION = 3
+
+
+def _windows(timeline: Timeline, width: int) -> list[tuple[float, float, int]] | None:
+    """The start, middle and end windows ``(begin, end, columns)`` of a barcode chart, or ``None``.
+
+    ``None`` (draw the whole step) unless the median action is shorter than one column of the
+    whole-step chart and three windows at :data:`_COLUMNS_PER_ACTION` columns per short action
+    (the first quartile of the durations) leave out some time; the windows share one scale and
+    ``width`` minus the two marks.
+    """
+    makespan = timeline.makespan
+    columns = width - 2 * len(ELISION)
+    if makespan <= 0 or columns < 3 * 4 or not len(timeline.start):
+        return None
+    durations = timeline.end - timeline.start
+    median, short = (float(q) for q in np.quantile(durations, [0.5, 0.25]))
+    if not short > 0 or median >= makespan / width:
+        return None
+    per_window = [columns // 3 + (1 if k < columns % 3 else 0) for k in range(3)]
+    column_time = short / _COLUMNS_PER_ACTION
+    spans = [count * column_time for count in per_window]
+    if sum(spans) >= makespan:
+        return None
+    middle = (makespan - spans[1]) / 2
+    return [(0.0, spans[0], per_window[0]), (middle, middle + spans[1], per_window[1]),
+            (makespan - spans[2], makespan, per_window[2])]
+
+
+class _RankView:
+    """One rank's records and idle intervals in time order, drawn into any time window."""
+
+    def __init__(self, timeline: Timeline, rank: int) -> None:
+        self.rank = rank
+        case = _chunk_case(timeline, rank)
+        self.idle = [(iv.start, iv.end, IDLE_CHARS[iv.cause]) for iv in timeline.idle_intervals(rank)]
+        self.actions = [
+            (record.start, record.end,
+             record.action.kind if case[record.action.stage] else record.action.kind.lower(),
+             record.action.microbatch)
+            for record in timeline.records(rank)
+        ]
+        self.idle_ends = [end for _start, end, _char in self.idle]
+        self.action_ends = [end for _start, end, _kind, _mb in self.actions]
+
+    def cells(self, begin: float, end: float, width: int) -> str:
+        """The ``width`` cells covering ``[begin, end)``: idle characters, then action labels over them."""
+        scale = width / (end - begin) if end > begin else 0.0
+
+        def column(time: float) -> int:
+            return min(width, max(0, int(round((time - begin) * scale))))
+
         cells = [" "] * width
         covered = [False] * width
-        for interval in timeline.idle_intervals(rank):
-            char = IDLE_CHARS[interval.cause]
-            for col in range(column(interval.start), column(interval.end)):
+        for start, stop, char in self.idle[bisect.bisect_left(self.idle_ends, begin):]:
+            if start >= end:
+                break
+            for col in range(column(start), column(stop)):
                 cells[col] = char
-        case = _chunk_case(timeline, rank)
         short: list[tuple[int, str]] = []
-        for record in timeline.records(rank):
-            kind = record.action.kind if case[record.action.stage] else record.action.kind.lower()
-            first, last = column(record.start), column(record.end)
+        for start, stop, kind, microbatch in self.actions[bisect.bisect_left(self.action_ends, begin):]:
+            if start > end or (start == end and stop > start):
+                break
+            first, last = column(start), column(stop)
             if last <= first:
-                short.append((first, kind))
+                if start >= begin:
+                    short.append((first, kind))
                 continue
-            text = f"{kind}{record.action.microbatch}"
+            text = f"{kind}{microbatch}"
             if len(text) > last - first:
                 text = kind
             for offset, col in enumerate(range(first, last)):
@@ -118,11 +201,7 @@ def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True) -> 
             if not covered[col]:
                 cells[col] = kind
                 covered[col] = True
-        lines.append(f"{f'rank {rank}':<{label_width}} |{''.join(cells)}|")
-    lines.append(_axis(makespan, width, label_width))
-    if legend:
-        lines.extend(_legend(timeline, width))
-    return "\n".join(lines)
+        return "".join(cells)
 
 
 def _chunk_case(timeline: Timeline, rank: int) -> dict[int, bool]:
@@ -143,36 +222,55 @@ def _format_time(value: float) -> str:
     return f"{value:g}"
 
 
-def _axis(makespan: float, width: int, label_width: int) -> str:
-    """Tick labels under the bars, at the left edge of the column each time maps to."""
-    line = [" "] * (label_width + 2 + width + 1)
+def _axis(spans: list[tuple[float, float, int]], label_width: int) -> str:
+    """Tick labels under the bars, at the left edge of the column each time maps to, window by window."""
+    total = sum(columns for _b, _e, columns in spans) + len(ELISION) * (len(spans) - 1)
+    line = [" "] * (label_width + 2 + total + 1)
     origin = label_width + 2  # index of the first cell
-    if makespan <= 0:
-        line[origin] = "0"
-        return "".join(line).rstrip()
-    # Aim for a label every ~10 columns, at a round time.
-    step = _nice_step(makespan * 10 / width)
-    tick = 0.0
-    free_from = 0
-    count = 0
-    while tick <= makespan * (1 + 1e-12):
-        col = int(round(tick * width / makespan))
-        text = _format_time(tick)
-        begin = origin + col
-        if begin >= free_from and begin + len(text) <= len(line):
-            line[begin : begin + len(text)] = list(text)
-            free_from = begin + len(text) + 1
-        count += 1
-        tick = count * step
+    for begin, end, columns in spans:
+        _ticks(line, origin, begin, end, columns)
+        origin += columns + len(ELISION)
     return "".join(line).rstrip()
 
 
-def _legend(timeline: Timeline, width: int) -> list[str]:
+def _ticks(line: list[str], origin: int, begin: float, end: float, columns: int) -> None:
+    """Write round tick times of ``[begin, end]`` into ``line`` from ``origin`` (one spare cell at the right)."""
+    if end <= begin:
+        line[origin] = _format_time(begin)
+        return
+    # Aim for a label every ~10 columns, at a round time.
+    step = _nice_step((end - begin) * 10 / columns)
+    count = math.ceil(begin / step * (1 - 1e-12))
+    tick = count * step
+    free_from = origin
+    limit = origin + columns + 1
+    while tick <= end * (1 + 1e-12) + 1e-300:
+        col = int(round((tick - begin) * columns / (end - begin)))
+        text = _format_time(tick)
+        start = origin + col
+        if start >= free_from and start + len(text) <= limit:
+            line[start : start + len(text)] = list(text)
+            free_from = start + len(text) + 1
+        count += 1
+        tick = count * step
+
+
+def _legend(timeline: Timeline, spans: list[tuple[float, float, int]], unit: str) -> list[str]:
     schedule = timeline.schedule
     kinds = "  ".join(f"{kind} {_KIND_NAMES[kind]}" for kind in schedule.kinds)
+    begin, end, columns = spans[0]
     out = [
-        f"{schedule.name}, {timeline.source}: makespan {format_time(timeline.makespan)}, "
-        f"1 column = {timeline.makespan / width:.3g} time units",
+        f"{schedule.name}, {timeline.source}: makespan {format_time(timeline.makespan)} {unit}, "
+        f"1 column = {(end - begin) / columns:.3g} {unit}",
+    ]
+    if len(spans) > 1:
+        gaps = [(left[1], right[0]) for left, right in zip(spans, spans[1:])]
+        out.append(
+            f"elided: the start, the middle and the end of the step at one scale; \"{ELISION.strip()}\" leaves out "
+            + " and ".join(f"{format_time(b - a)} {unit} ({format_time(a)}–{format_time(b)})" for a, b in gaps)
+            + "; a wider chart (--width) or --plot shows the whole step"
+        )
+    out += [
         f"actions: {kinds}; the number is the microbatch (0-based)",
         "idle: " + "  ".join(f"{char} {cause.value.replace('_', ' ')}" for cause, char in IDLE_CHARS.items()),
     ]

@@ -1,24 +1,26 @@
 """The seed lesson's step table: what each stage runs in each unit time step.
 
-Lesson 002 prints 1F1B for M = 3 stages and N = 4 microbatches as lines like
+Lesson 002 prints 1F1B for 3 stages and 4 microbatches as lines like
 ``T=1: S1: F1(1)``. :func:`step_table` prints any timeline whose actions start
-and end on a grid of one time unit (e.g. ``F = B = 1``) the same way::
+and end on a grid of one time unit (e.g. ``F = B = 1``) in that notation, counted
+from 0 like every other view (the Gantt, the rank table, the trace)::
 
     >>> import pipeplan
     >>> from pipeplan.viz import step_table
     >>> tl = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=3, num_microbatches=4),
     ...                        pipeplan.StageCosts.uniform(3, forward=1, backward=1))
     >>> print(step_table(tl))
-    T=1: S1: F1(1)
-    T=2: S1: F1(2) | S2: F2(1)
-    T=3: S1: F1(3) | S2: F2(2) | S3: F3(1)
-    T=4: S3: B3(1)
+    T=0: S0: F0(0)
+    T=1: S0: F0(1) | S1: F1(0)
+    T=2: S0: F0(2) | S1: F1(1) | S2: F2(0)
+    T=3: S2: B2(0)
     ...
-    T=12: S1: B1(4)
+    T=11: S0: B0(3)
 
-Notation (the lesson's, so everything is 1-based): ``T=t`` is the time step
-``[(t - 1)·unit, t·unit)``; ``Sk`` is stage ``k``; ``F2(3)`` is the forward of
-stage 2 on microbatch 3, ``B``/``W`` the backward / weight gradient. Each line
+Notation (the lesson's letters, pipeplan's 0-based numbers; the lesson's ``T=1:
+S1: F1(1)`` is ``T=0: S0: F0(0)`` here): ``T=t`` is the time step
+``[t·unit, (t + 1)·unit)``; ``Sk`` is stage ``k``; ``F1(2)`` is the forward of
+stage 1 on microbatch 2, ``B``/``W`` the backward / weight gradient. Each line
 lists, in stage order, the stages busy during that step; a step in which no stage
 computes (a communication gap) reads ``T=t: idle``.
 """
@@ -70,8 +72,8 @@ def step_table(timeline: Timeline, *, unit: float | None = None) -> str:
             largest unit every start and end is a multiple of when ``None``.
 
     Returns:
-        Lines ``T=t: Sk: Xk(mb) | ...`` for ``t = 1 ..`` the step in which the last
-        action ends (stages and microbatches 1-based), joined by newlines.
+        Lines ``T=t: Sk: Xk(mb) | ...`` for ``t = 0 ..`` the step in which the last
+        action ends (steps, stages and microbatches 0-based), joined by newlines.
 
     Raises:
         InvalidInputError: an action starts or ends off the grid, lasts no time,
@@ -131,7 +133,7 @@ def step_table(timeline: Timeline, *, unit: float | None = None) -> str:
                 f"step_table needs every action to last at least one unit ({unit:g}); "
                 f"{where} lasts {record.end - record.start:g}"
             )
-        text = f"S{action.stage + 1}: {action.kind}{action.stage + 1}({action.microbatch + 1})"
+        text = f"S{action.stage}: {action.kind}{action.stage}({action.microbatch})"
         for step in range(first, stop):
             busy.setdefault(step, []).append((action.stage, text))
         last_step = max(last_step, stop)
@@ -139,5 +141,5 @@ def step_table(timeline: Timeline, *, unit: float | None = None) -> str:
     for step in range(last_step):
         entries = sorted(busy.get(step, []))
         body = " | ".join(text for _stage, text in entries) if entries else "idle"
-        lines.append(f"T={step + 1}: {body}")
+        lines.append(f"T={step}: {body}")
     return "\n".join(lines)

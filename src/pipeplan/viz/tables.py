@@ -9,10 +9,12 @@ the makespan, the bubble ratio and the zero-bubble paper's span bubble rate::
     >>> table = rank_table(pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=2, num_microbatches=2),
     ...                                      pipeplan.StageCosts([2, 1])))   # rich.console.Console().print(table)
     >>> table.row_count, table.caption
-    (3, 'makespan 13 · bubble ratio 30.8% · span bubble rate 7.7%')
+    (3, 'makespan 13 ms · bubble ratio 30.8% · span bubble rate 7.7%')
 
-Times are in the timeline's unit (the CLI's is ms); idle causes that are zero on
-every rank get no column.
+Times are milliseconds (the unit of every cost the CLI takes); idle causes that are
+zero on every rank get no column. Activation sizes are in binary units
+(:func:`pipeplan.units.format_bytes`); a timeline whose costs gave none
+(``activation_sizes=False``) gets no bytes column rather than microbatches counted as bytes.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'es' if noun.endswith('ch') else 's'}"
 
 
-def rank_table(timeline: Timeline) -> Table:
+def rank_table(timeline: Timeline, *, activation_sizes: bool = True) -> Table:
     """A :class:`rich.table.Table` of per-rank metrics of ``timeline``.
 
     Columns: rank, stages held, busy (compute) time, utilisation % (busy /
@@ -67,6 +69,9 @@ def rank_table(timeline: Timeline) -> Table:
 
     Args:
         timeline: any timeline, simulated or measured.
+        activation_sizes: whether its costs carry real activation sizes; without
+            them (the simulator then counts each microbatch as 1 byte) the bytes
+            column is left out and the caption says "no activation sizes given".
 
     Returns:
         The table; its caption gives makespan, bubble ratio and span bubble rate.
@@ -81,18 +86,20 @@ def rank_table(timeline: Timeline) -> Table:
             f"{_count(timeline.num_ranks, 'rank')}, {_count(schedule.num_microbatches, 'microbatch')}"
         ),
         caption=(
-            f"makespan {format_time(timeline.makespan)} · bubble ratio {timeline.bubble_ratio:.1%} · "
+            f"makespan {format_time(timeline.makespan)} ms · bubble ratio {timeline.bubble_ratio:.1%} · "
             f"span bubble rate {timeline.span_bubble_rate:.1%}"
+            + ("" if activation_sizes else " · no activation sizes given")
         ),
     )
     table.add_column("rank", justify="right")
     table.add_column("stages", justify="left")
-    table.add_column("busy", justify="right")
+    table.add_column("busy ms", justify="right")
     table.add_column("util %", justify="right")
     for cause in causes:
-        table.add_column(f"idle {cause.value.replace('_', ' ')}", justify="right")
+        table.add_column(f"idle {cause.value.replace('_', ' ')} ms", justify="right")
     table.add_column("peak in-flight", justify="right")
-    table.add_column("peak activations", justify="right")
+    if activation_sizes:
+        table.add_column("peak activations", justify="right")
     utilisation = timeline.utilisation
     for rank in range(timeline.num_ranks):
         table.add_row(
@@ -102,7 +109,7 @@ def rank_table(timeline: Timeline) -> Table:
             f"{100 * utilisation[rank]:.1f}",
             *(format_time(idle[rank][cause]) for cause in causes),
             str(timeline.peak_inflight[rank]),
-            format_bytes(timeline.peak_bytes[rank]),
+            *([format_bytes(timeline.peak_bytes[rank])] if activation_sizes else []),
             end_section=rank == timeline.num_ranks - 1,
         )
     table.add_row(
@@ -112,7 +119,7 @@ def rank_table(timeline: Timeline) -> Table:
         f"{100 * (1 - timeline.bubble_ratio):.1f}",
         *(format_time(sum(per_rank[cause] for per_rank in idle)) for cause in causes),
         str(max(timeline.peak_inflight)),
-        format_bytes(max(timeline.peak_bytes)),
+        *([format_bytes(max(timeline.peak_bytes))] if activation_sizes else []),
         style="bold",
     )
     return table
