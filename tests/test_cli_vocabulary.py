@@ -32,14 +32,18 @@ def test_mfu_forty_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--mfu 40 is above 1: it is a fraction, write 0.4 or 40%" in err and "achievable_fraction" not in err
 
 
-@pytest.mark.parametrize("verb", [["model"], ["partition", "--stages", "4"]])
-def test_bare_memory_or_tp_spellings(verb: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("argv", "line"), [
+    ("model --preset pi0 --tensor-parallel 2", "argument --tensor-parallel: was renamed --tp"),
+    ("partition --stages 4 --preset pi0 --tensor-parallel 2", "argument --tensor-parallel: was renamed --tp"),
+    ("run --checkpoint", "argument --checkpoint: was renamed --recompute full"),
+])
+def test_an_old_spelling_names_its_new_flag(argv: str, line: str, capsys: pytest.CaptureFixture[str]) -> None:
     from pipeplan.cli import main
 
     with pytest.raises(SystemExit) as exit_info:
-        main([*verb, "--preset", "pi0", "--tensor-parallel", "2"])
+        main(argv.split())
     assert exit_info.value.code == 2
-    assert "unrecognized argument --tensor-parallel" in capsys.readouterr().err
+    assert line in capsys.readouterr().err
 
 
 def test_memory_needs_a_unit(capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,7 +25,7 @@ def test_a_capacity_per_rank_found_to_fit_is_the_rejections_needed_bytes():
     evaluator = Evaluator(workload, cluster, 300.0, rank_capacity="exact")
     rejection = evaluator.layouts.partitioned(config)
     assert isinstance(rejection, Rejection)
-    assert "found to fit is 2064 bytes, needed by rank 0" in rejection.reason
+    assert "found to fit is 2.02 KiB, needed by rank 0" in rejection.reason  # 2064 bytes
     assert rejection.needed_bytes == 2064.0 and not rejection.needed_proven
 
 

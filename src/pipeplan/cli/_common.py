@@ -29,6 +29,7 @@ __all__ = [
     "parse_bytes",
     "ByteSize",
     "memory_size",
+    "renamed_flag",
     "print_json",
     "make_console",
     "require_torch",
@@ -93,6 +94,19 @@ def memory_size(flag: str) -> Callable[[str], float]:
     from .. import units
 
     return units.argparse_type(units.parse_bytes, flag, require_unit=True)
+
+
+def renamed_flag(parser: Any, old: str, new: str, meaning: str) -> None:
+    """Refuse ``old`` (a flag this verb renamed) with one line naming ``new``; hidden from ``--help``.
+
+    Not an alias: the old spelling does nothing but say where the flag went.
+    """
+
+    class Renamed(argparse.Action):
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+            raise argparse.ArgumentError(self, f"was renamed {new} ({meaning})")
+
+    parser.add_argument(old, nargs="?", action=Renamed, help=argparse.SUPPRESS)
 
 
 def check_scaled(flag: str, value: float | None, factor: float, why: str) -> None:

@@ -16,6 +16,7 @@ from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..models.spec import ModelSpec
 from ..plan import Recompute
+from ._common import renamed_flag
 
 __all__ = ["add_spec_arguments", "add_shape_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count",
            "add_device_argument", "device_from_args", "add_mfu_argument", "recompute_of", "RECOMPUTE_CHOICES"]
@@ -35,6 +36,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = Fals
                             "(default: what the model's reference code runs, per module; none for a spec without one)")
     group.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (Megatron TP; default 1)")
     group.add_argument("--sequence-parallel", action="store_true", help="with --tp > 1")
+    renamed_flag(group, "--tensor-parallel", "--tp", "the tensor-parallel degree, as in plan")
     add_shape_arguments(group)
     group.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
     group.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")

@@ -31,10 +31,9 @@ from ..schedule import Schedule
 from ..partition.steptime import partition_schedule, simulate_partition
 from ..schedules import SCHEDULES, backward_mode, schedule_info
 from ..units import format_gib
-from ._common import check_scaled, make_console, memory_size, parse_bytes, print_json, progress
+from ._common import check_scaled, make_console, memory_size, parse_bytes, print_json, progress, renamed_flag
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
-from .simulate_cmd import renamed_flag
 
 __all__ = ["register", "run", "profile_from_args"]
 

@@ -35,7 +35,7 @@ from ..partition.choice import parse_partition
 from ..schedules import SCHEDULES, schedule_info
 from ..units import format_bytes
 from . import dual_rate_cmd
-from ._common import make_console, print_json, report_written, require_torch, text_width
+from ._common import make_console, print_json, renamed_flag, report_written, require_torch, text_width
 
 __all__ = ["register", "run", "execute_rank"]
 
@@ -64,6 +64,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--recompute", choices=("none", "full"), default="none",
                         help="full: recompute every stage's activations in its backward (activation checkpointing); "
                              "none (default): keep them")
+    renamed_flag(parser, "--checkpoint", "--recompute full", "activation checkpointing, as --recompute in every verb")
     parser.add_argument("--model", default=None,
                         help="package.module:factory returning (nn.Sequential, loss_fn, make_batch), or a built-in "
                              "model: vla (default), dumbbell")

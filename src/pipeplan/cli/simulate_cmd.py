@@ -48,6 +48,7 @@ from . import dual_rate_cmd
 from ._spec_args import add_spec_arguments, device_from_args, recompute_of, spec_from_args, uses_spec
 from ._common import (
     ByteSize,
+    renamed_flag,
     float_list,
     make_console,
     output_path,
@@ -59,23 +60,10 @@ from ._common import (
 )
 
 __all__ = ["register", "add_cost_arguments", "costs_from_args", "comm_from_args", "schedule_from_args",
-           "size_list", "memory_limit", "default_microbatches", "renamed_flag", "JSON_ACTIONS_LIMIT"]
+           "size_list", "memory_limit", "default_microbatches", "JSON_ACTIONS_LIMIT"]
 
 JSON_ACTIONS_LIMIT = 20_000
 """The most actions ``--json`` lists without ``--actions`` (about 4 MB of JSON); past it, the summary."""
-
-
-def renamed_flag(parser: Any, old: str, new: str, meaning: str) -> None:
-    """Refuse ``old`` (a flag this verb renamed) with one line naming ``new``; hidden from ``--help``.
-
-    Not an alias: the old spelling does nothing but say where the flag went.
-    """
-
-    class Renamed(argparse.Action):
-        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
-            raise argparse.ArgumentError(self, f"was renamed {new} ({meaning})")
-
-    parser.add_argument(old, nargs="?", action=Renamed, help=argparse.SUPPRESS)
 
 
 def size_list(flag: str) -> Any:
