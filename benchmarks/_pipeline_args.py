@@ -1,8 +1,8 @@
 """Options, the table header and the run loop shared by the benchmarks that run pipelines (fidelity, rebalance).
 
-    from _pipeline_args import measure_and_record, pipeline_parser, run_header
+    from _pipeline_args import measure_and_record, pipeline_parser, run_line
     args = pipeline_parser(__doc__, batch_size=32, microbatches=8, doc_path=DOC).parse_args()
-    results = measure_and_record(args, one_config, table, "fidelity-table")
+    results = measure_and_record(args, one_config, table, "fidelity-table")  # --write records it
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from _markers import replace_between
+from _markers import add_write_flag, measured_line, replace_between
 
 
 def pipeline_parser(doc: str, *, batch_size: int, microbatches: int, doc_path: Path, steps: int = 15,
@@ -41,9 +41,7 @@ def pipeline_parser(doc: str, *, batch_size: int, microbatches: int, doc_path: P
     parser.add_argument("--repeats", type=int, default=repeats,
                         help=f"timed runs per profile measurement (default {repeats})")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    parser.add_argument("--write", dest="write", action="store_true", default=True,
-                        help="replace the table in the docs file (default)")
-    parser.add_argument("--no-write", dest="write", action="store_false")
+    add_write_flag(parser, doc_path)
     parser.add_argument("--doc", default=str(doc_path), help=f"the docs file to write (default {doc_path.name})")
     return parser
 
@@ -53,13 +51,16 @@ def started_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def run_header(script: str, argv: list[str], started: str, backend: str) -> list[str]:
-    """The command and machine lines every table starts with."""
-    return [
-        f"Command: `python benchmarks/{script}{' ' + ' '.join(argv) if argv else ''}`  ",
-        f"Run: {started}, torch {torch.__version__}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} CPU cores, backend {backend}.  ",
-    ]
+def run_line(script: str, argv: list[str], started: str, backend: str) -> str:
+    """The line under every table: when, on what, and the exact command (:func:`_markers.measured_line`)."""
+    return measured_line(
+        f"python benchmarks/{script}{' ' + ' '.join(argv) if argv else ''}",
+        machine=f"torch {torch.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPU cores, "
+                f"backend {backend}",
+        when=datetime.datetime.strptime(started, "%Y-%m-%d %H:%M UTC").replace(
+            tzinfo=datetime.timezone.utc).timestamp(),
+        clock=True,
+    )
 
 
 def measure_and_record(args: argparse.Namespace, one_config: Callable[[int, argparse.Namespace], Any],
@@ -75,5 +76,4 @@ def measure_and_record(args: argparse.Namespace, one_config: Callable[[int, argp
     print(text)
     if args.write:
         replace_between(args.doc, marker, text)
-        print(f"wrote {args.doc}")
     return results

@@ -19,11 +19,10 @@ import os
 import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import replace_between  # noqa: E402
+from _markers import add_write_flag, measured_line, replace_between, run_command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,7 +72,7 @@ def measure(name: str, stages: int, micro: int, width: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="record the table in docs/simulator.md")
+    add_write_flag(parser, ROOT / "docs" / "simulator.md")
     args = parser.parse_args()
     rows = []
     for name, stages, micro in CASES:
@@ -86,15 +85,15 @@ def main() -> None:
     cells = (GANTT_WIDTH + 1) * (wide["ranks"] + 1)  # rank lines and the axis
     per_cell = (wide["views"] - small["views"]) / cells
     header = (
-        f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()} with `python benchmarks/action_memory.py --write` "
-        "(peak resident set growth per action, cumulative: build, then + simulate, then + the "
-        "Gantt and rank table).\n\n"
+        "Peak resident set growth per action, cumulative: build, then + simulate, then + the Gantt and rank "
+        "table.\n\n"
         "| schedule | stages | m | actions | build B/action | + simulate | + views |\n"
         "|---|---|---|---|---|---|---|"
     )
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     table = (header + "\n" + "\n".join(rows) + f"\n\nText Gantt {GANTT_WIDTH:,} columns wide: "
-             f"{per_cell:.1f} bytes per cell (rank lines and axis, printed without wrapping).")
+             f"{per_cell:.1f} bytes per cell (rank lines and axis, printed without wrapping).\n\n"
+             + measured_line(run_command(), machine=machine))
     print(table)
     if args.write:
         replace_between(ROOT / "docs" / "simulator.md", "action-memory", table)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import replace_between  # noqa: E402
+from _markers import add_write_flag, computed_line, replace_between, signed  # noqa: E402
 
 from pipeplan import hardware  # noqa: E402
 from pipeplan.models.modules import Embedding, LMHead, TransformerStack  # noqa: E402
@@ -46,6 +46,8 @@ from pipeplan.planner.evaluate import evaluate_layout  # noqa: E402
 from pipeplan.planner.space import Config  # noqa: E402
 
 GIB = 2**30
+DOC = Path(__file__).resolve().parent.parent / "docs" / "planner.md"
+COMMAND = "python benchmarks/comm_model.py --write"
 
 
 def korthikanti_rows() -> list[tuple[str, float, float]]:
@@ -165,18 +167,23 @@ def table() -> str:
         if published != published:  # not published: shown for the reader
             lines.append(f"| {label} | — | {predicted:.3g} | — |")
             continue
-        lines.append(f"| {label} | {published:.4g} | {predicted:.4g} | {predicted / published - 1:+.1%} |")
+        lines.append(f"| {label} | {published:.4g} | {predicted:.4g} | {signed(predicted / published - 1, '+.1%')} |")
     return "\n".join(lines)
+
+
+def block() -> str:
+    """What ``--write`` records between the ``planner-comm`` markers (tests/test_docs_tables.py checks it)."""
+    return f"{table()}\n\n{computed_line(COMMAND)}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="record the table in docs/planner.md")
+    add_write_flag(parser, DOC)
     args = parser.parse_args()
-    text = table()
+    text = block()
     print(text)
     if args.write:
-        replace_between(Path(__file__).resolve().parent.parent / "docs" / "planner.md", "planner-comm", text)
+        replace_between(DOC, "planner-comm", text)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Benchmark: pipeplan's cost model against published GPU measurements.
 
-    python benchmarks/cost_model.py              # all tables, written into docs/cost_model.md
-    python benchmarks/cost_model.py --no-write   # print only
+    python benchmarks/cost_model.py              # print all tables
+    python benchmarks/cost_model.py --write      # also record them in docs/cost_model.md
     python benchmarks/cost_model.py --fit        # refit the A100 constants on Table 9 and print them
 
 What is compared (docs/cost_model.md explains the model and every constant):
@@ -41,9 +41,10 @@ from pipeplan.planner.space import Config
 from pipeplan.presets.reference import ZERO_BUBBLE_MODELS, zero_bubble_gpt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import replace_between  # noqa: E402
+from _markers import add_write_flag, computed_line, replace_between, signed  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cost_model.md"
+COMMAND = "python benchmarks/cost_model.py --write"
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,7 @@ def table_4(rows: Sequence[Throughput], device: Device, link: hardware.Link) -> 
                 lines.append(
                     f"| {row.model.upper()} | {m} | {name} | {published:.2f} | {predicted[name]:.2f} "
                     f"| {_error(predicted[name], published)} | {row.memory_gb[name] if index == 0 else ''} "
-                    f"| {memory:.1f} | {'' if memory_error is None else f'{100 * memory_error:+.1f}%'} "
+                    f"| {memory:.1f} | {'' if memory_error is None else signed(100 * memory_error, '+.1f') + '%'} "
                     f"| {plans[name].schedule_label} |")
             same = ranked_as_measured({name: row.samples[name][index] for name in SCHEDULES}, predicted)
             checked += 1
@@ -399,7 +400,7 @@ def other_table(rows: Sequence[tuple[str, float, float]]) -> tuple[str, list[flo
 
 # --------------------------------------------------------------------------- tables
 def _error(predicted: float, measured: float) -> str:
-    return f"{100 * (predicted / measured - 1):+.1f}%"
+    return f"{signed(100 * (predicted / measured - 1), '+.1f')}%"
 
 
 def table_9(device: Device, link: hardware.Link,
@@ -416,33 +417,37 @@ def table_9(device: Device, link: hardware.Link,
     return "\n".join(lines), errors
 
 
+def blocks(device: Device, link: hardware.Link) -> tuple[dict[str, str], str]:
+    """What ``--write`` records, by marker name (tests/test_docs_tables.py checks each), and the rankings."""
+    text, _ = table_9(device, link)
+    throughput, _, matched, checked = table_4(TABLE_4, device, link)
+    held_9, _ = table_9(device, link, HELD_OUT_9)
+    held_4, _, held_matched, held_checked = table_4(HELD_OUT_4, device, link)
+    others, _ = other_table(other_rows(device, link))
+    line = computed_line(COMMAND)
+    ranking = f"ranking as measured: {matched} of {checked}; held out: {held_matched} of {held_checked}"
+    return {"cost-model-table-9": f"{text}\n\n{line}", "cost-model-table-4": f"{throughput}\n\n{line}",
+            "cost-model-held-out": f"{held_9}\n\n{held_4}\n\n{line}",
+            "cost-model-other": f"{others}\n\n{line}"}, ranking
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="refit the A100 constants on Table 9 and print them")
-    parser.add_argument("--no-write", action="store_true", help="print the tables, do not write docs/cost_model.md")
+    add_write_flag(parser, DOC)
     args = parser.parse_args(argv)
     device = hardware.device("a100-80g")
     if args.fit:
         print(fit_a100(device))
         return 0
     link = hardware.link("nvlink-a100")
-    text, _ = table_9(device, link)
-    print(text)
-    throughput, _, matched, checked = table_4(TABLE_4, device, link)
-    print(throughput)
-    print(f"ranking as measured: {matched} of {checked}")
-    held_9, _ = table_9(device, link, HELD_OUT_9)
-    held_4, _, held_matched, held_checked = table_4(HELD_OUT_4, device, link)
-    print(held_9)
-    print(held_4)
-    print(f"held out, ranking as measured: {held_matched} of {held_checked}")
-    others, _ = other_table(other_rows(device, link))
-    print(others)
-    if not args.no_write:
-        replace_between(DOC, "cost-model-table-9", text)
-        replace_between(DOC, "cost-model-table-4", throughput)
-        replace_between(DOC, "cost-model-held-out", held_9 + "\n\n" + held_4)
-        replace_between(DOC, "cost-model-other", others)
+    tables, ranking = blocks(device, link)
+    for name, body in tables.items():
+        print(f"## {name}\n{body}\n")
+    print(ranking)
+    if args.write:
+        for name, body in tables.items():
+            replace_between(DOC, name, body)
     return 0
 
 

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import replace_between  # noqa: E402
+from _markers import add_write_flag, measured_line, replace_between, run_command  # noqa: E402
 
 from pipeplan import StageCosts, build_schedule, simulate  # noqa: E402
 from pipeplan.analytic import dual_rate_period  # noqa: E402
@@ -34,7 +36,6 @@ from pipeplan.dualrate.study import METHODS, QUICK_METHODS, Study, run_study  # 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "dual_rate.md"
 IMG = ROOT / "docs" / "img"
-COMMAND = "python benchmarks/dual_rate.py --write"
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=None, help="idle-core seconds per run (default 3; quick 0.5)")
     parser.add_argument("--seeds", type=int, default=None, help="number of seeds (default 3; quick 1)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.add_argument("--write", action="store_true", help="update docs/dual_rate.md and its plots")
+    add_write_flag(parser, DOC)  # and its plots in docs/img
     args = parser.parse_args(argv)
     budget = args.budget if args.budget is not None else (0.5 if args.quick else 3.0)
     seeds = tuple(range(args.seeds if args.seeds is not None else (1 if args.quick else 3)))
@@ -270,18 +271,20 @@ def main(argv: list[str] | None = None) -> int:
         plot_closed_form(checks, IMG / "dual_rate_closed_form.png")
         plot_gantts(study.costs, IMG)
         worst = max(abs(r["simulated_samples_per_s"] / r["closed_form_samples_per_s"] - 1) for r in checks)
+        machine = f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs, {elapsed:.0f} s"
+        command = run_command(["dual_rate.py", *(sys.argv[1:] if argv is None else argv)])
         body = "\n".join([
-            f"Written by `{COMMAND}` ({elapsed:.0f} s on a 2-core machine shared with other jobs).",
-            "",
             table(study),
             "",
             findings(study),
             "",
             f"Closed form vs simulator on these costs, k = 1..16, with and without overlap: largest relative "
             f"difference of the steady-state samples/s {worst:.1e}.",
+            "",
+            measured_line(command, machine=machine),
         ])
         replace_between(DOC, "dual-rate-results", body)
-        print(f"wrote {DOC.relative_to(ROOT)} and {IMG.relative_to(ROOT)}/dual_rate_*.png")
+        print(f"wrote {DOC.relative_to(ROOT)} and {IMG.relative_to(ROOT)}/dual_rate_*.png", file=sys.stderr)
     return 0
 
 

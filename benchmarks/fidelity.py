@@ -1,8 +1,8 @@
 """Benchmark: does the profile predict the runtime? Every schedule, 2 and 4 processes, several runs.
 
-    python benchmarks/fidelity.py                       # 3 runs, writes docs/fidelity.md
-    python benchmarks/fidelity.py --runs 1 --nproc 2 --schedules 1f1b,zb-h1 --no-write
-    python benchmarks/fidelity.py --backend nccl --doc docs/fidelity_gpu.md   # one GPU per process
+    python benchmarks/fidelity.py --write               # 3 runs, recorded in docs/fidelity.md
+    python benchmarks/fidelity.py --runs 1 --nproc 2 --schedules 1f1b,zb-h1    # print only
+    python benchmarks/fidelity.py --backend nccl --doc docs/fidelity_gpu.md --write   # one GPU per process
 
 Protocol, per process count ``P`` and per run (each run is the whole workflow once):
 
@@ -56,7 +56,7 @@ from pipeplan.predict import fit_kind_factors, predict, scale_profile
 from pipeplan.runtime.loop import RunConfig, model_step, profile_model, run_pipeline, threads_per_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _pipeline_args import measure_and_record, pipeline_parser, run_header  # noqa: E402
+from _pipeline_args import measure_and_record, pipeline_parser, run_line  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "fidelity.md"
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "adaptive")
@@ -277,7 +277,6 @@ def _spread(values: list[float], fmt: str = "+.1%") -> str:
 
 def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str) -> str:
     lines = [
-        *run_header("fidelity.py", args.argv, started, args.backend),
         f"Model: default VLA (`--layers {args.layers}`), batch {args.batch_size} in {args.microbatches} "
         f"microbatches; {args.runs} run(s) per process count, each a fresh `pipeplan profile` followed by every "
         f"schedule ({args.warmup} warm-up + {args.steps} measured steps each) with that profile. Times in ms, "
@@ -376,7 +375,7 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
                 + f"; load {load:.2f}; factors "
                 + (", ".join(f"{k} ×{v:.2f}" for k, v in fitted.items()) or "none")
             )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", run_line("fidelity.py", args.argv, started, args.backend)])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,8 +81,8 @@ if [ -z "$nprocs" ]; then
   note "re-balance need one GPU per process, so they are skipped here (their CPU numbers are in docs/fidelity.md)"
 else
   step 200 "$PYTHON benchmarks/fidelity.py --help" -- \
-    "$PYTHON" benchmarks/fidelity.py --backend nccl --nproc "$nprocs" --runs 2 --steps 5 --doc docs/fidelity_gpu.md
+    "$PYTHON" benchmarks/fidelity.py --backend nccl --nproc "$nprocs" --runs 2 --steps 5 --doc docs/fidelity_gpu.md --write
   step 120 "$PYTHON benchmarks/rebalance.py --help" -- \
-    "$PYTHON" benchmarks/rebalance.py --backend nccl --nproc "$nprocs" --runs 2 --steps 5 --doc docs/fidelity_gpu.md
+    "$PYTHON" benchmarks/rebalance.py --backend nccl --nproc "$nprocs" --runs 2 --steps 5 --doc docs/fidelity_gpu.md --write
 fi
 note "done in $(($(date +%s) - started)) s"

@@ -38,11 +38,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import replace_between  # noqa: E402
+from _markers import add_write_flag, measured_line, replace_between, run_command  # noqa: E402
 
 import pipeplan  # noqa: E402
 from pipeplan.partition import even_split  # noqa: E402
 
+DOC = Path(__file__).resolve().parent.parent / "docs" / "partition.md"
+#: What tests/test_docs_tables.py checks of the block (solve times and the speed table are measured).
+CHECKED = "the first table but its solve ms"
 SHAPES = ((8, 2), (8, 4), (32, 4), (32, 8), (64, 8), (64, 16), (200, 8), (200, 16))
 
 
@@ -112,7 +115,8 @@ def median_time(repeats: int, call) -> float:
     return statistics.median(samples)
 
 
-def quality_rows(rng: np.random.Generator) -> tuple[list[str], dict[str, list[float]]]:
+def quality_rows(rng: np.random.Generator, repeats: int = 3) -> tuple[list[str], dict[str, list[float]]]:
+    """One row per instance (ratios to the optimum; solve ms the median of ``repeats``) and the ratios by splitter."""
     rows = []
     worst: dict[str, list[float]] = {"pipeplan": [], "even": [], "params": [], "torchgpipe": []}
     for kind in ("random", "dumbbell", "vla"):
@@ -120,7 +124,7 @@ def quality_rows(rng: np.random.Generator) -> tuple[list[str], dict[str, list[fl
             times, params, head, tail = make_instance(kind, num_layers, rng)
             optimum = reference_optimum(times, num_stages, head, tail)
             plan = pipeplan.partition_layers(times.tolist(), num_stages, first_extra=head, last_extra=tail)
-            solve_ms = 1e3 * median_time(3, lambda: pipeplan.partition_layers(
+            solve_ms = 1e3 * median_time(repeats, lambda: pipeplan.partition_layers(
                 times.tolist(), num_stages, first_extra=head, last_extra=tail))
             ratios = {
                 "pipeplan": plan.bottleneck / optimum,
@@ -159,15 +163,9 @@ def speed_rows(rng: np.random.Generator, repeats: int) -> list[str]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="timing runs per case (median)")
-    parser.add_argument("--write", action="store_true", help="record the tables in docs/partition.md")
-    args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    rows, worst = quality_rows(rng)
-    have_torchgpipe = bool(worst["torchgpipe"])
-    quality = [
+def quality_table(rows: list[str], worst: dict[str, list[float]]) -> list[str]:
+    """The markdown lines of the quality table: a header, ``rows`` and the worst ratio of each splitter."""
+    return [
         "| instance | L | S | pipeplan | even | params | torchgpipe | pipeplan solve ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
@@ -176,21 +174,30 @@ def main() -> None:
                     for name in ("pipeplan", "even", "params", "torchgpipe"))
         + " | |",
     ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="timing runs per case (median)")
+    add_write_flag(parser, DOC)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    rows, worst = quality_rows(rng, args.repeats)
+    have_torchgpipe = bool(worst["torchgpipe"])
+    quality = quality_table(rows, worst)
     speed = ["| instance | L | S | tie-break | seconds (median) |", "|---|---:|---:|---|---:|",
              *speed_rows(rng, args.repeats)]
     note = "" if have_torchgpipe else "\ntorchgpipe is not installed here; its column is skipped.\n"
-    header = (
-        f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, numpy {np.__version__} with "
-        "`python benchmarks/partition_quality.py --write`. Ratios are slowest stage ÷ optimum "
-        "(lower is better, 1.000 is optimal).\n"
-    )
-    body = header + "\n" + "\n".join(quality) + "\n" + note + "\n" + "\n".join(speed) + "\n"
+    header = "Ratios are slowest stage ÷ optimum (lower is better, 1.000 is optimal).\n"
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+               f"numpy {np.__version__}")
+    body = (header + "\n" + "\n".join(quality) + "\n" + note + "\n" + "\n".join(speed) + "\n\n"
+            + measured_line(run_command(), machine=machine, checked=CHECKED) + "\n")
     print(body)
     if max(worst["pipeplan"]) > 1.0 + 1e-12:
         raise SystemExit("pipeplan missed the optimum on some instance")
     if args.write:
-        replace_between(Path(__file__).resolve().parent.parent / "docs" / "partition.md", "partition-quality", body)
+        replace_between(DOC, "partition-quality", body)
 
 
 if __name__ == "__main__":

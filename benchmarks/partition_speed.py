@@ -25,10 +25,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import replace_between  # noqa: E402
+from _markers import add_write_flag, measured_line, replace_between, run_command  # noqa: E402
 
 from pipeplan.partition import partition_layers  # noqa: E402
 
+DOC = Path(__file__).resolve().parent.parent / "docs" / "partition.md"
 NUM_LAYERS, NUM_STAGES = 10_000, 128
 TIE_BREAKS = ("lexicographic", "variance", "none")
 TARGET_SECONDS = 1.0
@@ -69,7 +70,7 @@ def measure(costs: list[float], tie_break: str, repeats: int) -> tuple[float, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="record the table in docs/partition.md")
+    add_write_flag(parser, DOC)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     rows = []
@@ -85,17 +86,17 @@ def main() -> None:
         worst = max(worst, *seconds.values())
         rows.append(f"| {name} | " + " | ".join(f"{seconds[t]:.3f}" for t in TIE_BREAKS) + " |")
         print(rows[-1], flush=True)
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores (shared with other jobs), "
+               f"Python {platform.python_version()}, numpy {np.__version__}")
     header = (
-        f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores (shared with "
-        f"other jobs), Python {platform.python_version()}, numpy {np.__version__} with "
-        f"`python benchmarks/partition_speed.py --write`: L = {NUM_LAYERS:,}, S = {NUM_STAGES}, CPU seconds, "
-        f"minimum of {args.repeats} runs (target < {TARGET_SECONDS:g} s). Worst: {worst:.3f} s.\n\n"
+        f"L = {NUM_LAYERS:,}, S = {NUM_STAGES}, CPU seconds, minimum of {args.repeats} runs "
+        f"(target < {TARGET_SECONDS:g} s). Worst: {worst:.3f} s.\n\n"
         "| case | " + " | ".join(TIE_BREAKS) + " |\n|---|" + "---:|" * len(TIE_BREAKS)
     )
-    table = header + "\n" + "\n".join(rows)
+    table = header + "\n" + "\n".join(rows) + "\n\n" + measured_line(run_command(), machine=machine)
     print(table)
     if args.write:
-        replace_between(Path(__file__).resolve().parent.parent / "docs" / "partition.md", "partition-speed", table)
+        replace_between(DOC, "partition-speed", table)
 
 
 if __name__ == "__main__":

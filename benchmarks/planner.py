@@ -2,7 +2,7 @@
 
     python benchmarks/planner.py            # print the tables
     python benchmarks/planner.py --write    # also record them in docs/planner.md
-    python benchmarks/planner.py --only clusters --write
+    python benchmarks/planner.py --only clusters --write    # one table (speed, clusters or walkthrough)
 
 What it runs (the default search of ``pipeplan plan``: every tp dividing a node,
 every pp, every data-parallel mode, every micro-batch size, every schedule with
@@ -31,11 +31,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import replace_between  # noqa: E402
+from _markers import add_write_flag, computed_line, measured_line, replace_between, run_command  # noqa: E402
 
 from pipeplan import presets  # noqa: E402
 from pipeplan.planner import Cluster, Workload, search  # noqa: E402
 
+DOC = Path(__file__).resolve().parent.parent / "docs" / "planner.md"
 GPU = "h100-80g"
 BATCH = 256
 #: (device, GPUs, link between nodes) of the clusters table (issue 20's list)
@@ -97,16 +98,25 @@ def _cluster_row(case: tuple[str, str, int, str]) -> str:
             f"{cpu:.1f} |")
 
 
-def clusters_table() -> str:
-    """Every preset on every cluster of :data:`CLUSTERS` (two processes)."""
-    from multiprocessing import Pool
+def cluster_cases(models: tuple[str, ...] = ()) -> list[tuple[str, str, int, str]]:
+    """``(preset, device, GPUs, link between nodes)`` of the clusters table: every preset, or ``models``."""
+    return [(preset, gpu, gpus, inter) for preset in presets.names() if not models or preset in models
+            for gpu, gpus, inter in CLUSTERS]
 
+
+def clusters_table(cases: list[tuple[str, str, int, str]] | None = None, processes: int = 2) -> str:
+    """One row per case of :func:`cluster_cases` (default every preset), in ``processes`` processes."""
     rows = ["| model | cluster | best ms | best plan | reference-fsdp ms | megatron-recommended ms | "
             "× best baseline | never slower | best ÷ bound | CPU s |",
             "|---|---|---|---|---|---|---|---|---|---|"]
-    cases = [(preset, gpu, gpus, inter) for preset in presets.names() for gpu, gpus, inter in CLUSTERS]
-    with Pool(2) as pool:
-        rows += pool.map(_cluster_row, cases)
+    cases = cluster_cases() if cases is None else cases
+    if processes > 1:
+        from multiprocessing import Pool
+
+        with Pool(processes) as pool:
+            rows += pool.map(_cluster_row, cases)
+    else:
+        rows += [_cluster_row(case) for case in cases]
     return "\n".join(rows)
 
 
@@ -131,25 +141,40 @@ def walkthrough() -> str:
     return "```text\n" + console.export_text().rstrip() + "\n```"
 
 
+#: What tests/test_docs_tables.py checks of the clusters table (the CPU s column is measured).
+CLUSTERS_CHECKED = "every column but CPU s of the smolvla rows (of every row with `PIPEPLAN_DOCS_TABLES=all`)"
+
+
+def command(name: str) -> str:
+    """The command that rewrites one table of docs/planner.md."""
+    return f"python benchmarks/planner.py --only {name} --write"
+
+
+def walkthrough_block() -> str:
+    """What ``--write`` records between the ``planner-walkthrough`` markers (tests/test_docs_tables.py checks it)."""
+    return f"{walkthrough()}\n\n{computed_line(command('walkthrough'))}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="record the tables in docs/planner.md")
+    add_write_flag(parser, DOC)
     parser.add_argument("--repeats", type=int, default=2, help="speed runs per model (the least CPU time counts)")
     parser.add_argument("--only", choices=("speed", "clusters", "walkthrough"), default=None,
                         help="run (and with --write, record) one table only")
     args = parser.parse_args()
     machine = (f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores "
                f"({platform.machine()}), shared with other jobs while measured")
-    makers = {"speed": lambda: f"Measured on {machine}.\n\n{speed_table(args.repeats)}",
-              "clusters": clusters_table, "walkthrough": walkthrough}
-    docs = Path(__file__).resolve().parent.parent / "docs" / "planner.md"
+    makers = {"speed": lambda: f"{speed_table(args.repeats)}\n\n{measured_line(run_command(), machine=machine)}",
+              "clusters": lambda: (f"{clusters_table()}\n\n"
+                                   f"{measured_line(run_command(), machine=machine, checked=CLUSTERS_CHECKED)}"),
+              "walkthrough": walkthrough_block}
     for name, make in makers.items():
         if args.only not in (None, name):
             continue
         text = make()
         print(f"## {name}\n{text}\n")
         if args.write:
-            replace_between(docs, f"planner-{name}", text)
+            replace_between(DOC, f"planner-{name}", text)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import replace_between  # noqa: E402
+from _markers import add_write_flag, computed_line, replace_between  # noqa: E402
 
 from pipeplan import presets  # noqa: E402
 
@@ -59,11 +59,16 @@ def module_table(name: str) -> str:
     return "\n".join(rows)
 
 
+def block() -> str:
+    """What ``--write`` records between the ``preset-table`` markers (tests/test_docs_tables.py checks it)."""
+    return "\n\n".join([overview(), *(module_table(n) for n in presets.names()), computed_line(COMMAND)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help=f"record the tables in {DOC.name}")
+    add_write_flag(parser, DOC)
     args = parser.parse_args()
-    body = "\n\n".join([f"Written by `{COMMAND}`.", overview(), *(module_table(n) for n in presets.names())])
+    body = block()
     print(body)
     if args.write:
         replace_between(DOC, "preset-table", body)

@@ -1,7 +1,7 @@
 """Benchmark: the lesson's claim, measured — re-balancing a dumbbell from its profile, 2 and 4 processes.
 
-    python benchmarks/rebalance.py                      # 3 runs, writes docs/fidelity.md
-    python benchmarks/rebalance.py --runs 1 --nproc 2 --no-write
+    python benchmarks/rebalance.py --write              # 3 runs, recorded in docs/fidelity.md
+    python benchmarks/rebalance.py --runs 1 --nproc 2   # print only
 
 For each process count ``P``: profile the dumbbell model once (``pipeplan
 profile --model dumbbell``), then run the same schedule on the even split (by
@@ -30,7 +30,7 @@ from pipeplan.runtime.loop import RunConfig, profile_model, run_pipeline
 from pipeplan.schedules import build_schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _pipeline_args import measure_and_record, pipeline_parser, run_header  # noqa: E402
+from _pipeline_args import measure_and_record, pipeline_parser, run_line  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "fidelity.md"
 TARGET_SPEEDUP = 1.3
@@ -90,7 +90,6 @@ def _best_possible(profile: Any, schedule: Any) -> tuple[list[int], float]:
 
 def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str) -> str:
     lines = [
-        *run_header("rebalance.py", args.argv, started, args.backend),
         f"Model: `--model dumbbell --layers {args.layers}`, batch {args.batch_size} in {args.microbatches} "
         f"microbatches, schedule `{args.schedule}`; {args.warmup} warm-up + {args.steps} measured steps per run, "
         f"{args.runs} run(s) per split (the splits alternate). Times in ms; *measured*: median over runs of each "
@@ -120,7 +119,7 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
                    else f"more than {MAX_SPLITS} splits, so the best of them was not predicted")
         summary.append(f"P={result['nproc']}: balanced is {speedup:.2f}× faster measured "
                        f"({predicted_speedup:.2f}× predicted; target ≥ {TARGET_SPEEDUP}×){sharing}; {ceiling}.  ")
-    return "\n".join(lines + [""] + summary)
+    return "\n".join(lines + [""] + summary + ["", run_line("rebalance.py", args.argv, started, args.backend)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schedule", default="1f1b")
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    results = measure_and_record(args, _one_config, _table, "rebalance-table")
+    measure_and_record(args, _one_config, _table, "rebalance-table")
     return 0
 
 

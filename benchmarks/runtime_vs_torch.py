@@ -1,7 +1,7 @@
 """Benchmark: pipeplan's runtime against torch.distributed.pipelining on 2 CPU processes.
 
-    python benchmarks/runtime_vs_torch.py                      # all cases, writes docs/runtime_benchmark.md
-    python benchmarks/runtime_vs_torch.py --steps 5 --no-write
+    python benchmarks/runtime_vs_torch.py --write              # all cases, recorded in docs/runtime_benchmark.md
+    python benchmarks/runtime_vs_torch.py --steps 5            # print only
     python benchmarks/runtime_vs_torch.py --cases gpipe,1f1b
 
 Both frameworks run the same model (pipeplan's default VLA-shaped network), the
@@ -51,9 +51,10 @@ from pipeplan.models import build_default_model, split_sequential
 from pipeplan.partition import partition_layers
 from pipeplan.runtime.measure import measure_layers, measure_stage_costs
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _markers import add_write_flag, measured_line, replace_between, run_command  # noqa: E402
+
 WORLD_SIZE = 2
-MARK_BEGIN = "<!-- runtime-vs-torch:begin -->"
-MARK_END = "<!-- runtime-vs-torch:end -->"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "runtime_benchmark.md"
 
 
@@ -394,10 +395,6 @@ def _fmt_error(value: float | None) -> str:
 
 def markdown(rows: list[dict], args: argparse.Namespace, command: str, note: str | None) -> str:
     lines = [
-        MARK_BEGIN,
-        f"Command: `{command}`  ",
-        f"Run: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, torch {torch.__version__}, "
-        f"Python {platform.python_version()}, {os.cpu_count()} CPU cores, {WORLD_SIZE} processes x 1 thread, gloo.  ",
         f"Model: default VLA (`build_default_model(num_layers={args.num_layers})`), batch {args.batch} in "
         f"{args.microbatches} microbatches; {args.warmup} warm-up and {args.steps} timed steps per framework, "
         "the two frameworks alternating step by step in the same processes; times in ms (median step time; "
@@ -422,20 +419,10 @@ def markdown(rows: list[dict], args: argparse.Namespace, command: str, note: str
             lines += ["", f"torch on `{row['case']}` fails: `{row['torch_error']}`"]
     if note:
         lines += ["", f"Note: {note}"]
-    lines.append(MARK_END)
+    machine = (f"torch {torch.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPU cores, "
+               f"{WORLD_SIZE} processes x 1 thread, gloo")
+    lines += ["", measured_line(command, machine=machine, clock=True)]
     return "\n".join(lines)
-
-
-def write_doc(table: str) -> None:
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    text = DOC.read_text() if DOC.exists() else ""
-    if MARK_BEGIN in text and MARK_END in text:
-        head, rest = text.split(MARK_BEGIN, 1)
-        tail = rest.split(MARK_END, 1)[1]
-        text = head + table + tail
-    else:
-        text = (text.rstrip() + "\n\n" if text else "# pipeplan runtime vs torch.distributed.pipelining\n\n") + table + "\n"
-    DOC.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -447,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=15, help="timed steps per framework")
     parser.add_argument("--profile-repeats", type=int, default=10, help="repeats when measuring stage costs")
-    parser.add_argument("--no-write", action="store_true", help=f"do not update {DOC.name}")
+    add_write_flag(parser, DOC)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     names = [name.strip() for name in args.cases.split(",") if name.strip()]
@@ -463,12 +450,11 @@ def main(argv: list[str] | None = None) -> int:
     if skip_pipeplan:
         print(f"pipeplan side skipped: {skip_pipeplan}; timing torch only", flush=True)
     rows = [run_case(CASES[name], args, skip_pipeplan) for name in names]
-    command = "python benchmarks/runtime_vs_torch.py" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(sys.argv[1:] if argv is None else argv))
+    command = run_command(["runtime_vs_torch.py", *(sys.argv[1:] if argv is None else argv)])
     table = markdown(rows, args, command, f"pipeplan side not run: {skip_pipeplan}" if skip_pipeplan else None)
     print(table)
-    if not args.no_write:
-        write_doc(table)
-        print(f"wrote {DOC}")
+    if args.write:
+        replace_between(DOC, "runtime-vs-torch", table)
     return 0 if skip_pipeplan is None else 3
 
 

@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Iterator
 
+from _markers import signed
 from _schedule_peers import TORCH_PEERS, heuristic_orders, load_heuristic, torch_schedule
 from pipeplan import CommModel, StageCosts, analytic, simulate
 from pipeplan.errors import DeadlockError
@@ -66,7 +67,7 @@ def _summary(name: str, gaps: list[float], seconds: tuple[float, float | None]) 
     ties = sum(abs(g) <= TIE for g in gaps)
     losses = len(gaps) - wins - ties
     mean = sum(gaps) / len(gaps)
-    return (f"| {name} | {len(gaps)} | {wins} / {ties} / {losses} | {mean:+.2%} | {max(gaps):+.2%} | "
+    return (f"| {name} | {len(gaps)} | {wins} / {ties} / {losses} | {signed(mean, '+.2%')} | {signed(max(gaps), '+.2%')} | "
             f"{seconds[0]:.3f} | {'—' if seconds[1] is None else f'{seconds[1]:.3f}'} |")
 
 
@@ -144,7 +145,7 @@ def _long_uniform(zb) -> list[str]:
         mine = simulate(adaptive(ranks, m, costs=costs, comm=comm, memory_limit=limit, objective="span"), costs, comm)
         own = time.process_time() - started
         best = min(_span(t) for t in theirs)
-        lines.append(f"| | {k}p·M_B | {best:.2f} | {_span(mine):.2f} | {_span(mine) / best - 1:+.4%} | "
+        lines.append(f"| | {k}p·M_B | {best:.2f} | {_span(mine):.2f} | {signed(_span(mine) / best - 1, '+.4%')} | "
                      f"{own:.2f} | {peer:.2f} |")
     return lines
 

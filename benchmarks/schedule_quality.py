@@ -27,9 +27,7 @@ orders on their placements; it reports the gaps to ``analytic.memory_lower_bound
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import re
 import time
 from pathlib import Path
 
@@ -37,10 +35,13 @@ from pipeplan import CommModel, StageCosts, analytic, build_schedule, simulate
 from pipeplan.partition import partition_layers
 from pipeplan.schedules.adaptive import adaptive
 from pipeplan.schedules.zb_v import zb_v_placement
+from _markers import add_write_flag, measured_line, replace_between, run_command, signed
 from schedule_corpus import corpus_tables
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "schedules.md"
-BEGIN, END = "<!-- schedule-quality:begin -->", "<!-- schedule-quality:end -->"
+#: What tests/test_docs_tables.py checks of the block (the rest is measured, or needs the heuristic's checkout).
+CHECKED = ("the paper and unequal-costs tables but their seconds (the objective table and torch's corpus rows "
+           "too with `PIPEPLAN_DOCS_TABLES=all`)")
 
 # The paper's 1.5B rows: m, F, B (input gradient), W, comm (ms); ZB-1p and ZB-2p bubble rates.
 PAPER_ROWS = [
@@ -80,8 +81,8 @@ def paper_table() -> list[str]:
             makespan = simulate(by_makespan, costs, comm).makespan
             bound = analytic.makespan_lower_bound(by_makespan, costs, comm)
             lines.append(
-                f"| {m} | {k} | {paper:.4f} | {span_rate:.4f} | {span_rate - paper:+.4f} | "
-                f"{makespan:.2f} | {bound:.2f} | {makespan / bound - 1:.2%} | {seconds:.2f} |"
+                f"| {m} | {k} | {paper:.4f} | {span_rate:.4f} | {signed(span_rate - paper, '+.4f')} | "
+                f"{makespan:.2f} | {bound:.2f} | {signed(makespan / bound - 1, '.2%')} | {seconds:.2f} |"
             )
     return lines
 
@@ -119,7 +120,7 @@ def unequal_table() -> list[str]:
                     bound = analytic.makespan_lower_bound(schedule, costs, comm)
                     lines.append(
                         f"| {name} | {p} | {m} | {k * p} | {baseline:.1f} | {makespan:.1f} | {bound:.1f} | "
-                        f"{makespan / bound - 1:.2%} |"
+                        f"{signed(makespan / bound - 1, '.2%')} |"
                     )
     return lines
 
@@ -196,7 +197,7 @@ def speed_table() -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="record the tables in docs/schedules.md")
+    add_write_flag(parser, DOC)
     parser.add_argument("--zb-checkout", default=None, help="zero-bubble repository checkout (or $ZB_CHECKOUT)")
     parser.add_argument("--problems", type=int, default=80, help="corpus size (part 5)")
     parser.add_argument("--torch-problems", type=int, default=80, help="corpus problems run against torch's orders")
@@ -215,20 +216,12 @@ def main() -> None:
         *objective_table(), "",
         "Speed (uniform costs, limit 2p microbatches per rank):", "", *speed_table(), "",
         *corpus_lines, "",
-        f"Recorded by `python benchmarks/schedule_quality.py --write` ({time.strftime('%Y-%m-%d')}, "
-        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores).",
+        measured_line(run_command(), checked=CHECKED),
     ]
     text = "\n".join(sections)
     print(text)
     if args.write:
-        doc = DOC.read_text()
-        block = f"{BEGIN}\n{text}\n{END}"
-        if BEGIN in doc:
-            doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc, flags=re.S)
-        else:
-            doc = doc.rstrip() + "\n\n## Quality against the paper and the bound\n\n" + block + "\n"
-        DOC.write_text(doc)
-        print(f"wrote {DOC}")
+        replace_between(DOC, "schedule-quality", text)
 
 
 if __name__ == "__main__":

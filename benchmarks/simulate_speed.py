@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from _markers import replace_between  # noqa: E402
+from _markers import add_write_flag, measured_line, replace_between, run_command  # noqa: E402
 from _reference_simulate import reference_times  # noqa: E402
 
 import pipeplan  # noqa: E402
@@ -97,7 +97,8 @@ def measure(stages: int, microbatches: int, repeats: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--write", action="store_true", help="record the table in docs/simulator.md")
+    doc = Path(__file__).resolve().parent.parent / "docs" / "simulator.md"
+    add_write_flag(parser, doc)
     args = parser.parse_args()
     rows = []
     for stages, microbatches in CASES:
@@ -111,18 +112,17 @@ def main() -> None:
             f"{r['reference']:.3f} ({n / r['reference']:,.0f}/s) | {r['reference validate']:.3f} |"
         )
     header = (
-        f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores shared with other "
-        f"jobs, Python {platform.python_version()}, with `python benchmarks/simulate_speed.py --write`: CPU "
-        f"seconds, best of {args.repeats}.\n\n"
+        f"CPU seconds, best of {args.repeats}.\n\n"
         "| P | m | actions | build | validate | eager first | eager again | eager actions/s | "
         "rendezvous first | rendezvous again | rendezvous actions/s | eager fresh | rendezvous fresh | "
         "previous simulator (eager) | previous validate |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
-    table = header + "\n" + "\n".join(rows)
+    machine = f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs, Python {platform.python_version()}"
+    table = header + "\n" + "\n".join(rows) + "\n\n" + measured_line(run_command(), machine=machine)
     print(table)
     if args.write:
-        replace_between(Path(__file__).resolve().parent.parent / "docs" / "simulator.md", "simulate-speed", table)
+        replace_between(doc, "simulate-speed", table)
 
 
 if __name__ == "__main__":
