@@ -109,12 +109,19 @@ def test_argparse_errors_exit_2_without_traceback():
 
 
 def test_demo_tells_the_lesson16_story(run_cli):
-    status, out, _ = run_cli("demo")
+    status, out, _ = run_cli("demo", "--story", "lesson16")
     assert status == 0
     assert "280" in out and "50.0%" in out          # the lesson's forward phase
     assert "[3, 11, 11, 7]" in out                  # the re-balanced partition
     assert f"{analytic.asymmetric_bubble_limit([30, 10, 10, 20]):.1%}" in out
     assert "starved upstream" in out
+
+
+def test_the_default_demo_is_the_planner_story():
+    # issue 24 item 7: the first command a user runs shows the main job (planning), not a lesson
+    from pipeplan.cli import build_parser
+
+    assert build_parser().parse_args(["demo"]).story == "pi0"
 
 
 def test_demo_seed002_step_tables(run_cli):
@@ -124,7 +131,7 @@ def test_demo_seed002_step_tables(run_cli):
 
 
 def test_demo_rejects_zero_microbatches(run_cli):
-    status, _, err = run_cli("demo", "-m", "0")
+    status, _, err = run_cli("demo", "--story", "lesson16", "-m", "0")
     assert status == 2
     assert err.strip() == "pipeplan demo: error: -m/--microbatches must be >= 1, got 0"
 
@@ -189,7 +196,7 @@ def test_sizes_past_memory_are_refused_up_front(run_cli, monkeypatch):
     monkeypatch.setattr(limits, "available_memory", lambda: 1e9)
     for verb, argv, what in [("partition", ["--layers", "8", "--layer-cost", "1", "--stages", "4", "-m",
                                             "1000000000"], "m = 1000000000"),
-                             ("demo", ["-m", "100000"], "64 × m")]:
+                             ("demo", ["--story", "lesson16", "-m", "100000"], "64 × m")]:
         status, out, err = run_cli(verb, *argv)
         assert status == 2 and out == ""
         assert what in _one_error_line(err, verb) and "would need" in err

@@ -30,7 +30,7 @@ def test_simulate_partition_and_views_without_torch():
         assert partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8).layers_per_stage == (3, 11, 11, 7)
         assert main(["simulate", "--forward", "30,10,10,20", "--json"]) == 0
         assert main(["partition", "--layers", "32", "--layer-cost", "2", "--stages", "4", "--json"]) == 0
-        assert main(["demo"]) == 0
+        assert main(["demo", "--story", "lesson16"]) == 0
         assert main(["presets", "--json"]) == 0
         assert main(["model", "--preset", "pi0", "--json"]) == 0
         assert main(["partition", "--preset", "gr00t-n1", "--stages", "4", "--json"]) == 0

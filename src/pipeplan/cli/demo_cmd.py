@@ -1,10 +1,10 @@
-"""``pipeplan demo``: lesson 16's story end to end on a built-in dumbbell pipeline.
+"""``pipeplan demo``: worked stories on built-in models, the planner's first.
 
-    $ pipeplan demo                 # lesson 16: the dumbbell bubble and its cure
-    $ pipeplan demo --story seed002 # the unit-step tables of GPipe and 1F1B
-    $ pipeplan demo --story seed003 # seed 003's 4-stage pipeline on real torch modules
-    $ pipeplan demo --story dual-rate  # lesson 16 Q3: a slow camera, a fast controller, measured
-    $ pipeplan demo --story pi0     # plan π0 on 8 H100s: the table, the Gantt, the Megatron-LM flags
+    $ pipeplan demo                   # π0 on 8 and 64 H100s: the plans against openpi's and Megatron's layouts
+    $ pipeplan demo --story lesson16  # lesson 16: the dumbbell bubble and its cure
+    $ pipeplan demo --story seed002   # the unit-step tables of GPipe and 1F1B
+    $ pipeplan demo --story seed003   # seed 003's 4-stage pipeline on real torch modules
+    $ pipeplan demo --story dual-rate # lesson 16 Q3: a slow camera, a fast controller, measured
 
 Every number printed comes from :func:`pipeplan.simulate` or :mod:`pipeplan.analytic`.
 """
@@ -46,15 +46,17 @@ def register(subparsers: Any) -> None:
         help="worked stories: a VLA-shaped pipeline's bubble and cure, the seed lessons, π0 on H100s",
         description=(
             "Tell one worked story with numbers computed here (the simulator, the planner, real CPU processes). "
-            "Stories and their defaults: lesson16 (default): a 30|10|10|20 ms dumbbell on 4 ranks, m = 8, "
+            "Stories and their defaults: pi0 (default): π0 planned on 8 and 64 H100s against openpi's layout and "
+            "Megatron-LM's recommended one (the planner chooses m), about 6 CPU s. "
+            "lesson16: a 30|10|10|20 ms dumbbell on 4 ranks, m = 8, "
             "Gantt 80 columns, about 1 s. seed002: seed 002's unit-step tables of GPipe and 1F1B, N = 3 stages, "
             "M = 4 microbatches (fixed). seed003: seed 003's pipeline of N = 4 stages on real torch modules, "
             "M = m = 8, Gantt 96 columns. dual-rate: lesson 16 Q3, a slow camera and a fast controller, "
-            "measured on 2 processes (about 20 s; needs torch). pi0: π0 planned on 8 and 64 H100s (the planner "
-            "chooses m). M is the microbatch count and N the stage count in every story."),
+            "measured on 2 processes (about 20 s; needs torch). "
+            "M is the microbatch count and N the stage count in every story."),
     )
-    parser.add_argument("--story", choices=("lesson16", "seed002", "seed003", "dual-rate", "pi0"), default="lesson16",
-                        help="which story to tell (default lesson16)")
+    parser.add_argument("--story", choices=("pi0", "lesson16", "seed002", "seed003", "dual-rate"), default="pi0",
+                        help="which story to tell (default pi0: planning π0 on H100s; the others are the lessons)")
     parser.add_argument("-m", "--microbatches", type=int, default=None,
                         help="microbatches per step (default 8, twice the 4 ranks of lesson16 and seed003; not "
                              "with seed002, which uses the seed's 4, nor pi0)")
