@@ -152,6 +152,7 @@ MEASURED_TABLES = [
     ("fidelity.md", "fidelity-table", "fidelity.py"),
     ("fidelity.md", "rebalance-table", "rebalance.py"),
     ("dual_rate.md", "dual-rate-results", "dual_rate.py"),
+    ("cli.md", "first-hour", "first_hour.py"),
 ]
 
 
