@@ -50,6 +50,7 @@ from typing import Any
 import torch
 
 from pipeplan.calibration import Calibration
+from pipeplan.units import format_bandwidth
 from pipeplan.predict.compare import compare
 from pipeplan.layers import LayerProfile
 from pipeplan.predict import fit_kind_factors, predict, scale_profile
@@ -370,7 +371,7 @@ def _table(results: list[dict[str, Any]], args: argparse.Namespace, started: str
                 continue
             lines.append(
                 f"* P={result['nproc']} run {run + 1}: latency {calibration.latency:.3f} ms, bandwidth "
-                f"{calibration.bandwidth:.3g} B/ms, slowdown "
+                f"{format_bandwidth(calibration.bandwidth)}, slowdown "
                 + " / ".join(f"{f:.2f}" for f in calibration.slowdown)
                 + f"; load {load:.2f}; factors "
                 + (", ".join(f"{k} ×{v:.2f}" for k, v in fitted.items()) or "none")

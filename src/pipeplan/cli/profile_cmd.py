@@ -29,7 +29,7 @@ from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
 from ..profile_format import check_overwrite
 from ..units import format_bytes
-from ._common import make_console, print_json, report_written, require_torch
+from ._common import make_console, print_json, progress, report_written, require_torch
 
 __all__ = ["register", "run"]
 
@@ -93,21 +93,24 @@ def run(args: argparse.Namespace) -> int:
     require_torch("pipeplan profile")
     from ..runtime.loop import profile_model
 
+    what = f"measuring {args.model or 'the built-in model'}'s layers" + ("" if args.no_calibrate else
+                                                                          f" and {nproc} ranks' links")
     try:
-        profile = profile_model(
-            args.model,
-            layers=layers,
-            batch_size=positive_int("--batch-size", args.batch_size),
-            microbatches=positive_int("-m", 2 * nproc if args.microbatches is None else args.microbatches),
-            nproc=nproc,
-            repeats=positive_int("--repeats", args.repeats, maximum=MAX_REPEATS, why=_REPEATS_WHY),
-            warmup=positive_int("--warmup", args.warmup, minimum=0, maximum=MAX_REPEATS, why=_REPEATS_WHY),
-            backend=args.backend,
-            max_spread=spread,
-            timeout=positive_float("--timeout", args.timeout, unit="seconds"),
-            calibrate=not args.no_calibrate,
-            statistic=args.statistic,
-        )
+        with progress(1, what):  # a spinner and the time elapsed on a terminal, once past a second
+            profile = profile_model(
+                args.model,
+                layers=layers,
+                batch_size=positive_int("--batch-size", args.batch_size),
+                microbatches=positive_int("-m", 2 * nproc if args.microbatches is None else args.microbatches),
+                nproc=nproc,
+                repeats=positive_int("--repeats", args.repeats, maximum=MAX_REPEATS, why=_REPEATS_WHY),
+                warmup=positive_int("--warmup", args.warmup, minimum=0, maximum=MAX_REPEATS, why=_REPEATS_WHY),
+                backend=args.backend,
+                max_spread=spread,
+                timeout=positive_float("--timeout", args.timeout, unit="seconds"),
+                calibrate=not args.no_calibrate,
+                statistic=args.statistic,
+            )
     except (MemoryError, RuntimeError) as error:
         if not isinstance(error, MemoryError) and "allocate" not in str(error):
             raise

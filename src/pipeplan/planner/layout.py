@@ -389,7 +389,7 @@ class Layouts:
             result = partition_layers(
                 profile, stages, memory_capacity=self.memory.capacity, bytes_per_param=per_param, schedule=name,
                 num_microbatches=None if same else config.num_microbatches, schedule_options=options,
-                rank_capacity=self.rank_capacity,
+                rank_capacity=self.rank_capacity, simulate_step=False,  # the m is for in-flight counts; build() simulates
             )
         except InfeasiblePlanError as error:
             return Rejection(config, self._binding_reason(error, config), _printed_needed(error),
