@@ -18,6 +18,10 @@ from pipeplan.cli import main
      "pipeplan plan: error: unrecognized argument --global (did you mean --global-batch?)"),
     ("simulate --forward 1,2 --frobnicate", "pipeplan simulate: error: unrecognized argument --frobnicate (see"),
     ("simulate --forward 1,2 stray", "pipeplan simulate: error: unrecognized arguments: stray"),
+    # a prefix names every flag it starts; a renamed flag (hidden) is never suggested
+    ("simulate --forward 1,2 --step",
+     "pipeplan simulate: error: unrecognized argument --step (did you mean --step-table or --step-boundary?)"),
+    ("run --checkpointing", "pipeplan run: error: unrecognized argument --checkpointing (see"),
 ])
 def test_unknown_flags_get_one_line_with_the_closest_flag(argv: str, line: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:

@@ -16,13 +16,6 @@ def test_mfu_as_a_percentage_or_a_fraction_gives_the_same_profile(run_cli: RunCl
     assert json.loads(fraction)["layers"] == json.loads(percent)["layers"]
 
 
-def test_mfu_forty_names_the_flag_and_both_spellings(run_cli: RunCli) -> None:
-    # issue 24: `--mfu 40` failed naming achievable_fraction
-    with pytest.raises(SystemExit) as exit_info:
-        run_cli("model", "--preset", "pi0", "--mfu", "40")
-    assert exit_info.value.code == 2
-
-
 def test_mfu_forty_message(capsys: pytest.CaptureFixture[str]) -> None:
     from pipeplan.cli import main
 

@@ -69,7 +69,8 @@ def test_headroom_zero_plans_up_to_the_whole_gpu(run_cli):
 
 @pytest.mark.parametrize("extra,message", [
     (["--headroom", "1.5"], "--headroom 1.5 is above 1: it is a fraction, write 0.015 or 1.5%"),
-    (["--headroom", "100%"], "--headroom 100% leaves no memory to plan with; give a share below 1"),
+    (["--headroom", "100%"], "--headroom must be in [0, 1) (or [0%, 100%)), got '100%'"),
+    (["--headroom", "-0.1"], "--headroom must be in [0, 1) (or [0%, 100%)), got '-0.1'"),
     (["--headroom", "ten"], "--headroom must be a fraction like 0.4 or a percentage like 40%"),
 ])
 def test_a_bad_headroom_is_one_line(run_cli, capsys, extra, message):

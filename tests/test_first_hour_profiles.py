@@ -18,6 +18,7 @@ import pytest
 
 from pipeplan.calibration import Calibration
 from pipeplan.cli import main
+from pipeplan.errors import InvalidInputError
 from pipeplan.layers import LayerProfile
 from pipeplan.schedules import build_schedule, schedule_info
 from pipeplan.simulate import simulate
@@ -115,6 +116,21 @@ def test_model_out_keeps_a_measured_profile(tmp_path: Path, capfd: pytest.Captur
     # and back: profile --out refuses to replace the shapes file, before measuring anything
     assert main(["profile", "--layers", "1", "--nproc", "1", "--out", str(path)]) == 2
     assert "holds a profile computed from shapes by pipeplan model (pi0 on h100-80g)" in capfd.readouterr().err
+
+
+def test_run_refuses_another_models_measured_profile_of_the_same_depth() -> None:
+    # newcomer walk: `run --profile measured.json` (of --model dumbbell) built the default vla model and ran
+    pytest.importorskip("torch")
+    from pipeplan.runtime.loop import check_profile_fits
+
+    notes = {"source": "measured", "model": "dumbbell", "layers": 2}
+    profile = LayerProfile(**SPLIT, measurement=notes)  # type: ignore[arg-type]
+    check_profile_fits(profile, 4, model="--model dumbbell --layers 2")  # its own model: accepted
+    with pytest.raises(InvalidInputError, match=r"but this run builds --model vla --layers 2: its times are another "
+                                                r"model's; run --model dumbbell --layers 2"):
+        check_profile_fits(profile, 4, model="--model vla --layers 2")
+    with pytest.raises(InvalidInputError, match="builds --model dumbbell --layers 3"):
+        check_profile_fits(profile, 4, model="--model dumbbell --layers 3")
 
 
 def test_run_names_the_model_it_builds_and_the_profile_origin(tmp_path: Path, capfd: pytest.CaptureFixture[str],

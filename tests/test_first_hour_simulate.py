@@ -204,7 +204,7 @@ def test_demo_help_has_a_description_and_each_storys_defaults(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for words in ("Tell one worked story", "lesson16 (default)", "m = 8", "seed002", "N = 3 stages",
+    for words in ("Tell one worked story", "pi0 (default)", "lesson16", "m = 8", "seed002", "N = 3 stages",
                   "M = 4 microbatches", "seed003", "dual-rate", "pi0", "M is the microbatch count"):
         assert words in text, words
 

@@ -87,3 +87,25 @@ def test_tiny_memory_falls_back_to_the_unit_that_suits_it() -> None:
     # a hand-written toy profile of a few KiB would otherwise read "0 GiB"
     assert units.format_gib(1300) == "1.27 KiB"
     assert units.format_gib(0) == "0 GiB"
+
+
+def test_headroom_admits_zero_and_refuses_the_whole_gpu() -> None:
+    assert units.parse_fraction("0", flag="--headroom", zero=True, one=False) == 0
+    assert units.parse_fraction("10%", flag="--headroom", zero=True, one=False) == pytest.approx(0.1)
+    for whole in ("1", "100%"):
+        with pytest.raises(ValueError, match=r"--headroom must be in \[0, 1\)"):
+            units.parse_fraction(whole, flag="--headroom", zero=True, one=False)
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (1608.04, "1610"), (0.98341, "0.983"), (1234567, "1230000"), (7.90, "7.9"), (747.33, "747"), (0, "0"),
+])
+def test_figures_never_use_an_exponent(value: float, text: str) -> None:
+    assert units.format_figures(value) == text
+
+
+@given(st.floats(min_value=1e-6, max_value=1e12))
+def test_figures_round_to_three_significant_digits(value: float) -> None:
+    text = units.format_figures(value)
+    assert "e" not in text
+    assert float(text) == pytest.approx(value, rel=5e-3)

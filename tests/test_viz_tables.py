@@ -11,7 +11,8 @@ import pipeplan
 from pipeplan import CommModel, StageCosts, Timeline
 from pipeplan.timeline import IdleCause
 from pipeplan.viz import rank_table
-from pipeplan.viz.tables import format_bytes, format_time
+from pipeplan.units import format_bytes
+from pipeplan.viz.tables import format_time
 
 from _builders import chunked_gpipe, simulated_timelines as timelines
 

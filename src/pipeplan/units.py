@@ -34,6 +34,8 @@ __all__ = [
     "format_bytes",
     "format_capacity",
     "format_bandwidth",
+    "format_figures",
+    "FIGURES",
 ]
 
 GIB = 2**30
@@ -110,8 +112,12 @@ def parse_bandwidth(text: str, *, flag: str) -> float:
     return _positive(per_second, flag, text) / 1000.0
 
 
-def parse_fraction(text: str, *, flag: str) -> float:
-    """A fraction in (0, 1] from ``"0.4"`` or ``"40%"``; ``"40"`` is refused with the two spellings."""
+def parse_fraction(text: str, *, flag: str, zero: bool = False, one: bool = True) -> float:
+    """A fraction from ``"0.4"`` or ``"40%"``; ``"40"`` is refused with the two spellings.
+
+    The range is (0, 1] by default; ``zero`` admits 0 (``--headroom 0``) and ``one=False``
+    refuses 1 (a headroom of 100% leaves nothing to plan with).
+    """
     stripped = text.strip()
     percent = stripped.endswith("%")
     try:
@@ -122,8 +128,9 @@ def parse_fraction(text: str, *, flag: str) -> float:
         value /= 100.0
     elif value > 1:
         raise ValueError(f"{flag} {stripped} is above 1: it is a fraction, write {value / 100:g} or {stripped}%")
-    if not 0 < value <= 1:
-        raise ValueError(f"{flag} must be in (0, 1] (or (0%, 100%]), got {text!r}")
+    low, high = ("[0" if zero else "(0"), ("1]" if one else "1)")
+    if not ((value >= 0 if zero else value > 0) and (value <= 1 if one else value < 1)):
+        raise ValueError(f"{flag} must be in {low}, {high} (or {low}%, 100%{high[-1]}), got {text!r}")
     return value
 
 
@@ -138,6 +145,21 @@ def argparse_type(parse: Callable[..., float], flag: str, **options: bool) -> Ca
 
     convert.__name__ = parse.__name__.removeprefix("parse_")  # argparse names the type on odd failures
     return convert
+
+
+FIGURES = 3
+"""Significant figures of a predicted time the cost model stands behind (docs/planner.md, *resolution*)."""
+
+
+def format_figures(value: float, figures: int = FIGURES) -> str:
+    """``value`` to ``figures`` significant figures, never in exponent form: ``1608.04`` → ``"1610"``,
+    ``0.98341`` → ``"0.983"``, ``1234567`` → ``"1230000"``, ``7.90`` → ``"7.9"``."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    rounded = float(f"{value:.{figures}g}")
+    decimals = max(0, figures - 1 - math.floor(math.log10(abs(rounded))))
+    text = f"{rounded:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _trim(value: float, digits: int) -> str:

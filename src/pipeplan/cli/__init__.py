@@ -68,8 +68,10 @@ class OneLineParser(argparse.ArgumentParser):
             parts.append(f"unrecognized arguments: {' '.join(others)}")
         self.error("; ".join(parts) or f"unrecognized arguments: {' '.join(extras)}")
 
-    def _flags(self) -> list[str]:
-        return [flag for action in self._actions for flag in action.option_strings if flag.startswith("--")]
+    def _flags(self, *, visible: bool = False) -> list[str]:
+        """The long flags this parser takes; ``visible``: only those ``--help`` shows (not renamed ones)."""
+        return [flag for action in self._actions for flag in action.option_strings
+                if flag.startswith("--") and not (visible and action.help == argparse.SUPPRESS)]
 
     def _unknown_flags(self, tokens: Sequence[str]) -> list[str]:
         known = set(self._flags())
@@ -77,8 +79,12 @@ class OneLineParser(argparse.ArgumentParser):
                 if token.startswith("--") and token.split("=", 1)[0] not in known and token != "--"]
 
     def _suggest(self, flag: str) -> str:
-        close = difflib.get_close_matches(flag, self._flags(), n=1, cutoff=0.7)
-        return f"unrecognized argument {flag}" + (f" (did you mean {close[0]}?)" if close else "")
+        flags = self._flags(visible=True)
+        close = [known for known in flags if known.startswith(flag)][:3]  # an abbreviation: the flags it starts
+        if not close:
+            names = {known[2:]: known for known in flags}
+            close = [names[name] for name in difflib.get_close_matches(flag[2:], list(names), n=1, cutoff=0.7)]
+        return f"unrecognized argument {flag}" + (f" (did you mean {' or '.join(close)}?)" if close else "")
 
     def error(self, message: str) -> Any:
         unknown = self._unknown_flags(self._seen)

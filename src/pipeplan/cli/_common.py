@@ -12,7 +12,6 @@ import argparse
 import os
 import json
 import math
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -26,9 +25,9 @@ from ..errors import InvalidInputError
 
 __all__ = [
     "float_list",
-    "parse_bytes",
-    "ByteSize",
     "memory_size",
+    "byte_size",
+    "default_microbatches",
     "renamed_flag",
     "print_json",
     "make_console",
@@ -41,10 +40,6 @@ __all__ = [
     "write_machine_text",
     "progress",
 ]
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
 
 def float_list(field: str) -> Callable[[str], list[float]]:
     """An argparse type for comma-separated numbers, naming ``field`` on error."""
@@ -67,26 +62,11 @@ def float_list(field: str) -> Callable[[str], list[float]]:
     return parse
 
 
-class ByteSize(float):
-    """A size in bytes that remembers whether it was written with a unit (``12GB``) or bare (``12``)."""
+def byte_size(flag: str) -> Callable[[str], float]:
+    """An argparse type for a size in bytes, bare (``1e9``) or with a unit (``200MB``, ``2GiB``), naming ``flag``."""
+    from .. import units
 
-    unit: str = ""
-
-
-def parse_bytes(text: str) -> float:
-    """``"80GB"`` → 8e10, ``"24GiB"`` → 24·2**30, ``"1e9"`` → 1e9 (an argparse type; a :class:`ByteSize`)."""
-    match = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([a-zA-Z]*)\s*", text)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"a size must look like 80GB or 24GiB, got {text!r}")
-    try:
-        value = float(match.group(1)) * _UNITS[match.group(2).lower()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a size must look like 80GB or 24GiB, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"a size must be a finite number > 0, got {text!r}")
-    size = ByteSize(value)
-    size.unit = match.group(2)
-    return size
+    return units.argparse_type(units.parse_bytes, flag)
 
 
 def memory_size(flag: str) -> Callable[[str], float]:
@@ -107,6 +87,20 @@ def renamed_flag(parser: Any, old: str, new: str, meaning: str) -> None:
             raise argparse.ArgumentError(self, f"was renamed {new} ({meaning})")
 
     parser.add_argument(old, nargs="?", action=Renamed, help=argparse.SUPPRESS)
+
+
+def default_microbatches(given: int | None, pipeline_ranks: int, *, batch_size: int | None = None,
+                         multiple: int = 1) -> int:
+    """``-m`` as given, else the one default of every verb: **2 × the pipeline ranks**.
+
+    ``batch_size`` (examples per step, ``run``/``profile``) caps the default, since every
+    microbatch holds at least one example; ``multiple`` rounds it up (dual-rate: whole frames).
+    """
+    if given is not None:
+        return int(given)
+    micro = 2 * max(1, pipeline_ranks)
+    micro = -(-micro // multiple) * multiple
+    return micro if batch_size is None else max(1, min(micro, batch_size))
 
 
 def check_scaled(flag: str, value: float | None, factor: float, why: str) -> None:

@@ -31,7 +31,7 @@ from ..schedule import Schedule
 from ..partition.steptime import partition_schedule, simulate_partition
 from ..schedules import SCHEDULES, backward_mode, schedule_info
 from ..units import format_gib
-from ._common import check_scaled, make_console, memory_size, parse_bytes, print_json, progress, renamed_flag
+from ._common import check_scaled, default_microbatches, make_console, memory_size, byte_size, print_json, progress, renamed_flag
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
 
@@ -58,12 +58,12 @@ def register(subparsers: Any) -> None:
                              "forward-and-backward time, not the forward time: forward is a third of it)")
     parser.add_argument("--layer-params", type=float, default=None,
                         help="parameters per layer, a count (with --layers; default 0)")
-    parser.add_argument("--layer-activation", type=parse_bytes, default=None,
+    parser.add_argument("--layer-activation", type=byte_size("--layer-activation"), default=None,
                         help="activation bytes per layer per microbatch (with --layers, e.g. 200MB)")
     parser.add_argument("--first-extra", type=float, default=None, help="fixed time on the first stage, ms")
     parser.add_argument("--last-extra", type=float, default=None, help="fixed time on the last stage, ms")
-    parser.add_argument("--first-extra-bytes", type=parse_bytes, default=None, help="fixed bytes on the first stage")
-    parser.add_argument("--last-extra-bytes", type=parse_bytes, default=None, help="fixed bytes on the last stage")
+    parser.add_argument("--first-extra-bytes", type=byte_size("--first-extra-bytes"), default=None, help="fixed bytes on the first stage")
+    parser.add_argument("--last-extra-bytes", type=byte_size("--last-extra-bytes"), default=None, help="fixed bytes on the last stage")
     parser.add_argument("--stages", type=int, required=True,
                         help="pipeline stages S (model pieces). Ranks (GPUs) follow from --schedule: S for "
                              "1f1b, gpipe, zb-h1/zb-h2; S/2 for zb-v and interleaved (two stages per rank). "
@@ -202,6 +202,10 @@ def _bytes_per_param(optimizer: str) -> float:
     from ..planner.memory import OptimizerBytes
 
     text = optimizer.strip()
+    if text == "distributed":  # plan's pointer (--dp-modes zero1) would send a partition user nowhere
+        raise InvalidInputError("--optimizer distributed: partition has no data parallelism to shard the state "
+                                "over; give adam or bytes per parameter (e.g. --optimizer 18), or use pipeplan plan "
+                                "--dp-modes zero1")
     try:
         value: str | float = float(text)
     except ValueError:
@@ -218,10 +222,10 @@ def _microbatches(args: argparse.Namespace) -> int:
         return int(args.microbatches)
     stages = positive_int("--stages", args.stages)
     if args.virtual_stages != 1 or args.schedule not in SCHEDULES:
-        return 2 * stages  # --virtual-stages: --stages counts the ranks; an unknown schedule fails later
+        return default_microbatches(None, stages)  # --virtual-stages: --stages counts the ranks; an unknown schedule fails later
     info = schedule_info(args.schedule)
     chunks = 2 if info.layout == "loop" else info.chunks_per_rank()  # interleaved's default v = 2
-    return 2 * max(1, stages // chunks)
+    return default_microbatches(None, stages // chunks)
 
 
 def _step_too_large(args: argparse.Namespace, micro: int) -> str | None:

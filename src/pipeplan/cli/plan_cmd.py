@@ -92,7 +92,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--partition", default=None, metavar="auto|even|A,B,...",
                         help="fix the layers per stage: counts like 4,3,3,2 (only configurations with that many "
                              "stages, pp·v), 'even' (each one's even split) or 'auto' (solved; the default)")
-    parser.add_argument("--headroom", type=_headroom, default=None,
+    parser.add_argument("--headroom", type=units.argparse_type(units.parse_fraction, "--headroom", zero=True, one=False), default=None,
                         help="share of each GPU's memory left free, e.g. 0.1 or 10%% (default "
                              f"{DEFAULT_HEADROOM * 100:g}%%; 0 plans up to the full memory; not with --memory, which is "
                              "what a plan may use)")
@@ -101,7 +101,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--schedules", default=None,
                         help="comma-separated schedules to try (default all but dual-rate: "
                              f"{','.join(n for n in SCHEDULES if n not in NOT_PLANNED)})")
-    parser.add_argument("--optimizer", default="adam",
+    parser.add_argument("--optimizer", default="adam", metavar="adam|BYTES",
                         help="adam (mixed precision, 16 bytes per parameter, sharded as each --dp-modes mode "
                              "shards it) or bytes of weights + gradients + optimizer state per parameter (then ddp "
                              "only); Megatron-LM's distributed optimizer is --dp-modes zero1")
@@ -116,23 +116,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--trace", metavar="PATH", help="write the best plan's Chrome/Perfetto trace")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
-
-
-def _headroom(text: str) -> float:
-    """``--headroom``: a fraction ``0.1`` or ``10%`` (:func:`pipeplan.units.parse_fraction`), ``0`` included, below 1."""
-    try:
-        if float(text.strip().removesuffix("%")) == 0:
-            return 0.0
-    except ValueError:
-        pass
-    try:
-        share = units.parse_fraction(text, flag="--headroom")
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    if share >= 1:
-        raise argparse.ArgumentTypeError(f"--headroom {text} leaves no memory to plan with; give a share below 1, "
-                                         "e.g. 0.1 or 10%")
-    return share
 
 
 def _workload(args: argparse.Namespace, cluster: Cluster) -> Workload:
@@ -307,7 +290,8 @@ def _payload(result: SearchResult, names: Any = None) -> dict[str, Any]:
 def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None], capacity: str) -> None:
     from ..planner.export import export_files, export_notes, export_refusal
     from ..viz import plan_table, text_gantt
-    from ..viz.plans import full_partitions, plan_legend, three_figures
+    from ..units import format_figures
+    from ..viz.plans import full_partitions, plan_legend
 
     if args.export:  # before anything is printed: a plan the engine cannot run is one line
         plan, index = result.best_for(args.export)
@@ -331,7 +315,7 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
     console.print(
         f"search {status}: {stats.candidates} candidates, {stats.partitions} exact partitions, "
         f"{stats.simulated} simulated, {stats.pruned} pruned by bounds, {stats.rejected} over memory, "
-        f"{stats.seconds:.2f} s; lower bound {three_figures(result.lower_bound)} ms "
+        f"{stats.seconds:.2f} s; lower bound {format_figures(result.lower_bound)} ms "
         f"(best is {(best.step_time or 0.0) / result.lower_bound:.2f}× it)"
     )
     if best.timeline is not None:
@@ -339,7 +323,7 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
         console.print(text_gantt(best.timeline, width=100), markup=False, highlight=False)
     if args.export:
         where = (f"plan {index + 1}" if index is not None else
-                 f"the best plan of the schedules it runs: {plan.schedule_label}, {three_figures(plan.step_time or 0.0)} ms")
+                 f"the best plan of the schedules it runs: {plan.schedule_label}, {format_figures(plan.step_time or 0.0)} ms")
         heading = f"[bold]{args.export}[/bold] ({where}"
         if index != 0:
             heading += f"; {args.export} cannot run plan 1: {export_refusal(result.plans[0], args.export)}"

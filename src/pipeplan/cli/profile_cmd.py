@@ -29,7 +29,7 @@ from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
 from ..profile_format import check_overwrite
 from ..units import format_bytes
-from ._common import make_console, print_json, progress, report_written, require_torch
+from ._common import default_microbatches, make_console, print_json, progress, report_written, require_torch
 
 __all__ = ["register", "run"]
 
@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     require_torch("pipeplan profile")
     from ..runtime.loop import profile_model
 
+    batch_size = positive_int("--batch-size", args.batch_size)
     what = f"measuring {args.model or 'the built-in model'}'s layers" + ("" if args.no_calibrate else
                                                                           f" and {nproc} ranks' links")
     try:
@@ -100,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
             profile = profile_model(
                 args.model,
                 layers=layers,
-                batch_size=positive_int("--batch-size", args.batch_size),
-                microbatches=positive_int("-m", 2 * nproc if args.microbatches is None else args.microbatches),
+                batch_size=batch_size,
+                microbatches=positive_int("-m", default_microbatches(args.microbatches, nproc, batch_size=batch_size)),
                 nproc=nproc,
                 repeats=positive_int("--repeats", args.repeats, maximum=MAX_REPEATS, why=_REPEATS_WHY),
                 warmup=positive_int("--warmup", args.warmup, minimum=0, maximum=MAX_REPEATS, why=_REPEATS_WHY),

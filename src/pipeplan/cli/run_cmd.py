@@ -35,7 +35,7 @@ from ..partition.choice import parse_partition
 from ..schedules import SCHEDULES, schedule_info
 from ..units import format_bytes
 from . import dual_rate_cmd
-from ._common import make_console, print_json, renamed_flag, report_written, require_torch, text_width
+from ._common import default_microbatches, make_console, print_json, renamed_flag, report_written, require_torch, text_width
 
 __all__ = ["register", "run", "execute_rank"]
 
@@ -117,8 +117,8 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     pp = world_size // dp
     virtual = positive_int("--virtual-stages", args.virtual_stages)
     num_stages = schedule_info(args.schedule).stages_for(pp, virtual)
-    microbatches = positive_int("-m", 2 * pp if args.microbatches is None else args.microbatches)
     batch_size = positive_int("--batch-size", args.batch_size)
+    microbatches = positive_int("-m", default_microbatches(args.microbatches, pp, batch_size=batch_size))
     if batch_size < microbatches:
         raise InvalidInputError(f"--batch-size must be >= the {microbatches} microbatches, got {batch_size}")
     partition: Any = parse_partition(args.partition)

@@ -47,7 +47,7 @@ from ..timeline import Timeline
 from . import dual_rate_cmd
 from ._spec_args import add_spec_arguments, device_from_args, recompute_of, spec_from_args, uses_spec
 from ._common import (
-    ByteSize,
+    default_microbatches,
     renamed_flag,
     float_list,
     make_console,
@@ -60,7 +60,7 @@ from ._common import (
 )
 
 __all__ = ["register", "add_cost_arguments", "costs_from_args", "comm_from_args", "schedule_from_args",
-           "size_list", "memory_limit", "default_microbatches", "JSON_ACTIONS_LIMIT"]
+           "size_list", "memory_limit", "ByteSize", "microbatches_of", "JSON_ACTIONS_LIMIT"]
 
 JSON_ACTIONS_LIMIT = 20_000
 """The most actions ``--json`` lists without ``--actions`` (about 4 MB of JSON); past it, the summary."""
@@ -82,6 +82,12 @@ def size_list(flag: str) -> Any:
             raise argparse.ArgumentTypeError(str(error)) from None
 
     return parse
+
+
+class ByteSize(float):
+    """A ``--memory-limit``: bytes written with a unit (``12GB``: ``unit`` set), or a bare microbatch count."""
+
+    unit: str = ""
 
 
 def memory_limit(text: str) -> ByteSize:
@@ -252,25 +258,20 @@ def schedule_from_args(args: argparse.Namespace, costs: StageCosts, comm: CommMo
     return build_schedule(args.schedule, num_stages=costs.num_stages, num_microbatches=args.microbatches, **options)
 
 
-def default_microbatches(args: argparse.Namespace, num_stages: int) -> int:
+def microbatches_of(args: argparse.Namespace, num_stages: int) -> int:
     """``-m`` as given, else twice the pipeline ranks the schedule puts ``num_stages`` stages on.
 
     Ranks are stages over chunks per rank (``--virtual-stages`` for interleaved, whose default is 2;
     two for zb-v); dual-rate rounds up to whole frames of ``--rate-ratio`` steps.
     """
-    if args.microbatches is not None:
-        return int(args.microbatches)
-    if args.schedule not in SCHEDULES:
-        return 2 * num_stages  # the unknown name is schedule_from_args's error
+    if args.microbatches is not None or args.schedule not in SCHEDULES:  # an unknown name fails later
+        return default_microbatches(args.microbatches, num_stages)
     info = schedule_info(args.schedule)
     virtual = args.virtual_stages if isinstance(args.virtual_stages, int) and args.virtual_stages > 0 else None
     loop = info.layout == "loop" or (info.any_placement and (virtual or 1) > 1)
     chunks = (virtual or 2) if info.layout == "loop" else (virtual or 1) if loop else info.chunks_per_rank()
-    micro = 2 * max(1, num_stages // chunks)
-    if info.updates_in_step:
-        ratio = dual_rate_cmd.rate_options(args).get("rate_ratio", 4)
-        micro = -(-micro // ratio) * ratio
-    return micro
+    frames = dual_rate_cmd.rate_options(args).get("rate_ratio", 4) if info.updates_in_step else 1
+    return default_microbatches(None, num_stages // chunks, multiple=int(frames))
 
 
 def check_size(args: argparse.Namespace, num_stages: int) -> int:
@@ -328,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--partition and --stages apply only with --profile")
     costs = costs_from_args(args)
     comm = comm_from_args(args)
-    args.microbatches = default_microbatches(args, costs.num_stages)
+    args.microbatches = microbatches_of(args, costs.num_stages)
     actions = check_size(args, costs.num_stages) if args.schedule in SCHEDULES else 0
     iterations = args.iterations if isinstance(args.iterations, int) and args.iterations > 0 else 1
     with progress((3 + iterations) * actions, f"{args.schedule}: building {actions:,} actions") as advance:
@@ -403,7 +404,7 @@ def _run_profile(args: argparse.Namespace) -> int:
     profile = LayerProfile.from_file(args.profile)
     layers = _profile_partition(args, profile)
     costs, comm = prediction_inputs(profile, layers)
-    args.microbatches = default_microbatches(args, costs.num_stages)
+    args.microbatches = microbatches_of(args, costs.num_stages)
     check_size(args, costs.num_stages)
     schedule = schedule_from_args(args, costs, comm)
     timeline = predict(profile, schedule, layers)
@@ -436,7 +437,7 @@ def _run_spec(args: argparse.Namespace) -> int:
     costs = profile.stage_costs(layers)
     link = measured or default_intra_node(device.name)
     comm = link.comm_model(list(profile.boundary_bytes(layers)) or 0.0, send_mode=args.send)
-    args.microbatches = default_microbatches(args, costs.num_stages)
+    args.microbatches = microbatches_of(args, costs.num_stages)
     check_size(args, costs.num_stages)
     schedule = schedule_from_args(args, costs, comm)
     timeline = simulate(schedule, costs, comm)

@@ -25,10 +25,9 @@ from typing import Any
 
 from ..errors import InfeasiblePlanError
 from ..plan import Plan
-from ..units import format_capacity
-from ..units import format_gib
-from ..viz.plans import three_figures
+from ..units import format_capacity, format_figures, format_gib
 from .cluster import Cluster
+from .memory import OptimizerBytes
 from .records import Rejection
 from .workload import Workload
 
@@ -66,7 +65,7 @@ class Remedy:
         """``--gpus 2: 70.6 GiB per GPU, fits 71.7 GiB (1×1×2 zero2, 1f1b, b×m 4×1, 166 ms a step)``."""
         plan = self.plan
         mode = f" {plan.dp_mode}" if plan.dp > 1 else ""
-        step = "" if plan.step_time is None else f", {three_figures(plan.step_time)} ms a step"
+        step = "" if plan.step_time is None else f", {format_figures(plan.step_time)} ms a step"
         return (f"{self.flags}: {format_gib(self.worst_bytes)} per GPU, fits {format_gib(self.capacity)} "
                 f"({plan.tp}×{plan.pp}×{plan.dp}{mode}, {plan.schedule_label}, b×m "
                 f"{plan.micro_batch_size}×{plan.num_microbatches}{step})")
@@ -114,16 +113,21 @@ def capacity_text(capacity: float, device_bytes: float, headroom: float, given: 
     return format_capacity(device_bytes, headroom=headroom)
 
 
-def gpus_for_state(workload: Workload, capacity: float) -> tuple[float, int]:
-    """The model's weights and Adam state in bytes, and the least GPUs of ``capacity`` that hold it fully sharded."""
+def gpus_for_state(workload: Workload, capacity: float, optimizer: str | float = "adam") -> tuple[float, int]:
+    """The model's weights and optimizer state in bytes, and the least GPUs of ``capacity`` that hold it sharded.
+
+    ``optimizer`` as :meth:`~pipeplan.planner.memory.OptimizerBytes.for_optimizer` reads it; a
+    byte count is searched with ddp only (nothing sharded), so its least GPU count is 1.
+    """
     profile = workload.profile(workload.smallest_micro_batch)
     params, trained = profile.held_params()
-    state = 2.0 * params + 14.0 * trained  # bf16 weights; bf16 gradients and fp32 Adam state of what trains
-    return state, max(1, math.ceil(state / capacity))
+    split = OptimizerBytes.for_optimizer(optimizer, 1)
+    state = split.weights * params + (split.gradients + split.optimizer) * trained  # frozen modules: weights only
+    return state, max(1, math.ceil(state / capacity)) if optimizer == "adam" else 1
 
 
 def no_plan_fits(rejected: Sequence[Rejection], capacity: str, workload: Workload,
-                 capacity_bytes: float) -> InfeasiblePlanError:
+                 capacity_bytes: float, optimizer: str | float = "adam") -> InfeasiblePlanError:
     """The error when nothing fits (``capacity`` as :func:`capacity_text` writes it), without remedies yet."""
     if not rejected:
         return InfeasiblePlanError("no candidate could be evaluated")
@@ -132,12 +136,16 @@ def no_plan_fits(rejected: Sequence[Rejection], capacity: str, workload: Workloa
         bounds = [r for r in rejected if r.at_least_bytes is not None]
         if bounds:
             closest = min(bounds, key=lambda r: r.at_least_bytes or math.inf)
-            state, gpus = gpus_for_state(workload, capacity_bytes)
+            state, gpus = gpus_for_state(workload, capacity_bytes, optimizer)
+            hint = (f"the model's weights and optimizer state ({format_gib(state)}) need at least {gpus} GPUs of "
+                    "this memory, fully sharded (fsdp), or fewer trained modules (--freeze)" if optimizer == "adam"
+                    else f"with --optimizer {optimizer} bytes per parameter only ddp is searched (nothing is "
+                         f"sharded): the model's state is {format_gib(state)} on every data-parallel rank; "
+                         "--optimizer adam searches the sharded modes, or train fewer modules (--freeze)")
             return NoPlanFitsError(
                 f"no plan fits a GPU of {capacity}: weights and optimizer state alone need at least "
                 f"{format_gib(closest.at_least_bytes or 0)} per GPU even at pp={closest.config.pp}",
-                hint=f"the model's weights and optimizer state ({format_gib(state)}) need at least {gpus} GPUs of "
-                     "this memory, fully sharded (fsdp), or fewer trained modules (--freeze)",
+                hint=hint,
             )
         return NoPlanFitsError(f"no plan fits a GPU of {capacity}: {rejected[0].reason}")
     closest = min(known, key=lambda r: r.needed_bytes or math.inf)
@@ -189,7 +197,7 @@ def find_remedies(attempt: Attempt, workload: Workload, cluster: Cluster, option
     """
     tries: list[tuple[str, Cluster, Any]] = [
         (flags, cluster, changed) for flags, changed in _relaxations(options, cluster)]
-    _, least = gpus_for_state(workload, capacity)
+    _, least = gpus_for_state(workload, capacity, options.optimizer)
     tries += [(f"--gpus {count}", replace(cluster, num_gpus=count), options) for count in _gpu_counts(cluster, least)]
     remedies: list[Remedy] = []
     tried: list[str] = []

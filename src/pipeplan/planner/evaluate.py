@@ -42,7 +42,8 @@ from ..plan import DataParallelMode
 from .cluster import Cluster, allreduce_ms, ring_pass_ms
 from .layout import Layout, Layouts
 from .links import Links
-from .memory import MemoryModel, OptimizerBytes, gb
+from ..units import format_gib
+from .memory import MemoryModel, OptimizerBytes
 from .pruning import SearchBounds
 from .records import SearchStats
 from .space import Config
@@ -358,7 +359,7 @@ class Evaluator:
             return costs, None
         budgets = [self.capacity - rank.total for rank in layout.static]
         if min(budgets) <= 0:
-            raise InfeasiblePlanError(f"a rank's weights and optimizer state alone exceed {gb(self.capacity)}")
+            raise InfeasiblePlanError(f"a rank's weights and optimizer state alone exceed {format_gib(self.capacity)}")
         scale = [1.0 / budgets[rank] for rank in layout.placement]
         scaled = costs.replaced(activation_bytes=[a * k for a, k in zip(costs.activation_bytes, scale)],
                                 weight_stash_bytes=[a * k for a, k in zip(costs.weight_stash_bytes, scale)])
@@ -424,8 +425,8 @@ class Evaluator:
             worst = int(np.argmax(totals))
             if not self.memory.fits(totals[worst]):
                 fits = False
-                reason = (f"rank {worst} peaks at {gb(totals[worst])}, {gb(totals[worst] - self.capacity)} over "
-                          f"the capacity of {gb(self.capacity)}")
+                reason = (f"rank {worst} peaks at {format_gib(totals[worst])}, {format_gib(totals[worst] - self.capacity)} over "
+                          f"the capacity of {format_gib(self.capacity)}")
         profile = self.workload.profile(config.micro_batch_size)
         plan = Plan(
             pp=config.pp,

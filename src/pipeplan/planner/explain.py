@@ -13,14 +13,9 @@ step, or memory that allows a larger micro-batch.
 from __future__ import annotations
 
 from ..plan import Plan
-from ..units import format_gib
+from ..units import format_figures, format_gib
 
 __all__ = ["explain"]
-
-
-def _figures(value: float) -> str:
-    """Three significant figures without an exponent: ``1020``, ``7.96``."""
-    return f"{float(f'{value:.3g}'):g}"
 
 
 def _ms(plan: Plan, value: float | None) -> float:
@@ -42,11 +37,11 @@ def explain(plan: Plan, baseline: Plan, name: str) -> str:
         ("optimizer step", _ms(plan, plan.optimizer_time), _ms(baseline, baseline.optimizer_time)),
     ]
     parts.sort(key=lambda part: -abs(part[2] - part[1]))
-    changes = [f"{label} {_figures(theirs_)} → {_figures(ours_)} ms" for label, ours_, theirs_ in parts
+    changes = [f"{label} {format_figures(theirs_)} → {format_figures(ours_)} ms" for label, ours_, theirs_ in parts
                if abs(theirs_ - ours_) >= 0.005 * theirs][:3]
     verdict = "the same as" if abs(ours - theirs) <= 0.005 * theirs else (
         f"{theirs / ours:.2f}× faster than" if ours < theirs else f"{ours / theirs:.2f}× slower than")
-    line = f"{verdict} {name} ({_figures(theirs)} → {_figures(ours)} ms per step)"
+    line = f"{verdict} {name} ({format_figures(theirs)} → {format_figures(ours)} ms per step)"
     if changes:
         line += ": " + ", ".join(changes)
     if plan.memory and baseline.memory:

@@ -49,7 +49,8 @@ from ..schedules import build_schedule, schedule_info
 from ..schedules.patterns import loop_placement
 from ..simulate import simulate
 from .links import Links
-from .memory import MemoryModel, gb
+from ..units import format_gib
+from .memory import MemoryModel
 from .records import Rejection, SearchStats
 from .space import Config
 from .workload import Workload
@@ -232,9 +233,9 @@ class Layouts:
         if over is None:
             return layout
         rank, total = over
-        return Rejection(config, f"rank {rank} holds {gb(total)} with the given partition "
+        return Rejection(config, f"rank {rank} holds {format_gib(total)} with the given partition "
                                  f"{','.join(map(str, sizes))} (recompute {config.recompute}), "
-                                 f"{gb(total - (self.memory.capacity or 0))} over")
+                                 f"{format_gib(total - (self.memory.capacity or 0))} over")
 
     def _minmax(self, config: Config) -> Layout | Rejection | None:
         """The exact min-max partition of ``config`` with recompute relaxed per stage (cached); see :meth:`partitioned`."""
@@ -246,7 +247,7 @@ class Layouts:
         result: Layout | Rejection | None
         static = self.memory.static_bound(config)
         if not self.memory.fits(static):
-            result = Rejection(config, f"weights and optimizer state alone need at least {gb(static)} on the "
+            result = Rejection(config, f"weights and optimizer state alone need at least {format_gib(static)} on the "
                                        f"fullest rank (pp={config.pp})", at_least_bytes=static)
             self._layouts[key] = result
             return result
@@ -363,8 +364,8 @@ class Layouts:
         if over is None:
             return layout
         rank, total = over
-        return Rejection(config, f"rank {rank} holds {gb(total)} with one microbatch on each of its "
-                                 f"{config.virtual_stages} stages, {gb(total - (self.memory.capacity or 0))} over",
+        return Rejection(config, f"rank {rank} holds {format_gib(total)} with one microbatch on each of its "
+                                 f"{config.virtual_stages} stages, {format_gib(total - (self.memory.capacity or 0))} over",
                          total)
 
     def _unconstrained(self, config: Config, mode: Recompute, placement: tuple[int, ...]) -> Layout | None:
@@ -405,8 +406,8 @@ class Layouts:
         offsets = np.concatenate([[0], np.cumsum(built.sizes)])
         layers = [i for s, r in enumerate(placement) if r == rank
                   for i in range(int(offsets[s]), int(offsets[s + 1]))]
-        return Rejection(config, f"rank {rank} holds {gb(total)} with its {config.virtual_stages} stages, "
-                                 f"{gb(total - (self.memory.capacity or 0))} over; its largest module is "
+        return Rejection(config, f"rank {rank} holds {format_gib(total)} with its {config.virtual_stages} stages, "
+                                 f"{format_gib(total - (self.memory.capacity or 0))} over; its largest module is "
                                  f"{self.memory.heaviest(config, layers)}")
 
     def _binding_reason(self, error: InfeasiblePlanError, config: Config) -> str:
@@ -418,7 +419,7 @@ class Layouts:
         if error.stage is None or needed is None or not error.layers:
             return str(error)
         (lo, hi), = error.layers
-        return (f"stage {error.stage} (layers {lo}..{hi}) needs at least {gb(needed)} on its own; its largest "
+        return (f"stage {error.stage} (layers {lo}..{hi}) needs at least {format_gib(needed)} on its own; its largest "
                 f"module is {self.memory.heaviest(config, range(lo, hi + 1))}")
 
 

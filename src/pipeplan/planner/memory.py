@@ -84,7 +84,7 @@ from ..units import format_gib
 from .space import Config, hsdp_shards
 from .workload import Workload
 
-__all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "gb", "DISTRIBUTED_REFUSAL"]
+__all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL"]
 
 #: What ``--optimizer`` names besides a number of bytes per parameter.
 OPTIMIZERS = ("adam",)
@@ -160,11 +160,6 @@ class OptimizerBytes:
         weights = min(2.0, total)
         gradients = min(2.0, total - weights)
         return cls(weights, gradients, total - weights - gradients, reduce=gradients)
-
-
-def gb(num_bytes: float) -> str:
-    """Bytes as the planner prints them: ``71.7 GiB`` (:func:`pipeplan.viz.plans.gib`, 3 significant digits)."""
-    return format_gib(num_bytes)
 
 
 class MemoryModel:
@@ -349,4 +344,4 @@ class MemoryModel:
         static = self.layer_static_bytes(config.micro_batch_size, config.dp, config.pp)
         act = np.asarray(profile.activation_bytes)
         index = max(layers, key=lambda i: static[i] + act[i])
-        return f"{profile.names[index]!r} ({gb(static[index])} of weights and optimizer state)"
+        return f"{profile.names[index]!r} ({format_gib(static[index])} of weights and optimizer state)"

@@ -15,10 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ..units import FIGURES
+
 __all__ = ["STEP_FIGURES", "rounded_step", "resolution", "tie_leaders", "RESOLUTION_NOTE"]
 
-#: Significant figures of a step time the planner stands behind.
-STEP_FIGURES = 3
+#: Significant figures of a step time the planner stands behind (the one number: :data:`pipeplan.units.FIGURES`).
+STEP_FIGURES = FIGURES
 
 #: The assumption line that states the resolution.
 RESOLUTION_NOTE = (f"shown to {STEP_FIGURES} significant figures, what the cost model can claim; a plan less than "

@@ -330,6 +330,11 @@ class SearchOptions:
             unknown = [m for m in self.dp_modes if m not in DP_MODES]
             if unknown or not self.dp_modes:
                 raise InvalidInputError(f"dp modes must be among {', '.join(DP_MODES)}, got {list(self.dp_modes)}")
+            sharded = [m for m in self.dp_modes if m != "ddp"]
+            if self.optimizer != "adam" and sharded:
+                raise InvalidInputError(
+                    f"--dp-modes {','.join(sharded)} shards Adam's state, which a byte count per parameter "
+                    f"(--optimizer {self.optimizer}) does not describe: use --optimizer adam, or --dp-modes ddp")
             return tuple(self.dp_modes)  # type: ignore[arg-type]
         return DP_MODES if self.optimizer == "adam" else ("ddp",)
 
@@ -470,7 +475,8 @@ class _Search:
         plans = self.ranking.plans()
         stats.seconds = time.perf_counter() - self.started
         if not plans:
-            raise no_plan_fits(self.rejected, self.options.capacity_text(self.cluster), self.workload, self.capacity)
+            raise no_plan_fits(self.rejected, self.options.capacity_text(self.cluster), self.workload, self.capacity,
+                               self.options.optimizer)
         megatron = baselines[1].plan
         if megatron is None:
             megatron = megatron_default(self.evaluator_for(replace(configs[0], tp=plans[0].tp,

@@ -333,20 +333,40 @@ def check_profile_fits(profile: LayerProfile, num_layers: int, *, model: str = "
             both layer counts, and the two ways out (measure this model, or run
             the one the profile was measured on).
     """
-    if profile.num_layers == num_layers:
-        return
     kind, origin = profile_origin(profile.measurement, measured_split=profile.backward_input is not None)
     notes = profile.measurement
+    if profile.num_layers == num_layers:
+        measured_on = _flags_of(notes) if kind == "measured" and notes.get("model") else ""
+        if not (model and measured_on and _model_of(measured_on) != _model_of(model)):
+            return
+        raise InvalidInputError(
+            f"{f'--profile {path!r}' if path else 'the profile'} was {origin}, but this run builds {model}: "
+            f"its times are another model's; run {measured_on}, or measure this one "
+            f"(pipeplan profile {model} --out PROFILE)")
     fix = f"measure this model (pipeplan profile {model + ' ' if model else ''}--out PROFILE)"
     if kind == "measured" and notes.get("model"):
-        again = " ".join(f"--{key} {notes[key]}" for key in ("model", "layers") if notes.get(key) is not None)
-        fix += f", or run the model it was measured on ({again})"
+        fix += f", or run the model it was measured on ({_flags_of(notes)})"
     elif kind == "shapes":
         fix += "; a profile from shapes (pipeplan model) describes a preset or spec, not a model pipeplan run builds"
     raise InvalidInputError(
         f"{f'--profile {path!r}' if path else 'the profile'} has {profile.num_layers} layers, {origin}; "
         f"the model this run builds{f' ({model})' if model else ''} has {num_layers}: {fix}"
     )
+
+
+def _flags_of(notes: Any) -> str:
+    """The ``--model``/``--layers`` flags a measured profile's notes record: ``--model dumbbell --layers 8``."""
+    return " ".join(f"--{key} {notes[key]}" for key in ("model", "layers") if notes.get(key) is not None)
+
+
+def _model_of(flags: str) -> tuple[str, str | None]:
+    """``("dumbbell", "8")`` from ``--model dumbbell --layers 8``; a factory's ``--layers`` is not compared."""
+    from ..models import BUILTIN_MODELS
+
+    words = flags.split()
+    name = words[words.index("--model") + 1] if "--model" in words else "vla"
+    layers = words[words.index("--layers") + 1] if "--layers" in words else None
+    return name, layers if name in BUILTIN_MODELS else None
 
 
 def execute_rank(rank: int, world_size: int, config: RunConfig) -> dict[str, Any] | None:

@@ -20,9 +20,9 @@ from typing import Any
 
 from rich.table import Table
 
-from ..units import format_gib
+from ..units import FIGURES, format_figures, format_gib
 
-__all__ = ["plan_table", "plan_row", "plan_legend", "full_partitions", "recompute_legend", "three_figures",
+__all__ = ["plan_table", "plan_row", "plan_legend", "full_partitions", "recompute_legend",
            "PLAN_COLUMNS", "PARTITION_CELL"]
 
 PLAN_COLUMNS = ("#", "tp×pp×dp", "dp mode", "schedule", "b×m", "layers per stage", "recompute", "step ms",
@@ -81,11 +81,6 @@ def _layers_label(plan: Any) -> str:
     return ",".join(kept) + ",…"
 
 
-def three_figures(value: float) -> str:
-    """``1608.04`` → ``"1610"``, ``0.98341`` → ``"0.983"``: three significant figures, no exponent."""
-    return f"{float(f'{value:.3g}'):g}" if abs(value) < 1e15 else f"{value:.3g}"
-
-
 def plan_row(label: str, plan: Any, ratio: float | None, *, tie: int | None = None) -> list[str]:
     """One table row for ``plan`` (see :data:`PLAN_COLUMNS`); ``tie``: the 0-based plan its step time ties with."""
     schedule = plan.schedule_label
@@ -95,7 +90,7 @@ def plan_row(label: str, plan: Any, ratio: float | None, *, tie: int | None = No
         memory = format_gib(plan.peak_memory[worst])
         if not plan.fits:
             memory += " (over)"
-    step = "—" if plan.step_time is None else three_figures(plan.step_time)
+    step = "—" if plan.step_time is None else format_figures(plan.step_time)
     if tie is not None:
         step += f" = #{tie + 1}"
     return [
@@ -108,7 +103,7 @@ def plan_row(label: str, plan: Any, ratio: float | None, *, tie: int | None = No
         _recompute_label(plan),
         # three significant figures: what the cost model can claim (docs/cost_model.md)
         step,
-        "—" if plan.samples_per_second is None else three_figures(plan.samples_per_second),
+        "—" if plan.samples_per_second is None else format_figures(plan.samples_per_second),
         "—" if plan.mfu is None else f"{plan.mfu:.1%}",
         "—" if plan.bubble_ratio is None else f"{plan.bubble_ratio:.1%}",
         memory,
@@ -174,8 +169,8 @@ def plan_legend(result: Any, *, capacity: str | None = None, ties: Sequence[int 
     elif any(not plan.recompute_by_module and plan.uniform_recompute is None for plan in plans):
         lines.append("recompute per stage: - none, s selective, f full")
     if ties is not None and any(tie is not None for tie in ties):
-        lines.append("= #N: ties with plan N at the cost model's resolution (3 significant figures: less than one "
-                     "unit of the last figure apart)")
+        lines.append(f"= #N: ties with plan N at the cost model's resolution ({FIGURES} significant figures: less "
+                     "than one unit of the last figure apart)")
     worst = "worst GPU: the fullest GPU's peak, weights + gradients + optimizer state + activations"
     if capacity:
         worst += f"; each GPU {capacity}"

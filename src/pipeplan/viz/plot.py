@@ -41,8 +41,7 @@ from ..errors import InvalidInputError, PipeplanError
 from ..timeline import expect_timeline
 from ..schedule import Kind
 from ..timeline import IdleCause, Timeline
-from ..units import GIB, format_gib
-from .plans import three_figures
+from ..units import GIB, format_figures, format_gib
 from .tables import format_time
 
 __all__ = ["plot_timeline", "plot_plan", "gantt_windows", "KIND_COLORS", "IDLE_COLORS"]
@@ -127,19 +126,19 @@ def plot_plan(plan: Any, path: str | os.PathLike[str], *, title: str | None = No
 def step_parts(plan: Any) -> str:
     """``pipeline makespan 986 ms (the Gantt) + exposed gradient sync 3.1 ms + optimizer step 2.2 ms = step 992 ms``."""
     makespan = plan.pipeline_time if plan.pipeline_time is not None else plan.timeline.makespan
-    parts = [f"pipeline makespan {three_figures(makespan)} ms (drawn)"]
+    parts = [f"pipeline makespan {format_figures(makespan)} ms (drawn)"]
     exposed, optimizer = plan.exposed_dp_time, plan.optimizer_time
     if exposed:
-        parts.append(f"exposed gradient sync {three_figures(exposed)} ms")
+        parts.append(f"exposed gradient sync {format_figures(exposed)} ms")
     if optimizer:
-        parts.append(f"optimizer step {three_figures(optimizer)} ms")
+        parts.append(f"optimizer step {format_figures(optimizer)} ms")
     step = plan.step_time
     if step is None:
         return parts[0]
     other = step - makespan - exposed - optimizer
     if other > 1e-6 * step:
-        parts.append(f"other data-parallel work {three_figures(other)} ms")
-    return " + ".join(parts) + f" = step {three_figures(step)} ms (the table's)"
+        parts.append(f"other data-parallel work {format_figures(other)} ms")
+    return " + ".join(parts) + f" = step {format_figures(step)} ms (the table's)"
 
 
 def gantt_windows(timeline: Timeline) -> list[tuple[float, float]]:

@@ -25,24 +25,7 @@ from ..units import format_bytes
 from ..timeline import expect_timeline
 from ..timeline import IdleCause, Timeline
 
-__all__ = ["rank_table", "format_bytes", "format_decimal_bytes", "format_time"]
-
-_DECIMAL_UNITS = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
-
-
-def format_decimal_bytes(value: float, *, digits: int = 3, unit: str | None = None) -> str:
-    """Bytes in decimal units: ``1.3e9`` → ``"1.3 GB"``, ``512`` → ``"512 B"`` (``digits`` significant).
-
-    ``unit`` (``"TB"``, ``"GB"``, ``"MB"``, ``"kB"``) fixes the unit instead of the largest
-    one not above ``|value|``: the planner's messages say ``"3.362 GB"`` whatever the size.
-    """
-    if unit is not None:
-        return f"{value / dict(_DECIMAL_UNITS)[unit]:.{digits}g} {unit}"
-    for name, size in _DECIMAL_UNITS:
-        if abs(value) >= size:
-            return f"{value / size:.{digits}g} {name}"
-    return f"{value:.{digits}g} B"
-
+__all__ = ["rank_table", "format_time"]
 
 def format_time(value: float) -> str:
     """A time with 4 significant digits, without exponent below 10**6: ``12.35``, ``7,890``."""
