@@ -49,7 +49,7 @@ def test_simulate_iterations_report_the_steady_step_time(run_cli):
     assert "6 steps, step boundary overlap: steady step time 24 ms (first step 27 ms)" in out
     status, out, _ = run_cli(*argv, "--json")
     payload = json.loads(out)
-    assert payload["iterations"] == 6 and payload["optimizer"] == "barrier"
+    assert payload["iterations"] == 6 and payload["step_boundary"] == "barrier"
     assert payload["steady_step_time"] == pytest.approx(27.0) and len(payload["step_ends"]) == 6
 
 

@@ -176,7 +176,7 @@ def test_new_names_work(run_cli):
     argv = ["simulate", "--forward", "1,1,1,1", "--backward", "2,2,2,2", "--weight", "1,1,1,1", "-m", "8",
             "--schedule", "zb-h2", "--iterations", "6", "--step-boundary", "overlap", "--json"]
     status, out, _ = run_cli(*argv)
-    assert status == 0 and json.loads(out)["optimizer"] == "overlap" and json.loads(out)["steady_step_time"] == 24
+    assert status == 0 and json.loads(out)["step_boundary"] == "overlap" and json.loads(out)["steady_step_time"] == 24
     status, adam, _ = run_cli(*LESSON16, "--layer-params", "1e8", "--optimizer", "adam", "--json")
     status, sixteen, _ = run_cli(*LESSON16, "--layer-params", "1e8", "--optimizer", "16", "--json")
     assert json.loads(adam)["stage_memory"] == json.loads(sixteen)["stage_memory"]
@@ -232,3 +232,27 @@ def test_seed_demos_give_m_and_n_one_meaning(run_cli):
     assert status == 0
     assert out.count("N = 3 stages, M = 4 microbatches") == 2
     assert "M=3 stages" not in out
+
+
+def test_json_claims_no_bytes_without_sizes_and_names_the_step_boundary(run_cli):
+    # newcomer walk: "peak_bytes": 4.0 (a microbatch count) and the old "optimizer" key survived in --json
+    status, out, _ = run_cli("simulate", "--forward", "30,10,10,20", "--json")
+    payload = json.loads(out)
+    assert status == 0 and payload["step_boundary"] == "barrier" and "optimizer" not in payload
+    assert all("peak_bytes" not in rank for rank in payload["ranks"])
+    status, out, _ = run_cli("simulate", "--forward", "30,10,10,20", "--activation-bytes", "1MiB,1MiB,1MiB,1MiB", "--json")
+    assert [rank["peak_bytes"] for rank in json.loads(out)["ranks"]] == [4 * 2**20, 3 * 2**20, 2 * 2**20, 2**20]
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    # newcomer walk: each of these exited 0 and the flag changed nothing
+    ("partition --layers 32 --layer-cost 2 --stages 4 --memory 1GiB", "--memory does not apply without sizes"),
+    ("partition --layers 32 --layer-cost 2 --stages 4 --gpu a100-80g",
+     "--gpu applies to a model from shapes (--preset or --spec), not to --layers"),
+    ("partition --layers 32 --layer-cost 2 --stages 4 --micro-batch-size 4", "--micro-batch-size applies to a model"),
+    ("simulate --forward 30,10,10,20 --boundary-bytes 1MiB", "--boundary-bytes does not apply without --comm-bandwidth"),
+    ("simulate --forward 30,10,10,20 --tp 2", "--tp applies to a model from shapes (--preset or --spec), not to --forward"),
+])
+def test_a_flag_that_would_do_nothing_is_refused(run_cli, argv, line):
+    status, out, err = run_cli(*argv.split())
+    assert status == 2 and out == "" and line in err and err.count("\n") == 1

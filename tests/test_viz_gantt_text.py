@@ -201,3 +201,12 @@ def test_elided_charts_keep_equal_widths_and_valid_cells(timeline: Timeline, wid
         assert len(cells) == width and set(cells) <= allowed
     marks = {cells_of(line).count(ELISION) for line in lines}
     assert marks in ({0}, {2})
+
+
+def test_an_elided_chart_names_the_callers_way_to_the_whole_step():
+    # newcomer walk: plan printed "a wider chart (--width)" though plan has no --width
+    timeline = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=128),
+                                 pipeplan.StageCosts([1.0] * 4))
+    assert "a wider chart (--width) or --plot shows the whole step" in text_gantt(timeline, width=60)
+    chart = text_gantt(timeline, width=60, wider="--plot")
+    assert "; --plot shows the whole step" in chart and "--width" not in chart

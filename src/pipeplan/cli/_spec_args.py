@@ -19,7 +19,7 @@ from ..plan import Recompute
 from ._common import renamed_flag
 
 __all__ = ["add_spec_arguments", "add_shape_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count",
-           "add_device_argument", "device_from_args", "add_mfu_argument", "recompute_of", "RECOMPUTE_CHOICES"]
+           "add_device_argument", "device_from_args", "add_mfu_argument", "recompute_of", "RECOMPUTE_CHOICES", "settle_spec_options"]
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -27,19 +27,43 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = Fals
     group = parser.add_argument_group("model from shapes")
     group.add_argument("--preset", default=None, help=f"a model preset: {', '.join(presets.names())}")
     group.add_argument("--spec", default=None, metavar="FILE", help="a ModelSpec .json (or .yaml) file")
-    group.add_argument("--gpu", default="h100-80g", help=f"device: {', '.join(hardware.device_names())}")
+    group.add_argument("--gpu", default=None, help=f"device: {', '.join(hardware.device_names())} (default h100-80g)")
     add_device_argument(group)
-    group.add_argument("--micro-batch-size", type=int, default=1, help="examples per microbatch (default 1)")
+    group.add_argument("--micro-batch-size", type=int, default=None, help="examples per microbatch (default 1)")
     add_mfu_argument(group)
-    group.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default="reference",
+    group.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default=None,
                        help="activation recomputation: none, selective (the attention core), full, or reference "
                             "(default: what the model's reference code runs, per module; none for a spec without one)")
-    group.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (Megatron TP; default 1)")
+    group.add_argument("--tp", type=int, default=None, help="tensor-parallel degree (Megatron TP; default 1)")
     group.add_argument("--sequence-parallel", action="store_true", help="with --tp > 1")
     renamed_flag(group, "--tensor-parallel", "--tp", "the tensor-parallel degree, as in plan")
     add_shape_arguments(group)
     group.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
     group.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")
+
+
+#: The spec options' defaults, filled in by :func:`settle_spec_options` (``None`` in the parser: not given).
+_SPEC_DEFAULTS: dict[str, Any] = {"gpu": "h100-80g", "micro_batch_size": 1, "recompute": "reference", "tp": 1}
+_SPEC_FLAGS = ("gpu", "device", "micro_batch_size", "mfu", "recompute", "tp", "action_horizon", "text_tokens",
+               "cameras", "image_size", "freeze", "unfreeze")
+
+
+def settle_spec_options(args: argparse.Namespace, *, applies: bool, what: str = "") -> None:
+    """Refuse the options of a model from shapes where no ``--preset``/``--spec`` is given; fill their defaults.
+
+    ``applies``: the verb builds the model from shapes this time; ``what``: the input it has
+    instead, for the message (``"a profile file"``). Every verb that calls
+    :func:`add_spec_arguments` calls this first.
+    """
+    given = [f"--{key.replace('_', '-')}" for key in _SPEC_FLAGS if getattr(args, key, None) is not None]
+    if getattr(args, "sequence_parallel", False):
+        given.append("--sequence-parallel")
+    if given and not applies:
+        raise InvalidInputError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to a model from shapes "
+                                f"(--preset or --spec), not to {what or 'this input'}")
+    for key, value in _SPEC_DEFAULTS.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
 
 
 RECOMPUTE_CHOICES = ("reference", "none", "selective", "full")

@@ -157,7 +157,7 @@ def pi0_story(console: Console, *, width: int = 100, advance: Callable[..., None
         if baseline is None or baseline.plan is None:
             console.print("no baseline fits")
             continue
-        line = explain(best, baseline.plan, baseline.name)
+        line = explain(best, baseline.plan, baseline.prose)
         piped = [plan for plan in result.plans if plan.pp > 1]
         if best.pp == 1 and best.tp == 1:
             verdict = f"Plain sharded data parallelism is the best plan here ({best.dp_mode}): {line}."

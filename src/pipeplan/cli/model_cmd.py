@@ -24,7 +24,7 @@ from ..errors import InvalidInputError
 from ..profile_format import check_overwrite
 from ..units import format_bytes
 from ._common import make_console, print_json, report_written
-from ._spec_args import add_spec_arguments, device_from_args, human_count, recompute_of, spec_from_args
+from ._spec_args import add_spec_arguments, device_from_args, human_count, recompute_of, settle_spec_options, spec_from_args
 
 __all__ = ["register", "run"]
 
@@ -48,6 +48,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan model``."""
+    settle_spec_options(args, applies=True)
     if args.spec:
         _check_spec_path(args.spec)
     out = _out_path(args)

@@ -33,7 +33,7 @@ from ..schedules import SCHEDULES, backward_mode, schedule_info
 from ..units import format_gib
 from ._common import check_scaled, default_microbatches, make_console, memory_size, byte_size, print_json, progress, renamed_flag
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
-from ._spec_args import add_spec_arguments, profile_from_spec_args, uses_spec
+from ._spec_args import add_spec_arguments, profile_from_spec_args, settle_spec_options, uses_spec
 
 __all__ = ["register", "run", "profile_from_args"]
 
@@ -113,6 +113,10 @@ def profile_from_args(args: argparse.Namespace) -> LayerProfile:
         raise InvalidInputError("give a profile file, or both --layers N and --layer-cost MS")
     if not args.layer_cost > 0:
         raise InvalidInputError(f"--layer-cost must be > 0 ms, got {args.layer_cost}")
+    sized = (args.layer_params, args.layer_activation, args.first_extra_bytes, args.last_extra_bytes)
+    if args.memory is not None and all(value is None for value in sized):
+        raise InvalidInputError("--memory does not apply without sizes: give --layer-params or --layer-activation "
+                                "(or --first-extra-bytes/--last-extra-bytes) for the layers to weigh anything")
     return LayerProfile.uniform(
         args.layers,
         forward=args.layer_cost / 3.0,
@@ -133,6 +137,8 @@ def _extras(args: argparse.Namespace) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan partition``."""
+    settle_spec_options(args, applies=uses_spec(args),
+                        what="--layers" if args.layers is not None else "a profile file")
     micro = _microbatches(args)
     _check_size(args, micro)
     check_export_args(args)

@@ -283,7 +283,7 @@ def _payload(result: SearchResult, names: Any = None) -> dict[str, Any]:
     if best is not None and best.plan is not None:
         from ..planner.explain import explain
 
-        payload["why"] = explain(result.best, best.plan, best.name)
+        payload["why"] = explain(result.best, best.plan, best.prose)
     return payload
 
 
@@ -318,9 +318,9 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
         f"{stats.seconds:.2f} s; lower bound {format_figures(result.lower_bound)} ms "
         f"(best is {(best.step_time or 0.0) / result.lower_bound:.2f}× it)"
     )
-    if best.timeline is not None:
-        console.print(f"[bold]best plan's step[/bold] (one pipeline of {best.pp} rank(s); ms)")
-        console.print(text_gantt(best.timeline, width=100), markup=False, highlight=False)
+    if best.timeline is not None and best.pp > 1:  # pp = 1 has no pipeline to draw
+        console.print(f"[bold]best plan's step[/bold] (one pipeline of {best.pp} ranks; ms)")
+        console.print(text_gantt(best.timeline, width=100, wider="--plot"), markup=False, highlight=False)
     if args.export:
         where = (f"plan {index + 1}" if index is not None else
                  f"the best plan of the schedules it runs: {plan.schedule_label}, {format_figures(plan.step_time or 0.0)} ms")
@@ -341,7 +341,7 @@ def _headline(result: SearchResult) -> str:
     if best is None or best.plan is None:
         names = ", ".join(f"{b.name} ({b.note})" for b in result.baselines)
         return f"best plan: no baseline fits ({names})"
-    return "best plan: " + explain(result.best, best.plan, best.name)
+    return "best plan: " + explain(result.best, best.plan, best.prose)
 
 
 def _write_files(args: argparse.Namespace, result: SearchResult) -> None:

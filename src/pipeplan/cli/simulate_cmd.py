@@ -45,7 +45,7 @@ from ..schedules.dual_rate import DualRateSchedule
 from ..simulate import OPTIMIZER_MODES, simulate
 from ..timeline import Timeline
 from . import dual_rate_cmd
-from ._spec_args import add_spec_arguments, device_from_args, recompute_of, spec_from_args, uses_spec
+from ._spec_args import add_spec_arguments, device_from_args, recompute_of, settle_spec_options, spec_from_args, uses_spec
 from ._common import (
     default_microbatches,
     renamed_flag,
@@ -225,6 +225,8 @@ def comm_from_args(args: argparse.Namespace) -> CommModel:
         sizes = args.boundary_bytes[0] if len(args.boundary_bytes) == 1 else args.boundary_bytes
     refuse_unless(args.comm_bandwidth is None or bool(args.boundary_bytes), "--comm-bandwidth",
                   "without --boundary-bytes (messages have no size, so bandwidth costs nothing)")
+    refuse_unless(not args.boundary_bytes or args.comm_bandwidth is not None, "--boundary-bytes",
+                  "without --comm-bandwidth (an infinite link sends any size in no time)")
     bandwidth = float("inf") if args.comm_bandwidth is None else args.comm_bandwidth
     return CommModel(args.comm_latency, bandwidth, sizes, args.send)
 
@@ -308,6 +310,7 @@ def _profile_partition(args: argparse.Namespace, profile: LayerProfile) -> list[
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan simulate``."""
+    settle_spec_options(args, applies=uses_spec(args), what="--profile" if args.profile else "--forward")
     text_width(args)
     if args.json:
         refuse_unless(not args.step_table, "--step-table", "with --json (it adds a table to the text output)")
@@ -376,6 +379,11 @@ def timeline_payload(timeline: Timeline, args: argparse.Namespace, **extra: Any)
     payload = timeline.to_dict() if full else timeline.summary()
     payload["num_actions"] = count
     payload["actions_listed"] = full
+    payload["step_boundary"] = payload.pop("optimizer")  # the flag's name (--step-boundary), not the simulator's
+    if getattr(args, "activation_bytes", None) is None and not getattr(args, "profile", None) \
+            and not getattr(args, "preset", None) and not getattr(args, "spec", None):
+        for rank in payload["ranks"]:  # no sizes given: its bytes would be a count of microbatches
+            rank.pop("peak_bytes", None)
     if not full:
         print(f"--json: {count:,} actions, more than {JSON_ACTIONS_LIMIT:,}: printing the summary (makespan, "
               "bubble, per-rank metrics); add --actions for every action", file=sys.stderr)

@@ -49,6 +49,11 @@ class SearchContext(Protocol):
         ...
 
 
+#: name -> (table label, prose) of each baseline.
+_LABELS = {"reference-fsdp": ("its repository (reference)", "its repository's layout"),
+           "megatron-recommended": ("Megatron recommended", "Megatron's recommended layout")}
+
+
 @dataclass(frozen=True)
 class Baseline:
     """What a user would run without pipeplan, planned the same way (docs/planner.md, "Baselines").
@@ -65,6 +70,16 @@ class Baseline:
     name: str
     plan: Plan | None
     note: str = ""
+
+    @property
+    def label(self) -> str:
+        """The table's row label: ``its repository (reference)``, ``Megatron recommended``."""
+        return _LABELS.get(self.name, (self.name, self.name))[0]
+
+    @property
+    def prose(self) -> str:
+        """The baseline in a sentence: ``its repository's layout``, ``Megatron's recommended layout``."""
+        return _LABELS.get(self.name, (self.name, self.name))[1]
 
     @property
     def fits(self) -> bool:

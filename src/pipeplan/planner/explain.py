@@ -1,8 +1,8 @@
 """Why one plan beats another, in one line: bubble, exposed communication, optimizer, memory.
 
     from pipeplan.planner.explain import explain
-    explain(result.best, result.best_baseline.plan, "megatron-recommended")
-    # '1.05× megatron-recommended (783 → 747 ms): exposed data-parallel communication 31.2 → 4.1 ms, ...'
+    explain(result.best, result.best_baseline.plan, "Megatron's recommended layout")
+    # "1.05× faster than Megatron's recommended layout (783 → 747 ms): exposed data-parallel communication 31.2 → 4.1 ms, ..."
 
 The step is ``pipeline + exposed data-parallel time + optimizer`` (docs/planner.md);
 the line names the parts that differ most, largest first, so a user sees what

@@ -74,7 +74,7 @@ _KIND_NAMES = {"F": "forward", "B": "backward", "I": "input gradient", "W": "wei
 
 
 def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True, elide: bool = True,
-               unit: str = "ms") -> str:
+               unit: str = "ms", wider: str = "a wider chart (--width) or --plot") -> str:
     """Render ``timeline`` as a text Gantt chart.
 
     Args:
@@ -90,6 +90,8 @@ def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True, eli
             the legend gives the time each mark leaves out. ``False``: always the
             whole step at one scale.
         unit: the timeline's time unit, for the legend (pipeplan's costs are ms).
+        wider: what shows the whole step when the chart is elided, as the caller's
+            flags name it (``plan`` has ``--plot`` but no ``--width``).
 
     Returns:
         The chart: one ``"rank r |...|"`` line per rank (all of the same length,
@@ -114,7 +116,7 @@ def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True, eli
         lines.append(f"{f'rank {view.rank}':<{label_width}} |{cells}|")
     lines.append(_axis(spans, label_width))
     if legend:
-        lines.extend(_legend(timeline, spans, unit))
+        lines.extend(_legend(timeline, spans, unit, wider))
     return "\n".join(lines)
 
 
@@ -255,7 +257,7 @@ def _ticks(line: list[str], origin: int, begin: float, end: float, columns: int)
         tick = count * step
 
 
-def _legend(timeline: Timeline, spans: list[tuple[float, float, int]], unit: str) -> list[str]:
+def _legend(timeline: Timeline, spans: list[tuple[float, float, int]], unit: str, wider: str) -> list[str]:
     schedule = timeline.schedule
     kinds = "  ".join(f"{kind} {_KIND_NAMES[kind]}" for kind in schedule.kinds)
     begin, end, columns = spans[0]
@@ -268,7 +270,7 @@ def _legend(timeline: Timeline, spans: list[tuple[float, float, int]], unit: str
         out.append(
             f"elided: the start, the middle and the end of the step at one scale; \"{ELISION.strip()}\" leaves out "
             + " and ".join(f"{format_time(b - a)} {unit} ({format_time(a)}–{format_time(b)})" for a, b in gaps)
-            + "; a wider chart (--width) or --plot shows the whole step"
+            + f"; {wider} shows the whole step"
         )
     out += [
         f"actions: {kinds}; the number is the microbatch (0-based)",

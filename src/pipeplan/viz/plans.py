@@ -111,12 +111,9 @@ def plan_row(label: str, plan: Any, ratio: float | None, *, tie: int | None = No
     ]
 
 
-_BASELINE_LABELS = {"reference-fsdp": "its repository (reference)", "megatron-recommended": "Megatron recommended"}
-
-
 def _rows(result: Any) -> list[tuple[str, Any, bool]]:
     """Every row of the table after the ranked plans: (label, plan, whether it fits), baselines then one-knob."""
-    rows = [(_BASELINE_LABELS.get(b.name, b.name), b.plan, bool(b.fits))
+    rows = [(getattr(b, "label", b.name), b.plan, bool(b.fits))
             for b in getattr(result, "baselines", ()) if b.plan is not None]
     return rows + [(f"Megatron, only {knob.replace('_', ' ')}", plan, True) for knob, plan in result.one_knob.items()]
 
