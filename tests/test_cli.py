@@ -155,7 +155,7 @@ def test_empty_list_entry_is_refused(capsys):
         main(["simulate", "--forward", "30,10,,20"])
     captured = capsys.readouterr()
     assert exit_.value.code == 2 and captured.out == ""
-    assert "entry 3 of 4 in '30,10,,20' is empty" in _one_error_line(captured.err, "simulate")
+    assert "--forward[2] is empty in '30,10,,20' (4 entries, from 0)" in _one_error_line(captured.err, "simulate")
 
 
 @pytest.mark.parametrize("argv, flag", [

@@ -148,10 +148,13 @@ def test_virtual_stages(run_cli, tmp_path):
     path = tmp_path / "vision.json"
     path.write_text(json.dumps([{"forward": 40 / 3, "name": "vision"}]
                                + [{"forward": 2 / 3, "name": f"blocks.{i}"} for i in range(30)]))
-    status, out, _ = run_cli("partition", str(path), "--stages", "4", "--virtual-stages", "2", "--json")
+    # --stages counts the stages (chunks) as in simulate: 8 chunks on 4 ranks
+    status, out, _ = run_cli("partition", str(path), "--stages", "8", "--virtual-stages", "2", "--json")
     assert status == 0
     payload = json.loads(out)
     assert len(payload["placement"]) == 8
     assert payload["max_load"] == pytest.approx(payload["lower_bound"])
-    status, out, _ = run_cli("partition", str(path), "--stages", "4", "--virtual-stages", "2")
-    assert status == 0 and "rank loads" in out
+    status, out, _ = run_cli("partition", str(path), "--stages", "8", "--virtual-stages", "2")
+    assert status == 0 and "rank loads" in out and "into 8 chunks on 4 ranks" in out
+    status, _, err = run_cli("partition", str(path), "--stages", "7", "--virtual-stages", "2")
+    assert status == 2 and "must fill the ranks evenly" in err

@@ -68,8 +68,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["model", "--preset", "pi0", "--freeze", "vision,,llm"], "--freeze: entry 2 of 3 in 'vision,,llm' is empty"),
-    (["model", "--preset", "pi0", "--unfreeze", ""], "--unfreeze: entry 1 of 1 in '' is empty"),
+    (["model", "--preset", "pi0", "--freeze", "vision,,llm"], "--freeze[1] is empty in 'vision,,llm' (3 entries, from 0)"),
+    (["model", "--preset", "pi0", "--unfreeze", ""], "--unfreeze[0] is empty in '' (1 entries, from 0)"),
     (["model", "--preset", "pi0", "--freeze", "llm", "--unfreeze", "llm"], "'llm' is given to both"),
     (["model", "--preset", "pi0", "--sequence-parallel"], "--sequence-parallel does not apply"),
     (["partition", "--preset", "pi0", "--stages", "2", "--sequence-parallel"], "--sequence-parallel does not apply"),

@@ -46,11 +46,11 @@ def float_list(field: str) -> Callable[[str], list[float]]:
 
     def parse(text: str) -> list[float]:
         parts = text.split(",")
-        for position, part in enumerate(parts, start=1):
-            if not part.strip():
+        for index, part in enumerate(parts):
+            if not part.strip():  # numbered from 0, as the stages they stand for
                 raise argparse.ArgumentTypeError(
-                    f"entry {position} of {len(parts)} in {text!r} is empty; give one number per entry, "
-                    "like 30,10,10,20"
+                    f"{field}[{index}] is empty in {text!r} ({len(parts)} entries, from 0); give one number per "
+                    "entry, like 30,10,10,20"
                 )
         try:
             return [float(part) for part in parts]

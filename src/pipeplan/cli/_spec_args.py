@@ -150,7 +150,7 @@ def _module_names(option: str, text: str | None) -> list[str]:
     for index, name in enumerate(names):
         if not name:
             raise InvalidInputError(
-                f"--{option}: entry {index + 1} of {len(names)} in {text!r} is empty; "
+                f"--{option}[{index}] is empty in {text!r} ({len(names)} entries, from 0); "
                 "give module names separated by commas, like vision,llm"
             )
     return names

@@ -132,8 +132,12 @@ def pi0_story(console: Console, *, width: int = 100, advance: Callable[..., None
     """
     from .. import presets
     from ..planner import Cluster, Workload, search
+    from ..planner.advice import capacity_text
     from ..planner.explain import explain
-    from ..viz import plan_table, text_gantt
+    from ..planner.resolution import tie_leaders
+    from ..planner.search import DEFAULT_HEADROOM
+    from ..viz import text_gantt
+    from .plan_cmd import show_plans
 
     spec = presets.get("pi0")
     training = spec.training
@@ -151,7 +155,10 @@ def pi0_story(console: Console, *, width: int = 100, advance: Callable[..., None
         result = search(workload, cluster, batch, top=10)
         (advance or (lambda amount, description=None: None))(1, "π0: searching the plans for 64 H100s")
         console.rule(f"{gpus} × H100 80GB, global batch {batch} ({batch // gpus} per GPU)")
-        console.print(plan_table(result, title="ranked plans, the baselines, one-knob changes (step ms)"))
+        ties = tie_leaders([plan.step_time for plan in result.plans])
+        show_plans(console, result, title="ranked plans, the baselines, one-knob changes (step ms)",
+                   capacity=capacity_text(0.0, cluster.memory_bytes, DEFAULT_HEADROOM, False), ties=ties)
+        tied = sorted({plan.dp_mode for plan, tie in zip(result.plans, ties) if tie == 0} - {result.best.dp_mode})
         best, baseline = result.best, result.best_baseline
         bests.append(best)
         if baseline is None or baseline.plan is None:
@@ -160,7 +167,8 @@ def pi0_story(console: Console, *, width: int = 100, advance: Callable[..., None
         line = explain(best, baseline.plan, baseline.prose)
         piped = [plan for plan in result.plans if plan.pp > 1]
         if best.pp == 1 and best.tp == 1:
-            verdict = f"Plain sharded data parallelism is the best plan here ({best.dp_mode}): {line}."
+            modes = best.dp_mode + (f", tied with {' and '.join(tied)} at the cost model's resolution" if tied else "")
+            verdict = f"Plain sharded data parallelism is the best plan here ({modes}): {line}."
         elif best.pp == 1:
             verdict = (f"Tensor parallelism inside a node pays, a pipeline does not: tp={best.tp} × dp={best.dp} "
                        f"{best.dp_mode} is {line}.")

@@ -67,7 +67,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--stages", type=int, required=True,
                         help="pipeline stages S (model pieces). Ranks (GPUs) follow from --schedule: S for "
                              "1f1b, gpipe, zb-h1/zb-h2; S/2 for zb-v and interleaved (two stages per rank). "
-                             "With --virtual-stages v: the number of ranks (S·v chunks)")
+                             "With --virtual-stages v: S chunks on S/v ranks, as in simulate")
     parser.add_argument("--virtual-stages", type=int, default=1,
                         help="chunks (virtual stages) per rank; v > 1 chooses chunk boundaries and their ranks "
                              "(default 1)")
@@ -227,8 +227,10 @@ def _microbatches(args: argparse.Namespace) -> int:
     if args.microbatches is not None:
         return int(args.microbatches)
     stages = positive_int("--stages", args.stages)
-    if args.virtual_stages != 1 or args.schedule not in SCHEDULES:
-        return default_microbatches(None, stages)  # --virtual-stages: --stages counts the ranks; an unknown schedule fails later
+    if args.virtual_stages != 1:
+        return default_microbatches(None, _chunk_ranks(args))
+    if args.schedule not in SCHEDULES:
+        return default_microbatches(None, stages)  # an unknown schedule fails later
     info = schedule_info(args.schedule)
     chunks = 2 if info.layout == "loop" else info.chunks_per_rank()  # interleaved's default v = 2
     return default_microbatches(None, stages // chunks)
@@ -248,13 +250,23 @@ def _step_too_large(args: argparse.Namespace, micro: int) -> str | None:
             "report simulates (the partition does not need them); give a smaller -m to see the step")
 
 
+def _chunk_ranks(args: argparse.Namespace) -> int:
+    """With ``--virtual-stages v``: the ranks the ``--stages`` chunks go on (``S / v``, a whole number)."""
+    stages = positive_int("--stages", args.stages)
+    virtual = positive_int("--virtual-stages", args.virtual_stages)
+    if stages % virtual:
+        raise InvalidInputError(f"--stages {stages} with --virtual-stages {virtual}: the stages (chunks) must fill "
+                                f"the ranks evenly, {virtual} per rank; give a multiple of {virtual}")
+    return stages // virtual
+
+
 def _check_size(args: argparse.Namespace, micro: int) -> None:
     """Refuse up front a step too large to simulate in this machine's memory."""
     stages = positive_int("--stages", args.stages)
     micro = positive_int("-m/--microbatches", micro)
     if args.virtual_stages != 1:
-        check_schedule_size(_CHUNKS_SCHEDULE, num_stages=stages * positive_int("--virtual-stages", args.virtual_stages),
-                            num_microbatches=micro, names=("chunks", "m"))
+        _chunk_ranks(args)
+        check_schedule_size(_CHUNKS_SCHEDULE, num_stages=stages, num_microbatches=micro, names=("chunks", "m"))
     elif args.schedule in SCHEDULES:
         simulated = args.objective == "step-time" or action_count(stages, micro, backward_mode(args.schedule)) \
             <= REPORT_STEP_ACTIONS
@@ -344,7 +356,8 @@ def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
 
     if args.memory is not None:
         raise InvalidInputError("--memory is not supported with --virtual-stages > 1")
-    plan = place_chunks(profile, args.stages, args.virtual_stages)
+    ranks = _chunk_ranks(args)
+    plan = place_chunks(profile, ranks, args.virtual_stages)
     micro = _microbatches(args)
     timeline = simulate_partition(profile, plan.layers_per_stage, _CHUNKS_SCHEDULE, micro, placement=plan.placement)
     built = timeline.schedule
@@ -357,7 +370,7 @@ def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
             payload["export"] = _export_payload(args.export, exported)
         print_json(payload)
         return 0
-    table = Table(title=f"{profile.num_layers} layers into {len(plan.layers_per_stage)} chunks on {args.stages} ranks")
+    table = Table(title=f"{profile.num_layers} layers into {len(plan.layers_per_stage)} chunks on {ranks} ranks")
     for column in ("chunk", "rank", "layers", "count", "time ms"):
         table.add_column(column, justify="right")
     bounds = plan.boundaries

@@ -253,7 +253,11 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         optimizer = (f"{args.optimizer} bytes per parameter: {split.weights:g} B weights + {split.gradients:g} B "
                      f"gradients + {split.optimizer:g} B state")
     return {
-        "device": cluster.device.summary(),
+        "device": (cluster.device.summary() if not args.profile else
+                   f"layer times as measured in {args.profile} (on the machine that measured them: its GPUs or CPU "
+                   f"cores), not {cluster.device.name}'s roofline, which sets only the memory per GPU and the links "
+                   "between GPUs; this machine's calibration in the file (message cost, cores shared) is not "
+                   "charged — simulate --profile and run --profile charge it"),
         "memory": f"{_capacity(args, cluster)} per GPU, in GiB (2^30 bytes) throughout",
         "optimizer": optimizer,
         "gradients": (f"ddp, zero1, zero2: {_SYNC_WORDS[args.grad_sync]} (zero1/zero2 reduce-scatter "
@@ -287,11 +291,27 @@ def _payload(result: SearchResult, names: Any = None) -> dict[str, Any]:
     return payload
 
 
+def show_plans(console: Any, result: SearchResult, *, title: str, capacity: str | None = None,
+               ties: list[int | None] | None = None) -> None:
+    """The ranked table, its legend (ties marked) and the partitions it cut, as ``plan`` and ``demo`` print them."""
+    from ..viz import plan_table
+    from ..viz.plans import full_partitions, plan_legend
+
+    ties = tie_leaders([plan.step_time for plan in result.plans]) if ties is None else ties
+    console.print(plan_table(result, title=title, ties=ties))
+    for line in plan_legend(result, capacity=capacity, ties=ties):
+        console.print(line, markup=False, highlight=False)
+    partitions = full_partitions(result, width=console.width)
+    if partitions:
+        console.print("partitions in full (layers per rank, rank 0 first):", markup=False, highlight=False)
+        for line in partitions:
+            console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
+
+
 def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None], capacity: str) -> None:
     from ..planner.export import export_files, export_notes, export_refusal
-    from ..viz import plan_table, text_gantt
+    from ..viz import text_gantt
     from ..units import format_figures
-    from ..viz.plans import full_partitions, plan_legend
 
     if args.export:  # before anything is printed: a plan the engine cannot run is one line
         plan, index = result.best_for(args.export)
@@ -301,15 +321,8 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
     best = result.best
     model = args.preset or args.spec or args.profile
     device = args.device or args.gpu
-    console.print(plan_table(result, title=f"{model} on {args.gpus} × {device}, global batch {args.global_batch}",
-                             ties=ties))
-    for line in plan_legend(result, capacity=capacity, ties=ties):
-        console.print(line, markup=False, highlight=False)
-    partitions = full_partitions(result, width=console.width)
-    if partitions:
-        console.print("partitions in full (layers per rank, rank 0 first):", markup=False, highlight=False)
-        for line in partitions:
-            console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
+    show_plans(console, result, title=f"{model} on {args.gpus} × {device}, global batch {args.global_batch}",
+               capacity=capacity, ties=ties)
     console.print(_headline(result), markup=False, highlight=False)
     status = "complete" if stats.complete else f"stopped by --budget {args.budget:g} s: the best plans so far"
     console.print(

@@ -39,8 +39,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "profile",
         help="measure a model's layers and this machine into a profile file",
-        description="Measure per-layer F, B (input gradient), W, bytes and parameters as the runtime runs them, "
-                    "and the link and core sharing of this machine, into a JSON or CSV profile file.",
+        description="Measure per-layer F, B (the full backward), I (its input-gradient part), W (its "
+                    "weight-gradient part), bytes and parameters as the runtime runs them, and the link and core sharing of this machine, into a JSON or CSV profile file.",
     )
     parser.add_argument("--model", default=None,
                         help="package.module:factory, or a built-in model: vla (default), dumbbell")
