@@ -22,7 +22,8 @@ def test_identical_timelines_have_zero_error() -> None:
     assert result.makespan_error == 0
     assert result.makespan_relative_error == 0
     assert np.all(result.start_error == 0) and np.all(result.duration_error == 0)
-    assert "error +0.000 (+0.0%)" in result.report()
+    assert "error +0.000 ms (+0.0%)" in result.report()
+    assert "error +0.000 (+0.0%)" in result.report(unit="")  # a timeline in other units says none
 
 
 def test_shifted_measurement_errors_are_predicted_minus_measured() -> None:

@@ -256,3 +256,12 @@ def test_json_claims_no_bytes_without_sizes_and_names_the_step_boundary(run_cli)
 def test_a_flag_that_would_do_nothing_is_refused(run_cli, argv, line):
     status, out, err = run_cli(*argv.split())
     assert status == 2 and out == "" and line in err and err.count("\n") == 1
+
+
+def test_partition_of_a_preset_says_memory_is_unchecked_and_never_a_negative_bubble(run_cli):
+    # newcomer walk: openvla-7b on one stage holds 113 GiB with no word that an 80 GB GPU cannot hold it,
+    # and the bubble printed as -0.00%
+    status, out, err = run_cli("partition", "--preset", "openvla-7b", "--stages", "1")
+    assert status == 0, err
+    assert "memory not checked: --memory (e.g. 80GiB) fits the stages in a GPU; h100-80g has 79.6 GiB" in out
+    assert "-0.00%" not in out and "bubble 0.00%" in out

@@ -60,3 +60,12 @@ def test_span_bubble_rate_for_equal_stages_is_the_papers():
                         StageCosts.uniform(stages, forward=1.0, backward=2.0, weight=1.0))
     cost = timeline.spans.max()
     assert timeline.span_bubble_rate == pytest.approx((cost - m * 3.0) / cost)
+
+
+def test_a_step_without_idle_time_has_no_negative_bubble():
+    # newcomer walk: `partition --preset openvla-7b --stages 1` printed "bubble -0.00%" (the sum's rounding)
+    import pipeplan
+
+    costs = pipeplan.StageCosts([0.1 + 0.2] * 1)
+    timeline = pipeplan.simulate(pipeplan.build_schedule("1f1b", num_stages=1, num_microbatches=7), costs)
+    assert timeline.bubble_ratio == 0.0 and f"{timeline.bubble_ratio:.2%}" == "0.00%"

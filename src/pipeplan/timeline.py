@@ -251,8 +251,11 @@ class Timeline:
 
     @property
     def bubble_ratio(self) -> float:
-        """1 − Σ busy / (ranks × makespan): the fraction of device time spent idle."""
-        return float(1.0 - self.busy.sum() / (self.num_ranks * self.makespan))
+        """1 − Σ busy / (ranks × makespan): the fraction of device time spent idle.
+
+        Never below 0: with no idle time at all, the rounding of the sum must not print ``-0.00%``.
+        """
+        return max(0.0, float(1.0 - self.busy.sum() / (self.num_ranks * self.makespan)))
 
     @cached_property
     def spans(self) -> np.ndarray:

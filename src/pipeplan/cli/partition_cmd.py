@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.table import Table
 
+from .. import hardware, units
 from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
@@ -188,6 +189,9 @@ def run(args: argparse.Namespace) -> int:
     console.print(_stage_table(result, args.memory))
     if result.num_ranks < result.num_stages:
         console.print(_rank_table(result, args.memory))
+    if args.memory is None and uses_spec(args):
+        console.print(f"memory not checked: --memory (e.g. 80GiB) fits the stages in a GPU; {args.gpu} has "
+                      f"{units.format_gib(hardware.device(args.gpu).memory_bytes)}", markup=False, highlight=False)
     even_bottleneck = _evaluate(profile, even_sizes, None, micro)["bottleneck"] if skipped else baseline["bottleneck"]
     line = f"slowest stage {result.bottleneck:.6g} ms (even split {even_bottleneck:.6g} ms); "
     if skipped:
@@ -285,7 +289,7 @@ def _simulated(profile: LayerProfile, result: PartitionResult, micro: int) -> di
     if result.step_time is None:
         return {"bottleneck": max(totals), "step_time": None, "bubble_ratio": None}
     ranks = len(set(result.placement))
-    bubble = 1.0 - micro * sum(totals) / (ranks * result.step_time) if result.step_time > 0 else 0.0
+    bubble = max(0.0, 1.0 - micro * sum(totals) / (ranks * result.step_time)) if result.step_time > 0 else 0.0
     return {"bottleneck": max(totals), "step_time": result.step_time, "bubble_ratio": bubble}
 
 

@@ -7,8 +7,8 @@
     >>> timeline = predict(LayerProfile.uniform(10, forward=1.0), schedule, [6, 4])   # or LayerProfile.from_file
     >>> measured = pipeplan.simulate(schedule, pipeplan.StageCosts([6.5, 4.2]))    # stands in for a run's Timeline
     >>> print(compare(timeline, measured).report())
-    makespan: predicted 78.000, measured 84.100, error -6.100 (-7.3%)
-    per action: mean |start error| 2.281, mean |duration error| 0.525
+    makespan: predicted 78.000 ms, measured 84.100 ms, error -6.100 ms (-7.3%)
+    per action: mean |start error| 2.281 ms, mean |duration error| 0.525 ms
     ...
 
 Modules: :mod:`.prediction` (a profile's predicted step; per-kind calibration

@@ -106,20 +106,21 @@ class Comparison:
             ],
         }
 
-    def report(self) -> str:
-        """A short text report."""
+    def report(self, unit: str = "ms") -> str:
+        """A short text report; times in ``unit``, the timelines' (pipeplan's costs are ms)."""
+        u = f" {unit}" if unit else ""
         lines = [
-            f"makespan: predicted {self.predicted_makespan:.3f}, measured {self.measured_makespan:.3f}, "
-            f"error {self.makespan_error:+.3f} ({100 * self.makespan_relative_error:+.1f}%)",
-            f"per action: mean |start error| {self.mean_abs_start_error:.3f}, "
-            f"mean |duration error| {self.mean_abs_duration_error:.3f}",
+            f"makespan: predicted {self.predicted_makespan:.3f}{u}, measured {self.measured_makespan:.3f}{u}, "
+            f"error {self.makespan_error:+.3f}{u} ({100 * self.makespan_relative_error:+.1f}%)",
+            f"per action: mean |start error| {self.mean_abs_start_error:.3f}{u}, "
+            f"mean |duration error| {self.mean_abs_duration_error:.3f}{u}",
         ]
         for kind, stats in self.by_kind().items():
             lines.append(
-                f"  {kind}: {stats['count']} actions, measured mean {stats['mean_measured_duration']:.3f}, "
-                f"mean error {stats['mean_duration_error']:+.3f}"
+                f"  {kind}: {stats['count']} actions, measured mean {stats['mean_measured_duration']:.3f}{u}, "
+                f"mean error {stats['mean_duration_error']:+.3f}{u}"
             )
-        worst = ", ".join(f"rank {r} {a} {e:+.3f}" for r, a, e in self.worst(3))
+        worst = ", ".join(f"rank {r} {a} {e:+.3f}{u}" for r, a, e in self.worst(3))
         if worst:
             lines.append(f"furthest ends: {worst}")
         return "\n".join(lines)
