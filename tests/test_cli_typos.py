@@ -30,3 +30,26 @@ def test_unknown_flags_get_one_line_with_the_closest_flag(argv: str, line: str, 
     err = capsys.readouterr().err
     assert err.startswith(line), err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    # newcomer walk: these named internal fields (num_gpus, top, gpu, preset) or no flag at all
+    ("plan --preset pi0 --gpus 0 --global-batch 8", "pipeplan plan: error: --gpus must be >= 1, got 0"),
+    ("plan --preset pi0 --gpus 8 --global-batch 8 --top 0", "pipeplan plan: error: --top must be >= 1, got 0"),
+    ("plan --preset pi0 --gpus 8 --global-batch 8 --budget -1", "pipeplan plan: error: --budget must be > 0, got -1"),
+    ("model --preset pi0 --gpu h100", "pipeplan model: error: --gpu 'h100' is not one of a100-40g, a100-80g, "
+                                      "h100-80g, h200-141g, l40s, cpu (did you mean h100-80g?)"),
+    ("plan --preset openvla --gpus 8 --global-batch 8", "(did you mean openvla-7b or openvla-oft?)"),
+    ("plan --preset pi0 --gpus 8 --global-batch 8 --dp-modes zero3", "--dp-modes: zero3 is not a data-parallel mode"),
+    ("simulate --forward 1,2 --plot x.txt", "pipeplan simulate: error: --plot 'x.txt' must end in .png, .svg, .pdf"),
+])
+def test_bad_values_name_their_flag(argv: str, line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeplan.cli import main as run
+
+    try:
+        status = run(argv.split())
+    except SystemExit as exit_info:
+        status = int(exit_info.code or 0)
+    assert status == 2
+    err = capsys.readouterr().err
+    assert line in err and err.count("\n") == 1, err

@@ -343,7 +343,7 @@ def test_run_with_a_profile_draws_predicted_over_measured(tmp_path: Path, capsys
 
 @pytest.mark.parametrize("argv, expected", [
     (["--profile", "missing.json"], "profile file 'missing.json' does not exist"),
-    (["--plot", "cmp.jpg"], "path must end in .png, .svg, .pdf"),
+    (["--plot", "cmp.jpg"], "--plot 'cmp.jpg' must end in .png, .svg, .pdf"),
 ])
 def test_run_rejects_a_bad_profile_or_plot_path_before_spawning(argv: list[str], expected: str, no_spawn: None,
                                                                 capfd: pytest.CaptureFixture[str]) -> None:

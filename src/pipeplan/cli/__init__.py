@@ -15,6 +15,7 @@ import argparse
 import difflib
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -90,6 +91,9 @@ class OneLineParser(argparse.ArgumentParser):
         unknown = self._unknown_flags(self._seen)
         if unknown and message.startswith("the following arguments are required"):
             message = "; ".join(self._suggest(flag) for flag in unknown)
+        named = re.match(r"argument ([^:]+): (.*)", message, re.S)
+        if named and any(named.group(2).startswith(flag) for flag in named.group(1).split("/")):
+            message = named.group(2)  # "argument --gpus: --gpus must be >= 1": say the flag once
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -9,12 +9,13 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import json
 import math
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,6 +27,8 @@ from ..errors import InvalidInputError
 __all__ = [
     "float_list",
     "memory_size",
+    "name_choice",
+    "positive",
     "byte_size",
     "default_microbatches",
     "renamed_flag",
@@ -67,6 +70,40 @@ def byte_size(flag: str) -> Callable[[str], float]:
     from .. import units
 
     return units.argparse_type(units.parse_bytes, flag)
+
+
+def name_choice(flag: str, names: Callable[[], Sequence[str]]) -> Callable[[str], str]:
+    """An argparse type for one of ``names()`` (presets, GPUs): a wrong name is one line naming the closest.
+
+    ``--gpu h100`` → ``--gpu 'h100' is not one of a100-40g, ..., h100-80g, ... (did you mean h100-80g?)``.
+    """
+
+    def parse(text: str) -> str:
+        known = list(names())
+        if text in known:
+            return text
+        close = [name for name in known if name.startswith(text)][:2] or \
+            difflib.get_close_matches(text, known, n=1, cutoff=0.5)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        raise argparse.ArgumentTypeError(f"{flag} {text!r} is not one of {', '.join(known)}{hint}")
+
+    return parse
+
+
+def positive(flag: str, kind: Callable[[str], Any] = int) -> Callable[[str], Any]:
+    """An argparse type for a number > 0 (``int`` or ``float``), naming ``flag``: ``--gpus must be >= 1, got 0``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a{'n integer' if kind is int else ' number'}, "
+                                             f"got {text!r}") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"{flag} must be {'>= 1' if kind is int else '> 0'}, got {text}")
+        return value
+
+    return parse
 
 
 def memory_size(flag: str) -> Callable[[str], float]:
@@ -133,8 +170,14 @@ def text_width(args: argparse.Namespace) -> int:
 
 
 def output_path(path: str | None, flag: str) -> str | None:
-    """Check before any work that ``path`` (a ``--plot``/``--trace`` file) can be written."""
+    """Check before any work that ``path`` (a ``--plot``/``--trace`` file) can be written, a plot in a format it has."""
     if path is not None:
+        if flag == "--plot":
+            from ..viz.plot import PLOT_FORMATS
+
+            if os.path.splitext(path)[1].lower() not in PLOT_FORMATS:
+                raise InvalidInputError(f"--plot {path!r} must end in {', '.join(PLOT_FORMATS)} "
+                                        "(the extension picks the format)")
         check_output_path(path, flag)
     return path
 

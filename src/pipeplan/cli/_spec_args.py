@@ -16,7 +16,7 @@ from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..models.spec import ModelSpec
 from ..plan import Recompute
-from ._common import renamed_flag
+from ._common import name_choice, renamed_flag
 
 __all__ = ["add_spec_arguments", "add_shape_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count",
            "add_device_argument", "device_from_args", "add_mfu_argument", "recompute_of", "RECOMPUTE_CHOICES", "settle_spec_options"]
@@ -25,9 +25,11 @@ __all__ = ["add_spec_arguments", "add_shape_arguments", "spec_from_args", "profi
 def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
     """Add ``--preset``/``--spec`` and the hardware and microbatch options."""
     group = parser.add_argument_group("model from shapes")
-    group.add_argument("--preset", default=None, help=f"a model preset: {', '.join(presets.names())}")
+    group.add_argument("--preset", type=name_choice("--preset", presets.names), default=None,
+                       help=f"a model preset: {', '.join(presets.names())}")
     group.add_argument("--spec", default=None, metavar="FILE", help="a ModelSpec .json (or .yaml) file")
-    group.add_argument("--gpu", default=None, help=f"device: {', '.join(hardware.device_names())} (default h100-80g)")
+    group.add_argument("--gpu", type=name_choice("--gpu", hardware.device_names), default=None,
+                       help=f"device: {', '.join(hardware.device_names())} (default h100-80g)")
     add_device_argument(group)
     group.add_argument("--micro-batch-size", type=int, default=None, help="examples per microbatch (default 1)")
     add_mfu_argument(group)

@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import hardware, presets
 from ..errors import InvalidInputError
+from ..plan import DP_MODES
 from ..layers import LayerProfile
 from ..partition.choice import parse_partition
 from ..planner import DEFAULT_HEADROOM, Cluster, SearchResult, Workload, search
@@ -36,7 +37,7 @@ from ..planner.space import NOT_PLANNED
 from ..planner.step import SYNCS
 from ..schedules import SCHEDULES
 from .. import units
-from ._common import make_console, memory_size, output_path, print_json, progress, report_written
+from ._common import make_console, memory_size, name_choice, output_path, positive, print_json, progress, report_written
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ..device_file import device_fields
 from ..planner.cluster import default_intra_node
@@ -58,7 +59,8 @@ def register(subparsers: Any) -> None:
             "Megatron-LM's recommended layout; export the engines' files."
         ),
     )
-    parser.add_argument("--preset", default=None, help=f"a model preset: {', '.join(presets.names())}")
+    parser.add_argument("--preset", type=name_choice("--preset", presets.names), default=None,
+                        help=f"a model preset: {', '.join(presets.names())}")
     parser.add_argument("--spec", default=None, metavar="FILE", help="a ModelSpec .json (or .yaml) file")
     parser.add_argument("--profile", metavar="FILE", help="a measured layer profile, .csv or .json (times in ms)")
     parser.add_argument("--profile-micro-batch-size", type=int, default=None,
@@ -66,8 +68,9 @@ def register(subparsers: Any) -> None:
                              "records, else 1)")
     parser.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
     parser.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")
-    parser.add_argument("--gpus", type=int, required=True, help="number of GPUs")
-    parser.add_argument("--gpu", default="h100-80g", help=f"device: {', '.join(hardware.device_names())}")
+    parser.add_argument("--gpus", type=positive("--gpus"), required=True, help="number of GPUs")
+    parser.add_argument("--gpu", type=name_choice("--gpu", hardware.device_names), default="h100-80g",
+                        help=f"device: {', '.join(hardware.device_names())}")
     add_device_argument(parser)
     add_mfu_argument(parser)
     parser.add_argument("--memory", type=memory_size("--memory"), default=None,
@@ -76,8 +79,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--intra-link", default=None,
                         help=f"link inside a node (default NVLink of the GPU): {', '.join(hardware.link_names())}")
     parser.add_argument("--inter-link", default="ib-ndr", help="link between nodes (default ib-ndr)")
-    parser.add_argument("--global-batch", type=int, required=True, help="samples per optimizer step")
-    parser.add_argument("--pp", type=int, default=None, help="fix the pipeline-parallel degree")
+    parser.add_argument("--global-batch", type=positive("--global-batch"), required=True,
+                        help="samples per optimizer step")
+    parser.add_argument("--pp", type=positive("--pp"), default=None, help="fix the pipeline-parallel degree")
     parser.add_argument("--tp", type=int, default=None,
                         help="fix the tensor-parallel degree (Megatron TP with sequence parallelism, inside a node; "
                              "default: every degree that divides the heads and a node)")
@@ -108,8 +112,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--send", choices=("eager", "rendezvous", "serialized"), default="eager",
                         help="message semantics: eager (torch isend), rendezvous, or serialized (Megatron-LM's "
                              "and DeepSpeed's blocking p2p: each exchange on the sender's timeline)")
-    parser.add_argument("--top", type=int, default=10, help="plans to show (default 10)")
-    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--top", type=positive("--top"), default=10, help="plans to show (default 10)")
+    parser.add_argument("--budget", type=positive("--budget", float), default=None, metavar="SECONDS",
                         help="stop after this many seconds and report the best plans found so far")
     add_export_arguments(parser)
     parser.add_argument("--plot", metavar="PATH", help="draw the best plan's Gantt and memory (PNG/SVG)")
@@ -209,6 +213,10 @@ def _dp_modes(text: str | None) -> list[str] | None:
     modes = [mode.strip() for mode in text.split(",")]
     if not all(modes):
         raise InvalidInputError(f"--dp-modes has an empty entry: {text!r}")
+    unknown = [mode for mode in modes if mode not in DP_MODES]
+    if unknown:
+        raise InvalidInputError(f"--dp-modes: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a "
+                                f"data-parallel mode; give some of {', '.join(DP_MODES)} (ZeRO-3 is fsdp)")
     return modes
 
 

@@ -35,7 +35,7 @@ from ..partition.choice import parse_partition
 from ..schedules import SCHEDULES, schedule_info
 from ..units import format_bytes
 from . import dual_rate_cmd
-from ._common import default_microbatches, make_console, print_json, renamed_flag, report_written, require_torch, text_width
+from ._common import default_microbatches, make_console, output_path, print_json, renamed_flag, report_written, require_torch, text_width
 
 __all__ = ["register", "run", "execute_rank"]
 
@@ -158,11 +158,7 @@ def _profile(path: str | None) -> Any:
 
 def _plot_path(path: str | None) -> str | None:
     """``--plot``, checked for a format matplotlib writes before any process starts."""
-    if path is None:
-        return None
-    from ..viz.plot import _checked_target
-
-    return _checked_target(path)
+    return output_path(path, "--plot")
 
 
 def _run_config(config: dict[str, Any]) -> Any:

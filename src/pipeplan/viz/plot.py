@@ -44,7 +44,7 @@ from ..timeline import IdleCause, Timeline
 from ..units import GIB, format_figures, format_gib
 from .tables import format_time
 
-__all__ = ["plot_timeline", "plot_plan", "gantt_windows", "KIND_COLORS", "IDLE_COLORS"]
+__all__ = ["plot_timeline", "plot_plan", "gantt_windows", "KIND_COLORS", "IDLE_COLORS", "PLOT_FORMATS"]
 
 #: Bar colour per action kind.
 KIND_COLORS = {"F": "#4878d0", "B": "#ee854a", "I": "#d65f5f", "W": "#6acc64", "U": "#956cb4"}
@@ -60,7 +60,9 @@ IDLE_COLORS: dict[IdleCause, tuple[str, str]] = {
 }
 
 _KIND_NAMES = {"F": "forward", "B": "backward", "I": "input grad", "W": "weight grad", "U": "update"}
-_FORMATS = (".png", ".svg", ".pdf")
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+"""The file extensions a plot may have: the extension picks the format."""
+_FORMATS = PLOT_FORMATS
 _BAR_HEIGHT = 0.8
 _LABEL_FONT_PT = 7.0
 _FIGURE_WIDTH_IN = 12.0
