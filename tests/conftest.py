@@ -27,12 +27,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.enviro
 def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
     """``run_cli("simulate", "--forward", "30,10", ...)`` runs ``pipeplan`` in-process.
 
-    Returns ``(exit status, stdout, stderr)`` of that one call.
+    Returns ``(exit status, stdout, stderr)`` of that one call; a parser refusal (``SystemExit``)
+    is its exit status, as the shell would see it.
     """
     from pipeplan.cli import main  # imported here: some tests hide torch before pipeplan loads
 
     def run(*argv: str) -> tuple[int, str, str]:
-        status = main(list(argv))
+        try:
+            status = main(list(argv))
+        except SystemExit as exit_:  # the parser's one-line refusal (a bad flag or value): exit 2
+            status = int(exit_.code or 0) if not isinstance(exit_.code, str) else 2
         captured = capsys.readouterr()
         return status, captured.out, captured.err
 
