@@ -55,6 +55,10 @@ WALK: list[tuple[str, int, str]] = [
     ("pipeplan plan --preset pi0 --gpus 8 --global-bach 256", 2, "item 9"),
     ("pipeplan plan --preset pi0 --gpus 8 --global 256", 2, "item 9"),
     ("pipeplan run --json --width 50", 2, "item 11"),
+    ("pipeplan run --profile measured.json --nproc 2", 2, "walk: another model's profile"),
+    ("pipeplan partition --layers 32 --layer-cost 2 --stages 4 --memory 1GiB", 2, "walk: a flag that does nothing"),
+    ("pipeplan model --preset pi0 --gpu h100", 2, "walk: a name close to one"),
+    ("pipeplan simulate --forward 30,10,10,20 --step", 2, "walk: a prefix of two flags"),
 ]
 
 
