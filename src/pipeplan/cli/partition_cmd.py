@@ -22,6 +22,7 @@ from rich.table import Table
 
 from .. import hardware, units
 from .._validation import positive_int
+from ..viz.tables import format_time
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..limits import REPORT_STEP_ACTIONS, action_count, check_schedule_size
@@ -193,12 +194,12 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"memory not checked: --memory (e.g. 80GiB) fits the stages in a GPU; {args.gpu} has "
                       f"{units.format_gib(hardware.device(args.gpu).memory_bytes)}", markup=False, highlight=False)
     even_bottleneck = _evaluate(profile, even_sizes, None, micro)["bottleneck"] if skipped else baseline["bottleneck"]
-    line = f"slowest stage {result.bottleneck:.6g} ms (even split {even_bottleneck:.6g} ms); "
+    line = f"slowest stage {format_time(result.bottleneck)} ms (even split {format_time(float(even_bottleneck or 0.0))} ms); "
     if skipped:
         line += f"{args.schedule}, m={micro}: step not simulated ({skipped})"
     else:
-        line += (f"{args.schedule}, m={micro}: step {chosen['step_time']:.6g} ms, bubble {chosen['bubble_ratio']:.2%} "
-                 f"(even split: step {baseline['step_time']:.6g} ms, bubble {baseline['bubble_ratio']:.2%})")
+        line += (f"{args.schedule}, m={micro}: step {format_time(float(chosen['step_time'] or 0.0))} ms, bubble {chosen['bubble_ratio']:.2%} "
+                 f"(even split: step {format_time(float(baseline['step_time'] or 0.0))} ms, bubble {baseline['bubble_ratio']:.2%})")
     console.print(line, markup=False, highlight=False)
     if exported is not None:
         if args.out is None:
@@ -386,7 +387,7 @@ def _run_chunks(args: argparse.Namespace, profile: LayerProfile) -> int:
     console.print(
         f"rank loads {', '.join(f'{load:.6g}' for load in plan.rank_loads)} ms "
         f"(largest {plan.max_load:.6g}, lower bound {plan.lower_bound:.6g}); "
-        f"adaptive, m={micro}: step {timeline.makespan:.6g} ms, bubble {timeline.bubble_ratio:.2%}"
+        f"adaptive, m={micro}: step {format_time(timeline.makespan)} ms, bubble {timeline.bubble_ratio:.2%}"
     )
     if exported is not None:
         emit_export(args, exported)

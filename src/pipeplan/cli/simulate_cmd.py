@@ -34,6 +34,7 @@ from rich.console import Console
 
 from .. import units
 from .._validation import positive_int
+from ..viz.tables import format_time
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
@@ -488,13 +489,13 @@ def show_timeline(timeline: Timeline, *, width: int = 100, step_table: bool = Fa
     schedule = timeline.schedule
     console.print(
         f"[bold]{schedule.name}[/bold]: {schedule.num_stages} stages on {schedule.num_ranks} ranks, "
-        f"{schedule.num_microbatches} microbatches — makespan {timeline.makespan:.6g} ms, "
+        f"{schedule.num_microbatches} microbatches — makespan {format_time(timeline.makespan)} ms, "
         f"bubble {timeline.bubble_ratio:.2%}"
     )
     if timeline.iterations > 1:
         console.print(
             f"{timeline.iterations} steps, step boundary {timeline.optimizer}: steady step time "
-            f"{timeline.steady_step_time:.6g} ms (first step {timeline.step_times[0]:.6g} ms); "
+            f"{format_time(timeline.steady_step_time)} ms (first step {format_time(timeline.step_times[0])} ms); "
             "the chart shows the first step"
         )
     # soft_wrap: a chart wider than the terminal is cut by the terminal, not re-flowed (and stays linear).
