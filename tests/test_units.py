@@ -109,3 +109,10 @@ def test_figures_round_to_three_significant_digits(value: float) -> None:
     text = units.format_figures(value)
     assert "e" not in text
     assert float(text) == pytest.approx(value, rel=5e-3)
+
+
+def test_a_column_keeps_one_unit() -> None:
+    # newcomer walk: a partition table showed "0.0238 GiB" above "8.91 MiB"
+    assert units.format_gib_column([2.5e7, 2.9e6]) == ["0.0233 GiB", "0.0027 GiB"]
+    assert units.format_gib_column([9.34e6, 1300]) == ["8.91 MiB", "1.27 KiB"]  # all small: their own units
+    assert units.format_gib(2**50, small=False) == "1,048,576 GiB"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 __all__ = [
     "GIB",
@@ -31,6 +31,7 @@ __all__ = [
     "parse_fraction",
     "argparse_type",
     "format_gib",
+    "format_gib_column",
     "format_bytes",
     "format_capacity",
     "format_bandwidth",
@@ -167,15 +168,26 @@ def _trim(value: float, digits: int) -> str:
     return text if "e" not in text else f"{value:,.0f}"
 
 
-def format_gib(num_bytes: float, *, digits: int = 3) -> str:
+def format_gib(num_bytes: float, *, digits: int = 3, small: bool = True) -> str:
     """Memory in GiB with ``digits`` significant digits: ``85899345920`` → ``"80 GiB"``, ``1.5e9`` → ``"1.4 GiB"``.
 
     Below 0.01 GiB, where GiB would read ``0`` (a hand-written toy profile), the binary
-    unit that suits it: ``1300`` → ``"1.27 KiB"``.
+    unit that suits it: ``1300`` → ``"1.27 KiB"`` — unless ``small`` is false (a table column
+    whose other cells are GiB: ``"0.00238 GiB"``, one unit per column; :func:`format_gib_column`).
     """
-    if num_bytes != 0 and abs(num_bytes) < 0.01 * GIB:
+    if small and num_bytes != 0 and abs(num_bytes) < 0.01 * GIB:
         return format_bytes(num_bytes)
-    return f"{_trim(num_bytes / GIB, digits)} GiB"
+    scaled = num_bytes / GIB
+    text = f"{scaled:.{digits}g}"
+    if "e" in text:
+        text = f"{scaled:,.0f}" if abs(scaled) >= 1 else format_figures(scaled, digits)
+    return f"{text} GiB"
+
+
+def format_gib_column(values: Sequence[float], *, digits: int = 3) -> list[str]:
+    """Cells of one table column in one unit: GiB when any is at least 0.01 GiB, else the small values' own."""
+    small = all(abs(value) < 0.01 * GIB for value in values)
+    return [format_gib(value, digits=digits, small=small) for value in values]
 
 
 _BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")

@@ -312,14 +312,15 @@ def _stage_table(result: PartitionResult, capacity: float | None) -> Table:
     for column in ("stage", "rank", "layers", "count", "time ms", "memory", "in flight"):
         table.add_column(column, justify="right")
     has_memory = any(result.stage_memory)
+    memory = units.format_gib_column(result.stage_memory) if has_memory else ["—"] * result.num_stages
     for stage, span in enumerate(result.layer_ranges):
         table.add_row(
             str(stage),
             str(result.placement[stage]),
             f"{span.start}–{span.stop - 1}",
             str(len(span)),
-            f"{result.stage_times[stage]:.6g}",
-            format_gib(result.stage_memory[stage]) if has_memory else "—",
+            format_time(result.stage_times[stage]),
+            memory[stage],
             str(result.inflight[stage]),
         )
     return table
@@ -333,10 +334,11 @@ def _rank_table(result: PartitionResult, capacity: float | None) -> Table:
     loads = [0.0] * result.num_ranks
     for stage, rank in enumerate(result.placement):
         loads[rank] += result.stage_times[stage]
+    memory = (units.format_gib_column(result.rank_memory) if any(result.stage_memory)
+              else ["—"] * result.num_ranks)
     for rank in range(result.num_ranks):
         stages = [str(s) for s, r in enumerate(result.placement) if r == rank]
-        memory = format_gib(result.rank_memory[rank]) if any(result.stage_memory) else "—"
-        table.add_row(str(rank), " + ".join(stages), f"{loads[rank]:.6g}", memory)
+        table.add_row(str(rank), " + ".join(stages), format_time(loads[rank]), memory[rank])
     return table
 
 
