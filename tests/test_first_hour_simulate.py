@@ -89,7 +89,7 @@ def test_memory_limit_help_says_which_is_which(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--memory-limit SIZE|COUNT" in text and "a size with its unit (e.g. 12GiB;" in text
     assert "or a bare integer, a count of microbatches in flight" in text
-    assert "--comm-latency MS ms per message" in text and "--comm-bandwidth RATE bandwidth" in text
+    assert "--comm-latency TIME time per message between ranks: ms (0.5)" in text and "--comm-bandwidth RATE bandwidth" in text
 
 
 # ------------------------------------------------------------------ item 4: the barcode Gantt

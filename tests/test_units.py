@@ -116,3 +116,15 @@ def test_a_column_keeps_one_unit() -> None:
     assert units.format_gib_column([2.5e7, 2.9e6]) == ["0.0233 GiB", "0.0027 GiB"]
     assert units.format_gib_column([9.34e6, 1300]) == ["8.91 MiB", "1.27 KiB"]  # all small: their own units
     assert units.format_gib(2**50, small=False) == "1,048,576 GiB"
+
+
+@pytest.mark.parametrize(("text", "ms"), [("0.5", 0.5), ("0.5ms", 0.5), ("20us", 0.02), ("20µs", 0.02), ("2s", 2000.0)])
+def test_times_are_ms_bare_or_carry_their_unit(text: str, ms: float) -> None:
+    # newcomer walk: `--comm-latency 1ms` failed with argparse's "invalid float value"
+    assert units.parse_ms(text, flag="--comm-latency") == pytest.approx(ms)
+
+
+@pytest.mark.parametrize("text", ["-1", "nan", "1 parsec", "ms"])
+def test_a_bad_time_names_the_flag(text: str) -> None:
+    with pytest.raises(ValueError, match="--comm-latency must be a time like 0.5"):
+        units.parse_ms(text, flag="--comm-latency")

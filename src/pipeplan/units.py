@@ -29,6 +29,7 @@ __all__ = [
     "parse_bytes",
     "parse_bandwidth",
     "parse_fraction",
+    "parse_ms",
     "argparse_type",
     "format_gib",
     "format_gib_column",
@@ -111,6 +112,20 @@ def parse_bandwidth(text: str, *, flag: str) -> float:
     else:
         raise ValueError(f"{flag} must look like {example}, got {text!r}")
     return _positive(per_second, flag, text) / 1000.0
+
+
+_TIME_UNITS = {"": 1.0, "ms": 1.0, "s": 1000.0, "us": 1e-3, "µs": 1e-3}
+
+
+def parse_ms(text: str, *, flag: str) -> float:
+    """Milliseconds from ``"0.5"`` (bare: ms, pipeplan's time unit), ``"0.5ms"``, ``"20us"`` or ``"2s"``; >= 0."""
+    match = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|us|µs)?\s*", text)
+    if match is None:
+        raise ValueError(f"{flag} must be a time like 0.5 (ms), 0.5ms, 20us or 2s, got {text!r}")
+    value = float(match.group(1)) * _TIME_UNITS[match.group(2) or ""]
+    if not math.isfinite(value):
+        raise ValueError(f"{flag} must be a finite time, got {text!r}")
+    return value
 
 
 def parse_fraction(text: str, *, flag: str, zero: bool = False, one: bool = True) -> float:

@@ -180,7 +180,9 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what the adaptive schedule minimises: the step's makespan (the optimizer waits "
                              "for every rank; default) or the largest per-rank span (each rank steps on its own)")
     parser.add_argument("--forward-only", action="store_true", help="simulate only the forward pass")
-    parser.add_argument("--comm-latency", type=float, default=0.0, metavar="MS", help="ms per message between ranks (default 0)")
+    parser.add_argument("--comm-latency", type=units.argparse_type(units.parse_ms, "--comm-latency"), default=0.0,
+                        metavar="TIME", help="time per message between ranks: ms (0.5), or with a unit (20us, "
+                                             "0.5ms); default 0")
     parser.add_argument("--comm-bandwidth", type=units.argparse_type(units.parse_bandwidth, "--comm-bandwidth"),
                         default=None, metavar="RATE",
                         help="bandwidth between ranks with its unit, e.g. 25GB/s or 200Gbit/s, with "
