@@ -265,3 +265,12 @@ def test_partition_of_a_preset_says_memory_is_unchecked_and_never_a_negative_bub
     assert status == 0, err
     assert "memory not checked: --memory (e.g. 80GiB) fits the stages in a GPU; h100-80g has 79.6 GiB" in out
     assert "-0.00%" not in out and "bubble 0.00%" in out
+
+
+def test_the_step_table_says_how_to_read_it(run_cli):
+    # newcomer walk: the step table's F1(0) (stage 1, microbatch 0) beside the Gantt's F1 (microbatch 1)
+    status, out, _ = run_cli("simulate", "--forward", "1,1,1", "--backward", "1,1,1", "-m", "4", "--schedule",
+                             "gpipe", "--step-table")
+    assert status == 0
+    key, first = out.split("step table: ", 1)[1].splitlines()[:2]
+    assert "Fk(m): stage k's forward of microbatch m" in key and first == "T=0: S0: F0(0)"

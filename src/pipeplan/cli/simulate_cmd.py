@@ -503,5 +503,8 @@ def show_timeline(timeline: Timeline, *, width: int = 100, step_table: bool = Fa
     # soft_wrap: a chart wider than the terminal is cut by the terminal, not re-flowed (and stays linear).
     console.print(text_gantt(timeline, width=width), markup=False, highlight=False, soft_wrap=True)
     if step_table:
+        from ..viz.steps import STEP_TABLE_KEY
+
+        console.print(STEP_TABLE_KEY, markup=False, highlight=False)
         console.print(steps_of(timeline), markup=False, highlight=False, soft_wrap=True)
     console.print(rank_table(timeline, activation_sizes=activation_sizes))

@@ -34,7 +34,11 @@ from ..errors import InvalidInputError
 from ..timeline import expect_timeline
 from ..timeline import Timeline
 
-__all__ = ["step_table"]
+__all__ = ["step_table", "STEP_TABLE_KEY"]
+
+#: One line that reads the notation, printed above a step table (the Gantt's letters carry the microbatch instead).
+STEP_TABLE_KEY = ("step table: T=t is time step t; Sk: stage k; Fk(m): stage k's forward of microbatch m "
+                  "(B backward, W weight gradient), the lesson's notation; in the Gantt above, F3 is microbatch 3")
 
 #: Longest table :func:`step_table` prints; a finer grid is almost surely not a unit-cost run.
 MAX_STEPS = 100_000
