@@ -66,9 +66,14 @@ def test_model_and_plan_use_the_device_file(calibrated: tuple[Path, str], run_cl
     _status, preset_out, _err = run_cli("model", "--preset", "gpt-1.5b", "--gpu", "h100-80g", "--json")
     # The calibrated CPU is orders of magnitude slower than an H100: the layer times follow the file.
     assert model["layers"][1]["forward"] > 50 * json.loads(preset_out)["layers"][1]["forward"]
+    held = device.memory_bytes  # --memory may not exceed what the file's device holds (this machine's RAM)
     status, out, err = run_cli("plan", "--preset", "gpt-1.5b", "--device", str(path), "--gpus", "2",
                                "--global-batch", "4", "--pp", "2", "--micro-batch-size", "1",
-                               "--schedules", "1f1b", "--memory", "80GB", "--json")
+                               "--schedules", "1f1b", "--memory", f"{held * 1.01:.0f}B", "--json")
+    assert status == 2 and "is more than a" in err
+    status, out, err = run_cli("plan", "--preset", "gpt-1.5b", "--device", str(path), "--gpus", "2",
+                               "--global-batch", "4", "--pp", "2", "--micro-batch-size", "1",
+                               "--schedules", "1f1b", "--headroom", "0", "--json")
     assert status == 0, err
     plan = json.loads(out)
     assert plan["device"] == device_fields(device)

@@ -40,9 +40,9 @@ def test_simulate_json_carries_the_dual_rate_metrics(run_cli):
     [
         (("--rate-ratio", "0"), "--rate-ratio must be >= 1, got 0"),
         (("--rate-ratio", "2.5"), "--rate-ratio must be an integer >= 1, got 2.5"),
-        (("--rate-ratio", "3"), "num_microbatches = 64 must be a multiple of rate_ratio = 3"),
-        (("--max-staleness", "2", "--buffer-frames", "2"), "buffer_frames = 2 cannot hold max_staleness = 2"),
-        (("--vision-stages", "2"), "vision_stages must be < num_stages = 2"),
+        (("--rate-ratio", "3"), "-m = 64 must be a multiple of --rate-ratio = 3"),
+        (("--max-staleness", "2", "--buffer-frames", "2"), "--buffer-frames = 2 cannot hold --max-staleness = 2"),
+        (("--vision-stages", "2"), "--vision-stages must be < the stages = 2"),
     ],
 )
 def test_simulate_bad_input_is_one_line(run_cli, extra, message):
@@ -59,11 +59,11 @@ def test_rate_options_do_not_apply_to_other_schedules(run_cli):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (("--damping", "0"), "damping must be in (0, 1]"),
-        (("--damping", "1.01"), "damping must be in (0, 1]"),
+        (("--damping", "0"), "--damping must be in (0, 1]"),
+        (("--damping", "1.01"), "--damping must be in (0, 1]"),
         (("--rate-ratio", "-1"), "--rate-ratio must be >= 1, got -1"),
         (("--nproc", "5"), "num_vision_stages = 4 is more than the 3 vision layers"),
-        (("--max-staleness", "3", "--buffer-frames", "2"), "buffer_frames = 2 cannot hold max_staleness = 3"),
+        (("--max-staleness", "3", "--buffer-frames", "2"), "--buffer-frames = 2 cannot hold --max-staleness = 3"),
     ],
 )
 def test_run_bad_input_is_one_line_before_any_process_starts(run_cli, extra, message):

@@ -121,7 +121,7 @@ def test_memory_infeasible_is_one_line_exit_2(run_cli):
     "argv,match",
     [
         (["partition", "--stages", "4"], "give a profile file, or both --layers"),
-        (["partition", "--layers", "3", "--layer-cost", "1", "--stages", "4"], "num_stages must be <="),
+        (["partition", "--layers", "3", "--layer-cost", "1", "--stages", "4"], "--stages must be <="),
         (["partition", "--layers", "8", "--layer-cost", "0", "--stages", "4"], "--layer-cost must be > 0"),
         (["partition", "/nonexistent.csv", "--stages", "2"], "does not exist"),
         (["partition", "--layers", "8", "--layer-cost", "1", "--stages", "2", "--schedule", "nope"],

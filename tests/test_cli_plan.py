@@ -83,8 +83,8 @@ def test_budget_says_it_stopped(run_cli, vla_profile):
     (["--memory", "15GB"], "no plan fits a GPU of 14 GiB (--memory); the smallest memory that fits is 16.6 GiB (pp=4, "
                            "dp=1, adaptive v=3"),
     (["--memory", "1GB"], "no plan fits a GPU of 0.931 GiB (--memory): weights and optimizer state alone need at least"),
-    (["--global-batch", "6", "--pp", "1"], "global_batch=6 is not divisible by dp"),
-    (["--micro-batch-size", "4"], "micro_batch_size must be one of [1] for this model, got 4"),
+    (["--global-batch", "6", "--pp", "1"], "--global-batch=6 is not divisible by dp"),
+    (["--micro-batch-size", "4"], "--micro-batch-size must be one of [1] for this model, got 4"),
     (["--pp", "4", "--gpus", "16"], None),
     (["--schedules", "1f2b"], "schedules must be among"),
     (["--budget", "-1"], "--budget must be > 0, got -1"),

@@ -54,7 +54,7 @@ def test_model_json_by_module_spec_file_and_freeze(capsys, tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["model", "--preset", "pi1"], "--preset 'pi1' is not one of pi0, pi0.5"),
     (["model", "--preset", "pi0", "--gpu", "v100"], "--gpu 'v100' is not one of a100-40g"),
-    (["model", "--preset", "pi0", "--micro-batch-size", "0"], "micro_batch_size must be >= 1, got 0"),
+    (["model", "--preset", "pi0", "--micro-batch-size", "0"], "--micro-batch-size must be >= 1, got 0"),
     (["model"], "give --preset"),
     (["model", "--preset", "pi0", "--spec", "examples/model_spec.json"], "not both"),
     (["model", "--preset", "pi0", "--freeze", "eyes"], "has no module 'eyes'"),

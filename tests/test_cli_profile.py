@@ -97,7 +97,9 @@ def test_min_is_not_judged_by_the_spread_and_the_header_says_what_was_kept(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # issue 24, item 6: --statistic min, pitched for shared machines, no longer hits the spread refusal
     path = tmp_path / "p.json"
-    argv = ["profile", *TINY[:-2], "--max-spread", "1e-12", "--nproc", "1", "--out", str(path)]
+    argv = ["profile", *TINY[:-2], "--nproc", "1", "--out", str(path)]
+    assert main([*argv, "--statistic", "min", "--max-spread", "1e-12"]) == 2  # min checks no spread: refused
+    assert "--max-spread does not apply with --statistic min" in capsys.readouterr().err
     assert main([*argv, "--statistic", "min"]) == 0
     captured = capsys.readouterr()
     assert "min of 3 runs" in captured.out and "median" not in captured.out

@@ -53,3 +53,20 @@ def test_bad_values_name_their_flag(argv: str, line: str, capsys: pytest.Capture
     assert status == 2
     err = capsys.readouterr().err
     assert line in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(("verb", "library", "shown"), [
+    # second walk: errors named the library's arguments instead of the flags
+    ("partition", "memory_capacity = 20 GiB fits no partition", "--memory = 20 GiB fits no partition"),
+    ("partition", "num_stages must be <= the number of layers (4)", "--stages must be <= the number of layers (4)"),
+    ("model", "tensor_parallel=3 must divide module 'vision''s heads", "--tp=3 must divide module 'vision''s heads"),
+    ("simulate", "forward[2] must be > 0", "--forward[2] must be > 0"),
+    # a profile file's own fields stay as the file spells them; so does a configuration's description
+    ("simulate", "layer 1 (block.0): weight = 3.0 must be <= backward", "layer 1 (block.0): weight = 3.0 must be <= backward"),
+    ("plan", "the smallest memory that fits (pp=4, dp=1)", "the smallest memory that fits (pp=4, dp=1)"),
+    ("partition", "no partition fits", "no partition fits"),
+])
+def test_library_names_become_flags(verb: str, library: str, shown: str) -> None:
+    from pipeplan.cli import flag_names
+
+    assert flag_names(verb, library) == shown

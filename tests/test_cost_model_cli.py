@@ -33,7 +33,7 @@ def test_model_prints_the_cost_model_and_mfu_switches_to_the_flat_one(run_cli):
     code, out, _ = run_cli("model", "--preset", "gpt-1.5b", "--gpu", "a100-80g", "--by-module")
     assert code == 0 and "cost model: a100-80g, per-operator roofline" in out
     code, out, _ = run_cli("model", "--preset", "gpt-1.5b", "--gpu", "a100-80g", "--mfu", "0.5", "--by-module")
-    assert code == 0 and "flat model: every FLOP at 0.50 of 312 TFLOP/s" in out
+    assert code == 0 and "flat model: every FLOP at 0.5 of 312 TFLOP/s" in out
 
 
 def test_simulate_preset_runs_the_cost_models_layers(run_cli):

@@ -131,6 +131,10 @@ def test_run_refuses_another_models_measured_profile_of_the_same_depth() -> None
         check_profile_fits(profile, 4, model="--model vla --layers 2")
     with pytest.raises(InvalidInputError, match="builds --model dumbbell --layers 3"):
         check_profile_fits(profile, 4, model="--model dumbbell --layers 3")
+    # second walk: a profile from shapes cut to the run's depth ran and predicted -76%
+    shapes = LayerProfile(**SPLIT, measurement={"source": "shapes", "model": "dumbbell"})  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="computed from shapes .* not a model pipeplan run builds"):
+        check_profile_fits(shapes, 4, model="--model dumbbell --layers 2")
 
 
 def test_run_names_the_model_it_builds_and_the_profile_origin(tmp_path: Path, capfd: pytest.CaptureFixture[str],

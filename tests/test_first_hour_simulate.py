@@ -37,7 +37,7 @@ def parse_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 def test_partition_infeasible_memory_is_in_gib_not_raw_bytes(run_cli):
     status, out, err = run_cli(*LESSON16, "--layer-params", "1e9", "--memory", "10GB")
     assert status == 2 and out == "" and err.count("\n") == 1
-    assert "memory_capacity = 9.313 GiB fits no partition" in err  # 10e9 bytes
+    assert "--memory = 9.313 GiB fits no partition" in err  # 10e9 bytes
     assert re.search(r"smallest capacity that fits is [0-9.]+ GiB, needed by stage 0", err)
     assert "e+" not in err and " bytes fits" not in err
 
@@ -263,7 +263,7 @@ def test_partition_of_a_preset_says_memory_is_unchecked_and_never_a_negative_bub
     # and the bubble printed as -0.00%
     status, out, err = run_cli("partition", "--preset", "openvla-7b", "--stages", "1")
     assert status == 0, err
-    assert "memory not checked: --memory (e.g. 80GiB) fits the stages in a GPU; h100-80g has 79.6 GiB" in out
+    assert "memory not checked: --memory (e.g. 71.7GiB) fits the stages in a GPU; h100-80g has 79.6 GiB" in out
     assert "-0.00%" not in out and "bubble 0.00%" in out
 
 

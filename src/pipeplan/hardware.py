@@ -198,7 +198,7 @@ class Device:
         """The model in use in one line (what ``plan`` and ``model`` print)."""
         peak = f"{self.peak_flops / 1e12:.4g} TFLOP/s"
         if self.achievable_fraction is not None:
-            return f"{self.name}, flat model: every FLOP at {self.achievable_fraction:.2f} of {peak}"
+            return f"{self.name}, flat model: every FLOP at {self.achievable_fraction:.3g} of {peak}"
         gemms = (f"{len(self.gemm_table)} measured GEMM shapes" if self.gemm_table else
                  f"GEMMs at {self.gemm_efficiency:.3g} of {peak} (waves, pipeline fill)")
         return (f"{self.name}, per-operator roofline: {gemms}, flash attention {self.attention_efficiency:.2g}, "

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import PipeplanError
 
-__all__ = ["main", "build_parser", "OneLineParser"]
+__all__ = ["main", "build_parser", "OneLineParser", "flag_names"]
 
 # Verb modules, in the order ``pipeplan --help`` lists them.
 _VERBS = ("simulate", "partition", "plan", "presets", "model", "profile", "calibrate", "run", "demo", "dual_rate")  # module stems; dual_rate_cmd adds "dual-rate"
@@ -97,6 +97,40 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+#: The library's argument names as each verb's flags spell them (every verb, then per verb).
+_FLAGS: dict[str, str] = {"memory_capacity": "--memory", "micro_batch_size": "--micro-batch-size",
+                          "global_batch": "--global-batch", "gpus_per_node": "--gpus-per-node",
+                          "tensor_parallel": "--tp", "iterations": "--iterations", "virtual_stages": "--virtual-stages",
+                          "num_microbatches": "-m", "schedules": "--schedules", "rate_ratio": "--rate-ratio",
+                          "vision_stages": "--vision-stages", "max_staleness": "--max-staleness",
+                          "buffer_frames": "--buffer-frames", "damping": "--damping"}
+_VERB_FLAGS: dict[str, dict[str, str]] = {
+    "partition": {"num_stages": "--stages", "partition": "--partition"},
+    "plan": {"num_stages": "--stages", "partition": "--partition", "num_gpus": "--gpus"},
+    "simulate": {"num_stages": "the stages", "partition": "--partition"},
+}
+#: simulate's per-stage lists: named as flags only indexed or counted (``forward[2] must``, ``backward has 1
+#: entries``), since a profile file's message names its own fields (``layer 1 (block.0): weight = 3.0``).
+_LIST_FLAGS = {"forward": "--forward", "backward": "--backward", "weight": "--weight", "update": "--update",
+               "activation_bytes": "--activation-bytes"}
+
+
+def flag_names(verb: str, message: str) -> str:
+    """``message`` with the library's argument names (``memory_capacity = 20 GiB``) as ``verb``'s flags (``--memory``).
+
+    Only a name that is the subject of its clause is replaced: followed by ``must``, ``=``,
+    ``has``, ``is`` or an index (``forward[2] must be > 0``).
+    """
+    names = {**_FLAGS, **_VERB_FLAGS.get(verb, {})}
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
+                         + r")(?=\[|\s*=|\s+(?:must|has|is)\b)")
+    message = pattern.sub(lambda match: names[match.group(1)], message)
+    if verb == "simulate":
+        lists = re.compile(r"(?<![\w-])(" + "|".join(_LIST_FLAGS) + r")(?=\[|\s+has\b)")
+        message = lists.sub(lambda match: _LIST_FLAGS[match.group(1)], message)
+    return message
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every available verb (sub-parsers share its class)."""
     from .. import __version__
@@ -127,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with np.errstate(over="raise"):  # an overflow is an error to report, not a warning to scroll past
             status = args.func(args)
     except PipeplanError as error:
-        print(f"pipeplan {args.verb}: error: {error}", file=sys.stderr)
+        print(f"pipeplan {args.verb}: error: {flag_names(args.verb, str(error))}", file=sys.stderr)
         return 2
     except FloatingPointError as error:
         print(f"pipeplan {args.verb}: error: a number is too large to compute with ({error}); "

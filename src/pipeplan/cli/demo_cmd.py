@@ -61,7 +61,8 @@ def register(subparsers: Any) -> None:
                         help="microbatches per step (default 8, twice the 4 ranks of lesson16 and seed003; not "
                              "with seed002, which uses the seed's 4, nor pi0)")
     parser.add_argument("--width", type=int, default=None,
-                        help="Gantt width in characters (default 80; seed003: 96; not with seed002)")
+                        help="Gantt width in characters (default 80; seed003: 96; pi0: the Gantt of a best plan "
+                             "that pipelines, drawn only if one does; not with seed002)")
     parser.set_defaults(func=run)
 
 

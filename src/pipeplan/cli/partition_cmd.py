@@ -141,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan partition``."""
     settle_spec_options(args, applies=uses_spec(args),
                         what="--layers" if args.layers is not None else "a profile file")
+    if uses_spec(args) and args.memory is not None and not args.device:
+        held = hardware.device(args.gpu).memory_bytes
+        if args.memory > held:
+            raise InvalidInputError(f"--memory {units.format_gib(args.memory)} is more than a {args.gpu} holds "
+                                    f"({units.format_gib(held)}): give at most that, or a --gpu with more memory")
     micro = _microbatches(args)
     _check_size(args, micro)
     check_export_args(args)
@@ -191,8 +196,9 @@ def run(args: argparse.Namespace) -> int:
     if result.num_ranks < result.num_stages:
         console.print(_rank_table(result, args.memory))
     if args.memory is None and uses_spec(args):
-        console.print(f"memory not checked: --memory (e.g. 80GiB) fits the stages in a GPU; {args.gpu} has "
-                      f"{units.format_gib(hardware.device(args.gpu).memory_bytes)}", markup=False, highlight=False)
+        held = hardware.device(args.gpu).memory_bytes
+        console.print(f"memory not checked: --memory (e.g. {units.format_gib(0.9 * held).replace(' ', '')}) fits the "
+                      f"stages in a GPU; {args.gpu} has {units.format_gib(held)}", markup=False, highlight=False)
     even_bottleneck = _evaluate(profile, even_sizes, None, micro)["bottleneck"] if skipped else baseline["bottleneck"]
     line = f"slowest stage {format_time(result.bottleneck)} ms (even split {format_time(float(even_bottleneck or 0.0))} ms); "
     if skipped:

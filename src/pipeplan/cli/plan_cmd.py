@@ -37,7 +37,7 @@ from ..planner.space import NOT_PLANNED
 from ..planner.step import SYNCS
 from ..schedules import SCHEDULES
 from .. import units
-from ._common import make_console, memory_size, name_choice, output_path, positive, print_json, progress, report_written
+from ._common import make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ..device_file import device_fields
 from ..planner.cluster import default_intra_node
@@ -74,7 +74,8 @@ def register(subparsers: Any) -> None:
     add_device_argument(parser)
     add_mfu_argument(parser)
     parser.add_argument("--memory", type=memory_size("--memory"), default=None,
-                        help="memory per GPU with its unit, e.g. 80GiB or 80GB (default the device's)")
+                        help="memory per GPU with its unit, e.g. 70GiB or 75GB, at most the device's (default the "
+                             "device's less --headroom)")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     parser.add_argument("--intra-link", default=None,
                         help=f"link inside a node (default NVLink of the GPU): {', '.join(hardware.link_names())}")
@@ -85,6 +86,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--tp", type=int, default=None,
                         help="fix the tensor-parallel degree (Megatron TP with sequence parallelism, inside a node; "
                              "default: every degree that divides the heads and a node)")
+    renamed_flag(parser, "--tensor-parallel", "--tp", "the tensor-parallel degree, as in model, partition and simulate")
     parser.add_argument("--dp-modes", default=None, metavar="MODES",
                         help="comma-separated data-parallel modes to search: ddp, zero1, zero2, fsdp, hsdp "
                              "(default all with --optimizer adam)")
@@ -174,6 +176,17 @@ def run(args: argparse.Namespace) -> int:
     check_export_args(args)
     _check_args(args)
     cluster = _cluster(args)
+    if args.memory is not None and args.memory > cluster.device.memory_bytes:
+        raise InvalidInputError(
+            f"--memory {units.format_gib(args.memory)} is more than a {cluster.device.name} holds "
+            f"({units.format_gib(cluster.device.memory_bytes)}): give at most that, a --gpu with more memory, or "
+            "leave --memory out (the device's, less --headroom)")
+    if args.profile is None and args.profile_micro_batch_size is not None:
+        raise InvalidInputError("--profile-micro-batch-size does not apply without --profile "
+                                "(it is the size a measured profile was taken at)")
+    if args.profile is not None and args.mfu is not None:
+        raise InvalidInputError("--mfu does not apply with --profile: a measured profile's times are measured, "
+                                "not computed from FLOPs")
     workload = _workload(args, cluster)
     schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",")]
     if schedules is not None and not all(schedules):

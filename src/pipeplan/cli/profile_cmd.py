@@ -29,7 +29,7 @@ from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
 from ..profile_format import check_overwrite
 from ..units import format_bytes
-from ._common import default_microbatches, make_console, print_json, progress, report_written, require_torch
+from ._common import default_microbatches, make_console, print_json, progress, refuse_unless, report_written, require_torch
 
 __all__ = ["register", "run"]
 
@@ -59,9 +59,10 @@ def register(subparsers: Any) -> None:
                         help="what each time is of its repeats: median (default) or min, the fastest run "
                              "(on a shared machine: the run least slowed by others; the spread check is skipped, "
                              "since others' load is what min looks past)")
-    parser.add_argument("--max-spread", type=float, default=0.5,
+    parser.add_argument("--max-spread", type=float, default=None,
                         help="under the median, refuse when a layer's interquartile range exceeds this fraction "
-                             "of its F + B (default 0.5)")
+                             "of its F + B (default 0.5; not with --statistic min, which keeps each time's fastest "
+                             "run and checks no spread)")
     parser.add_argument("--no-calibrate", action="store_true", help="skip the link and core-sharing calibration")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                         help="process-group backend of the calibration (default gloo)")
@@ -82,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"--out must end in .json or .csv, got {args.out!r}")
     if not args.force:
         check_overwrite(Path(args.out), "measured")
-    spread = positive_float("--max-spread", args.max_spread)
+    refuse_unless(args.statistic != "min" or args.max_spread is None, "--max-spread",
+                  "with --statistic min (the fastest run of each time is kept; no spread is checked)")
+    spread = positive_float("--max-spread", 0.5 if args.max_spread is None else args.max_spread)
     nproc = positive_int("--nproc", args.nproc)
     from ..limits import MAX_REPEATS, check_builtin_model_size
     from ..models import BUILTIN_MODELS

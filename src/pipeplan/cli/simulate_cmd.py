@@ -332,7 +332,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("give --forward (stage times, ms), --profile (a layer profile file) "
                                 "or --preset/--spec (a model from shapes)")
     if args.partition is not None or args.stages is not None:
-        raise InvalidInputError("--partition and --stages apply only with --profile")
+        raise InvalidInputError("--partition and --stages apply only with --profile or --preset/--spec "
+                                "(with --forward the stages are its entries)")
     costs = costs_from_args(args)
     comm = comm_from_args(args)
     args.microbatches = microbatches_of(args, costs.num_stages)

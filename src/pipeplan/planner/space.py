@@ -194,7 +194,8 @@ class SearchSpace:
         if self.pp is not None:
             positive_int("pp", self.pp)
             if self.num_gpus % (self.pp * (self.tp or 1)):
-                raise InvalidInputError(f"pp must divide the GPU count {self.num_gpus}, got {self.pp}")
+                wanted = f"pp={self.pp}" + (f" × tp={self.tp} = {self.pp * self.tp} GPUs" if self.tp else "")
+                raise InvalidInputError(f"{wanted} must divide the GPU count {self.num_gpus}")
             if self.pp > self.num_layers:
                 raise InvalidInputError(
                     f"pp={self.pp} needs at least that many layers, but the model has {self.num_layers}"

@@ -335,6 +335,11 @@ def check_profile_fits(profile: LayerProfile, num_layers: int, *, model: str = "
     """
     kind, origin = profile_origin(profile.measurement, measured_split=profile.backward_input is not None)
     notes = profile.measurement
+    if profile.num_layers == num_layers and kind == "shapes":
+        raise InvalidInputError(
+            f"{f'--profile {path!r}' if path else 'the profile'} was {origin}: it describes a preset or spec, not "
+            f"a model pipeplan run builds; measure this one (pipeplan profile {model + ' ' if model else ''}"
+            "--out PROFILE)")
     if profile.num_layers == num_layers:
         measured_on = _flags_of(notes) if kind == "measured" and notes.get("model") else ""
         if not (model and measured_on and _model_of(measured_on) != _model_of(model)):
