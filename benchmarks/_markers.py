@@ -25,9 +25,10 @@ import platform
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["add_write_flag", "read_between", "replace_between", "computed_line", "measured_line", "MEASURED",
+__all__ = ["print_or_write", "add_write_flag", "read_between", "replace_between", "computed_line", "measured_line", "MEASURED",
            "mask_columns", "run_command", "signed"]
 
 #: The last line of a measured block: its date, the machine, then the command in backquotes.
@@ -77,6 +78,19 @@ def add_write_flag(parser: argparse.ArgumentParser, doc: str | Path) -> None:
     parser.add_argument("--write", dest="write", action="store_true", default=False,
                         help=f"record the tables in docs/{name} (default: print only)")
     parser.add_argument("--no-write", dest="write", action="store_false", help="print only (the default)")
+
+
+def print_or_write(doc: str | Path, name: str, block: Callable[[], str], description: str,
+                   argv: list[str] | None = None) -> int:
+    """The ``main`` of a benchmark that computes one block: print it, and with ``--write`` put it in ``doc``."""
+    parser = argparse.ArgumentParser(description=description)
+    add_write_flag(parser, doc)
+    args = parser.parse_args(argv)
+    body = block()
+    print(body)
+    if args.write:
+        replace_between(doc, name, body)
+    return 0
 
 
 def computed_line(command: str) -> str:

@@ -30,13 +30,12 @@ The published numbers and their setups are in the comments beside them.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import add_write_flag, computed_line, replace_between, signed  # noqa: E402
+from _markers import computed_line, print_or_write, signed  # noqa: E402
 
 from pipeplan import hardware  # noqa: E402
 from pipeplan.models.modules import Embedding, LMHead, TransformerStack  # noqa: E402
@@ -176,15 +175,9 @@ def block() -> str:
     return f"{table()}\n\n{computed_line(COMMAND)}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_write_flag(parser, DOC)
-    args = parser.parse_args()
-    text = block()
-    print(text)
-    if args.write:
-        replace_between(DOC, "planner-comm", text)
+def main() -> int:
+    return print_or_write(DOC, "planner-comm", block, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

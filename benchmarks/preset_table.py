@@ -12,12 +12,11 @@ load does not matter.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import add_write_flag, computed_line, replace_between  # noqa: E402
+from _markers import computed_line, print_or_write  # noqa: E402
 
 from pipeplan import presets  # noqa: E402
 
@@ -64,15 +63,9 @@ def block() -> str:
     return "\n\n".join([overview(), *(module_table(n) for n in presets.names()), computed_line(COMMAND)])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_write_flag(parser, DOC)
-    args = parser.parse_args()
-    body = block()
-    print(body)
-    if args.write:
-        replace_between(DOC, "preset-table", body)
+def main() -> int:
+    return print_or_write(DOC, "preset-table", block, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

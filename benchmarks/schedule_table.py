@@ -25,12 +25,11 @@ its limit, and on ZB-V's placement (``adaptive V``) with the same limit P.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import add_write_flag, computed_line, replace_between, signed  # noqa: E402
+from _markers import computed_line, print_or_write, signed  # noqa: E402
 
 from pipeplan import StageCosts, analytic, build_schedule, simulate  # noqa: E402
 from pipeplan.schedules.zb_v import zb_v_placement  # noqa: E402
@@ -120,14 +119,7 @@ def block() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_write_flag(parser, DOC)
-    args = parser.parse_args(argv)
-    body = block()
-    print(body)
-    if args.write:
-        replace_between(DOC, "schedule-table", body)
-    return 0
+    return print_or_write(DOC, "schedule-table", block, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

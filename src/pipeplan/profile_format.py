@@ -32,7 +32,7 @@ from typing import Any
 
 from .errors import InvalidInputError
 
-__all__ = ["PROFILE_FORMAT", "PROFILE_VERSION", "parse_profile", "write_profile", "in_file_terms", "profile_origin",
+__all__ = ["PROFILE_FORMAT", "PROFILE_VERSION", "parse_profile", "write_profile", "in_file_terms", "profile_origin", "measured_model_flags",
            "file_origin", "check_overwrite"]
 
 #: The profile file version :meth:`LayerProfile.to_file <pipeplan.layers.LayerProfile.to_file>` writes
@@ -128,6 +128,12 @@ def in_file_terms(message: str, payload: object, where: str) -> str:
     return f"{where}, layer {index} ({name}){'' if match.group(1) == 'layers' else ':'} {body}"
 
 
+def measured_model_flags(measurement: Mapping[str, Any] | None) -> str:
+    """The ``--model``/``--layers`` flags a measured profile's notes record: ``--model dumbbell --layers 8``."""
+    notes = measurement or {}
+    return " ".join(f"--{key} {notes[key]}" for key in ("model", "layers") if notes.get(key) is not None)
+
+
 def profile_origin(measurement: Mapping[str, Any] | None, *, measured_split: bool) -> tuple[str, str]:
     """``(kind, description)`` of what made a profile, from its ``measurement`` notes.
 
@@ -142,7 +148,7 @@ def profile_origin(measurement: Mapping[str, Any] | None, *, measured_split: boo
         where = f" on {notes['device']}" if notes.get("device") else ""
         return "shapes", f"computed from shapes by pipeplan model ({notes.get('model', 'a model spec')}{where})"
     if notes.get("source") == "measured" or "repeats" in notes or measured_split:
-        flags = " ".join(f"--{key} {notes[key]}" for key in ("model", "layers") if notes.get(key) is not None)
+        flags = measured_model_flags(notes)
         when = ", ".join(part for part in (flags, str(notes.get("date") or "")) if part)
         return "measured", "measured by pipeplan profile" + (f" ({when})" if when else "")
     return "unknown", "of unknown origin (hand-written, or older than the notes pipeplan now writes)"

@@ -65,11 +65,14 @@ def float_list(field: str) -> Callable[[str], list[float]]:
     return parse
 
 
-def byte_size(flag: str) -> Callable[[str], float]:
-    """An argparse type for a size in bytes, bare (``1e9``) or with a unit (``200MB``, ``2GiB``), naming ``flag``."""
+def byte_size(flag: str, *, require_unit: bool = False) -> Callable[[str], float]:
+    """An argparse type for a size in bytes, bare (``1e9``) or with a unit (``200MB``, ``2GiB``), naming ``flag``.
+
+    ``require_unit`` refuses a bare number (:func:`memory_size`).
+    """
     from .. import units
 
-    return units.argparse_type(units.parse_bytes, flag)
+    return units.argparse_type(units.parse_bytes, flag, require_unit=require_unit)
 
 
 def name_choice(flag: str, names: Callable[[], Sequence[str]]) -> Callable[[str], str]:
@@ -108,9 +111,7 @@ def positive(flag: str, kind: Callable[[str], Any] = int) -> Callable[[str], Any
 
 def memory_size(flag: str) -> Callable[[str], float]:
     """An argparse type for a memory capacity: a size with its unit (``80GiB``, ``80GB``); a bare number is refused."""
-    from .. import units
-
-    return units.argparse_type(units.parse_bytes, flag, require_unit=True)
+    return byte_size(flag, require_unit=True)
 
 
 def renamed_flag(parser: Any, old: str, new: str, meaning: str) -> None:

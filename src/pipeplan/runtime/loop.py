@@ -32,7 +32,7 @@ from ..costs import StageCosts
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..predict import costs_as_run, predict
-from ..profile_format import profile_origin
+from ..profile_format import measured_model_flags, profile_origin
 from ..schedules import SCHEDULES, schedule_info
 from ..timeline import Timeline
 from .launch import threads_per_process
@@ -341,7 +341,7 @@ def check_profile_fits(profile: LayerProfile, num_layers: int, *, model: str = "
             f"a model pipeplan run builds; measure this one (pipeplan profile {model + ' ' if model else ''}"
             "--out PROFILE)")
     if profile.num_layers == num_layers:
-        measured_on = _flags_of(notes) if kind == "measured" and notes.get("model") else ""
+        measured_on = measured_model_flags(notes) if kind == "measured" and notes.get("model") else ""
         if not (model and measured_on and _model_of(measured_on) != _model_of(model)):
             return
         raise InvalidInputError(
@@ -350,18 +350,13 @@ def check_profile_fits(profile: LayerProfile, num_layers: int, *, model: str = "
             f"(pipeplan profile {model} --out PROFILE)")
     fix = f"measure this model (pipeplan profile {model + ' ' if model else ''}--out PROFILE)"
     if kind == "measured" and notes.get("model"):
-        fix += f", or run the model it was measured on ({_flags_of(notes)})"
+        fix += f", or run the model it was measured on ({measured_model_flags(notes)})"
     elif kind == "shapes":
         fix += "; a profile from shapes (pipeplan model) describes a preset or spec, not a model pipeplan run builds"
     raise InvalidInputError(
         f"{f'--profile {path!r}' if path else 'the profile'} has {profile.num_layers} layers, {origin}; "
         f"the model this run builds{f' ({model})' if model else ''} has {num_layers}: {fix}"
     )
-
-
-def _flags_of(notes: Any) -> str:
-    """The ``--model``/``--layers`` flags a measured profile's notes record: ``--model dumbbell --layers 8``."""
-    return " ".join(f"--{key} {notes[key]}" for key in ("model", "layers") if notes.get(key) is not None)
 
 
 def _model_of(flags: str) -> tuple[str, str | None]:
