@@ -7,6 +7,7 @@ import pytest
 import pipeplan
 from pipeplan import limits
 from pipeplan.errors import InvalidInputError
+from pipeplan.schedules import check_schedule_size
 
 
 def test_available_memory_is_positive_here():
@@ -39,7 +40,7 @@ def test_the_limit_follows_the_memory_available(monkeypatch):
 
 def test_unknown_memory_refuses_nothing(monkeypatch):
     monkeypatch.setattr(limits, "available_memory", lambda: None)
-    assert limits.check_schedule_size("1f1b", num_stages=10**6, num_microbatches=10**6) == 3 * 10**12
+    assert check_schedule_size("1f1b", num_stages=10**6, num_microbatches=10**6) == 3 * 10**12
 
 
 def test_million_stages_is_refused_or_fits_on_this_machine():
@@ -50,7 +51,7 @@ def test_million_stages_is_refused_or_fits_on_this_machine():
         with pytest.raises(InvalidInputError, match="would need"):
             pipeplan.build_schedule("1f1b", num_stages=10**6, num_microbatches=8)
     else:
-        assert limits.check_schedule_size("1f1b", num_stages=10**6, num_microbatches=8, backward="full") == 16 * 10**6
+        assert check_schedule_size("1f1b", num_stages=10**6, num_microbatches=8, backward="full") == 16 * 10**6
 
 
 def test_simulate_and_text_gantt_check_their_sizes(monkeypatch):
@@ -80,9 +81,9 @@ def test_iterations_past_memory_are_refused_before_simulating(monkeypatch):
 def test_adaptive_costs_more_per_action(monkeypatch):
     actions = limits.action_count(4, 100, "split")
     monkeypatch.setattr(limits, "available_memory", lambda: actions * limits.SIMULATION_BYTES_PER_ACTION * 1.5)
-    limits.check_schedule_size("zb-h1", num_stages=4, num_microbatches=100, simulated=True)
+    check_schedule_size("zb-h1", num_stages=4, num_microbatches=100, simulated=True)
     with pytest.raises(InvalidInputError):
-        limits.check_schedule_size("adaptive", num_stages=4, num_microbatches=100)
+        check_schedule_size("adaptive", num_stages=4, num_microbatches=100)
 
 
 def test_run_refuses_a_built_in_model_too_deep_for_memory_before_building_it(capsys):

@@ -10,6 +10,8 @@ from pipeplan import limits
 from pipeplan.errors import InvalidInputError
 from pipeplan.schedule import Kind
 from pipeplan.schedules import (
+    check_schedule_size,
+    planned_schedules,
     SCHEDULES,
     ScheduleInfo,
     backward_mode,
@@ -18,6 +20,7 @@ from pipeplan.schedules import (
     schedule_info,
     schedule_options,
 )
+from pipeplan.schedules.adaptive import ADAPTIVE_BYTES_PER_ACTION
 from pipeplan.schedules.gpipe import gpipe
 from pipeplan.schedules.inflight import build_with_costs, inflight_per_stage
 from pipeplan.schedules.interleaved import interleaved
@@ -123,7 +126,7 @@ def test_a_bare_factory_gets_the_metadata_of_its_signature(monkeypatch):
 
 
 def test_an_info_registers_with_its_metadata_and_build_cost(monkeypatch):
-    info = ScheduleInfo("anything", interleaved, layout="loop", build_bytes_per_action=limits.ADAPTIVE_BYTES_PER_ACTION)
+    info = ScheduleInfo("anything", interleaved, layout="loop", build_bytes_per_action=ADAPTIVE_BYTES_PER_ACTION)
     register_schedule("looped", info)
     try:
         assert schedule_info("looped").name == "looped" and schedule_info("looped").stages_for(2, 3) == 6
@@ -131,12 +134,11 @@ def test_an_info_registers_with_its_metadata_and_build_cost(monkeypatch):
         assert built.placement == schedule_info("looped").placement(2, 3)
         actions = limits.action_count(4, 100, "full")
         monkeypatch.setattr(limits, "available_memory", lambda: actions * limits.SCHEDULE_BYTES_PER_ACTION * 1.5)
-        limits.check_schedule_size("1f1b", num_stages=4, num_microbatches=100, backward="full")
+        check_schedule_size("1f1b", num_stages=4, num_microbatches=100, backward="full")
         with pytest.raises(InvalidInputError):
-            limits.check_schedule_size("looped", num_stages=4, num_microbatches=100, backward="full")
+            check_schedule_size("looped", num_stages=4, num_microbatches=100, backward="full")
     finally:
         del SCHEDULES["looped"]
-        limits.set_build_bytes_per_action("looped", None)
 
 
 def test_kind_predicates():
@@ -169,3 +171,17 @@ def test_source_index_is_the_one_override_point_of_both_validation_paths():
     assert dual.validate() is dual
     plain = build_schedule("1f1b", num_stages=3, num_microbatches=4)
     assert plain.source_index(0, 1, 3) == 3 and plain.expected_count() == len(plain.expected_actions())
+
+
+def test_the_planner_plans_every_schedule_but_those_whose_info_says_why_not():
+    assert "dual-rate" not in planned_schedules() and "zb-v" in planned_schedules()
+    assert all(schedule_info(name).not_planned is None for name in planned_schedules())
+    assert "stale gradients" in (schedule_info("dual-rate").not_planned or "")
+    register_schedule("unplanned", ScheduleInfo("unplanned", gpipe, not_planned="a test says so"))
+    try:
+        assert "unplanned" not in planned_schedules()
+        from pipeplan.planner.space import SearchSpace
+        with pytest.raises(InvalidInputError, match="'unplanned' is not planned: a test says so"):
+            SearchSpace(num_gpus=8, global_batch=64, num_layers=8, schedules=("unplanned",))
+    finally:
+        del SCHEDULES["unplanned"]

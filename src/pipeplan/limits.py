@@ -3,8 +3,9 @@
 A size that cannot fit in memory is refused before any work starts, with one line
 that gives the size, the estimate and the memory available::
 
-    >>> from pipeplan.limits import check_schedule_size
-    >>> check_schedule_size("1f1b", num_stages=4, num_microbatches=10**10, backward="full")
+    >>> from pipeplan.limits import SCHEDULE_BYTES_PER_ACTION, check_actions_size
+    >>> check_actions_size(num_stages=4, num_microbatches=10**10, backward="full",
+    ...                    bytes_per_action=SCHEDULE_BYTES_PER_ACTION)
     Traceback (most recent call last):
     pipeplan.errors.InvalidInputError: num_stages = 4 × num_microbatches = 10000000000 × 2 action kinds
       = 8e+10 actions would need ~11.6 TiB of memory; this machine has ... available
@@ -27,7 +28,6 @@ from .errors import InvalidInputError
 __all__ = [
     "SCHEDULE_BYTES_PER_ACTION",
     "SIMULATION_BYTES_PER_ACTION",
-    "ADAPTIVE_BYTES_PER_ACTION",
     "GANTT_BYTES_PER_CELL",
     "MAX_GANTT_WIDTH",
     "MAX_REPEATS",
@@ -37,19 +37,16 @@ __all__ = [
     "ITERATION_BYTES_PER_RANK",
     "available_memory",
     "action_count",
-    "check_schedule_size",
+    "check_actions_size",
     "check_simulation_size",
     "check_gantt_size",
     "check_iterations_size",
-    "set_build_bytes_per_action",
 ]
 
 #: A built schedule (its Action tuples and orders): measured 113–132 B per action.
 SCHEDULE_BYTES_PER_ACTION = 160
 #: Schedule + simulation + Timeline + the CLI's views: measured 653–898 B per action.
 SIMULATION_BYTES_PER_ACTION = 1000
-#: The adaptive generator builds and simulates ~15 candidate orders: measured 3,371 B per action.
-ADAPTIVE_BYTES_PER_ACTION = 3800
 #: One character of a text Gantt (cell lists, joined lines, printed unwrapped): measured 8.5 B.
 GANTT_BYTES_PER_CELL = 10
 
@@ -163,50 +160,35 @@ def check_builtin_model_size(layers: int, processes: int) -> None:
     )
 
 
-#: Generators whose build needs more memory per action than a fixed schedule's, by name;
-#: filled by the registry (:mod:`pipeplan.schedules`) from each entry's ``build_bytes_per_action``.
-_BUILD_BYTES_PER_ACTION: dict[str, int] = {}
-
-
-def set_build_bytes_per_action(name: str, per_action: int | None) -> None:
-    """Record that building the generator ``name`` needs ``per_action`` bytes per action (``None``: a fixed
-    schedule's estimate); the registry calls this for every schedule it registers."""
-    if per_action is None:
-        _BUILD_BYTES_PER_ACTION.pop(name, None)
-    else:
-        _BUILD_BYTES_PER_ACTION[name] = per_action
-
-
-def check_schedule_size(
-    name: str,
+def check_actions_size(
     *,
     num_stages: int,
     num_microbatches: int,
-    backward: str = "split",
-    simulated: bool = False,
+    backward: str,
+    bytes_per_action: int,
     names: tuple[str, str] = ("num_stages", "num_microbatches"),
 ) -> int:
-    """Raise :class:`InvalidInputError` when the schedule ``name`` of this size cannot fit in memory.
+    """Raise :class:`InvalidInputError` when a schedule of this size, at ``bytes_per_action``, cannot fit in memory.
+
+    The schedule registry's :func:`pipeplan.schedules.check_schedule_size` picks ``bytes_per_action``
+    for a schedule (its own build cost, else :data:`SCHEDULE_BYTES_PER_ACTION` or
+    :data:`SIMULATION_BYTES_PER_ACTION`).
 
     Args:
-        name: the generator (one registered with :func:`set_build_bytes_per_action`, such as
-            the adaptive one, costs more per action; see the constants).
         num_stages, num_microbatches: the size (validated integers >= 1).
         backward: ``"full"``, ``"split"`` or ``"none"`` (how many action kinds).
-        simulated: count the simulation and views too, not only the schedule.
+        bytes_per_action: memory one action needs, bytes.
         names: how the message names the two sizes (the CLI passes its flags).
 
     Returns:
         The number of actions.
     """
     actions = action_count(num_stages, num_microbatches, backward)
-    per_action = _BUILD_BYTES_PER_ACTION.get(name) or (
-        SIMULATION_BYTES_PER_ACTION if simulated else SCHEDULE_BYTES_PER_ACTION)
     kinds = _KINDS.get(backward, 3)
     _refuse_if_too_big(
         f"{names[0]} = {num_stages} × {names[1]} = {num_microbatches} × {kinds} action "
         f"kind{'s' if kinds > 1 else ''} = {actions:.3g} actions",
-        actions * per_action,
+        actions * bytes_per_action,
     )
     return actions
 

@@ -21,9 +21,9 @@ from rich.table import Table
 from .. import analytic
 from .._validation import positive_int
 from ..costs import StageCosts
-from ..limits import check_gantt_size, check_schedule_size
+from ..limits import check_gantt_size
 from ..partition import partition_layers
-from ..schedules import build_schedule
+from ..schedules import build_schedule, check_schedule_size
 from ..simulate import simulate
 from ._common import make_console, progress, refuse_unless, require_torch
 from ..timeline import IdleCause, Timeline

@@ -25,13 +25,13 @@ from .._validation import positive_int
 from ..viz.tables import format_time
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from ..limits import REPORT_STEP_ACTIONS, action_count, check_schedule_size
+from ..limits import REPORT_STEP_ACTIONS, action_count
 from ..partition import PartitionResult, even_split, partition_layers
 from ..plan import Plan
 from ..planner.export import ExportFile
 from ..schedule import Schedule
 from ..partition.steptime import partition_schedule, simulate_partition
-from ..schedules import SCHEDULES, backward_mode, schedule_info
+from ..schedules import SCHEDULES, backward_mode, check_schedule_size, schedule_info
 from ..units import format_gib
 from ._common import check_scaled, default_microbatches, make_console, memory_size, byte_size, print_json, progress, renamed_flag
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names

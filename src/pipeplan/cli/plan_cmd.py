@@ -33,9 +33,8 @@ from ..partition.choice import parse_partition
 from ..planner import DEFAULT_HEADROOM, Cluster, SearchResult, Workload, search
 from ..planner.memory import OptimizerBytes
 from ..planner.resolution import RESOLUTION_NOTE, tie_leaders
-from ..planner.space import NOT_PLANNED
 from ..planner.step import SYNCS
-from ..schedules import SCHEDULES
+from ..schedules import planned_schedules
 from .. import units
 from ._common import make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
@@ -106,7 +105,7 @@ def register(subparsers: Any) -> None:
                         help="largest v (chunks per rank) tried for interleaved and adaptive (default 4)")
     parser.add_argument("--schedules", default=None,
                         help="comma-separated schedules to try (default all but dual-rate: "
-                             f"{','.join(n for n in SCHEDULES if n not in NOT_PLANNED)})")
+                             f"{','.join(planned_schedules())})")
     parser.add_argument("--optimizer", default="adam", metavar="adam|BYTES",
                         help="adam (mixed precision, 16 bytes per parameter, sharded as each --dp-modes mode "
                              "shards it) or bytes of weights + gradients + optimizer state per parameter (then ddp "

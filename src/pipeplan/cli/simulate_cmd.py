@@ -38,9 +38,9 @@ from ..viz.tables import format_time
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from ..limits import check_gantt_size, check_schedule_size
+from ..limits import check_gantt_size
 from ..schedule import Schedule
-from ..schedules import SCHEDULES, backward_mode, build_schedule, schedule_info, schedule_options
+from ..schedules import SCHEDULES, backward_mode, build_schedule, check_schedule_size, schedule_info, schedule_options
 from ..dualrate.metrics import dual_rate_metrics
 from ..schedules.dual_rate import DualRateSchedule
 from ..simulate import OPTIMIZER_MODES, simulate

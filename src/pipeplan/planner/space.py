@@ -58,15 +58,9 @@ from ..errors import InvalidInputError
 from ..partition.choice import PartitionChoice
 from ..partition.solver import even_split
 from ..plan import DP_MODES, RECOMPUTE_MODES, DataParallelMode, Recompute
-from ..schedules import SCHEDULES, schedule_info, schedule_label
+from ..schedules import SCHEDULES, planned_schedules, schedule_info, schedule_label
 
-__all__ = ["Config", "SearchSpace", "divisors", "hsdp_shards", "NOT_PLANNED"]
-
-#: Registered schedules the planner does not plan, and why.
-NOT_PLANNED = {
-    "dual-rate": "it trains asynchronously on stale gradients (docs/dual_rate.md), a different step than the "
-                 "synchronous one every other schedule computes",
-}
+__all__ = ["Config", "SearchSpace", "divisors", "hsdp_shards"]
 
 
 def divisors(number: int) -> list[int]:
@@ -208,11 +202,10 @@ class SearchSpace:
                     f"got {self.micro_batch_size}"
                 )
         for name in self.schedule_names:
-            if name in NOT_PLANNED:
-                raise InvalidInputError(f"schedule {name!r} is not planned: {NOT_PLANNED[name]}")
             if name not in SCHEDULES:
-                plannable = [n for n in SCHEDULES if n not in NOT_PLANNED]
-                raise InvalidInputError(f"schedules must be among {', '.join(plannable)}, got {name!r}")
+                raise InvalidInputError(f"schedules must be among {', '.join(planned_schedules())}, got {name!r}")
+            if schedule_info(name).not_planned is not None:
+                raise InvalidInputError(f"schedule {name!r} is not planned: {schedule_info(name).not_planned}")
         if self.max_virtual_stages is not None:
             positive_int("max_virtual_stages", self.max_virtual_stages)
         object.__setattr__(self, "partition", _checked_partition(self.partition, self.num_layers))
@@ -237,7 +230,7 @@ class SearchSpace:
     def schedule_names(self) -> tuple[str, ...]:
         """The schedules tried (default every registered one the planner plans)."""
         if self.schedules is None:
-            return tuple(name for name in SCHEDULES if name not in NOT_PLANNED)
+            return planned_schedules()
         return tuple(self.schedules)
 
     def tensor_degrees(self) -> list[int]:

@@ -19,9 +19,9 @@ from typing import Any
 from .._validation import positive_int
 from ..analytic import one_f_one_b_peak_inflight
 from ..errors import InvalidInputError
-from ..limits import ADAPTIVE_BYTES_PER_ACTION, check_schedule_size, set_build_bytes_per_action
+from ..limits import SCHEDULE_BYTES_PER_ACTION, SIMULATION_BYTES_PER_ACTION, check_actions_size
 from ..schedule import Schedule
-from .adaptive import adaptive
+from .adaptive import ADAPTIVE_BYTES_PER_ACTION, adaptive
 from .dual_rate import dual_rate
 from .gpipe import gpipe
 from .info import Layout, ScheduleFactory, ScheduleInfo
@@ -33,6 +33,8 @@ from .zero_bubble import zb_h1, zb_h2
 __all__ = [
     "schedule_label",
     "build_schedule",
+    "check_schedule_size",
+    "planned_schedules",
     "SCHEDULES",
     "register_schedule",
     "schedule_info",
@@ -64,7 +66,9 @@ _REGISTRY: dict[str, ScheduleInfo] = {
         ScheduleInfo("adaptive", adaptive, stand_ins=("1f1b", "interleaved"),
                      build_bytes_per_action=ADAPTIVE_BYTES_PER_ACTION),
         # F, B and U: a full backward (backward_mode still says "split": three kinds to count)
-        ScheduleInfo("dual-rate", dual_rate, split_backward=False, updates_in_step=True),
+        ScheduleInfo("dual-rate", dual_rate, split_backward=False, updates_in_step=True,
+                     not_planned="it trains asynchronously on stale gradients (docs/dual_rate.md), a different "
+                                 "step than the synchronous one every other schedule computes"),
     )
 }
 
@@ -76,9 +80,6 @@ SCHEDULES: dict[str, ScheduleFactory] = {name: info.factory for name, info in _R
 #: Every entry ever registered, by name and factory: a factory swapped out of
 #: ``SCHEDULES`` and put back gets its registered metadata again, not a bare reading.
 _DECLARED: dict[tuple[str, ScheduleFactory], ScheduleInfo] = {(i.name, i.factory): i for i in _REGISTRY.values()}
-
-for _info in _REGISTRY.values():
-    set_build_bytes_per_action(_info.name, _info.build_bytes_per_action)
 
 
 def _unknown(name: object) -> InvalidInputError:
@@ -121,7 +122,40 @@ def register_schedule(name: str, factory: ScheduleFactory | ScheduleInfo) -> Non
         info = replace(info, name=name)
     _REGISTRY[name] = _DECLARED[(name, info.factory)] = info
     SCHEDULES[name] = info.factory
-    set_build_bytes_per_action(name, info.build_bytes_per_action)
+
+
+def planned_schedules() -> tuple[str, ...]:
+    """The registered schedules the planner plans (every one whose :attr:`ScheduleInfo.not_planned` is ``None``),
+    in registration order."""
+    return tuple(name for name in SCHEDULES if schedule_info(name).not_planned is None)
+
+
+def check_schedule_size(
+    name: str,
+    *,
+    num_stages: int,
+    num_microbatches: int,
+    backward: str = "split",
+    simulated: bool = False,
+    names: tuple[str, str] = ("num_stages", "num_microbatches"),
+) -> int:
+    """Raise :class:`InvalidInputError` when the schedule ``name`` of this size cannot fit in memory.
+
+    Args:
+        name: a registered schedule; its :attr:`ScheduleInfo.build_bytes_per_action` (the adaptive
+            generator's, say) replaces a fixed schedule's estimate.
+        num_stages, num_microbatches: the size (validated integers >= 1).
+        backward: ``"full"``, ``"split"`` or ``"none"`` (how many action kinds).
+        simulated: count the simulation and views too, not only the schedule.
+        names: how the message names the two sizes (the CLI passes its flags).
+
+    Returns:
+        The number of actions.
+    """
+    per_action = schedule_info(name).build_bytes_per_action or (
+        SIMULATION_BYTES_PER_ACTION if simulated else SCHEDULE_BYTES_PER_ACTION)
+    return check_actions_size(num_stages=num_stages, num_microbatches=num_microbatches, backward=backward,
+                              bytes_per_action=per_action, names=names)
 
 
 def schedule_options(name: str) -> frozenset[str]:

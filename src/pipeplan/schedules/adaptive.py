@@ -57,6 +57,7 @@ from .zb_v import zb_v
 from .zero_bubble import zb_h1, zb_h2
 
 __all__ = [
+    "ADAPTIVE_BYTES_PER_ACTION",
     "adaptive",
     "adaptive_candidates",
     "best_candidate",
@@ -67,6 +68,10 @@ __all__ = [
 ]
 
 _TOLERANCE = 1e-9
+
+#: Memory its build needs per action: it builds and simulates ~15 candidate orders, measured
+#: 3,371 B per action by ``benchmarks/action_memory.py`` (docs/simulator.md), rounded up.
+ADAPTIVE_BYTES_PER_ACTION = 3800
 
 
 class Candidate(NamedTuple):

@@ -60,6 +60,7 @@ class ScheduleInfo:
             than a fixed schedule's (measured; see :mod:`pipeplan.limits`).
         updates_in_step: True when it runs the optimizer update ``U`` inside the step
             (the dual-rate pipeline), so the costs may give an update time.
+        not_planned: why the planner never plans it (``None``: it plans it like any other).
     """
 
     name: str
@@ -70,6 +71,7 @@ class ScheduleInfo:
     stand_ins: tuple[str, str] | None = None
     build_bytes_per_action: int | None = None
     updates_in_step: bool = False
+    not_planned: str | None = None
 
     def __post_init__(self) -> None:
         if self.split_backward is None:
