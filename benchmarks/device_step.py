@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from pipeplan.calibration import Calibration
-    from pipeplan.device_file import read_device
+    from pipeplan.hardware.device_file import read_device
     from pipeplan.runtime.loop import RunConfig, run_pipeline
 
     loaded = read_device(args.device)

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pipeplan.device_file import device_fields, read_device, write_device
-from pipeplan.device_fit import Timings, device_from_timings
+from pipeplan.hardware.device_file import device_fields, read_device, write_device
+from pipeplan.hardware.fit import Timings, device_from_timings
 
 
 pytest.importorskip("torch")

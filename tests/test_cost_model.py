@@ -173,7 +173,8 @@ def test_bad_device_constants_are_one_line(field, value, message):
 
 
 def test_every_device_constant_has_a_source():
-    for device in hardware.DEVICES.values():
+    for record in hardware.DEVICES.values():
+        device = record.device
         if device.flat:
             continue
         for constant in ("peak_flops", "memory_bandwidth", "gemm_efficiency", "attention_efficiency",

@@ -77,7 +77,7 @@ def test_serialized_messages_sit_on_the_senders_timeline():
 def test_json_names_the_shapes_a_measured_table_stands_in_for(run_cli, tmp_path):
     from dataclasses import replace
 
-    from pipeplan.device_file import write_device
+    from pipeplan.hardware.device_file import write_device
     from pipeplan.hardware import GemmPoint
 
     device = replace(hardware.device("a100-80g"), gemm_table=(GemmPoint(1024, 1024, 1024, 0.6),))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pipeplan import hardware
-from pipeplan.device_file import FORMAT, VERSION, device_fields, parse_device, read_device, write_device
+from pipeplan.hardware.device_file import FORMAT, VERSION, device_fields, parse_device, read_device, write_device
 from pipeplan.errors import InvalidInputError
 
 from _devices import example_device

@@ -9,11 +9,12 @@ import statistics
 import pytest
 from hypothesis import given, strategies as st
 
-from pipeplan.device_fit import (
-    MONOTONE_TOLERANCE, P2P_MONOTONE_TOLERANCE, AttentionTiming, GemmTiming, MemoryTiming, Timings,
-    device_from_timings, link_from_timings, preset_for,
-)
+from pipeplan import hardware
 from pipeplan.errors import InvalidInputError
+from pipeplan.hardware.fit import (
+    MONOTONE_TOLERANCE, P2P_MONOTONE_TOLERANCE, AttentionTiming, GemmTiming, MemoryTiming, Timings,
+    device_from_timings, link_from_timings,
+)
 
 from _devices import example_device
 
@@ -164,12 +165,28 @@ def test_p2p_line_recovers_latency_and_bandwidth(latency: float, bandwidth: floa
     assert abs(link.latency_ms / 1e3 - latency) <= latency * 0.05 + 0.03 * max(s for _b, s in samples)
 
 
-def test_preset_names_match_torch_device_names() -> None:
+def test_device_records_match_torch_device_names() -> None:
     # torch.cuda.get_device_name on each GPU (NVIDIA's product strings).
     names = {"NVIDIA A100-SXM4-80GB": "a100-80g", "NVIDIA A100-SXM4-40GB": "a100-40g",
-             "NVIDIA A100 80GB PCIe": "a100-80g", "NVIDIA H100 80GB HBM3": "h100-80g", "NVIDIA H200": "h200-141g",
-             "NVIDIA L40S": "l40s", "cpu": None, "NVIDIA GeForce RTX 4090": None}
-    assert {name: preset_for(name) for name in names} == names
+             "NVIDIA A100 80GB PCIe": "a100-80g", "NVIDIA A100-PCIE-40GB": "a100-40g",
+             "NVIDIA H100 80GB HBM3": "h100-80g", "NVIDIA H200": "h200-141g", "NVIDIA L40S": "l40s",
+             "cpu": None, "NVIDIA GeForce RTX 4090": None}
+    matched = {name: hardware.match_torch_name(name) for name in names}
+    assert {name: record.name if record else None for name, record in matched.items()} == names
+    for name in names:  # no name is claimed by two records, so the registry's order does not decide
+        assert sum(record.matches(name) for record in hardware.DEVICES.values()) <= 1, name
+
+
+def test_a_matched_device_is_fitted_against_its_records_spec() -> None:
+    h100 = hardware.device("h100-80g")
+    timings = dataclasses.replace(
+        _known_timings(peak=h100.peak_flops, bandwidth=h100.memory_bandwidth, gemm=0.7, attention=0.5, memory=0.8,
+                       launch=4e-6, jitter=[1.0]), device_name="NVIDIA H100 80GB HBM3")
+    device = device_from_timings(timings)
+    assert (device.name, device.peak_flops, device.gemm_tile) == ("h100-80g", h100.peak_flops, h100.gemm_tile)
+    assert device_from_timings(timings, match_preset=False).peak_flops < h100.peak_flops  # the best measured rate
+    unknown = dataclasses.replace(timings, device_name="AMD Instinct MI300X")
+    assert device_from_timings(unknown).name == "amd-instinct-mi300x"
 
 
 def test_timings_round_trip_through_their_dict() -> None:

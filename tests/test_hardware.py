@@ -24,10 +24,24 @@ def test_devices_have_memory_and_dense_bf16_peaks():
     (lambda: hardware.device("l40s", achievable_fraction=0), r"achievable_fraction must be a number > 0"),
     (lambda: hardware.device("l40s", achievable_fraction=1.2), r"achievable_fraction must be in \(0, 1\]"),
     (lambda: hardware.link("carrier-pigeon"), r"link must be one of nvlink-a100, .*got 'carrier-pigeon'"),
+    (lambda: hardware.get("v100"), r"gpu must be one of a100-40g, .*got 'v100'"),
+    (lambda: hardware.DeviceRecord(hardware.device("cpu"), intra_node="nvlink-5"),
+     r"cpu.intra_node must be one of nvlink-a100, .*got 'nvlink-5'"),
+    (lambda: hardware.DeviceRecord(hardware.device("cpu"), intra_node="pcie-gen4", torch_names=("H1(00",)),
+     r"cpu.torch_names: 'H1\(00' is not a regular expression"),
 ])
 def test_unknown_or_bad_hardware_is_one_line(call, match):
     with pytest.raises(InvalidInputError, match=match):
         call()
+
+
+def test_a_record_holds_its_device_and_its_link_and_matches_torchs_names():
+    record = hardware.get("a100-40g")
+    assert record.name == "a100-40g" and record.device is hardware.device("a100-40g")
+    assert record.intra_node_link is hardware.link("nvlink-a100")
+    assert record.matches("NVIDIA A100-SXM4-40GB") and not record.matches("NVIDIA A100-SXM4-80GB")
+    assert hardware.device("a100-40g", achievable_fraction=0.5).name == "a100-40g"
+    assert hardware.get("a100-40g").device.achievable_fraction is None  # the record itself is unchanged
 
 
 def test_links_give_the_simulators_comm_model_in_milliseconds():

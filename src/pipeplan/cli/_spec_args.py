@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 from .. import hardware, presets, units
-from ..device_file import read_device
+from ..hardware.device_file import read_device
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..models.spec import ModelSpec

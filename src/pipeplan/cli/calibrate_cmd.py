@@ -6,8 +6,8 @@
 
 Times a grid of GEMMs, attention, memory-bound kernels, kernel launches and a
 point-to-point message sweep (:mod:`pipeplan.runtime.device_calibration`), fits
-a :class:`~pipeplan.hardware.Device` to them (:mod:`pipeplan.device_fit`), prints
-a short table and writes the file (:mod:`pipeplan.device_file`), which keeps the
+a :class:`~pipeplan.hardware.Device` to them (:mod:`pipeplan.hardware.fit`), prints
+a short table and writes the file (:mod:`pipeplan.hardware.device_file`), which keeps the
 raw timings in its ``measurement`` notes.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 from rich.table import Table
 
 from .._files import check_output_path
-from ..device_file import write_device
-from ..device_fit import Timings, device_from_timings, link_from_timings
+from ..hardware.device_file import write_device
+from ..hardware.fit import Timings, device_from_timings, link_from_timings
 from ..units import format_bandwidth, format_bytes
 from ._common import make_console, report_written, require_torch
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..device_file import device_fields
+from ..hardware.device_file import device_fields
 from ..errors import InvalidInputError
 from ..profile_format import check_overwrite
 from ..units import format_bytes

@@ -38,8 +38,7 @@ from ..schedules import planned_schedules
 from .. import units
 from ._common import make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
-from ..device_file import device_fields
-from ..planner.cluster import default_intra_node
+from ..hardware.device_file import device_fields
 from ._spec_args import add_device_argument, add_mfu_argument, device_from_args, spec_from_args
 
 __all__ = ["register", "run"]
@@ -142,7 +141,7 @@ def _workload(args: argparse.Namespace, cluster: Cluster) -> Workload:
 def _cluster(args: argparse.Namespace) -> Cluster:
     if args.device:  # the file's device, and its measured p2p link inside a node unless --intra-link names one
         device, p2p = device_from_args(args)
-        intra = hardware.link(args.intra_link) if args.intra_link else p2p or default_intra_node(device.name)
+        intra = hardware.link(args.intra_link) if args.intra_link else p2p or hardware.intra_node_link(device.name)
         return Cluster(args.gpus, device, intra, hardware.link(args.inter_link), args.gpus_per_node)
     return Cluster.of(args.gpu, args.gpus, intra_node=args.intra_link, inter_node=args.inter_link,
                       gpus_per_node=args.gpus_per_node, achievable_fraction=args.mfu)

@@ -438,8 +438,8 @@ def _run_profile(args: argparse.Namespace) -> int:
 
 def _run_spec(args: argparse.Namespace) -> int:
     """``--preset``/``--spec``: the step on the cost model's layer times, messages at the link's NCCL rate."""
-    from ..device_file import device_fields
-    from ..planner.cluster import default_intra_node
+    from ..hardware import intra_node_link
+    from ..hardware.device_file import device_fields
 
     spec = spec_from_args(args)
     device, measured = device_from_args(args)
@@ -447,7 +447,7 @@ def _run_spec(args: argparse.Namespace) -> int:
                                     tensor_parallel=args.tp, sequence_parallel=args.sequence_parallel)
     layers = _profile_partition(args, profile)
     costs = profile.stage_costs(layers)
-    link = measured or default_intra_node(device.name)
+    link = measured or intra_node_link(device.name)
     comm = link.comm_model(list(profile.boundary_bytes(layers)) or 0.0, send_mode=args.send)
     args.microbatches = microbatches_of(args, costs.num_stages)
     check_size(args, costs.num_stages)

@@ -23,17 +23,7 @@ from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..hardware import Device, Link
 
-__all__ = ["Cluster", "allreduce_ms", "ring_pass_ms", "DEFAULT_INTRA_NODE", "default_intra_node"]
-
-#: The link inside a node of each device preset (PCIe for the L40S, which has no NVLink).
-DEFAULT_INTRA_NODE = {
-    "a100-40g": "nvlink-a100",
-    "a100-80g": "nvlink-a100",
-    "h100-80g": "nvlink-h100",
-    "h200-141g": "nvlink-h100",
-    "l40s": "pcie-gen4",
-    "cpu": "pcie-gen4",
-}
+__all__ = ["Cluster", "allreduce_ms", "ring_pass_ms"]
 
 
 def ring_pass_ms(link: Link, num_bytes: float, group: int) -> float:
@@ -48,11 +38,6 @@ def ring_pass_ms(link: Link, num_bytes: float, group: int) -> float:
     if group <= 1:
         return 0.0
     return (group - 1) * (link.latency_ms + 1e3 * num_bytes / (group * link.bus_bandwidth))
-
-
-def default_intra_node(device_name: str) -> Link:
-    """The link inside a node of a device preset (:data:`DEFAULT_INTRA_NODE`; NVLink 4 for any other)."""
-    return hardware.link(DEFAULT_INTRA_NODE.get(device_name, "nvlink-h100"))
 
 
 def allreduce_ms(link: Link, num_bytes: float, group: int) -> float:
@@ -103,9 +88,12 @@ class Cluster:
         gpus_per_node: int = 8,
         achievable_fraction: float | None = None,
     ) -> Cluster:
-        """A cluster of preset devices and links (by name; see :mod:`pipeplan.hardware`)."""
+        """A cluster of preset devices and links (by name; see :mod:`pipeplan.hardware`).
+
+        ``intra_node`` defaults to the device record's own link inside a node.
+        """
         device = hardware.device(gpu, achievable_fraction=achievable_fraction)
-        intra = hardware.link(intra_node) if intra_node else default_intra_node(gpu)
+        intra = hardware.link(intra_node) if intra_node else hardware.get(gpu).intra_node_link
         return cls(num_gpus, device, intra, hardware.link(inter_node), gpus_per_node)
 
     @property

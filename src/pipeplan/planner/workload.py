@@ -47,10 +47,10 @@ from typing import Any
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
-from ..hardware import Link
+from ..hardware import Link, intra_node_link
 from ..layers import LayerProfile
 from ..plan import RECOMPUTE_MODES, Recompute
-from .cluster import default_intra_node, ring_pass_ms
+from .cluster import ring_pass_ms
 
 __all__ = ["Workload"]
 
@@ -138,7 +138,7 @@ class Workload:
         Raises:
             InvalidInputError: ``tensor_parallel`` does not divide a module's heads or FFN width.
         """
-        link = tp_link if tp_link is not None else default_intra_node(getattr(device, "name", ""))
+        link = tp_link if tp_link is not None else intra_node_link(getattr(device, "name", ""))
 
         def tensor_source(size: int, mode: Recompute, tp: int) -> LayerProfile:
             profile = spec.to_layer_profile(device, size, recompute=mode, tensor_parallel=tp,

@@ -1,6 +1,6 @@
 """Timing the local accelerator with torch: GEMMs, attention, memory-bound kernels, launches, p2p.
 
-What ``pipeplan calibrate`` measures; :func:`pipeplan.device_fit.device_from_timings`
+What ``pipeplan calibrate`` measures; :func:`pipeplan.hardware.fit.device_from_timings`
 turns the result into a Device::
 
     from pipeplan.runtime.device_calibration import time_device
@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as functional
 
 from .._validation import positive_int
-from ..device_fit import AttentionTiming, GemmTiming, MemoryTiming, Timings
+from ..hardware.fit import AttentionTiming, GemmTiming, MemoryTiming, Timings
 from .launch import threads_per_process
 
 __all__ = ["time_device", "gemm_shapes", "time_p2p", "LAUNCH_BATCH"]
@@ -210,7 +210,7 @@ def time_device(*, quick: bool = False, repeats: int | None = None, p2p: bool = 
         notes: a list the function appends lines to (what was skipped, how p2p ran).
 
     Returns:
-        The raw :class:`~pipeplan.device_fit.Timings`, seconds.
+        The raw :class:`~pipeplan.hardware.fit.Timings`, seconds.
     """
     target = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = target.type == "cuda"

@@ -3,9 +3,9 @@
 ``pipeplan calibrate --out device.json`` writes one; ``plan``, ``model`` and
 ``partition`` read it with ``--device device.json``::
 
-    from pipeplan.device_file import read_device, write_device
+    from pipeplan.hardware.device_file import read_device, write_device
     loaded = read_device("device.json")           # DeviceFile(device, p2p, measurement)
-    loaded.device.gemm_efficiency, loaded.p2p      # the fitted Device; a hardware.Link or None
+    loaded.device.gemm_efficiency, loaded.p2p      # the fitted Device; a Link or None
 
 The file (``version`` 1)::
 
@@ -19,7 +19,7 @@ The file (``version`` 1)::
 Every bad file is one :class:`~pipeplan.errors.InvalidInputError` line naming the
 file and the field: another format or version, a missing or unknown field, an
 efficiency outside (0, 1], a non-positive peak, bandwidth or memory, a malformed
-GEMM table. The fit from raw timings to a Device is :mod:`pipeplan.device_fit`.
+GEMM table. The fit from raw timings to a Device is :mod:`pipeplan.hardware.fit`.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import hardware
-from ._files import check_output_path, read_text
-from .errors import InvalidInputError
+from .._files import check_output_path, read_text
+from ..errors import InvalidInputError
+from .links import Link
+from .roofline import Device, GemmPoint
 
 __all__ = ["FORMAT", "VERSION", "REQUIRED_FIELDS", "DeviceFile", "device_fields", "read_device", "write_device",
            "parse_device", "calibrated_link", "gemm_point"]
@@ -59,8 +60,8 @@ class DeviceFile:
             name, date, repeats, raw timings), JSON values.
     """
 
-    device: Any  # hardware.Device
-    p2p: hardware.Link | None = None
+    device: Device
+    p2p: Link | None = None
     measurement: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -75,7 +76,7 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def device_fields(device: Any) -> dict[str, Any]:
+def device_fields(device: Device) -> dict[str, Any]:
     """Every field of ``device`` (a :class:`~pipeplan.hardware.Device`) as JSON values.
 
     The ``"device"`` object of a device file and of ``plan``/``model --json``:
@@ -84,7 +85,7 @@ def device_fields(device: Any) -> dict[str, Any]:
     return {f.name: _json_value(getattr(device, f.name)) for f in dataclasses.fields(device)}
 
 
-def write_device(path: str | os.PathLike[str], device: Any, *, p2p: hardware.Link | None = None,
+def write_device(path: str | os.PathLike[str], device: Device, *, p2p: Link | None = None,
                  measurement: Mapping[str, Any] | None = None) -> Path:
     """Write ``device`` (and the optional ``p2p`` link and notes) as a version-1 device file; returns the path.
 
@@ -207,7 +208,7 @@ def _tile(field_name: str, value: object) -> tuple[int, int]:
     return _count(f"{field_name}[0]", value[0]), _count(f"{field_name}[1]", value[1])
 
 
-def _gemm_table(field_name: str, value: object) -> tuple[Any, ...]:
+def _gemm_table(field_name: str, value: object) -> tuple[GemmPoint, ...]:
     if not isinstance(value, list):
         raise InvalidInputError(f"{field_name} must be a list of [m, n, k, efficiency], got {value!r:.60}")
     points = []
@@ -226,17 +227,13 @@ def _sources(field_name: str, value: object) -> dict[str, str]:
     return dict(value)
 
 
-def gemm_point(m: int, n: int, k: int, efficiency: float) -> Any:
-    """A ``hardware.GemmPoint``: measured efficiency (FLOPs / (time · peak)) of one ``m × n × k`` GEMM.
+def gemm_point(m: int, n: int, k: int, efficiency: float) -> GemmPoint:
+    """A :class:`~pipeplan.hardware.GemmPoint`: measured efficiency (FLOPs / (time · peak)) of one ``m × n × k`` GEMM.
 
     Raises:
-        InvalidInputError: this pipeplan's hardware has no per-operator device model.
+        InvalidInputError: a size < 1 or an efficiency outside (0, 1].
     """
-    point_type = getattr(hardware, "GemmPoint", None)
-    if point_type is None:
-        raise InvalidInputError("this pipeplan's hardware.Device has no per-operator model (no hardware.GemmPoint); "
-                                "device files need it")
-    return point_type(m=m, n=n, k=k, efficiency=efficiency)
+    return GemmPoint(m=m, n=n, k=k, efficiency=efficiency)
 
 
 #: Device fields a version-1 file must carry (the others, and fields the Device gains later, may be left
@@ -265,10 +262,10 @@ _FIELD_CHECKS: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
-def _parse_device_fields(where: str, payload: object) -> Any:
+def _parse_device_fields(where: str, payload: object) -> Device:
     if not isinstance(payload, dict):
         raise InvalidInputError(f"{where}: device must be an object of Device fields, got {payload!r:.60}")
-    fields = dataclasses.fields(hardware.Device)
+    fields = dataclasses.fields(Device)
     required = tuple(dict.fromkeys(REQUIRED_FIELDS + tuple(
         f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)))
     _check_keys(where, "device", payload, required=required, allowed=tuple(f.name for f in fields))
@@ -277,14 +274,14 @@ def _parse_device_fields(where: str, payload: object) -> Any:
         for key, value in payload.items():
             check = _FIELD_CHECKS.get(key)
             values[key] = check(f"device.{key}", value) if check is not None else value
-        return hardware.Device(**values)
+        return Device(**values)
     except InvalidInputError as error:
         raise InvalidInputError(f"{where}: {error}") from None
     except (TypeError, ValueError) as error:  # the Device's own checks, worded by it
         raise InvalidInputError(f"{where}: device: {error}") from None
 
 
-def _parse_p2p(where: str, payload: object, device_name: str) -> hardware.Link:
+def _parse_p2p(where: str, payload: object, device_name: str) -> Link:
     if not isinstance(payload, dict):
         raise InvalidInputError(f"{where}: p2p must be an object with latency_ms and bandwidth, got {payload!r:.60}")
     _check_keys(where, "p2p", payload, required=_P2P_KEYS, allowed=_P2P_KEYS)
@@ -296,7 +293,7 @@ def _parse_p2p(where: str, payload: object, device_name: str) -> hardware.Link:
     return calibrated_link(device_name, latency, bandwidth)
 
 
-def calibrated_link(device_name: str, latency_ms: float, bandwidth: float) -> hardware.Link:
+def calibrated_link(device_name: str, latency_ms: float, bandwidth: float) -> Link:
     """The :class:`~pipeplan.hardware.Link` of a device file's ``p2p``: ``latency_ms`` ms, ``bandwidth`` bytes/s."""
-    return hardware.Link(name=f"{device_name} p2p (calibrated)", latency_ms=latency_ms, bandwidth=bandwidth,
+    return Link(name=f"{device_name} p2p (calibrated)", latency_ms=latency_ms, bandwidth=bandwidth,
                          description="point-to-point, measured by pipeplan calibrate")

@@ -3,15 +3,15 @@
 :mod:`pipeplan.runtime.device_calibration` times the kernels with torch; this
 module turns its :class:`Timings` into a Device and a point-to-point Link::
 
-    from pipeplan.device_fit import Timings, GemmTiming, device_from_timings
+    from pipeplan.hardware.fit import Timings, GemmTiming, device_from_timings
     timings = Timings("cpu", memory_bytes=64e9, num_sms=16, gemms=(GemmTiming(1024, 256, 256, 4e-4), ...), ...)
     device = device_from_timings(timings)      # device.gemm_table, device.memory_efficiency, ...
 
 What each field of the Device comes from:
 
 * ``peak_flops``, ``memory_bandwidth``, ``gemm_tile``: the spec values of the
-  preset the accelerator's name matches (:func:`preset_for`: A100 40/80 GB,
-  H100, H200, L40S by torch's device name); on anything else (a CPU) the best
+  device record whose torch names the accelerator's name matches
+  (:func:`pipeplan.hardware.match_torch_name`); on anything else (a CPU) the best
   measured rate of a GEMM or attention kernel and the best measured bandwidth of
   a memory-bound kernel, and the 128 × 128 tile.
 * ``launch_overhead_ms``: the median time of the smallest kernel.
@@ -59,13 +59,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import hardware
-from .calibration import fit_link
+from ..calibration import fit_link
+from ..errors import InvalidInputError
 from .device_file import calibrated_link, gemm_point
-from .errors import InvalidInputError
+from .links import Link
+from .registry import match_torch_name
+from .roofline import Device
 
 __all__ = [
-    "GemmTiming", "AttentionTiming", "MemoryTiming", "Timings", "preset_for", "device_from_timings",
+    "GemmTiming", "AttentionTiming", "MemoryTiming", "Timings", "device_from_timings",
     "link_from_timings", "MONOTONE_SIZE_RATIO", "MONOTONE_TOLERANCE", "P2P_MONOTONE_TOLERANCE",
     "OVER_PEAK_TOLERANCE", "DEFAULT_TILE", "RANDOM_KERNELS",
 ]
@@ -176,24 +178,6 @@ class Timings:
             raise InvalidInputError(f"timings are malformed: {error!r}") from None
 
 
-#: torch device-name patterns → preset, first match wins (NVIDIA's names: "NVIDIA A100-SXM4-80GB", ...).
-_PRESET_PATTERNS = (
-    (r"H200", "h200-141g"),
-    (r"H100", "h100-80g"),
-    (r"A100.*80\s*GB", "a100-80g"),
-    (r"A100", "a100-40g"),
-    (r"L40S", "l40s"),
-)
-
-
-def preset_for(device_name: str) -> str | None:
-    """The device preset torch's ``device_name`` matches, or ``None`` (a CPU, another GPU)."""
-    for pattern, preset in _PRESET_PATTERNS:
-        if re.search(pattern, device_name, flags=re.IGNORECASE):
-            return preset
-    return None
-
-
 def _label(item: Any) -> str:
     if isinstance(item, GemmTiming):
         return f"GEMM {item.m}x{item.n}x{item.k}"
@@ -281,13 +265,13 @@ def _largest_per_family(items: Sequence[Any], family: Any, size: Any) -> list[An
     return list(best.values())
 
 
-def device_from_timings(timings: Timings, *, reference: Any = None, match_preset: bool = True) -> Any:
+def device_from_timings(timings: Timings, *, reference: Device | None = None, match_preset: bool = True) -> Device:
     """The calibrated :class:`~pipeplan.hardware.Device` of ``timings`` (see the module doc).
 
     Args:
         timings: what :func:`pipeplan.runtime.device_calibration.time_device` measured.
         reference: the spec device (peak FLOP/s, HBM bandwidth, tile); default the
-            preset :func:`preset_for` matches, when ``match_preset``.
+            record :func:`~pipeplan.hardware.match_torch_name` finds, when ``match_preset``.
         match_preset: look the preset up by name; ``False`` treats the device as
             unknown (peak and bandwidth from the measurement).
 
@@ -296,16 +280,16 @@ def device_from_timings(timings: Timings, *, reference: Any = None, match_preset
     """
     _check_times(timings)
     _check_sizes(timings)
-    preset = preset_for(timings.device_name) if match_preset else None
-    if reference is None and preset is not None:
-        reference = hardware.device(preset)
+    record = match_torch_name(timings.device_name) if match_preset else None
+    if reference is None and record is not None:
+        reference = record.device
     launch = statistics.median(timings.launch)
     gemm_rates = [(g, g.flops / _busy(g.seconds, launch)) for g in timings.gemms]
     attention_rates = [(a, a.flops / _busy(a.seconds, launch)) for a in timings.attention]
     memory_rates = [(m, m.bytes / _busy(m.seconds, launch)) for m in timings.memory]
     if reference is not None:
         peak, bandwidth = float(reference.peak_flops), float(reference.memory_bandwidth)
-        tile = tuple(getattr(reference, "gemm_tile", DEFAULT_TILE))
+        tile = reference.gemm_tile
         basis = f"{reference.name} spec"
     else:
         peak = max(rate for _item, rate in gemm_rates + attention_rates)
@@ -352,17 +336,14 @@ def device_from_timings(timings: Timings, *, reference: Any = None, match_preset
             "launch_overhead_ms": f"median of {len(timings.launch)} timings of the smallest kernel",
         },
     }
-    if random and "random_efficiency" in {f.name for f in dataclasses.fields(hardware.Device)}:
+    if random:
         fields["random_efficiency"] = statistics.median(random)
         fields["sources"]["random_efficiency"] = "median over the largest size of " + ", ".join(
             sorted(set(memory_efficiencies) & RANDOM_KERNELS))
-    try:
-        return hardware.Device(**fields)
-    except TypeError as error:  # a hardware.Device without the per-operator fields
-        raise InvalidInputError(f"this pipeplan's hardware.Device cannot hold a calibration: {error}") from None
+    return Device(**fields)
 
 
-def link_from_timings(timings: Timings) -> hardware.Link | None:
+def link_from_timings(timings: Timings) -> Link | None:
     """The point-to-point :class:`~pipeplan.hardware.Link` fitted to ``timings.p2p``, or ``None`` without samples.
 
     Its name is the fitted device's (``"h100-80g p2p (calibrated)"``), as a device file reads back.
@@ -386,7 +367,8 @@ def link_from_timings(timings: Timings) -> hardware.Link | None:
 
 def _device_name(timings: Timings) -> str:
     """The fitted device's name: the preset it matches, else torch's name as a slug."""
-    return preset_for(timings.device_name) or _slug(timings.device_name)
+    record = match_torch_name(timings.device_name)
+    return record.name if record is not None else _slug(timings.device_name)
 
 
 def _slug(device_name: str) -> str:
