@@ -42,7 +42,6 @@ MODULES = [
     "pipeplan.presets",
     "pipeplan.predict",
     "pipeplan.predict.compare",
-    "pipeplan.predict.contention",
     "pipeplan.predict.prediction",
     "pipeplan.dualrate.metrics",
     "pipeplan.lessons.scheduler",

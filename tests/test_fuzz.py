@@ -282,14 +282,12 @@ def test_costs_comm_and_partition_reject_bad_arguments_with_pipeplan_errors(
        use_real=st.integers(0, 3))
 def test_shared_simulation_timeline_ranks_and_uniform_costs_reject_bad_arguments(
         schedule, costs, comm, slowdown, rank, stages, use_real):
-    from pipeplan.predict.contention import simulate_shared
-
     real_schedule = pipeplan.build_schedule("1f1b", num_stages=4, num_microbatches=4)
     real_costs = pipeplan.StageCosts([30, 10, 10, 20])
     schedule = real_schedule if use_real & 1 else schedule
     costs = real_costs if use_real & 2 else costs
-    _api_ok(lambda: simulate_shared(schedule, costs, comm))
-    _api_ok(lambda: simulate_shared(real_schedule, real_costs, slowdown=slowdown))
+    _api_ok(lambda: pipeplan.simulate(schedule, costs, comm, slowdown=(1.0, 2.0)))
+    _api_ok(lambda: pipeplan.simulate(real_schedule, real_costs, slowdown=slowdown))
     timeline = pipeplan.simulate(real_schedule, real_costs)
     _api_ok(lambda: timeline.memory(rank))
     _api_ok(lambda: timeline.idle_intervals(rank))

@@ -7,7 +7,6 @@ import pytest
 
 import pipeplan
 from pipeplan.calibration import Calibration
-from pipeplan.predict.contention import simulate_shared
 from pipeplan.layers import LayerProfile
 from pipeplan.predict import costs_as_run, fit_kind_factors, predict, scale_profile
 from pipeplan.timeline import Timeline
@@ -24,8 +23,8 @@ def test_prediction_charges_the_calibrated_messages_and_core_sharing():
     schedule = pipeplan.build_schedule("zb-h1", num_stages=2, num_microbatches=4)
     timeline = predict(profile(calibration), schedule, [2, 2])
     costs = profile().stage_costs([2, 2])
-    expected = simulate_shared(schedule, costs, pipeplan.CommModel(latency=0.5, bandwidth=1000.0,
-                                                                   boundary_bytes=[2000.0]), slowdown=(1.0, 1.6))
+    expected = pipeplan.simulate(schedule, costs, pipeplan.CommModel(latency=0.5, bandwidth=1000.0,
+                                                                     boundary_bytes=[2000.0]), slowdown=(1.0, 1.6))
     np.testing.assert_array_equal(timeline.end, expected.end)
     free = predict(profile(), schedule, [2, 2])  # no calibration: free messages, a core per rank
     assert free.makespan == pipeplan.simulate(schedule, costs).makespan

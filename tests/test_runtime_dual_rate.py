@@ -11,11 +11,13 @@ in the same two processes; the tests then check:
   measured Δt per frame is what the schedule says;
 * without weight stashing the stale backward runs on the current weights, so it
   differs from the stashed run once Δt > 0;
-* the frozen encoder does not move.
+* the frozen encoder does not move;
+* a rank that raises or hangs is named, with its action, by the runtime's launcher.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -23,8 +25,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pipeplan import InvalidInputError  # noqa: E402
+from pipeplan.errors import RuntimeFailure  # noqa: E402
 from pipeplan.dualrate.policy import build_dual_rate_policy  # noqa: E402
-from pipeplan.dualrate.runtime import DualRateConfig, replay_dual_rate, run_dual_rate_configs  # noqa: E402
+from pipeplan.dualrate.runtime import (  # noqa: E402
+    DualRateConfig, replay_dual_rate, run_dual_rate, run_dual_rate_configs)
+from pipeplan.dualrate.worker import DualRateRank  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -94,6 +99,35 @@ def test_time_budget_stops_every_rank_at_the_same_frame():
     assert 0 < run.frames < 10_000
     assert run.steps == run.frames * SMALL.rate_ratio
     assert run.wall_s < 5.0
+
+
+def _fault_at(handler_name, index, fault):
+    """``DualRateRank``'s handler with ``fault()`` first at ``index`` (the ranks are forked: they inherit it)."""
+    handler = getattr(DualRateRank, handler_name)
+
+    def patched(self, state, at, position):
+        if at == index:
+            fault()
+        handler(self, state, at, position)
+
+    return patched
+
+
+def test_a_rank_that_raises_is_named_with_its_action(monkeypatch):
+    def boom():
+        raise ValueError("boom")
+
+    monkeypatch.setattr(DualRateRank, "_action_update", _fault_at("_action_update", 2, boom))
+    with pytest.raises(RuntimeFailure, match=r"^rank 1 failed in U\(stage 1, mb 2\): ValueError: boom"):
+        run_dual_rate(replace(SMALL, max_frames=4), timeout=30.0)
+
+
+def test_a_hung_rank_is_named_within_the_timeout(monkeypatch):
+    monkeypatch.setattr(DualRateRank, "_vision_update", _fault_at("_vision_update", 1, lambda: time.sleep(600)))
+    began = time.monotonic()
+    with pytest.raises(RuntimeFailure, match=r"^rank 0 hung in U\(stage 0, mb 1\): no progress for .* \(timeout 3 s\)"):
+        run_dual_rate(replace(SMALL, max_frames=4), timeout=3.0)
+    assert time.monotonic() - began < 60.0
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ Fields and units (times in ms, like every pipeplan cost):
   each of ``k`` processes computing at the same time than on one alone
   (``slowdown[0] = 1``). On a machine with fewer free cores than processes this
   is about ``k / cores``; on one with a core per process and memory to spare it
-  stays near 1. :func:`pipeplan.predict.contention.simulate_shared` charges it.
+  stays near 1. :func:`pipeplan.simulate` charges it (``slowdown``).
 * ``samples``: the ``(bytes, one-way ms)`` pairs the link was fitted to, kept so
   a reader can check the fit.
 

@@ -9,16 +9,18 @@ per frame. Each rank walks its order of :class:`~pipeplan.schedules.dual_rate.Du
     run = run_dual_rate(DualRateConfig(rate_ratio=4, damping=0.95, time_budget=5.0))
     run.samples_per_s, run.final_loss, run.staleness[0]
 
-What travels (one gloo process group per directed link, so the latent and
-its gradient never queue behind each other):
+The processes, their timeout and the naming of a rank that fails, dies or hangs
+are :func:`pipeplan.runtime.spawn`'s; the messages are the pipeline runtime's
+packets (:class:`pipeplan.runtime.p2p.LinkTransport`, one process group per
+directed link, so the latent and its gradient never queue behind each other):
 
-* latent, vision ``V-1`` → action: ``isend`` right after the forward (the vision
-  rank never waits for the action rank to take it); the action rank posts the
-  receive of frame ``j + 1`` as soon as it starts frame ``j``. The message
-  carries ``(frame, weight version, last)`` ahead of the tensor.
-* latent gradient, action → vision ``V-1``: summed over the frame's ``k`` steps,
-  sent with ``isend`` after the window's last backward, tagged with the weight
-  version that produced the latent. The vision rank computes
+* latent, vision ``V-1`` → action, ``act(V-1, j)``: ``isend`` right after the
+  forward (the vision rank never waits for the action rank to take it); the action
+  rank posts the receive of frame ``j + 1`` as soon as it starts frame ``j``. The
+  packet carries the tag ``(frame, weight version, last)`` after the tensor.
+* latent gradient, action → vision ``V-1``, ``grad(V, j)``: summed over the frame's
+  ``k`` steps, sent with ``isend`` after the window's last backward. The vision
+  rank keeps the weight version each forward ran on, computes
   ``Δt = its version now − that version`` and scales its weight gradient by
   ``λ^Δt`` (``staleness_scaling="damping"``) or ``1 / max(Δt, 1)`` (``"inverse"``,
   the staleness-aware ASGD learning rate α/Δt) before its update ``U``.
@@ -94,20 +96,25 @@ def execute_dual_rate(rank: int, world_size: int, configs: list[DualRateConfig])
     """One rank's work for every configuration (collective over the world); the action rank returns the runs."""
     import torch.distributed as dist
 
+    from ..runtime.faults import FaultMonitor
     from ..runtime.grid import link_groups
+    from ..runtime.p2p import LinkTransport
 
     vision = world_size - 1
     links = [(s, s + 1) for s in range(vision)] + [(s + 1, s) for s in range(vision)]
-    groups = link_groups(links)
+    monitor = FaultMonitor.ensure(rank)
+    with monitor.phase_of("connecting the links", collective=True):
+        transport = LinkTransport(rank, link_groups(links, connect=True), list(range(world_size)))
     out: list[DualRateRun] = []
     for config in configs:
         if config.world_size != world_size:
             raise InvalidInputError(f"configuration needs {config.world_size} processes, the world has {world_size}")
-        dist.barrier()
+        with monitor.phase_of("the configuration's barrier", collective=True):
+            dist.barrier()
         if config.method == "synchronous":
-            run = synchronous_rank(rank, config)
+            run = synchronous_rank(rank, config, transport)
         else:
-            run = DualRateRank(rank, config, groups).run()
+            run = DualRateRank(rank, config, transport).run()
         if run is not None:  # the action rank's result; the others return None
             out.append(run)
     return out if rank == vision else None

@@ -1,12 +1,14 @@
 """The synchronous baseline on one rank: the two modules as an ordinary two-stage pipeline.
 
     from pipeplan.dualrate.synchronous import synchronous_rank
-    run = synchronous_rank(rank, DualRateConfig(method="synchronous"))   # in each of 2 processes
+    run = synchronous_rank(rank, DualRateConfig(method="synchronous"), transport)   # in each of 2 processes
     run                                # the DualRateRun on rank 1, None on rank 0
 
 Both sides run and update every step with exact gradients
 (:class:`~pipeplan.runtime.PipelineRuntime`, 1F1B over 2 stages, ``sync_microbatches``
-microbatches); the vision stage sees the step's camera frame. torch (imported on call).
+microbatches); the vision stage sees the step's camera frame. The held-out latents go
+to the action rank as one ``act`` packet on the runtime's wire (``transport``, a
+:class:`~pipeplan.runtime.p2p.LinkTransport` over the link groups). torch (imported on call).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..runtime.p2p import LinkTransport, Packet, encode_header
 from .config import DualRateConfig
 from .result import DualRateRun
 from .training import build_parts, make_optimizer, mse
@@ -21,7 +24,7 @@ from .training import build_parts, make_optimizer, mse
 __all__ = ["synchronous_rank"]
 
 
-def synchronous_rank(rank: int, config: DualRateConfig) -> DualRateRun | None:
+def synchronous_rank(rank: int, config: DualRateConfig, transport: LinkTransport) -> DualRateRun | None:
     """The baseline: both sides every step, exact gradients (PipelineRuntime, 1F1B over 2 stages)."""
     import torch
     import torch.distributed as dist
@@ -65,13 +68,15 @@ def synchronous_rank(rank: int, config: DualRateConfig) -> DualRateRun | None:
             break
     wall = time.perf_counter() - t0
     images, fast, target = task.held_out(config.eval_samples)
-    latent = torch.zeros(config.eval_samples, head[0].in_features - fast.shape[1])
+    cpu = torch.device("cpu")
     with torch.no_grad():
         if rank == 0:
             latent = encoder(images)
-            dist.send(latent, 1)
+            transport.send(1, [latent], header=encode_header([latent], cpu))
+            transport.finish()
         else:
-            dist.recv(latent, 0)
+            specs, _tuple = transport.receive_header(0, Packet("hdr", 0, step), cpu, config.num_envs)
+            latent = transport.wait(0, Packet("act", 0, step), transport.post(0, specs, cpu))[0]
         final = float(mse(head(torch.cat([latent, fast], dim=1)), target))
     weights = {}
     if config.return_weights:

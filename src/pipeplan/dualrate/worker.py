@@ -1,32 +1,41 @@
-"""One rank of a dual-rate run: walks its order of the shape, sends and receives (torch).
+"""One rank of a dual-rate run: walks its order of the shape on the pipeline runtime's wire (torch).
 
-    groups = link_groups(links)                       # one gloo group per directed link
-    run = DualRateRank(rank, config, groups).run()    # in every process, after a barrier
-    run                                               # the DualRateRun on the action rank, None elsewhere
+    transport = LinkTransport(rank, link_groups(links, connect=True), list(range(world_size)))
+    run = DualRateRank(rank, config, transport).run()    # in every process (pipeplan.runtime.spawn)
+    run                                                  # the DualRateRun on the action rank, None elsewhere
 
 What travels, and when, is described in :mod:`pipeplan.dualrate.runtime`. A rank
 walks its order of the :class:`~pipeplan.schedules.dual_rate.DualRateShape` and
 runs each action with the handler of its kind (``F``, ``B``, ``U``), one method
 each for the vision ranks and for the action rank, as the pipeline executor runs
-one method per kind. Every message carries ``(frame, weight version, last)``
-(three floats) ahead of its tensor.
+one method per kind, each inside the fault monitor's
+:meth:`~pipeplan.runtime.faults.FaultMonitor.action` (the launcher names a rank
+that fails, dies or hangs, and its action; its peers stop).
+
+The messages are the pipeline runtime's packets (:mod:`pipeplan.runtime.p2p`):
+``act(s, j)``, vision stage ``s``'s output for frame ``j``, is a tuple of the output
+and an int64 tag ``(frame, weight version, last)``, preceded on its link by the
+runtime's ``hdr`` (dtypes and shapes) before the first one; ``grad(s + 1, j)`` is
+the gradient of that output (an empty tensor, an acknowledgement, when the encoder
+is frozen). The held-out pass after the last frame is one more ``act(s, J)``, a
+new batch with its own header.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..runtime.faults import FaultMonitor
+from ..runtime.p2p import LinkTransport, Packet, TensorSpec, encode_header
+from ..schedule import Action
 from .config import DualRateConfig
 from .result import DualRateRun
 from .training import build_parts, make_optimizer, mse
 
 __all__ = ["DualRateRank"]
-
-_HEADER = 3  # frame, weight version, last-frame flag
 
 
 @dataclass
@@ -39,10 +48,12 @@ class _VisionState:
         in_flight: per frame whose update has not run, its forward's inputs, version
             and (stashing) weight snapshot and output.
         staleness: per frame, the Δt of its gradient.
+        gradient: the spec of the gradient a ``B`` receives (known after the first forward).
     """
 
     params: dict[str, Any]
     version: int = 0
+    gradient: list[TensorSpec] = field(default_factory=list)
     in_flight: dict[int, dict[str, Any]] = field(default_factory=dict)
     staleness: dict[int, int] = field(default_factory=dict)
 
@@ -52,19 +63,18 @@ class _ActionState:
     """What the action rank carries from action to action.
 
     Attributes:
-        pending: posted latent receives by frame, ``(work, buffer)``.
+        pending: posted latent receives by frame.
         ahead: whether the next frame's latent is received while this one's steps run
             (two or more buffer slots).
-        latent, latent_version, last: the current frame's latent (a leaf that collects
-            its gradient), the weight version that made it and whether it is the last frame.
+        latent, last: the current frame's latent (a leaf that collects its gradient) and
+            whether it is the last frame.
         loss: the current step's loss.
         steps, frames, curve: updates done, frames taken, ``(s, samples, loss)`` per update.
     """
 
-    pending: dict[int, tuple[Any, Any]]
+    pending: dict[int, Any]
     ahead: bool
     latent: Any = None
-    latent_version: float = 0.0
     last: bool = False
     loss: Any = None
     steps: int = 0
@@ -75,21 +85,19 @@ class _ActionState:
 class DualRateRank:
     """One rank of a dual-rate run: walks its order of the shape, sends and receives."""
 
-    def __init__(self, rank: int, config: DualRateConfig, groups: dict[tuple[int, int], Any]) -> None:
+    def __init__(self, rank: int, config: DualRateConfig, transport: LinkTransport) -> None:
         import torch
 
         self.rank = rank
         self.config = config
-        self.groups = groups
+        self.transport = transport
+        self.monitor = FaultMonitor.ensure(rank)
+        self.device = torch.device("cpu")
         self.vision_ranks = config.num_vision_stages
         self.action_rank = self.vision_ranks
         self.task, self.head, self.stages, _encoder = build_parts(config)
-        with torch.no_grad():  # every stage's output shape, for the receivers' buffers
-            value = self.task.frame(0)
-            self.out_shapes = []
-            for module in self.stages:
-                value = module(value)
-                self.out_shapes.append(tuple(value.shape))
+        self.headed: set[int] = set()  # the links (by receiver) this rank has sent an act header on
+        self.specs: dict[int, list[TensorSpec]] = {}  # per sender, its act packet's tensors (from the header)
         from torch.func import functional_call  # imported before the clock starts: the first import takes seconds
 
         self.functional_call = functional_call
@@ -102,73 +110,64 @@ class DualRateRank:
             self.optimizer = None
             for param in self.stages[rank].parameters():
                 param.requires_grad_(False)
-        self.sends: list[tuple[Any, Any]] = []
         self.records: list[tuple[int, str, int, int, float, float, float]] = []
         self.shape = config.shape()
         self.began = self.cpu = 0.0  # the clocks of the current action (see _begin)
 
     # ----------------------------------------------------------- messaging
-    def _isend(self, tensor: Any, dst: int) -> None:
-        import torch.distributed as dist
+    def _send_act(self, dst: int, tensors: list[Any], *, new_batch: bool = False) -> None:
+        """Send an ``act`` packet to ``dst``, its header first on the link's first one (or a new batch)."""
+        header = None
+        if new_batch or dst not in self.headed:
+            self.headed.add(dst)
+            header = encode_header(tensors, self.device, is_tuple=len(tensors) > 1)
+        self.transport.send(dst, tensors, header=header)
+        self.transport.prune()
 
-        tensor = tensor.contiguous()
-        self.sends.append((dist.isend(tensor, dst, group=self.groups[(self.rank, dst)]), tensor))
-        self.sends = [(work, kept) for work, kept in self.sends if not work.is_completed()]
+    def _send_grad(self, dst: int, gradient: Any) -> None:
+        """Send a ``grad`` packet (the gradient of the output ``dst`` sent, or an empty acknowledgement)."""
+        self.transport.send(dst, [gradient])
+        self.transport.prune()
 
-    def _irecv(self, numel: int, src: int) -> tuple[Any, Any]:
+    def _post_act(self, src: int, frame: int, *, new_batch: bool = False) -> Any:
+        """Post the receive of ``act(src, frame)``; on the link's first (or a new batch) wait for its header first."""
+        if new_batch or src not in self.specs:
+            self.specs[src] = self.transport.receive_header(src, Packet("hdr", src, frame), self.device,
+                                                            self.config.num_envs)[0]
+        return self.transport.post(src, self.specs[src], self.device)
+
+    def _receive_act(self, src: int, frame: int, *, new_batch: bool = False) -> tuple[Any, bool]:
+        """``act(src, frame)``: the output and whether its frame is the last one."""
+        tensors = self.transport.wait(src, Packet("act", src, frame), self._post_act(src, frame, new_batch=new_batch))
+        return tensors[0], len(tensors) > 1 and bool(tensors[1][2] > 0)
+
+    def _tag(self, frame: int, version: int, last: bool) -> Any:
         import torch
-        import torch.distributed as dist
 
-        buffer = torch.empty(numel)
-        return dist.irecv(buffer, src, group=self.groups[(src, self.rank)]), buffer
-
-    def _recv(self, numel: int, src: int) -> Any:
-        work, buffer = self._irecv(numel, src)
-        work.wait()
-        return buffer
-
-    @staticmethod
-    def _pack(header: tuple[float, float, float], tensor: Any) -> Any:
-        import torch
-
-        return torch.cat([torch.tensor(header, dtype=torch.float32), tensor.detach().reshape(-1).float()])
-
-    def _finish_sends(self) -> None:
-        for work, _kept in self.sends:
-            work.wait()
-        self.sends = []
-
-    # ---------------------------------------------------------------- run
-    def _warm_links(self) -> None:
-        """One small message over every link first: gloo connects a pair lazily, at its first message."""
-        import torch
-        import torch.distributed as dist
-
-        for (src, dst), group in sorted(self.groups.items()):  # the same order on every rank: no deadlock
-            if self.rank == src:
-                dist.send(torch.zeros(1), dst, group=group)
-            elif self.rank == dst:
-                dist.recv(torch.zeros(1), src, group=group)
+        return torch.tensor([frame, version, int(last)], dtype=torch.int64)
 
     def run(self) -> DualRateRun | None:
         """Walk this rank's order, evaluate, gather every rank's records; the run on the action rank, else ``None``."""
         import torch.distributed as dist
 
-        self._warm_links()
-        dist.barrier()
+        with self.monitor.phase_of("the run's barrier", collective=True):
+            dist.barrier()
         self.t0 = time.perf_counter()
         if self.rank < self.vision_ranks:
             staleness = self._vision()
-            self._finish_sends()
-            self._evaluate_vision()
+            with self.monitor.phase_of("the held-out pass"):
+                self.transport.finish()
+                self._evaluate_vision()
             payload: Any = (self.records, staleness, self._weights())
         else:
             summary = self._action()
-            self._finish_sends()
-            final = self._evaluate_action()
+            with self.monitor.phase_of("the held-out pass"):
+                self.transport.finish()
+                final = self._evaluate_action()
             payload = (self.records, None, self._weights())
         gathered: list[Any] = [None] * (self.vision_ranks + 1)
-        dist.all_gather_object(gathered, payload)
+        with self.monitor.phase_of("gathering the records", collective=True):
+            dist.all_gather_object(gathered, payload)
         if self.rank != self.action_rank:
             return None
         steps, frames, wall, curve = summary
@@ -211,13 +210,17 @@ class DualRateRank:
         self.shape = shorter
 
     def _walk(self, handlers: dict[str, Callable[[Any, int, int], None]], state: Any) -> None:
-        """Run this rank's order: each action by the handler of its kind, ``handler(state, index, position)``, timed."""
+        """Run this rank's order: each action by the handler of its kind, ``handler(state, index, position)``, timed.
+
+        Each runs inside the fault monitor's action, so a failure names it and stops the peers.
+        """
         position = 0
         while position < self.shape.order_length(self.rank):
             kind, _stage, index = self.shape.action_at(self.rank, position)
-            self._begin()
-            handlers[kind](state, index, position)
-            self._record(kind, self.rank, index)
+            with self.monitor.action(Action(kind, self.rank, index)):
+                self._begin()
+                handlers[kind](state, index, position)
+                self._record(kind, self.rank, index)
             position += 1
 
     # -------------------------------------------------------------- vision
@@ -237,10 +240,9 @@ class DualRateRank:
                 config.time_budget is not None and self.began / 1e3 >= config.time_budget
             )
             return inputs, last
-        message = self._recv(_HEADER + math.prod(self.out_shapes[stage - 1]), stage - 1)
+        inputs, last = self._receive_act(stage - 1, frame)
         self._begin()
-        last = bool(message[2] > 0.5)
-        return message[_HEADER:].view(self.out_shapes[stage - 1]).clone(), last
+        return inputs, last
 
     def _vision_forward(self, state: _VisionState, frame: int, position: int) -> None:
         """``F``: run the stage (on a snapshot of its weights when stashing) and send the output on."""
@@ -260,7 +262,9 @@ class DualRateRank:
         else:
             with torch.no_grad():
                 output = module(inputs)
-        self._isend(self._pack((frame, state.version, float(last)), output), stage + 1)
+        if not state.gradient:
+            state.gradient = [TensorSpec(tuple(output.shape) if config.train_vision else (0,), output.dtype, False)]
+        self._send_act(stage + 1, [output.detach(), self._tag(frame, state.version, last)])
         state.in_flight[frame] = entry
         if last and frame + 1 < self.shape.num_frames:
             self._truncate(position, frame + 1)
@@ -271,18 +275,18 @@ class DualRateRank:
 
         config = self.config
         stage = self.rank
-        numel = _HEADER + (math.prod(self.out_shapes[stage]) if config.train_vision else 0)
-        message = self._recv(numel, stage + 1)
+        pending = self.transport.post(stage + 1, state.gradient, self.device)
+        gradient = self.transport.wait(stage + 1, Packet("grad", stage + 1, frame), pending)[0]
         self._begin()
         entry = state.in_flight[frame]
         delta = state.version - entry["version"]
         state.staleness[frame] = delta
         if config.train_vision:
-            upstream = self._stale_gradient(state, entry, message[_HEADER:].view(self.out_shapes[stage]), delta)
+            upstream = self._stale_gradient(state, entry, gradient, delta)
         else:
             upstream = torch.empty(0) if stage > 0 else None
         if upstream is not None:
-            self._isend(self._pack((frame, entry["version"], 0.0), upstream), stage - 1)
+            self._send_grad(stage - 1, upstream)
 
     def _stale_gradient(self, state: _VisionState, entry: dict[str, Any], gradient: Any, delta: int) -> Any:
         """Backpropagate ``gradient`` through the forward of ``entry`` into ``.grad``, scaled for staleness ``delta``.
@@ -325,24 +329,18 @@ class DualRateRank:
         stage = self.rank
         images, _fast, _target = self.task.held_out(self.config.eval_samples)
         with torch.no_grad():
-            value = images if stage == 0 else self._recv(
-                self.config.eval_samples * math.prod(self.out_shapes[stage - 1][1:]), stage - 1
-            ).view(self.config.eval_samples, *self.out_shapes[stage - 1][1:])
+            value = images if stage == 0 else self._receive_act(stage - 1, self.shape.num_frames, new_batch=True)[0]
             output = self.stages[stage](value)
-        self._isend(output.reshape(-1), stage + 1)
-        self._finish_sends()
+        self._send_act(stage + 1, [output], new_batch=True)
+        self.transport.finish()
 
     # -------------------------------------------------------------- action
     def _action(self) -> tuple[int, int, float, list[tuple[float, int, float]]]:
         """Walk the action rank's order; return ``(steps, frames, seconds, curve)``."""
-        state = _ActionState({0: self._receive_latent()},
+        state = _ActionState({0: self._post_act(self.vision_ranks - 1, 0)},
                              ahead=self.shape.buffer_frames is not None and self.shape.buffer_frames >= 2)
         self._walk({"F": self._action_forward, "B": self._action_backward, "U": self._action_update}, state)
         return state.steps, state.frames, self._now_ms() / 1e3, state.curve
-
-    def _receive_latent(self) -> tuple[Any, Any]:
-        """Post the receive of the next latent from the last vision rank: ``(work, buffer)``."""
-        return self._irecv(_HEADER + math.prod(self.out_shapes[-1]), self.vision_ranks - 1)
 
     def _action_forward(self, state: _ActionState, step: int, position: int) -> None:
         """``F``: the head on the frame's latent (taken at the frame's first step) and the step's fast input."""
@@ -355,17 +353,17 @@ class DualRateRank:
 
     def _take_latent(self, state: _ActionState, frame: int, position: int) -> None:
         """Wait for frame ``frame``'s latent; post the next receive ahead, or end the order at the last frame."""
-        work, message = state.pending.pop(frame)
-        work.wait()
+        src = self.vision_ranks - 1
+        latent, tag = self.transport.wait(src, Packet("act", src, frame), state.pending.pop(frame))
         self._begin()
-        state.latent_version, state.last = float(message[1]), bool(message[2] > 0.5)
-        state.latent = message[_HEADER:].view(self.out_shapes[-1]).clone().requires_grad_(self.config.train_vision)
+        state.last = bool(tag[2] > 0)
+        state.latent = latent.requires_grad_(self.config.train_vision)
         state.frames += 1
         if state.last:
             if frame + 1 < self.shape.num_frames:
                 self._truncate(position, frame + 1)
         elif state.ahead:
-            state.pending[frame + 1] = self._receive_latent()
+            state.pending[frame + 1] = self._post_act(src, frame + 1)
 
     def _action_backward(self, state: _ActionState, step: int, position: int) -> None:
         """``B``: backpropagate the step's loss; after the window's last step send the latent's gradient back."""
@@ -377,9 +375,9 @@ class DualRateRank:
             return
         frame = step // config.rate_ratio
         gradient = state.latent.grad if config.train_vision else torch.empty(0)
-        self._isend(self._pack((frame, state.latent_version, 0.0), gradient), self.vision_ranks - 1)
+        self._send_grad(self.vision_ranks - 1, gradient)
         if not state.ahead and not state.last:
-            state.pending[frame + 1] = self._receive_latent()
+            state.pending[frame + 1] = self._post_act(self.vision_ranks - 1, frame + 1)
 
     def _action_update(self, state: _ActionState, step: int, position: int) -> None:
         """``U``: the head's optimizer step; one point of the training curve."""
@@ -394,6 +392,6 @@ class DualRateRank:
 
         count = self.config.eval_samples
         _images, fast, target = self.task.held_out(count)
-        latent = self._recv(count * math.prod(self.out_shapes[-1][1:]), self.vision_ranks - 1)
+        latent = self._receive_act(self.vision_ranks - 1, self.shape.num_frames, new_batch=True)[0]
         with torch.no_grad():
             return float(mse(self.head(torch.cat([latent.view(count, -1), fast], dim=1)), target))

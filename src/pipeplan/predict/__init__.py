@@ -12,8 +12,8 @@
     ...
 
 Modules: :mod:`.prediction` (a profile's predicted step; per-kind calibration
-factors), :mod:`.contention` (processes sharing cores), :mod:`.compare`
-(predicted against measured). The machine calibration these read
+factors), :mod:`.compare` (predicted against measured);
+processes sharing cores are :func:`pipeplan.simulate`'s ``slowdown``. The machine calibration these read
 (:class:`~pipeplan.calibration.Calibration`) is a value type of the core, since
 profile files carry it. Torch-free.
 """
@@ -21,7 +21,6 @@ profile files carry it. Torch-free.
 from __future__ import annotations
 
 from .compare import Comparison, compare
-from .contention import simulate_shared
 from .prediction import costs_as_run, fit_kind_factors, predict, prediction_inputs, scale_profile
 
 __all__ = [
@@ -32,5 +31,4 @@ __all__ = [
     "predict",
     "prediction_inputs",
     "scale_profile",
-    "simulate_shared",
 ]

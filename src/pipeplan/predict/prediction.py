@@ -13,7 +13,7 @@ What it charges: the profile's per-layer costs summed per stage
 runtime runs them), messages at the calibrated latency and bandwidth for the
 boundary sizes the profile measured, and core sharing: while ``k`` ranks
 compute at once each is ``slowdown[k - 1]`` times slower
-(:func:`pipeplan.predict.contention.simulate_shared`). A profile without a calibration
+(:func:`pipeplan.simulate` with its ``slowdown``). A profile without a calibration
 predicts free messages and a core per rank. Torch-free.
 
 Calibration mode (reported apart from the profile-only prediction):
@@ -31,11 +31,11 @@ import numpy as np
 
 from .._validation import expect_instance
 from ..calibration import Calibration
-from .contention import simulate_shared
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..schedule import Schedule
+from ..simulate import simulate
 from ..timeline import Timeline
 
 __all__ = ["costs_as_run", "fit_kind_factors", "predict", "prediction_inputs", "scale_profile"]
@@ -78,7 +78,7 @@ def predict(profile: LayerProfile, schedule: Schedule, layers_per_stage: Sequenc
     Without a calibration in the profile, messages are free and cores are not shared.
     """
     costs, comm = prediction_inputs(profile, layers_per_stage, checkpoint=checkpoint)
-    return simulate_shared(schedule, costs, comm, slowdown=(profile.calibration or Calibration()).slowdown)
+    return simulate(schedule, costs, comm, slowdown=(profile.calibration or Calibration()).slowdown)
 
 
 def fit_kind_factors(predicted: Timeline, measured: Timeline) -> dict[str, float]:

@@ -94,7 +94,7 @@ def core_sharing(work: Callable[[], object], *, repeats: int = 7, warmup: int = 
     while the others wait. A round lasts as long as its slowest busy rank (each
     timed from the barrier it left with the others):
     that is the rate at which ``k`` processes sharing the cores get their work
-    done (what :func:`pipeplan.predict.contention.simulate_shared` charges), whereas the
+    done (what :func:`pipeplan.simulate`'s ``slowdown`` charges), whereas the
     first one done may have been favoured by the OS scheduler (four ranks on
     two cores, measured: rank 0 alone gave ``×1.6``, the last rank ``×1.9–2.5``).
     ``slowdown[k - 1]`` is the median round with ``k`` busy over the median

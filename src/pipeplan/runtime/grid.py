@@ -90,7 +90,8 @@ class ProcessGrid:
         return cls(pp=pp, dp=dp, pp_rank=rank % pp, dp_rank=rank // pp, pp_group=pp_group, dp_group=dp_group)
 
 
-def link_groups(links: Iterable[tuple[int, int]], *, device: Any = None) -> dict[tuple[int, int], Any]:
+def link_groups(links: Iterable[tuple[int, int]], *, device: Any = None,
+                connect: bool = False) -> dict[tuple[int, int], Any]:
     """One process group per directed link ``(src, dst)`` of global ranks.
 
     A collective call: every rank of the world must pass the same links (the
@@ -101,6 +102,8 @@ def link_groups(links: Iterable[tuple[int, int]], *, device: Any = None) -> dict
     one-element all-reduce, in the same sorted order on every rank: NCCL would
     otherwise create a link's communicator lazily, blocking, at its first send,
     and two ranks each creating a different link first could wait on each other.
+    ``connect=True`` does the same on gloo, whose pairs also connect at their first
+    message (the dual-rate run connects before its clock starts).
     """
     import torch
     import torch.distributed as dist
@@ -109,7 +112,7 @@ def link_groups(links: Iterable[tuple[int, int]], *, device: Any = None) -> dict
         _LINK_CACHE.clear()
         _LINK_CACHE_WORLD[0] = dist.group.WORLD
     rank = dist.get_rank()
-    warm = device is not None and torch.device(device).type == "cuda"
+    warm = connect or (device is not None and torch.device(device).type == "cuda")
     for link in sorted(set(links)):
         if link not in _LINK_CACHE:
             group = dist.new_group(sorted(link), timeout=group_timeout())

@@ -20,6 +20,11 @@ runtime then passes the decoded headers as ``known_headers`` and later steps
 send none). Other microbatches reuse a header with their own size in dimension
 0 (for tensors whose dimension 0 is the microbatch), which is how an uneven last
 microbatch is received without another header.
+
+:class:`LinkTransport` is the wire under it: it sends and receives one rank's
+packets on its link groups, marks every wait for the fault monitor and words a
+failed receive. :class:`LinkExchange` sequences one step of a schedule on it, the
+dual-rate pipeline (:mod:`pipeplan.dualrate.worker`) its stream of frames.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any, NamedTuple
 from ..errors import InvalidInputError
 from ..schedule import Action, Message, Payload, Schedule
 
-__all__ = ["Packet", "MessagePlan", "TensorSpec", "LinkExchange", "HEADER_LENGTH"]
+__all__ = ["Packet", "MessagePlan", "TensorSpec", "LinkExchange", "LinkTransport", "HEADER_LENGTH"]
 
 HEADER_LENGTH = 64
 
@@ -180,6 +185,91 @@ def _waiting_on(peer: int) -> Any:
     return nullcontext() if monitor is None else monitor.waiting(peer)
 
 
+class LinkTransport:
+    """The wire of one rank: packets sent and received on its link groups, failures worded.
+
+    :class:`LinkExchange` sequences a schedule's step on it; the dual-rate pipeline
+    (:mod:`pipeplan.dualrate.worker`) its stream of frames::
+
+        transport = LinkTransport(rank, groups, to_global)
+        transport.send(1, [encode_header(tensors, device)])      # a packet's tensors, kept until finish()
+        pending = transport.post(0, specs, device)                # irecv into fresh buffers
+        tensors = transport.wait(0, Packet("act", 0, 3), pending)  # a failure names the packet and the peer
+
+    Args:
+        rank: this rank in the pipeline.
+        groups: ``groups[(src, dst)]``, the process group of that directed link (pipeline ranks).
+        to_global: ``to_global[r]``, the global rank of pipeline rank ``r``.
+    """
+
+    def __init__(self, rank: int, groups: dict[tuple[int, int], Any], to_global: Sequence[int]) -> None:
+        self.rank = rank
+        self.groups = groups
+        self.to_global = to_global
+        self._send_works: list[tuple[Any, Any]] = []
+
+    def send(self, dst: int, tensors: Sequence[Any], *, header: Any = None) -> None:
+        """``isend`` ``header`` (if any) then ``tensors`` to ``dst``; each is kept until :meth:`finish`."""
+        import torch.distributed as dist
+
+        group = self.groups[(self.rank, dst)]
+        peer = self.to_global[dst]
+        if header is not None:
+            self._send_works.append((dist.isend(header, dst=peer, group=group), header))
+        with _waiting_on(peer):  # isend raises at once on a pair its peer closed
+            for tensor in tensors:
+                tensor = tensor.contiguous()
+                self._send_works.append((dist.isend(tensor, dst=peer, group=group), tensor))
+
+    def post(self, src: int, specs: Sequence[TensorSpec], device: Any) -> _Pending:
+        """``irecv`` one buffer per spec from ``src`` (never blocks)."""
+        import torch
+        import torch.distributed as dist
+
+        group = self.groups[(src, self.rank)]
+        peer = self.to_global[src]
+        buffers = [torch.empty(s.shape, dtype=s.dtype, device=device) for s in specs]
+        with _waiting_on(peer):
+            works = [dist.irecv(buffer, src=peer, group=group) for buffer in buffers]
+        return _Pending(works, buffers)
+
+    def wait(self, src: int, packet: Packet, pending: _Pending) -> list[Any]:
+        """Wait for the receives of ``packet`` from ``src``; its tensors.
+
+        Raises:
+            RuntimeError: ``"receiving act(stage 0, mb 3) from rank 0 failed: ..."``.
+        """
+        peer = self.to_global[src]
+        try:
+            with _waiting_on(peer):
+                for work in pending.works:
+                    work.wait()
+        except RuntimeError as error:
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise RuntimeError(
+                f"receiving {packet.kind}(stage {packet.stage}, mb {packet.microbatch}) from rank {peer} "
+                f"failed: {detail}"
+            ) from error
+        return pending.buffers
+
+    def receive_header(self, src: int, packet: Packet, device: Any, batch_size: int) -> tuple[list[TensorSpec], bool]:
+        """Wait for the ``hdr`` packet from ``src``: the specs (and the tuple flag) of the ``act`` it announces."""
+        import torch
+
+        pending = self.post(src, [TensorSpec((HEADER_LENGTH,), torch.int64, False)], device)
+        return decode_header(self.wait(src, packet, pending)[0], batch_size)
+
+    def finish(self) -> None:
+        """Wait until every send has gone (their buffers may then be freed)."""
+        for work, _tensor in self._send_works:
+            work.wait()
+        self._send_works.clear()
+
+    def prune(self) -> None:
+        """Forget the sends that have completed (a long stream keeps only those in flight)."""
+        self._send_works = [(work, kept) for work, kept in self._send_works if not work.is_completed()]
+
+
 class LinkExchange:
     """Posts, matches and waits the messages of one rank for one step.
 
@@ -207,8 +297,7 @@ class LinkExchange:
         known_headers: tuple[dict[tuple[int, int], list[TensorSpec]], dict[tuple[int, int], bool]] | None = None,
     ) -> None:
         self.plan = plan
-        self.groups = groups
-        self.to_global = to_global
+        self.transport = LinkTransport(plan.rank, groups, to_global)
         self.sizes = microbatch_sizes
         self.device = device
         self.window = window
@@ -220,7 +309,6 @@ class LinkExchange:
             src: [m for m in sequence if self.with_headers or m.kind != "hdr"]
             for src, sequence in plan.incoming.items()
         }
-        self._send_works: list[tuple[Any, Any]] = []
         self._headed: set[tuple[int, int]] = set()
         self._posted = {src: 0 for src in self.incoming}
         self._consumed = {src: 0 for src in self.incoming}
@@ -235,10 +323,7 @@ class LinkExchange:
 
         ``is_tuple`` (activations only): the stage returned a tuple, not a tensor.
         """
-        import torch.distributed as dist
-
-        group = self.groups[(self.plan.rank, dst)]
-        peer = self.to_global[dst]
+        header = None
         if message.kind == "act":
             self.sent_specs[(message.stage, message.microbatch)] = [
                 TensorSpec(tuple(t.shape), t.dtype, False) for t in tensors
@@ -246,11 +331,7 @@ class LinkExchange:
             if self.with_headers and (dst, message.stage) not in self._headed:
                 self._headed.add((dst, message.stage))
                 header = encode_header(tensors, self.device, is_tuple=is_tuple)
-                self._send_works.append((dist.isend(header, dst=peer, group=group), header))
-        with _waiting_on(peer):  # isend raises at once on a pair its peer closed
-            for tensor in tensors:
-                tensor = tensor.contiguous()
-                self._send_works.append((dist.isend(tensor, dst=peer, group=group), tensor))
+        self.transport.send(dst, tensors, header=header)
 
     # --------------------------------------------------------------- receive
     def _specs(self, src: int, message: Packet) -> list[TensorSpec] | None:
@@ -269,9 +350,6 @@ class LinkExchange:
 
     def _post(self, src: int, *, force: bool = False) -> bool:
         """Post the next receive on the link from ``src``; False if its shape is unknown."""
-        import torch
-        import torch.distributed as dist
-
         index = self._posted[src]
         message = self.incoming[src][index]
         specs = self._specs(src, message)
@@ -282,12 +360,7 @@ class LinkExchange:
             specs = self._specs(src, message)
             if specs is None:  # cannot happen: the header was just resolved
                 raise RuntimeError(f"no header for {message} from rank {src}")
-        group = self.groups[(src, self.plan.rank)]
-        peer = self.to_global[src]
-        buffers = [torch.empty(s.shape, dtype=s.dtype, device=self.device) for s in specs]
-        with _waiting_on(peer):
-            works = [dist.irecv(buffer, src=peer, group=group) for buffer in buffers]
-        self._pending[(src, index)] = _Pending(works, buffers)
+        self._pending[(src, index)] = self.transport.post(src, specs, self.device)
         self._posted[src] = index + 1
         return True
 
@@ -307,18 +380,7 @@ class LinkExchange:
     def _wait_index(self, src: int, index: int) -> None:
         while self._posted[src] <= index:
             self._post(src, force=True)
-        peer = self.to_global[src]
-        try:
-            with _waiting_on(peer):
-                for work in self._pending[(src, index)].works:
-                    work.wait()
-        except RuntimeError as error:
-            message = self.incoming[src][index]
-            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise RuntimeError(
-                f"receiving {message.kind}(stage {message.stage}, mb {message.microbatch}) from rank {peer} "
-                f"failed: {detail}"
-            ) from error
+        self.transport.wait(src, self.incoming[src][index], self._pending[(src, index)])
 
     def post_ahead(self) -> None:
         """Top up every incoming link to ``window`` outstanding receives (never blocks)."""
@@ -344,6 +406,4 @@ class LinkExchange:
 
     def finish(self) -> None:
         """Wait until every send of the step has gone (their buffers may then be freed)."""
-        for work, _tensor in self._send_works:
-            work.wait()
-        self._send_works.clear()
+        self.transport.finish()
