@@ -10,7 +10,9 @@ Each engine module (:mod:`.megatron`, :mod:`.deepspeed`, :mod:`.torchtitan`,
 :mod:`.pipelining`) ends with its :class:`Engine`; the registry in
 :mod:`pipeplan.engines` lists them. The record has one part per question asked of an
 engine: :class:`Runs` (what the planner may search for it) and :class:`Files` (the
-files it is given, written by its export).
+files it is given, written by its export). What an engine's knobs are and what its
+choices cost would be parts of their own beside these; reading its files back belongs
+in :class:`Files`, beside :attr:`Files.write`.
 """
 
 from __future__ import annotations
