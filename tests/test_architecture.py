@@ -18,6 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedules", "viz"),                                           # generators; views of a Timeline
     ("layers", "hardware", "models", "presets", "plan",
      "partition"),                                                  # what a model costs; how to cut it
+    ("engines",),                                                   # what each engine runs; its files
     ("predict", "planner", "runtime", "dualrate"),                  # workflows
     ("lessons",),                                                   # the seeds' exercise APIs
     ("cli", "__main__"),                                            # verbs: parse, call, print

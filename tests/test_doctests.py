@@ -50,6 +50,7 @@ MODULES = [
     "pipeplan.profile_format",
     "pipeplan.dualrate.config",
     "pipeplan.models._schema",
+    "pipeplan.engines._names",
 ]
 
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

@@ -12,7 +12,7 @@ from pipeplan import InvalidInputError, partition_layers
 from pipeplan.layers import LayerProfile
 from pipeplan.partition import ChunkPlacement, PartitionResult, place_chunks
 from pipeplan.plan import Plan, as_plan
-from pipeplan.planner import export
+from pipeplan import engines
 
 #: what PartitionResult.to_dict() and ChunkPlacement.to_dict() gave before they became Plans
 PARTITION_KEYS = ["layers_per_stage", "boundaries", "stage_times", "stage_memory", "placement", "num_ranks",
@@ -75,7 +75,7 @@ def test_placements_export_as_their_plan(costs, ranks, per_rank, pattern):
     plain = Plan(pp=placement.num_ranks, dp=1, layers_per_stage=placement.layers_per_stage,
                  placement=placement.placement, schedule=placement.schedule,
                  schedule_options=placement.schedule_options)
-    assert export.plan_exports(placement) == export.plan_exports(plain)
+    assert engines.plan_exports(placement) == engines.plan_exports(plain)
     assert Plan.to_dict(placement) == plain.to_dict()
 
 

@@ -19,7 +19,7 @@ from pipeplan.models.spec import ModelSpec
 from pipeplan.models.training import ReferenceTraining
 from pipeplan.planner import Cluster, Workload, search
 from pipeplan.planner.search import megatron_split
-from pipeplan.planner.export import megatron_args
+from pipeplan.engines.megatron import megatron_args
 from pipeplan.planner.cluster import ring_pass_ms
 from pipeplan.planner.memory import MemoryModel, OptimizerBytes
 from pipeplan.planner.space import Config, SearchSpace, hsdp_shards

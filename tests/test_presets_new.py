@@ -10,7 +10,7 @@ import pytest
 
 from pipeplan import presets
 from pipeplan.errors import InvalidInputError
-from pipeplan.models.engine_names import layer_names_in_reference, reference_of
+from pipeplan.engines import layer_names_in_reference, reference_of
 
 
 def _linear(i: int, o: int, bias: bool = True) -> int:

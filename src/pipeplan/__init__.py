@@ -18,8 +18,9 @@ docs/architecture.md names the owner of every concept):
 * :mod:`.schedules` (one module per family and the registry), :mod:`.viz` (views);
 * :mod:`.layers` (LayerProfile), :mod:`.hardware`, :mod:`.models`, :mod:`.presets`,
   :mod:`.plan` (the one Plan type), :mod:`.partition` (stages and chunks);
+* :mod:`.engines` (one module per engine and the registry: what it runs, its exports);
 * :mod:`.predict` (a profile's predicted step, predicted vs measured),
-  :mod:`.planner` (search, baselines, engine exports), :mod:`.runtime` (torch:
+  :mod:`.planner` (search, baselines), :mod:`.runtime` (torch:
   executor, launch, faults, the profiler), :mod:`.dualrate` (the dual-rate pipeline);
 * :mod:`.lessons` (the seed lessons' exercise APIs); :mod:`.cli` (the ``pipeplan`` verbs).
 """

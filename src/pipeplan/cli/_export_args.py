@@ -1,7 +1,7 @@
 """``--export ENGINE [--out DIR]`` for the verbs that plan: the arguments, the names, the files written.
 
     from pipeplan.cli._export_args import add_export_arguments, check_export_args, emit_export
-    add_export_arguments(parser)                   # --export megatron|deepspeed|torchtitan|torchtitan-toml|torch, --out
+    add_export_arguments(parser)                   # --export with engines.targets() as its choices, --out
     check_export_args(args)                        # before any work: --out is a writable folder (or can be made)
     emit_export(args, files)                       # writes DIR/<file> for each (``wrote PATH``), or prints them raw
 
@@ -17,16 +17,17 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import engines
+from ..engines import ExportFile, LayerName
 from ..errors import InvalidInputError
-from ..planner.export import EXPORT_TARGETS, ExportFile, LayerName
 from ._common import report_written, write_machine_text
 
 __all__ = ["add_export_arguments", "check_export_args", "emit_export", "write_export", "reference_names"]
 
 
-def add_export_arguments(parser: argparse.ArgumentParser, targets: Sequence[str] = EXPORT_TARGETS) -> None:
-    """Add ``--export`` and ``--out``."""
-    parser.add_argument("--export", choices=tuple(targets), default=None,
+def add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--export`` (one of the registry's :func:`~pipeplan.engines.targets`) and ``--out``."""
+    parser.add_argument("--export", choices=engines.targets(), default=None,
                         help="the plan for this engine (torchtitan-toml: torchtitan's last TOML release)")
     parser.add_argument("--out", metavar="DIR", default=None,
                         help="with --export: write the engine's files into DIR (made if absent), one 'wrote PATH' each; "
@@ -104,8 +105,7 @@ def reference_names(args: argparse.Namespace, num_layers: int) -> list[LayerName
     """The model's own layer names for a ``--preset``/``--spec`` model (``None`` for a profile or layer counts)."""
     if not (getattr(args, "preset", None) or getattr(args, "spec", None)):
         return None
-    from ..models.engine_names import layer_names_in_reference
     from ._spec_args import spec_from_args
 
-    names = layer_names_in_reference(spec_from_args(args))
+    names = engines.layer_names_in_reference(spec_from_args(args))
     return list(names) if len(names) == num_layers else None

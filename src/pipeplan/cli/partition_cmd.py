@@ -28,7 +28,7 @@ from ..layers import LayerProfile
 from ..limits import REPORT_STEP_ACTIONS, action_count
 from ..partition import PartitionResult, even_split, partition_layers
 from ..plan import Plan
-from ..planner.export import ExportFile
+from ..engines import ExportFile, export_files
 from ..schedule import Schedule
 from ..partition.steptime import partition_schedule, simulate_partition
 from ..schedules import SCHEDULES, backward_mode, check_schedule_size, schedule_info
@@ -350,8 +350,6 @@ def _rank_table(result: PartitionResult, capacity: float | None) -> Table:
 
 def _export(args: argparse.Namespace, plan: Plan, micro: int, built: Schedule | None = None) -> list[ExportFile]:
     """The engine's files for ``plan``, with the order that was simulated (``built``, or rebuilt here)."""
-    from ..planner.export import export_files
-
     if built is None:
         costs = plan.profile.stage_costs(plan.layers_per_stage) if isinstance(plan, PartitionResult) and \
             plan.profile is not None else None

@@ -292,7 +292,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
 
 
 def _payload(result: SearchResult, names: Any = None) -> dict[str, Any]:
-    from ..planner.export import plan_exports
+    from ..engines import plan_exports
 
     payload = result.to_dict()
     for entry, plan in zip(payload["plans"], result.plans):
@@ -328,13 +328,15 @@ def show_plans(console: Any, result: SearchResult, *, title: str, capacity: str 
 
 
 def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None], capacity: str) -> None:
-    from ..planner.export import export_files, export_notes, export_refusal
+    from ..engines import by_target
     from ..viz import text_gantt
     from ..units import format_figures
 
     if args.export:  # before anything is printed: a plan the engine cannot run is one line
+        engine = by_target(args.export)
         plan, index = result.best_for(args.export)
-        files = export_files(plan, args.export, reference_names(args, plan.num_layers), gpus_per_node=args.gpus_per_node)
+        files = engine.export(plan, args.export, reference_names(args, plan.num_layers),
+                              gpus_per_node=args.gpus_per_node)
     console = make_console()
     stats = result.stats
     best = result.best
@@ -358,10 +360,10 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
                  f"the best plan of the schedules it runs: {plan.schedule_label}, {format_figures(plan.step_time or 0.0)} ms")
         heading = f"[bold]{args.export}[/bold] ({where}"
         if index != 0:
-            heading += f"; {args.export} cannot run plan 1: {export_refusal(result.plans[0], args.export)}"
+            heading += f"; {args.export} cannot run plan 1: {engine.refusal(result.plans[0])}"
         console.print(heading + ")")
         emit_export(args, files)
-        for note in export_notes(plan, args.export):
+        for note in engine.notes(plan):
             console.print(f"note: {note}")
 
 

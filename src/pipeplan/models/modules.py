@@ -39,7 +39,7 @@ Norm = Literal["layernorm", "rmsnorm", "none"]
 Attention = Literal["eager", "flash"]
 #: Parameters per channel of each norm type.
 NORM_PARAMS = {"layernorm": 2, "rmsnorm": 1, "none": 0}
-#: What a module's layers are to Megatron-LM (see :mod:`pipeplan.models.engine_names`): a decoder
+#: What a module's layers are to Megatron-LM (see :mod:`pipeplan.engines._names`): a decoder
 #: layer (``--num-layers``), the word embedding or the loss (final norm + output layer), or "other".
 Role = Literal["embedding", "decoder", "loss", "other"]
 ROLES: tuple[str, ...] = ("embedding", "decoder", "loss", "other")
@@ -105,7 +105,7 @@ class TransformerStack:
         fqn: the module paths of one block in the reference code, each a template with
             ``{i}`` for the block index (``("model.layers.{i}",)``; a one-block stack may give a
             plain path); ``None``: not recorded
-            (:mod:`pipeplan.models.engine_names` generates ``name.i``).
+            (:mod:`pipeplan.engines._names` generates ``name.i``).
         fqn_first, fqn_last: paths (no ``{i}``) that belong with the first / last block's
             pipeline layer (a final norm: ``("model.norm",)``).
         role: what the blocks are to Megatron-LM (:data:`Role`); needs ``fqn``.

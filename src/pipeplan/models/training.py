@@ -37,7 +37,7 @@ class ReferenceTraining:
         default_recompute: the mode of a module ``recompute`` does not name.
         implementation: the code the modules' reference paths (``fqn``) name, e.g.
             ``"megatron-gpt"``, ``"openpi-pytorch"``
-            (:func:`pipeplan.models.engine_names.reference_of`); ``None``: not recorded.
+            (:func:`pipeplan.engines.reference_of`); ``None``: not recorded.
     """
 
     recompute: Mapping[str, Recompute] = field(default_factory=dict, hash=False)

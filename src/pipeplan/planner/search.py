@@ -127,24 +127,26 @@ class SearchResult:
         """The fastest plan ``engine`` can run, and its index in :attr:`plans`.
 
         The first of :attr:`plans` the engine's export accepts; when none is, the
-        best plan of the same search over only the schedules the engine runs
-        (:data:`pipeplan.planner.export.ENGINE_SCHEDULES`), with index ``None``.
+        best plan of the same search over only what the engine runs
+        (:class:`pipeplan.engines.Runs`), with index ``None``.
+
+        Args:
+            engine: an export target (:func:`pipeplan.engines.targets`).
 
         Raises:
             InvalidInputError: an unknown engine, or the search's own schedules
                 leave none the engine runs.
             InfeasiblePlanError: no plan the engine runs fits.
         """
-        from .export import ENGINE_DP_MODES, ENGINE_SCHEDULES, export_refusal
+        from ..engines import by_target
 
-        if engine not in ENGINE_SCHEDULES:
-            raise InvalidInputError(f"engine must be one of {', '.join(ENGINE_SCHEDULES)}, got {engine!r}")
+        record = by_target(engine)
         for index, plan in enumerate(self.plans):
-            if not export_refusal(plan, engine):
+            if not record.refusal(plan):
                 return plan, index
-        allowed, modes = ENGINE_SCHEDULES[engine], ENGINE_DP_MODES.get(engine)
+        allowed, modes = record.runs.schedules, record.runs.dp_modes_with_pipeline
         if self.rerun is None or (allowed is None and modes is None):
-            raise InvalidInputError(f"{engine} can run none of these plans: {export_refusal(self.plans[0], engine)}")
+            raise InvalidInputError(f"{engine} can run none of these plans: {record.refusal(self.plans[0])}")
         try:
             return self.rerun(allowed, modes).best, None
         except InvalidInputError as error:

@@ -1,6 +1,6 @@
 """What every engine's export shares: the plan conversion, the files, the recompute it can apply.
 
-    from pipeplan.planner.export._common import ExportFile, strongest_recompute
+    from pipeplan.engines._common import ExportFile, strongest_recompute
     ExportFile("ds_config.json", "{}\\n")      # a file an export writes (name inside the --out folder)
     strongest_recompute(plan)                  # "full" when any stage or module recomputes fully
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...errors import InvalidInputError
-from ...plan import Plan, Recompute, as_plan
+from ..errors import InvalidInputError
+from ..plan import Plan, Recompute, as_plan
 
 __all__ = ["ExportFile", "to_plan", "strongest_recompute", "recompute_notes", "one_stage_per_rank"]
 

@@ -1,32 +1,42 @@
-"""How a model's reference implementation names each pipeline layer (module paths and Megatron roles).
+"""How the model's own code names each pipeline layer, as every engine's export reads it.
 
     >>> from pipeplan import presets
-    >>> from pipeplan.models.engine_names import layer_names_in_reference, megatron_port, reference_of
+    >>> from pipeplan.engines import layer_names_in_reference, reference_of
     >>> spec = presets.get("gpt-1.5b")
     >>> [name.fqns for name in layer_names_in_reference(spec)[:2]]
     [('embedding.word_embeddings', 'embedding.position_embeddings'), ('decoder.layers.0',)]
-    >>> reference_of(spec), megatron_port(spec)
-    ('megatron-gpt', True)
+    >>> reference_of(spec)
+    'megatron-gpt'
 
 A module records its paths on its dataclass (``fqn``: templates with ``{i}`` for a
 block; ``fqn_first`` / ``fqn_last``: paths that go with its first / last layer;
 ``role``, see :mod:`pipeplan.models.modules`); a module without them gets a
 generated name ``f"{module.name}.{i}"`` and role ``"other"``. A joint pair's layer
-(π0's Gemma and action-expert layer ``i``) carries both stacks' paths. An exporter
-(a torchtitan/torch split, Megatron-LM's ``--num-layers`` and
-``--account-for-embedding/loss-in-pipeline-split``) reads these. torch-free.
+(π0's Gemma and action-expert layer ``i``) carries both stacks' paths.
+
+A plan without reference names (a profile, layer counts) gets them guessed by
+:func:`layer_names`: each of the plan's own layer names is taken as a module path,
+with the role guessed from its module: an ``embedding``/``tok_embeddings`` first
+layer is the embedding, an ``output_layer``/``lm_head`` last layer the loss, every
+other one a decoder layer. Which roles an engine can run is the engine's own
+(:func:`pipeplan.engines.megatron.megatron_port`). torch-free.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .modules import Module, Role, TransformerStack, VisionEncoder
-from .spec import ModelSpec, _depth  # a module's pipeline layers, as layer_costs counts them
+from ..errors import InvalidInputError
+from ..models.modules import Module, Role, TransformerStack, VisionEncoder
+from ..models.spec import ModelSpec, _depth  # a module's pipeline layers, as layer_costs counts them
+from ..plan import Plan
 
-__all__ = ["LayerName", "Role", "layer_names_in_reference", "megatron_port", "reference_of"]
+__all__ = ["LayerName", "Role", "layer_names_in_reference", "reference_of", "layer_names", "stage_fqns",
+           "module_of"]
 
-_MEGATRON_ROLES = ("embedding", "decoder", "loss")
+_EMBEDDING_MODULES = ("embedding", "embed", "embeddings", "tok_embeddings", "word_embeddings", "wte")
+_LOSS_MODULES = ("output_layer", "lm_head", "loss", "output", "head")
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,7 @@ class LayerName:
     role: Role
 
 
+# ------------------------------------------------------------------ from a model spec
 def _paths(module: Module, index: int) -> tuple[str, ...]:
     """The paths of layer ``index`` of ``module`` (generated when the module records none)."""
     if module.fqn is None:
@@ -101,6 +112,41 @@ def reference_of(spec: ModelSpec) -> str | None:
     return None if spec.training is None else spec.training.implementation
 
 
-def megatron_port(spec: ModelSpec) -> bool:
-    """True when every layer's role is embedding, decoder or loss (the model runs as a Megatron GPT)."""
-    return all(name.role in _MEGATRON_ROLES for name in layer_names_in_reference(spec))
+# ------------------------------------------------------------------ for a plan
+def module_of(name: str) -> str:
+    """The module part of a pipeplan layer name: ``"embedding.0"`` → ``"embedding"``."""
+    head, _, tail = name.rpartition(".")
+    return head if head and tail.isdigit() else name
+
+
+def _guessed(plan: Plan) -> list[LayerName]:
+    names = list(plan.layer_names) or [f"layers.{i}" for i in range(plan.num_layers)]
+    roles: list[Role] = ["decoder"] * len(names)
+    if len(names) > 1 and module_of(names[0]) in _EMBEDDING_MODULES:
+        roles[0] = "embedding"
+    if len(names) > 1 and module_of(names[-1]) in _LOSS_MODULES:
+        roles[-1] = "loss"
+    return [LayerName(fqns=(name,), role=role) for name, role in zip(names, roles)]
+
+
+def layer_names(plan: Plan, names: Sequence[LayerName] | None) -> list[LayerName]:
+    """One :class:`LayerName` per layer of ``plan``: ``names`` checked, or guessed from the plan.
+
+    Raises:
+        InvalidInputError: ``names`` does not hold one entry per layer.
+    """
+    if names is None:
+        return _guessed(plan)
+    names = list(names)
+    if len(names) != plan.num_layers:
+        raise InvalidInputError(
+            f"the reference layer names hold {len(names)} entries, the plan has {plan.num_layers} layers "
+            "(one name per pipeline layer)"
+        )
+    return names
+
+
+def stage_fqns(plan: Plan, names: Sequence[LayerName] | None) -> list[list[str]]:
+    """The module paths each stage holds, in stage order (a joint layer gives all its paths)."""
+    resolved = layer_names(plan, names)
+    return [[fqn for index in span for fqn in resolved[index].fqns] for span in plan.layer_ranges]

@@ -1,6 +1,6 @@
 """DeepSpeed's ``ds_config.json`` and a ``PipelineModule`` with pipeplan's stage boundaries.
 
-    from pipeplan.planner.export.deepspeed import deepspeed_config, deepspeed_files
+    from pipeplan.engines.deepspeed import deepspeed_config, deepspeed_files
     deepspeed_config(plan)    # {"train_batch_size": 64, ..., "zero_optimization": {"stage": 1}}
     deepspeed_files(plan)     # ds_config.json and pipeline_module.py
 
@@ -23,12 +23,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import InvalidInputError
-from ...plan import Plan
+from ..errors import InvalidInputError
+from ..plan import Plan
+from ..schedule import Schedule
 from ._common import ExportFile, one_stage_per_rank, recompute_notes, strongest_recompute, to_plan
+from ._names import LayerName
+from .record import Engine, Files, Runs
 
 __all__ = ["DEEPSPEED_SCHEDULES", "ZERO_STAGES", "deepspeed_parts", "deepspeed_config", "deepspeed_snippet",
-           "deepspeed_files", "deepspeed_notes"]
+           "deepspeed_files", "deepspeed_notes", "ENGINE"]
 
 DEEPSPEED_SCHEDULES = ("1f1b",)
 #: ``zero_optimization.stage`` of each data-parallel mode (HSDP has none in this export)
@@ -137,3 +140,18 @@ def deepspeed_files(plan: Plan | Sequence[int]) -> list[ExportFile]:
     config = deepspeed_config(plan)
     return [ExportFile("ds_config.json", json.dumps(config, indent=2) + "\n"),
             ExportFile("pipeline_module.py", deepspeed_snippet(plan))]
+
+
+def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
+           gpus_per_node: int) -> list[ExportFile]:
+    return deepspeed_files(plan)
+
+
+#: DeepSpeed: its pipeline engine's 1F1B with ZeRO stage 0 or 1; without a pipeline every ZeRO stage.
+ENGINE = Engine(
+    "deepspeed",
+    Runs(schedules=DEEPSPEED_SCHEDULES,
+         dp_modes_with_pipeline=tuple(mode for mode, stage in ZERO_STAGES.items() if stage < 2),
+         dp_modes_without_pipeline=tuple(ZERO_STAGES)),
+    Files(targets=("deepspeed",), write=_write, notes=deepspeed_notes),
+)

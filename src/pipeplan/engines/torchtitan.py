@@ -1,6 +1,6 @@
 """torchtitan: the plan as a Python configuration (torchtitan today), or the last TOML release's sections.
 
-    from pipeplan.planner.export.torchtitan import torchtitan_files, torchtitan_settings
+    from pipeplan.engines.torchtitan import torchtitan_files, torchtitan_settings
     torchtitan_settings(plan)["parallelism"]["pipeline_parallel_degree"]   # 4
     torchtitan_files(plan)            # torchtitan_config.py (+ schedule.csv when the order needs one)
     torchtitan_files(plan, toml=True) # torchtitan.toml for the last TOML release (+ schedule.csv)
@@ -32,15 +32,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import InvalidInputError
-from ...plan import Plan
-from ...schedules.patterns import loop_placement, v_placement
+from ..errors import InvalidInputError
+from ..plan import Plan
+from ..schedule import Schedule
+from ..schedules.patterns import loop_placement, v_placement
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, stage_fqns
 from .pipelining import plan_schedule, torch_schedule_csv
+from .record import Engine, Files, Runs
 
 __all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_TOML_COMMIT", "torchtitan_schedule_name", "torchtitan_degrees",
-           "torchtitan_settings", "torchtitan_config_py", "torchtitan_toml", "torchtitan_files", "torchtitan_notes"]
+           "torchtitan_settings", "torchtitan_config_py", "torchtitan_toml", "torchtitan_files", "torchtitan_notes", "ENGINE"]
 
 TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 TORCHTITAN_TOML_COMMIT = "e347b1e5e"
@@ -225,3 +227,21 @@ def torchtitan_files(plan: Plan | Sequence[int], names: Sequence[LayerName] | No
     if needs_csv:
         files.append(ExportFile(_CSV, torch_schedule_csv(plan_schedule(plan))))
     return files
+
+
+def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
+           gpus_per_node: int) -> list[ExportFile]:
+    """``torchtitan`` (the Python configuration) or ``torchtitan-toml``; ``schedule`` replaces the CSV's order."""
+    files = torchtitan_files(plan, names, toml=target == "torchtitan-toml", gpus_per_node=gpus_per_node)
+    if schedule is None:
+        return files
+    return [ExportFile(f.name, torch_schedule_csv(schedule)) if f.name == _CSV else f for f in files]
+
+
+#: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode
+#: (ZeRO-1/2 as FSDP that keeps parameters gathered); at HEAD and in its last TOML release.
+ENGINE = Engine(
+    "torchtitan",
+    Runs(),
+    Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes),
+)

@@ -1,6 +1,6 @@
 """torch.distributed.pipelining: ``split_spec.py`` (stages by module path, FSDP2 wrapping) and ``schedule.csv``.
 
-    from pipeplan.planner.export.pipelining import torch_files, torch_schedule_csv
+    from pipeplan.engines.pipelining import torch_files, torch_schedule_csv
     torch_schedule_csv(schedule)     # "0F0,0F1,...\\n1F0,..." one row per rank, what _load_csv reads
     torch_files(plan)                # split_spec.py and schedule.csv
 
@@ -22,14 +22,15 @@ import io
 import json
 from collections.abc import Sequence
 
-from ...errors import InvalidInputError
-from ...plan import Plan
-from ...schedule import Schedule
+from ..errors import InvalidInputError
+from ..plan import Plan
+from ..schedule import Schedule
 from ._common import ExportFile, to_plan
 from ._names import LayerName, layer_names, stage_fqns
+from .record import Engine, Files, Runs
 
 __all__ = ["torch_split_spec", "torch_split_snippet", "torch_actions", "torch_schedule_csv", "plan_schedule",
-           "torch_files"]
+           "torch_files", "ENGINE"]
 
 
 def _names_arg(plan: Plan, names: Sequence[str | LayerName] | None) -> list[LayerName] | None:
@@ -138,7 +139,7 @@ def plan_schedule(plan: Plan | Sequence[int]) -> Schedule:
     plan = to_plan(plan)
     if plan.timeline is not None:
         return plan.timeline.schedule
-    from ...schedules import build_schedule, schedule_info
+    from ..schedules import build_schedule, schedule_info
 
     if plan.schedule == "custom" or schedule_info(plan.schedule).cost_aware:
         raise InvalidInputError(
@@ -157,3 +158,12 @@ def torch_files(plan: Plan | Sequence[int], names: Sequence[str | LayerName] | N
         raise InvalidInputError(f"the schedule places stages {list(order.placement)}, the plan {list(plan.placement)}")
     return [ExportFile("split_spec.py", torch_split_snippet(plan, names)),
             ExportFile("schedule.csv", torch_schedule_csv(order))]
+
+
+def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
+           gpus_per_node: int) -> list[ExportFile]:
+    return torch_files(plan, names, schedule=schedule)
+
+
+#: plain torch: any order from the schedule CSV, any data-parallel mode (FSDP2 for fsdp and hsdp); exact.
+ENGINE = Engine("torch", Runs(), Files(targets=("torch",), write=_write))

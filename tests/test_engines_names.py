@@ -1,4 +1,4 @@
-"""models/engine_names: every preset's pipeline layers named as its reference code names them."""
+"""engines/_names: every preset's pipeline layers named as its reference code names them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from pipeplan import presets
 from pipeplan.errors import InvalidInputError
-from pipeplan.models.engine_names import LayerName, layer_names_in_reference, megatron_port, reference_of
+from pipeplan.engines import LayerName, layer_names_in_reference, reference_of
+from pipeplan.engines.megatron import megatron_port
 from pipeplan.models.spec import Embedding, ModelSpec, TransformerStack
 from pipeplan.presets.reference import gpt_1_5b
 

@@ -13,21 +13,12 @@ import pytest
 
 import pipeplan
 from pipeplan import InvalidInputError, build_schedule
-from pipeplan.planner.export import (
-    deepspeed_config,
-    deepspeed_parts,
-    export_notes,
-    export_plan,
-    torchtitan_schedule_name,
-    torchtitan_toml,
-    deepspeed_snippet,
-    megatron_args,
-    megatron_layout,
-    torch_actions,
-    torch_schedule_csv,
-    torch_split_snippet,
-    torch_split_spec,
-)
+from pipeplan import engines
+from pipeplan.engines import export_plan
+from pipeplan.engines.deepspeed import deepspeed_config, deepspeed_parts, deepspeed_snippet
+from pipeplan.engines.megatron import megatron_args, megatron_layout
+from pipeplan.engines.pipelining import torch_actions, torch_schedule_csv, torch_split_snippet, torch_split_spec
+from pipeplan.engines.torchtitan import torchtitan_schedule_name, torchtitan_toml
 from pipeplan.layers import LayerProfile
 from pipeplan.partition.placement import place_chunks
 from pipeplan.planner import Plan
@@ -150,10 +141,10 @@ def test_batch_and_recompute_flags():
     assert (args["--micro-batch-size"], args["--global-batch-size"]) == ("2", "64")
     assert args["--recompute-granularity"] == "full" and args["--recompute-method"] == "uniform"
     assert args["--recompute-num-layers"] == "1"
-    assert "recomputes per stage" in export_notes(plan, "megatron")[0]
+    assert "recomputes per stage" in engines.get("megatron").notes(plan)[0]
     selective = Plan(pp=1, dp=8, layers_per_stage=(8,), placement=(0,), recompute=("selective",))
     assert dict(pairwise(megatron_args(selective)))["--recompute-granularity"] == "selective"
-    assert export_notes(selective, "megatron") == []
+    assert engines.get("megatron").notes(selective) == []
 
 
 def test_embedding_and_loss_layers_are_detected_from_the_profile():

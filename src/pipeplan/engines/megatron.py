@@ -1,6 +1,6 @@
 """Megatron-LM's command line for a plan: the split, tensor parallelism, the optimizer, recompute.
 
-    from pipeplan.planner.export.megatron import megatron_args, megatron_line
+    from pipeplan.engines.megatron import megatron_args, megatron_line
     megatron_args([3, 11, 11, 7])   # ['--pipeline-model-parallel-size', '4', '--num-layers', '32', ...]
     megatron_line(plan)             # the same, one shlex-quoted line a shell takes as it is
 
@@ -40,12 +40,14 @@ import shlex
 from collections.abc import Sequence
 from typing import cast
 
-from ...errors import InvalidInputError
-from ...plan import Plan
-from ...schedules.patterns import loop_placement
+from ..errors import InvalidInputError
+from ..models.spec import ModelSpec
+from ..plan import Plan
+from ..schedule import Schedule
+from ..schedules.patterns import loop_placement
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
-from ._names import LayerName, layer_names
-from ...models.engine_names import Role
+from ._names import LayerName, Role, layer_names, layer_names_in_reference
+from .record import Engine, Files, Runs
 
 __all__ = [
     "MEGATRON_COMMIT",
@@ -56,6 +58,9 @@ __all__ = [
     "megatron_mapping",
     "megatron_files",
     "megatron_notes",
+    "megatron_port",
+    "megatron_instead",
+    "ENGINE",
 ]
 
 #: the Megatron-LM commit the flags and rules were read from
@@ -64,6 +69,26 @@ MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 MEGATRON_SCHEDULES = ("1f1b", "interleaved")
 #: data-parallel modes with a Megatron-LM flag in this export (ZeRO-1: the distributed optimizer)
 _DP_FLAGS = {"ddp": [], "zero1": ["--use-distributed-optimizer"]}
+#: the roles of a model Megatron-LM runs as a GPT
+_MEGATRON_ROLES = ("embedding", "decoder", "loss")
+
+
+def megatron_port(spec: ModelSpec) -> bool:
+    """True when every layer's role is embedding, decoder or loss (the model runs as a Megatron GPT)."""
+    return all(name.role in _MEGATRON_ROLES for name in layer_names_in_reference(spec))
+
+
+def _port_gap(resolved: Sequence[LayerName], roles: Sequence[str]) -> str:
+    """Why Megatron-LM has no port of a model whose layers have ``roles`` (``""``: it has one)."""
+    others = sorted({fqn.rpartition(".")[0] or fqn for name, role in zip(resolved, roles) if role == "other"
+                     for fqn in name.fqns[:1]})
+    if others:
+        return f"its {', '.join(others)} layers are not GPT layers"
+    misplaced = [i for i, role in enumerate(roles) if (role == "embedding" and i != 0)
+                 or (role == "loss" and i != len(roles) - 1)]
+    if misplaced:
+        return f"layer {misplaced[0]} is an embedding or loss layer away from the model's ends"
+    return ""
 
 
 def _roles(plan: Plan, names: Sequence[LayerName] | None, embedding: bool | None, loss: bool | None) -> list[str]:
@@ -74,13 +99,8 @@ def _roles(plan: Plan, names: Sequence[LayerName] | None, embedding: bool | None
         roles[0] = "embedding" if embedding else ("decoder" if roles[0] == "embedding" else roles[0])
     if loss is not None:
         roles[-1] = "loss" if loss else ("decoder" if roles[-1] == "loss" else roles[-1])
-    others = sorted({fqn.rpartition(".")[0] or fqn for name, role in zip(resolved, roles) if role == "other"
-                     for fqn in name.fqns[:1]})
-    misplaced = [i for i, role in enumerate(roles) if (role == "embedding" and i != 0)
-                 or (role == "loss" and i != len(roles) - 1)]
-    if others or misplaced:
-        what = f"its {', '.join(others)} layers are not GPT layers" if others else (
-            f"layer {misplaced[0]} is an embedding or loss layer away from the model's ends")
+    what = _port_gap(resolved, roles)
+    if what:
         raise InvalidInputError(
             f"Megatron-LM has no port of this model ({what}): flags would only look runnable; "
             "use --export torch or torchtitan (module paths), or megatron_mapping() for the stage → module table"
@@ -119,7 +139,7 @@ def megatron_layout(plan: Plan | Sequence[int], names: Sequence[LayerName] | Non
     """The ``--pipeline-model-parallel-layout`` string for ``plan`` (``E`` and ``L`` added where absent).
 
     Args:
-        plan: a Plan (or what :func:`~pipeplan.planner.as_plan` takes).
+        plan: a Plan (or what :func:`~pipeplan.plan.as_plan` takes).
         names: the model's layer names and roles (default: guessed from the plan's).
         embedding_layer / loss_layer: override whether the first / last layer is
             the embedding / the loss (otherwise from the roles).
@@ -246,3 +266,32 @@ def megatron_files(plan: Plan | Sequence[int], names: Sequence[LayerName] | None
         'if [ "$#" -eq 0 ]; then printf \'%s\\n\' "$LINE"; else exec "$@" "${FLAGS[@]}"; fi\n'
     )
     return [ExportFile("megatron_args.sh", text, executable=True, printed=line + "\n")]
+
+
+def megatron_instead(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None) -> dict[str, str]:
+    """What a refused export gives instead of flags: ``{"mapping": ...}`` for a model Megatron-LM has no port of.
+
+    Empty for any other plan (one Megatron-LM could run with other choices, or names that do not fit it).
+    """
+    plan = to_plan(plan)
+    try:
+        resolved = layer_names(plan, names)
+    except InvalidInputError:
+        return {}
+    if not _port_gap(resolved, [name.role for name in resolved]):
+        return {}
+    return {"mapping": megatron_mapping(plan, names)}
+
+
+def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
+           gpus_per_node: int) -> list[ExportFile]:
+    return megatron_files(plan, names)
+
+
+#: Megatron-LM: 1F1B and interleaved 1F1B, with DDP or its distributed optimizer (ZeRO-1).
+ENGINE = Engine(
+    "megatron",
+    Runs(schedules=MEGATRON_SCHEDULES, dp_modes_with_pipeline=tuple(_DP_FLAGS),
+         dp_modes_without_pipeline=tuple(_DP_FLAGS)),
+    Files(targets=("megatron",), write=_write, notes=megatron_notes, instead=megatron_instead),
+)

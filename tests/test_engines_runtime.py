@@ -17,7 +17,7 @@ import pipeplan
 from pipeplan import build_schedule
 from pipeplan.layers import LayerProfile
 from pipeplan.partition.placement import place_chunks
-from pipeplan.planner.export import export_files
+from pipeplan.engines import export_files
 from pipeplan.plan import Plan
 from pipeplan.schedule import Schedule
 

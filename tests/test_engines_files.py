@@ -22,15 +22,11 @@ import pytest
 import pipeplan
 from pipeplan import InvalidInputError
 from pipeplan.plan import Plan
-from pipeplan.planner.export import (
-    LayerName,
-    export_files,
-    megatron_args,
-    megatron_mapping,
-    torchtitan_settings,
-)
+from pipeplan.engines import LayerName, export_files
+from pipeplan.engines.megatron import megatron_args, megatron_mapping
+from pipeplan.engines.torchtitan import torchtitan_settings
 
-from test_export import megatron_split, parse_megatron_layout
+from test_engines import megatron_split, parse_megatron_layout
 
 DATA = Path(__file__).parent / "data"
 MEGATRON_FLAGS = {line for line in (DATA / "megatron_args.txt").read_text().splitlines() if line.startswith("--")}
@@ -227,7 +223,7 @@ def test_interleaved_partition_exports_the_interleaved_order(run_cli):
     assert status == 0, err
     rows = [line for line in out.split("# ==> schedule.csv <==\n")[1].splitlines()]
     from pipeplan import build_schedule
-    from pipeplan.planner.export import torch_schedule_csv
+    from pipeplan.engines.pipelining import torch_schedule_csv
 
     # partition's default m is 2 x the pipeline ranks: 4 interleaved stages on 2 ranks
     expected = torch_schedule_csv(build_schedule("interleaved", num_stages=4, num_microbatches=4, virtual_stages=2))

@@ -1,0 +1,136 @@
+"""The record of one engine: what it runs and how its files are written.
+
+    from pipeplan import engines
+    engine = engines.get("deepspeed")
+    engine.runs.schedules                  # ('1f1b',): the planner searches only these for it
+    engine.export(plan)                    # [ExportFile('ds_config.json', ...), ExportFile('pipeline_module.py', ...)]
+    engine.refusal(plan)                   # "" when it runs the plan, else the one-line reason
+
+Each engine module (:mod:`.megatron`, :mod:`.deepspeed`, :mod:`.torchtitan`,
+:mod:`.pipelining`) ends with its :class:`Engine`; the registry in
+:mod:`pipeplan.engines` lists them. The record has one part per question asked of an
+engine: :class:`Runs` (what the planner may search for it) and :class:`Files` (the
+files it is given, written by its export). What an engine's knobs are and what its
+choices cost would be parts of their own beside these; reading its files back belongs
+in :class:`Files`, beside :attr:`Files.write`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..errors import InvalidInputError
+from ..plan import Plan
+from ..schedule import Schedule
+from ._common import ExportFile, to_plan
+from ._names import LayerName
+
+__all__ = ["Engine", "Runs", "Files", "ExportWriter"]
+
+
+class ExportWriter(Protocol):
+    """Writes an engine's files for one plan: ``(plan, target, names, *, schedule, gpus_per_node) -> files``.
+
+    ``target`` is one of the engine's :attr:`Files.targets`; ``names`` the model's layer
+    names (``None``: guessed from the plan's); ``schedule`` the order a schedule CSV
+    carries (``None``: the plan's own); ``gpus_per_node`` for a layout by node. Raises
+    :class:`~pipeplan.errors.InvalidInputError` with one line for a plan the engine
+    cannot run.
+    """
+
+    def __call__(self, plan: Plan, target: str, names: Sequence[LayerName] | None, *,
+                 schedule: Schedule | None, gpus_per_node: int) -> list[ExportFile]: ...
+
+
+def _exact(plan: Plan) -> list[str]:
+    return []
+
+
+def _nothing_instead(plan: Plan, names: Sequence[LayerName] | None) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Runs:
+    """What an engine runs: the planner's fallback search for it spans only this.
+
+    Attributes:
+        schedules: the pipeline schedules it runs (``None``: any order, from a schedule CSV).
+        dp_modes_with_pipeline: the data-parallel modes it runs beside a pipeline of
+            more than one rank (``None``: every mode).
+        dp_modes_without_pipeline: the data-parallel modes it runs without one
+            (pp 1; ``None``: every mode).
+    """
+
+    schedules: tuple[str, ...] | None = None
+    dp_modes_with_pipeline: tuple[str, ...] | None = None
+    dp_modes_without_pipeline: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Files:
+    """The files an engine is given for a plan.
+
+    Attributes:
+        targets: the ``--export`` names it writes, its own name first (torchtitan
+            also writes its last TOML release, ``torchtitan-toml``).
+        write: the export (see :class:`ExportWriter`).
+        notes: what the files approximate of a plan, one sentence each (empty: exact).
+        instead: what a refused export carries beside its one-line error, by JSON key
+            (Megatron-LM: the stage → module table of a model it has no port of).
+    """
+
+    targets: tuple[str, ...]
+    write: ExportWriter
+    notes: Callable[[Plan], list[str]] = _exact
+    instead: Callable[[Plan, Sequence[LayerName] | None], dict[str, str]] = _nothing_instead
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One training engine pipeplan plans for.
+
+    Attributes:
+        name: how ``--export`` and the JSON name it (``"megatron"``, ``"torch"``).
+        runs: what it runs.
+        files: how its files are written.
+    """
+
+    name: str
+    runs: Runs
+    files: Files
+
+    def export(self, plan: Plan | Sequence[int], target: str | None = None,
+               names: Sequence[LayerName] | None = None, *, schedule: Schedule | None = None,
+               gpus_per_node: int = 8) -> list[ExportFile]:
+        """Every file the engine needs to run ``plan``.
+
+        Args:
+            plan: the plan (a list of layers per stage: one stage per rank).
+            target: one of :attr:`Files.targets` (default the engine's name).
+            names: the model's layer names (module paths, roles), one per layer.
+            schedule: the order the CSV files carry (default the plan's own: its
+                timeline's, or its fixed schedule rebuilt).
+            gpus_per_node: GPUs per node (torchtitan's HSDP shard degree).
+
+        Raises:
+            InvalidInputError: a target the engine does not write, or a plan it cannot run.
+        """
+        target = self.name if target is None else target
+        if target not in self.files.targets:
+            raise InvalidInputError(f"{self.name} writes {', '.join(self.files.targets)}, not {target!r}")
+        return self.files.write(to_plan(plan), target, names, schedule=schedule, gpus_per_node=gpus_per_node)
+
+    def notes(self, plan: Plan | Sequence[int]) -> list[str]:
+        """What the engine's files approximate of ``plan`` (empty when they are exact)."""
+        return self.files.notes(to_plan(plan))
+
+    def refusal(self, plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None) -> str:
+        """Why the engine cannot run ``plan`` (its export's one-line error), or ``""`` when it can."""
+        try:
+            self.export(plan, names=names)
+        except InvalidInputError as error:
+            return str(error)
+        return ""
