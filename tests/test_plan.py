@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan import InvalidInputError, partition_layers
+from pipeplan import InvalidInputError, PartitionOptions, partition_layers
 from pipeplan.layers import LayerProfile
 from pipeplan.partition import ChunkPlacement, PartitionResult, place_chunks
 from pipeplan.plan import Plan, as_plan
@@ -29,8 +29,8 @@ def test_planner_names_are_the_core_ones():
 
 def test_partition_result_is_a_plan_with_its_derived_fields():
     profile = LayerProfile.from_costs([2.0] * 32)
-    result = partition_layers(profile, 4, schedule="interleaved", num_microbatches=8,
-                              schedule_options={"virtual_stages": 2})
+    result = partition_layers(profile, 4, PartitionOptions(schedule="interleaved", num_microbatches=8,
+                                                           schedule_options={"virtual_stages": 2}))
     assert isinstance(result, Plan) and as_plan(result) is result
     assert (result.pp, result.dp, result.num_ranks, result.num_stages) == (2, 1, 2, 4)
     assert result.schedule_options == {"virtual_stages": 2} and result.virtual_stages == 2

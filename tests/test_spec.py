@@ -15,7 +15,7 @@ from pipeplan.layers import LayerProfile
 from pipeplan.models.layer_costs import layer_costs, layer_profile
 from pipeplan.models.modules import CrossAttention, Embedding, Linear, Projector, TransformerStack, VisionEncoder
 from pipeplan.models.spec import ModelSpec
-from pipeplan.partition import inflight_per_stage, partition_layers
+from pipeplan.partition import PartitionOptions, inflight_per_stage, partition_layers
 from pipeplan.presets.reference import gpt_1_5b
 from pipeplan.schedules import build_schedule
 
@@ -175,7 +175,7 @@ def test_forward_only_layers_partition_and_simulate():
     for name in ("1f1b", "zb-h1"):
         timeline = simulate(build_schedule(name, num_stages=3, num_microbatches=6), costs)
         assert timeline.makespan > 0
-    result = partition_layers(profile, 3, num_microbatches=6)
+    result = partition_layers(profile, 3, PartitionOptions(num_microbatches=6))
     assert sum(result.layers_per_stage) == profile.num_layers
 
 
