@@ -155,7 +155,7 @@ def zero3_rows() -> list[tuple[str, float, float]]:
         cluster = Cluster(gpus, device, hardware.link("nvlink-a100"), hardware.link("ib-hdr"), 8)
         config = Config(1, gpus, micro, b_total // (gpus * micro), "1f1b", 1, "full", 1, "fsdp")
         plan = evaluate_layout(work, cluster, config, (work.num_layers,))
-        seconds = (plan.step_time or 0.0) * plan.time_unit
+        seconds = plan.step_seconds or 0.0
         rows.append((f"GPT-3 175B ZeRO-3, {gpus} A100, micro-batch {micro}: TFLOP/s per GPU", published,
                      flops / seconds / gpus / 1e12))
     return rows

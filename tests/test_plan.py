@@ -85,3 +85,10 @@ def test_as_plan_of_layer_counts():
     for bad in ("3,4", [0, 2], [True, 2], 5):
         with pytest.raises(InvalidInputError):
             as_plan(bad)  # type: ignore[arg-type]
+
+
+def test_a_plan_converts_its_own_times_to_milliseconds():
+    in_ms = dataclasses.replace(as_plan([2, 2]), step_time=3.0)
+    in_seconds = dataclasses.replace(in_ms, time_unit=1.0)
+    assert in_ms.milliseconds(3.0) == 3.0 and in_ms.milliseconds(None) == 0.0
+    assert in_seconds.milliseconds(in_seconds.step_time) == 3000.0 and in_seconds.step_seconds == 3.0

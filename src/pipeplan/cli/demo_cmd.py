@@ -199,7 +199,7 @@ def pi0_story(console: Console, *, width: int = 100, advance: Callable[..., None
 
 def _ms(value: float | None, plan: Any) -> str:
     """A plan's time in its unit as milliseconds, three significant figures."""
-    return f"{float(f'{(value or 0.0) * plan.time_unit * 1e3:.3g}'):g} ms"
+    return f"{float(f'{plan.milliseconds(value or 0.0):.3g}'):g} ms"
 
 
 def _idle_table(title: str, timelines: dict[str, Timeline]) -> Table:
