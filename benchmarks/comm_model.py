@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _markers import computed_line, print_or_write, signed  # noqa: E402
 
 from pipeplan import hardware  # noqa: E402
+from pipeplan.models.layer_costs import layer_profile  # noqa: E402
 from pipeplan.models.modules import Embedding, LMHead, TransformerStack  # noqa: E402
 from pipeplan.models.spec import ModelSpec  # noqa: E402
 from pipeplan.planner import Cluster, Workload  # noqa: E402
@@ -65,8 +66,8 @@ def korthikanti_rows() -> list[tuple[str, float, float]]:
         work = Workload.from_spec(spec, device, tp_link=hardware.link("nvlink-a100"))
         profile = work.with_tensor_parallel(8).profile(4, "none")
         if not sequence_parallel:
-            bare_sp = spec.to_layer_profile(device, 4, recompute="none", tensor_parallel=8, sequence_parallel=True)
-            bare = spec.to_layer_profile(device, 4, recompute="none", tensor_parallel=8, sequence_parallel=False)
+            bare_sp = layer_profile(spec, device, 4, recompute="none", tensor_parallel=8, sequence_parallel=True)
+            bare = layer_profile(spec, device, 4, recompute="none", tensor_parallel=8, sequence_parallel=False)
             f = profile.forward[1] - bare_sp.forward[1] + bare.forward[1]
             b = profile.backward[1] - bare_sp.backward[1] + bare.backward[1]
         else:
@@ -154,7 +155,7 @@ def zero3_rows() -> list[tuple[str, float, float]]:
         cluster = Cluster(gpus, device, hardware.link("nvlink-a100"), hardware.link("ib-hdr"), 8)
         config = Config(1, gpus, micro, b_total // (gpus * micro), "1f1b", 1, "full", 1, "fsdp")
         plan = evaluate_layout(work, cluster, config, (work.num_layers,))
-        seconds = (plan.step_time or 0.0) * plan.time_unit
+        seconds = plan.step_seconds or 0.0
         rows.append((f"GPT-3 175B ZeRO-3, {gpus} A100, micro-batch {micro}: TFLOP/s per GPU", published,
                      flops / seconds / gpus / 1e12))
     return rows

@@ -33,7 +33,9 @@ import numpy as np
 
 from pipeplan import hardware
 from pipeplan.hardware import Device
-from pipeplan.models.spec import Embedding, LayerCost, LMHead, ModelSpec, TransformerStack
+from pipeplan.models.layer_costs import LayerCost, layer_costs
+from pipeplan.models.modules import Embedding, LMHead, TransformerStack
+from pipeplan.models.spec import ModelSpec
 from pipeplan.plan import Plan
 from pipeplan.planner import Cluster, Workload
 from pipeplan.planner.evaluate import evaluate_layout
@@ -87,7 +89,7 @@ def middle_layer(size: str) -> tuple[ModelSpec, LayerCost]:
     """The spec and one middle transformer layer at the paper's micro-batch size, no recompute."""
     spec = paper_model(size)
     micro_batch = ZERO_BUBBLE_MODELS[size][4]
-    return spec, spec.layer_costs(micro_batch, recompute="none")[1]
+    return spec, layer_costs(spec, micro_batch, recompute="none")[1]
 
 
 def pass_times(device: Device, size: str) -> tuple[float, float, float]:
@@ -317,8 +319,8 @@ def korthikanti_rows(device: Device) -> list[tuple[str, float, float]]:
     spec = ModelSpec("gpt-22b", (stack,))
     rows = []
     for published in KORTHIKANTI_TABLE_4:
-        layer = spec.layer_costs(4, recompute="none", tensor_parallel=8,
-                                 sequence_parallel=published.sequence_parallel)[1]
+        layer = layer_costs(spec, 4, recompute="none", tensor_parallel=8,
+                            sequence_parallel=published.sequence_parallel)[1]
         forward = device.ops_milliseconds(layer.forward_ops)
         backward = device.ops_milliseconds(layer.input_grad_ops) + device.ops_milliseconds(layer.weight_grad_ops)
         rows += [(f"{published.label}: forward ms", published.forward, forward),
@@ -373,7 +375,7 @@ def training_rate(device: Device, link: hardware.Link, row: TrainingRate) -> flo
     dp = row.gpus
     config = Config(pp=1, dp=dp, micro_batch_size=row.micro_batch,
                     num_microbatches=row.global_batch // (dp * row.micro_batch), schedule="1f1b")
-    plan = evaluate_layout(workload, cluster, config, (spec.layer_costs(1).__len__(),),
+    plan = evaluate_layout(workload, cluster, config, (len(layer_costs(spec, 1)),),
                            optimizer="distributed")
     params = spec.num_parameters()
     flops = 6 * row.seq_length * params + 12 * row.layers * row.hidden * row.seq_length**2

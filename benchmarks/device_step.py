@@ -10,7 +10,7 @@ Protocol:
    :class:`~pipeplan.models.spec.ModelSpec` (one ``TransformerStack``) and as a
    torch ``nn.Sequential`` of the same blocks (:func:`build_blocks`; bfloat16 on
    CUDA, float32 on CPU, like the calibration's kernels).
-2. **Planned**: ``spec.to_layer_profile(device, b)`` on the device file's Device
+2. **Planned**: ``layer_profile(spec, device, b)`` on the device file's Device
    (``b = batch / microbatches``), with the file's measured p2p link as the
    profile's message model; nothing of the run is measured for it.
 3. **Measured**: :func:`pipeplan.runtime.loop.run_pipeline` with that profile
@@ -73,7 +73,8 @@ def build_blocks() -> tuple[Any, Any, Any]:
 
 
 def _spec(layers: int, hidden: int, heads: int, seq: int) -> Any:
-    from pipeplan.models.spec import ModelSpec, TransformerStack
+    from pipeplan.models.modules import TransformerStack
+    from pipeplan.models.spec import ModelSpec
 
     stack = TransformerStack(name="layers", num_layers=layers, hidden_size=hidden, num_heads=heads, seq_length=seq,
                              ffn_hidden_size=4 * hidden, bias=True)
@@ -97,14 +98,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from pipeplan.calibration import Calibration
     from pipeplan.hardware.device_file import read_device
+    from pipeplan.models.layer_costs import layer_profile
     from pipeplan.runtime.loop import RunConfig, run_pipeline
 
     loaded = read_device(args.device)
     os.environ[_SHAPE_ENV] = f"{args.layers},{args.hidden},{args.heads},{args.seq}"
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # the ranks (which inherit sys.path) import device_step
     micro_batch_size = args.batch // args.microbatches
-    profile = _spec(args.layers, args.hidden, args.heads, args.seq).to_layer_profile(
-        loaded.device, micro_batch_size, recompute="none")
+    profile = layer_profile(_spec(args.layers, args.hidden, args.heads, args.seq), loaded.device, micro_batch_size,
+                            recompute="none")
     if loaded.p2p is not None:
         profile = dataclasses.replace(profile, calibration=Calibration(
             latency=loaded.p2p.latency_ms, bandwidth=loaded.p2p.bandwidth / 1e3, backend=args.backend))

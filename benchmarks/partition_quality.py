@@ -123,14 +123,16 @@ def quality_rows(rng: np.random.Generator, repeats: int = 3) -> tuple[list[str],
         for num_layers, num_stages in SHAPES:
             times, params, head, tail = make_instance(kind, num_layers, rng)
             optimum = reference_optimum(times, num_stages, head, tail)
-            plan = pipeplan.partition_layers(times.tolist(), num_stages, first_extra=head, last_extra=tail)
-            solve_ms = 1e3 * median_time(repeats, lambda: pipeplan.partition_layers(
-                times.tolist(), num_stages, first_extra=head, last_extra=tail))
+            extras = pipeplan.PartitionOptions(first_extra=head, last_extra=tail)
+            plan = pipeplan.partition_layers(times.tolist(), num_stages, extras)
+            solve_ms = 1e3 * median_time(repeats, lambda: pipeplan.partition_layers(times.tolist(), num_stages, extras))
             ratios = {
                 "pipeplan": plan.bottleneck / optimum,
                 "even": stage_times(times, even_split(num_layers, num_stages), head, tail).max() / optimum,
                 "params": stage_times(
-                    times, pipeplan.partition_layers(params.tolist(), num_stages, tie_break="none").layers_per_stage,
+                    times,
+                    pipeplan.partition_layers(params.tolist(), num_stages,
+                                              pipeplan.PartitionOptions(tie_break="none")).layers_per_stage,
                     head, tail,
                 ).max() / optimum,
             }
@@ -155,10 +157,9 @@ def speed_rows(rng: np.random.Generator, repeats: int) -> list[str]:
         else:
             times, _, head, tail = make_instance(kind, 10_000, rng)
         for tie_break in ("lexicographic", "none"):
-            result = pipeplan.partition_layers(times.tolist(), 128, first_extra=head, last_extra=tail,
-                                               tie_break=tie_break)
-            seconds = median_time(repeats, lambda: pipeplan.partition_layers(
-                times.tolist(), 128, first_extra=head, last_extra=tail, tie_break=tie_break))
+            options = pipeplan.PartitionOptions(first_extra=head, last_extra=tail, tie_break=tie_break)
+            result = pipeplan.partition_layers(times.tolist(), 128, options)
+            seconds = median_time(repeats, lambda: pipeplan.partition_layers(times.tolist(), 128, options))
             rows.append(f"| {kind} | 10,000 | 128 | {tie_break} (applied: {result.tie_break}) | {seconds:.3f} |")
     return rows
 

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _markers import add_write_flag, measured_line, replace_between, run_command  # noqa: E402
 
-from pipeplan.partition import partition_layers  # noqa: E402
+from pipeplan.partition import PartitionOptions, partition_layers  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "partition.md"
 NUM_LAYERS, NUM_STAGES = 10_000, 128
@@ -62,7 +62,7 @@ def measure(costs: list[float], tie_break: str, repeats: int) -> tuple[float, fl
     bottleneck = 0.0
     for _ in range(repeats):
         started = time.process_time()
-        result = partition_layers(costs, NUM_STAGES, tie_break=tie_break)  # type: ignore[arg-type]
+        result = partition_layers(costs, NUM_STAGES, PartitionOptions(tie_break=tie_break))  # type: ignore[arg-type]
         best = min(best, time.process_time() - started)
         bottleneck = result.bottleneck
     return best, bottleneck

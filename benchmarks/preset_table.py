@@ -4,7 +4,7 @@
     python benchmarks/preset_table.py --write    # also record them in docs/presets.md
 
 FLOPs are training FLOPs per example (F + B + W, no recomputation) as
-:meth:`pipeplan.models.spec.ModelSpec.flops_per_sample` counts them: a frozen
+:func:`pipeplan.models.layer_costs.flops_per_sample` counts them: a frozen
 module contributes its forward (and its B when a gradient must pass through it).
 Everything is computed from the shapes; nothing is measured, so the machine's
 load does not matter.
@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _markers import computed_line, print_or_write  # noqa: E402
 
 from pipeplan import presets  # noqa: E402
+from pipeplan.models.layer_costs import flops_per_sample  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "presets.md"
 COMMAND = "python benchmarks/preset_table.py --write"
@@ -36,7 +37,7 @@ def overview() -> str:
     rows = ["| preset | parameters | trained | training FLOPs / example | modules |", "|---|---:|---:|---:|---|"]
     for name in presets.names():
         spec = presets.get(name)
-        flops = sum(spec.flops_per_sample().values())
+        flops = sum(flops_per_sample(spec).values())
         rows.append(f"| `{name}` | {_count(spec.num_parameters())} | {_count(spec.trainable_parameters())} | "
                     f"{_count(flops)} | {len(spec.modules)} |")
     return "\n".join(rows)
@@ -46,7 +47,7 @@ def module_table(name: str) -> str:
     """One row per module of preset ``name``."""
     spec = presets.get(name)
     params = spec.module_parameters()
-    flops = spec.flops_per_sample()
+    flops = flops_per_sample(spec)
     tokens = spec.module_tokens()
     total_params, total_flops = sum(params.values()), sum(flops.values())
     rows = [f"**`{name}`**", "", "| module | kind | parameters | share | FLOP share | tokens | frozen |",

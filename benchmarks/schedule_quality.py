@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from pipeplan import CommModel, StageCosts, analytic, build_schedule, simulate
-from pipeplan.partition import partition_layers
+from pipeplan.partition import PartitionOptions, partition_layers
 from pipeplan.schedules.adaptive import adaptive
 from pipeplan.schedules.zb_v import zb_v_placement
 from _markers import add_write_flag, measured_line, replace_between, run_command, signed
@@ -93,7 +93,7 @@ def lesson_stage_forwards(num_stages: int, *, rebalanced: bool) -> list[float]:
     an even split of the layers (the dumbbell) or the exact re-balanced one."""
     layers, layer_ms, first, last = 32, 2.0, 16.0, 8.0
     if rebalanced:
-        counts = partition_layers([layer_ms] * layers, num_stages, first_extra=first, last_extra=last).layers_per_stage
+        counts = partition_layers([layer_ms] * layers, num_stages, PartitionOptions(first_extra=first, last_extra=last)).layers_per_stage
     else:
         counts = (layers // num_stages,) * num_stages
     forward = [count * layer_ms for count in counts]

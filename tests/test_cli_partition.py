@@ -29,7 +29,7 @@ def test_json_matches_the_library(run_cli):
     payload = json.loads(out)
     assert payload["layers_per_stage"] == [3, 11, 11, 7]
     expected = pipeplan.partition_layers(
-        LayerProfile.uniform(32, forward=2 / 3, first_extra=16, last_extra=8), 4, num_microbatches=8
+        LayerProfile.uniform(32, forward=2 / 3, first_extra=16, last_extra=8), 4, pipeplan.PartitionOptions(num_microbatches=8)
     )
     assert payload["step_time"] == pytest.approx(expected.step_time)
     assert payload["simulated"]["step_time"] == pytest.approx(expected.step_time)

@@ -14,8 +14,10 @@ from hypothesis import given, strategies as st
 from pipeplan import hardware, presets
 from pipeplan.errors import InvalidInputError
 from pipeplan.hardware import GemmPoint
+from pipeplan.models.layer_costs import layer_costs, layer_profile
 from pipeplan.operations import gemm, memory
-from pipeplan.models.spec import ModelSpec, TransformerStack
+from pipeplan.models.modules import TransformerStack
+from pipeplan.models.spec import ModelSpec
 from pipeplan.presets.reference import zero_bubble_gpt
 
 A100 = hardware.device("a100-80g")
@@ -29,7 +31,7 @@ def test_a_gpt_layers_kernels_carry_the_papers_flops():
     # Qi et al. 2024, Table 1: F = sbh(24h + 4s), B = sbh(24h + 8s), W = 24sbh² (no recompute)
     spec = presets.get("gpt-1.5b")
     b, s, h = 2, 1024, 2304
-    layer = spec.layer_costs(b, recompute="none")[1]
+    layer = layer_costs(spec, b, recompute="none")[1]
     assert _matrix_flops(layer.forward_ops) == pytest.approx(s * b * h * (24 * h + 4 * s))
     assert _matrix_flops(layer.input_grad_ops) == pytest.approx(s * b * h * (24 * h + 8 * s))
     assert _matrix_flops(layer.weight_grad_ops) == pytest.approx(24 * s * b * h * h)
@@ -44,9 +46,9 @@ def _flash(spec):
 def test_flash_attention_backward_does_two_and_a_half_forwards_and_full_recompute_adds_the_forward():
     # Dao 2023 (FlashAttention-2) §3.1: the backward kernel performs 2.5x the forward's matmul FLOPs
     spec = _flash(presets.get("gpt-1.5b"))
-    none = spec.layer_costs(2, recompute="none")[1]
-    selective = spec.layer_costs(2, recompute="selective")[1]
-    full = spec.layer_costs(2, recompute="full")[1]
+    none = layer_costs(spec, 2, recompute="none")[1]
+    selective = layer_costs(spec, 2, recompute="selective")[1]
+    full = layer_costs(spec, 2, recompute="full")[1]
     [forward] = [op for op in selective.forward_ops if op.kind == "attention"]
     [backward] = [op for op in selective.input_grad_ops if op.kind == "attention"]
     assert backward.flops == pytest.approx(2.5 * forward.flops) and forward.causal
@@ -59,7 +61,7 @@ def test_flash_attention_backward_does_two_and_a_half_forwards_and_full_recomput
 
 def test_eager_selective_recompute_reruns_the_materialised_attention_before_b():
     spec = presets.get("gpt-1.5b")  # Megatron-LM's local (eager) core attention
-    none, selective = (spec.layer_costs(2, recompute=mode)[1] for mode in ("none", "selective"))
+    none, selective = (layer_costs(spec, 2, recompute=mode)[1] for mode in ("none", "selective"))
     core = [op.name for op in selective.input_grad_ops[:5]]
     assert core == ["scores", "softmax", "attention_dropout", "context", "context.copy"]
     assert selective.input_grad_ops[5:] == none.input_grad_ops
@@ -74,7 +76,7 @@ def test_recompute_never_makes_a_layer_faster_or_larger(name, attention):
     spec = presets.get(name)
     if attention == "flash":
         spec = _flash(spec)
-    profiles = [spec.to_layer_profile(A100, 2, recompute=mode) for mode in ("none", "selective", "full")]
+    profiles = [layer_profile(spec, A100, 2, recompute=mode) for mode in ("none", "selective", "full")]
     for faster, slower in zip(profiles, profiles[1:]):
         for a, b in zip(faster.backward, slower.backward):
             assert a <= b * (1 + 1e-12)
@@ -88,7 +90,7 @@ def test_the_split_of_the_backward_follows_the_kernels_not_a_ratio():
     # depends on the shape (the flat model gave 0.93-0.96 for every GPT; Table 9 measures 0.50-0.67).
     ratios = []
     for size, micro_batch in (("1.5b", 6), ("6.2b", 3)):
-        profile = zero_bubble_gpt(size).to_layer_profile(A100, micro_batch, recompute="none")
+        profile = layer_profile(zero_bubble_gpt(size), A100, micro_batch, recompute="none")
         ratios.append(profile.weight[1] / profile.forward[1])
     assert all(0.45 < ratio < 0.75 for ratio in ratios)
     assert abs(ratios[0] - ratios[1]) > 0.05
@@ -96,12 +98,12 @@ def test_the_split_of_the_backward_follows_the_kernels_not_a_ratio():
 
 def test_frozen_and_data_layers_run_the_kernels_the_rules_say():
     spec = presets.get("gpt-1.5b").with_frozen({"layers": True})
-    layers = spec.layer_costs(1, recompute="none")
+    layers = layer_costs(spec, 1, recompute="none")
     embedding, block = layers[0], layers[1]
     assert embedding.input_grad_ops == ()                       # its input is token ids
     assert block.weight_grad_ops == () and block.input_grad_ops  # frozen, but the embedding upstream trains
     frozen_all = presets.get("gpt-1.5b").with_frozen({"layers": True, "embedding": True, "output_layer": True})
-    assert all(layer.input_grad_ops == () == layer.weight_grad_ops for layer in frozen_all.layer_costs(1))
+    assert all(layer.input_grad_ops == () == layer.weight_grad_ops for layer in layer_costs(frozen_all, 1))
 
 
 def test_a_device_times_an_op_as_a_roofline_plus_launch():
@@ -132,8 +134,8 @@ def test_no_gemm_beats_the_peak_or_the_bandwidth(m, n, k):
 def test_micro_batch_size_changes_the_time_per_sample():
     # Small kernels waste waves and pay launches: per sample, b = 8 is faster than b = 1.
     spec = presets.get("pi0")
-    one = spec.to_layer_profile(hardware.device("h100-80g"), 1)
-    eight = spec.to_layer_profile(hardware.device("h100-80g"), 8)
+    one = layer_profile(spec, hardware.device("h100-80g"), 1)
+    eight = layer_profile(spec, hardware.device("h100-80g"), 8)
     per_sample_one = sum(one.forward) + sum(one.backward)
     per_sample_eight = (sum(eight.forward) + sum(eight.backward)) / 8
     assert per_sample_eight < 0.95 * per_sample_one
@@ -152,8 +154,8 @@ def test_a_measured_gemm_table_gives_the_nearest_shape_and_says_whether_it_was_m
 
 def test_the_flat_model_is_flops_over_the_fraction():
     flat = hardware.device("a100-80g", achievable_fraction=0.5)
-    profile = presets.get("gpt-1.5b").to_layer_profile(flat, 2)
-    layer = presets.get("gpt-1.5b").layer_costs(2)[1]
+    profile = layer_profile(presets.get("gpt-1.5b"), flat, 2)
+    layer = layer_costs(presets.get("gpt-1.5b"), 2)[1]
     assert profile.forward[1] == pytest.approx(1e3 * layer.forward_flops / (0.5 * 312e12))
     assert "flat model" in flat.summary() and "per-operator roofline" in A100.summary()
 
@@ -210,8 +212,8 @@ def test_table_9_passes_are_within_ten_percent():
 def test_tensor_parallel_must_split_whole_heads_and_the_mlp():
     spec = presets.get("gpt-1.5b")  # 24 heads, FFN 9216
     with pytest.raises(InvalidInputError, match=r"tensor_parallel=7 must divide module 'layers''s attention heads \(24\)"):
-        spec.layer_costs(1, tensor_parallel=7)
-    assert spec.layer_costs(1, tensor_parallel=8)[1].params == pytest.approx(spec.layer_costs(1)[1].params / 8, rel=0.01)
+        layer_costs(spec, 1, tensor_parallel=7)
+    assert layer_costs(spec, 1, tensor_parallel=8)[1].params == pytest.approx(layer_costs(spec, 1)[1].params / 8, rel=0.01)
 
 
 def test_table_4_at_the_first_m_is_within_ten_percent_and_ranked_as_measured():

@@ -9,6 +9,7 @@ import pytest
 from pipeplan import hardware, presets
 from pipeplan.costs import StageCosts
 from pipeplan.layers import LayerProfile
+from pipeplan.models.layer_costs import layer_profile
 from pipeplan.planner import Cluster, Workload
 from pipeplan.planner.evaluate import evaluate_layout
 from pipeplan.planner.links import Links
@@ -43,7 +44,7 @@ def test_simulate_preset_runs_the_cost_models_layers(run_cli):
     assert code == 0
     payload = json.loads(out)
     spec = presets.get("gpt-1.5b")
-    profile = spec.to_layer_profile(hardware.device("a100-80g"), 2, recompute="none")
+    profile = layer_profile(spec, hardware.device("a100-80g"), 2, recompute="none")
     stage0 = sum(profile.forward[:6])
     [first] = [a for a in payload["actions"] if a["kind"] == "F" and a["stage"] == 0 and a["microbatch"] == 0]
     assert first["end"] - first["start"] == pytest.approx(stage0)

@@ -86,7 +86,7 @@ def megatron_split(args: list[str]) -> list[int]:
 
 
 def test_lesson16_plan_uses_first_and_last_flags():
-    plan = pipeplan.partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8)
+    plan = pipeplan.partition_layers([2.0] * 32, 4, pipeplan.PartitionOptions(first_extra=16, last_extra=8))
     args = megatron_args(plan)
     assert args == [
         "--pipeline-model-parallel-size", "4", "--num-layers", "32",
@@ -113,7 +113,7 @@ def test_uneven_middle_needs_the_layout():
 
 
 def test_interleaved_layout_lists_virtual_stage_zero_first():
-    plan = pipeplan.partition_layers([1.0] * 19, 4, schedule="interleaved", schedule_options={"virtual_stages": 2})
+    plan = pipeplan.partition_layers([1.0] * 19, 4, pipeplan.PartitionOptions(schedule="interleaved", schedule_options={"virtual_stages": 2}))
     assert plan.placement == (0, 1, 0, 1)
     args = megatron_args(plan)
     layout = args[args.index("--pipeline-model-parallel-layout") + 1]
@@ -122,7 +122,7 @@ def test_interleaved_layout_lists_virtual_stage_zero_first():
 
 
 def test_equal_chunks_use_layers_per_virtual_stage():
-    plan = pipeplan.partition_layers([1.0] * 20, 4, schedule="interleaved", schedule_options={"virtual_stages": 2})
+    plan = pipeplan.partition_layers([1.0] * 20, 4, pipeplan.PartitionOptions(schedule="interleaved", schedule_options={"virtual_stages": 2}))
     args = dict(pairwise(megatron_args(plan)))
     # Megatron-LM: virtual stages per rank = num_layers / pp / layers per virtual stage
     assert args["--num-layers-per-virtual-pipeline-stage"] == "5"
@@ -171,7 +171,7 @@ def test_megatron_rejects_a_custom_placement():
 
 # ------------------------------------------------------------------ DeepSpeed
 def test_deepspeed_parts_and_snippet():
-    plan = pipeplan.partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8)
+    plan = pipeplan.partition_layers([2.0] * 32, 4, pipeplan.PartitionOptions(first_extra=16, last_extra=8))
     assert deepspeed_parts(plan) == [0, 3, 14, 25, 32]
     # an embedding spec before the profiled layers and a loss lambda after them
     assert deepspeed_parts(plan, offset=1, trailing=1) == [0, 4, 15, 26, 34]

@@ -10,7 +10,9 @@ from pipeplan import presets
 from pipeplan.errors import InvalidInputError
 from pipeplan.engines import LayerName, layer_names_in_reference, reference_of
 from pipeplan.engines.megatron import megatron_port
-from pipeplan.models.spec import Embedding, ModelSpec, TransformerStack
+from pipeplan.models.layer_costs import layer_costs
+from pipeplan.models.modules import Embedding, TransformerStack
+from pipeplan.models.spec import ModelSpec
 from pipeplan.presets.reference import gpt_1_5b
 
 
@@ -18,7 +20,7 @@ from pipeplan.presets.reference import gpt_1_5b
 def test_one_name_per_pipeline_layer_and_no_path_twice(name):
     spec = presets.get(name)
     names = layer_names_in_reference(spec)
-    assert len(names) == len(spec.layer_costs(1))
+    assert len(names) == len(layer_costs(spec, 1))
     paths = [path for layer in names for path in layer.fqns]
     assert len(paths) == len(set(paths)), "a module path is named by two pipeline layers"
     assert all(layer.role in ("embedding", "decoder", "loss", "other") for layer in names)
@@ -47,7 +49,7 @@ def test_gpt_ports_to_megatron_with_its_decoder_count():
 def test_pi0_pairs_a_gemma_and_an_expert_layer_per_depth():
     spec = presets.get("pi0")
     names = layer_names_in_reference(spec)
-    costs = spec.layer_costs(1)
+    costs = layer_costs(spec, 1)
     pairs = [(n, c) for n, c in zip(names, costs) if c.modules == ("llm", "action_expert")]
     assert len(pairs) == 18  # openpi gemma.py: gemma_2b and gemma_300m depth 18
     for depth, (layer, _) in enumerate(pairs):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from pipeplan.partition import problem as problem_module
 from pipeplan.partition import tiebreak as tiebreak_module
 from pipeplan.partition import ties as partition_ties
 from pipeplan.layers import LayerProfile
-from pipeplan.partition import even_split, inflight_per_stage, partition_layers
+from pipeplan.partition import PartitionOptions, even_split, inflight_per_stage, partition_layers
 from pipeplan.schedules.inflight import _inflight_from_orders
 from pipeplan.schedules import build_schedule
 
@@ -69,7 +70,7 @@ def instances(draw):
 def test_lesson16_case():
     # Seed lesson 16: 32 layers of 2 ms, 16 ms fixed on stage 0 and 8 ms on the
     # last, 4 stages -> [3, 11, 11, 7] (every stage 22 ms).
-    result = pipeplan.partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8)
+    result = pipeplan.partition_layers([2.0] * 32, 4, PartitionOptions(first_extra=16, last_extra=8))
     assert result.layers_per_stage == (3, 11, 11, 7)
     assert result.stage_times == (22.0, 22.0, 22.0, 22.0)
     assert AsymmetricPipelineScheduler().solve_optimal_layer_partition(32, 2.0, 16.0, 8.0, 4) == [3, 11, 11, 7]
@@ -81,7 +82,7 @@ def test_tie_break_lowers_the_second_slowest_stage():
     result = partition_layers([10, 1, 1, 1, 1, 1, 1], 3)
     assert result.bottleneck == 10
     assert sorted(result.stage_times, reverse=True) == [10, 3, 3]
-    assert partition_layers([10, 1, 1, 1, 1, 1, 1], 3, tie_break="variance").stage_times == (10, 3, 3)
+    assert partition_layers([10, 1, 1, 1, 1, 1, 1], 3, PartitionOptions(tie_break="variance")).stage_times == (10, 3, 3)
 
 
 # ------------------------------------------------------------------ properties
@@ -89,7 +90,7 @@ def test_tie_break_lowers_the_second_slowest_stage():
 @given(instances())
 def test_equals_brute_force(instance):
     costs, num_stages, first, last = instance
-    result = partition_layers(costs, num_stages, first_extra=first, last_extra=last)
+    result = partition_layers(costs, num_stages, PartitionOptions(first_extra=first, last_extra=last))
     assert len(result.layers_per_stage) == num_stages
     assert min(result.layers_per_stage) >= 1
     assert sum(result.layers_per_stage) == len(costs)
@@ -101,7 +102,7 @@ def test_equals_brute_force(instance):
 @given(instances(), st.sampled_from(["variance", "none"]))
 def test_other_tie_breaks_keep_the_optimal_bottleneck(instance, tie_break):
     costs, num_stages, first, last = instance
-    result = partition_layers(costs, num_stages, first_extra=first, last_extra=last, tie_break=tie_break)
+    result = partition_layers(costs, num_stages, PartitionOptions(first_extra=first, last_extra=last, tie_break=tie_break))
     optimum = brute_lexicographic(costs, num_stages, first, last)[0]
     assert result.bottleneck == optimum
     if tie_break == "variance":
@@ -154,8 +155,8 @@ def test_windowed_tie_breaks_equal_brute_force(instance, level_budget):
     optimum = lexicographic[0]
     smallest_squares = min(sum(x * x for x in v) for v in candidates if max(v) == optimum)
     with windowed(level_budget):
-        lex = partition_layers(costs, num_stages, first_extra=first, last_extra=last)
-        spread = partition_layers(costs, num_stages, first_extra=first, last_extra=last, tie_break="variance")
+        lex = partition_layers(costs, num_stages, PartitionOptions(first_extra=first, last_extra=last))
+        spread = partition_layers(costs, num_stages, PartitionOptions(first_extra=first, last_extra=last, tie_break="variance"))
     assert lex.tie_break == "lexicographic"
     assert sorted(lex.stage_times, reverse=True) == lexicographic
     assert lex.stage_times == tuple(stage_values(costs, lex.boundaries, first, last))
@@ -167,7 +168,7 @@ def test_windowed_tie_breaks_equal_brute_force(instance, level_budget):
 @given(adversarial_instances())
 def test_tie_breaks_on_adversarial_instances_equal_brute_force(instance):
     costs, num_stages, first, last = instance
-    result = partition_layers(costs, num_stages, first_extra=first, last_extra=last)
+    result = partition_layers(costs, num_stages, PartitionOptions(first_extra=first, last_extra=last))
     assert sorted(result.stage_times, reverse=True) == brute_lexicographic(costs, num_stages, first, last)
 
 
@@ -186,7 +187,7 @@ def test_tie_breaks_that_disagree(costs, num_stages, lexicographic, variance, le
     context = contextlib.nullcontext() if level_budget is None else windowed(level_budget)
     with context:
         lex = partition_layers([float(c) for c in costs], num_stages)
-        spread = partition_layers([float(c) for c in costs], num_stages, tie_break="variance")
+        spread = partition_layers([float(c) for c in costs], num_stages, PartitionOptions(tie_break="variance"))
     assert sorted(lex.stage_times, reverse=True) == lexicographic == brute_lexicographic(costs, num_stages)
     assert sorted(spread.stage_times, reverse=True) == variance
 
@@ -199,7 +200,7 @@ def test_windowed_and_pair_walk_agree_on_a_medium_dominant_instance(monkeypatch)
     costs[0] = 80.0
     costs[200] = 60.0
     monkeypatch.setattr(tiebreak_module, "PAIR_BUDGET", 10**12)
-    walked = {how: partition_layers(costs, 16, tie_break=how) for how in ("lexicographic", "variance")}
+    walked = {how: partition_layers(costs, 16, PartitionOptions(tie_break=how)) for how in ("lexicographic", "variance")}
     monkeypatch.setattr(tiebreak_module, "PAIR_BUDGET", -1)
     # the windowed path must finish on its own, not fall back to the pair walk
     monkeypatch.setattr(partition_ties, "LISTING_LIMIT", 30_000)  # of ~69,000 tied pairs
@@ -208,7 +209,7 @@ def test_windowed_and_pair_walk_agree_on_a_medium_dominant_instance(monkeypatch)
         monkeypatch.setattr(partition_ties, "LEVEL_PAIR_BUDGET", level_budget)
         lex = partition_layers(costs, 16)
         assert sorted(lex.stage_times, reverse=True) == sorted(walked["lexicographic"].stage_times, reverse=True)
-    spread = partition_layers(costs, 16, tie_break="variance")
+    spread = partition_layers(costs, 16, PartitionOptions(tie_break="variance"))
     assert sum(v * v for v in spread.stage_times) == pytest.approx(
         sum(v * v for v in walked["variance"].stage_times), rel=1e-12
     )
@@ -267,24 +268,24 @@ def brute_memory(profile, num_stages, inflight, bytes_per_param):
 def test_memory_is_respected_and_infeasibility_is_exact(instance):
     profile, num_stages, schedule, micro, capacity = instance
     inflight = [min(micro, num_stages - k) for k in range(num_stages)] if schedule == "1f1b" else [micro] * num_stages
-    options = dict(memory_capacity=capacity, bytes_per_param=2, schedule=schedule, num_microbatches=micro)
+    options = PartitionOptions(memory_capacity=capacity, bytes_per_param=2, schedule=schedule, num_microbatches=micro)
     candidates = brute_memory(profile, num_stages, inflight, 2)
     fitting = [sorted(t, reverse=True) for t, m in candidates if max(m) <= capacity]
     smallest = min(max(m) for _, m in candidates)
     if fitting:
-        result = partition_layers(profile, num_stages, **options)
+        result = partition_layers(profile, num_stages, options)
         assert max(result.stage_memory) <= capacity
         assert list(result.inflight) == inflight
         assert sorted(result.stage_times, reverse=True) == min(fitting)
     else:
         with pytest.raises(InfeasiblePlanError) as caught:
-            partition_layers(profile, num_stages, **options)
+            partition_layers(profile, num_stages, options)
         message = str(caught.value)
         assert caught.value.needed_bytes == pytest.approx(smallest)
         assert f"smallest capacity that fits is {gib(smallest, up=True)}," in message  # GiB, rounded up
         assert "needed by stage" in message
         # that capacity does fit
-        partition_layers(profile, num_stages, **{**options, "memory_capacity": smallest})
+        partition_layers(profile, num_stages, replace(options, memory_capacity=smallest))
 
 
 @settings(max_examples=150, deadline=None)
@@ -296,8 +297,8 @@ def test_windowed_tie_breaks_respect_memory(instance, tie_break):
     if not fitting:
         return
     with windowed(0):
-        result = partition_layers(profile, num_stages, memory_capacity=capacity, bytes_per_param=2,
-                                  schedule=schedule, num_microbatches=micro, tie_break=tie_break)
+        result = partition_layers(profile, num_stages, PartitionOptions(
+            memory_capacity=capacity, bytes_per_param=2, schedule=schedule, num_microbatches=micro, tie_break=tie_break))
     assert max(result.stage_memory) <= capacity
     optimum = min(max(t) for t, _ in fitting)
     assert result.bottleneck == optimum
@@ -327,7 +328,7 @@ def shared_rank_instances(draw):
 
 def brute_per_rank(profile, num_stages, schedule, micro):
     """(rank memories, stage times) of every partition, and the placement."""
-    plain = partition_layers(profile, num_stages, schedule=schedule, num_microbatches=micro, bytes_per_param=2)
+    plain = partition_layers(profile, num_stages, PartitionOptions(schedule=schedule, num_microbatches=micro, bytes_per_param=2))
     out = []
     for times, memory in brute_memory(profile, num_stages, plain.inflight, 2):
         out.append((pipeplan.partition.rank_totals(memory, plain.placement), times))
@@ -343,12 +344,12 @@ def test_capacity_is_per_rank_when_stages_share_a_rank(instance, exhaustive):
     smallest = min(max(ranks) for ranks, _ in everything)
     capacity = max(smallest, 1.0) * scale
     fitting = [sorted(times, reverse=True) for ranks, times in everything if max(ranks) <= capacity]
-    options = dict(memory_capacity=capacity, bytes_per_param=2, schedule=schedule, num_microbatches=micro)
+    options = PartitionOptions(memory_capacity=capacity, bytes_per_param=2, schedule=schedule, num_microbatches=micro)
     with pytest.MonkeyPatch.context() as patch:
         if not exhaustive:  # the search over capacity splits, for problems too big to list
             patch.setattr(memory_module, "EXHAUSTIVE_LIMIT", -1)
         try:
-            result = partition_layers(profile, num_stages, **options)
+            result = partition_layers(profile, num_stages, options)
         except InfeasiblePlanError as caught:
             message = str(caught)
             assert "per rank" in message and "needed by rank" in message
@@ -378,29 +379,29 @@ def test_zb_v_fits_memory_per_rank_not_per_stage():
     # holding 37.2 + 31.2 = 68.4 GB; per rank the solver must pick another split.
     rows = [(20, 4e9, 3e8)] + [(2, 1e9, 2e8)] * 16 + [(4, 5e8, 1e8)]
     profile = LayerProfile([r[0] for r in rows], activation_bytes=[r[1] for r in rows], params=[r[2] for r in rows])
-    per_stage = partition_layers(profile, 4, schedule="1f1b", num_microbatches=8, memory_capacity=56e9)
+    per_stage = partition_layers(profile, 4, PartitionOptions(schedule="1f1b", num_microbatches=8, memory_capacity=56e9))
     assert max(per_stage.rank_memory) <= 56e9
-    result = partition_layers(profile, 4, schedule="zb-v", num_microbatches=8, memory_capacity=56e9)
+    result = partition_layers(profile, 4, PartitionOptions(schedule="zb-v", num_microbatches=8, memory_capacity=56e9))
     assert result.placement == (0, 1, 1, 0)
     assert max(result.rank_memory) <= 56e9
     assert result.rank_memory[1] == result.stage_memory[1] + result.stage_memory[2]
     assert result.bottleneck == 60.0 and result.proven_optimal
     with pytest.raises(InfeasiblePlanError, match=r"per rank .* needed by rank \d \(stage \d: layers"):
-        partition_layers(profile, 4, schedule="zb-v", num_microbatches=8, memory_capacity=40e9)
+        partition_layers(profile, 4, PartitionOptions(schedule="zb-v", num_microbatches=8, memory_capacity=40e9))
 
 
 def test_first_stage_holds_more_microbatches_under_1f1b():
     # Equal layers and activations: 1F1B's stage 0 holds P microbatches, the last
     # one, so a tight capacity pushes layers off the first stage.
     profile = LayerProfile.uniform(16, forward=1.0, activation_bytes=1.0)
-    free = partition_layers(profile, 4, num_microbatches=8)
+    free = partition_layers(profile, 4, PartitionOptions(num_microbatches=8))
     assert free.layers_per_stage == (4, 4, 4, 4)
     assert free.stage_memory == (16.0, 12.0, 8.0, 4.0)
-    tight = partition_layers(profile, 4, num_microbatches=8, memory_capacity=12)
+    tight = partition_layers(profile, 4, PartitionOptions(num_microbatches=8, memory_capacity=12))
     assert max(tight.stage_memory) <= 12
     assert tight.layers_per_stage[0] == 3
     with pytest.raises(InfeasiblePlanError, match="stage 0"):
-        partition_layers(profile, 4, num_microbatches=8, memory_capacity=4)
+        partition_layers(profile, 4, PartitionOptions(num_microbatches=8, memory_capacity=4))
 
 
 @pytest.mark.parametrize("num_stages,micro", [(1, 1), (3, 2), (4, 8), (6, 3)])
@@ -430,8 +431,8 @@ def test_step_time_objective_reports_both_and_never_loses():
     # Found by a random search over small instances: here one more layer on the
     # last stage and one fewer on the middle lowers the simulated 1F1B step.
     profile = LayerProfile([4, 1, 3, 5, 4, 4, 3, 4, 3, 5])
-    proxy = partition_layers(profile, 3, num_microbatches=2)
-    tuned = partition_layers(profile, 3, num_microbatches=2, objective="step_time")
+    proxy = partition_layers(profile, 3, PartitionOptions(num_microbatches=2))
+    tuned = partition_layers(profile, 3, PartitionOptions(num_microbatches=2, objective="step_time"))
     assert tuned.step_time < proxy.step_time
     assert tuned.bottleneck >= proxy.bottleneck
     costs = profile.stage_costs(tuned.layers_per_stage)
@@ -446,11 +447,11 @@ def test_step_time_search_respects_memory(forward, num_stages, micro):
     profile = LayerProfile(forward, activation_bytes=[1.0] * len(forward))
     capacity = float(math.ceil(len(forward) / num_stages) * min(micro, num_stages)) + 1
     try:
-        proxy = partition_layers(profile, num_stages, num_microbatches=micro, memory_capacity=capacity)
+        proxy = partition_layers(profile, num_stages, PartitionOptions(num_microbatches=micro, memory_capacity=capacity))
     except InfeasiblePlanError:
         return
     tuned = partition_layers(
-        profile, num_stages, num_microbatches=micro, memory_capacity=capacity, objective="step_time"
+        profile, num_stages, PartitionOptions(num_microbatches=micro, memory_capacity=capacity, objective="step_time")
     )
     assert tuned.step_time <= proxy.step_time
     assert max(tuned.stage_memory) <= capacity
@@ -476,7 +477,7 @@ def test_even_split():
 )
 def test_bad_input_names_the_field(args, kwargs, match):
     with pytest.raises(InvalidInputError, match=match):
-        partition_layers(*args, **kwargs)
+        partition_layers(*args, PartitionOptions(**kwargs))
 
 
 def test_ten_thousand_layers_into_128_stages_is_optimal():
@@ -495,20 +496,17 @@ def test_even_rank_capacity_fits_every_rank_in_one_solve():
     # four chunks on two ranks (interleaved v=2); memory binds so the per-stage relaxation
     # does not fit per rank: "even" splits each rank's capacity over its stages
     profile = LayerProfile([1.0] * 12, params=[3e6] + [1e6] * 11, activation_bytes=[4e5] + [1e5] * 11)
-    options = {"virtual_stages": 2}
-    loose = partition_layers(profile, 4, schedule="interleaved", schedule_options=options, num_microbatches=4)
+    interleaved = PartitionOptions(schedule="interleaved", schedule_options={"virtual_stages": 2}, num_microbatches=4)
+    loose = partition_layers(profile, 4, interleaved)
     capacity = 0.99 * max(loose.rank_memory)
-    exact = partition_layers(profile, 4, schedule="interleaved", schedule_options=options, num_microbatches=4,
-                             memory_capacity=capacity)
-    even = partition_layers(profile, 4, schedule="interleaved", schedule_options=options, num_microbatches=4,
-                            memory_capacity=capacity, rank_capacity="even")
+    exact = partition_layers(profile, 4, replace(interleaved, memory_capacity=capacity))
+    even = partition_layers(profile, 4, replace(interleaved, memory_capacity=capacity, rank_capacity="even"))
     assert max(even.rank_memory) <= capacity and max(exact.rank_memory) <= capacity
     assert even.bottleneck >= exact.bottleneck and not even.proven_optimal
     with pytest.raises(InfeasiblePlanError, match="split evenly over its stages"):
-        partition_layers(profile, 4, schedule="interleaved", schedule_options=options, num_microbatches=4,
-                         memory_capacity=0.5 * capacity, rank_capacity="even")
+        partition_layers(profile, 4, replace(interleaved, memory_capacity=0.5 * capacity, rank_capacity="even"))
     with pytest.raises(InvalidInputError, match="rank_capacity must be"):
-        partition_layers(profile, 4, rank_capacity="odd")
+        partition_layers(profile, 4, PartitionOptions(rank_capacity="odd"))
 
 
 def test_in_flight_counts_are_cached_per_factory_and_per_value_type(monkeypatch):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan import InvalidInputError, partition_layers
+from pipeplan import InvalidInputError, PartitionOptions, partition_layers
 from pipeplan.layers import LayerProfile
 from pipeplan.partition import ChunkPlacement, PartitionResult, place_chunks
 from pipeplan.plan import Plan, as_plan
@@ -29,8 +29,8 @@ def test_planner_names_are_the_core_ones():
 
 def test_partition_result_is_a_plan_with_its_derived_fields():
     profile = LayerProfile.from_costs([2.0] * 32)
-    result = partition_layers(profile, 4, schedule="interleaved", num_microbatches=8,
-                              schedule_options={"virtual_stages": 2})
+    result = partition_layers(profile, 4, PartitionOptions(schedule="interleaved", num_microbatches=8,
+                                                           schedule_options={"virtual_stages": 2}))
     assert isinstance(result, Plan) and as_plan(result) is result
     assert (result.pp, result.dp, result.num_ranks, result.num_stages) == (2, 1, 2, 4)
     assert result.schedule_options == {"virtual_stages": 2} and result.virtual_stages == 2
@@ -85,3 +85,10 @@ def test_as_plan_of_layer_counts():
     for bad in ("3,4", [0, 2], [True, 2], 5):
         with pytest.raises(InvalidInputError):
             as_plan(bad)  # type: ignore[arg-type]
+
+
+def test_a_plan_converts_its_own_times_to_milliseconds():
+    in_ms = dataclasses.replace(as_plan([2, 2]), step_time=3.0)
+    in_seconds = dataclasses.replace(in_ms, time_unit=1.0)
+    assert in_ms.milliseconds(3.0) == 3.0 and in_ms.milliseconds(None) == 0.0
+    assert in_seconds.milliseconds(in_seconds.step_time) == 3000.0 and in_seconds.step_seconds == 3.0

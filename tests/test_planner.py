@@ -13,7 +13,7 @@ from pipeplan import InfeasiblePlanError, InvalidInputError, StageCosts, build_s
 from pipeplan.costs import CommModel
 from pipeplan.hardware import Device, Link
 from pipeplan.layers import LayerProfile
-from pipeplan.partition import even_split, partition_layers
+from pipeplan.partition import PartitionOptions, even_split, partition_layers
 from pipeplan.planner import (
     Cluster,
     Config,
@@ -67,7 +67,7 @@ def test_best_equals_an_independent_enumeration_of_the_space():
     best = math.inf
     for config in space.configs():
         options = {"virtual_stages": config.virtual_stages} if config.schedule == "interleaved" else {}
-        split = partition_layers(profile, config.num_stages, schedule=config.schedule, schedule_options=options)
+        split = partition_layers(profile, config.num_stages, PartitionOptions(schedule=config.schedule, schedule_options=options))
         costs = profile.stage_costs(split.layers_per_stage)
         schedule = build_schedule(config.schedule, num_stages=config.num_stages,
                                   num_microbatches=config.num_microbatches, **options)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from pipeplan import hardware, presets
 from pipeplan.layers import LayerProfile
+from pipeplan.models.layer_costs import layer_profile
 from pipeplan.partition import even_split, place_chunks, rank_totals
 from pipeplan.planner import Cluster, Config, Workload, search
 from pipeplan.planner.evaluate import Evaluator
@@ -34,7 +35,7 @@ SPLIT_SCHEDULES = ["zb-h1", "zb-h2", "zb-v"]
 @pytest.fixture(scope="module")
 def gpt_profile() -> LayerProfile:
     """The zero-bubble paper's 1.5B GPT at micro-batch size 6 on an A100 80 GB (its Table 4 setting)."""
-    return presets.get("gpt-1.5b").to_layer_profile(hardware.device("a100-80g"), 6, recompute="none")
+    return layer_profile(presets.get("gpt-1.5b"), hardware.device("a100-80g"), 6, recompute="none")
 
 
 def _rank_load(profile: LayerProfile, sizes, placement) -> float:

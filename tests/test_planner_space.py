@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from pipeplan import hardware
 from pipeplan.errors import InvalidInputError
+from pipeplan.models.layer_costs import layer_profile, tensor_parallel_traffic
 from pipeplan.models.modules import Embedding, LMHead, TransformerStack
 from pipeplan.models.spec import ModelSpec
 from pipeplan.models.training import ReferenceTraining
@@ -95,8 +96,8 @@ def test_tensor_parallel_divides_the_work_and_adds_its_collectives():
     assert work.tensor_parallel_degrees == (1, 2, 4, 8)
     one, two = work.profile(2, "none"), work.with_tensor_parallel(2).profile(2, "none")
     assert sum(two.params) == pytest.approx(sum(one.params) / 2)
-    bare = spec.to_layer_profile(device, 2, recompute="none", tensor_parallel=2, sequence_parallel=True)
-    traffic = spec.tensor_parallel_traffic(2, recompute="none")
+    bare = layer_profile(spec, device, 2, recompute="none", tensor_parallel=2, sequence_parallel=True)
+    traffic = tensor_parallel_traffic(spec, 2, recompute="none")
     block = 1  # layer 1 is the first transformer block: 4 ring passes each way of b·s·h·2 bytes
     assert traffic[block][:2] == (4, 4) and traffic[block][2] == 4 * 2 * 256 * 512 * 2
     link = hardware.link("nvlink-h100")  # the h100's link inside a node
@@ -105,7 +106,7 @@ def test_tensor_parallel_divides_the_work_and_adds_its_collectives():
     # the backward's collectives run beside the weight-gradient GEMMs: only what they cannot cover shows
     assert two.backward[block] == pytest.approx(bare.backward[block] + max(0.0, passes - bare.weight[block]))
     assert two.weight[block] == bare.weight[block]  # no collective in the weight gradient
-    full = spec.tensor_parallel_traffic(2, recompute="full")
+    full = tensor_parallel_traffic(spec, 2, recompute="full")
     assert full[block][1] == 8  # the forward's collectives run again in the backward
     with pytest.raises(InvalidInputError, match="must divide"):
         work.with_tensor_parallel(3)

@@ -8,6 +8,7 @@ import pytest
 
 from pipeplan import presets
 from pipeplan.errors import InvalidInputError
+from pipeplan.models.layer_costs import layer_costs
 from pipeplan.models.spec import ModelSpec
 
 
@@ -108,7 +109,7 @@ def test_dumbbell_reproduces_lesson_16_ratios():
     # Lesson 16: vision 16 ms, 32 layers at 2 ms, action head 8 ms -> vision = 8 layers, head = 4 layers.
     spec = presets.get("dumbbell")
     flops = {}
-    for cost in spec.layer_costs(1):
+    for cost in layer_costs(spec, 1):
         if cost.name.startswith(("vision.", "llm.", "action_head.")) and cost.name != "vision.0":
             flops.setdefault(cost.modules[0], []).append(cost.forward_flops)
     layer = flops["llm"][0]

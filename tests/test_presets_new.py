@@ -11,6 +11,7 @@ import pytest
 from pipeplan import presets
 from pipeplan.errors import InvalidInputError
 from pipeplan.engines import layer_names_in_reference, reference_of
+from pipeplan.models.layer_costs import layer_costs
 
 
 def _linear(i: int, o: int, bias: bool = True) -> int:
@@ -54,7 +55,7 @@ def test_pi0_fast_exact_count_per_module():
     # compute_loss: 768 image + 250 text tokens minus the last; logits for the 249 targets only
     assert spec.module("llm").seq_length == 3 * 256 + 250 - 1
     assert spec.module("lm_head").tokens == 249
-    head = next(c for c in spec.layer_costs(1) if c.name == "lm_head.0")
+    head = next(c for c in layer_costs(spec, 1) if c.name == "lm_head.0")
     assert head.forward_flops == 2 * 249 * 2048 * 257_152
     training = spec.training
     assert training is not None and training.ema and training.mode_of("llm") == "full"
@@ -108,7 +109,7 @@ def test_gr00t_n15_exact_count_per_module():
     trained = sum(expected[m] for m in ("action_embedding", "vl_self_attention", "action_dit", "action_output"))
     assert spec.trainable_parameters() == trained == 1_068_806_144
     assert spec.module("action_dit").seq_length == 1 + 32 + 16  # state, future tokens, actions
-    costs = {c.name: c for c in spec.layer_costs(1)}
+    costs = {c.name: c for c in layer_costs(spec, 1)}
     for frozen in ("vision.1", "llm.11", "lm_head.0"):
         assert costs[frozen].input_grad_flops == costs[frozen].weight_grad_flops == 0  # forward only
     assert costs["lm_head.0"].forward_flops == 2 * (256 + 32) * 2048 * 151_680  # logits on every token
@@ -150,7 +151,7 @@ def test_rdt_1b_exact_count_per_module():
     # a block's weights (qkv, proj; q, kv, proj; fc1, fc2) run on each of the 67 tokens: linear FLOPs exact,
     # plus the modelled attention scores over the 67 tokens (an odd layer, which stands for the language one)
     weights = _linear(h, 3 * h, False) + 3 * _linear(h, h, False) + _linear(h, 2 * h, False) + 2 * _linear(h, h, False)
-    costs = {c.name: c for c in spec.layer_costs(1)}
+    costs = {c.name: c for c in layer_costs(spec, 1)}
     cross, self_ = costs["rdt.0"], costs["rdt.1"]
     assert self_.forward_flops == 2 * 67 * weights + 2 * 2 * 67 * 67 * h
     kv = 2 * image_rows * h * 2 * h  # the kv projection over the 4374 image tokens, even layers
@@ -188,7 +189,7 @@ def test_smolvla_exact_count_per_module():
     trained = {"state_proj", "action_embedding", "action_expert", "action_output"}
     assert {m.name for m in spec.modules if spec.trains(m.name)} == trained
     assert spec.trainable_parameters() == 99_880_992
-    costs = {c.name: c for c in spec.layer_costs(1)}
+    costs = {c.name: c for c in layer_costs(spec, 1)}
     assert costs["vision.1"].input_grad_flops == 0  # frozen, nothing trained upstream
     assert costs["llm.0"].input_grad_flops > 0 and costs["llm.0"].weight_grad_flops == 0  # the state token's path
     assert spec.module("llm").seq_length == 3 * 64 + 48 + 1
@@ -232,7 +233,7 @@ def test_octo_exact_count_per_module(size, width, mlp, total):
     assert spec.trainable_parameters() == total  # frozen_keys=("*hf_model*",): T5 excluded
     assert spec.num_parameters() + 32 * 12 == total + 109_628_544  # + t5-base's encoder, 109.6M
     assert spec.module("transformer").seq_length == 16 + 2 * (256 + 64 + 1)  # window 2
-    stem = next(c for c in spec.layer_costs(1) if c.name == "primary_stem.0")
+    stem = next(c for c in layer_costs(spec, 1) if c.name == "primary_stem.0")
     # each conv as im2col over its output positions (2 frames): 128², 64², 32², 16² and the 1×1 conv, projection
     convs = [(128, 54, 32), (64, 288, 96), (32, 864, 192), (16, 1728, 384), (16, 384, 512), (16, 512, w)]
     assert stem.forward_flops == sum(2 * 2 * side * side * i * o for side, i, o in convs)
@@ -263,7 +264,7 @@ def test_openvla_oft_extra_modules_exact():
     for name, count in openvla.module_parameters().items():
         split = spec.num_parameters(f"{name}_patch") if name in ("dinov2", "siglip") else 0
         assert spec.num_parameters(name) + split == count  # the same base weights (towers: patch layer apart)
-    costs = {c.name: c for c in spec.layer_costs(1)}
+    costs = {c.name: c for c in layer_costs(spec, 1)}
     # under LoRA the frozen base layers still run their backward (B), but no W of their own
     assert costs["dinov2.1"].input_grad_flops > 0 and costs["dinov2.1"].weight_grad_flops == 0
     assert costs["dinov2_last.0"].input_grad_flops == 0  # features from the second-to-last block

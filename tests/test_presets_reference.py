@@ -6,6 +6,7 @@ import pytest
 
 from pipeplan import presets
 from pipeplan.errors import InvalidInputError
+from pipeplan.models.layer_costs import layer_costs, layer_profile
 
 
 def _linear(i: int, o: int, bias: bool = True) -> int:
@@ -49,7 +50,7 @@ def test_openvla_last_vision_blocks_run_forward_only():
     # prismatic dinosiglip_vit.py: get_intermediate_layers(n={len(blocks) - 2}); timm 0.9.10 runs every block
     spec = presets.get("openvla-7b")
     assert spec.num_parameters() == 7_541_237_184  # HF openvla/openvla-7b
-    costs = {c.name: c for c in spec.layer_costs(1)}
+    costs = {c.name: c for c in layer_costs(spec, 1)}
     for last in ("dinov2_last.0", "siglip_last.0"):
         assert costs[last].forward_flops > 0
         assert costs[last].input_grad_flops == costs[last].weight_grad_flops == costs[last].activation_bytes == 0
@@ -60,7 +61,7 @@ def test_openvla_last_vision_blocks_run_forward_only():
 def test_cogact_runs_its_lm_head_forward_only():
     # CogACT vla/cogactvla.py passes labels to the VLM; only the action loss is backpropagated
     spec = presets.get("cogact")
-    head = next(c for c in spec.layer_costs(1) if c.name == "lm_head.0")
+    head = next(c for c in layer_costs(spec, 1) if c.name == "lm_head.0")
     assert head.forward_flops == 2 * (256 + 40) * 4096 * 32_064 and head.input_grad_flops == 0
     assert spec.num_parameters() - presets.get("openvla-7b").num_parameters() == sum(
         spec.num_parameters(m) for m in ("action_embedding", "action_dit", "action_output"))
@@ -126,5 +127,5 @@ def test_model_table_and_presets_listing_agree_on_every_count(run_cli):
     assert listed == {name: presets.get(name).num_parameters() for name in presets.names()}
     for name in ("gpt-1.5b", "cogact"):
         spec = presets.get(name)
-        held, _trained = spec.to_layer_profile(__import__("pipeplan").hardware.device("h100-80g"), 1).held_params()
+        held, _trained = layer_profile(spec, __import__("pipeplan").hardware.device("h100-80g"), 1).held_params()
         assert held == spec.num_parameters()  # a tied table once: 1.52B for gpt-1.5b in both views

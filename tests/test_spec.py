@@ -12,16 +12,10 @@ from hypothesis import strategies as st
 from pipeplan import hardware, presets, simulate
 from pipeplan.errors import InvalidInputError
 from pipeplan.layers import LayerProfile
-from pipeplan.models.spec import (
-    CrossAttention,
-    Embedding,
-    Linear,
-    ModelSpec,
-    Projector,
-    TransformerStack,
-    VisionEncoder,
-)
-from pipeplan.partition import inflight_per_stage, partition_layers
+from pipeplan.models.layer_costs import layer_costs, layer_profile
+from pipeplan.models.modules import CrossAttention, Embedding, Linear, Projector, TransformerStack, VisionEncoder
+from pipeplan.models.spec import ModelSpec
+from pipeplan.partition import PartitionOptions, inflight_per_stage, partition_layers
 from pipeplan.presets.reference import gpt_1_5b
 from pipeplan.schedules import build_schedule
 
@@ -43,7 +37,7 @@ def test_gpt_layer_flops_equal_zero_bubble_table_1(shape):
     # Qi et al. 2023, "Zero Bubble Pipeline Parallelism", Table 1 (one transformer layer):
     # F = sbh(24h + 4s), B = sbh(24h + 8s), W = 24sbh^2.
     h, a, s, b = shape
-    cost = gpt_layer(h, a, s).layer_costs(b, recompute="none")[0]
+    cost = layer_costs(gpt_layer(h, a, s), b, recompute="none")[0]
     assert cost.forward_flops == s * b * h * (24 * h + 4 * s)
     assert cost.input_grad_flops == s * b * h * (24 * h + 8 * s)
     assert cost.weight_grad_flops == 24 * s * b * h * h
@@ -60,7 +54,7 @@ def test_gpt_layer_activations_equal_korthikanti(shape, t):
     sbh = s * b * h
 
     def act(recompute, sp):
-        return spec.layer_costs(b, recompute=recompute, tensor_parallel=t, sequence_parallel=sp)[0].activation_bytes
+        return layer_costs(spec, b, recompute=recompute, tensor_parallel=t, sequence_parallel=sp)[0].activation_bytes
 
     assert act("none", False) == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)), rel=1e-12)
     assert act("none", True) == pytest.approx(sbh * (34 + 5 * a * s / h) / t, rel=1e-12)
@@ -75,7 +69,7 @@ def test_gpt_layer_activations_equal_korthikanti(shape, t):
 
 def test_weight_stash_is_what_w_needs_and_recompute_adds_backward_work():
     h, a, s, b = 1024, 16, 512, 2
-    none, selective, full = (gpt_layer(h, a, s).layer_costs(b, recompute=r)[0] for r in ("none", "selective", "full"))
+    none, selective, full = (layer_costs(gpt_layer(h, a, s), b, recompute=r)[0] for r in ("none", "selective", "full"))
     # The weight GEMMs' inputs (QKV 2sbh + output projection 2sbh + fc1 2sbh + fc2 8sbh = 14sbh) and the
     # output gradients B made for them (QKV 6sbh + projection 2sbh + fc1 8sbh + fc2 2sbh = 18sbh):
     # 32sbh, the zero-bubble paper's M_W (Qi et al. 2024, Table 1).
@@ -103,7 +97,7 @@ def megatron_most_loaded(L, h, V, s, b, pp, tp):
 def test_gpt_stage_memory_matches_megatron_theoretical_memory(num_layers, pp, tp):
     spec = gpt_1_5b(num_layers=num_layers)
     s, b, h, V, m = 1024, 2, 2304, 50_304, 16
-    layers = spec.layer_costs(b, recompute="selective", tensor_parallel=tp, sequence_parallel=True)
+    layers = layer_costs(spec, b, recompute="selective", tensor_parallel=tp, sequence_parallel=True)
     per_stage = num_layers // pp
     first = layers[: 1 + per_stage]  # the embedding and the first L/pp blocks (the most loaded stage)
     inflight = inflight_per_stage("1f1b", pp, m)[0]
@@ -122,7 +116,7 @@ def test_gpt_stage_memory_matches_megatron_theoretical_memory(num_layers, pp, tp
 def test_megatron_averages_layers_where_stages_are_uneven():
     # 22 layers on 4 stages: Megatron charges 5.5 layers to the first stage; pipeplan's exact split has 6.
     spec = gpt_1_5b()
-    layers = spec.layer_costs(1, recompute="selective")
+    layers = layer_costs(spec, 1, recompute="selective")
     block = layers[1].activation_bytes
     _, theirs = megatron_most_loaded(22, 2304, 50_304, 1024, 1, 4, 1)
     ours = 4 * sum(layer.activation_bytes for layer in layers[:7])
@@ -142,7 +136,7 @@ def small_vla(**frozen: bool) -> ModelSpec:
 
 
 def test_frozen_encoder_with_nothing_upstream_runs_forward_only():
-    costs = small_vla(vision=True).layer_costs(2)
+    costs = layer_costs(small_vla(vision=True), 2)
     vision = [c for c in costs if c.modules == ("vision",)]
     assert all(c.input_grad_flops == c.weight_grad_flops == c.activation_bytes == c.trainable_params == 0
                for c in vision)
@@ -152,8 +146,8 @@ def test_frozen_encoder_with_nothing_upstream_runs_forward_only():
 
 
 def test_frozen_middle_module_has_input_gradient_but_no_weight_gradient():
-    full = small_vla().layer_costs(2)
-    frozen = small_vla(llm=True).layer_costs(2)
+    full = layer_costs(small_vla(), 2)
+    frozen = layer_costs(small_vla(llm=True), 2)
     for a, b in zip(full, frozen):
         if b.modules == ("llm",):
             assert b.weight_grad_flops == 0 and b.trainable_params == 0 and b.weight_stash_bytes == 0
@@ -167,28 +161,28 @@ def test_frozen_middle_module_has_input_gradient_but_no_weight_gradient():
 
 def test_patch_embedding_has_no_input_gradient_and_profiles_accept_it():
     spec = small_vla()
-    patch = spec.layer_costs(1)[0]
+    patch = layer_costs(spec, 1)[0]
     assert patch.input_grad_flops == 0 < patch.weight_grad_flops
-    profile = spec.to_layer_profile(hardware.device("cpu"), 1)
+    profile = layer_profile(spec, hardware.device("cpu"), 1)
     assert profile.weight[0] == profile.backward[0] > 0
 
 
 def test_forward_only_layers_partition_and_simulate():
-    profile = small_vla(vision=True).to_layer_profile(hardware.device("cpu"), 4)
+    profile = layer_profile(small_vla(vision=True), hardware.device("cpu"), 4)
     assert profile.backward[0] == 0
     costs = profile.stage_costs([3, 3, 2])  # stage 0 is the whole frozen encoder: no backward at all
     assert costs.backward[0] == 0
     for name in ("1f1b", "zb-h1"):
         timeline = simulate(build_schedule(name, num_stages=3, num_microbatches=6), costs)
         assert timeline.makespan > 0
-    result = partition_layers(profile, 3, num_microbatches=6)
+    result = partition_layers(profile, 3, PartitionOptions(num_microbatches=6))
     assert sum(result.layers_per_stage) == profile.num_layers
 
 
 def test_gr00t_llm_is_frozen_in_the_middle():
     spec = presets.get("gr00t-n1")
     assert not spec.trains("llm") and spec.needs_grad("llm")  # the vision tower below it trains
-    llm = [c for c in spec.layer_costs(1) if c.modules == ("llm",)]
+    llm = [c for c in layer_costs(spec, 1) if c.modules == ("llm",)]
     assert llm and all(c.weight_grad_flops == 0 < c.input_grad_flops for c in llm)
 
 
@@ -203,7 +197,7 @@ def test_token_counts_come_out_of_shapes():
 
 def test_joint_pair_is_one_layer_per_depth_and_sends_both_streams():
     spec = presets.get("pi0")
-    costs = spec.layer_costs(1)
+    costs = layer_costs(spec, 1)
     joint = [c for c in costs if c.modules == ("llm", "action_expert")]
     assert len(joint) == 18 and not any(c.modules == ("action_expert",) for c in costs)
     prefix, suffix = 816 * 2048 * 2, 51 * 1024 * 2
@@ -213,7 +207,7 @@ def test_joint_pair_is_one_layer_per_depth_and_sends_both_streams():
 
 def test_features_read_later_cross_every_cut_until_read():
     spec = presets.get("openvla-7b")
-    costs = spec.layer_costs(1)
+    costs = layer_costs(spec, 1)
     dino = 256 * 1024 * 2
     siglip = [c for c in costs if c.modules == ("siglip",)]
     assert siglip[0].send_bytes == dino + 256 * 1152 * 2  # the patch tokens + the DINOv2 features
@@ -230,16 +224,16 @@ def test_repeats_multiply_the_action_model_cost():
     dit = spec.module("action_dit")
     single = ModelSpec("one", tuple(m if m.name != "action_dit" else TransformerStack(**{**dit.__dict__, "repeats": 1})
                                     for m in once.modules))
-    eight = [c for c in spec.layer_costs(2) if c.modules == ("action_dit",)]
-    one = [c for c in single.layer_costs(2) if c.modules == ("action_dit",)]
+    eight = [c for c in layer_costs(spec, 2) if c.modules == ("action_dit",)]
+    one = [c for c in layer_costs(single, 2) if c.modules == ("action_dit",)]
     assert all(a.forward_flops == 8 * b.forward_flops for a, b in zip(eight, one))
 
 
 def test_profile_times_are_flops_over_achievable_rate_and_files_round_trip(tmp_path):
     spec = presets.get("pi0")
     gpu = hardware.device("h100-80g", achievable_fraction=0.5)
-    profile = spec.to_layer_profile(gpu, 2)
-    costs = spec.layer_costs(2)
+    profile = layer_profile(spec, gpu, 2)
+    costs = layer_costs(spec, 2)
     assert profile.forward[5] == pytest.approx(1e3 * costs[5].forward_flops / (989.4e12 * 0.5))
     assert profile.weight[5] == pytest.approx(1e3 * costs[5].weight_grad_flops / (989.4e12 * 0.5))
     path = tmp_path / "p.json"
@@ -254,8 +248,8 @@ def test_profile_times_are_flops_over_achievable_rate_and_files_round_trip(tmp_p
 def test_every_preset_round_trips_through_its_json_schema(name):
     spec = presets.get(name)
     back = ModelSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
-    assert back.layer_costs(2) == spec.layer_costs(2)
-    assert all(math.isfinite(c.forward_flops) and c.forward_flops > 0 for c in spec.layer_costs(1))
+    assert layer_costs(back, 2) == layer_costs(spec, 2)
+    assert all(math.isfinite(c.forward_flops) and c.forward_flops > 0 for c in layer_costs(spec, 1))
 
 
 def test_the_example_spec_file_loads():
@@ -300,9 +294,9 @@ def test_joint_and_cross_links_are_checked():
     with pytest.raises(InvalidInputError, match=r"used twice"):
         ModelSpec("x", (gemma, gemma))
     with pytest.raises(InvalidInputError, match=r"micro_batch_size must be >= 1, got 0"):
-        ModelSpec("x", (gemma,)).layer_costs(0)
+        layer_costs(ModelSpec("x", (gemma,)), 0)
     with pytest.raises(InvalidInputError, match=r"recompute must be"):
-        ModelSpec("x", (gemma,)).layer_costs(1, recompute="some")  # type: ignore[arg-type]
+        layer_costs(ModelSpec("x", (gemma,)), 1, recompute="some")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match=r"has no module 'nope'"):
         ModelSpec("x", (gemma,)).with_frozen({"nope": True})
 
@@ -325,7 +319,7 @@ def test_projector_and_embedding_costs():
         Embedding(name="emb", vocab_size=100, hidden_size=8, tokens=5),
         Projector(name="mlp", linears=(Linear(8, 16), Linear(16, 4)), tokens=5),
     ))
-    emb, mlp = spec.layer_costs(3)
+    emb, mlp = layer_costs(spec, 3)
     assert emb.forward_flops == 2 * 3 * 5 * 8 and emb.input_grad_flops == 0 and emb.params == 800
     assert mlp.forward_flops == 2 * 3 * 5 * (8 * 16 + 16 * 4) == mlp.weight_grad_flops
     assert mlp.params == 8 * 16 + 16 + 16 * 4 + 4

@@ -22,6 +22,7 @@ from pipeplan import hardware, presets
 from pipeplan.cli._spec_args import human_count
 from pipeplan.errors import InvalidInputError
 from pipeplan.layers import LayerProfile
+from pipeplan.models.layer_costs import layer_costs, layer_profile
 from pipeplan.partition.memory import RankMemoryModel, memory_prefixes, tied_layers
 from pipeplan.partition.problem import MinMaxProblem
 from pipeplan.planner.memory import MemoryModel
@@ -30,7 +31,7 @@ from pipeplan.planner.workload import Workload
 
 SPEC = presets.get("gpt-1.5b")
 DEVICE = hardware.device("a100-80g")
-PROFILE = SPEC.to_layer_profile(DEVICE, 1)
+PROFILE = layer_profile(SPEC, DEVICE, 1)
 TABLE = 50_304 * 2304  # the word embeddings the output layer shares (gpt-1.5b's vocabulary × hidden)
 LAST = PROFILE.num_layers - 1
 
@@ -44,7 +45,7 @@ def _static(sizes: list[int], placement: list[int]):
 def test_the_profile_ties_the_head_to_the_embedding():
     assert PROFILE.names[0] == "embedding.0" and PROFILE.names[LAST] == "output_layer.0"
     assert PROFILE.tied_to[LAST] == 0 and PROFILE.tied_groups == ((0, LAST),)
-    assert SPEC.layer_costs(1)[LAST].tied_to == "embedding.0"
+    assert layer_costs(SPEC, 1)[LAST].tied_to == "embedding.0"
     assert PROFILE.params[LAST] == TABLE  # the copy the last stage holds
     assert sum(PROFILE.params) == SPEC.num_parameters() + TABLE
     assert PROFILE.held_params() == (SPEC.num_parameters(), SPEC.trainable_parameters())

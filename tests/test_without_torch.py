@@ -19,7 +19,7 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
 def test_simulate_partition_and_views_without_torch():
     result = run_python("""
         import pipeplan
-        from pipeplan.partition import partition_layers
+        from pipeplan.partition import PartitionOptions, partition_layers
         from pipeplan.viz import text_gantt
         from pipeplan.cli import main
         for name in pipeplan.SCHEDULES:
@@ -27,7 +27,7 @@ def test_simulate_partition_and_views_without_torch():
             options = {"costs": pipeplan.StageCosts([1.0] * stages)} if name == "adaptive" else {}
             schedule = pipeplan.build_schedule(name, num_stages=stages, num_microbatches=8, **options)
             text_gantt(pipeplan.simulate(schedule, pipeplan.StageCosts([1.0] * stages)))
-        assert partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8).layers_per_stage == (3, 11, 11, 7)
+        assert partition_layers([2.0] * 32, 4, PartitionOptions(first_extra=16, last_extra=8)).layers_per_stage == (3, 11, 11, 7)
         assert main(["simulate", "--forward", "30,10,10,20", "--json"]) == 0
         assert main(["partition", "--layers", "32", "--layer-cost", "2", "--stages", "4", "--json"]) == 0
         assert main(["demo", "--story", "lesson16"]) == 0

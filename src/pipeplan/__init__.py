@@ -39,7 +39,7 @@ from .errors import (
     PipeplanError,
     RuntimeFailure,
 )
-from .partition import partition_layers
+from .partition import PartitionOptions, partition_layers
 from .schedule import Action, Kind, Message, Payload, Schedule
 from .schedules import SCHEDULES, build_schedule
 from .simulate import simulate
@@ -69,6 +69,7 @@ __all__ = [
     "build_schedule",
     "Comparison",
     "compare",
+    "PartitionOptions",
     "partition_layers",
     "simulate",
 ]

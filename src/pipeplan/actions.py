@@ -73,16 +73,6 @@ class Kind(str, Enum):
         return self is Kind.F
 
     @property
-    def is_backward(self) -> bool:
-        """``B``, ``I`` or ``W``: a piece of the backward."""
-        return self is Kind.B or self is Kind.I or self is Kind.W
-
-    @property
-    def sends_gradient(self) -> bool:
-        """``B`` or ``I``: its end sends the stage's input gradient upstream (the critical path)."""
-        return self is Kind.B or self is Kind.I
-
-    @property
     def releases_activation(self) -> bool:
         """``B`` or ``W``: the stage's last backward piece of a microbatch, which frees what the
         forward left (a split backward keeps the weight-gradient stash until ``W``)."""

@@ -266,6 +266,10 @@ class Plan:
         """Step time in seconds."""
         return None if self.step_time is None else self.step_time * self.time_unit
 
+    def milliseconds(self, value: float | None) -> float:
+        """A time of this plan, in its :attr:`time_unit`, as milliseconds (``None``: 0)."""
+        return 0.0 if value is None else value * self.time_unit * 1e3
+
     @property
     def samples_per_second(self) -> float | None:
         """Global batch ÷ step time."""

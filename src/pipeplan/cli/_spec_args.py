@@ -14,6 +14,7 @@ from .. import hardware, presets, units
 from ..hardware.device_file import read_device
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
+from ..models.layer_costs import layer_profile
 from ..models.spec import ModelSpec
 from ..plan import Recompute
 from ._common import name_choice, renamed_flag
@@ -162,8 +163,8 @@ def profile_from_spec_args(args: argparse.Namespace) -> LayerProfile:
     """The layer profile (ms per microbatch) the spec arguments describe."""
     spec = spec_from_args(args)
     device, _link = device_from_args(args)
-    return spec.to_layer_profile(device, args.micro_batch_size, recompute=recompute_of(args, spec),
-                                 tensor_parallel=args.tp, sequence_parallel=args.sequence_parallel)
+    return layer_profile(spec, device, args.micro_batch_size, recompute=recompute_of(args, spec),
+                         tensor_parallel=args.tp, sequence_parallel=args.sequence_parallel)
 
 
 def human_count(value: float) -> str:

@@ -22,7 +22,7 @@ from .. import analytic
 from .._validation import positive_int
 from ..costs import StageCosts
 from ..limits import check_gantt_size
-from ..partition import partition_layers
+from ..partition import PartitionOptions, partition_layers
 from ..schedules import build_schedule, check_schedule_size
 from ..simulate import simulate
 from ._common import make_console, progress, refuse_unless, require_torch
@@ -199,7 +199,7 @@ def pi0_story(console: Console, *, width: int = 100, advance: Callable[..., None
 
 def _ms(value: float | None, plan: Any) -> str:
     """A plan's time in its unit as milliseconds, three significant figures."""
-    return f"{float(f'{(value or 0.0) * plan.time_unit * 1e3:.3g}'):g} ms"
+    return f"{float(f'{plan.milliseconds(value or 0.0):.3g}'):g} ms"
 
 
 def _idle_table(title: str, timelines: dict[str, Timeline]) -> Table:
@@ -275,8 +275,8 @@ def lesson16_story(
                   f"--layer-cost {3 * LAYER_COST:g} --first-extra {3 * VISION_COST:g} "
                   f"--last-extra {3 * ACTION_COST:g} there.")
     even = [LAYERS // stages] * stages
-    balanced = list(partition_layers([3 * LAYER_COST] * LAYERS, stages, first_extra=3 * VISION_COST,
-                                     last_extra=3 * ACTION_COST).layers_per_stage)
+    extras = PartitionOptions(first_extra=3 * VISION_COST, last_extra=3 * ACTION_COST)
+    balanced = list(partition_layers([3 * LAYER_COST] * LAYERS, stages, extras).layers_per_stage)
     plans: dict[str, Timeline] = {}
     for label, layers in (("even split", even), ("re-balanced", balanced)):
         times = [n * LAYER_COST for n in layers]

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from ..hardware.device_file import device_fields
 from ..errors import InvalidInputError
+from ..models.layer_costs import layer_costs, layer_profile
 from ..profile_format import check_overwrite
 from ..units import format_bytes
 from ._common import make_console, print_json, report_written
@@ -56,10 +57,10 @@ def run(args: argparse.Namespace) -> int:
     device, _link = device_from_args(args)
     options = {"recompute": recompute_of(args, spec), "tensor_parallel": args.tp,
                "sequence_parallel": args.sequence_parallel}
-    profile = spec.to_layer_profile(device, args.micro_batch_size, **options)
+    profile = layer_profile(spec, device, args.micro_batch_size, **options)
     notes = {"source": "shapes", "model": spec.name, "device": device.name, "microbatch_size": args.micro_batch_size,
              **options, **({"spec": args.spec} if args.spec else {"preset": args.preset})}
-    costs = spec.layer_costs(args.micro_batch_size, **options)
+    costs = layer_costs(spec, args.micro_batch_size, **options)
     records = profile.to_records()
     for record, cost in zip(records, costs):
         record["forward_flops"] = cost.forward_flops

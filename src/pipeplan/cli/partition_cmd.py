@@ -26,7 +26,7 @@ from ..viz.tables import format_time
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..limits import REPORT_STEP_ACTIONS, action_count
-from ..partition import PartitionResult, even_split, partition_layers
+from ..partition import PartitionOptions, PartitionResult, even_split, partition_layers
 from ..plan import Plan
 from ..engines import ExportFile, export_files
 from ..schedule import Schedule
@@ -159,21 +159,17 @@ def run(args: argparse.Namespace) -> int:
     if args.virtual_stages != 1:
         return _run_chunks(args, profile)
     skipped = _step_too_large(args, micro)
-    options: dict[str, Any] = {
-        "memory_capacity": args.memory,
-        "bytes_per_param": per_param,
-        "schedule": args.schedule,
-        "num_microbatches": micro,
-        "simulate_step": skipped is None,
-    }
     with progress(2, f"partitioning {profile.num_layers} layers into {args.stages} stages") as advance:
-        result = partition_layers(
-            profile,
-            args.stages,
+        options = PartitionOptions(
+            memory_capacity=args.memory,
+            bytes_per_param=per_param,
+            schedule=args.schedule,
+            num_microbatches=micro,
+            simulate_step=skipped is None,
             objective="step_time" if args.objective == "step-time" else "bottleneck",
             tie_break=args.tie_break,
-            **options,
         )
+        result = partition_layers(profile, args.stages, options)
         advance(1, "simulating the even split")
         even_sizes = even_split(profile.num_layers, args.stages)
         chosen = _simulated(profile, result, micro)

@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import hardware, presets
 from ..errors import InvalidInputError
+from ..models.layer_costs import layer_costs
 from ..plan import DP_MODES
 from ..layers import LayerProfile
 from ..partition.choice import parse_partition
@@ -238,7 +239,7 @@ def _gemm_fallbacks(args: argparse.Namespace, cluster: Cluster, result: SearchRe
     spec = spec_from_args(args)
     best = result.best
     kernels = [op for mode in set(best.recompute or ("none",))
-               for cost in spec.layer_costs(best.micro_batch_size, recompute=mode) for op in cost.ops]
+               for cost in layer_costs(spec, best.micro_batch_size, recompute=mode) for op in cost.ops]
     return cluster.device.gemm_fallbacks(kernels)
 
 

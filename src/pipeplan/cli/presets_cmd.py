@@ -15,6 +15,7 @@ from typing import Any
 from rich.table import Table
 
 from .. import presets
+from ..models.layer_costs import flops_per_sample
 from ..models.spec import ModelSpec
 from ._common import make_console, print_json
 from ._spec_args import human_count
@@ -35,7 +36,7 @@ def register(subparsers: Any) -> None:
 def preset_summary(spec: ModelSpec) -> dict[str, Any]:
     """Per-module parameters, FLOPs per example, tokens and frozen flags of ``spec``."""
     params = spec.module_parameters()
-    flops = spec.flops_per_sample()
+    flops = flops_per_sample(spec)
     tokens = spec.module_tokens()
     return {
         "name": spec.name,

@@ -34,6 +34,7 @@ from rich.console import Console
 
 from .. import units
 from .._validation import positive_int
+from ..models.layer_costs import layer_profile
 from ..viz.tables import format_time
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
@@ -443,8 +444,8 @@ def _run_spec(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     device, measured = device_from_args(args)
-    profile = spec.to_layer_profile(device, args.micro_batch_size, recompute=recompute_of(args, spec),
-                                    tensor_parallel=args.tp, sequence_parallel=args.sequence_parallel)
+    profile = layer_profile(spec, device, args.micro_batch_size, recompute=recompute_of(args, spec),
+                            tensor_parallel=args.tp, sequence_parallel=args.sequence_parallel)
     layers = _profile_partition(args, profile)
     costs = profile.stage_costs(layers)
     link = measured or intra_node_link(device.name)

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InvalidInputError
-from ..models.modules import Module, Role, TransformerStack, VisionEncoder
-from ..models.spec import ModelSpec, _depth  # a module's pipeline layers, as layer_costs counts them
+from ..models.modules import Module, Role, TransformerStack, VisionEncoder, layer_depth
+from ..models.spec import ModelSpec
 from ..plan import Plan
 
 __all__ = ["LayerName", "Role", "layer_names_in_reference", "reference_of", "layer_names", "stage_fqns",
@@ -66,7 +66,7 @@ def _paths(module: Module, index: int) -> tuple[str, ...]:
         return (f"{module.name}.{index}",)
     if not isinstance(module, (TransformerStack, VisionEncoder)):
         return module.fqn
-    depth = _depth(module)
+    depth = layer_depth(module)
     block = index - 1 if isinstance(module, VisionEncoder) else index
     paths: list[str] = []
     if index == 0 and module.fqn_first:
@@ -85,7 +85,7 @@ def _role(module: Module) -> Role:
 def layer_names_in_reference(spec: ModelSpec) -> list[LayerName]:
     """One :class:`LayerName` per pipeline layer of ``spec``, in pipeline order.
 
-    ``len(result) == len(spec.layer_costs(1))``. A module without a recorded path
+    ``len(result) == len(layer_costs(spec, 1))``. A module without a recorded path
     gets a generated one (``f"{module.name}.{i}"``, ``i`` the module's layer index)
     and role ``"other"``. A joint pair's layer lists the first stack's paths, then
     its partner's, and has the first stack's role.
@@ -96,7 +96,7 @@ def layer_names_in_reference(spec: ModelSpec) -> list[LayerName]:
         if isinstance(module, TransformerStack) and module.joint_with:
             continue
         partner = partners.get(module.name)
-        for index in range(_depth(module)):
+        for index in range(layer_depth(module)):
             paths = _paths(module, index) + (_paths(partner, index) if partner is not None else ())
             names.append(LayerName(paths, _role(module)))
     return names

@@ -67,7 +67,7 @@ class AsymmetricPipelineScheduler:
         the answers with the smallest slowest stage, the one whose stage times have the
         smallest variance, as the lesson asks. Lesson 16's case gives [3, 11, 11, 7].
         """
-        from ..partition import partition_layers
+        from ..partition import PartitionOptions, partition_layers
 
         layers = positive_int("total_layers", total_layers)
         stages = positive_int("num_stages", num_stages)
@@ -78,5 +78,6 @@ class AsymmetricPipelineScheduler:
         cost = finite_floats("layer_cost", [layer_cost])[0]
         first = non_negative_float("s0_fixed_cost", s0_fixed_cost)
         tail = non_negative_float("s_tail_fixed_cost", s_tail_fixed_cost)
-        result = partition_layers([cost] * layers, stages, first_extra=first, last_extra=tail, tie_break="variance")
+        options = PartitionOptions(first_extra=first, last_extra=tail, tie_break="variance")
+        result = partition_layers([cost] * layers, stages, options)
         return list(result.layers_per_stage)

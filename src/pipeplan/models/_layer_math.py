@@ -3,26 +3,31 @@
     part = block_part(stack, Shape(4, "selective", 1, False), layer_index=0, kv_tokens=816,
                        kv_width=2048, extra_keys=0)
     costs = apply_training(part, trains=True, needs_backward=True, recompute="selective")
+    layer_part(spec.modules[0], Shape.checked(1, "none", 1, False), 0, spec.module).params
 
-The conventions are stated in :mod:`pipeplan.models.spec`.
+The conventions are stated in :mod:`pipeplan.models.layer_costs`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from .._validation import positive_int
+from ..errors import InvalidInputError
 from .modules import (
     ACTIVATION_BYTES,
     NORM_PARAMS,
     Embedding,
     LMHead,
+    Module,
     Projector,
     TransformerStack,
     VisionEncoder,
 )
 
 __all__ = ["Part", "Shape", "apply_training", "block_part", "block_params", "embedding_part", "head_part",
-           "patch_part", "projector_part"]
+           "layer_part", "patch_part", "projector_part"]
 
 _MASK_BYTES = 1
 _TOKEN_ID_BYTES = 8
@@ -52,6 +57,48 @@ class Shape:
     recompute: str
     tensor_parallel: int
     sequence_parallel: bool
+
+    @classmethod
+    def checked(cls, micro_batch_size: object, recompute: object, tensor_parallel: object,
+                sequence_parallel: object) -> Shape:
+        """The options, validated.
+
+        Raises:
+            InvalidInputError: a recompute mode other than ``"none"``, ``"selective"``,
+                ``"full"``, or a micro-batch size or tensor-parallel degree below 1.
+        """
+        if recompute not in ("none", "selective", "full"):
+            raise InvalidInputError(f"recompute must be 'none', 'selective' or 'full', got {recompute!r}")
+        return cls(positive_int("micro_batch_size", micro_batch_size), str(recompute),
+                   positive_int("tensor_parallel", tensor_parallel), bool(sequence_parallel))
+
+
+def layer_part(module: Module, shape: Shape, index: int, lookup: Callable[[str], Module]) -> Part:
+    """Layer ``index`` of ``module`` (``lookup`` finds a cross-attention source or joint partner).
+
+    A joint stack's part leaves out its partner's; the pair's layer adds both.
+    """
+    if isinstance(module, VisionEncoder):
+        if index == 0:
+            return patch_part(module, shape)
+        return block_part(module.blocks(), shape, layer_index=index - 1, kv_tokens=module.blocks().seq_length,
+                          kv_width=module.hidden_size, extra_keys=0)
+    if isinstance(module, TransformerStack):
+        cross = module.cross_attention
+        if cross is not None and index % cross.every == 0:
+            tokens, width = lookup(cross.source).output_shape()
+            width = cross.kv_hidden_size or width
+            return block_part(module, shape, layer_index=index, kv_tokens=tokens, kv_width=width, extra_keys=0)
+        extra = 0
+        if module.joint_with is not None:
+            extra = lookup(module.joint_with).seq_length  # type: ignore[union-attr]
+        return block_part(module, shape, layer_index=index, kv_tokens=module.seq_length,
+                          kv_width=module.hidden_size, extra_keys=extra)
+    if isinstance(module, Projector):
+        return projector_part(module, shape)
+    if isinstance(module, Embedding):
+        return embedding_part(module, shape)
+    return head_part(module, shape)
 
 
 def block_part(

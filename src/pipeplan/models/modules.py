@@ -6,7 +6,7 @@
     vision.tokens    # 768
 
 Frozen dataclasses with keyword fields; validation happens when a ``ModelSpec``
-is built. See :mod:`pipeplan.models.spec` for what each field costs.
+is built. See :mod:`pipeplan.models.layer_costs` for what each field costs.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ __all__ = [
     "Projector",
     "TransformerStack",
     "VisionEncoder",
+    "layer_depth",
 ]
 
 #: Bytes of one activation element (bf16 / fp16 training).
@@ -158,11 +159,6 @@ class TransformerStack:
         """Tokens per example this stack processes (``sequences · seq_length``)."""
         return self.sequences * self.seq_length
 
-    @property
-    def num_pipeline_layers(self) -> int:
-        """Pipeline layers this module contributes on its own (0 when fused into a partner)."""
-        return 0 if self.joint_with else self.num_layers
-
     def output_shape(self) -> tuple[int, int]:
         """``(tokens per example, width)`` of what the next module reads."""
         return (self.tokens if self.output_tokens is None else self.output_tokens), self.hidden_size
@@ -226,11 +222,6 @@ class VisionEncoder:
     def tokens(self) -> int:
         """Patch tokens per example: ``cameras · frames · patches_per_image``."""
         return self.cameras * self.frames * self.patches_per_image
-
-    @property
-    def num_pipeline_layers(self) -> int:
-        """The patch embedding plus the blocks."""
-        return 1 + self.num_layers
 
     def output_shape(self) -> tuple[int, int]:
         """``(patch tokens per example, width)``."""
@@ -296,8 +287,6 @@ class Projector:
 
     kind = "projector"
 
-    num_pipeline_layers = 1
-
     def output_shape(self) -> tuple[int, int]:
         """``(tokens per example, width)`` of the projector's output."""
         last = self.linears[-1]
@@ -329,8 +318,6 @@ class Embedding:
 
     kind = "embedding"
 
-    num_pipeline_layers = 1
-
     def output_shape(self) -> tuple[int, int]:
         """``(tokens per example, hidden_size)``."""
         return self.tokens, self.hidden_size
@@ -360,8 +347,6 @@ class LMHead:
 
     kind = "lm_head"
 
-    num_pipeline_layers = 1
-
     def output_shape(self) -> tuple[int, int]:
         """``(tokens per example, vocab_size)`` (the logits, read by the loss only)."""
         return self.tokens, self.vocab_size
@@ -375,3 +360,16 @@ MODULE_KINDS: dict[str, type] = {
     "embedding": Embedding,
     "lm_head": LMHead,
 }
+
+
+def layer_depth(module: Module) -> int:
+    """Pipeline layers of ``module`` as per-layer costs count them.
+
+    A vision encoder: its patch embedding and its blocks; a transformer stack: its
+    blocks (a joint pair's two stacks share one layer per depth); any other module: one.
+    """
+    if isinstance(module, VisionEncoder):
+        return 1 + module.num_layers
+    if isinstance(module, TransformerStack):
+        return module.num_layers
+    return 1

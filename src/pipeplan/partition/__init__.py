@@ -18,6 +18,7 @@ from __future__ import annotations
 from .placement import ChunkPlacement, Pattern, fixed_pattern, place_chunks
 from .solver import (
     Objective,
+    PartitionOptions,
     PartitionResult,
     TieBreak,
     even_split,
@@ -30,6 +31,7 @@ from .steptime import partition_schedule, simulate_partition
 __all__ = [
     "ChunkPlacement",
     "Objective",
+    "PartitionOptions",
     "PartitionResult",
     "Pattern",
     "TieBreak",

@@ -292,9 +292,10 @@ def place_chunks(
 
 
 def _minmax_bounds(times: np.ndarray, num_chunks: int, head: float, tail: float) -> list[int]:
-    from .solver import partition_layers
+    from .solver import PartitionOptions, partition_layers
 
-    result = partition_layers(times.tolist(), num_chunks, first_extra=head, last_extra=tail, tie_break="none")
+    options = PartitionOptions(first_extra=head, last_extra=tail, tie_break="none")
+    result = partition_layers(times.tolist(), num_chunks, options)
     return list(result.boundaries)
 
 

@@ -4,9 +4,9 @@ The solver splits ``L`` layers into ``S`` non-empty contiguous stages so that th
 slowest stage (its F + B + W time plus any fixed extra) is as fast as possible,
 while every stage fits a memory capacity::
 
-    from pipeplan.partition import partition_layers
-    partition_layers([2.0] * 32, 4, first_extra=16, last_extra=8).layers_per_stage   # (3, 11, 11, 7)
-    partition_layers(profile, 8, memory_capacity=80e9, num_microbatches=16).stage_memory
+    from pipeplan.partition import PartitionOptions, partition_layers
+    partition_layers([2.0] * 32, 4, PartitionOptions(first_extra=16, last_extra=8)).layers_per_stage  # (3, 11, 11, 7)
+    partition_layers(profile, 8, PartitionOptions(memory_capacity=80e9, num_microbatches=16)).stage_memory
 
 How it works:
 
@@ -74,8 +74,8 @@ from .problem import MinMaxProblem
 from .steptime import StepTimer, improve_step_time
 from .tiebreak import tie_break as break_ties
 
-__all__ = ["PartitionResult", "partition_layers", "inflight_per_stage", "even_split", "rank_totals", "TieBreak",
-           "Objective"]
+__all__ = ["PartitionOptions", "PartitionResult", "partition_layers", "inflight_per_stage", "even_split", "rank_totals",
+           "TieBreak", "Objective"]
 
 TieBreak = Literal["lexicographic", "variance", "none"]
 Objective = Literal["bottleneck", "step_time"]
@@ -192,31 +192,11 @@ def even_split(num_layers: int, num_stages: int) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------- public entry
-def partition_layers(
-    layer_costs: Sequence[float] | LayerProfile,
-    num_stages: int,
-    *,
-    first_extra: float | None = None,
-    last_extra: float | None = None,
-    first_extra_bytes: float | None = None,
-    last_extra_bytes: float | None = None,
-    memory_capacity: float | None = None,
-    bytes_per_param: float = 16.0,
-    schedule: str = "1f1b",
-    num_microbatches: int | None = None,
-    schedule_options: dict[str, Any] | None = None,
-    objective: Objective = "bottleneck",
-    tie_break: TieBreak = "lexicographic",
-    rank_capacity: Literal["exact", "even"] = "exact",
-    simulate_step: bool | None = None,
-) -> PartitionResult:
-    """Split layers into ``num_stages`` non-empty contiguous stages, slowest stage first.
+@dataclass(frozen=True, kw_only=True)
+class PartitionOptions:
+    """What :func:`partition_layers` takes besides the layers and the stage count (checked on construction).
 
-    Args:
-        layer_costs: a :class:`~pipeplan.layers.LayerProfile`, or one total time
-            (F + B + W per microbatch, >= 0) per layer. A plain list carries no
-            memory, so only the extras' bytes count against a capacity.
-        num_stages: ``S``, at most the number of layers.
+    Attributes:
         first_extra, last_extra: fixed time the first / last stage pays (default:
             the profile's, 0 for a list).
         first_extra_bytes, last_extra_bytes: fixed bytes on the first / last stage.
@@ -243,123 +223,104 @@ def partition_layers(
             (a caller that reports no step, or one too large to simulate for a
             report: S·m actions cost ~0.5 kB and ~2.5 µs each).
 
+    Raises:
+        InvalidInputError: an unknown objective, tie-break or rank-capacity mode, a
+            negative extra or byte count, a capacity that is not a positive number,
+            ``num_microbatches < 1``, or ``objective="step_time"`` with
+            ``simulate_step=False``.
+    """
+
+    first_extra: float | None = None
+    last_extra: float | None = None
+    first_extra_bytes: float | None = None
+    last_extra_bytes: float | None = None
+    memory_capacity: float | None = None
+    bytes_per_param: float = 16.0
+    schedule: str = "1f1b"
+    num_microbatches: int | None = None
+    schedule_options: Mapping[str, Any] | None = None
+    objective: Objective = "bottleneck"
+    tie_break: TieBreak = "lexicographic"
+    rank_capacity: Literal["exact", "even"] = "exact"
+    simulate_step: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.objective not in ("bottleneck", "step_time"):
+            raise InvalidInputError(f"objective must be 'bottleneck' or 'step_time', got {self.objective!r}")
+        if self.rank_capacity not in ("exact", "even"):
+            raise InvalidInputError(f"rank_capacity must be 'exact' or 'even', got {self.rank_capacity!r}")
+        if self.tie_break not in ("lexicographic", "variance", "none"):
+            raise InvalidInputError(
+                f"tie_break must be 'lexicographic', 'variance' or 'none', got {self.tie_break!r}")
+        checked: dict[str, Any] = {"bytes_per_param": non_negative_float("bytes_per_param", self.bytes_per_param)}
+        if self.memory_capacity is not None:
+            checked["memory_capacity"] = _positive("memory_capacity", self.memory_capacity, "bytes")
+        for name, value in self.extras().items():
+            checked[name] = non_negative_float(name, value)
+        if self.simulate_step is False and self.objective == "step_time":
+            raise InvalidInputError("objective 'step_time' simulates the step; it cannot run with simulate_step=False")
+        if self.num_microbatches is not None:
+            checked["num_microbatches"] = positive_int("num_microbatches", self.num_microbatches)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    def extras(self) -> dict[str, float]:
+        """The fixed extras given (``first_extra``, ``last_extra``, ``first_extra_bytes``, ``last_extra_bytes``)."""
+        given = {"first_extra": self.first_extra, "last_extra": self.last_extra,
+                 "first_extra_bytes": self.first_extra_bytes, "last_extra_bytes": self.last_extra_bytes}
+        return {name: value for name, value in given.items() if value is not None}
+
+    def simulates(self) -> bool:
+        """Whether the chosen partition's step is simulated (``simulate_step``, or its default)."""
+        if self.simulate_step is None:
+            return self.num_microbatches is not None or self.objective == "step_time"
+        return self.simulate_step
+
+
+def partition_layers(
+    layer_costs: Sequence[float] | LayerProfile,
+    num_stages: int,
+    options: PartitionOptions | None = None,
+) -> PartitionResult:
+    """Split layers into ``num_stages`` non-empty contiguous stages, slowest stage first.
+
+    Args:
+        layer_costs: a :class:`~pipeplan.layers.LayerProfile`, or one total time
+            (F + B + W per microbatch, >= 0) per layer. A plain list carries no
+            memory, so only the extras' bytes count against a capacity.
+        num_stages: ``S``, at most the number of layers.
+        options: the extras, the memory capacity, the schedule, the objective and
+            the tie-break (:class:`PartitionOptions`; default: its defaults).
+
     Returns:
         A :class:`PartitionResult`.
 
     Raises:
         InvalidInputError: bad numbers, fewer layers than stages, unknown options.
-        InfeasiblePlanError: no partition fits ``memory_capacity``; the message
-            gives the smallest capacity that fits and the stage that needs it.
+        InfeasiblePlanError: no partition fits ``options.memory_capacity``; the
+            message gives the smallest capacity that fits and the stage that needs it.
     """
+    options = PartitionOptions() if options is None else options
     stages = positive_int("num_stages", num_stages)
     _check_stage_count(layer_costs, stages)
-    if objective not in ("bottleneck", "step_time"):
-        raise InvalidInputError(f"objective must be 'bottleneck' or 'step_time', got {objective!r}")
-    if rank_capacity not in ("exact", "even"):
-        raise InvalidInputError(f"rank_capacity must be 'exact' or 'even', got {rank_capacity!r}")
-    if tie_break not in ("lexicographic", "variance", "none"):
-        raise InvalidInputError(f"tie_break must be 'lexicographic', 'variance' or 'none', got {tie_break!r}")
-    per_param = non_negative_float("bytes_per_param", bytes_per_param)
-    capacity = None if memory_capacity is None else _positive("memory_capacity", memory_capacity, "bytes")
-    extras = {
-        "first_extra": first_extra,
-        "last_extra": last_extra,
-        "first_extra_bytes": first_extra_bytes,
-        "last_extra_bytes": last_extra_bytes,
-    }
-    given = {key: non_negative_float(key, value) for key, value in extras.items() if value is not None}
-    if isinstance(layer_costs, LayerProfile):
-        given_profile = layer_costs.with_extras(**given) if given else layer_costs
-        profile: LayerProfile | None = given_profile
-        times = given_profile.total
-        params = np.asarray(given_profile.params)
-        activations = np.asarray(given_profile.activation_bytes)
-        extra_time, extra_bytes = given_profile.stage_extras(stages)
-    else:
-        times = np.asarray(finite_floats("layer_costs", layer_costs, allow_zero=True))
-        params = activations = np.zeros(len(times))
-        profile = None
-        extra_time = np.zeros(stages)
-        extra_bytes = np.zeros(stages)
-        extra_time[0] += given.get("first_extra", 0.0)
-        extra_time[-1] += given.get("last_extra", 0.0)
-        extra_bytes[0] += given.get("first_extra_bytes", 0.0)
-        extra_bytes[-1] += given.get("last_extra_bytes", 0.0)
-    num_layers = len(times)
-    if num_layers < stages:
-        raise InvalidInputError(
-            f"num_stages must be <= the number of layers ({num_layers}) so no stage is empty, got {stages}"
-        )
-    if simulate_step is False and objective == "step_time":
-        raise InvalidInputError("objective 'step_time' simulates the step; it cannot run with simulate_step=False")
-    if simulate_step is None:
-        simulate_step = num_microbatches is not None or objective == "step_time"
-    micro = stages if num_microbatches is None else positive_int("num_microbatches", num_microbatches)
-    with np.errstate(over="ignore"):
-        totals = {"layer times": times.sum() + extra_time.max(),
-                  "layer bytes": (params * per_param).sum() + activations.sum() * micro
-                  + extra_bytes.max()}
-    for what, total in totals.items():
-        if not np.isfinite(total):
-            raise InvalidInputError(f"the {what} add up past the largest float; rescale them (e.g. seconds, GB)")
-    options = dict(schedule_options or {})
-    inflight, placement = inflight_and_placement(schedule, stages, micro, **options)
-
-    tied = tied_layers(profile, per_param) if profile is not None else None
-    stage_prefixes = memory_prefixes(params, activations, per_param, inflight, tied=tied)
-    memory_problem = MinMaxProblem(stage_prefixes, extra_bytes)
-    time_prefix = np.concatenate([[0.0], np.cumsum(times)])
-    context = RankMemoryModel(memory_problem, tuple(placement), schedule, micro, per_param, tied=tied)
-
-    def solve(capacities: Sequence[float] | None) -> tuple[MinMaxProblem, list[int], str] | None:
-        limits = None if capacities is None else memory_limits(memory_problem, capacities)
-        candidate = MinMaxProblem([time_prefix] * stages, extra_time, limits)
-        solved = candidate.min_bottleneck()
-        if solved is None:
-            return None
-        chosen, applied = break_ties(candidate, solved[0], tie_break, solved[1])
-        return candidate, chosen, applied
-
-    outcome = solve(None if capacity is None else [capacity] * stages)
-    proven = True
-    if capacity is not None and context.shared and rank_capacity == "even":
-        if outcome is None or max(context.rank_memory(outcome[1])) > capacity:
-            outcome = solve([capacity / placement.count(rank) for rank in placement])
-            proven = False
-        if outcome is None:
-            raise InfeasiblePlanError(
-                f"memory_capacity = {gib(capacity)} per rank fits no partition of {num_layers} layers into "
-                f"{stages} stages under {schedule!r} with each rank's capacity split evenly over its stages"
-            )
-    elif outcome is None:
-        assert capacity is not None
-        raise context.infeasible(capacity)
-    elif capacity is not None and context.shared and max(context.rank_memory(outcome[1])) > capacity:
-        # The per-stage solve is a relaxation (its bottleneck is a lower bound); keep
-        # the best split of each rank's capacity over its stages that fits per rank.
-        relaxed = max(outcome[0].values(outcome[1]))
-        exhaustive = context.exhaustive(time_prefix, extra_time, capacity, tie_break)
-        if exhaustive is not None:
-            fitting = exhaustive[0]
-            relaxed = exhaustive[1]  # the exact optimum per rank
-        else:
-            fitting = context.fit_per_rank(time_prefix, extra_time, capacity, relaxed)
-        if fitting is None:
-            raise context.infeasible(capacity)
-        found = solve(context.capacities_around(fitting, capacity))
-        assert found is not None  # the partition found fits these capacities
-        outcome = found
-        proven = max(outcome[0].values(outcome[1])) == relaxed
-    problem, bounds, applied = outcome
-
-    if simulate_step and profile is None:
-        profile = LayerProfile.from_costs(times.tolist())
+    layers = _Layers.of(layer_costs, stages, options.extras())
+    micro = stages if options.num_microbatches is None else options.num_microbatches
+    layers.check_sums(options.bytes_per_param, micro)
+    schedule_options = dict(options.schedule_options or {})
+    inflight, placement = inflight_and_placement(options.schedule, stages, micro, **schedule_options)
+    tied = tied_layers(layers.profile, options.bytes_per_param) if layers.profile is not None else None
+    stage_prefixes = memory_prefixes(layers.params, layers.activations, options.bytes_per_param, inflight, tied=tied)
+    memory_problem = MinMaxProblem(stage_prefixes, layers.extra_bytes)
+    context = RankMemoryModel(memory_problem, tuple(placement), options.schedule, micro, options.bytes_per_param,
+                              tied=tied)
+    problem, bounds, applied, proven = _BottleneckSolve(layers, stages, memory_problem, context, options).run()
+    profile = layers.profile
     step_time = None
-    if simulate_step:
-        assert profile is not None
-        step = StepTimer(profile, schedule, stages, micro, options)
+    if options.simulates():
+        profile = profile if profile is not None else LayerProfile.from_costs(layers.times.tolist())
+        step = StepTimer(profile, options.schedule, stages, micro, schedule_options)
         step_time = step(bounds)
-        if objective == "step_time":
+        if options.objective == "step_time":
             bounds, step_time = improve_step_time(step, bounds, step_time, problem)
     sizes = tuple(int(b - a) for a, b in zip(bounds[:-1], bounds[1:]))
     stage_times = tuple(problem.values(bounds))
@@ -370,15 +331,134 @@ def partition_layers(
         placement=tuple(placement),
         bottleneck=max(stage_times),
         step_time=step_time,
-        schedule=schedule,
+        schedule=options.schedule,
         num_microbatches=micro,
         inflight=tuple(inflight),
-        objective=objective,
-        tie_break=applied if objective == "bottleneck" else "none",
+        objective=options.objective,
+        tie_break=applied if options.objective == "bottleneck" else "none",
         rank_shared_bytes=tuple(float(excess) for excess in context.tied_excess),
         profile=profile,
         proven_optimal=proven,
     )
+
+
+@dataclass(frozen=True)
+class _Layers:
+    """The per-layer numbers the solver works on, the extras laid onto the stages."""
+
+    times: np.ndarray  # F + B + W per layer
+    params: np.ndarray
+    activations: np.ndarray
+    extra_time: np.ndarray  # per stage
+    extra_bytes: np.ndarray  # per stage
+    profile: LayerProfile | None  # None for a plain list of times
+
+    @classmethod
+    def of(cls, layer_costs: Sequence[float] | LayerProfile, stages: int, extras: Mapping[str, float]) -> _Layers:
+        """Read a profile (its extras replaced by those given) or a list of times (extras from ``extras`` only)."""
+        if isinstance(layer_costs, LayerProfile):
+            profile = layer_costs.with_extras(**extras) if extras else layer_costs
+            extra_time, extra_bytes = profile.stage_extras(stages)
+            layers = cls(profile.total, np.asarray(profile.params), np.asarray(profile.activation_bytes),
+                         extra_time, extra_bytes, profile)
+        else:
+            times = np.asarray(finite_floats("layer_costs", layer_costs, allow_zero=True))
+            zeros = np.zeros(len(times))
+            layers = cls(times, zeros, zeros, np.zeros(stages), np.zeros(stages), None)
+            layers.extra_time[0] += extras.get("first_extra", 0.0)
+            layers.extra_time[-1] += extras.get("last_extra", 0.0)
+            layers.extra_bytes[0] += extras.get("first_extra_bytes", 0.0)
+            layers.extra_bytes[-1] += extras.get("last_extra_bytes", 0.0)
+        if len(layers.times) < stages:
+            raise InvalidInputError(
+                f"num_stages must be <= the number of layers ({len(layers.times)}) so no stage is empty, got {stages}"
+            )
+        return layers
+
+    def check_sums(self, bytes_per_param: float, num_microbatches: int) -> None:
+        """Refuse times or bytes whose sums overflow a float (every later sum stays finite)."""
+        with np.errstate(over="ignore"):
+            totals = {"layer times": self.times.sum() + self.extra_time.max(),
+                      "layer bytes": (self.params * bytes_per_param).sum() + self.activations.sum() * num_microbatches
+                      + self.extra_bytes.max()}
+        for what, total in totals.items():
+            if not np.isfinite(total):
+                raise InvalidInputError(f"the {what} add up past the largest float; rescale them (e.g. seconds, GB)")
+
+
+class _BottleneckSolve:
+    """The min-max partition under the memory capacity: per stage, then per rank where ranks share."""
+
+    def __init__(self, layers: _Layers, stages: int, memory_problem: MinMaxProblem, context: RankMemoryModel,
+                 options: PartitionOptions) -> None:
+        self.stages = stages
+        self.extra_time = layers.extra_time
+        self.time_prefix = np.concatenate([[0.0], np.cumsum(layers.times)])
+        self.memory_problem = memory_problem
+        self.context = context
+        self.options = options
+
+    def solve(self, capacities: Sequence[float] | None) -> tuple[MinMaxProblem, list[int], str] | None:
+        """The tie-broken optimum under per-stage ``capacities`` (none: time alone), or ``None`` when none fits."""
+        limits = None if capacities is None else memory_limits(self.memory_problem, capacities)
+        candidate = MinMaxProblem([self.time_prefix] * self.stages, self.extra_time, limits)
+        solved = candidate.min_bottleneck()
+        if solved is None:
+            return None
+        chosen, applied = break_ties(candidate, solved[0], self.options.tie_break, solved[1])
+        return candidate, chosen, applied
+
+    def run(self) -> tuple[MinMaxProblem, list[int], str, bool]:
+        """``(problem, bounds, tie-break applied, proven optimal)``; raises when no partition fits."""
+        capacity = self.options.memory_capacity
+        context = self.context
+        outcome = self.solve(None if capacity is None else [capacity] * self.stages)
+        if capacity is None:
+            assert outcome is not None  # time alone always has an optimum
+            return (*outcome, True)
+        if context.shared and self.options.rank_capacity == "even":
+            return self._even(outcome, capacity)
+        if outcome is None:
+            raise context.infeasible(capacity)
+        if context.shared and max(context.rank_memory(outcome[1])) > capacity:
+            return self._per_rank(outcome, capacity)
+        return (*outcome, True)
+
+    def _even(self, outcome: tuple[MinMaxProblem, list[int], str] | None,
+              capacity: float) -> tuple[MinMaxProblem, list[int], str, bool]:
+        """Each rank's capacity split evenly over its stages, solved once (when the per-stage answer overflows)."""
+        if outcome is not None and max(self.context.rank_memory(outcome[1])) <= capacity:
+            return (*outcome, True)
+        placement = list(self.context.placement)
+        outcome = self.solve([capacity / placement.count(rank) for rank in placement])
+        if outcome is None:
+            raise InfeasiblePlanError(
+                f"memory_capacity = {gib(capacity)} per rank fits no partition of {len(self.time_prefix) - 1} layers "
+                f"into {self.stages} stages under {self.options.schedule!r} with each rank's capacity split evenly "
+                f"over its stages"
+            )
+        return (*outcome, False)
+
+    def _per_rank(self, outcome: tuple[MinMaxProblem, list[int], str],
+                  capacity: float) -> tuple[MinMaxProblem, list[int], str, bool]:
+        """The best split of each rank's capacity over its stages that fits per rank.
+
+        The per-stage solve is a relaxation (its bottleneck is a lower bound); the
+        answer is proven optimal when it meets that bound.
+        """
+        context = self.context
+        relaxed = max(outcome[0].values(outcome[1]))
+        exhaustive = context.exhaustive(self.time_prefix, self.extra_time, capacity, self.options.tie_break)
+        if exhaustive is not None:
+            fitting = exhaustive[0]
+            relaxed = exhaustive[1]  # the exact optimum per rank
+        else:
+            fitting = context.fit_per_rank(self.time_prefix, self.extra_time, capacity, relaxed)
+        if fitting is None:
+            raise context.infeasible(capacity)
+        found = self.solve(context.capacities_around(fitting, capacity))
+        assert found is not None  # the partition found fits these capacities
+        return (*found, max(found[0].values(found[1])) == relaxed)
 
 
 def _check_stage_count(layer_costs: object, stages: int) -> None:

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..costs import StageCosts
 from ..errors import InfeasiblePlanError, PipeplanError
-from ..partition import even_split, inflight_per_stage, partition_layers, rank_totals
+from ..partition import PartitionOptions, even_split, inflight_per_stage, partition_layers, rank_totals
 from ..partition.placement import Pattern, fixed_pattern, place_chunks
 from ..plan import RankMemory, Recompute
 from ..schedule import Schedule
@@ -387,11 +387,11 @@ class Layouts:
         try:
             self.stats.partitions += 1
             # the partitioner checks the capacity per rank where a rank holds several stages
-            result = partition_layers(
-                profile, stages, memory_capacity=self.memory.capacity, bytes_per_param=per_param, schedule=name,
+            result = partition_layers(profile, stages, PartitionOptions(
+                memory_capacity=self.memory.capacity, bytes_per_param=per_param, schedule=name,
                 num_microbatches=None if same else config.num_microbatches, schedule_options=options,
                 rank_capacity=self.rank_capacity, simulate_step=False,  # the m is for in-flight counts; build() simulates
-            )
+            ))
         except InfeasiblePlanError as error:
             return Rejection(config, self._binding_reason(error, config), _printed_needed(error),
                              needed_proven=error.proven)

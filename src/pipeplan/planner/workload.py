@@ -31,7 +31,7 @@ workload answers for each ``tp`` in :attr:`Workload.tensor_parallel_degrees`;
 :meth:`Workload.with_tensor_parallel` is the workload one GPU of a ``tp`` group
 sees: the spec's FLOPs and parameters divided by ``tp`` (the smaller GEMMs
 timed at their own efficiency by the device) plus each layer's collectives
-(:meth:`~pipeplan.models.spec.ModelSpec.tensor_parallel_traffic`: ring passes
+(:func:`~pipeplan.models.layer_costs.tensor_parallel_traffic`: ring passes
 on the link inside a node, :func:`~pipeplan.planner.cluster.ring_pass_ms`) added
 to its forward, exposed (Megatron's default: no ``--tp-comm-overlap``), and to
 the input-gradient part of its backward less what the layer's weight-gradient
@@ -49,6 +49,7 @@ from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..hardware import Link, intra_node_link
 from ..layers import LayerProfile
+from ..models.layer_costs import flops_per_sample, layer_costs, layer_profile, tensor_parallel_traffic
 from ..plan import RECOMPUTE_MODES, Recompute
 from .cluster import ring_pass_ms
 
@@ -129,7 +130,7 @@ class Workload:
     def from_spec(cls, spec: Any, device: Any, *, tensor_parallel: int = 1, tp_link: Link | None = None) -> Workload:
         """Every micro-batch size and recompute mode of a :class:`~pipeplan.models.spec.ModelSpec` on ``device``.
 
-        Times are ``spec.to_layer_profile`` milliseconds (each layer's kernels
+        Times are ``layer_profile`` milliseconds (each layer's kernels
         timed by the device, docs/cost_model.md) plus, at ``tp > 1``, the layer's
         tensor-parallel collectives on ``tp_link`` (default the device's link
         inside a node; module doc); MFU counts the spec's training FLOPs without
@@ -141,13 +142,13 @@ class Workload:
         link = tp_link if tp_link is not None else intra_node_link(getattr(device, "name", ""))
 
         def tensor_source(size: int, mode: Recompute, tp: int) -> LayerProfile:
-            profile = spec.to_layer_profile(device, size, recompute=mode, tensor_parallel=tp,
-                                            sequence_parallel=tp > 1)
+            profile = layer_profile(spec, device, size, recompute=mode, tensor_parallel=tp,
+                                    sequence_parallel=tp > 1)
             if tp == 1:
                 return profile
             latency = ring_pass_ms(link, 0.0, tp)  # ms per pass, and per byte of its buffer
             per_byte = (ring_pass_ms(link, 1e9, tp) - latency) / 1e9
-            traffic = spec.tensor_parallel_traffic(size, recompute=mode)
+            traffic = tensor_parallel_traffic(spec, size, recompute=mode)
             forward = [f + n * latency + b * per_byte for f, (n, _, b, _) in zip(profile.forward, traffic)]
             # Megatron overlaps the backward's collectives with the weight-gradient GEMMs
             # (tensor_parallel/layers.py: the input-gradient all-reduce, or with sequence parallelism
@@ -160,18 +161,18 @@ class Workload:
         degrees = []
         for tp in _TP_CANDIDATES:
             try:
-                spec.layer_costs(1, recompute="none", tensor_parallel=tp)
+                layer_costs(spec, 1, recompute="none", tensor_parallel=tp)
             except InvalidInputError:
                 continue
             degrees.append(tp)
         positive_int("tensor_parallel", tensor_parallel)
         if tensor_parallel not in degrees:
-            spec.layer_costs(1, recompute="none", tensor_parallel=tensor_parallel)  # raises, naming the module
+            layer_costs(spec, 1, recompute="none", tensor_parallel=tensor_parallel)  # raises, naming the module
         tokens = spec.module_tokens()
         return cls(
             lambda size, mode: tensor_source(size, mode, tensor_parallel),
             recompute_modes=RECOMPUTE_MODES,
-            flops_per_sample=float(sum(spec.flops_per_sample(recompute="none").values())),
+            flops_per_sample=float(sum(flops_per_sample(spec, recompute="none").values())),
             tokens_per_sample=float(max(tokens.values())) if tokens else None,
             name=getattr(spec, "name", "model"),
             tensor_parallel=tensor_parallel,
@@ -232,7 +233,7 @@ class Workload:
                 f"tp={tp} needs a model spec (--preset or --spec): a measured profile was timed at "
                 f"tp={self.tensor_parallel} only")
         if tp not in self.tensor_parallel_degrees:
-            self.spec.layer_costs(1, recompute="none", tensor_parallel=tp)  # raises, naming the module
+            layer_costs(self.spec, 1, recompute="none", tensor_parallel=tp)  # raises, naming the module
             raise InvalidInputError(f"tp must be one of {list(self.tensor_parallel_degrees)}, got {tp}")
         source = self.tensor_source
         return replace(self, source=lambda size, mode: source(size, mode, tp), tensor_parallel=tp, _cache={}, memo={})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models.spec import TransformerStack, VisionEncoder
+from ..models.modules import TransformerStack, VisionEncoder
 
 __all__ = ["siglip_so400m", "dinov2_large", "clip_large_336", "gemma", "llama2_7b_blocks", "GEMMA"]
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import InvalidInputError
-from ..models.spec import Linear, ModelSpec, Module, Projector, TransformerStack
+from ..models.modules import Linear, Module, Projector, TransformerStack
+from ..models.spec import ModelSpec
 from .openvla import cogact
 
 __all__ = ["cogact_dit", "cogact_dit_s", "cogact_dit_l", "COGACT_DIT_SIZES"]

@@ -28,7 +28,8 @@ example.
 
 from __future__ import annotations
 
-from ..models.spec import CrossAttention, Embedding, Linear, ModelSpec, Module, Projector, TransformerStack
+from ..models.modules import CrossAttention, Embedding, Linear, Module, Projector, TransformerStack
+from ..models.spec import ModelSpec
 from ..models.training import ReferenceTraining
 from ._components import siglip_so400m
 

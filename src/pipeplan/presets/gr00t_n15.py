@@ -42,7 +42,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..models.spec import CrossAttention, Embedding, Linear, LMHead, ModelSpec, Module, Projector, TransformerStack
+from ..models.modules import CrossAttention, Embedding, Linear, LMHead, Module, Projector, TransformerStack
+from ..models.spec import ModelSpec
 from ..models.training import ReferenceTraining
 from ._components import siglip_so400m
 from .gr00t import _HEAD, _TEXT_TOKENS, gr00t_n1

@@ -32,7 +32,8 @@ relative position bias (32 buckets × 12 heads = 384 parameters) has no field: t
 from __future__ import annotations
 
 from ..errors import InvalidInputError
-from ..models.spec import Embedding, Linear, ModelSpec, Module, Projector, TransformerStack
+from ..models.modules import Embedding, Linear, Module, Projector, TransformerStack
+from ..models.spec import ModelSpec
 from ..models.training import ReferenceTraining
 
 __all__ = ["octo", "octo_small", "octo_base", "OCTO_SIZES"]

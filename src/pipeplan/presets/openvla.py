@@ -26,7 +26,8 @@ only the action loss is backpropagated: a frozen, forward-only layer here.
 
 from __future__ import annotations
 
-from ..models.spec import Embedding, Linear, LMHead, ModelSpec, Module, Projector, TransformerStack, VisionEncoder
+from ..models.modules import Embedding, Linear, LMHead, Module, Projector, TransformerStack, VisionEncoder
+from ..models.spec import ModelSpec
 from ..models.training import ReferenceTraining
 from ._components import dinov2_large, llama2_7b_blocks, siglip_so400m
 

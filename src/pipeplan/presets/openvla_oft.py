@@ -33,7 +33,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..models.spec import Linear, LMHead, ModelSpec, Module, Projector, TransformerStack, VisionEncoder
+from ..models.layer_costs import layer_costs
+from ..models.modules import Linear, LMHead, Module, Projector, TransformerStack, VisionEncoder
+from ..models.spec import ModelSpec
 from ..models.training import ReferenceTraining
 from .openvla import _PATCHES, _VOCAB, _vlm
 
@@ -62,7 +64,7 @@ def _hf(paths: tuple[str, ...] | None) -> tuple[str, ...] | None:
 def _frozen_tower(tower: VisionEncoder, cameras: int) -> list[Module]:
     """A LoRA-adapted tower: its patch embedding forward only (a conv: no LoRA), its blocks with B and no W."""
     tower = replace(tower, cameras=cameras)
-    patch_params = ModelSpec("tower", (tower,)).layer_costs(1)[0].params  # + positions, class/registers, MAP head
+    patch_params = layer_costs(ModelSpec("tower", (tower,)), 1)[0].params  # + positions, class/registers, MAP head
     pixels = tower.channels * tower.patch_size ** 2
     patch_linear = Linear(pixels, tower.hidden_size, tokens=tower.tokens)
     return [

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models.spec import Embedding, Linear, ModelSpec, Module, Projector
+from ..models.modules import Embedding, Linear, Module, Projector
+from ..models.spec import ModelSpec
 from ..models.training import ReferenceTraining
 from ._components import gemma, siglip_so400m
 

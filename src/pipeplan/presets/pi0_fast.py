@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import InvalidInputError
-from ..models.spec import LMHead, ModelSpec, Module
+from ..models.modules import LMHead, Module
+from ..models.spec import ModelSpec
 from ._components import gemma
 from .pi import _OPENPI, _PALIGEMMA_VOCAB, _VLM, _prefix
 

@@ -45,7 +45,8 @@ Not expressible exactly (a block here is one attention and one MLP):
 
 from __future__ import annotations
 
-from ..models.spec import CrossAttention, Embedding, Linear, ModelSpec, Module, Projector, TransformerStack
+from ..models.modules import CrossAttention, Embedding, Linear, Module, Projector, TransformerStack
+from ..models.spec import ModelSpec
 from ..models.training import ReferenceTraining
 from ._components import siglip_so400m
 

@@ -20,9 +20,8 @@
 
 from __future__ import annotations
 
-from ..models.spec import (
-    CrossAttention, Embedding, Linear, LMHead, ModelSpec, Module, Projector, TransformerStack, VisionEncoder,
-)
+from ..models.modules import CrossAttention, Embedding, Linear, LMHead, Module, Projector, TransformerStack, VisionEncoder
+from ..models.spec import ModelSpec
 from ..models.training import ReferenceTraining
 from ._components import clip_large_336, llama2_7b_blocks
 

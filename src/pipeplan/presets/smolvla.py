@@ -36,9 +36,8 @@ counted. The unused ``lm_head`` is charged one token of forward (95 MFLOP).
 
 from __future__ import annotations
 
-from ..models.spec import (
-    CrossAttention, Embedding, Linear, LMHead, ModelSpec, Module, Projector, TransformerStack, VisionEncoder,
-)
+from ..models.modules import CrossAttention, Embedding, Linear, LMHead, Module, Projector, TransformerStack, VisionEncoder
+from ..models.spec import ModelSpec
 from ..models.training import ReferenceTraining
 
 __all__ = ["smolvla"]

@@ -1,0 +1,387 @@
+"""What a :class:`~pipeplan.models.spec.ModelSpec` costs to train, per pipeline layer, from its shapes alone.
+
+Per pipeline layer: the forward (F), input-gradient (B) and weight-gradient (W)
+FLOPs and kernels, the parameters, the activation bytes a microbatch leaves until
+its backward, the bytes W still needs after B, and the bytes sent to the next
+stage (:func:`layer_costs`); their times on a device as the
+:class:`~pipeplan.layers.LayerProfile` that ``partition_layers``, ``simulate`` and
+the planner consume (:func:`layer_profile`); the tensor-parallel collectives
+(:func:`tensor_parallel_traffic`) and the training FLOPs per example
+(:func:`flops_per_sample`)::
+
+    from pipeplan import presets, hardware
+    from pipeplan.models.layer_costs import layer_costs, layer_profile
+    spec = presets.get("pi0")
+    profile = layer_profile(spec, hardware.device("h100-80g"), micro_batch_size=4)
+    layer_costs(spec, 4, recompute="full")[1].activation_bytes
+
+torch-free (numpy only through :mod:`pipeplan.layers`). The per-layer arithmetic
+lives in ``pipeplan.models._layer_math`` (FLOPs and bytes) and
+``pipeplan.models._layer_ops`` (kernels).
+
+Conventions (stated so tests can pin them):
+
+* FLOPs count a multiply-add as 2 and only matrix products (attention scores and
+  values included); norms, activations, softmax and biases are not counted, as in
+  Narayanan et al. (2021). For a GPT layer this gives the zero-bubble paper's
+  Table 1 exactly: ``F = sbh(24h + 4s)``, ``B = sbh(24h + 8s)``, ``W = 24sbh²``.
+  An embedding gather costs nothing in FLOPs; it is charged ``2·tokens·h`` (one
+  multiply-add per output element) so that every layer has a positive time.
+* Activations are 16-bit (2 bytes), dropout masks 1 byte, token ids 8 bytes.
+  Per block the stored tensors follow Korthikanti et al. (2022), "Reducing
+  Activation Recomputation in Large Transformer Models", §4, generalised to GQA,
+  gated MLPs, cross/joint attention and models without dropout; for a GPT layer
+  with dropout they give ``sbh(34 + 5as/h)`` without recompute, ``34sbh`` with
+  selective recompute and ``2sbh`` with full recompute (divided by ``t`` with
+  sequence parallelism, ``sbh(10 + 24/t + 5as/(ht))`` without).
+* W-stash bytes are what a split backward keeps after B until W: the stored
+  inputs of the weight GEMMs (``14sbh`` for GPT) and the output gradients B made
+  for them (``18sbh``): ``32sbh``, the zero-bubble paper's ``M_W``.
+* Frozen modules: a layer whose module is frozen has W = 0 and no optimizer
+  state. It has a backward (B) only if a gradient must flow through it to a
+  trainable module upstream; otherwise it runs only its forward and stores
+  nothing (a frozen vision encoder on stage 0). A layer whose input is data (the
+  patch embedding, an embedding) has B = 0.
+* Recompute: ``"selective"`` recomputes the attention core (scores, softmax,
+  dropout) in the backward, so B gains the core's forward FLOPs; ``"full"`` keeps
+  only each layer's input and B gains the whole forward.
+* ``tensor_parallel = t`` divides every matrix product's FLOPs and every
+  parameter by ``t``.
+* Send bytes of a layer are the bytes that cross a pipeline cut right after it,
+  per microbatch: its own output if the next layer reads it, plus every earlier
+  module output still read later (the DINOv2 features past the SigLIP tower,
+  GR00T's VLM features past the DiT's first layers). Data inputs (images, token
+  ids, noisy actions) are assumed loaded on the stage that reads them.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .._validation import positive_float
+from ..errors import InvalidInputError
+from ..hardware import Device
+from ..layers import LayerProfile
+from ..operations import Op
+from ..plan import Recompute
+from ._layer_math import Shape, apply_training, layer_part
+from ._layer_ops import PassOps, apply_training_ops, module_ops
+from .modules import ACTIVATION_BYTES, LMHead, Module, TransformerStack, VisionEncoder, layer_depth
+from .spec import ModelSpec
+
+__all__ = ["LayerCost", "flops_per_sample", "layer_costs", "layer_profile", "tensor_parallel_traffic"]
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Costs of one pipeline layer for one microbatch (see the module doc's conventions).
+
+    Attributes:
+        name: ``module.index`` (or ``a+b.index`` for a joint pair).
+        modules: the module(s) the layer belongs to.
+        forward_flops, input_grad_flops, weight_grad_flops: F, B and W FLOPs.
+        params: parameters held by the layer (per tensor-parallel rank).
+        trainable_params: of ``params``, those with gradients and optimizer state.
+        activation_bytes: bytes kept from the end of F to the end of B.
+        weight_stash_bytes: of those, the bytes W still needs after B.
+        send_bytes: bytes crossing a pipeline cut right after this layer.
+        forward_ops, input_grad_ops, weight_grad_ops: the kernels of F, B and W
+            (:mod:`pipeplan.operations`), which a device times.
+        tied_to: the name of the layer whose parameters this one shares (a tied
+            LM head: its embedding's layer), or ``None``; ``params`` is its copy.
+    """
+
+    name: str
+    modules: tuple[str, ...]
+    forward_flops: float
+    input_grad_flops: float
+    weight_grad_flops: float
+    params: float
+    trainable_params: float
+    activation_bytes: float
+    weight_stash_bytes: float
+    send_bytes: float
+    forward_ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
+    input_grad_ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
+    weight_grad_ops: tuple[Op, ...] = field(default=(), repr=False, compare=False)
+    tied_to: str | None = None
+
+    @property
+    def backward_flops(self) -> float:
+        """B + W FLOPs (the full backward)."""
+        return self.input_grad_flops + self.weight_grad_flops
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """Every kernel of the layer's step: F, then B, then W."""
+        return self.forward_ops + self.input_grad_ops + self.weight_grad_ops
+
+
+def layer_costs(
+    spec: ModelSpec,
+    micro_batch_size: int,
+    *,
+    recompute: Recompute | Mapping[str, Recompute] = "selective",
+    tensor_parallel: int = 1,
+    sequence_parallel: bool = False,
+) -> list[LayerCost]:
+    """Per pipeline layer F, B, W FLOPs and bytes of ``spec`` for one microbatch.
+
+    Args:
+        spec: the model.
+        micro_batch_size: examples per microbatch ``b`` (>= 1).
+        recompute: ``"none"``, ``"selective"`` (default: the attention core is
+            recomputed, as flash attention does) or ``"full"``; or a mode per
+            module name (a module not named: ``"none"``).
+        tensor_parallel: tensor-parallel degree ``t`` (FLOPs and params per rank).
+        sequence_parallel: with ``t > 1``, norms and dropouts are split too.
+
+    Returns:
+        One :class:`LayerCost` per pipeline layer, in order. A joint pair
+        (``joint_with``) gives one layer per depth holding both stacks.
+
+    Raises:
+        InvalidInputError: a bad option, or a ``tensor_parallel`` that does not
+            divide some module's heads or FFN width (the message names the module).
+    """
+    modes = spec.recompute_modes(recompute)
+    shape = Shape.checked(micro_batch_size, "none", tensor_parallel, sequence_parallel)
+    _check_tensor_parallel(spec, shape.tensor_parallel)
+    joint = {m.joint_with: m for m in spec.modules if isinstance(m, TransformerStack) and m.joint_with}
+    rows: list[tuple[str, tuple[str, ...], dict[str, float], float, float, PassOps]] = []
+    owners: list[tuple[str, ...]] = []
+    seen: dict[tuple[str, int, bool], tuple[dict[str, float], float, PassOps]] = {}
+    for module in spec.modules:
+        if isinstance(module, TransformerStack) and module.joint_with:
+            continue
+        partner = joint.get(module.name)
+        for index in range(layer_depth(module)):
+            names = (module.name,) if partner is None else (module.name, partner.name)
+            totals = {"forward": 0.0, "input_grad": 0.0, "weight_grad": 0.0, "activation": 0.0, "stash": 0.0}
+            params = trainable = 0.0
+            kernels = PassOps()
+            for member in ((module,) if partner is None else (module, partner)):
+                backward = spec.needs_grad(member.name) or (
+                    member is partner and spec.needs_grad(module.name)
+                )
+                trains = spec.trains(member.name)
+                # identical layers cost the same: compute one of each kind once per call
+                key = (member.name, _layer_kind(member, index), backward)
+                if key not in seen:
+                    part = layer_part(member, shape, index, spec.module)
+                    costs = apply_training(part, trains=trains, needs_backward=backward,
+                                           recompute=modes[member.name])
+                    run = apply_training_ops(module_ops(member, shape, index, spec.module), trains=trains,
+                                             needs_backward=backward, input_is_data=part.input_is_data,
+                                             recompute=modes[member.name])
+                    seen[key] = (costs, part.params, run)
+                costs, part_params, run = seen[key]
+                for name in totals:
+                    totals[name] += costs[name]
+                params += part_params
+                trainable += part_params if trains else 0.0
+                kernels = PassOps(kernels.forward + run.forward, kernels.input_grad + run.input_grad,
+                                  kernels.weight_grad + run.weight_grad)
+            label = "+".join(names)
+            rows.append((f"{label}.{index}", names, totals, params, trainable, kernels))
+            owners.append(names)
+    sends = _send_bytes(spec, shape, owners)
+    tied = {m.name: f"{spec.module(m.tied_to).name}.0" for m in spec.modules if isinstance(m, LMHead) and m.tied_to}
+    return [
+        LayerCost(name, names, c["forward"], c["input_grad"], c["weight_grad"], p, tp,
+                  c["activation"], c["stash"], send, k.forward, k.input_grad, k.weight_grad,
+                  tied_to=tied.get(names[0]))
+        for (name, names, c, p, tp, k), send in zip(rows, sends)
+    ]
+
+
+def layer_profile(
+    spec: ModelSpec,
+    hardware: Device,
+    micro_batch_size: int,
+    *,
+    recompute: Recompute | Mapping[str, Recompute] = "selective",
+    tensor_parallel: int = 1,
+    sequence_parallel: bool = False,
+) -> LayerProfile:
+    """The :class:`~pipeplan.layers.LayerProfile` of ``spec`` on ``hardware``.
+
+    Times are milliseconds per microbatch: each layer's F, B and W kernels
+    timed by :meth:`pipeplan.hardware.Device.op_milliseconds` (with the flat
+    model, ``achievable_fraction`` set, ``1e3 · FLOPs / achievable_flops``).
+    ``backward`` is B + W time, ``weight`` the W part; ``params`` are per
+    tensor-parallel rank; ``trainable_params``, ``weight_stash_bytes`` and
+    ``send_bytes`` carry the frozen, split-backward and boundary information.
+
+    Args:
+        spec: the model.
+        hardware: a :class:`~pipeplan.hardware.Device` (or anything with a
+            positive ``achievable_flops`` in FLOP/s: the flat model).
+        micro_batch_size, recompute, tensor_parallel, sequence_parallel: as in
+            :func:`layer_costs`.
+    """
+    layers = layer_costs(spec, micro_batch_size, recompute=recompute, tensor_parallel=tensor_parallel,
+                         sequence_parallel=sequence_parallel)
+    if isinstance(hardware, Device) and not hardware.flat:
+        forward = [hardware.ops_milliseconds(layer.forward_ops) for layer in layers]
+        weight = [hardware.ops_milliseconds(layer.weight_grad_ops) for layer in layers]
+        backward = [hardware.ops_milliseconds(layer.input_grad_ops) + w for layer, w in zip(layers, weight)]
+    else:
+        rate = positive_float("achievable_flops", getattr(hardware, "achievable_flops", None), unit="FLOP/s")
+        to_ms = 1e3 / rate
+        forward = [layer.forward_flops * to_ms for layer in layers]
+        backward = [layer.backward_flops * to_ms for layer in layers]
+        weight = [layer.weight_grad_flops * to_ms for layer in layers]
+    return LayerProfile(
+        forward,
+        backward,
+        weight,
+        activation_bytes=[layer.activation_bytes for layer in layers],
+        params=[layer.params for layer in layers],
+        names=[layer.name for layer in layers],
+        weight_stash_bytes=[layer.weight_stash_bytes for layer in layers],
+        send_bytes=[layer.send_bytes for layer in layers],
+        trainable_params=[layer.trainable_params for layer in layers],
+        tied_to=[[other.name for other in layers].index(layer.tied_to) if layer.tied_to else -1 for layer in layers],
+    )
+
+
+def tensor_parallel_traffic(
+    spec: ModelSpec, micro_batch_size: int, *, recompute: Recompute | Mapping[str, Recompute] = "selective",
+) -> list[tuple[int, int, float, float]]:
+    """Per pipeline layer of ``spec``, the tensor-parallel collectives of one microbatch.
+
+    Returns ``(forward passes, backward passes, forward bytes, backward bytes)``
+    per layer, the bytes summed over the passes.
+
+    Megatron-LM's tensor parallelism (Shoeybi et al. 2019, §3; with sequence
+    parallelism, Korthikanti et al. 2022, §4.2.2) puts, in every transformer
+    block, two collectives in the forward (after the attention and after the
+    MLP: an all-reduce, or with sequence parallelism an all-gather before and
+    a reduce-scatter after each, the same ring volume) and two in the
+    backward. Counted here as **ring passes** (an all-reduce is two, an
+    all-gather or reduce-scatter one) of the block's full activation
+    ``b · repeats · tokens · h · 2`` bytes: 4 forward, 4 backward, and 4 more
+    in the backward under ``"full"`` recompute (the forward runs again).
+    The word embedding, the LM head, a projector or linear module and a
+    patch embedding have one pass each way (the vocabulary-parallel
+    embedding's all-reduce of its output, the head's all-gather of its input).
+    A layer without a backward has no backward passes. Joint pairs add up.
+    """
+    modes = spec.recompute_modes(recompute)
+    shape = Shape.checked(micro_batch_size, "none", 1, False)
+    joint = {m.joint_with: m for m in spec.modules if isinstance(m, TransformerStack) and m.joint_with}
+    out: list[tuple[int, int, float, float]] = []
+    for module in spec.modules:
+        if isinstance(module, TransformerStack) and module.joint_with:
+            continue
+        partner = joint.get(module.name)
+        for index in range(layer_depth(module)):
+            forward = backward = 0
+            forward_bytes = backward_bytes = 0.0
+            for member in ((module,) if partner is None else (module, partner)):
+                grads = spec.needs_grad(member.name) or (member is partner and spec.needs_grad(module.name))
+                block = isinstance(member, TransformerStack) or (isinstance(member, VisionEncoder) and index > 0)
+                passes = 4 if block else 1
+                extra = passes if block and modes[member.name] == "full" else 0
+                size = _hidden_bytes(member, shape)
+                back = (passes + extra) if grads else 0
+                forward += passes
+                backward += back
+                forward_bytes += passes * size
+                backward_bytes += back * size
+            out.append((forward, backward, forward_bytes, backward_bytes))
+    return out
+
+
+def flops_per_sample(spec: ModelSpec, *, recompute: Recompute = "none") -> dict[str, float]:
+    """Training FLOPs (F + B + W) per example of each module of ``spec`` (a joint pair split by member)."""
+    shape = Shape.checked(1, recompute, 1, False)
+    out: dict[str, float] = {}
+    for module in spec.modules:
+        total = 0.0
+        backward = spec.needs_grad(module.name) or (
+            isinstance(module, TransformerStack) and module.joint_with is not None
+            and spec.needs_grad(module.joint_with)
+        )
+        for index in range(layer_depth(module)):
+            part = layer_part(module, shape, index, spec.module)
+            costs = apply_training(part, trains=spec.trains(module.name), needs_backward=backward,
+                                   recompute=recompute)
+            total += costs["forward"] + costs["input_grad"] + costs["weight_grad"]
+        out[module.name] = total
+    return out
+
+
+def _check_tensor_parallel(spec: ModelSpec, t: int) -> None:
+    """Tensor parallelism splits whole heads and the MLP evenly (Megatron-LM requires it)."""
+    if t == 1:
+        return
+    for module in spec.modules:
+        if isinstance(module, (TransformerStack, VisionEncoder)):
+            kv = module.kv_heads if isinstance(module, TransformerStack) else module.num_heads
+            for what, count in (("attention heads", module.num_heads), ("key/value heads", kv),
+                                ("FFN width", module.ffn_hidden_size)):
+                if count % t and not (what == "key/value heads" and t % count == 0):
+                    raise InvalidInputError(
+                        f"tensor_parallel={t} must divide module {module.name!r}'s {what} ({count})")
+
+
+def _output_bytes(module: Module, shape: Shape) -> float:
+    tokens, width = module.output_shape()
+    return float(shape.micro_batch_size * module.repeats * tokens * width * ACTIVATION_BYTES)
+
+
+def _hidden_bytes(module: Module, shape: Shape) -> float:
+    if isinstance(module, VisionEncoder):
+        blocks = module.blocks()
+        return float(shape.micro_batch_size * module.repeats * blocks.tokens * module.hidden_size * ACTIVATION_BYTES)
+    if isinstance(module, TransformerStack):
+        return float(shape.micro_batch_size * module.repeats * module.tokens * module.hidden_size * ACTIVATION_BYTES)
+    return _output_bytes(module, shape)
+
+
+def _send_bytes(spec: ModelSpec, shape: Shape, owners: list[tuple[str, ...]]) -> list[float]:
+    """Bytes live across the cut after each pipeline layer (module doc, 'Send bytes')."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for position, names in enumerate(owners):
+        for name in names:
+            first.setdefault(name, position)
+            last[name] = position
+    last_read: dict[str, int] = {}
+    for module in spec.modules:
+        for source in spec.inputs_of(module):
+            last_read[source] = max(last_read.get(source, -1), first[module.name])
+        if isinstance(module, TransformerStack) and module.cross_attention is not None:
+            cross = module.cross_attention
+            reads = [first[module.name] + i for i in range(module.num_layers) if i % cross.every == 0]
+            last_read[cross.source] = max(last_read.get(cross.source, -1), max(reads))
+    sends = []
+    for cut in range(len(owners)):
+        live = 0.0
+        for module in spec.modules:
+            name = module.name
+            if first[name] <= cut < last[name]:
+                live += _hidden_bytes(module, shape)
+            elif last[name] <= cut < last_read.get(name, -1):
+                live += _output_bytes(module, shape)
+        sends.append(live / (shape.tensor_parallel if shape.sequence_parallel else 1))
+    sends[-1] = 0.0
+    return sends
+
+
+def _layer_kind(module: Module, index: int) -> int:
+    """A representative of the layers of ``module`` that cost what layer ``index`` costs.
+
+    Blocks differ only in being the last (a final norm) or, for a stack with
+    cross-attention, in attending across; a vision encoder's layer 0 is its
+    patch embedding.
+    """
+    depth = layer_depth(module)
+    if index in (0, depth - 1):
+        return index
+    if isinstance(module, TransformerStack) and module.cross_attention is not None:
+        every = module.cross_attention.every
+        return next(i for i in range(1, depth - 1) if (i % every == 0) == (index % every == 0))
+    return 1
