@@ -9,27 +9,23 @@ A mode says how the ``d`` ranks sharing a stage's state (its data-parallel
 replicas) hold mixed-precision Adam's weights, gradients and optimizer state,
 in bytes per trained parameter (docs/planner.md, "Data-parallel modes"):
 
-========  =============  =========  ======  ===========================================
-mode      weights        gradients  state   collectives
-========  =============  =========  ======  ===========================================
-``ddp``   2              2          12      all-reduce of bf16 gradients, once a step
-``zero1`` 2              4 (fp32)   12/d    reduce-scatter fp32 gradients, all-gather
-                                            bf16 weights, once a step
-``zero2`` 2              2/d        12/d    reduce-scatter bf16 gradients every
-                                            microbatch, all-gather bf16 weights
-``fsdp``  4/d            4/d        8/d     per layer every microbatch: all-gather
-                                            before forward and backward, reduce-scatter
-                                            after the backward
-  piped   2 + 4/d        4          12/d    behind a pipeline: gather and
-                                            reduce-scatter once a step
-``hsdp``  as ``fsdp``, ``d`` the replicas of a stage inside a node; the shard's
-          reduction all-reduced across nodes
-========  =============  =========  ======  ===========================================
+* ``ddp``: 2 + 2 + 12, nothing sharded; an all-reduce of bf16 gradients once a step;
+* ``zero1`` (Megatron-LM's distributed optimizer): 2 + 4 (fp32) + 12/d; a reduce-scatter
+  of fp32 gradients and an all-gather of bf16 weights once a step;
+* ``zero2``: 2 + 2/d + 12/d; a reduce-scatter of bf16 gradients every microbatch
+  (the gradients are held sharded) and an all-gather of bf16 weights;
+* ``fsdp`` (ZeRO-3): 4/d + 4/d + 8/d; per layer, every microbatch, an all-gather of
+  bf16 weights before its forward and again before its backward and a
+  reduce-scatter of fp32 gradients after it; behind a pipeline (unsharded weights
+  across microbatches, gradients accumulated in fp32) 2 + 4/d, 4, 12/d with one
+  gather and one reduce-scatter a step;
+* ``hsdp``: as ``fsdp`` with ``d`` the replicas of a stage inside a node, the shard's
+  reduction all-reduced across nodes.
 
-What each collective can hide behind: the once-a-step reductions of ``ddp``,
-``zero1`` and ``zero2`` overlap the last backward as ``--grad-sync`` says
+What each collective can hide behind: the once-a-step reductions of ``ddp``
+and ``zero1`` overlap the last backward as ``--grad-sync`` says
 (:mod:`pipeplan.planner.step`), ``zero2``'s per-microbatch reductions each hide
-behind their own microbatch's backward, and the weight all-gather of the
+behind their own microbatch's backward (the last as ``--grad-sync`` says), and the weight all-gather of the
 sharded modes overlaps the next forward with ``--overlap-param-gather``;
 ``fsdp`` and ``hsdp`` prefetch one layer's gather behind the layer before
 and reduce-scatter behind the backward of the layers after (behind a pipeline:
