@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _markers import add_write_flag, computed_line, measured_line, replace_between, run_command  # noqa: E402
 
 from pipeplan import presets  # noqa: E402
-from pipeplan.planner import Cluster, Workload, search  # noqa: E402
+from pipeplan.planner import Cluster, SearchOptions, Workload, search  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "planner.md"
 GPU = "h100-80g"
@@ -50,7 +50,7 @@ def run(preset: str, gpus: int, *, gpu: str = GPU, inter: str = "ib-ndr", pp: in
     cluster = Cluster.of(gpu, gpus, inter_node=inter)
     workload = Workload.from_spec(presets.get(preset), cluster.device, tp_link=cluster.intra_node)
     cpu, wall = time.process_time(), time.perf_counter()
-    result = search(workload, cluster, batch, pp=pp)
+    result = search(workload, cluster, batch, SearchOptions(pp=pp))
     return result, time.process_time() - cpu, time.perf_counter() - wall
 
 

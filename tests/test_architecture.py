@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "_validation", "limits", "_files", "actions", "lowering", "schedule", "costs", "timeline",
      "calibration", "simulate", "analytic", "profile_format", "operations", "units"),  # the core
     ("schedules", "viz"),                                           # generators; views of a Timeline
-    ("layers", "hardware", "models", "presets", "plan",
+    ("layers", "hardware", "models", "presets", "plan", "data_parallel",
      "partition"),                                                  # what a model costs; how to cut it
     ("engines",),                                                   # what each engine runs; its files
     ("predict", "planner", "runtime", "dualrate"),                  # workflows

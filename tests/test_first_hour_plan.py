@@ -125,12 +125,12 @@ def test_nothing_in_reach_is_said_plainly(run_cli, tmp_path):
 
 
 def test_the_advice_is_on_the_exception(vla_profile):
-    from pipeplan.planner import Cluster, Workload, search
+    from pipeplan.planner import Cluster, SearchOptions, Workload, search
     from pipeplan.planner.advice import NoPlanFitsError
 
     workload = Workload.from_profile(LayerProfile.from_file(vla_profile))
     with pytest.raises(NoPlanFitsError) as error:
-        search(workload, Cluster.of("h100-80g", 4), 16, memory_capacity=15e9)
+        search(workload, Cluster.of("h100-80g", 4), 16, SearchOptions(memory_capacity=15e9))
     remedies = error.value.remedies
     assert [r.flags for r in remedies] == ["without --memory", "--gpus 8"]
     for remedy in remedies:

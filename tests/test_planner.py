@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _planner_models import gpt_workload, make_cluster
-from pipeplan import InfeasiblePlanError, InvalidInputError, StageCosts, build_schedule, simulate
+from pipeplan import InfeasiblePlanError, InvalidInputError, StageCosts, build_schedule, data_parallel, simulate
 from pipeplan.costs import CommModel
 from pipeplan.hardware import Device, Link
 from pipeplan.layers import LayerProfile
@@ -18,6 +18,7 @@ from pipeplan.planner import (
     Cluster,
     Config,
     OptimizerBytes,
+    SearchOptions,
     SearchSpace,
     Workload,
     evaluate_layout,
@@ -44,14 +45,14 @@ def test_pruned_search_equals_exhaustive_enumeration(layers, gpus, batch, memory
     workload = gpt_workload(num_layers=layers, hidden=512, heads=8, seq=512, first_extra=extra,
                             first_extra_bytes=1e8)
     cluster = small_cluster(gpus, memory)
-    pruned = search(workload, cluster, batch, top=3)
-    full = search(workload, cluster, batch, top=3, exhaustive=True)
+    pruned = search(workload, cluster, batch, SearchOptions(top=3))
+    full = search(workload, cluster, batch, SearchOptions(top=3, exhaustive=True))
     assert full.stats.pruned == 0 and full.stats.simulated >= pruned.stats.simulated
     assert pruned.best.step_time == pytest.approx(full.best.step_time, rel=1e-12)
     # the whole top list is exact for the templates (adaptive is pruned against the best only)
     templates = ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"]
-    pruned = search(workload, cluster, batch, top=3, schedules=templates)
-    full = search(workload, cluster, batch, top=3, schedules=templates, exhaustive=True)
+    pruned = search(workload, cluster, batch, SearchOptions(top=3, schedules=templates))
+    full = search(workload, cluster, batch, SearchOptions(top=3, schedules=templates, exhaustive=True))
     assert [p.step_time for p in pruned.plans] == pytest.approx([p.step_time for p in full.plans], rel=1e-12)
 
 
@@ -61,7 +62,7 @@ def test_best_equals_an_independent_enumeration_of_the_space():
     workload = Workload.from_profile(profile)
     free = Link("free", latency_ms=0.0, bandwidth=1e30)  # the enumeration below charges no messages
     cluster = Cluster(4, Device("test-gpu", memory_bytes=1e12, peak_flops=1e15), free, free)
-    result = search(workload, cluster, 8, schedules=["1f1b", "gpipe", "zb-h1", "interleaved"], top=1)
+    result = search(workload, cluster, 8, SearchOptions(schedules=["1f1b", "gpipe", "zb-h1", "interleaved"], top=1))
     space = SearchSpace(num_gpus=4, global_batch=8, num_layers=6, micro_batch_sizes=(1,), recompute_modes=("none",),
                         schedules=("1f1b", "gpipe", "zb-h1", "interleaved"))
     best = math.inf
@@ -129,7 +130,7 @@ def test_lower_bound_holds_for_adaptive_orders_over_chunks_in_a_loop(forward, ra
 
 def test_best_for_an_engine_is_the_first_plan_it_runs():
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, first_extra=20.0)
-    result = search(workload, small_cluster(4, 4e9), 16, pp=4, top=5)
+    result = search(workload, small_cluster(4, 4e9), 16, SearchOptions(pp=4, top=5))
     assert result.best_for("torch") == (result.best, 0)
     plan, index = result.best_for("megatron")
     assert plan.schedule in ("1f1b", "interleaved")
@@ -150,7 +151,7 @@ def test_lower_bound_is_exact_for_uniform_one_f_one_b():
 def test_optimizer_bytes_per_parameter():
     assert OptimizerBytes.for_optimizer("adam", 8).per_trainable == 16
     # Megatron-LM theoretical_memory_usage.py: 6 + 12 / dp with the distributed optimizer (the evaluator's shorthand)
-    assert OptimizerBytes.for_mode("distributed", "ddp", 8).per_trainable == pytest.approx(6 + 12 / 8)
+    assert OptimizerBytes.for_mode("distributed", data_parallel.get("ddp"), 8).per_trainable == pytest.approx(6 + 12 / 8)
     assert OptimizerBytes.for_optimizer(18.0, 1).per_trainable == 18
     assert OptimizerBytes.for_optimizer("18", 1).per_trainable == 18
     with pytest.raises(InvalidInputError, match="optimizer"):
@@ -193,11 +194,12 @@ def test_frozen_layers_hold_only_their_weights():
 
 def test_tight_memory_recomputes_only_the_stages_that_need_it():
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512)
-    loose = search(workload, small_cluster(4, 4e9), 16, pp=4, micro_batch_size=4, schedules=["1f1b"], top=1)
+    loose = search(workload, small_cluster(4, 4e9), 16,
+                   SearchOptions(pp=4, micro_batch_size=4, schedules=["1f1b"], top=1))
     assert set(loose.best.recompute) == {"none"}
     peak_stage0 = loose.best.memory[0].total
-    tight = search(workload, small_cluster(4, peak_stage0 * 0.8), 16, pp=4, micro_batch_size=4,
-                   schedules=["1f1b"], top=1)
+    tight = search(workload, small_cluster(4, peak_stage0 * 0.8), 16, SearchOptions(pp=4, micro_batch_size=4,
+                   schedules=["1f1b"], top=1))
     assert tight.best.recompute[0] != "none"  # 1F1B's first stage holds the most microbatches
     assert "none" in tight.best.recompute  # the last stage holds one: no recompute there
     assert max(tight.best.peak_memory) <= peak_stage0 * 0.8
@@ -206,7 +208,7 @@ def test_tight_memory_recomputes_only_the_stages_that_need_it():
 # ------------------------------------------------------------- baselines
 def test_baselines_are_what_users_run_and_one_knob_plans_change_one_knob():
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, first_extra=25.0)
-    result = search(workload, small_cluster(4, 4e9), 16, pp=4, top=3)
+    result = search(workload, small_cluster(4, 4e9), 16, SearchOptions(pp=4, top=3))
     assert [b.name for b in result.baselines] == ["reference-fsdp", "megatron-recommended"]
     fsdp, megatron = result.baselines
     assert fsdp.plan is not None and (fsdp.plan.pp, fsdp.plan.dp, fsdp.plan.dp_mode) == (1, 4, "fsdp")
@@ -230,7 +232,7 @@ def test_baselines_are_what_users_run_and_one_knob_plans_change_one_knob():
 
 def test_a_baseline_in_the_space_is_never_faster_than_the_best_plan():
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, first_extra=25.0)
-    result = search(workload, small_cluster(8, 4e9), 32, top=2)
+    result = search(workload, small_cluster(8, 4e9), 32, SearchOptions(top=2))
     for baseline in result.baselines:
         assert baseline.step_time is not None
         assert result.best.step_time <= baseline.step_time * (1 + 1e-12)
@@ -239,13 +241,13 @@ def test_a_baseline_in_the_space_is_never_faster_than_the_best_plan():
 
 def test_plans_are_ranked_and_fit():
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, first_extra=10.0)
-    result = search(workload, small_cluster(4, 1.5e9), 16, top=5)
+    result = search(workload, small_cluster(4, 1.5e9), 16, SearchOptions(top=5))
     times = [p.step_time for p in result.plans]
     assert times == sorted(times)
     assert all(p.fits and max(p.peak_memory) <= 1.5e9 for p in result.plans)
     assert all(p.global_batch == 16 and p.pp * p.dp == 4 for p in result.plans)
     assert result.lower_bound <= result.best.step_time
-    everything = search(workload, small_cluster(4, 1.5e9), 16, top=1000, exhaustive=True)
+    everything = search(workload, small_cluster(4, 1.5e9), 16, SearchOptions(top=1000, exhaustive=True))
     single = [p.step_time for p in everything.plans if p.virtual_stages == 1]
     assert everything.lower_bound <= min(p.step_time for p in everything.plans)
     assert result.lower_bound <= result.single_stage_bound <= min(single)
@@ -256,35 +258,35 @@ def test_no_plan_fits_names_the_smallest_memory_and_the_module():
     # 8 layers of 3.1M parameters (50 MB each with Adam): at pp = 8 a rank holds 50 MB plus activations
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512)
     with pytest.raises(InfeasiblePlanError, match=r"smallest memory that fits is .* GiB .*largest module is 'layers"):
-        search(workload, small_cluster(8, 5.1e7), 16, headroom=0)
+        search(workload, small_cluster(8, 5.1e7), 16, SearchOptions(headroom=0))
     with pytest.raises(InfeasiblePlanError, match=r"weights and optimizer state alone need at least 0.04.* GiB"):
-        search(workload, small_cluster(8, 4e7), 16, headroom=0)
+        search(workload, small_cluster(8, 4e7), 16, SearchOptions(headroom=0))
     # the default leaves 10 % free, and the message shows the capacity once, with and without it (GiB)
     with pytest.raises(InfeasiblePlanError, match=r"no plan fits a GPU of 0.0475 GiB \(0.0427 GiB usable, 10% "
                                                   r"headroom\)"):
         search(workload, small_cluster(8, 5.1e7), 16)
     with pytest.raises(InvalidInputError, match=r"headroom must be a share of the memory in \[0, 1\), got 1"):
-        search(workload, small_cluster(8, 5.1e7), 16, headroom=1)
+        search(workload, small_cluster(8, 5.1e7), 16, SearchOptions(headroom=1))
 
 
 def test_bad_batches_stages_and_schedules():
     workload = gpt_workload(num_layers=4, hidden=256, heads=4, seq=128, micro_batch_sizes=(1, 2))
     cluster = small_cluster(4, 4e9)
     with pytest.raises(InvalidInputError, match="global_batch=6 is not divisible by dp"):
-        search(workload, cluster, 6, pp=1)
+        search(workload, cluster, 6, SearchOptions(pp=1))
     with pytest.raises(InvalidInputError, match="pp=4 needs at least that many layers"):
-        search(gpt_workload(num_layers=3, hidden=256, heads=4, seq=128), cluster, 8, pp=4)
+        search(gpt_workload(num_layers=3, hidden=256, heads=4, seq=128), cluster, 8, SearchOptions(pp=4))
     with pytest.raises(InvalidInputError, match="schedules must be among"):
-        search(workload, cluster, 8, schedules=["1f2b"])
+        search(workload, cluster, 8, SearchOptions(schedules=["1f2b"]))
     with pytest.raises(InvalidInputError, match=r"pp=\d+ must divide"):
-        search(workload, cluster, 8, pp=3)
+        search(workload, cluster, 8, SearchOptions(pp=3))
     with pytest.raises(InvalidInputError, match="budget"):
-        search(workload, cluster, 8, budget=0)
+        search(workload, cluster, 8, SearchOptions(budget=0))
 
 
 def test_a_tiny_budget_returns_the_best_so_far_and_says_so():
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, first_extra=10.0)
-    result = search(workload, small_cluster(4, 1.5e9), 16, budget=1e-9)
+    result = search(workload, small_cluster(4, 1.5e9), 16, SearchOptions(budget=1e-9))
     assert not result.stats.complete
     assert len(result.plans) >= 1 and result.plans[0].fits
 
@@ -319,7 +321,7 @@ def test_the_asynchronous_dual_rate_schedule_is_not_planned():
     workload = gpt_workload(num_layers=4, hidden=256, heads=4, seq=128, micro_batch_sizes=(1,))
     assert "dual-rate" not in SearchSpace(num_gpus=4, global_batch=8, num_layers=4).schedule_names
     with pytest.raises(InvalidInputError, match="'dual-rate' is not planned: it trains asynchronously"):
-        search(workload, small_cluster(4, 4e9), 8, schedules=["dual-rate"])
+        search(workload, small_cluster(4, 4e9), 8, SearchOptions(schedules=["dual-rate"]))
 
 
 def test_divisors_are_complete_and_sorted_for_large_numbers():
@@ -341,13 +343,13 @@ def test_adaptive_over_chunks_balances_a_light_prefix_the_templates_cannot():
                            trainable_params=[0.0] * 9 + [1e6] * 8, activation_bytes=[1e6] * 17)
     workload = Workload.from_profile(profile)
     cluster = make_cluster(4, 80e9)
-    result = search(workload, cluster, 32, pp=4)
+    result = search(workload, cluster, 32, SearchOptions(pp=4))
     best = result.best
     assert best.schedule == "adaptive" and best.virtual_stages > 1
     assert best.placement == tuple(s % 4 for s in range(best.num_stages))  # a loop, as Interleaved1F1B places
     assert best.schedule_label == f"adaptive v={best.virtual_stages}"
-    one_stage = search(workload, cluster, 32, pp=4, max_virtual_stages=1, schedules=["1f1b", "zb-h1", "zb-h2",
-                                                                                     "adaptive", "interleaved"])
+    one_stage = search(workload, cluster, 32, SearchOptions(pp=4, max_virtual_stages=1,
+                                                            schedules=["1f1b", "zb-h1", "zb-h2", "adaptive", "interleaved"]))
     assert best.step_time <= 0.95 * one_stage.best.step_time
     assert best.step_time <= 1.02 * result.lower_bound
 

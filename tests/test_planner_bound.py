@@ -10,12 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _planner_models import gpt_workload, make_cluster
-from pipeplan import InfeasiblePlanError, build_schedule, simulate
+from pipeplan import InfeasiblePlanError, build_schedule, data_parallel, simulate
 from pipeplan.costs import CommModel
-from pipeplan.plan import DP_MODES
 from pipeplan.hardware import Device, Link
 from pipeplan.layers import LayerProfile
-from pipeplan.planner import Cluster, Config, Workload, search
+from pipeplan.planner import Cluster, Config, SearchOptions, Workload, search
 from pipeplan.planner.bounds import LayerTimes, fill_bound, least_max_load
 from pipeplan.planner.cluster import allreduce_ms
 from pipeplan.planner.evaluate import Evaluator as _Evaluator
@@ -120,11 +119,11 @@ def test_bound_never_exceeds_a_plan_the_exhaustive_search_evaluates(layers, batc
                             micro_batch_sizes=(1, 2))
     cluster = make_cluster(4, memory, gpus_per_node=2)
     try:
-        everything = search(workload, cluster, batch, top=10_000, exhaustive=True, sync=sync)
+        everything = search(workload, cluster, batch, SearchOptions(top=10_000, exhaustive=True, sync=sync))
     except InfeasiblePlanError:  # no plan fits this memory: nothing to check
         return
     evaluators = {mode: _Evaluator(workload, cluster, memory, "adam", "eager", dp_mode=mode, sync=sync)
-                  for mode in DP_MODES}
+                  for mode in data_parallel.names()}
     for plan in everything.plans:
         evaluator = evaluators[plan.dp_mode]  # each data-parallel mode has its own bound
         config = Config(plan.pp, plan.dp, plan.micro_batch_size, plan.num_microbatches, plan.schedule,

@@ -14,7 +14,7 @@ import pytest
 from pipeplan.errors import InfeasiblePlanError, InvalidInputError
 from pipeplan.layers import LayerProfile
 from pipeplan.partition import even_split
-from pipeplan.planner import Cluster, SearchSpace, Workload, search
+from pipeplan.planner import Cluster, SearchOptions, SearchSpace, Workload, search
 
 LAYERS = 14
 
@@ -36,7 +36,7 @@ def profile_path(tmp_path, workload) -> str:
 
 def test_given_counts_are_the_only_partition(workload):
     counts = (2, 4, 4, 4)
-    result = search(workload, Cluster.of("h100-80g", 4), 16, partition=counts, memory_capacity=60e9)
+    result = search(workload, Cluster.of("h100-80g", 4), 16, SearchOptions(partition=counts, memory_capacity=60e9))
     assert result.plans and all(plan.layers_per_stage == counts for plan in result.plans)
     stage_counts = {plan.num_stages for plan in result.plans}
     assert stage_counts == {4}
@@ -49,22 +49,23 @@ def test_given_counts_are_the_only_partition(workload):
 
 def test_solved_partition_differs_from_the_fixed_one(workload):
     """Without ``partition`` the search moves layers off the heavy first stage; with it, it cannot."""
-    solved = search(workload, Cluster.of("h100-80g", 4), 16, pp=4, memory_capacity=60e9)
-    fixed = search(workload, Cluster.of("h100-80g", 4), 16, pp=4, memory_capacity=60e9, partition=(2, 4, 4, 4))
+    solved = search(workload, Cluster.of("h100-80g", 4), 16, SearchOptions(pp=4, memory_capacity=60e9))
+    fixed = search(workload, Cluster.of("h100-80g", 4), 16,
+                   SearchOptions(pp=4, memory_capacity=60e9, partition=(2, 4, 4, 4)))
     assert solved.best.layers_per_stage != (2, 4, 4, 4)
     assert fixed.best.step_time >= solved.best.step_time * (1 - 1e-9)
 
 
 def test_even_gives_each_configuration_its_even_split(workload):
-    result = search(workload, Cluster.of("h100-80g", 4), 16, partition="even", memory_capacity=60e9)
+    result = search(workload, Cluster.of("h100-80g", 4), 16, SearchOptions(partition="even", memory_capacity=60e9))
     for plan in result.plans:
         assert plan.layers_per_stage == even_split(LAYERS, plan.num_stages)
 
 
 def test_auto_is_the_search_own_partition(workload):
     cluster = Cluster.of("h100-80g", 4)
-    auto = search(workload, cluster, 16, partition="auto", memory_capacity=60e9, top=3)
-    plain = search(workload, cluster, 16, memory_capacity=60e9, top=3)
+    auto = search(workload, cluster, 16, SearchOptions(partition="auto", memory_capacity=60e9, top=3))
+    plain = search(workload, cluster, 16, SearchOptions(memory_capacity=60e9, top=3))
     assert [p.layers_per_stage for p in auto.plans] == [p.layers_per_stage for p in plain.plans]
 
 
@@ -79,8 +80,9 @@ def test_recompute_still_relaxes_on_a_fixed_partition(workload):
     counts = (2, 4, 4, 4)
     cluster = Cluster.of("h100-80g", 4)
     with pytest.raises(InfeasiblePlanError):
-        search(workload, cluster, 16, pp=4, schedules=["1f1b"], partition=counts, memory_capacity=20e9)
-    result = search(with_modes, cluster, 16, pp=4, schedules=["1f1b"], partition=counts, memory_capacity=20e9)
+        search(workload, cluster, 16, SearchOptions(pp=4, schedules=["1f1b"], partition=counts, memory_capacity=20e9))
+    result = search(with_modes, cluster, 16,
+                    SearchOptions(pp=4, schedules=["1f1b"], partition=counts, memory_capacity=20e9))
     assert result.best.layers_per_stage == counts and result.best.fits
     assert set(result.best.recompute) != {"none"}
 
@@ -93,7 +95,7 @@ def test_recompute_still_relaxes_on_a_fixed_partition(workload):
 ])
 def test_bad_partitions(workload, partition, message):
     with pytest.raises(InvalidInputError, match=message):
-        search(workload, Cluster.of("h100-80g", 4), 16, partition=partition)
+        search(workload, Cluster.of("h100-80g", 4), 16, SearchOptions(partition=partition))
 
 
 def test_space_partition_for():

@@ -24,7 +24,7 @@ from pipeplan import hardware, presets
 from pipeplan.layers import LayerProfile
 from pipeplan.models.layer_costs import layer_profile
 from pipeplan.partition import even_split, place_chunks, rank_totals
-from pipeplan.planner import Cluster, Config, Workload, search
+from pipeplan.planner import Cluster, Config, SearchOptions, Workload, search
 from pipeplan.planner.evaluate import Evaluator
 from pipeplan.predict import predict
 from pipeplan.schedules import build_schedule, schedule_info
@@ -49,8 +49,8 @@ def test_plan_and_simulate_profile_give_one_memory_answer(gpt_profile, schedule)
     # a split backward keeps only the weight stash after I: the planner charged all activations until W
     assert sum(gpt_profile.weight_stash_bytes) < sum(gpt_profile.activation_bytes)
     workload = Workload.from_profile(gpt_profile, micro_batch_size=6)
-    result = search(workload, Cluster.of("a100-80g", 8), 144, pp=8, micro_batch_size=6, schedules=[schedule],
-                    memory_capacity=1e15, top=1)
+    result = search(workload, Cluster.of("a100-80g", 8), 144,
+                    SearchOptions(pp=8, micro_batch_size=6, schedules=[schedule], memory_capacity=1e15, top=1))
     plan = result.best
     assert plan.schedule == schedule
     info = schedule_info(schedule)
@@ -120,7 +120,8 @@ def test_chunks_balance_rank_totals(times, head, tail, pp, shape):
 def test_gpt_zb_v_is_no_slower_than_an_even_split():
     """Issue 19's check: the planner's zb-v for the 1.5B GPT ran slower than an even split (1977.7 vs 1555.2 ms then)."""
     workload = Workload.from_spec(presets.get("gpt-1.5b"), hardware.device("a100-80g"))
-    result = search(workload, Cluster.of("a100-80g", 8), 144, pp=8, micro_batch_size=6, schedules=["zb-v"], top=1)
+    result = search(workload, Cluster.of("a100-80g", 8), 144,
+                    SearchOptions(pp=8, micro_batch_size=6, schedules=["zb-v"], top=1))
     plan = result.best
     even = Evaluator(workload, Cluster.of("a100-80g", 8), result.best.memory_capacity).evaluate(
         Config(8, 1, 6, 24, "zb-v", 2), even_split(workload.num_layers, 16), ("none",) * 16)

@@ -12,20 +12,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan import hardware
+from pipeplan import data_parallel, hardware
+from pipeplan.data_parallel import hsdp_shards
 from pipeplan.errors import InvalidInputError
 from pipeplan.models.layer_costs import layer_profile, tensor_parallel_traffic
 from pipeplan.models.modules import Embedding, LMHead, TransformerStack
 from pipeplan.models.spec import ModelSpec
 from pipeplan.models.training import ReferenceTraining
-from pipeplan.planner import Cluster, Workload, search
+from pipeplan.planner import Cluster, SearchOptions, Workload, search
 from pipeplan.planner.search import megatron_split
 from pipeplan.engines.megatron import megatron_args
 from pipeplan.planner.cluster import ring_pass_ms
 from pipeplan.planner.memory import MemoryModel, OptimizerBytes
-from pipeplan.planner.space import Config, SearchSpace, hsdp_shards
+from pipeplan.planner.space import Config, SearchSpace
 from pipeplan.planner.step import fsdp_exposed_ms
-from pipeplan.plan import DP_MODES
 
 
 def tiny_spec(layers: int = 4, hidden: int = 512, heads: int = 8, seq: int = 256,
@@ -41,13 +41,14 @@ def tiny_spec(layers: int = 4, hidden: int = 512, heads: int = 8, seq: int = 256
 # ------------------------------------------------------------------ memory per mode
 @pytest.mark.parametrize("d", [2, 4, 8])
 def test_bytes_per_parameter_follow_zero_and_fsdp(d):
-    assert OptimizerBytes.for_mode("adam", "ddp", d).per_trainable == 16
-    assert OptimizerBytes.for_mode("adam", "zero1", d).per_trainable == pytest.approx(6 + 12 / d)
-    assert OptimizerBytes.for_mode("adam", "zero2", d).per_trainable == pytest.approx(2 + 14 / d)
-    assert OptimizerBytes.for_mode("adam", "fsdp", d).per_trainable == pytest.approx(16 / d)
-    assert OptimizerBytes.for_mode("adam", "fsdp", d, pipelined=True).per_trainable == pytest.approx(6 + 16 / d)
+    mode = data_parallel.get
+    assert OptimizerBytes.for_mode("adam", mode("ddp"), d).per_trainable == 16
+    assert OptimizerBytes.for_mode("adam", mode("zero1"), d).per_trainable == pytest.approx(6 + 12 / d)
+    assert OptimizerBytes.for_mode("adam", mode("zero2"), d).per_trainable == pytest.approx(2 + 14 / d)
+    assert OptimizerBytes.for_mode("adam", mode("fsdp"), d).per_trainable == pytest.approx(16 / d)
+    assert OptimizerBytes.for_mode("adam", mode("fsdp"), d, pipelined=True).per_trainable == pytest.approx(6 + 16 / d)
     # the evaluator's "distributed" shorthand (Megatron-LM's distributed optimizer) is zero1
-    assert OptimizerBytes.for_mode("distributed", "ddp", d) == OptimizerBytes.for_mode("adam", "zero1", d)
+    assert OptimizerBytes.for_mode("distributed", mode("ddp"), d) == OptimizerBytes.for_mode("adam", mode("zero1"), d)
 
 
 def test_static_memory_shrinks_with_sharding_and_fsdp_holds_its_gathered_layers():
@@ -55,7 +56,7 @@ def test_static_memory_shrinks_with_sharding_and_fsdp_holds_its_gathered_layers(
     profile = work.profile(1)
     config = Config(1, 4, 1, 4, "1f1b")
     totals = {}
-    for mode in DP_MODES:
+    for mode in data_parallel.names():
         memory = MemoryModel(work, "adam", None, mode, gpus_per_node=2)
         totals[mode] = memory.static_memory(Config(1, 4, 1, 4, "1f1b", dp_mode=mode), (profile.num_layers,), (0,))[0]
     assert totals["ddp"].total > totals["zero1"].total > totals["zero2"].total
@@ -71,7 +72,7 @@ def test_hsdp_shards_inside_a_node_and_replicates_across():
     assert hsdp_shards(2, 1, 8, 8) == 4
     assert hsdp_shards(1, 8, 4, 8) == 1  # each replica of a stage sits on its own node: no HSDP
     assert hsdp_shards(1, 1, 8, 8) == 1  # one node: that is FSDP
-    space = SearchSpace(num_gpus=4, global_batch=8, num_layers=6, dp_modes=DP_MODES, gpus_per_node=2)
+    space = SearchSpace(num_gpus=4, global_batch=8, num_layers=6, dp_modes=data_parallel.names(), gpus_per_node=2)
     assert "hsdp" in space.modes_for(1, 1, 4) and "hsdp" not in space.modes_for(1, 2, 2)
     assert space.modes_for(1, 4, 1) == ["ddp"]
 
@@ -120,17 +121,18 @@ def test_pruned_search_equals_exhaustive_enumeration_with_tp_and_every_mode(batc
     cluster = Cluster(4, hardware.device("h100-80g"), hardware.link("nvlink-h100"), hardware.link("ib-ndr"), 2)
     options = dict(memory_capacity=memory, schedules=["1f1b", "zb-h1", "interleaved"], max_virtual_stages=2)
     try:
-        full = search(work, cluster, batch, top=3, exhaustive=True, **options)
+        full = search(work, cluster, batch, SearchOptions(top=3, exhaustive=True, **options))
     except InvalidInputError:
         return
     except Exception as error:  # noqa: BLE001 - nothing fits: the pruned search must say so too
         with pytest.raises(type(error)):
-            search(work, cluster, batch, top=3, **options)
+            search(work, cluster, batch, SearchOptions(top=3, **options))
         return
-    pruned = search(work, cluster, batch, top=3, **options)
+    pruned = search(work, cluster, batch, SearchOptions(top=3, **options))
     assert pruned.best.step_time == pytest.approx(full.best.step_time, rel=1e-12)
-    assert {(p.tp, p.dp_mode) for p in full.plans} <= {(t, m) for t in (1, 2) for m in DP_MODES}
-    seen = {(p.tp, p.dp_mode) for p in search(work, cluster, batch, top=200, exhaustive=True, **options).plans}
+    assert {(p.tp, p.dp_mode) for p in full.plans} <= {(t, m) for t in (1, 2) for m in data_parallel.names()}
+    everything = search(work, cluster, batch, SearchOptions(top=200, exhaustive=True, **options))
+    seen = {(p.tp, p.dp_mode) for p in everything.plans}
     assert any(t == 2 for t, _ in seen) and {"fsdp", "zero1"} <= {m for _, m in seen}
     assert all(p.num_gpus == 4 for p in full.plans)
 
@@ -139,7 +141,7 @@ def test_baselines_follow_the_reference_and_megatron_puts_tp_over_a_node():
     training = ReferenceTraining(recompute={"llm": "full"}, dp_mode="fsdp", source="a test")
     work = Workload.from_spec(tiny_spec(training=training), hardware.device("h100-80g"))
     cluster = Cluster(4, hardware.device("h100-80g"), hardware.link("nvlink-h100"), hardware.link("ib-ndr"), 2)
-    result = search(work, cluster, 16, top=2)
+    result = search(work, cluster, 16, SearchOptions(top=2))
     reference, megatron = result.baselines
     assert reference.plan is not None and (reference.plan.pp, reference.plan.tp, reference.plan.dp_mode) == (1, 1, "fsdp")
     assert set(reference.plan.recompute) == {"full"}
@@ -157,10 +159,10 @@ def test_baselines_follow_the_reference_and_megatron_puts_tp_over_a_node():
 def test_megatron_recommended_adds_pipeline_stages_only_to_fit():
     work = Workload.from_spec(tiny_spec(layers=8, hidden=2048, heads=16), hardware.device("h100-80g"))
     cluster = Cluster(16, hardware.device("h100-80g"), hardware.link("nvlink-h100"), hardware.link("ib-ndr"), 8)
-    loose = search(work, cluster, 16, dp_modes=["ddp", "zero1"], top=1).baselines[1].plan
+    loose = search(work, cluster, 16, SearchOptions(dp_modes=["ddp", "zero1"], top=1)).baselines[1].plan
     assert loose is not None and (loose.tp, loose.pp) == (8, 1)
     weights = 16 * sum(work.profile(1).params) / 8
-    tight = search(work, cluster, 16, memory_capacity=weights * 0.6, dp_modes=["ddp", "zero1"], top=1)
+    tight = search(work, cluster, 16, SearchOptions(memory_capacity=weights * 0.6, dp_modes=["ddp", "zero1"], top=1))
     megatron = tight.baselines[1].plan
     assert megatron is not None and megatron.fits and (megatron.tp, megatron.pp) == (8, 2)
 

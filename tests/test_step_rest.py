@@ -12,7 +12,7 @@ from _planner_models import gpt_workload
 from pipeplan import InvalidInputError, hardware
 from pipeplan.hardware import Device, Link
 from pipeplan.layers import LayerProfile
-from pipeplan.planner import Cluster, Config, Workload, search
+from pipeplan.planner import Cluster, Config, SearchOptions, Workload, search
 from pipeplan.planner.cluster import allreduce_ms, ring_pass_ms
 from pipeplan.planner.evaluate import Evaluator, evaluate_layout
 from pipeplan.planner.step import (
@@ -198,7 +198,7 @@ def test_the_evaluators_lower_bound_never_exceeds_the_step(shape, microbatches, 
 
 def test_a_searched_plan_reports_its_parts_in_json():
     workload = gpt_workload(num_layers=8, hidden=512, heads=8, seq=512, micro_batch_sizes=(1, 2))
-    result = search(workload, _cluster(4), 16, top=5)
+    result = search(workload, _cluster(4), 16, SearchOptions(top=5))
     for plan in result.plans:
         data = plan.to_dict()
         assert data["step_time"] == pytest.approx(data["pipeline_time"] + data["dp_exposed_time"]

@@ -191,11 +191,11 @@ def test_importing_pipeplan_viz_does_not_import_matplotlib() -> None:
 
 def test_plot_plan_draws_total_memory_against_capacity_and_the_step_parts(tmp_path: Path) -> None:
     # issue 24 item 4: the PNG showed activations only, and makespan 986.4 ms where the table said 991.66 ms
-    from pipeplan.planner import Cluster, search
+    from pipeplan.planner import Cluster, SearchOptions, search
     from _planner_models import gpt_workload
 
     result = search(gpt_workload(num_layers=8, hidden=512, heads=8, seq=512), Cluster.of("h100-80g", 4), 16,
-                    pp=4, dp_modes=["ddp"], top=1)
+                    SearchOptions(pp=4, dp_modes=["ddp"], top=1))
     plan = result.best
     path = tmp_path / "plan.png"
     plot_plan(plan, path, title="gpt")

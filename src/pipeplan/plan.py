@@ -29,23 +29,16 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import data_parallel
 from .errors import InvalidInputError
 from .schedules import schedule_label
 from .timeline import Timeline
 
-__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "DataParallelMode", "DP_MODES", "as_plan"]
+__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "as_plan"]
 
 Recompute = Literal["none", "selective", "full"]
 #: Recompute modes from cheapest in time to cheapest in memory.
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
-
-DataParallelMode = Literal["ddp", "zero1", "zero2", "fsdp", "hsdp"]
-#: How data parallelism holds the model state, from least sharded to most
-#: (docs/planner.md, "Data-parallel modes"): ``ddp`` replicates everything;
-#: ``zero1`` shards the optimizer state (Megatron-LM's distributed optimizer);
-#: ``zero2`` the gradients too; ``fsdp`` (ZeRO-3) the parameters too, gathered per
-#: layer; ``hsdp`` shards as ``fsdp`` inside a node and replicates across nodes.
-DP_MODES: tuple[DataParallelMode, ...] = ("ddp", "zero1", "zero2", "fsdp", "hsdp")
 
 
 @dataclass(frozen=True)
@@ -97,7 +90,8 @@ class Plan:
             Megatron-LM's ``--tensor-model-parallel-size``); 1: none.
         sequence_parallel: with ``tp > 1``, norms and dropouts split over the
             sequence too (Megatron-LM's ``--sequence-parallel``).
-        dp_mode: how data parallelism holds the model state (:data:`DP_MODES`).
+        dp_mode: how data parallelism holds the model state, a mode's name
+            (:func:`pipeplan.data_parallel.names`).
         recompute_by_module: the recompute mode of each module of the model,
             by module name (empty: the per-stage ``recompute`` says it all).
         grad_sync: how the gradients were timed to be reduced for ``ddp``,
@@ -164,7 +158,7 @@ class Plan:
     optimizer_time: float = 0.0
     tp: int = 1
     sequence_parallel: bool = False
-    dp_mode: DataParallelMode = "ddp"
+    dp_mode: str = data_parallel.REPLICATED
     recompute_by_module: Mapping[str, Recompute] = field(default_factory=dict, hash=False)
     grad_sync: str = "megatron"
 
@@ -176,8 +170,7 @@ class Plan:
             raise InvalidInputError(
                 f"placement has {len(self.placement)} entries, expected {len(sizes)} (one per stage)"
             )
-        if self.dp_mode not in DP_MODES:
-            raise InvalidInputError(f"dp_mode must be one of {', '.join(DP_MODES)}, got {self.dp_mode!r}")
+        data_parallel.check_mode("dp_mode", self.dp_mode)
         if isinstance(self.tp, bool) or not isinstance(self.tp, (int, np.integer)) or self.tp < 1:
             raise InvalidInputError(f"tp must be an integer >= 1, got {self.tp!r}")
         if sorted(set(self.placement)) != list(range(self.pp)):

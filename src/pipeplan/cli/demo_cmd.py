@@ -135,8 +135,8 @@ def pi0_story(console: Console, *, width: int = 100, advance: Callable[..., None
     from ..planner import Cluster, Workload, search
     from ..planner.advice import capacity_text
     from ..planner.explain import explain
+    from ..planner.options import DEFAULT_HEADROOM, SearchOptions
     from ..planner.resolution import tie_leaders
-    from ..planner.search import DEFAULT_HEADROOM
     from ..viz import text_gantt
     from .plan_cmd import show_plans
 
@@ -153,7 +153,7 @@ def pi0_story(console: Console, *, width: int = 100, advance: Callable[..., None
     for gpus, batch in ((8, 256), (64, 64)):
         cluster = Cluster.of("h100-80g", gpus)
         workload = Workload.from_spec(spec, cluster.device, tp_link=cluster.intra_node)
-        result = search(workload, cluster, batch, top=10)
+        result = search(workload, cluster, batch, SearchOptions(top=10))
         (advance or (lambda amount, description=None: None))(1, "π0: searching the plans for 64 H100s")
         console.rule(f"{gpus} × H100 80GB, global batch {batch} ({batch // gpus} per GPU)")
         ties = tie_leaders([plan.step_time for plan in result.plans])

@@ -28,10 +28,10 @@ from typing import Any
 from .. import hardware, presets
 from ..errors import InvalidInputError
 from ..models.layer_costs import layer_costs
-from ..plan import DP_MODES
+from .. import data_parallel
 from ..layers import LayerProfile
 from ..partition.choice import parse_partition
-from ..planner import DEFAULT_HEADROOM, Cluster, SearchResult, Workload, search
+from ..planner import DEFAULT_HEADROOM, Cluster, SearchOptions, SearchResult, Workload, search
 from ..planner.memory import OptimizerBytes
 from ..planner.resolution import RESOLUTION_NOTE, tie_leaders
 from ..planner.step import SYNCS
@@ -192,14 +192,15 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"--schedules has an empty entry: {args.schedules!r}")
     headroom = DEFAULT_HEADROOM if args.headroom is None else args.headroom
     with progress(1.0, "searching plans") as advance:
-        result = search(
-            workload, cluster, args.global_batch, pp=args.pp, micro_batch_size=args.micro_batch_size,
+        result = search(workload, cluster, args.global_batch, SearchOptions(
+            pp=args.pp, micro_batch_size=args.micro_batch_size,
             schedules=schedules, memory_capacity=args.memory, optimizer=args.optimizer, send_mode=args.send,
             top=args.top, budget=args.budget, progress=_search_progress(advance),
             max_virtual_stages=args.max_virtual_stages, headroom=headroom,
             partition=None if args.partition is None else parse_partition(args.partition),
-            tp=args.tp, dp_modes=_dp_modes(args.dp_modes), sync=args.grad_sync,
-        )
+            tp=args.tp, dp_modes=None if args.dp_modes is None else data_parallel.parse_modes(args.dp_modes),
+            sync=args.grad_sync,
+        ))
     ties = tie_leaders([plan.step_time for plan in result.plans])
     _write_files(args, result)
     if args.json:
@@ -216,20 +217,6 @@ def run(args: argparse.Namespace) -> int:
     console.print("assumptions: " + "; ".join(f"{key} {value}" for key, value in lines.items()),
                   markup=False, highlight=False)
     return 0
-
-
-def _dp_modes(text: str | None) -> list[str] | None:
-    """``--dp-modes`` as a list (``None``: the default)."""
-    if text is None:
-        return None
-    modes = [mode.strip() for mode in text.split(",")]
-    if not all(modes):
-        raise InvalidInputError(f"--dp-modes has an empty entry: {text!r}")
-    unknown = [mode for mode in modes if mode not in DP_MODES]
-    if unknown:
-        raise InvalidInputError(f"--dp-modes: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a "
-                                f"data-parallel mode; give some of {', '.join(DP_MODES)} (ZeRO-3 is fsdp)")
-    return modes
 
 
 def _gemm_fallbacks(args: argparse.Namespace, cluster: Cluster, result: SearchResult) -> list[dict[str, list[int]]]:

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .. import data_parallel
 from ..errors import InvalidInputError
-from ..plan import DP_MODES, RECOMPUTE_MODES, DataParallelMode, Recompute
+from ..plan import RECOMPUTE_MODES, Recompute
 
 __all__ = ["ReferenceTraining"]
 
@@ -28,8 +29,8 @@ class ReferenceTraining:
     Attributes:
         recompute: activation recompute per module name (``"none"``,
             ``"selective"`` or ``"full"``); a module not named uses ``default_recompute``.
-        dp_mode: the data parallelism the reference runs (one of
-            :data:`~pipeplan.plan.DP_MODES`; openpi and OpenVLA: ``"fsdp"``).
+        dp_mode: the data parallelism the reference runs, a mode's name
+            (:func:`pipeplan.data_parallel.names`; openpi and OpenVLA: ``"fsdp"``).
         ema: the reference keeps an exponential moving average of the weights
             (an fp32 copy: 4 more bytes per trainable parameter).
         optimizer: the optimizer's name as the reference configures it (``"adamw"``).
@@ -41,7 +42,7 @@ class ReferenceTraining:
     """
 
     recompute: Mapping[str, Recompute] = field(default_factory=dict, hash=False)
-    dp_mode: DataParallelMode = "fsdp"
+    dp_mode: str = data_parallel.FULLY_SHARDED
     ema: bool = False
     optimizer: str = "adamw"
     source: str = ""
@@ -53,8 +54,7 @@ class ReferenceTraining:
             if mode not in RECOMPUTE_MODES:
                 raise InvalidInputError(
                     f"reference recompute of {name!r} must be one of {', '.join(RECOMPUTE_MODES)}, got {mode!r}")
-        if self.dp_mode not in DP_MODES:
-            raise InvalidInputError(f"reference dp_mode must be one of {', '.join(DP_MODES)}, got {self.dp_mode!r}")
+        data_parallel.check_mode("reference dp_mode", self.dp_mode)
 
     def mode_of(self, module: str) -> Recompute:
         """The recompute mode of ``module`` under the reference."""

@@ -11,7 +11,8 @@ Modules: :mod:`pipeplan.plan` (the Plan type, re-exported here), :mod:`~pipeplan
 (partitions and chunk layouts of a configuration), :mod:`~pipeplan.planner.links` (message and
 all-reduce times), :mod:`~pipeplan.planner.bounds` and :mod:`~pipeplan.planner.pruning` (lower
 bounds), :mod:`~pipeplan.planner.evaluate` (simulate a layout into a Plan),
-:mod:`~pipeplan.planner.search` (the search loop, ranking, baselines), :mod:`~pipeplan.planner.advice`
+:mod:`~pipeplan.planner.options` (what one search is asked), :mod:`~pipeplan.planner.search` (the search loop,
+ranking, baselines), :mod:`~pipeplan.planner.advice`
 (when no plan fits: the remedies that would, each searched), :mod:`~pipeplan.planner.resolution`
 (step times to three significant figures, and which plans tie there).
 """
@@ -24,7 +25,8 @@ from .cluster import Cluster, allreduce_ms
 from .evaluate import evaluate_layout
 from .memory import OptimizerBytes
 from .records import Rejection, SearchStats
-from .search import DEFAULT_HEADROOM, SearchResult, search
+from .options import DEFAULT_HEADROOM, SearchOptions
+from .search import SearchResult, search
 from .space import Config, SearchSpace
 from .workload import Workload
 
@@ -38,6 +40,7 @@ __all__ = [
     "RankMemory",
     "Recompute",
     "Rejection",
+    "SearchOptions",
     "SearchResult",
     "SearchSpace",
     "SearchStats",

@@ -21,14 +21,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from .. import data_parallel
+from ..data_parallel import DISTRIBUTED_OPTIMIZER, FULLY_SHARDED, REPLICATED
 from ..errors import PipeplanError
 from ..partition import even_split
-from ..plan import RECOMPUTE_MODES, DataParallelMode, Plan, Recompute
+from ..plan import RECOMPUTE_MODES, Plan, Recompute
 from ..schedules import schedule_info
 from .cluster import Cluster
 from .evaluate import Evaluator
 from .records import Rejection
-from .space import Config, SearchSpace, hsdp_shards
+from .space import Config, SearchSpace
 from .workload import Workload
 
 __all__ = ["Baseline", "SearchContext", "megatron_split", "fastest_fitting", "reference_baseline",
@@ -143,12 +145,12 @@ def reference_baseline(search: SearchContext) -> Baseline:
     not fit), the fastest micro-batch size that fits."""
     training = getattr(search.workload.spec, "training", None)
     recompute: Recompute = "none"
-    modes: list[DataParallelMode] = ["fsdp"]
+    modes = [FULLY_SHARDED]
     note = "FSDP over every GPU"
     if training is not None:
         units = [training.mode_of(name) for unit in search.workload.spec.recompute_units() for name in unit]
         recompute = max(units or ["none"], key=RECOMPUTE_MODES.index)
-        modes = [training.dp_mode] + (["fsdp"] if training.dp_mode != "fsdp" else [])
+        modes = list(dict.fromkeys([training.dp_mode, FULLY_SHARDED]))  # its own, then FSDP
         note = f"{training.dp_mode}, recompute {recompute}" + (f" ({training.source})" if training.source else "")
     if recompute not in search.workload.recompute_modes:
         recompute = "none"
@@ -159,9 +161,7 @@ def reference_baseline(search: SearchContext) -> Baseline:
             return Baseline("reference-fsdp", None, "its data-parallel mode is not searched (--dp-modes)")
     plan: Plan | None = None
     for index, mode in enumerate(modes):
-        mode = mode if dp > 1 else "ddp"
-        if mode == "hsdp" and hsdp_shards(1, 1, dp, search.cluster.gpus_per_node) == 1:
-            mode = "fsdp"  # one node: HSDP is FSDP
+        mode = data_parallel.get(mode).runs_as(1, 1, dp, search.cluster.gpus_per_node)  # one node: HSDP is FSDP
         configs = [Config(1, dp, b, search.global_batch // (dp * b), "1f1b", 1, recompute, 1, mode)
                    for b in search.space.micro_batches_for(dp)]
         plan = fastest_fitting(search, configs)
@@ -182,7 +182,7 @@ def megatron_recommended(search: SearchContext) -> Baseline:
     closest: Plan | None = None
     for pp in space.pipeline_degrees(tp):
         dp = search.cluster.num_gpus // (tp * pp)
-        mode: DataParallelMode = "zero1" if dp > 1 and "zero1" in space.dp_modes else "ddp"
+        mode = DISTRIBUTED_OPTIMIZER if dp > 1 and DISTRIBUTED_OPTIMIZER in space.dp_modes else REPLICATED
         for recompute in search.workload.recompute_modes:  # none, then selective, then full: the first that fits
             configs = [Config(pp, dp, b, search.global_batch // (dp * b), "1f1b", 1, recompute, tp, mode)
                        for b in space.micro_batches_for(dp)]
@@ -235,7 +235,7 @@ def one_knob(search: SearchContext, baseline: Plan, deadline: float = math.inf) 
         "pp": [
             (replace(base, pp=p, dp=gpus // p,
                      num_microbatches=space.global_batch // (gpus // p * base.micro_batch_size),
-                     dp_mode=base.dp_mode if gpus // p > 1 else "ddp"),
+                     dp_mode=base.dp_mode if gpus // p > 1 else REPLICATED),
              even_split(num_layers, p))
             for p in space.pipeline_degrees(base.tp)
             if p != base.pp and space.global_batch % (gpus // p * base.micro_batch_size) == 0

@@ -37,8 +37,8 @@ from ..schedules import build_schedule, schedule_info
 from ..simulate import simulate
 from ..timeline import Timeline
 from .bounds import least_max_load, step_time_lower_bound
+from .. import data_parallel
 from ..hardware import Link
-from ..plan import DataParallelMode
 from .cluster import Cluster, allreduce_ms, ring_pass_ms
 from .layout import Layout, Layouts
 from .links import Links
@@ -69,7 +69,7 @@ class Evaluator:
             (:mod:`pipeplan.planner.links`).
         rank_capacity: how the partitioner shares a rank's capacity over its
             stages (:class:`~pipeplan.planner.layout.Layouts`).
-        dp_mode: the data-parallel mode (:data:`~pipeplan.plan.DP_MODES`).
+        dp_mode: the data-parallel mode's name (:mod:`pipeplan.data_parallel`).
         stats: the counts to add to (default new ones).
         shapes: a dict for the schedule templates, shared between evaluators.
         sync: how gradients are reduced over data parallel, a
@@ -84,23 +84,24 @@ class Evaluator:
     def __init__(self, workload: Workload, cluster: Cluster, capacity: float | None = None,
                  optimizer: str | float = "adam", send_mode: str = "eager", *,
                  rank_capacity: Literal["exact", "even"] = "even",
-                 sync: GradientSync | str = "megatron", dp_mode: DataParallelMode = "ddp",
+                 sync: GradientSync | str = "megatron", dp_mode: str = data_parallel.REPLICATED,
                  stats: SearchStats | None = None, shapes: dict[str, dict[tuple[Any, ...], Any]] | None = None) -> None:
         self.workload = workload
         self.cluster = cluster
         self.capacity = capacity
         self.dp_mode = dp_mode
+        self.mode = data_parallel.get(dp_mode)
         self.tp = workload.tensor_parallel
         self.stats = SearchStats() if stats is None else stats
         self.sync = gradient_sync(sync)
-        if dp_mode in ("fsdp", "hsdp"):
+        if self.mode.gathers_per_layer:
             # FSDP2 prefetches each layer's gather; behind a pipeline (torch.distributed.pipelining) a stage
             # reduce-scatters its gradients once, after its last microbatch's backward: one bucket per rank,
             # exposed from the rank's own end (a rank that ends early hides it in the drain)
             self.sync = GradientSync(dp_mode, overlap_grad_reduce=True, bucket_bytes=math.inf,
                                      bucket_first_stage_only=False, overlap_param_gather=True)
         self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node)
-        self.sharded = dp_mode != "ddp" or optimizer == "distributed"
+        self.sharded = self.mode.shards_state or optimizer == "distributed"
         self.links = Links(workload, cluster, send_mode, distributed=self.sharded)
         self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity, shapes)
         self.bounds = SearchBounds(workload, self.memory, self.links, self.layouts)
@@ -146,7 +147,7 @@ class Evaluator:
         stage_params = [float(trainable[bounds[s]:bounds[s + 1]].sum()) for s in range(len(layout.sizes))]
         to_ms = 1e3 * self.workload.time_unit
         largest = float(trainable.max()) if len(trainable) else 0.0
-        gather_bucket = (largest * per.reduce if self.dp_mode in ("fsdp", "hsdp")
+        gather_bucket = (largest * per.reduce if self.mode.gathers_per_layer
                          else self.sync.bucket(config.dp, per.reduce))  # the parameter gather buckets like rank 0
         step = self.memory.step_bytes(config.dp, config.pp)
         ranks = []
@@ -184,18 +185,17 @@ class Evaluator:
         return step_rest(ranks, makespan, overlap_grad_reduce=self.sync.overlap_grad_reduce)
 
     def _reductions(self, config: Config) -> int:
-        """Gradient collectives per step: one, or with ZeRO-2 one per microbatch (gradients are held sharded, so
-        each microbatch's are reduce-scattered into their shard: DeepSpeed stage 2 under gradient accumulation)."""
-        return config.num_microbatches if self.dp_mode == "zero2" else 1
+        """Gradient collectives per step (:meth:`~pipeplan.data_parallel.DataParallelMode.reductions_per_step`)."""
+        return self.mode.reductions_per_step(config.num_microbatches)
 
     def _shard_link(self, dp_link: Link) -> Link:
         """The link a shard group's collectives run on (HSDP: inside a node)."""
-        return self.cluster.intra_node if self.dp_mode == "hsdp" else dp_link
+        return self.cluster.intra_node if self.mode.shards_within_node else dp_link
 
     def _reduction_ms(self, dp_link: Link, num_bytes: float, config: Config) -> float:
         """The gradient collective of ``num_bytes`` per rank, ms: an all-reduce (DDP), a reduce-scatter
         (sharded modes), HSDP's reduce-scatter in the node and all-reduce of the shard across nodes."""
-        if self.dp_mode == "hsdp":
+        if self.mode.shards_within_node:
             shards = self.memory.shards(config.dp, config.pp)
             return (ring_pass_ms(self.cluster.intra_node, num_bytes, shards)
                     + allreduce_ms(self.cluster.between_nodes, num_bytes / shards, config.dp // shards))
@@ -218,7 +218,7 @@ class Evaluator:
                           for mode in self.workload.recompute_modes)
         elif config.pp == 1:
             exposed = min(self._single_rank_exposed(config, mode, per, dp_link) for mode in self.workload.recompute_modes)
-        elif self.dp_mode in ("fsdp", "hsdp"):
+        elif self.mode.gathers_per_layer:
             trainable = self.workload.profile(config.micro_batch_size).trainable_params
             largest = max(trainable, default=0.0)
             shards = self.memory.shards(config.dp, config.pp)
@@ -455,7 +455,7 @@ class Evaluator:
             reason=reason,
             tp=self.tp,
             sequence_parallel=self.tp > 1,
-            dp_mode=self.dp_mode if config.dp > 1 or self.dp_mode == "ddp" else "ddp",
+            dp_mode=self.dp_mode if config.dp > 1 else data_parallel.REPLICATED,
             recompute_by_module=self._recompute_by_module(layout),
             grad_sync=self.sync.name,
         )

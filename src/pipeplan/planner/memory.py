@@ -3,7 +3,7 @@
     from pipeplan.planner.memory import MemoryModel, OptimizerBytes
     OptimizerBytes.for_optimizer("adam", dp=8).per_trainable       # 16.0
     OptimizerBytes.for_optimizer("18", dp=8).per_trainable          # 18.0 (bytes per parameter)
-    OptimizerBytes.for_mode("adam", "zero1", 8).per_trainable       # 6 + 12/8 = 7.5
+    OptimizerBytes.for_mode("adam", data_parallel.get("zero1"), 8).per_trainable   # 6 + 12/8 = 7.5
     memory = MemoryModel(workload, "adam", capacity=72e9)
     memory.static_memory(config, sizes, placement)   # per rank: RankMemory, activations 0
 
@@ -23,8 +23,8 @@ Megatron-LM's distributed optimizer is not an optimizer but a data-parallel mode
 (2 + 4 + 12 / dp = **6 + 12/dp**, Megatron-LM ``theoretical_memory_usage.py``),
 for the benchmarks that model Megatron-LM's own runs.
 
-With Adam, the data-parallel mode (:data:`~pipeplan.plan.DP_MODES`, over ``d``
-ranks sharing the state; :meth:`OptimizerBytes.for_mode`) sets the split:
+With Adam, the data-parallel mode (its record in :mod:`pipeplan.data_parallel`,
+over ``d`` ranks sharing the state; :meth:`OptimizerBytes.for_mode`) sets the split:
 
 * ``ddp``: 2 + 2 + 12 = 16, nothing sharded (the gradient all-reduced in bf16);
 * ``zero1``: 2 + 4 + 12/d (Megatron-LM's distributed optimizer, ``--use-distributed-optimizer``);
@@ -42,7 +42,7 @@ ranks sharing the state; :meth:`OptimizerBytes.for_mode`) sets the split:
   accumulates unsharded gradients until the last, in the fp32 reduce dtype) it
   holds 2 + 4 more per parameter: 2 + 4/d, 4, 12/d;
 * ``hsdp``: ``fsdp`` with ``d`` the replicas of a stage inside one node
-  (:func:`~pipeplan.planner.space.hsdp_shards`), replicated across nodes.
+  (:func:`~pipeplan.data_parallel.hsdp_shards`), replicated across nodes.
 
 The bytes each mode puts on the wire per parameter (``reduce``: the gradient
 reduction; ``gather``: the parameter all-gather) are kept beside them.
@@ -77,11 +77,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import data_parallel
+from ..data_parallel import DataParallelMode
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from ..plan import RECOMPUTE_MODES, DataParallelMode, RankMemory, Recompute
+from ..plan import RECOMPUTE_MODES, RankMemory, Recompute
 from ..units import format_gib
-from .space import Config, hsdp_shards
+from .space import Config
 from .workload import Workload
 
 __all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL"]
@@ -90,7 +92,8 @@ __all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL"]
 OPTIMIZERS = ("adam",)
 
 #: Why ``--optimizer distributed`` is refused, and what to write instead.
-DISTRIBUTED_REFUSAL = "the distributed optimizer is the data-parallel mode zero1: --dp-modes zero1"
+DISTRIBUTED_REFUSAL = (f"the distributed optimizer is the data-parallel mode {data_parallel.DISTRIBUTED_OPTIMIZER}: "
+                       f"--dp-modes {data_parallel.DISTRIBUTED_OPTIMIZER}")
 
 
 @dataclass(frozen=True)
@@ -116,20 +119,14 @@ class OptimizerBytes:
         ``pipelined``: the model is cut into pipeline stages (FSDP then keeps its
         parameters unsharded across microbatches). A number of bytes per parameter
         is taken as it is, whatever the mode; ``"distributed"`` (the evaluator's
-        shorthand, module doc) is Adam's ``zero1`` split over ``shards``.
+        shorthand, module doc) is Adam's split under Megatron's distributed
+        optimizer (:data:`~pipeplan.data_parallel.DISTRIBUTED_OPTIMIZER`) over ``shards``.
         """
         if optimizer == "distributed":
-            return cls(2.0, 4.0, 12.0 / shards, reduce=4.0, gather=2.0)
-        if optimizer != "adam" or mode == "ddp":
+            return cls(*data_parallel.get(data_parallel.DISTRIBUTED_OPTIMIZER).bytes_per_param(shards))
+        if optimizer != "adam":
             return cls.for_optimizer(optimizer, shards)
-        d = float(shards)
-        if mode == "zero1":
-            return cls(2.0, 4.0, 12.0 / d, reduce=4.0, gather=2.0)
-        if mode == "zero2":
-            return cls(2.0, 2.0 / d, 12.0 / d, reduce=2.0, gather=2.0)
-        if pipelined:  # fsdp / hsdp with a pipeline: unsharded bf16 weights, gradients accumulated in fp32
-            return cls(2.0 + 4.0 / d, 4.0, 12.0 / d, reduce=4.0, gather=2.0)
-        return cls(4.0 / d, 4.0 / d, 8.0 / d, reduce=4.0, gather=2.0)
+        return cls(*mode.bytes_per_param(shards, pipelined=pipelined))
 
     @classmethod
     def for_optimizer(cls, optimizer: str | float, dp: int) -> OptimizerBytes:
@@ -170,27 +167,27 @@ class MemoryModel:
         optimizer: ``"adam"``, bytes per parameter (:meth:`OptimizerBytes.for_optimizer`)
             or ``"distributed"`` (Adam sharded as ``zero1`` under ``ddp``, module doc).
         capacity: bytes one GPU may hold; ``None``: everything fits.
-        dp_mode: the data-parallel mode (``"ddp"``: as ``optimizer`` says).
+        dp_mode: the data-parallel mode's name (:mod:`pipeplan.data_parallel`; a
+            replicated one: as ``optimizer`` says).
         gpus_per_node: GPUs per node of the devices ``dp_mode`` runs on (GPUs
             of a tensor-parallel group count as one), for ``hsdp``'s shards.
     """
 
     def __init__(self, workload: Workload, optimizer: str | float, capacity: float | None,
-                 dp_mode: DataParallelMode = "ddp", gpus_per_node: int = 8) -> None:
+                 dp_mode: str = data_parallel.REPLICATED, gpus_per_node: int = 8) -> None:
         self.workload = workload
         self.optimizer = optimizer
         self.capacity = capacity
         self.dp_mode = dp_mode
+        self.mode = data_parallel.get(dp_mode)
         self.gpus_per_node = gpus_per_node
 
     def shards(self, dp: int, pp: int) -> int:
         """Ranks the optimizer state is sharded over: ``dp`` (ZeRO, FSDP, the distributed optimizer), HSDP's
         shards inside a node, or 1 (DDP)."""
-        if self.dp_mode == "hsdp":
-            return hsdp_shards(1, pp, dp, self.gpus_per_node)
-        if self.dp_mode == "ddp":
-            return dp if self.optimizer == "distributed" else 1
-        return dp
+        if self.optimizer == "distributed" and not self.mode.shards_state:
+            return dp
+        return self.mode.shard_degree(1, pp, dp, self.gpus_per_node)
 
     def step_bytes(self, dp: int, pp: int) -> dict[str, float]:
         """What one rank's optimizer step reads and writes per parameter, for
@@ -204,7 +201,7 @@ class MemoryModel:
 
     def unsharded_layers(self, pp: int) -> bool:
         """Whether the mode gathers each layer's parameters for its forward and backward (FSDP/HSDP without a pipeline)."""
-        return self.dp_mode in ("fsdp", "hsdp") and pp == 1
+        return self.mode.per_layer(pp)
 
     def fits(self, total: float) -> bool:
         """Whether ``total`` bytes fit the capacity (within a part in 10⁹)."""
@@ -212,7 +209,7 @@ class MemoryModel:
 
     def bytes_per_param(self, dp: int, pp: int = 1) -> OptimizerBytes:
         """Bytes per parameter at data-parallel degree ``dp`` and pipeline degree ``pp`` under the mode."""
-        return OptimizerBytes.for_mode(self.optimizer, self.dp_mode, self.shards(dp, pp), pipelined=pp > 1)
+        return OptimizerBytes.for_mode(self.optimizer, self.mode, self.shards(dp, pp), pipelined=pp > 1)
 
     def layer_static_bytes(self, micro_batch_size: int, dp: int, pp: int = 1) -> np.ndarray:
         """Bytes of weights, gradients and optimizer state per layer."""

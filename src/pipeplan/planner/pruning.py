@@ -136,14 +136,13 @@ class SearchBounds:
         """
         if config.dp == 1:
             return 0.0
-        if self.memory.dp_mode in ("fsdp", "hsdp") or self.overlapped:
+        if self.memory.mode.gathers_per_layer or self.overlapped:
             # overlapped collectives: the evaluator's floor (exact without a pipeline; the reduction behind a
             # pipeline is in the tail bound instead)
             return 0.0 if self.overlap_floor is None else self.overlap_floor(config)
         grads = least_max_load(self._own_trainable(config), config.pp) * self.memory.bytes_per_param(
             config.dp, config.pp).reduce
-        count = config.num_microbatches if self.memory.dp_mode == "zero2" else 1  # ZeRO-2: one per microbatch
-        return self.links.allreduce(config, grads) * count
+        return self.links.allreduce(config, grads) * self.memory.mode.reductions_per_step(config.num_microbatches)
 
     def least_optimizer(self, config: Config) -> float:
         """The optimizer step of the fewest trainable parameters the fullest rank can hold, in profile units.

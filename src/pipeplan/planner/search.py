@@ -44,33 +44,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .. import data_parallel
 from .._validation import positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
-from ..partition.choice import PartitionChoice
-from ..plan import DP_MODES, RECOMPUTE_MODES, DataParallelMode, Plan
+from ..plan import RECOMPUTE_MODES, Plan
 from ..schedules import schedule_info
-from .advice import NoPlanFitsError, capacity_text, find_remedies, no_plan_fits
+from .advice import NoPlanFitsError, find_remedies, no_plan_fits
 from .baselines import (Baseline, in_space, megatron_default, megatron_recommended, megatron_split, one_knob,
                         reference_baseline)
 from .bounds import fill_bound, step_time_lower_bound
 from .cluster import Cluster
 from .evaluate import Evaluator, evaluate_layout
 from .layout import Layout
-from .memory import OptimizerBytes
+from .options import DEFAULT_HEADROOM, SearchOptions
 from .records import Rejection, SearchStats
-from .step import gradient_sync
 from .space import Config, SearchSpace
 from .workload import Workload
 
-__all__ = ["search", "SearchOptions", "SearchResult", "Baseline", "megatron_split", "SearchStats", "Rejection", "step_time_lower_bound",
-           "evaluate_layout", "fill_bound", "DEFAULT_HEADROOM"]
+__all__ = ["search", "SearchResult", "Baseline", "megatron_split", "SearchStats", "Rejection", "step_time_lower_bound",
+           "evaluate_layout", "fill_bound"]
 
-Progress = Callable[[int, int], None]
 _TIE = 1e-12
 #: seconds each advice search may run on once it has a plan (:func:`_attempt`)
 _ADVICE_BUDGET = 1.0
-#: the share of a GPU's memory the search leaves free by default (see :func:`search`)
-DEFAULT_HEADROOM = 0.1
 
 
 @dataclass(frozen=True)
@@ -192,75 +188,17 @@ def _config_dict(config: Config) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ search
-def search(
-    workload: Workload,
-    cluster: Cluster,
-    global_batch: int,
-    *,
-    pp: int | None = None,
-    micro_batch_size: int | None = None,
-    schedules: Sequence[str] | None = None,
-    memory_capacity: float | None = None,
-    optimizer: str | float = "adam",
-    max_virtual_stages: int | None = 4,
-    send_mode: str = "eager",
-    top: int = 10,
-    budget: float | None = None,
-    progress: Progress | None = None,
-    exhaustive: bool = False,
-    headroom: float = DEFAULT_HEADROOM,
-    partition: PartitionChoice | None = None,
-    tp: int | None = None,
-    dp_modes: Sequence[str] | None = None,
-    sync: str = "megatron-overlap",
-    advise: bool = True,
-) -> SearchResult:
+def search(workload: Workload, cluster: Cluster, global_batch: int, options: SearchOptions | None = None, *,
+           advise: bool = True) -> SearchResult:
     """Search the space for the fastest plans that fit.
 
     Args:
         workload: the model's per-layer costs (:class:`~pipeplan.planner.Workload`).
         cluster: GPUs and links; its ``memory_bytes`` is the capacity unless
-            ``memory_capacity`` overrides it.
+            ``options.memory_capacity`` overrides it.
         global_batch: samples per optimizer step.
-        pp: fix the pipeline degree.
-        micro_batch_size: fix the micro-batch size.
-        schedules: schedules to try (default all registered).
-        memory_capacity: bytes per GPU a plan may use (default ``cluster.memory_bytes``
-            less ``headroom``).
-        optimizer: ``"adam"`` (16 bytes per parameter, split per data-parallel
-            mode) or bytes per parameter (:mod:`pipeplan.planner.memory`);
-            Megatron-LM's distributed optimizer is ``dp_modes=["zero1"]``.
-        max_virtual_stages: largest ``v`` for interleaved and adaptive (default 4;
-            ``None``: every ``v`` with ``pp · v ≤ L``).
-        send_mode: ``"eager"``, ``"rendezvous"`` or ``"serialized"`` messages
-            (:mod:`pipeplan.planner.links`).
-        top: how many plans to keep.
-        budget: seconds; once a plan is found, the search stops after that many
-            and returns the best so far with ``stats.complete = False`` (the
-            one-knob plans and the bound's refinement stop at it too; the two
-            baselines are always simulated).
-        progress: ``progress(done, total)`` after each configuration.
-        exhaustive: simulate every candidate (no pruning), for checking.
-        headroom: the share of each GPU's memory left free when ``memory_capacity``
-            is not given (default 10 %: the CUDA context, communication buffers and
-            allocator fragmentation live there, and pipeplan's activation bytes
-            are estimates); ``0`` plans up to the full memory.
-        partition: fix the layers per stage instead of solving them: counts per
-            stage (only the configurations with that many stages, ``pp · v``, are
-            evaluated; the others come back in ``rejected`` with the reason),
-            ``"even"`` (every configuration's even split) or ``"auto"`` /
-            ``None`` (the search's own partitions). Recompute is still relaxed per
-            stage; the baselines and the one-knob plans stay as they are.
-        tp: fix the tensor-parallel degree (default: every degree the workload
-            answers for that divides a node).
-        dp_modes: the data-parallel modes to try (default every one of
-            :data:`~pipeplan.plan.DP_MODES` with ``optimizer="adam"``; ``"ddp"`` with
-            bytes per parameter).
-        sync: how ``ddp``, ``zero1`` and ``zero2`` reduce gradients
-            (:data:`~pipeplan.planner.step.SYNCS`: ``"megatron-overlap"``, the
-            default, Megatron-LM with ``--overlap-grad-reduce --overlap-param-gather``
-            as its performance guides recommend; ``"megatron"``, its bare default, no
-            overlap; ``"torch-ddp"``); ``fsdp`` and ``hsdp`` always overlap, layer by layer.
+        options: what to search and how (:class:`~pipeplan.planner.options.SearchOptions`;
+            default its defaults: the whole space).
         advise: when no plan fits, search again under each remedy in reach (more
             GPUs, a fixed option dropped, no headroom: :mod:`pipeplan.planner.advice`)
             and name those that fit in the error.
@@ -277,18 +215,14 @@ def search(
             rank and layers that need it, and the remedies that fit, each with its
             worst GPU.
     """
-    options = SearchOptions(pp=pp, micro_batch_size=micro_batch_size, schedules=schedules,
-                            memory_capacity=memory_capacity, optimizer=optimizer,
-                            max_virtual_stages=max_virtual_stages, send_mode=send_mode, top=top, budget=budget,
-                            progress=progress, exhaustive=exhaustive, headroom=headroom, partition=partition,
-                            tp=tp, dp_modes=tuple(dp_modes) if dp_modes is not None else None, sync=sync)
+    options = SearchOptions() if options is None else options
     try:
         return _Search(workload, cluster, global_batch, options).run()
     except NoPlanFitsError as error:
         if not advise:
             raise
         remedies, tried = find_remedies(_attempt(workload, global_batch), workload, cluster, options,
-                                        options.capacity(cluster), progress=progress)
+                                        options.capacity(cluster), progress=options.progress)
         raise error.with_remedies(remedies, tried) from None
 
 
@@ -303,73 +237,6 @@ def _attempt(workload: Workload, global_batch: int) -> Callable[[Cluster, Search
             return None
 
     return attempt
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """The keyword options of :func:`search` (each described there); :meth:`capacity` checks them (``top`` aside)."""
-
-    pp: int | None = None
-    micro_batch_size: int | None = None
-    schedules: Sequence[str] | None = None
-    memory_capacity: float | None = None
-    optimizer: str | float = "adam"
-    max_virtual_stages: int | None = 4
-    send_mode: str = "eager"
-    top: int = 10
-    budget: float | None = None
-    progress: Progress | None = None
-    exhaustive: bool = False
-    headroom: float = DEFAULT_HEADROOM
-    partition: PartitionChoice | None = None
-    tp: int | None = None
-    dp_modes: tuple[str, ...] | None = None
-    sync: str = "megatron-overlap"
-
-    def modes(self) -> tuple[DataParallelMode, ...]:
-        """The data-parallel modes searched (see :func:`search`)."""
-        if self.dp_modes is not None:
-            unknown = [m for m in self.dp_modes if m not in DP_MODES]
-            if unknown or not self.dp_modes:
-                raise InvalidInputError(f"dp modes must be among {', '.join(DP_MODES)}, got {list(self.dp_modes)}")
-            sharded = [m for m in self.dp_modes if m != "ddp"]
-            if self.optimizer != "adam" and sharded:
-                raise InvalidInputError(
-                    f"--dp-modes {','.join(sharded)} shards Adam's state, which a byte count per parameter "
-                    f"(--optimizer {self.optimizer}) does not describe: use --optimizer adam, or --dp-modes ddp")
-            return tuple(self.dp_modes)  # type: ignore[arg-type]
-        return DP_MODES if self.optimizer == "adam" else ("ddp",)
-
-    def optimizer_kind(self) -> str | float:
-        """The optimizer the memory model sees (``"adam"`` or bytes per parameter)."""
-        return self.optimizer
-
-    def capacity(self, cluster: Cluster) -> float:
-        """Check the options but ``top`` and return the bytes per GPU a plan may use on ``cluster``.
-
-        Raises:
-            InvalidInputError: an option out of range.
-        """
-        budget, headroom = self.budget, self.headroom
-        if budget is not None and not (isinstance(budget, (int, float)) and budget > 0):
-            raise InvalidInputError(f"budget must be a number of seconds > 0, got {budget!r}")
-        if self.send_mode not in ("eager", "rendezvous", "serialized"):
-            raise InvalidInputError(
-                f"send_mode must be 'eager', 'rendezvous' or 'serialized', got {self.send_mode!r}")
-        if not (isinstance(headroom, (int, float)) and 0 <= headroom < 1):
-            raise InvalidInputError(f"headroom must be a share of the memory in [0, 1), got {headroom!r}")
-        given = self.memory_capacity
-        capacity = cluster.memory_bytes * (1 - headroom) if given is None else float(given)
-        if not capacity > 0:
-            raise InvalidInputError(f"memory_capacity must be > 0 bytes, got {given!r}")
-        OptimizerBytes.for_optimizer(self.optimizer, 1)  # validates
-        gradient_sync(self.sync)  # validates
-        return capacity
-
-    def capacity_text(self, cluster: Cluster) -> str:
-        """The capacity once, with and without headroom (:func:`~pipeplan.planner.advice.capacity_text`)."""
-        return capacity_text(self.capacity(cluster), cluster.memory_bytes, self.headroom,
-                             self.memory_capacity is not None)
 
 
 class _Ranking:
@@ -453,7 +320,7 @@ class _Search:
                 self._workloads[config.tp] = self.workload.with_tensor_parallel(config.tp)
             evaluator = Evaluator(self._workloads[config.tp],
                                   self.cluster.for_tensor_parallel(config.tp), self.capacity,
-                                  self.options.optimizer_kind(), self.options.send_mode, dp_mode=config.dp_mode,
+                                  self.options.optimizer, self.options.send_mode, dp_mode=config.dp_mode,
                                   stats=self.stats, sync=self.options.sync, shapes=self._shapes)
             self._evaluators[key] = evaluator
         return evaluator
@@ -502,7 +369,7 @@ class _Search:
         """Evaluate ``configs`` in order of their bound, as long as a bound leaves them a chance."""
         stats, options = self.stats, self.options
         # by bound; within a configuration, no recompute first (the others need it to bind)
-        ordered = sorted(configs, key=lambda c: (self.bound(c), c.tp, c.pp, DP_MODES.index(c.dp_mode),
+        ordered = sorted(configs, key=lambda c: (self.bound(c), c.tp, c.pp, data_parallel.names().index(c.dp_mode),
                                                  c.micro_batch_size, c.schedule, c.virtual_stages,
                                                  RECOMPUTE_MODES.index(c.recompute)))
         # Fixed templates first; the cost-aware "adaptive" generator is far dearer to

@@ -12,9 +12,9 @@ exact partition for it (:mod:`pipeplan.planner.search`). What is enumerated:
   stays inside a node;
 * ``pp`` every divisor of ``G / tp`` with ``pp ≤ L`` (or the one given);
   ``dp = G / (tp · pp)``;
-* the data-parallel mode (:data:`~pipeplan.plan.DP_MODES`): ``ddp`` alone at
+* the data-parallel mode (:mod:`pipeplan.data_parallel`): ``ddp`` alone at
   ``dp = 1``; ``hsdp`` only where a stage's replicas both share a node and
-  span nodes (:func:`hsdp_shards`);
+  span nodes (:meth:`~pipeplan.data_parallel.DataParallelMode.applies`);
 * micro-batch size ``b`` every size the workload answers for with
   ``dp · b`` dividing the global batch (or the one given); ``m = B / (dp · b)``;
 * every registered synchronous schedule (not ``dual-rate``, which trains on
@@ -53,33 +53,21 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .. import data_parallel
 from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..partition.choice import PartitionChoice
 from ..partition.solver import even_split
-from ..plan import DP_MODES, RECOMPUTE_MODES, DataParallelMode, Recompute
+from ..plan import RECOMPUTE_MODES, Recompute
 from ..schedules import SCHEDULES, planned_schedules, schedule_info, schedule_label
 
-__all__ = ["Config", "SearchSpace", "divisors", "hsdp_shards"]
+__all__ = ["Config", "SearchSpace", "divisors"]
 
 
 def divisors(number: int) -> list[int]:
     """The positive divisors of ``number``, ascending (trial division up to its square root)."""
     small = [d for d in range(1, math.isqrt(number) + 1) if number % d == 0]
     return small + [number // d for d in reversed(small) if d * d != number]
-
-
-def hsdp_shards(tp: int, pp: int, dp: int, gpus_per_node: int) -> int:
-    """The shard degree of HSDP: a stage's data-parallel replicas inside one node (1: no HSDP).
-
-    GPUs are laid out ``tp`` innermost, then the pipeline, then its replicas
-    (:mod:`pipeplan.planner.cluster`), so a node holds ``gpus_per_node / (tp · pp)``
-    replicas of each stage; HSDP shards over those and replicates across nodes,
-    and needs both to be more than one.
-    """
-    per_node = gpus_per_node // (tp * pp) if gpus_per_node % (tp * pp) == 0 else 1
-    shards = math.gcd(per_node, dp)
-    return shards if 1 < shards < dp else 1
 
 
 @dataclass(frozen=True, order=True)
@@ -94,7 +82,7 @@ class Config:
         virtual_stages: stages per rank ``v``.
         recompute: the mode the partition is solved under (relaxed per stage later).
         tp: tensor-parallel degree (GPUs per layer, inside a node).
-        dp_mode: how data parallelism holds the model state (:data:`~pipeplan.plan.DP_MODES`).
+        dp_mode: how data parallelism holds the model state, a mode's name (:mod:`pipeplan.data_parallel`).
     """
 
     pp: int
@@ -105,7 +93,7 @@ class Config:
     virtual_stages: int = 1
     recompute: Recompute = "none"
     tp: int = 1
-    dp_mode: DataParallelMode = "ddp"
+    dp_mode: str = data_parallel.REPLICATED
 
     @property
     def num_gpus(self) -> int:
@@ -148,7 +136,7 @@ class SearchSpace:
             configuration's even split), or ``"auto"`` / ``None`` (solved).
         tensor_parallel_degrees: the ``tp`` the workload answers for.
         tp: fix the tensor-parallel degree.
-        dp_modes: the data-parallel modes to try (default ``("ddp",)``).
+        dp_modes: the data-parallel modes to try, by name (default ``("ddp",)``).
         gpus_per_node: GPUs per node (``tp`` divides it; HSDP shards inside it).
     """
 
@@ -164,15 +152,13 @@ class SearchSpace:
     partition: PartitionChoice | None = None
     tensor_parallel_degrees: tuple[int, ...] = (1,)
     tp: int | None = None
-    dp_modes: tuple[DataParallelMode, ...] = ("ddp",)
+    dp_modes: tuple[str, ...] = (data_parallel.REPLICATED,)
     gpus_per_node: int = 8
 
     def __post_init__(self) -> None:
         positive_int("num_gpus", self.num_gpus)
         positive_int("gpus_per_node", self.gpus_per_node)
-        unknown = [mode for mode in self.dp_modes if mode not in DP_MODES]
-        if unknown or not self.dp_modes:
-            raise InvalidInputError(f"dp modes must be among {', '.join(DP_MODES)}, got {list(self.dp_modes)}")
+        data_parallel.check_modes(self.dp_modes)
         if self.tp is not None:
             positive_int("tp", self.tp)
             node = min(self.gpus_per_node, self.num_gpus)
@@ -247,12 +233,11 @@ class SearchSpace:
             return [self.pp] if gpus % self.pp == 0 else []
         return [pp for pp in divisors(gpus) if pp <= self.num_layers]
 
-    def modes_for(self, tp: int, pp: int, dp: int) -> list[DataParallelMode]:
+    def modes_for(self, tp: int, pp: int, dp: int) -> list[str]:
         """The data-parallel modes tried at ``tp × pp × dp`` (``ddp`` alone without data parallelism)."""
         if dp == 1:
-            return ["ddp"]
-        return [mode for mode in self.dp_modes
-                if mode != "hsdp" or hsdp_shards(tp, pp, dp, self.gpus_per_node) > 1]
+            return [data_parallel.REPLICATED]
+        return [mode for mode in self.dp_modes if data_parallel.get(mode).applies(tp, pp, dp, self.gpus_per_node)]
 
     def micro_batches_for(self, dp: int) -> list[int]:
         """Micro-batch sizes ``b`` with ``dp · b`` dividing the global batch."""
