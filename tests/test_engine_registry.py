@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeplan import engines
+from pipeplan import data_parallel, engines
 from pipeplan.engines import Engine, LayerName
 from pipeplan.errors import InvalidInputError
-from pipeplan.plan import DP_MODES, Plan
+from pipeplan.plan import Plan
 from pipeplan.schedules import SCHEDULES, schedule_info
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -61,7 +61,7 @@ def _plan(schedule: str, pp: int, dp_mode: str) -> Plan:
 def test_each_record_says_which_data_parallel_modes_its_export_runs(name, pp):
     engine = engines.get(name)
     listed = engine.runs.dp_modes_with_pipeline if pp > 1 else engine.runs.dp_modes_without_pipeline
-    for mode in DP_MODES:
+    for mode in data_parallel.names():
         plan = _plan("1f1b", pp, mode)
         refusal = engine.refusal(plan, _gpt(plan.num_layers))
         assert (refusal == "") == (listed is None or mode in listed), (mode, refusal)
