@@ -73,7 +73,7 @@ def reference(num_layers: int, global_batch: int, microbatches: int) -> tuple[fl
         net.zero_grad()
         loss = loss_fn(net(x), y)
         loss.backward()
-        losses.append(float(loss))
+        losses.append(loss.item())
         for name, parameter in net.named_parameters():
             grads[name] = grads.get(name, 0) + parameter.grad.float() / microbatches
     return sum(losses) / len(losses), grads

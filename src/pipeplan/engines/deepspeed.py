@@ -163,9 +163,11 @@ def deepspeed_snippet(plan: Plan | Sequence[int], *, offset: int = 0, trailing: 
         "        assert len(self.parts) == self._topo.get_dim('pipe') + 1\n"
         "        assert self.parts[-1] == len(self._layer_specs)\n"
         "        self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])\n\n\n"
+        "# deepspeed.init_distributed()  # before the PipelineModule is built\n"
         f"# model = PlannedPipelineModule(layers=specs, num_stages={len(parts) - 1}, loss_fn=loss_fn,\n"
         "#                                activation_checkpoint_interval=ACTIVATION_CHECKPOINT_INTERVAL)\n"
         '# engine, *_ = deepspeed.initialize(model=model, config="ds_config.json", model_parameters=...)\n'
+        "# loss = engine.train_batch(data_iter)  # gradient_accumulation_steps (inputs, labels) microbatches, bf16\n"
     )
 
 
