@@ -149,6 +149,8 @@ class SearchResult:
             return self.rerun(allowed, modes, single).best, None
         except InvalidInputError as error:
             what = ", ".join(allowed or ()) + ("; data-parallel modes " + ", ".join(modes) if modes else "")
+            alone = [mode for mode in single or () if mode not in (modes or ())]
+            what += f" ({', '.join(alone)} without a pipeline)" if alone and modes else ""
             raise InvalidInputError(f"{engine} runs only {what}, and {error}") from None
 
     def ratio(self, plan: Plan) -> float | None:
