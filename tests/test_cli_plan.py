@@ -187,7 +187,8 @@ def test_export_falls_back_to_the_best_plan_the_engine_runs(run_cli, vla_profile
     """With --top 1 the list holds one zero-bubble plan; Megatron-LM's flags come from a search over what it runs."""
     status, out, err = run_cli(*base(vla_profile, "--pp", "4", "--top", "1", "--export", "megatron"))
     assert status == 0, err
-    assert "megatron (the best plan of the schedules it runs: 1f1b" in out
+    assert "megatron runs instead (the best plan of a search over only what it runs" in out
+    assert "changed from plan 1: schedule" in out and "→ 1f1b" in out
     assert "megatron cannot run plan 1" in out and "--pipeline-model-parallel-size 4" in out
 
 

@@ -278,7 +278,7 @@ def test_custom_placement_schedule_csv_is_accepted_by_torch():
 # ------------------------------------------------------- DeepSpeed config
 # deepspeed/runtime/constants.py and runtime/activation_checkpointing/config.py: the keys we may write.
 DEEPSPEED_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                  "activation_checkpointing", "zero_optimization"}
+                  "activation_checkpointing", "zero_optimization", "bf16", "gradient_clipping"}
 DEEPSPEED_CHECKPOINT_KEYS = {"partition_activations", "contiguous_memory_optimization", "cpu_checkpointing",
                              "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}
 

@@ -205,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
     _write_files(args, result)
     if args.json:
         payload = _payload(result, reference_names(args, result.best.num_layers))
+        if args.export:  # the plan the export is written for: plan 1, or the one the engine runs instead
+            payload["export"] = _choice_dict(args, result)
         for entry, tie in zip(payload["plans"], ties):
             entry["ties_with"] = tie
         print_json({**payload, "device": device_fields(cluster.device),
@@ -298,6 +300,17 @@ def _payload(result: SearchResult, names: Any = None) -> dict[str, Any]:
     return payload
 
 
+def _choice_dict(args: argparse.Namespace, result: SearchResult) -> dict[str, Any]:
+    """``--export``'s :class:`~pipeplan.planner.engine_choice.EngineChoice` with its plan's exports."""
+    from ..engines import plan_exports
+    from ..planner.engine_choice import engine_choice
+
+    choice = engine_choice(result, args.export)
+    entry = choice.to_dict()
+    entry["plan"]["exports"] = plan_exports(choice.plan, reference_names(args, choice.plan.num_layers))
+    return entry
+
+
 def show_plans(console: Any, result: SearchResult, *, title: str, capacity: str | None = None,
                ties: list[int | None] | None = None) -> None:
     """The ranked table, its legend (ties marked) and the partitions it cut, as ``plan`` and ``demo`` print them."""
@@ -317,12 +330,15 @@ def show_plans(console: Any, result: SearchResult, *, title: str, capacity: str 
 
 def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None], capacity: str) -> None:
     from ..engines import by_target
+    from ..planner.engine_choice import engine_choice
     from ..viz import text_gantt
+    from ..viz.plans import show_choice
     from ..units import format_figures
 
     if args.export:  # before anything is printed: a plan the engine cannot run is one line
         engine = by_target(args.export)
-        plan, index = result.best_for(args.export)
+        choice = engine_choice(result, args.export)
+        plan = choice.plan
         files = engine.export(plan, args.export, reference_names(args, plan.num_layers),
                               gpus_per_node=args.gpus_per_node)
     console = make_console()
@@ -344,12 +360,7 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
         console.print(f"[bold]best plan's step[/bold] (one pipeline of {best.pp} ranks; ms)")
         console.print(text_gantt(best.timeline, width=100, wider="--plot"), markup=False, highlight=False)
     if args.export:
-        where = (f"plan {index + 1}" if index is not None else
-                 f"the best plan of the schedules it runs: {plan.schedule_label}, {format_figures(plan.step_time or 0.0)} ms")
-        heading = f"[bold]{args.export}[/bold] ({where}"
-        if index != 0:
-            heading += f"; {args.export} cannot run plan 1: {engine.refusal(result.plans[0])}"
-        console.print(heading + ")")
+        show_choice(console, choice, result.ratio_to_best_baseline(plan))
         emit_export(args, files)
         for note in engine.notes(plan):
             console.print(f"note: {note}")

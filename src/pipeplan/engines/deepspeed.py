@@ -1,8 +1,9 @@
-"""DeepSpeed's ``ds_config.json`` and a ``PipelineModule`` with pipeplan's stage boundaries.
+"""DeepSpeed: ``ds_config.json``, and a ``PipelineModule`` with pipeplan's stage boundaries or a plain-model script.
 
-    from pipeplan.engines.deepspeed import deepspeed_config, deepspeed_files
-    deepspeed_config(plan)    # {"train_batch_size": 64, ..., "zero_optimization": {"stage": 1}}
-    deepspeed_files(plan)     # ds_config.json and pipeline_module.py
+    from pipeplan.engines.deepspeed import deepspeed_config, deepspeed_files, zero_stage
+    zero_stage("zero2")       # 2: zero_optimization.stage of a data-parallel mode (None: DeepSpeed has none)
+    deepspeed_config(plan)    # {"train_batch_size": 64, ..., "bf16": {"enabled": True}, "zero_optimization": {...}}
+    deepspeed_files(plan)     # pp > 1: ds_config.json, pipeline_module.py; pp 1: ds_config.json, deepspeed_train.py
 
 What DeepSpeed accepts (deepspeed/runtime/pipe/module.py, pipe/engine.py, runtime/constants.py):
 ``PipelineModule`` splits by ``partition_method`` ``"uniform"``, ``"parameters"`` or
@@ -15,6 +16,13 @@ number of microbatches). ``PipelineEngine.__init__`` asserts
 ``zero_optimization_stage() < 2`` ("ZeRO-2 and ZeRO-3 are incompatible with pipeline
 parallelism"): with ``pp > 1`` only DDP (stage 0) and ZeRO-1 run. Recompute is
 ``PipelineModule(activation_checkpoint_interval=1)`` (whole layers).
+
+A plan without a pipeline (``pp = 1``) is no one-stage ``PipelineModule`` (the pipeline
+engine is for ``pp > 1``): ``deepspeed_train.py`` calls ``deepspeed.initialize`` on the
+plain model, where every ZeRO stage runs; ``engine.backward``/``engine.step`` per
+microbatch accumulate ``gradient_accumulation_steps`` of them into one optimizer step.
+Both configs carry ``bf16`` (the plans are timed and sized in bf16 with fp32 master
+weights) and ``gradient_clipping`` 1.0 (Megatron-LM's ``--clip-grad`` default).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from .. import data_parallel
 from ..errors import InvalidInputError
 from ..plan import Plan
 from ..schedule import Schedule
@@ -30,12 +39,42 @@ from ._common import ExportFile, one_stage_per_rank, recompute_notes, strongest_
 from ._names import LayerName
 from .record import Engine, Files, Runs
 
-__all__ = ["DEEPSPEED_SCHEDULES", "ZERO_STAGES", "deepspeed_parts", "deepspeed_config", "deepspeed_snippet",
-           "deepspeed_files", "deepspeed_notes", "ENGINE"]
+__all__ = ["DEEPSPEED_SCHEDULES", "GRADIENT_CLIPPING", "zero_stage", "deepspeed_parts", "deepspeed_config",
+           "deepspeed_snippet", "deepspeed_train_script", "deepspeed_files", "deepspeed_notes", "ENGINE"]
 
 DEEPSPEED_SCHEDULES = ("1f1b",)
-#: ``zero_optimization.stage`` of each data-parallel mode (HSDP has none in this export)
-ZERO_STAGES = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp": 3}
+#: ``gradient_clipping``: the global gradient norm clipped to (Megatron-LM's ``--clip-grad`` default, 1.0)
+GRADIENT_CLIPPING = 1.0
+#: the highest ZeRO stage DeepSpeed's pipeline engine runs (``PipelineEngine`` asserts ``stage < 2``)
+_PIPELINE_MAX_STAGE = 1
+
+
+def zero_stage(mode: str) -> int | None:
+    """DeepSpeed's ``zero_optimization.stage`` for a data-parallel mode (its record in :mod:`pipeplan.data_parallel`).
+
+    0: nothing sharded (DDP); 1: the optimizer state sharded (ZeRO-1); 2: the gradients too,
+    reduce-scattered every microbatch (ZeRO-2); 3: the parameters too, gathered per layer
+    (ZeRO-3, FSDP). ``None``: a mode DeepSpeed has no stage for — HSDP's shard inside a
+    node replicated across nodes (ZeRO++'s ``zero_hpz_partition_size`` keeps a secondary
+    copy of the weights per node but still shards the optimizer state over every rank).
+
+    Raises:
+        InvalidInputError: an unknown mode.
+    """
+    record = data_parallel.get(mode)
+    if record.shards_within_node:
+        return None
+    if record.gathers_per_layer:
+        return 3
+    if record.reduces_every_microbatch:
+        return 2
+    return 1 if record.shards_state else 0
+
+
+def _modes(most: int) -> tuple[str, ...]:
+    """The data-parallel modes whose ZeRO stage is at most ``most``."""
+    return tuple(mode for mode in data_parallel.names() if (zero_stage(mode) is not None
+                                                           and (zero_stage(mode) or 0) <= most))
 
 
 def deepspeed_parts(plan: Plan | Sequence[int], *, offset: int = 0, trailing: int = 0) -> list[int]:
@@ -64,25 +103,31 @@ def _check_runs(plan: Plan) -> None:
             f"DeepSpeed's pipeline engine runs its own 1F1B-like schedule, not {plan.schedule!r}; "
             "use the torch or torchtitan export for this plan"
         )
-    if plan.dp_mode not in ZERO_STAGES:
+    stage = zero_stage(plan.dp_mode)
+    if stage is None:
         raise InvalidInputError(
-            f"pipeplan exports DeepSpeed with ZeRO stages 0-3, not {plan.dp_mode!r}; "
+            f"DeepSpeed has no ZeRO stage for {plan.dp_mode!r} (a shard inside a node, replicated across nodes); "
             "torchtitan runs HSDP (--export torchtitan)"
         )
-    if plan.pp > 1 and ZERO_STAGES[plan.dp_mode] >= 2:
+    if plan.pp > 1 and stage > _PIPELINE_MAX_STAGE:
         raise InvalidInputError(
             f"DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only (PipelineEngine asserts stage < 2), not "
-            f"{plan.dp_mode!r} (stage {ZERO_STAGES[plan.dp_mode]}); torchtitan runs pipeline + {plan.dp_mode}, "
+            f"{plan.dp_mode!r} (stage {stage}); torchtitan runs pipeline + {plan.dp_mode}, "
             "or plan with pp 1"
         )
     one_stage_per_rank(plan, "DeepSpeed")
 
 
 def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
-    """The DeepSpeed config JSON entries for ``plan``'s batch, ZeRO stage and recompute.
+    """The DeepSpeed config JSON entries for ``plan``: batch, bf16, clipping, ZeRO stage and recompute.
+
+    ``train_batch_size`` is the plan's global batch, ``train_micro_batch_size_per_gpu`` its
+    ``b`` and ``gradient_accumulation_steps`` its ``m`` (DeepSpeed checks
+    ``b × m × dp = train_batch_size``).
 
     Raises:
-        InvalidInputError: a schedule other than 1F1B, or a ZeRO stage the pipeline engine refuses.
+        InvalidInputError: a schedule other than 1F1B, a mode DeepSpeed has no stage for, or a
+            ZeRO stage the pipeline engine refuses.
     """
     plan = to_plan(plan)
     _check_runs(plan)
@@ -90,7 +135,9 @@ def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
         "train_batch_size": plan.global_batch,
         "train_micro_batch_size_per_gpu": plan.micro_batch_size,
         "gradient_accumulation_steps": plan.num_microbatches,
-        "zero_optimization": {"stage": ZERO_STAGES[plan.dp_mode]},
+        "bf16": {"enabled": True},
+        "gradient_clipping": GRADIENT_CLIPPING,
+        "zero_optimization": {"stage": zero_stage(plan.dp_mode)},
     }
     if strongest_recompute(plan) != "none":
         config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
@@ -116,10 +163,96 @@ def deepspeed_snippet(plan: Plan | Sequence[int], *, offset: int = 0, trailing: 
         "        assert len(self.parts) == self._topo.get_dim('pipe') + 1\n"
         "        assert self.parts[-1] == len(self._layer_specs)\n"
         "        self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])\n\n\n"
+        "# deepspeed.init_distributed()  # before the PipelineModule is built\n"
         f"# model = PlannedPipelineModule(layers=specs, num_stages={len(parts) - 1}, loss_fn=loss_fn,\n"
         "#                                activation_checkpoint_interval=ACTIVATION_CHECKPOINT_INTERVAL)\n"
         '# engine, *_ = deepspeed.initialize(model=model, config="ds_config.json", model_parameters=...)\n'
+        "# loss = engine.train_batch(data_iter)  # gradient_accumulation_steps (inputs, labels) microbatches, bf16\n"
     )
+
+
+def deepspeed_train_script(plan: Plan | Sequence[int]) -> str:
+    """``deepspeed_train.py`` for a plan without a pipeline: ``deepspeed.initialize`` on the plain model.
+
+    The file's ``initialize(model)`` reads ``ds_config.json`` beside it; ``train_step(engine,
+    microbatches, loss_fn)`` runs the config's ``gradient_accumulation_steps`` microbatches
+    (``engine.backward`` and ``engine.step`` each; DeepSpeed steps the optimizer at the last)
+    and returns their mean loss. ``build_model`` and ``microbatches`` are the user's.
+
+    Raises:
+        InvalidInputError: a plan with a pipeline (that is ``pipeline_module.py``), or one DeepSpeed cannot run.
+    """
+    plan = to_plan(plan)
+    if plan.pp > 1:
+        raise InvalidInputError(f"deepspeed_train.py is for a plan without a pipeline; this one has pp {plan.pp} "
+                                "(pipeline_module.py)")
+    config = deepspeed_config(plan)
+    return f'''"""pipeplan: DeepSpeed without a pipeline: deepspeed.initialize on your plain model, config in ds_config.json.
+
+Plan: dp {plan.dp} ({plan.dp_mode}: ZeRO stage {config["zero_optimization"]["stage"]}), {plan.micro_batch_size} samples \
+× {plan.num_microbatches} microbatches per rank = {plan.global_batch} per step, bf16.
+Launch: deepspeed --num_gpus {plan.num_gpus} deepspeed_train.py   (after replacing build_model and microbatches)
+"""
+import argparse
+import os
+
+import deepspeed
+import torch
+
+DS_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_config.json")
+
+
+def build_model():
+    """Your model, whole (no pipeline): every layer of the plan on every rank."""
+    raise NotImplementedError("pipeplan: build your model in build_model() (deepspeed_train.py)")
+
+
+def make_optimizer(parameters):
+    """Your optimizer (the plan's memory is mixed-precision Adam's)."""
+    return torch.optim.AdamW(parameters, lr=1e-4)
+
+
+def microbatches(engine, step):
+    """Step ``step``'s gradient_accumulation_steps (input, target) pairs of train_micro_batch_size_per_gpu samples."""
+    raise NotImplementedError("pipeplan: yield this rank's microbatches in microbatches() (deepspeed_train.py)")
+
+
+def initialize(model, optimizer=None, config=DS_CONFIG):
+    """deepspeed.initialize on the plain model with the plan's ZeRO stage, bf16 and batch sizes."""
+    optimizer = make_optimizer(model.parameters()) if optimizer is None else optimizer
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    return engine
+
+
+def _to_engine(engine, value):
+    dtype = torch.bfloat16 if engine.bfloat16_enabled() else None
+    return value.to(engine.device, dtype=dtype if value.is_floating_point() else None)
+
+
+def train_step(engine, batches, loss_fn):
+    """One optimizer step over ``batches`` (gradient_accumulation_steps (input, target) pairs); their mean loss."""
+    batches = list(batches)
+    assert len(batches) == engine.gradient_accumulation_steps(), (len(batches), engine.gradient_accumulation_steps())
+    losses = []
+    for inputs, target in batches:
+        loss = loss_fn(engine(_to_engine(engine, inputs)), _to_engine(engine, target))
+        engine.backward(loss)  # scaled by 1 / gradient_accumulation_steps
+        engine.step()          # the optimizer steps at the last microbatch only
+        losses.append(loss.detach().float())
+    return torch.stack(losses).mean()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=-1)
+    parser.add_argument("--steps", type=int, default=1)
+    args, _ = parser.parse_known_args()
+    deepspeed.init_distributed()
+    engine = initialize(build_model())
+    for step in range(args.steps):
+        loss = train_step(engine, microbatches(engine, step), torch.nn.functional.mse_loss)
+        print(f"step {{step}}: loss {{float(loss):.4g}}")
+'''
 
 
 def deepspeed_notes(plan: Plan | Sequence[int]) -> list[str]:
@@ -128,18 +261,22 @@ def deepspeed_notes(plan: Plan | Sequence[int]) -> list[str]:
     notes = recompute_notes(plan, "DeepSpeed")
     if strongest_recompute(plan) == "selective":
         notes.append("DeepSpeed checkpoints whole layers: selective recompute is exported as full")
+    if plan.pp == 1 and strongest_recompute(plan) != "none":
+        notes.append("without a pipeline DeepSpeed recomputes only where your model calls "
+                     "deepspeed.checkpointing.checkpoint on each layer (ds_config.json configures it)")
     if plan.tp > 1:
-        notes.append(f"DeepSpeed's PipelineModule has no tensor parallelism of its own: tp {plan.tp} needs your "
-                     "model's TP layers (e.g. Megatron-DeepSpeed) and a topology with a model axis")
+        notes.append(f"DeepSpeed has no tensor parallelism of its own: tp {plan.tp} needs your model's TP layers "
+                     "(e.g. Megatron-DeepSpeed) and a topology with a model axis")
     return notes
 
 
 def deepspeed_files(plan: Plan | Sequence[int]) -> list[ExportFile]:
-    """``ds_config.json`` (batch, ZeRO stage, recompute) and ``pipeline_module.py`` (the boundaries)."""
+    """``ds_config.json``, then ``pipeline_module.py`` (pp > 1: the boundaries) or ``deepspeed_train.py`` (pp 1)."""
     plan = to_plan(plan)
-    config = deepspeed_config(plan)
-    return [ExportFile("ds_config.json", json.dumps(config, indent=2) + "\n"),
-            ExportFile("pipeline_module.py", deepspeed_snippet(plan))]
+    config = ExportFile("ds_config.json", json.dumps(deepspeed_config(plan), indent=2) + "\n")
+    if plan.pp == 1:
+        return [config, ExportFile("deepspeed_train.py", deepspeed_train_script(plan))]
+    return [config, ExportFile("pipeline_module.py", deepspeed_snippet(plan))]
 
 
 def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
@@ -151,7 +288,7 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
 ENGINE = Engine(
     "deepspeed",
     Runs(schedules=DEEPSPEED_SCHEDULES,
-         dp_modes_with_pipeline=tuple(mode for mode, stage in ZERO_STAGES.items() if stage < 2),
-         dp_modes_without_pipeline=tuple(ZERO_STAGES)),
+         dp_modes_with_pipeline=_modes(_PIPELINE_MAX_STAGE),
+         dp_modes_without_pipeline=_modes(3)),
     Files(targets=("deepspeed",), write=_write, notes=deepspeed_notes),
 )

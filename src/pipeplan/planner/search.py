@@ -97,7 +97,7 @@ class SearchResult:
     stats: SearchStats
     lower_bound: float
     single_stage_bound: float = math.inf
-    rerun: Callable[[Sequence[str] | None, Sequence[str] | None], SearchResult] | None = field(
+    rerun: Callable[[Sequence[str] | None, Sequence[str] | None, Sequence[str] | None], SearchResult] | None = field(
         default=None, repr=False, compare=False)
     baselines: tuple[Baseline, ...] = ()
 
@@ -124,7 +124,8 @@ class SearchResult:
 
         The first of :attr:`plans` the engine's export accepts; when none is, the
         best plan of the same search over only what the engine runs
-        (:class:`pipeplan.engines.Runs`), with index ``None``.
+        (:class:`pipeplan.engines.Runs`: its schedules, its data-parallel modes beside a
+        pipeline, and those without one at ``pp = 1``), with index ``None``.
 
         Args:
             engine: an export target (:func:`pipeplan.engines.targets`).
@@ -140,13 +141,16 @@ class SearchResult:
         for index, plan in enumerate(self.plans):
             if not record.refusal(plan):
                 return plan, index
-        allowed, modes = record.runs.schedules, record.runs.dp_modes_with_pipeline
-        if self.rerun is None or (allowed is None and modes is None):
+        runs = record.runs
+        allowed, modes, single = runs.schedules, runs.dp_modes_with_pipeline, runs.dp_modes_without_pipeline
+        if self.rerun is None or (allowed is None and modes is None and single is None):
             raise InvalidInputError(f"{engine} can run none of these plans: {record.refusal(self.plans[0])}")
         try:
-            return self.rerun(allowed, modes).best, None
+            return self.rerun(allowed, modes, single).best, None
         except InvalidInputError as error:
             what = ", ".join(allowed or ()) + ("; data-parallel modes " + ", ".join(modes) if modes else "")
+            alone = [mode for mode in single or () if mode not in (modes or ())]
+            what += f" ({', '.join(alone)} without a pipeline)" if alone and modes else ""
             raise InvalidInputError(f"{engine} runs only {what}, and {error}") from None
 
     def ratio(self, plan: Plan) -> float | None:
@@ -457,17 +461,33 @@ class _Search:
                 return rejection
         return None
 
-    def _rerun(self, allowed: Sequence[str] | None, modes: Sequence[str] | None = None) -> SearchResult:
+    def _rerun(self, allowed: Sequence[str] | None, modes: Sequence[str] | None = None,
+               single: Sequence[str] | None = None) -> SearchResult:
         """The same search over only the ``allowed`` schedules and data-parallel ``modes`` it tried (``None``: all
-        it tried), keeping the best plan only."""
+        it tried), keeping the best plan only; ``single``: the modes allowed at ``pp = 1`` where they are
+        more than ``modes`` (DeepSpeed runs ZeRO-2 and 3 only without a pipeline), searched at ``pp = 1`` too."""
         names = [name for name in self.space.schedule_names if allowed is None or name in allowed]
         if not names:
             raise InvalidInputError(f"the search tried none of them (--schedules {','.join(self.space.schedule_names)})")
         kept = [mode for mode in self.space.dp_modes if modes is None or mode in modes]
-        if not kept:
+        alone = [mode for mode in self.space.dp_modes if single is None or mode in single]
+        extra = self.options.pp in (None, 1) and set(alone) - set(kept)
+        if not kept and not extra:
             raise InvalidInputError(f"the search tried none of its data-parallel modes "
                                     f"(--dp-modes {','.join(self.space.dp_modes)}); torchtitan runs every mode "
                                     "(--export torchtitan)")
         options = replace(self.options, schedules=names, memory_capacity=self.capacity, top=1, progress=None,
-                          headroom=DEFAULT_HEADROOM, dp_modes=tuple(kept))
-        return _Search(self.workload, self.cluster, self.global_batch, options).run()
+                          headroom=DEFAULT_HEADROOM)
+        searches = ([replace(options, dp_modes=tuple(kept))] if kept else []) + (
+            [replace(options, pp=1, dp_modes=tuple(alone))] if extra else [])
+        results: list[SearchResult] = []
+        failure: PipeplanError | None = None
+        for each in searches:
+            try:
+                results.append(_Search(self.workload, self.cluster, self.global_batch, each).run())
+            except (InfeasiblePlanError, InvalidInputError) as error:
+                failure = failure or error
+        if not results:
+            assert failure is not None
+            raise failure
+        return min(results, key=lambda result: result.best.step_time or math.inf)

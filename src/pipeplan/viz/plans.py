@@ -22,7 +22,7 @@ from rich.table import Table
 
 from ..units import FIGURES, format_figures, format_gib
 
-__all__ = ["plan_table", "plan_row", "plan_legend", "full_partitions", "recompute_legend",
+__all__ = ["plan_table", "plan_row", "plan_legend", "full_partitions", "recompute_legend", "show_choice",
            "PLAN_COLUMNS", "PARTITION_CELL"]
 
 PLAN_COLUMNS = ("#", "tp×pp×dp", "dp mode", "schedule", "b×m", "layers per stage", "recompute", "step ms",
@@ -109,6 +109,27 @@ def plan_row(label: str, plan: Any, ratio: float | None, *, tie: int | None = No
         memory,
         "—" if ratio is None else f"{ratio:.2f}×",
     ]
+
+
+def show_choice(console: Any, choice: Any, ratio: float | None) -> None:
+    """The plan an export is written for (:class:`~pipeplan.planner.engine_choice.EngineChoice`).
+
+    Plan 1: ``deepspeed (plan 1)``. Another: the engine's refusal of plan 1, the plan it
+    runs as a full table row (``ratio``: its step time against the best baseline's), and
+    ``changed from plan 1:`` knob by knob with the predicted step.
+    """
+    if choice.index == 0:
+        console.print(f"[bold]{choice.target}[/bold] (plan 1)")
+        return
+    console.print(f"{choice.target} cannot run plan 1: {choice.why}", markup=False, highlight=False, soft_wrap=True)
+    where = (f"plan {choice.index + 1} of the table" if choice.index is not None else
+             "the best plan of a search over only what it runs; in no row above")
+    table = Table(title=f"{choice.target} runs instead ({where})")
+    for column in PLAN_COLUMNS:
+        table.add_column(column, justify="left" if column in ("schedule", "layers per stage", "dp mode") else "right")
+    table.add_row(*plan_row(choice.label, choice.plan, ratio))
+    console.print(table)
+    console.print("changed from plan 1: " + "; ".join(choice.changes), markup=False, highlight=False, soft_wrap=True)
 
 
 def _rows(result: Any) -> list[tuple[str, Any, bool]]:
