@@ -210,3 +210,37 @@ def test_mix_costs_follow_the_camera_count_and_refuse_shapes_a_preset_cannot_tak
         parse_mix([{"cameras": 65, "count": 1}])
     drawn = costs.draw(1000, seed=0)
     assert set(drawn) <= {0, 1, 2} and costs.costs_of(drawn).shape == (1000,)
+
+
+# ---------------------------------------------------------------- the expected pipeline step over a mix, and --mix
+
+def test_mix_pipeline_step_one_shape_is_the_mean_and_a_mix_is_bounded():
+    from pipeplan.batches.pipeline import mix_pipeline_step
+
+    one = mix_costs("pi0", parse_mix([{"cameras": 2, "count": 1}]), micro_batch_size=2)
+    layers = [25, 25]
+    step = mix_pipeline_step(one, layers, 4, 2, draws=3)
+    assert step.random_mean_ms == pytest.approx(step.mean_sample_ms) == pytest.approx(step.balanced_mean_ms)
+    forward, backward = one.stage_forward_backward(layers)
+    assert step.mean_sample_ms == pytest.approx(pipeline_makespan(np.repeat(2 * forward.T, 4, axis=1),
+                                                                  np.repeat(2 * backward.T, 4, axis=1)))
+    mixed = mix_costs("pi0", parse_mix([{"cameras": c, "count": n} for c, n in ((1, 4), (4, 1))]), micro_batch_size=2)
+    step = mix_pipeline_step(mixed, layers, 4, 2, draws=20)
+    assert step.bound_mean_ms <= min(step.random_mean_ms, step.balanced_mean_ms)
+    assert step.random_p95_ms >= step.random_mean_ms * 0.999
+
+
+def test_simulate_mix_prints_the_expected_step_and_refuses_what_it_cannot_do(run_cli, tmp_path):
+    mix = _write(tmp_path, "cameras,count\n1,4\n4,1\n")
+    status, out, _ = run_cli("simulate", "--preset", "pi0", "--stages", "2", "-m", "4", "--mix", str(mix))
+    assert status == 0 and f"--mix {mix}: step over 50 drawn batches" in out and "balanced" in out
+    status, out, _ = run_cli("simulate", "--preset", "pi0", "--stages", "2", "-m", "4", "--mix", str(mix), "--json")
+    assert status == 0 and set(json.loads(out)["mix"]) >= {"random_mean_ms", "balanced_p95_ms", "mean_sample_ms"}
+    for argv, message in ((("--forward", "1,2"), "--mix applies to --preset"),
+                          (("--preset", "pi0", "--stages", "2", "--schedule", "zb-h1"), "not --schedule zb-h1"),
+                          (("--preset", "gpt-1.5b", "--stages", "2"), "not a shape option of preset 'gpt-1.5b'")):
+        status, _, err = run_cli("simulate", *argv, "--mix", str(mix))
+        assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+    bad = _write(tmp_path, "cameras,count\n1,-2\n", "bad.csv")
+    status, _, err = run_cli("simulate", "--preset", "pi0", "--stages", "2", "--mix", str(bad))
+    assert status == 2 and "bad.csv row 1: count must be a positive integer" in err

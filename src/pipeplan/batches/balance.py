@@ -212,46 +212,69 @@ class MicrobatchPlan:
     Attributes:
         microbatches: per microbatch (in run order), the sample indices it holds.
         costs: per microbatch (in run order), the sum of its samples' costs (ms).
+        makespan: the pipeline step of that order (ms), as :func:`pipeline_makespan` gives it.
     """
 
     microbatches: tuple[tuple[int, ...], ...]
     costs: tuple[float, ...]
+    makespan: float
 
 
 def plan_microbatches(costs: Sequence[float] | np.ndarray, num_microbatches: int, *,
+                      sample_forward: np.ndarray | None = None, sample_backward: np.ndarray | None = None,
                       stage_share: Sequence[float] | np.ndarray | None = None,
-                      schedule: str = "1f1b") -> MicrobatchPlan:
+                      schedule: str | Schedule = "1f1b") -> MicrobatchPlan:
     """Split one rank's samples into ``num_microbatches`` of equal counts, balanced, and order them.
 
-    The split is :func:`balance` with microbatches as ranks. The order: the
-    candidates costliest-first, cheapest-first, and cheapest-first with the
-    costliest last-but-one... are simulated with :func:`pipeline_makespan` (stage
-    costs ``cost · stage_share``, ``stage_share`` the fraction of a sample's cost on
-    each stage, default 4 equal stages) and the fastest is kept (ties: the first).
+    The split is :func:`balance` on ``costs`` with microbatches as ranks. The
+    order: four candidates (costliest first, cheapest first, the cheapest then the
+    rest costliest first, and the split's own order) are timed with
+    :func:`pipeline_makespan` and the fastest kept (ties: the first). The stage
+    costs of a microbatch are the sums of its samples' ``sample_forward`` and
+    ``sample_backward`` (``[sample, stage]`` arrays, ms) where given; otherwise
+    ``cost · stage_share`` (the fraction of a sample's cost on each stage, default
+    4 equal stages), a third of it forward and two thirds backward.
     """
     values = _check(costs, num_microbatches)
     if values.size < num_microbatches:
         raise InvalidInputError(f"{values.size} samples cannot fill {num_microbatches} microbatches")
     split = balance(values, num_microbatches)
-    groups = [tuple(int(i) for i in split.members(m)) for m in range(num_microbatches)]
+    groups = [split.members(m) for m in range(num_microbatches)]
     totals = split.loads
-    share = np.full(4, 0.25) if stage_share is None else np.asarray(stage_share, dtype=float)
-    if share.ndim != 1 or share.size == 0 or np.any(share < 0) or share.sum() <= 0:
-        raise InvalidInputError("stage_share must be non-negative fractions, one per stage")
-    share = share / share.sum()
-    descending = list(np.argsort(-totals, kind="stable"))
+    if sample_forward is not None and sample_backward is not None:
+        fwd_samples = np.asarray(sample_forward, dtype=float)
+        bwd_samples = np.asarray(sample_backward, dtype=float)
+        if fwd_samples.shape != bwd_samples.shape or fwd_samples.ndim != 2 or fwd_samples.shape[0] != values.size:
+            raise InvalidInputError("sample_forward and sample_backward must both be [sample, stage] arrays")
+    else:
+        share = np.full(4, 0.25) if stage_share is None else np.asarray(stage_share, dtype=float)
+        if share.ndim != 1 or share.size == 0 or np.any(share < 0) or share.sum() <= 0:
+            raise InvalidInputError("stage_share must be non-negative fractions, one per stage")
+        per_sample = np.outer(values, share / share.sum())
+        fwd_samples, bwd_samples = per_sample / 3.0, per_sample * 2.0 / 3.0
+    forward = np.stack([fwd_samples[g].sum(axis=0) for g in groups], axis=1)  # [stage, microbatch]
+    backward = np.stack([bwd_samples[g].sum(axis=0) for g in groups], axis=1)
+    built = _schedule(schedule, forward.shape[0], num_microbatches)
+    descending = [int(m) for m in np.argsort(-totals, kind="stable")]
     ascending = descending[::-1]
-    # Cheapest first fills the pipeline fast; costliest first starts the long work early.
-    middle = ascending[:1] + descending[:-1] if len(descending) > 1 else descending
-    candidates = [descending, ascending, middle, list(range(num_microbatches))]
+    # cheapest first fills the pipeline fast; costliest first starts the long work early
+    cheapest_then_descending = ascending[:1] + descending[:-1]
+    candidates = [descending, ascending, cheapest_then_descending, list(range(num_microbatches))]
     best_order, best_time = candidates[0], np.inf
     for candidate in candidates:
-        per_stage = np.outer(totals[candidate], share).T  # [stage, microbatch]
-        time = pipeline_makespan(per_stage / 3.0, per_stage * 2.0 / 3.0, schedule=schedule)
+        time = pipeline_makespan(forward[:, candidate], backward[:, candidate], schedule=built)
         if time < best_time - 1e-12:
             best_order, best_time = candidate, time
-    return MicrobatchPlan(microbatches=tuple(groups[m] for m in best_order),
-                          costs=tuple(float(totals[m]) for m in best_order))
+    return MicrobatchPlan(microbatches=tuple(tuple(int(i) for i in groups[m]) for m in best_order),
+                          costs=tuple(float(totals[m]) for m in best_order), makespan=float(best_time))
+
+
+def _schedule(schedule: str | Schedule, stages: int, count: int) -> Schedule:
+    """A registered schedule's instance (full backwards where it has the option), or ``schedule`` itself."""
+    if not isinstance(schedule, str):
+        return schedule
+    info = schedule_info(schedule)
+    return info.factory(stages, count, **({"backward": "full"} if "backward" in info.options else {}))
 
 
 def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward: np.ndarray | Sequence[Sequence[float]],
@@ -273,11 +296,7 @@ def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward:
         raise InvalidInputError(f"forward and backward must both be [stage, microbatch] arrays, got "
                                 f"{fwd.shape} and {bwd.shape}")
     stages, count = fwd.shape
-    if isinstance(schedule, str):
-        info = schedule_info(schedule)
-        built = info.factory(stages, count, **({"backward": "full"} if "backward" in info.options else {}))
-    else:
-        built = schedule
+    built = _schedule(schedule, stages, count)
     if built.num_stages != stages or built.num_microbatches != count:
         raise InvalidInputError(f"the schedule has {built.num_stages} stages and {built.num_microbatches} "
                                 f"microbatches; the costs {stages} and {count}")

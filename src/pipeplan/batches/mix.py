@@ -240,19 +240,24 @@ class MixCosts:
 
     def stage_ms(self, layers_per_stage: Sequence[int]) -> np.ndarray:
         """``[shape, stage]``: forward + backward of one sample of each shape on each pipeline stage (ms)."""
-        rows = []
-        for profile in self.profiles:
-            stage = profile.stage_costs(layers_per_stage)
-            rows.append(np.asarray(stage.forward) + np.asarray(stage.backward))
-        return np.stack(rows)
+        forward, backward = self.stage_forward_backward(layers_per_stage)
+        return forward + backward
+
+    def stage_forward_backward(self, layers_per_stage: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """``([shape, stage], [shape, stage])``: forward and full backward of one sample per shape and stage (ms)."""
+        stages = [profile.stage_costs(layers_per_stage) for profile in self.profiles]
+        return (np.stack([np.asarray(stage.forward) for stage in stages]),
+                np.stack([np.asarray(stage.backward) for stage in stages]))
 
 
 def mix_costs(model: str | Callable[..., ModelSpec], mix: Mix, *, device: str | hardware.Device = "h100-80g",
-              micro_batch_size: int = 1, recompute: Recompute | Mapping[str, Recompute] | None = None) -> MixCosts:
+              micro_batch_size: int = 1, recompute: Recompute | Mapping[str, Recompute] | None = None,
+              tensor_parallel: int = 1, sequence_parallel: bool = False) -> MixCosts:
     """Per-shape sample costs of ``model`` (a preset name, or a builder taking the shape fields) on ``device``.
 
     ``recompute``: a mode for every module, or ``None`` for the model's reference recipe
-    (``"none"`` where it has none), as ``pipeplan plan`` does by default.
+    (``"none"`` where it has none), as ``pipeplan plan`` does by default; ``tensor_parallel``
+    and ``sequence_parallel`` as in :func:`~pipeplan.models.layer_costs.layer_profile`.
 
     Raises:
         InvalidInputError: a shape field the preset does not take, or a value it refuses
@@ -283,7 +288,8 @@ def mix_costs(model: str | Callable[..., ModelSpec], mix: Mix, *, device: str | 
             mode = "none"
         else:
             mode = {module.name: spec.training.mode_of(module.name) for module in spec.modules}
-        batch = layer_profile(spec, chip, micro_batch_size, recompute=mode)
+        batch = layer_profile(spec, chip, micro_batch_size, recompute=mode, tensor_parallel=tensor_parallel,
+                              sequence_parallel=sequence_parallel)
         scale = 1.0 / micro_batch_size
         profile = batch.replaced(forward=[f * scale for f in batch.forward],
                                  backward=[b * scale for b in batch.backward],
