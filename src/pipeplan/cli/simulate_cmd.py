@@ -7,6 +7,7 @@
     $ pipeplan simulate --forward 30,4 --update 1,0.5 -m 64 --schedule dual-rate --rate-ratio 4
     $ pipeplan simulate --profile prof.json --partition 6,4 -m 8 --schedule zb-h1
     $ pipeplan simulate --preset gpt-1.5b --gpu a100-80g --micro-batch-size 6 --stages 8 -m 24 --schedule zb-h1
+    $ pipeplan simulate --preset pi0 --stages 4 --partition auto --mix examples/mix_cameras.csv
 
 Times are milliseconds per microbatch. Prints a per-rank Gantt and a table of busy
 time, idle time by cause and peak in-flight activations (of the first step), and with
@@ -22,6 +23,8 @@ messages and core sharing). With ``--preset`` or ``--spec`` the layers come from
 model's shapes on ``--gpu`` (or a ``--device`` file) through the cost model
 (docs/cost_model.md), and each cut's activation crosses the GPU's NVLink (or the
 file's measured link) at NCCL's point-to-point rate.
+``--mix FILE`` (with ``--preset``) adds the expected step over global batches drawn
+from a shape mix, random vs balanced microbatches (:mod:`pipeplan.batches.pipeline`).
 """
 
 from __future__ import annotations
