@@ -244,3 +244,14 @@ def test_simulate_mix_prints_the_expected_step_and_refuses_what_it_cannot_do(run
     bad = _write(tmp_path, "cameras,count\n1,-2\n", "bad.csv")
     status, _, err = run_cli("simulate", "--preset", "pi0", "--stages", "2", "--mix", str(bad))
     assert status == 2 and "bad.csv row 1: count must be a positive integer" in err
+
+
+def test_mix_pipeline_step_over_replicas_waits_for_the_slowest_and_balancing_helps():
+    from pipeplan.batches.pipeline import mix_pipeline_step
+
+    mixed = mix_costs("pi0", parse_mix([{"cameras": c, "count": n} for c, n in ((1, 4), (4, 1))]), micro_batch_size=2)
+    one = mix_pipeline_step(mixed, [25, 25], 4, 2, draws=10, seed=1)
+    many = mix_pipeline_step(mixed, [25, 25], 4, 2, replicas=16, draws=10, seed=1)
+    assert many.mean_sample_ms == pytest.approx(one.mean_sample_ms)  # the mean sample does not see replicas
+    assert many.random_mean_ms > one.random_mean_ms  # the slowest of 16 replicas
+    assert many.bound_mean_ms <= many.balanced_mean_ms < many.random_mean_ms
