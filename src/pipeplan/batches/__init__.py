@@ -7,7 +7,8 @@
 
 Modules: ``mix`` (the mix file and :class:`MixCosts`), ``balance`` (the heuristic, its
 bound, the exact method, microbatches and a pipeline's step with per-microbatch
-costs), ``baselines`` (random split, bucketing, WLB-LLM packing). The drop-in torch
+costs), ``baselines`` (random split, bucketing, WLB-LLM packing), ``pipeline`` (the
+expected pipeline step over batches drawn from a mix). The drop-in torch
 sampler is :mod:`pipeplan.runtime.balanced_sampler`. torch-free.
 """
 
