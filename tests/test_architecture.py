@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "calibration", "simulate", "analytic", "profile_format", "operations", "units"),  # the core
     ("schedules", "viz"),                                           # generators; views of a Timeline
     ("layers", "hardware", "models", "presets", "plan", "data_parallel",
-     "partition"),                                                  # what a model costs; how to cut it
+     "partition", "batches"),                                       # what a model costs; how to cut it
     ("engines",),                                                   # what each engine runs; its files
     ("predict", "planner", "runtime", "dualrate"),                  # workflows
     ("lessons",),                                                   # the seeds' exercise APIs

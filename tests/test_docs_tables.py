@@ -15,7 +15,7 @@ of two kinds:
 What each check costs on the shared 2-core machine (seconds, idle … loaded): cost-model 15 … 24 (its four
 blocks at once), schedule-quality 9 … 16, schedule-table 8 … 9 (the issue's exact command, in a fresh
 process), planner-clusters 3 … 6 (the smolvla rows), planner-walkthrough 2 … 4.5, preset-table,
-partition-quality and planner-comm under 0.5 each; the measured blocks nothing: about 40 s in all.
+partition-quality and planner-comm under 0.5 each, uneven-batches 3 … 6; the measured blocks nothing: about 40 s in all.
 """
 
 from __future__ import annotations
@@ -128,6 +128,8 @@ COMPUTED = [
     Table("schedules.md", "schedule-quality", "python benchmarks/schedule_quality.py --write --zb-checkout DIR",
           lambda: ["\n".join(benchmark("schedule_quality").paper_table()),
                    "\n".join(benchmark("schedule_quality").unequal_table())], frozenset({"seconds"})),
+    Table("uneven_batches.md", "uneven-batches", "python benchmarks/uneven_batches.py --only simulated --write",
+          lambda: benchmark("uneven_batches").simulated_block()),
 ]
 
 #: The costly rest, with ``PIPEPLAN_DOCS_TABLES=all``.
@@ -153,6 +155,8 @@ MEASURED_TABLES = [
     ("fidelity.md", "rebalance-table", "rebalance.py"),
     ("dual_rate.md", "dual-rate-results", "dual_rate.py"),
     ("cli.md", "first-hour", "first_hour.py"),
+    ("uneven_batches.md", "uneven-speed", "uneven_batches.py"),
+    ("uneven_batches.md", "uneven-cpu", "uneven_batches.py"),
 ]
 
 

@@ -37,6 +37,8 @@ def test_simulate_partition_and_views_without_torch():
         assert main(["plan", "--preset", "pi0", "--gpus", "4", "--global-batch", "16", "--pp", "2",
                      "--micro-batch-size", "2", "--schedules", "1f1b,zb-h1", "--export", "torchtitan"]) == 0
         import pipeplan.models.spec, pipeplan.presets, pipeplan.hardware, pipeplan.planner, pipeplan.engines
+        import pipeplan.batches, pipeplan.batches.pipeline
+        assert pipeplan.batches.balance([3.0, 1.0, 2.0, 2.0], 2).makespan == 4.0
         assert "torch" not in [m for m in sys.modules if sys.modules[m] is not None]
     """)
     assert result.returncode == 0, result.stderr

@@ -7,6 +7,7 @@
     $ pipeplan simulate --forward 30,4 --update 1,0.5 -m 64 --schedule dual-rate --rate-ratio 4
     $ pipeplan simulate --profile prof.json --partition 6,4 -m 8 --schedule zb-h1
     $ pipeplan simulate --preset gpt-1.5b --gpu a100-80g --micro-batch-size 6 --stages 8 -m 24 --schedule zb-h1
+    $ pipeplan simulate --preset pi0 --stages 4 --partition auto --mix examples/mix_cameras.csv
 
 Times are milliseconds per microbatch. Prints a per-rank Gantt and a table of busy
 time, idle time by cause and peak in-flight activations (of the first step), and with
@@ -22,6 +23,8 @@ messages and core sharing). With ``--preset`` or ``--spec`` the layers come from
 model's shapes on ``--gpu`` (or a ``--device`` file) through the cost model
 (docs/cost_model.md), and each cut's activation crosses the GPU's NVLink (or the
 file's measured link) at NCCL's point-to-point rate.
+``--mix FILE`` (with ``--preset``) adds the expected step over global batches drawn
+from a shape mix, random vs balanced microbatches (:mod:`pipeplan.batches.pipeline`).
 """
 
 from __future__ import annotations
@@ -141,6 +144,9 @@ def register(subparsers: Any) -> None:
                              "the slowest; default) or overlap (each rank goes on when its own part is done)")
     dual_rate_cmd.add_rate_arguments(parser)
     add_spec_arguments(parser)
+    parser.add_argument("--mix", metavar="FILE", default=None,
+                        help="with --preset: a shape mix (CSV or JSON: shape fields such as cameras, then count or "
+                             "weight); also prints the expected step over drawn batches (docs/uneven_batches.md)")
     renamed_flag(parser, "--steps", "--step-table", "the unit-step table; --steps N is a count of steps in run")
     renamed_flag(parser, "--optimizer", "--step-boundary", "barrier or overlap between steps; --optimizer is the "
                  "optimizer state in plan and partition")
@@ -327,6 +333,9 @@ def run(args: argparse.Namespace) -> int:
                                         ("--preset/--spec", uses_spec(args))) if given]
     if len(sources) > 1:
         raise InvalidInputError(f"give one of --forward, --profile or --preset/--spec, got {' and '.join(sources)}")
+    if getattr(args, "mix", None) is not None and not args.preset:
+        raise InvalidInputError("--mix applies to --preset (a model whose shapes it varies), not to "
+                                f"{'a --spec file' if args.spec else ' and '.join(sources) or '--forward'}")
     if args.profile is not None or uses_spec(args):
         return _run_profile(args)
     if args.forward is None:
@@ -453,17 +462,39 @@ def _run_spec(args: argparse.Namespace) -> int:
     args.microbatches = microbatches_of(args, costs.num_stages)
     check_size(args, costs.num_stages)
     schedule = schedule_from_args(args, costs, comm)
+    mix = _mix_step(args, spec, device, layers) if getattr(args, "mix", None) else None
     timeline = simulate(schedule, costs, comm)
     write_outputs(timeline, args)
     if args.json:
+        extra = {} if mix is None else {"mix": mix.to_dict()}
         print_json(timeline_payload(timeline, args, layers_per_stage=layers, device=device_fields(device),
-                                    link=link.name))
+                                    link=link.name, **extra))
         return 0
     make_console().print(f"{spec.name}: layers per stage {layers}; cost model: {device.summary()}; messages over "
                          f"{link.name} ({link.latency_ms:g} ms + bytes / {units.format_bandwidth(link.bandwidth / 1e3)})",
                          markup=False, highlight=False)
     show_timeline(timeline, width=args.width, step_table=args.step_table)
+    if mix is not None:
+        print(f"--mix {args.mix}: step over {mix.draws} drawn batches, no message time (ms): mean sample "
+              f"{mix.mean_sample_ms:.1f}; random microbatches {mix.random_mean_ms:.1f} (p95 {mix.random_p95_ms:.1f}); "
+              f"balanced {mix.balanced_mean_ms:.1f} (p95 {mix.balanced_p95_ms:.1f}); busiest stage's work "
+              f"{mix.bound_mean_ms:.1f}")
     return 0
+
+
+def _mix_step(args: argparse.Namespace, spec: Any, device: Any, layers: list[int]) -> Any:
+    """``--mix FILE``: the expected step over batches drawn from the mix (:mod:`pipeplan.batches.pipeline`)."""
+    from ..batches.mix import mix_costs, read_mix
+    from ..batches.pipeline import mix_pipeline_step
+
+    info = schedule_info(args.schedule) if args.schedule in SCHEDULES else None
+    if info is None or info.layout != "one" or info.default_backward != "full" or args.forward_only:
+        raise InvalidInputError(f"--mix simulates schedules of one stage per rank with full backwards (1f1b, "
+                                f"gpipe, ...), not --schedule {args.schedule}")
+    costs = mix_costs(args.preset, read_mix(args.mix), device=device, micro_batch_size=args.micro_batch_size,
+                      recompute=recompute_of(args, spec), tensor_parallel=args.tp,
+                      sequence_parallel=args.sequence_parallel)
+    return mix_pipeline_step(costs, layers, args.microbatches, args.micro_batch_size, schedule=args.schedule)
 
 
 def write_outputs(timeline: Timeline, args: argparse.Namespace) -> None:

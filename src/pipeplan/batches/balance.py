@@ -1,0 +1,325 @@
+"""Assign a global batch's samples to data-parallel ranks so the slowest rank is as fast as possible.
+
+Every rank gets the same number of samples (``n // ranks``, the first ``n % ranks``
+ranks one more), as a distributed sampler gives them, so a mean loss per rank
+keeps its meaning; a rank's load is the sum of its samples' costs (ms)::
+
+    import numpy as np
+    from pipeplan.batches.balance import balance, lower_bound, balance_exact
+    costs = np.array([4.0, 1, 1, 2, 3, 1, 2, 2])
+    result = balance(costs, ranks=2)
+    result.assignment          # rank of each sample
+    result.makespan            # the slowest rank's load: 8.0
+    lower_bound(costs, 2)      # 8.0: no assignment of equal counts does better
+
+:func:`balance` is the fast heuristic: sort the samples by cost, deal them out
+in rounds of ``ranks`` samples (each round's costliest sample to the least
+loaded rank), then swap pairs of samples between the slowest rank and another
+while that lowers the slowest rank's load. **Guarantee** (proved in the
+docstring of :func:`balance`): ``makespan <= total / ranks + spread`` where
+``spread`` is the largest cost difference inside one round, so at most
+``lower_bound + (max cost - min cost)``. :func:`balance_exact` solves small
+cases exactly (branch and bound) to check the heuristic; :func:`plan_microbatches`
+splits one rank's samples into microbatches and orders them for a pipeline;
+:func:`pipeline_makespan` is the step of a schedule (1F1B by default) when
+each (stage, microbatch) has its own cost. torch-free (numpy only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from ..schedule import Action, Schedule
+from ..schedules import schedule_info
+
+__all__ = ["Balance", "balance", "balance_exact", "lower_bound", "rank_loads", "plan_microbatches",
+           "MicrobatchPlan", "pipeline_makespan"]
+
+
+@dataclass(frozen=True)
+class Balance:
+    """An assignment of samples to ranks.
+
+    Attributes:
+        assignment: per sample, its rank (``int`` array of length ``n``).
+        loads: per rank, the sum of its samples' costs (ms).
+    """
+
+    assignment: np.ndarray
+    loads: np.ndarray
+
+    @property
+    def makespan(self) -> float:
+        """The slowest rank's load (ms): what a data-parallel step waits for."""
+        return float(self.loads.max())
+
+    def members(self, rank: int) -> np.ndarray:
+        """The sample indices assigned to ``rank``, in increasing order."""
+        return np.flatnonzero(self.assignment == rank)
+
+
+def _check(costs: Sequence[float] | np.ndarray, ranks: int) -> np.ndarray:
+    values = np.asarray(costs, dtype=float)
+    if values.ndim != 1 or values.size == 0:
+        raise InvalidInputError(f"costs must be a non-empty list of per-sample costs, got shape {values.shape}")
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise InvalidInputError("costs must be finite and >= 0 (ms per sample)")
+    if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)) or ranks < 1:
+        raise InvalidInputError(f"ranks must be an integer >= 1, got {ranks!r}")
+    return values
+
+
+def _capacities(samples: int, ranks: int) -> np.ndarray:
+    base, extra = divmod(samples, ranks)
+    return np.array([base + (1 if r < extra else 0) for r in range(ranks)])
+
+
+def rank_loads(costs: Sequence[float] | np.ndarray, assignment: Sequence[int] | np.ndarray, ranks: int) -> np.ndarray:
+    """Per rank, the sum of the costs of the samples ``assignment`` gives it."""
+    return np.bincount(np.asarray(assignment, dtype=int), weights=np.asarray(costs, dtype=float), minlength=ranks)
+
+
+def lower_bound(costs: Sequence[float] | np.ndarray, ranks: int) -> float:
+    """A lower bound on the slowest rank's load over every equal-count assignment (ms).
+
+    The larger of: the mean load ``total / ranks``; and the costliest sample plus the
+    ``c - 1`` cheapest others, where ``c = n // ranks`` is the fewest samples a rank holds
+    (every rank holds at least ``c``, and some rank holds the costliest sample).
+    """
+    values = _check(costs, ranks)
+    ordered = np.sort(values)
+    fewest = values.size // ranks
+    bound = float(values.sum()) / ranks
+    if fewest >= 1:
+        bound = max(bound, float(ordered[-1] + ordered[: fewest - 1].sum()))
+    return bound
+
+
+def balance(costs: Sequence[float] | np.ndarray, ranks: int, *, refine: int | None = None) -> Balance:
+    """Equal-count assignment of samples to ``ranks`` with a small slowest-rank load (the heuristic).
+
+    Rounds: sort samples by cost, costliest first; deal round ``j`` (samples
+    ``j·R .. j·R + R - 1``) so its costliest sample goes to the least loaded rank,
+    its next to the next least loaded, and so on. Refinement: up to ``refine``
+    times (default ``4 · ranks``), swap one sample of the slowest rank with one
+    of another rank where that lowers the larger of the two loads below the
+    slowest load, choosing the swap that lowers it most.
+
+    Guarantee: after the rounds, for any two ranks ``i`` (lighter before the
+    round) and ``j``, their difference grows by at most that round's cost range
+    if ``i`` got the costlier sample, and does not grow otherwise; so the spread
+    of loads never exceeds the largest range ``d`` inside one round, and the
+    slowest load is at most ``total / ranks + d``. With a last, partial round
+    (``ranks`` does not divide ``n``) the rank that got its sample may exceed a
+    rank that did not by that sample's cost: the bound is ``total / ranks +
+    max cost``. Refinement only lowers the slowest load.
+    """
+    values = _check(costs, ranks)
+    count = values.size
+    order = np.argsort(-values, kind="stable")
+    assignment = np.empty(count, dtype=int)
+    loads = np.zeros(ranks)
+    for start in range(0, count, ranks):
+        chunk = order[start:start + ranks]
+        lightest = np.argsort(loads, kind="stable")[: chunk.size]  # chunk is costliest first
+        assignment[chunk] = lightest
+        loads[lightest] += values[chunk]
+    if ranks > 1 and count > ranks:
+        _refine(values, assignment, loads, ranks, 4 * ranks if refine is None else refine)
+    return Balance(assignment=assignment, loads=rank_loads(values, assignment, ranks))
+
+
+def _refine(values: np.ndarray, assignment: np.ndarray, loads: np.ndarray, ranks: int, rounds: int) -> None:
+    """Best-improvement swaps between the slowest rank and any other (in place)."""
+    for _ in range(rounds):
+        slow = int(np.argmax(loads))
+        mine = np.flatnonzero(assignment == slow)
+        others = np.flatnonzero(assignment != slow)
+        if mine.size == 0 or others.size == 0:
+            return
+        # delta[i, j] = cost(mine i) - cost(other j): moving it off the slow rank.
+        delta = values[mine][:, None] - values[others][None, :]
+        other_loads = loads[assignment[others]][None, :]
+        new_slow = loads[slow] - delta
+        new_other = other_loads + delta
+        worst = np.maximum(new_slow, new_other)
+        worst = np.where(delta > 0, worst, np.inf)
+        flat = int(np.argmin(worst))
+        i, j = divmod(flat, others.size)
+        if not worst[i, j] < loads[slow] - 1e-12:
+            return
+        a, b = mine[i], others[j]
+        partner = assignment[b]
+        change = values[a] - values[b]
+        assignment[a], assignment[b] = partner, slow
+        loads[slow] -= change
+        loads[partner] += change
+
+
+def balance_exact(costs: Sequence[float] | np.ndarray, ranks: int, *, max_samples: int = 14) -> Balance:
+    """The equal-count assignment with the smallest slowest-rank load (branch and bound; small cases only).
+
+    Raises:
+        InvalidInputError: more than ``max_samples`` samples (the search is exponential).
+    """
+    values = _check(costs, ranks)
+    if values.size > max_samples:
+        raise InvalidInputError(f"balance_exact takes at most {max_samples} samples, got {values.size}")
+    order = np.argsort(-values, kind="stable")
+    capacity = _capacities(values.size, ranks)
+    start = balance(values, ranks)
+    best = [start.makespan, start.assignment.copy()]
+    loads = np.zeros(ranks)
+    room = capacity.copy()
+    chosen = np.empty(values.size, dtype=int)
+
+    def search(position: int, current_max: float) -> None:
+        if current_max >= best[0] - 1e-12:
+            return
+        if position == values.size:
+            best[0] = current_max
+            best[1] = chosen.copy()
+            return
+        sample = order[position]
+        tried: set[tuple[float, int]] = set()
+        for rank in np.argsort(loads, kind="stable"):
+            if room[rank] == 0:
+                continue
+            key = (float(loads[rank]), int(room[rank]))  # two ranks alike so far: one is enough
+            if key in tried:
+                continue
+            tried.add(key)
+            loads[rank] += values[sample]
+            room[rank] -= 1
+            chosen[sample] = rank
+            search(position + 1, max(current_max, float(loads[rank])))
+            loads[rank] -= values[sample]
+            room[rank] += 1
+
+    search(0, 0.0)
+    assignment = np.asarray(best[1], dtype=int)
+    return Balance(assignment=assignment, loads=rank_loads(values, assignment, ranks))
+
+
+@dataclass(frozen=True)
+class MicrobatchPlan:
+    """One rank's samples split into microbatches, in the order the pipeline runs them.
+
+    Attributes:
+        microbatches: per microbatch (in run order), the sample indices it holds.
+        costs: per microbatch (in run order), the sum of its samples' costs (ms).
+        makespan: the pipeline step of that order (ms), as :func:`pipeline_makespan` gives it.
+    """
+
+    microbatches: tuple[tuple[int, ...], ...]
+    costs: tuple[float, ...]
+    makespan: float
+
+
+def plan_microbatches(costs: Sequence[float] | np.ndarray, num_microbatches: int, *,
+                      sample_forward: np.ndarray | None = None, sample_backward: np.ndarray | None = None,
+                      stage_share: Sequence[float] | np.ndarray | None = None,
+                      schedule: str | Schedule = "1f1b") -> MicrobatchPlan:
+    """Split one rank's samples into ``num_microbatches`` of equal counts, balanced, and order them.
+
+    The split is :func:`balance` on ``costs`` with microbatches as ranks. The
+    order: four candidates (costliest first, cheapest first, the cheapest then the
+    rest costliest first, and the split's own order) are timed with
+    :func:`pipeline_makespan` and the fastest kept (ties: the first). The stage
+    costs of a microbatch are the sums of its samples' ``sample_forward`` and
+    ``sample_backward`` (``[sample, stage]`` arrays, ms) where given; otherwise
+    ``cost · stage_share`` (the fraction of a sample's cost on each stage, default
+    4 equal stages), a third of it forward and two thirds backward.
+    """
+    values = _check(costs, num_microbatches)
+    if values.size < num_microbatches:
+        raise InvalidInputError(f"{values.size} samples cannot fill {num_microbatches} microbatches")
+    split = balance(values, num_microbatches)
+    groups = [split.members(m) for m in range(num_microbatches)]
+    totals = split.loads
+    if sample_forward is not None and sample_backward is not None:
+        fwd_samples = np.asarray(sample_forward, dtype=float)
+        bwd_samples = np.asarray(sample_backward, dtype=float)
+        if fwd_samples.shape != bwd_samples.shape or fwd_samples.ndim != 2 or fwd_samples.shape[0] != values.size:
+            raise InvalidInputError("sample_forward and sample_backward must both be [sample, stage] arrays")
+    else:
+        share = np.full(4, 0.25) if stage_share is None else np.asarray(stage_share, dtype=float)
+        if share.ndim != 1 or share.size == 0 or np.any(share < 0) or share.sum() <= 0:
+            raise InvalidInputError("stage_share must be non-negative fractions, one per stage")
+        per_sample = np.outer(values, share / share.sum())
+        fwd_samples, bwd_samples = per_sample / 3.0, per_sample * 2.0 / 3.0
+    forward = np.stack([fwd_samples[g].sum(axis=0) for g in groups], axis=1)  # [stage, microbatch]
+    backward = np.stack([bwd_samples[g].sum(axis=0) for g in groups], axis=1)
+    built = _schedule(schedule, forward.shape[0], num_microbatches)
+    descending = [int(m) for m in np.argsort(-totals, kind="stable")]
+    ascending = descending[::-1]
+    # cheapest first fills the pipeline fast; costliest first starts the long work early
+    cheapest_then_descending = ascending[:1] + descending[:-1]
+    candidates = [descending, ascending, cheapest_then_descending, list(range(num_microbatches))]
+    best_order, best_time = candidates[0], np.inf
+    for candidate in candidates:
+        time = pipeline_makespan(forward[:, candidate], backward[:, candidate], schedule=built)
+        if time < best_time - 1e-12:
+            best_order, best_time = candidate, time
+    return MicrobatchPlan(microbatches=tuple(tuple(int(i) for i in groups[m]) for m in best_order),
+                          costs=tuple(float(totals[m]) for m in best_order), makespan=float(best_time))
+
+
+def _schedule(schedule: str | Schedule, stages: int, count: int) -> Schedule:
+    """A registered schedule's instance (full backwards where it has the option), or ``schedule`` itself."""
+    if not isinstance(schedule, str):
+        return schedule
+    info = schedule_info(schedule)
+    return info.factory(stages, count, **({"backward": "full"} if "backward" in info.options else {}))
+
+
+def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward: np.ndarray | Sequence[Sequence[float]],
+                      *, schedule: str | Schedule = "1f1b") -> float:
+    """The step (ms) of a pipeline schedule where each (stage, microbatch) has its own cost.
+
+    ``forward[s][m]``, ``backward[s][m]``: the forward and full backward of
+    microbatch ``m`` on stage ``s`` (``P × m`` arrays). ``schedule``: a registered
+    schedule name with one stage per rank and full backwards (``"1f1b"``,
+    ``"gpipe"``) or a :class:`~pipeplan.schedule.Schedule`. Every action starts
+    when its rank is free and its dependencies are done (no communication time),
+    as :func:`pipeplan.simulate.simulate` does with a zero-cost link; the simulator
+    itself takes one cost per stage times one scale per microbatch, which cannot
+    say that a 4-camera sample costs more on the vision stage only.
+    """
+    fwd = np.asarray(forward, dtype=float)
+    bwd = np.asarray(backward, dtype=float)
+    if fwd.ndim != 2 or fwd.shape != bwd.shape or fwd.size == 0:
+        raise InvalidInputError(f"forward and backward must both be [stage, microbatch] arrays, got "
+                                f"{fwd.shape} and {bwd.shape}")
+    stages, count = fwd.shape
+    built = _schedule(schedule, stages, count)
+    if built.num_stages != stages or built.num_microbatches != count:
+        raise InvalidInputError(f"the schedule has {built.num_stages} stages and {built.num_microbatches} "
+                                f"microbatches; the costs {stages} and {count}")
+    if not built.present_kinds <= {"F", "B"}:
+        raise InvalidInputError("pipeline_makespan takes a schedule of F and B actions only")
+    done: dict[Action, float] = {}
+    position = [0] * built.num_ranks
+    free = [0.0] * built.num_ranks
+    remaining = sum(len(order) for order in built.orders)
+    while remaining:
+        progressed = False
+        for rank, order in enumerate(built.orders):
+            while position[rank] < len(order):
+                action = order[position[rank]]
+                needs = built.dependencies(action)
+                if any(need not in done for need in needs):
+                    break
+                start = max([free[rank], *(done[need] for need in needs)])
+                table = fwd if action.kind == "F" else bwd
+                free[rank] = done[action] = start + float(table[action.stage, action.microbatch])
+                position[rank] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise InvalidInputError("the schedule cannot finish: an action waits on one that never runs")
+    return max(free)
