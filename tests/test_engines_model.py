@@ -101,6 +101,17 @@ def test_plan_refuses_a_model_megatron_cannot_run_before_searching(run_cli, monk
     assert err.strip().count("\n") == 0 and "not GPT layers" in err
 
 
+def test_plan_json_still_gives_megatrons_refusal_and_mapping_per_plan(run_cli):
+    """--json holds every engine's export of every plan: a refusal there comes with the stage → module table."""
+    import json
+
+    code, out, err = run_cli("plan", "--preset", "dumbbell", "--gpus", "8", "--global-batch", "64", "--pp", "2",
+                             "--json", "--export", "megatron", "--top", "1")
+    assert code == 0, err
+    megatron = json.loads(out)["plans"][0]["exports"]["megatron"]
+    assert "not GPT layers" in megatron["error"] and megatron["mapping"].startswith("stage\trank")
+
+
 def test_plan_exports_a_plain_gpt_spec_to_megatron(run_cli, tmp_path):
     code, out, err = run_cli("plan", "--spec", str(PLAIN_GPT), "--gpus", "16", "--global-batch", "128", "--tp", "2",
                              "--pp", "4", "--export", "megatron", "--out", str(tmp_path / "out"))

@@ -62,10 +62,13 @@ def check_export_args(args: argparse.Namespace) -> None:
 def check_export_model(args: argparse.Namespace) -> None:
     """Refuse ``--export ENGINE`` for a ``--preset``/``--spec`` model the engine runs no plan of, before searching.
 
+    Not with ``--json``: the JSON gives every engine's export of every plan, a refusal with what
+    the engine gives instead (Megatron-LM's stage → module mapping).
+
     Raises:
         InvalidInputError: the engine's :meth:`~pipeplan.engines.Engine.model_refusal` (Megatron-LM: no GPT).
     """
-    if not args.export or not (getattr(args, "preset", None) or getattr(args, "spec", None)):
+    if not args.export or getattr(args, "json", False) or not (getattr(args, "preset", None) or getattr(args, "spec", None)):
         return
     from ._spec_args import spec_from_args
 
