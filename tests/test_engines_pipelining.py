@@ -2,7 +2,7 @@
 
 Each test writes the torch export (``split_spec.py``, ``schedule.csv``) of a plan, imports
 ``split_spec.py`` in 2 gloo processes (:func:`pipeplan.runtime.spawn`), builds that rank's
-``PipelineStage``\\ s with the file's ``build_stages`` from a model whose modules sit at the
+``PipelineStage`` objects with the file's ``build_stages`` from a model whose modules sit at the
 exported paths (``decoder.layers.{i}``), runs one step of the file's ``build_schedule``
 (torch's ``_PipelineScheduleRuntime`` + ``_load_csv``) and compares every parameter's
 gradient with one process running the same microbatches. zb-v puts stages 1 and 2 on

@@ -9,10 +9,15 @@ What torch accepts (torch/distributed/pipelining/_IR.py and schedules.py, torch 
 before the named submodules; ``_PipelineScheduleRuntime._load_csv(path)`` reads one row
 per rank, one action per cell, ``{stage}{F|B|I|W}{microbatch}`` (``I`` the input
 gradient of a split backward, ``B`` a full backward), and infers the stage → rank map.
-A joint layer (two module paths at one depth, π0's Gemma and action-expert layers)
-cannot be a tracer split point: ``MODULE_FQNS_PER_STAGE`` lists every stage's paths
-for a manual split (``PipelineStage`` per stage) instead. With ``fsdp``/``hsdp`` data
-parallelism each listed module is wrapped with ``fully_shard`` (FSDP2), then the stage.
+``split_spec.py`` builds each rank's ``PipelineStage`` objects itself from
+``MODULE_FQNS_PER_STAGE`` (``build_stages``: the listed modules under their own paths,
+run in order) and its schedule from the CSV (``build_schedule``), for every placement.
+The tracer's split spec is written only where it runs: not where a stage begins at a
+joint layer (two module paths at one depth, π0's Gemma and action-expert layers), which
+one split point cannot name, and not where a rank holds two adjacent stages (ZB-V's V:
+torch's P2P warm-up of the tracer's stages fails, gloo "Pair is not connected"). With
+``fsdp``/``hsdp`` data parallelism each listed module is wrapped with ``fully_shard``
+(FSDP2), then the stage (``build_stages(..., prepare=...)``).
 """
 
 from __future__ import annotations
