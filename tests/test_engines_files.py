@@ -11,6 +11,7 @@ import dataclasses
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -244,6 +245,7 @@ def _documented_commands() -> list[str]:
 @pytest.mark.parametrize("command", _documented_commands())
 def test_every_documented_export_command_runs_and_loads(command, tmp_path):
     argv = shlex.split(command)
+    shutil.copytree(Path(__file__).parent.parent / "examples", tmp_path / "examples")  # the docs' spec files
     result = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     for path in tmp_path.rglob("*"):

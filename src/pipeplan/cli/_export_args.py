@@ -3,6 +3,7 @@
     from pipeplan.cli._export_args import add_export_arguments, check_export_args, emit_export
     add_export_arguments(parser)                   # --export with engines.targets() as its choices, --out
     check_export_args(args)                        # before any work: --out is a writable folder (or can be made)
+    check_export_model(args)                       # before the search: the engine runs some plan of this model
     emit_export(args, files)                       # writes DIR/<file> for each (``wrote PATH``), or prints them raw
 
 Files are written whole or not at all: each goes to a temporary name in the folder
@@ -22,7 +23,8 @@ from ..engines import ExportFile, LayerName
 from ..errors import InvalidInputError
 from ._common import report_written, write_machine_text
 
-__all__ = ["add_export_arguments", "check_export_args", "emit_export", "write_export", "reference_names"]
+__all__ = ["add_export_arguments", "check_export_args", "check_export_model", "emit_export", "write_export",
+           "reference_names"]
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +57,24 @@ def check_export_args(args: argparse.Namespace) -> None:
     if getattr(args, "json", False):
         raise InvalidInputError("--out does not apply with --json (the JSON holds every engine's files)")
     _check_folder(out)
+
+
+def check_export_model(args: argparse.Namespace) -> None:
+    """Refuse ``--export ENGINE`` for a ``--preset``/``--spec`` model the engine runs no plan of, before searching.
+
+    Not with ``--json``: the JSON gives every engine's export of every plan, a refusal with what
+    the engine gives instead (Megatron-LM's stage → module mapping).
+
+    Raises:
+        InvalidInputError: the engine's :meth:`~pipeplan.engines.Engine.model_refusal` (Megatron-LM: no GPT).
+    """
+    if not args.export or getattr(args, "json", False) or not (getattr(args, "preset", None) or getattr(args, "spec", None)):
+        return
+    from ._spec_args import spec_from_args
+
+    refusal = engines.by_target(args.export).model_refusal(spec_from_args(args))
+    if refusal:
+        raise InvalidInputError(refusal)
 
 
 def write_export(files: Sequence[ExportFile], out: str) -> list[str]:

@@ -38,7 +38,7 @@ from ..planner.step import SYNCS
 from ..schedules import planned_schedules
 from .. import units
 from ._common import make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
-from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
+from ._export_args import add_export_arguments, check_export_args, check_export_model, emit_export, reference_names
 from ..hardware.device_file import device_fields
 from ._spec_args import add_device_argument, add_mfu_argument, device_from_args, spec_from_args
 
@@ -187,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--mfu does not apply with --profile: a measured profile's times are measured, "
                                 "not computed from FLOPs")
     workload = _workload(args, cluster)
+    check_export_model(args)
     schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",")]
     if schedules is not None and not all(schedules):
         raise InvalidInputError(f"--schedules has an empty entry: {args.schedules!r}")
@@ -362,7 +363,7 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
     if args.export:
         show_choice(console, choice, result.ratio_to_best_baseline(plan))
         emit_export(args, files)
-        for note in engine.notes(plan):
+        for note in engine.notes(plan, reference_names(args, plan.num_layers)):
             console.print(f"note: {note}")
 
 

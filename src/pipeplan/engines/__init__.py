@@ -32,14 +32,14 @@ from ..plan import Plan
 from ..schedule import Schedule
 from . import deepspeed, megatron, pipelining, torchtitan
 from ._common import ExportFile, to_plan
-from ._names import LayerName, layer_names_in_reference, reference_of
+from ._names import LayerName, gpt_roles, invented_note, layer_names_in_reference, reference_of
 from .record import Engine, ExportWriter, Files, Runs
 
 __all__ = [
     "Engine", "Runs", "Files", "ExportWriter", "ExportFile", "LayerName",
     "get", "names", "targets", "by_target",
     "export_files", "export_plan", "plan_exports",
-    "layer_names_in_reference", "reference_of",
+    "layer_names_in_reference", "reference_of", "gpt_roles", "invented_note",
 ]
 
 #: The registry, in the order tables and ``--export`` list the engines.
@@ -133,5 +133,5 @@ def plan_exports(plan: Plan | Sequence[int], names: Sequence[LayerName] | None =
         except InvalidInputError as error:
             out[engine.name] = {"error": str(error), **engine.files.instead(plan, names)}
             continue
-        out[engine.name] = {"text": _text(files), "files": {f.name: f.text for f in files}, "notes": engine.notes(plan)}
+        out[engine.name] = {"text": _text(files), "files": {f.name: f.text for f in files}, "notes": engine.notes(plan, names)}
     return out

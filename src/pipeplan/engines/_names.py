@@ -10,9 +10,23 @@
 
 A module records its paths on its dataclass (``fqn``: templates with ``{i}`` for a
 block; ``fqn_first`` / ``fqn_last``: paths that go with its first / last layer;
-``role``, see :mod:`pipeplan.models.modules`); a module without them gets a
-generated name ``f"{module.name}.{i}"`` and role ``"other"``. A joint pair's layer
-(π0's Gemma and action-expert layer ``i``) carries both stacks' paths.
+``role``, see :mod:`pipeplan.models.modules`); a module without them gets an
+invented name ``f"{module.name}.{i}"`` (:attr:`LayerName.invented`, said by
+:func:`invented_note`) and role ``"other"`` — except in a plain GPT
+(:func:`gpt_roles`: an embedding, one transformer stack, an LM head), whose layers
+are Megatron's embedding, decoder layers and loss whatever their paths. A joint
+pair's layer (π0's Gemma and action-expert layer ``i``) carries both stacks' paths.
+
+    >>> from pipeplan.models.spec import ModelSpec
+    >>> plain = ModelSpec.from_dict({"name": "gpt", "modules": [
+    ...     {"kind": "embedding", "name": "embedding", "vocab_size": 512, "hidden_size": 64, "tokens": 32},
+    ...     {"kind": "transformer", "name": "layers", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
+    ...      "seq_length": 32, "ffn_hidden_size": 256},
+    ...     {"kind": "lm_head", "name": "lm_head", "vocab_size": 512, "hidden_size": 64, "tokens": 32}]})
+    >>> gpt_roles(plain)
+    {'embedding': 'embedding', 'layers': 'decoder', 'lm_head': 'loss'}
+    >>> [(name.fqns[0], name.role) for name in layer_names_in_reference(plain)][:2]
+    [('embedding.0', 'embedding'), ('layers.0', 'decoder')]
 
 A plan without reference names (a profile, layer counts) gets them guessed by
 :func:`layer_names`: each of the plan's own layer names is taken as a module path,
@@ -25,15 +39,15 @@ other one a decoder layer. Which roles an engine can run is the engine's own
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import InvalidInputError
-from ..models.modules import Module, Role, TransformerStack, VisionEncoder, layer_depth
+from ..models.modules import Embedding, LMHead, Module, Role, TransformerStack, VisionEncoder, layer_depth
 from ..models.spec import ModelSpec
 from ..plan import Plan
 
 __all__ = ["LayerName", "Role", "layer_names_in_reference", "reference_of", "layer_names", "stage_fqns",
-           "module_of"]
+           "module_of", "gpt_roles", "invented_note"]
 
 _EMBEDDING_MODULES = ("embedding", "embed", "embeddings", "tok_embeddings", "word_embeddings", "wte")
 _LOSS_MODULES = ("output_layer", "lm_head", "loss", "output", "head")
@@ -53,10 +67,13 @@ class LayerName:
             ``--account-for-loss-in-pipeline-split`` treat as a layer (the word
             embedding; the final norm + output layer + loss); ``"other"`` = no
             Megatron equivalent (vision tower, projector, action head ...).
+        invented: the paths are pipeplan's own (``f"{module.name}.{i}"``): the spec
+            does not record where the module lives in the model's code (its ``fqn``).
     """
 
     fqns: tuple[str, ...]
     role: Role
+    invented: bool = field(default=False, compare=False)
 
 
 # ------------------------------------------------------------------ from a model spec
@@ -78,8 +95,37 @@ def _paths(module: Module, index: int) -> tuple[str, ...]:
     return tuple(paths)
 
 
-def _role(module: Module) -> Role:
-    return "other" if module.fqn is None or module.role is None else module.role
+def gpt_roles(spec: ModelSpec) -> dict[str, Role] | None:
+    """Megatron-LM's roles of a plain GPT's modules, by module name; ``None`` when ``spec`` is no plain GPT.
+
+    A plain GPT is what Megatron-LM's ``GPTModel`` builds (megatron/core/models/gpt/gpt_model.py:
+    ``embedding``, ``decoder.layers``, ``output_layer``): exactly three modules, an
+    :class:`~pipeplan.models.modules.Embedding` first, one
+    :class:`~pipeplan.models.modules.TransformerStack` reading it (no cross-attention,
+    no joint partner), an :class:`~pipeplan.models.modules.LMHead` last reading the
+    stack. Its roles: ``"embedding"``, ``"decoder"``, ``"loss"`` — whatever paths the
+    spec records or does not. A role the spec records itself is kept
+    (:func:`layer_names_in_reference` reads it first).
+    """
+    modules = spec.modules
+    if len(modules) != 3:
+        return None
+    embedding, stack, head = modules
+    if not (isinstance(embedding, Embedding) and isinstance(stack, TransformerStack) and isinstance(head, LMHead)):
+        return None
+    if stack.cross_attention is not None or stack.joint_with is not None or stack.repeats != 1:
+        return None
+    if spec.inputs_of(embedding) or spec.inputs_of(stack) != (embedding.name,) or spec.inputs_of(head) != (stack.name,):
+        return None
+    return {embedding.name: "embedding", stack.name: "decoder", head.name: "loss"}
+
+
+def _role(module: Module, inferred: dict[str, Role] | None) -> Role:
+    if module.role is not None and module.fqn is not None:
+        return module.role
+    if inferred is not None:
+        return inferred[module.name]
+    return "other"
 
 
 def layer_names_in_reference(spec: ModelSpec) -> list[LayerName]:
@@ -91,15 +137,33 @@ def layer_names_in_reference(spec: ModelSpec) -> list[LayerName]:
     its partner's, and has the first stack's role.
     """
     partners = {m.joint_with: m for m in spec.modules if isinstance(m, TransformerStack) and m.joint_with}
+    inferred = gpt_roles(spec)
     names: list[LayerName] = []
     for module in spec.modules:
         if isinstance(module, TransformerStack) and module.joint_with:
             continue
         partner = partners.get(module.name)
+        invented = module.fqn is None or (partner is not None and partner.fqn is None)
         for index in range(layer_depth(module)):
             paths = _paths(module, index) + (_paths(partner, index) if partner is not None else ())
-            names.append(LayerName(paths, _role(module)))
+            names.append(LayerName(paths, _role(module, inferred), invented))
     return names
+
+
+def invented_note(names: Sequence[LayerName] | None) -> str:
+    """One line saying which module paths pipeplan invented (``""`` when none were).
+
+    A spec module without ``fqn`` gets paths ``f"{module.name}.{i}"``; an export that
+    names modules (torch, torchtitan, DeepSpeed) then names modules the user's model
+    may not have. The line names the modules and the field that gives their real paths.
+    """
+    modules = list(dict.fromkeys(module_of(name.fqns[0]) for name in names or () if name.invented and name.fqns))
+    if not modules:
+        return ""
+    shown = ", ".join(modules[:6]) + (f" and {len(modules) - 6} more" if len(modules) > 6 else "")
+    return (f"the module paths of {shown} are invented ({modules[0]}.0, {modules[0]}.1, ...): the spec records no "
+            "\"fqn\" for them; set each module's \"fqn\" to its path in your model (docs/exports.md) before using "
+            "these files")
 
 
 def reference_of(spec: ModelSpec) -> str | None:

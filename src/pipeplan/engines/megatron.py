@@ -59,6 +59,7 @@ __all__ = [
     "megatron_files",
     "megatron_notes",
     "megatron_port",
+    "megatron_model_refusal",
     "megatron_instead",
     "ENGINE",
 ]
@@ -91,6 +92,28 @@ def _port_gap(resolved: Sequence[LayerName], roles: Sequence[str]) -> str:
     return ""
 
 
+def _port_refusal(resolved: Sequence[LayerName], roles: Sequence[str]) -> str:
+    """The one-line refusal of a model Megatron-LM has no port of (``""``: it has one)."""
+    what = _port_gap(resolved, roles)
+    if what:
+        return (f"Megatron-LM has no port of this model ({what}): flags would only look runnable; "
+                "use --export torch or torchtitan (module paths), or megatron_mapping() for the stage → module table")
+    if "decoder" not in roles:
+        return "Megatron-LM needs at least one decoder (transformer) layer; the plan has none"
+    return ""
+
+
+def megatron_model_refusal(spec: ModelSpec) -> str:
+    """Why Megatron-LM runs no plan of ``spec`` (``""``: a GPT it runs), from the model alone.
+
+    A plain GPT (embedding, transformer stack, LM head) gets its roles without recording
+    them (:func:`~pipeplan.engines._names.gpt_roles`); a vision tower, projector or action
+    head has no Megatron-LM port.
+    """
+    resolved = layer_names_in_reference(spec)
+    return _port_refusal(resolved, [name.role for name in resolved])
+
+
 def _roles(plan: Plan, names: Sequence[LayerName] | None, embedding: bool | None, loss: bool | None) -> list[str]:
     """One Megatron role per layer; raises for a model Megatron-LM has no port of."""
     resolved = layer_names(plan, names)
@@ -99,14 +122,9 @@ def _roles(plan: Plan, names: Sequence[LayerName] | None, embedding: bool | None
         roles[0] = "embedding" if embedding else ("decoder" if roles[0] == "embedding" else roles[0])
     if loss is not None:
         roles[-1] = "loss" if loss else ("decoder" if roles[-1] == "loss" else roles[-1])
-    what = _port_gap(resolved, roles)
-    if what:
-        raise InvalidInputError(
-            f"Megatron-LM has no port of this model ({what}): flags would only look runnable; "
-            "use --export torch or torchtitan (module paths), or megatron_mapping() for the stage → module table"
-        )
-    if "decoder" not in roles:
-        raise InvalidInputError("Megatron-LM needs at least one decoder (transformer) layer; the plan has none")
+    refusal = _port_refusal(resolved, roles)
+    if refusal:
+        raise InvalidInputError(refusal)
     return roles
 
 
@@ -292,6 +310,6 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
 ENGINE = Engine(
     "megatron",
     Runs(schedules=MEGATRON_SCHEDULES, dp_modes_with_pipeline=tuple(_DP_FLAGS),
-         dp_modes_without_pipeline=tuple(_DP_FLAGS)),
-    Files(targets=("megatron",), write=_write, notes=megatron_notes, instead=megatron_instead),
+         dp_modes_without_pipeline=tuple(_DP_FLAGS), model=megatron_model_refusal),
+    Files(targets=("megatron",), write=_write, notes=megatron_notes, instead=megatron_instead, paths=False),
 )

@@ -9,10 +9,15 @@ What torch accepts (torch/distributed/pipelining/_IR.py and schedules.py, torch 
 before the named submodules; ``_PipelineScheduleRuntime._load_csv(path)`` reads one row
 per rank, one action per cell, ``{stage}{F|B|I|W}{microbatch}`` (``I`` the input
 gradient of a split backward, ``B`` a full backward), and infers the stage → rank map.
-A joint layer (two module paths at one depth, π0's Gemma and action-expert layers)
-cannot be a tracer split point: ``MODULE_FQNS_PER_STAGE`` lists every stage's paths
-for a manual split (``PipelineStage`` per stage) instead. With ``fsdp``/``hsdp`` data
-parallelism each listed module is wrapped with ``fully_shard`` (FSDP2), then the stage.
+``split_spec.py`` builds each rank's ``PipelineStage`` objects itself from
+``MODULE_FQNS_PER_STAGE`` (``build_stages``: the listed modules under their own paths,
+run in order) and its schedule from the CSV (``build_schedule``), for every placement.
+The tracer's split spec is written only where it runs: not where a stage begins at a
+joint layer (two module paths at one depth, π0's Gemma and action-expert layers), which
+one split point cannot name, and not where a rank holds two adjacent stages (ZB-V's V:
+torch's P2P warm-up of the tracer's stages fails, gloo "Pair is not connected"). With
+``fsdp``/``hsdp`` data parallelism each listed module is wrapped with ``fully_shard``
+(FSDP2), then the stage (``build_stages(..., prepare=...)``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from ..errors import InvalidInputError
 from ..plan import Plan
 from ..schedule import Schedule
 from ._common import ExportFile, to_plan
-from ._names import LayerName, layer_names, stage_fqns
+from ._names import LayerName, invented_note, layer_names, stage_fqns
 from .record import Engine, Files, Runs
 
 __all__ = ["torch_split_spec", "torch_split_snippet", "torch_actions", "torch_schedule_csv", "plan_schedule",
@@ -67,31 +72,119 @@ def torch_split_spec(plan: Plan | Sequence[int], names: Sequence[str | LayerName
     return spec
 
 
+#: the code ``split_spec.py`` carries: a stage module that keeps its modules' paths, and the stages and
+#: the schedule built from ``MODULE_FQNS_PER_STAGE``, ``STAGE_TO_RANK`` and ``schedule.csv``.
+_STAGE_CODE = '''
+
+class StageModule(nn.Module):
+    """The modules of one stage under their paths in the model, run in list order: ``x = module(x)``.
+
+    ``get_submodule(fqn)`` and the state-dict keys are the model's own. Where a stage's modules are
+    not one chain (two embedding tables, a joint layer's two stacks), pass build_stages your own
+    ``stage_module(model, fqns)``.
+    """
+
+    def __init__(self, model, fqns):
+        super().__init__()
+        self.stage_fqns = list(fqns)
+        for fqn in self.stage_fqns:
+            parent = self
+            *path, leaf = fqn.split(".")
+            for part in path:
+                if part not in parent._modules:
+                    parent.add_module(part, nn.Module())
+                parent = parent._modules[part]
+            parent.add_module(leaf, model.get_submodule(fqn))
+
+    def forward(self, x):
+        for fqn in self.stage_fqns:
+            x = self.get_submodule(fqn)(x)
+        return x
+
+
+def build_stages(model, rank, device, *, group=None, stage_module=StageModule, prepare=None):
+    """This rank's PipelineStages: stage s for each s with STAGE_TO_RANK[s] == rank, in stage order.
+
+    Each is stage_module(model, MODULE_FQNS_PER_STAGE[s]) (the model's own modules, shared with it),
+    then prepare(module, s) when given (FSDP2: shard_stage with a mesh), moved to device. Works for
+    every placement, a rank holding two adjacent stages (zb-v's V) included.
+    """
+    stages = []
+    for index, owner in enumerate(STAGE_TO_RANK):
+        if owner != rank:
+            continue
+        module = stage_module(model, MODULE_FQNS_PER_STAGE[index])
+        if prepare is not None:
+            module = prepare(module, index)
+        stages.append(PipelineStage(module.to(device), index, len(STAGE_TO_RANK), device, group=group))
+    return stages
+
+
+def build_schedule(stages, n_microbatches, loss_fn, **options):
+    """The schedule.csv beside this file, in torch's runtime: step(inputs, target=...) runs one batch.
+
+    options go to _PipelineScheduleRuntime (scale_grads=False: gradients summed over microbatches).
+    """
+    schedule = _PipelineScheduleRuntime(stages, n_microbatches, loss_fn=loss_fn, **options)
+    schedule._load_csv(os.path.join(os.path.dirname(os.path.abspath(__file__)), "schedule.csv"))
+    return schedule
+'''
+
+
+def _adjacent_on_one_rank(plan: Plan) -> int | None:
+    """The first stage ``s`` whose rank also holds stage ``s + 1`` (``None``: none does)."""
+    placement = list(plan.placement)
+    return next((s for s in range(len(placement) - 1) if placement[s] == placement[s + 1]), None)
+
+
 def torch_split_snippet(plan: Plan | Sequence[int], names: Sequence[str | LayerName] | None = None) -> str:
-    """``split_spec.py``: the module paths of every stage, the tracer's split spec, the FSDP2 wrapping."""
+    """``split_spec.py``: every stage's module paths, ``build_stages`` / ``build_schedule``, the tracer's split, FSDP2.
+
+    ``build_stages(model, rank, device)`` makes this rank's ``PipelineStage`` from the listed
+    modules (every placement); the tracer's ``split_spec`` is kept where it works (no rank
+    holds two adjacent stages: torch's P2P warm-up fails there, gloo "Pair is not connected").
+    """
     plan = to_plan(plan)
-    fqns = stage_fqns(plan, _names_arg(plan, names))
+    resolved = layer_names(plan, _names_arg(plan, names))
+    fqns = stage_fqns(plan, resolved)
+    invented = invented_note(resolved)
     lines = [
         '"""pipeplan: how to cut the model into its pipeline stages, and (FSDP/HSDP) how to shard them.',
         "",
         f"{plan.num_stages} stages on {plan.pp} ranks (stage s on rank STAGE_TO_RANK[s]); the order is schedule.csv:",
-        "    schedule = _PipelineScheduleRuntime(stages, n_microbatches, loss_fn=...); schedule._load_csv('schedule.csv')",
+        "    stages = build_stages(model, rank, device)      # this rank's PipelineStages, from MODULE_FQNS_PER_STAGE",
+        "    schedule = build_schedule(stages, n_microbatches, loss_fn)   # _PipelineScheduleRuntime + _load_csv",
+        "    schedule.step(inputs if rank == STAGE_TO_RANK[0] else None,",
+        "                  target=target if rank == STAGE_TO_RANK[-1] else None)",
+        *([""] + [f"NOTE: {invented}"] if invented else []),
         '"""',
-        "from torch.distributed.pipelining import SplitPoint",
+        "import os",
+        "",
+        "from torch import nn",
+        "from torch.distributed.pipelining import PipelineStage, SplitPoint",
+        "from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime",
         "",
         f"STAGE_TO_RANK = {list(plan.placement)}",
         "MODULE_FQNS_PER_STAGE = [",
         *[f"    {json.dumps(stage)}," for stage in fqns],
         "]",
     ]
+    lines += _STAGE_CODE.rstrip("\n").split("\n")
+    adjacent = _adjacent_on_one_rank(plan)
     try:
-        spec = torch_split_spec(plan, names)
+        spec = torch_split_spec(plan, resolved)
     except InvalidInputError as error:
-        lines += ["", f"# no tracer split_spec: {error}", "split_spec = None"]
+        lines += ["", f"# no tracer split_spec: {error}; use build_stages", "split_spec = None"]
     else:
-        lines += ["", "# pipe = pipeline(model, mb_args=(example_microbatch,), split_spec=split_spec)", "split_spec = {"]
-        lines += [f"    {name!r}: SplitPoint.BEGINNING," for name in spec]
-        lines.append("}")
+        if adjacent is not None:
+            lines += ["", f"# no tracer split_spec: rank {plan.placement[adjacent]} holds stages {adjacent} and "
+                          f"{adjacent + 1}, where pipeline(split_spec)'s stages fail torch's P2P warm-up "
+                          "(gloo: Pair is not connected); use build_stages", "split_spec = None"]
+        else:
+            lines += ["", "# or torch's tracer: pipe = pipeline(model, mb_args=(example_microbatch,), split_spec=split_spec)",
+                      "split_spec = {"]
+            lines += [f"    {name!r}: SplitPoint.BEGINNING," for name in spec]
+            lines.append("}")
     lines += _fsdp_lines(plan)
     return "\n".join(lines) + "\n"
 
@@ -106,7 +199,10 @@ def _fsdp_lines(plan: Plan) -> list[str]:
         "",
         "",
         "def shard_stage(stage_module, stage_index, mesh):",
-        f'    """FSDP2: fully_shard each layer of the stage, then the stage; mesh is {mesh}."""',
+        f'    """FSDP2: fully_shard each layer of the stage, then the stage; mesh is {mesh}.',
+        "",
+        "    build_stages(model, rank, device, prepare=lambda module, index: shard_stage(module, index, mesh))",
+        '    """',
         "    from torch.distributed.fsdp import fully_shard",
         "",
         "    for fqn in MODULE_FQNS_PER_STAGE[stage_index]:",

@@ -5,6 +5,7 @@
     engine.runs.schedules                  # ('1f1b',): the planner searches only these for it
     engine.export(plan)                    # [ExportFile('ds_config.json', ...), ExportFile('pipeline_module.py', ...)]
     engine.refusal(plan)                   # "" when it runs the plan, else the one-line reason
+    engine.model_refusal(spec)             # "" unless it runs no plan of this model (asked before any search)
 
 Each engine module (:mod:`.megatron`, :mod:`.deepspeed`, :mod:`.torchtitan`,
 :mod:`.pipelining`) ends with its :class:`Engine`; the registry in
@@ -22,10 +23,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..errors import InvalidInputError
+from ..models.spec import ModelSpec
 from ..plan import Plan
 from ..schedule import Schedule
 from ._common import ExportFile, to_plan
-from ._names import LayerName
+from ._names import LayerName, invented_note
 
 __all__ = ["Engine", "Runs", "Files", "ExportWriter"]
 
@@ -48,6 +50,10 @@ def _exact(plan: Plan) -> list[str]:
     return []
 
 
+def _any_model(spec: ModelSpec) -> str:
+    return ""
+
+
 def _nothing_instead(plan: Plan, names: Sequence[LayerName] | None) -> dict[str, str]:
     return {}
 
@@ -62,11 +68,15 @@ class Runs:
             more than one rank (``None``: every mode).
         dp_modes_without_pipeline: the data-parallel modes it runs without one
             (pp 1; ``None``: every mode).
+        model: why it runs no plan at all of a model (one line; ``""``: it may run
+            some): what depends on the model alone, asked before any search
+            (Megatron-LM: a model that is no GPT).
     """
 
     schedules: tuple[str, ...] | None = None
     dp_modes_with_pipeline: tuple[str, ...] | None = None
     dp_modes_without_pipeline: tuple[str, ...] | None = None
+    model: Callable[[ModelSpec], str] = _any_model
 
 
 @dataclass(frozen=True)
@@ -80,12 +90,15 @@ class Files:
         notes: what the files approximate of a plan, one sentence each (empty: exact).
         instead: what a refused export carries beside its one-line error, by JSON key
             (Megatron-LM: the stage → module table of a model it has no port of).
+        paths: the files name the model's modules (a model whose paths pipeplan
+            invented gets a note saying so); Megatron-LM's flags name none.
     """
 
     targets: tuple[str, ...]
     write: ExportWriter
     notes: Callable[[Plan], list[str]] = _exact
     instead: Callable[[Plan, Sequence[LayerName] | None], dict[str, str]] = _nothing_instead
+    paths: bool = True
 
 
 @dataclass(frozen=True)
@@ -123,9 +136,19 @@ class Engine:
             raise InvalidInputError(f"{self.name} writes {', '.join(self.files.targets)}, not {target!r}")
         return self.files.write(to_plan(plan), target, names, schedule=schedule, gpus_per_node=gpus_per_node)
 
-    def notes(self, plan: Plan | Sequence[int]) -> list[str]:
-        """What the engine's files approximate of ``plan`` (empty when they are exact)."""
-        return self.files.notes(to_plan(plan))
+    def notes(self, plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None) -> list[str]:
+        """What the engine's files approximate of ``plan`` (empty when they are exact).
+
+        With ``names`` (the model's layer names) whose paths pipeplan invented, and files
+        that name modules, one more note says so (:func:`~pipeplan.engines._names.invented_note`).
+        """
+        notes = self.files.notes(to_plan(plan))
+        invented = invented_note(names) if self.files.paths else ""
+        return notes + [invented] if invented else notes
+
+    def model_refusal(self, spec: ModelSpec) -> str:
+        """Why the engine runs no plan of ``spec`` whatever the plan (one line), or ``""``; ask it before searching."""
+        return self.runs.model(spec)
 
     def refusal(self, plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None) -> str:
         """Why the engine cannot run ``plan`` (its export's one-line error), or ``""`` when it can."""
