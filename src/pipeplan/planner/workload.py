@@ -200,8 +200,8 @@ class Workload:
                 # the input- and weight-gradient GEMMs: only what the layer's own passes cannot cover shows
                 forward = [f + max(0.0, c - f) for f, c in zip(profile.forward, forward_comm)]
                 backward = [g + max(0.0, c - g) for g, c in zip(profile.backward, backward_comm)]
-            else:
-                forward = [f + c for f, c in zip(profile.forward, forward_comm)]
+            else:  # summed as f + latency + bytes, in that order (the defaults' numbers, bit for bit)
+                forward = [f + n * latency + b * per_byte for f, (n, _, b, _) in zip(profile.forward, traffic)]
                 if tp_comm_overlap == "backward":
                     # Megatron overlaps the backward's collectives with the weight-gradient GEMMs
                     # (tensor_parallel/layers.py: the input-gradient all-reduce, or with sequence
@@ -209,7 +209,7 @@ class Workload:
                     # GEMM): only what the layer's W cannot cover shows
                     backward = [g + max(0.0, c - w) for g, w, c in zip(profile.backward, profile.weight, backward_comm)]
                 else:  # "off": every collective waited for
-                    backward = [g + c for g, c in zip(profile.backward, backward_comm)]
+                    backward = [g + n * latency + b * per_byte for g, (_, n, _, b) in zip(profile.backward, traffic)]
             return profile.replaced(forward=forward, backward=backward)
 
         degrees = []
