@@ -15,7 +15,8 @@ of two kinds:
 What each check costs on the shared 2-core machine (seconds, idle … loaded): cost-model 15 … 24 (its four
 blocks at once), schedule-quality 9 … 16, schedule-table 8 … 9 (the issue's exact command, in a fresh
 process), planner-clusters 3 … 6 (the smolvla rows), planner-walkthrough 2 … 4.5, preset-table,
-partition-quality and planner-comm under 0.5 each, uneven-batches 3 … 6; the measured blocks nothing: about 40 s in all.
+partition-quality and planner-comm under 0.5 each, uneven-batches 3 … 6, engine-fidelity's Korthikanti rows about 3;
+the measured blocks nothing: about 50 s in all.
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ COMPUTED = [
           lambda: _clusters(("smolvla",)), frozenset({"CPU s"})),
     Table("partition.md", "partition-quality", "python benchmarks/partition_quality.py --write",
           lambda: [_partition_quality()], frozenset({"pipeplan solve ms"})),
+    Table("cost_model.md", "engine-fidelity", "python benchmarks/engine_fidelity.py --write",
+          lambda: [benchmark("engine_fidelity").checked_piece()]),
     Table("schedules.md", "schedule-quality", "python benchmarks/schedule_quality.py --write --zb-checkout DIR",
           lambda: ["\n".join(benchmark("schedule_quality").paper_table()),
                    "\n".join(benchmark("schedule_quality").unequal_table())], frozenset({"seconds"})),
@@ -134,6 +137,8 @@ COMPUTED = [
 
 #: The costly rest, with ``PIPEPLAN_DOCS_TABLES=all``.
 FULL_CHECKS = [
+    Table("cost_model.md", "engine-fidelity", "python benchmarks/engine_fidelity.py --write",
+          lambda: benchmark("engine_fidelity").block()),
     Table("planner.md", "planner-clusters", "python benchmarks/planner.py --only clusters --write",
           lambda: _clusters(()), frozenset({"CPU s"})),
     Table("schedules.md", "schedule-quality", "python benchmarks/schedule_quality.py --write --zb-checkout DIR",

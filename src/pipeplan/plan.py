@@ -34,11 +34,17 @@ from .errors import InvalidInputError
 from .schedules import schedule_label
 from .timeline import Timeline
 
-__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "as_plan"]
+__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "TpCommOverlap", "TP_COMM_OVERLAPS", "as_plan"]
 
 Recompute = Literal["none", "selective", "full"]
 #: Recompute modes from cheapest in time to cheapest in memory.
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
+
+TpCommOverlap = Literal["off", "backward", "on"]
+#: What a tensor-parallel group's collectives hide behind, least hidden first: ``"off"`` nothing (forward and
+#: backward exposed), ``"backward"`` the backward's behind the weight-gradient GEMMs (Megatron-LM without
+#: ``--tp-comm-overlap``), ``"on"`` the forward's behind the forward GEMMs too (``--tp-comm-overlap``).
+TP_COMM_OVERLAPS: tuple[TpCommOverlap, ...] = ("off", "backward", "on")
 
 
 @dataclass(frozen=True)

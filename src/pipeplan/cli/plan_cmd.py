@@ -39,6 +39,7 @@ from ..schedules import planned_schedules
 from .. import units
 from ._common import make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import add_export_arguments, check_export_args, check_export_model, emit_export, reference_names
+from ._engine_args import add_engine_arguments, engine_assumptions, engine_workload
 from ..hardware.device_file import device_fields
 from ._spec_args import add_device_argument, add_mfu_argument, device_from_args, spec_from_args
 
@@ -117,6 +118,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--budget", type=positive("--budget", float), default=None, metavar="SECONDS",
                         help="stop after this many seconds and report the best plans found so far")
     add_export_arguments(parser)
+    add_engine_arguments(parser)
     parser.add_argument("--plot", metavar="PATH", help="draw the best plan's Gantt and memory (PNG/SVG)")
     parser.add_argument("--trace", metavar="PATH", help="write the best plan's Chrome/Perfetto trace")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -186,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile is not None and args.mfu is not None:
         raise InvalidInputError("--mfu does not apply with --profile: a measured profile's times are measured, "
                                 "not computed from FLOPs")
-    workload = _workload(args, cluster)
+    workload = engine_workload(args, _workload(args, cluster))
     check_export_model(args)
     schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",")]
     if schedules is not None and not all(schedules):
@@ -279,6 +281,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
                             "and timed at their own efficiency"),
         "messages": _SENDS[args.send],
         "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",
+        **engine_assumptions(args),
     }
 
 

@@ -42,12 +42,12 @@ from typing import cast
 
 from ..errors import InvalidInputError
 from ..models.spec import ModelSpec
-from ..plan import Plan
+from ..plan import RECOMPUTE_MODES, TP_COMM_OVERLAPS, Plan
 from ..schedule import Schedule
 from ..schedules.patterns import loop_placement
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, Role, layer_names, layer_names_in_reference
-from .record import Engine, Files, Runs
+from .record import Engine, Files, Knob, Knobs, Runs
 
 __all__ = [
     "MEGATRON_COMMIT",
@@ -61,6 +61,7 @@ __all__ = [
     "megatron_port",
     "megatron_model_refusal",
     "megatron_instead",
+    "MEGATRON_KNOBS",
     "ENGINE",
 ]
 
@@ -306,10 +307,26 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
     return megatron_files(plan, names)
 
 
+#: Megatron-LM's knobs the step model prices (docs/engines.md; pipeplan.planner.workload prices them).
+MEGATRON_KNOBS = Knobs((
+    Knob("recompute", RECOMPUTE_MODES, None,
+         "--recompute-granularity selective (the attention core) or full (every layer's forward again, "
+         "--recompute-method uniform); not given: the planner searches none, selective and full per stage"),
+    Knob("sequence-parallel", ("on", "off"), "on",
+         "--sequence-parallel: norms, dropouts and residuals split over the tensor-parallel group "
+         "(all-gather + reduce-scatter); off: all-reduces of the same volume and those activations "
+         "held whole on every GPU of the group (Megatron-LM's own default is off)"),
+    Knob("tp-comm-overlap", TP_COMM_OVERLAPS, "backward",
+         "what the tensor-parallel collectives hide behind: backward (Megatron-LM without "
+         "--tp-comm-overlap: the backward's beside the weight-gradient GEMMs, the forward's exposed), "
+         "on (--tp-comm-overlap: the forward's too), off (all exposed)"),
+))
+
 #: Megatron-LM: 1F1B and interleaved 1F1B, with DDP or its distributed optimizer (ZeRO-1).
 ENGINE = Engine(
     "megatron",
     Runs(schedules=MEGATRON_SCHEDULES, dp_modes_with_pipeline=tuple(_DP_FLAGS),
          dp_modes_without_pipeline=tuple(_DP_FLAGS), model=megatron_model_refusal),
     Files(targets=("megatron",), write=_write, notes=megatron_notes, instead=megatron_instead, paths=False),
+    knobs=MEGATRON_KNOBS,
 )

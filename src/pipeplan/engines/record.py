@@ -6,14 +6,17 @@
     engine.export(plan)                    # [ExportFile('ds_config.json', ...), ExportFile('pipeline_module.py', ...)]
     engine.refusal(plan)                   # "" when it runs the plan, else the one-line reason
     engine.model_refusal(spec)             # "" unless it runs no plan of this model (asked before any search)
+    engines.get("megatron").knobs.get("tp-comm-overlap").default    # 'backward'
 
 Each engine module (:mod:`.megatron`, :mod:`.deepspeed`, :mod:`.torchtitan`,
 :mod:`.pipelining`) ends with its :class:`Engine`; the registry in
 :mod:`pipeplan.engines` lists them. The record has one part per question asked of an
-engine: :class:`Runs` (what the planner may search for it) and :class:`Files` (the
-files it is given, written by its export). What an engine's knobs are and what its
-choices cost would be parts of their own beside these; reading its files back belongs
-in :class:`Files`, beside :attr:`Files.write`.
+engine: :class:`Runs` (what the planner may search for it), :class:`Files` (the
+files it is given, written by its export) and :class:`Knobs` (the settings a user
+pins on the command line, ``plan --recompute full``, each a :class:`Knob` with its
+choices and the default pipeplan assumes; the step model prices them:
+:meth:`pipeplan.planner.Workload.from_spec`, docs/engines.md). Reading its files back
+belongs in :class:`Files`, beside :attr:`Files.write`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..schedule import Schedule
 from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note
 
-__all__ = ["Engine", "Runs", "Files", "ExportWriter"]
+__all__ = ["Engine", "Runs", "Files", "ExportWriter", "Knob", "Knobs"]
 
 
 class ExportWriter(Protocol):
@@ -102,6 +105,71 @@ class Files:
 
 
 @dataclass(frozen=True)
+class Knob:
+    """One setting of an engine a user can pin (``--NAME VALUE`` on ``plan``).
+
+    Attributes:
+        name: its flag without the dashes, one spelling across engines (``"recompute"``,
+            ``"sequence-parallel"``, ``"tp-comm-overlap"``).
+        choices: the values it takes.
+        default: what pipeplan assumes when it is not given: one of ``choices``, or
+            ``None`` where the planner searches every choice (recompute).
+        doc: what each choice does in the engine and what it costs (one sentence or two).
+    """
+
+    name: str
+    choices: tuple[str, ...]
+    default: str | None
+    doc: str
+
+    def __post_init__(self) -> None:
+        if self.default is not None and self.default not in self.choices:
+            raise ValueError(f"knob {self.name}: default {self.default!r} is not one of {self.choices}")
+
+    def parse(self, value: str, engine: str = "") -> str:
+        """``value`` when it is one of :attr:`choices`.
+
+        Raises:
+            InvalidInputError: one line naming the flag, the value and the choices.
+        """
+        if value not in self.choices:
+            owner = f" for {engine}" if engine else ""
+            raise InvalidInputError(f"--{self.name}{owner} must be one of {', '.join(self.choices)}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The knobs of one engine, in the order ``--help`` and the assumptions list them."""
+
+    knobs: tuple[Knob, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        """Each knob's name."""
+        return tuple(knob.name for knob in self.knobs)
+
+    def get(self, name: str, engine: str = "") -> Knob:
+        """The knob called ``name``.
+
+        Raises:
+            InvalidInputError: the engine has no such knob (one line naming the ones it has).
+        """
+        for knob in self.knobs:
+            if knob.name == name:
+                return knob
+        owner = engine or "this engine"
+        if not self.knobs:
+            raise InvalidInputError(f"--{name}: {owner}'s knobs are not priced yet; leave it out, or use "
+                                    "--engine megatron")
+        have = ", ".join(f"--{n}" for n in self.names())
+        raise InvalidInputError(f"{owner} has no knob --{name} (its knobs: {have})")
+
+    def defaults(self) -> dict[str, str | None]:
+        """Each knob's default by name (``None``: searched)."""
+        return {knob.name: knob.default for knob in self.knobs}
+
+
+@dataclass(frozen=True)
 class Engine:
     """One training engine pipeplan plans for.
 
@@ -109,11 +177,14 @@ class Engine:
         name: how ``--export`` and the JSON name it (``"megatron"``, ``"torch"``).
         runs: what it runs.
         files: how its files are written.
+        knobs: the settings a user can pin, with the defaults pipeplan assumes
+            (empty: none priced yet).
     """
 
     name: str
     runs: Runs
     files: Files
+    knobs: Knobs = Knobs()
 
     def export(self, plan: Plan | Sequence[int], target: str | None = None,
                names: Sequence[LayerName] | None = None, *, schedule: Schedule | None = None,

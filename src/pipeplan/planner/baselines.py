@@ -153,7 +153,7 @@ def reference_baseline(search: SearchContext) -> Baseline:
         modes = list(dict.fromkeys([training.dp_mode, FULLY_SHARDED]))  # its own, then FSDP
         note = f"{training.dp_mode}, recompute {recompute}" + (f" ({training.source})" if training.source else "")
     if recompute not in search.workload.recompute_modes:
-        recompute = "none"
+        recompute = search.workload.lightest_recompute
     dp = search.cluster.num_gpus
     if search.options.dp_modes is not None:
         modes = [mode for mode in modes if mode in search.options.modes()]
@@ -196,12 +196,13 @@ def megatron_recommended(search: SearchContext) -> Baseline:
 
 
 def megatron_default(evaluator: Evaluator, best: Plan) -> Plan | None:
-    """Even split, 1F1B, no recompute, the best plan's pp, dp, micro-batch size and m."""
-    config = Config(best.pp, best.dp, best.micro_batch_size, best.num_microbatches, "1f1b", 1, "none", best.tp,
+    """Even split, 1F1B, no recompute (or the one pinned), the best plan's pp, dp, micro-batch size and m."""
+    lightest = evaluator.workload.lightest_recompute
+    config = Config(best.pp, best.dp, best.micro_batch_size, best.num_microbatches, "1f1b", 1, lightest, best.tp,
                     best.dp_mode)
     sizes = even_split(best.num_layers, best.pp)
     try:
-        none: tuple[Recompute, ...] = tuple("none" for _ in range(best.pp))
+        none: tuple[Recompute, ...] = tuple(lightest for _ in range(best.pp))
         return evaluator.evaluate(config, sizes, none)
     except PipeplanError:
         return None
@@ -213,7 +214,7 @@ def one_knob(search: SearchContext, baseline: Plan, deadline: float = math.inf) 
     evaluator = search.evaluator_for(Config(baseline.pp, baseline.dp, baseline.micro_batch_size,
                                             baseline.num_microbatches, "1f1b", 1, "none", baseline.tp,
                                             baseline.dp_mode))
-    mode = baseline.uniform_recompute or "none"
+    mode = baseline.uniform_recompute or search.workload.lightest_recompute
     base = Config(baseline.pp, baseline.dp, baseline.micro_batch_size, baseline.num_microbatches, "1f1b", 1, mode,
                   baseline.tp, baseline.dp_mode)
     num_layers = baseline.num_layers

@@ -454,7 +454,7 @@ class Evaluator:
             fits=fits,
             reason=reason,
             tp=self.tp,
-            sequence_parallel=self.tp > 1,
+            sequence_parallel=self.tp > 1 and self.workload.sequence_parallel,
             dp_mode=self.dp_mode if config.dp > 1 else data_parallel.REPLICATED,
             recompute_by_module=self._recompute_by_module(layout),
             grad_sync=self.sync.name,

@@ -223,11 +223,12 @@ class Layouts:
         entries adding up to the layers (the search space checks them).
         """
         counts, placement = self.inflight(config)
-        none: tuple[Recompute, ...] = tuple("none" for _ in sizes)
+        lightest = self.workload.lightest_recompute  # "none", or the one mode pinned
+        none: tuple[Recompute, ...] = tuple(lightest for _ in sizes)
         plain = self.build(config, sizes, placement, none)
         if self.over_capacity(plain) is None:
-            return plain if config.recompute == "none" else None
-        layout = plain if config.recompute == "none" else self.build(
+            return plain if config.recompute == lightest else None
+        layout = plain if config.recompute == lightest else self.build(
             config, sizes, placement, self.memory.relax(config, sizes, placement, counts))
         over = self.over_capacity(layout)
         if over is None:
@@ -255,9 +256,10 @@ class Layouts:
             result = self._balanced_chunks(config, placement)
             self._layouts[key] = result
             return result
-        free = self._unconstrained(config, "none", placement)
+        least = self.workload.lightest_recompute  # "none", or the one mode pinned
+        free = self._unconstrained(config, least, placement)
         if free is not None:
-            result = free if config.recompute == "none" else None
+            result = free if config.recompute == least else None
         elif config.recompute != "full" and "full" in self.workload.recompute_modes and isinstance(
             lightest := self._minmax(replace(config, recompute="full")), Rejection
         ):
@@ -347,7 +349,8 @@ class Layouts:
         each of a rank's stages must fit; the order then keeps within the rest. A
         recompute mode is tried only where that does not fit without recompute.
         """
-        if config.recompute != "none" and isinstance(self.partitioned(replace(config, recompute="none")), Layout):
+        lightest = self.workload.lightest_recompute
+        if config.recompute != lightest and isinstance(self.partitioned(replace(config, recompute=lightest)), Layout):
             return None
         key = (config.micro_batch_size, config.recompute, config.pp, config.virtual_stages, config.num_microbatches)
         sizes = self._chunks.get(key)

@@ -320,7 +320,7 @@ class MemoryModel:
         bounds = np.concatenate([[0], np.cumsum(sizes)])
         act = {
             mode: np.asarray(self.workload.profile(config.micro_batch_size, mode).activation_bytes)
-            for mode in RECOMPUTE_MODES[: ceiling + 1]
+            for mode in RECOMPUTE_MODES[: ceiling + 1] if mode in self.workload.recompute_modes
         }
         stage_act = {mode: [float(a[bounds[s]:bounds[s + 1]].sum()) * counts[s] for s in range(len(sizes))]
                      for mode, a in act.items()}

@@ -70,7 +70,7 @@ class SearchBounds:
         if times is None:
             # a model spec's recompute never makes a layer's F, B or W faster (tests/test_cost_model.py checks
             # every preset), so its least is "none"; a measured workload may say otherwise: take the least
-            modes = ("none",) if self.workload.spec is not None else self.workload.recompute_modes
+            modes = (self.workload.lightest_recompute,) if self.workload.spec is not None else self.workload.recompute_modes
             times = LayerTimes.of(self.workload.profile(micro_batch_size, mode) for mode in modes)
             self._times[micro_batch_size] = times
         return times
@@ -121,7 +121,7 @@ class SearchBounds:
         Any partition of ``config``, with any recompute, has a stage at least that
         slow, and a rank holds at least that stage.
         """
-        sizes = self.layouts.free_sizes(config.micro_batch_size, "none", config.num_stages)
+        sizes = self.layouts.free_sizes(config.micro_batch_size, self.workload.lightest_recompute, config.num_stages)
         profile = self.workload.profile(config.micro_batch_size)
         costs = profile.stage_costs(sizes)
         slowest = max(f + b for f, b in zip(costs.forward, costs.backward))

@@ -37,6 +37,20 @@ to its forward, exposed (Megatron's default: no ``--tp-comm-overlap``), and to
 the input-gradient part of its backward less what the layer's weight-gradient
 GEMMs hide (Megatron runs the backward's collectives beside them). A measured
 profile has ``tp = 1`` only.
+
+**Engine knobs** (Megatron-LM's; docs/engines.md): ``from_spec(...,
+sequence_parallel=False)`` prices tensor parallelism without sequence
+parallelism (all-reduces of the same ring volume instead of all-gather +
+reduce-scatter, and the norms, dropouts and residuals of each block held and
+run whole on every GPU of the group: more memory, more time);
+``tp_comm_overlap`` says what the collectives hide behind (``"off"``: nothing;
+``"backward"``, the default above; ``"on"``, ``--tp-comm-overlap``: the
+forward's behind the layer's forward and the backward's behind its whole
+backward). :meth:`Workload.with_recompute` pins one recompute mode: the
+planner then considers that mode only, on every stage::
+
+    work = Workload.from_spec(presets.get("pi0"), hardware.device("h100-80g"), sequence_parallel=False)
+    work.with_recompute("full").recompute_modes          # ('full',)
 """
 
 from __future__ import annotations
@@ -50,7 +64,7 @@ from ..errors import InvalidInputError
 from ..hardware import Link, intra_node_link
 from ..layers import LayerProfile
 from ..models.layer_costs import flops_per_sample, layer_costs, layer_profile, tensor_parallel_traffic
-from ..plan import RECOMPUTE_MODES, Recompute
+from ..plan import RECOMPUTE_MODES, TP_COMM_OVERLAPS, Recompute, TpCommOverlap
 from .cluster import ring_pass_ms
 
 __all__ = ["Workload"]
@@ -70,7 +84,9 @@ class Workload:
             (times in ``time_unit`` seconds, bytes per microbatch).
         micro_batch_sizes: the micro-batch sizes ``source`` answers for
             (``None``: any size).
-        recompute_modes: the modes ``source`` answers for (``"none"`` always).
+        recompute_modes: the modes ``source`` answers for and the planner searches, in
+            :data:`~pipeplan.plan.RECOMPUTE_MODES` order (``"none"`` among them unless one
+            mode is pinned: :meth:`with_recompute`); the first is the lightest in time.
         flops_per_sample: model FLOPs of one sample's forward and backward
             (no recompute), for MFU; ``None`` if unknown.
         tokens_per_sample: tokens per sample, for tokens/s; ``None`` if unknown.
@@ -82,6 +98,10 @@ class Workload:
             workload answers for other degrees (a spec's).
         spec: the :class:`~pipeplan.models.spec.ModelSpec` it comes from, if any
             (its module names and reference training defaults).
+        sequence_parallel: at ``tp > 1``, whether the tensor-parallel group also splits
+            the sequence (Megatron-LM's ``--sequence-parallel``; module doc).
+        tp_comm_overlap: what the tensor-parallel collectives hide behind
+            (:data:`~pipeplan.plan.TP_COMM_OVERLAPS`; module doc).
     """
 
     source: ProfileSource
@@ -95,17 +115,24 @@ class Workload:
     tensor_parallel_degrees: tuple[int, ...] = (1,)
     tensor_source: TensorSource | None = field(default=None, repr=False, compare=False)
     spec: Any = field(default=None, repr=False, compare=False)
+    sequence_parallel: bool = True
+    tp_comm_overlap: TpCommOverlap = "backward"
+    _rebuild: Callable[[bool, TpCommOverlap], Workload] | None = field(default=None, repr=False, compare=False)
     _cache: dict[tuple[int, str], LayerProfile] = field(default_factory=dict, repr=False, compare=False)
     #: results derived from the profiles alone (partitions ignoring memory), shared by their users
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         unknown = [mode for mode in self.recompute_modes if mode not in RECOMPUTE_MODES]
-        if unknown or "none" not in self.recompute_modes:
+        pinned = len(self.recompute_modes) == 1
+        if unknown or not self.recompute_modes or ("none" not in self.recompute_modes and not pinned):
             raise InvalidInputError(
-                f"recompute_modes must include 'none' and be among {', '.join(RECOMPUTE_MODES)}, "
-                f"got {list(self.recompute_modes)}"
+                f"recompute_modes must include 'none' (or be one pinned mode) and be among "
+                f"{', '.join(RECOMPUTE_MODES)}, got {list(self.recompute_modes)}"
             )
+        if self.tp_comm_overlap not in TP_COMM_OVERLAPS:
+            raise InvalidInputError(f"tp_comm_overlap must be one of {', '.join(TP_COMM_OVERLAPS)}, "
+                                    f"got {self.tp_comm_overlap!r}")
 
     @classmethod
     def from_profile(cls, profile: LayerProfile, *, micro_batch_size: int | None = None,
@@ -127,7 +154,8 @@ class Workload:
         return cls.from_profiles({(size, "none"): profile}, **options)
 
     @classmethod
-    def from_spec(cls, spec: Any, device: Any, *, tensor_parallel: int = 1, tp_link: Link | None = None) -> Workload:
+    def from_spec(cls, spec: Any, device: Any, *, tensor_parallel: int = 1, tp_link: Link | None = None,
+                  sequence_parallel: bool = True, tp_comm_overlap: TpCommOverlap = "backward") -> Workload:
         """Every micro-batch size and recompute mode of a :class:`~pipeplan.models.spec.ModelSpec` on ``device``.
 
         Times are ``layer_profile`` milliseconds (each layer's kernels
@@ -136,26 +164,52 @@ class Workload:
         inside a node; module doc); MFU counts the spec's training FLOPs without
         recompute; tokens per sample are those of its longest module.
 
+        Args:
+            sequence_parallel: at ``tp > 1``, split the norms and dropouts over the
+                sequence too (default, Megatron-LM's ``--sequence-parallel``); ``False``:
+                they run and are held whole on every GPU of the group.
+            tp_comm_overlap: ``"backward"`` (default: the backward's collectives beside
+                the weight-gradient GEMMs, the forward's exposed), ``"on"``
+                (``--tp-comm-overlap``: the forward's hidden behind the layer's forward
+                too, the backward's behind its whole backward) or ``"off"`` (all exposed).
+
         Raises:
-            InvalidInputError: ``tensor_parallel`` does not divide a module's heads or FFN width.
+            InvalidInputError: ``tensor_parallel`` does not divide a module's heads or FFN width,
+                or an unknown ``tp_comm_overlap``.
         """
         link = tp_link if tp_link is not None else intra_node_link(getattr(device, "name", ""))
+        if tp_comm_overlap not in TP_COMM_OVERLAPS:
+            raise InvalidInputError(f"tp_comm_overlap must be one of {', '.join(TP_COMM_OVERLAPS)}, "
+                                    f"got {tp_comm_overlap!r}")
 
         def tensor_source(size: int, mode: Recompute, tp: int) -> LayerProfile:
             profile = layer_profile(spec, device, size, recompute=mode, tensor_parallel=tp,
-                                    sequence_parallel=tp > 1)
+                                    sequence_parallel=sequence_parallel and tp > 1)
             if tp == 1:
                 return profile
             latency = ring_pass_ms(link, 0.0, tp)  # ms per pass, and per byte of its buffer
             per_byte = (ring_pass_ms(link, 1e9, tp) - latency) / 1e9
+            # with or without sequence parallelism the ring volume is the same (an all-reduce is an
+            # all-gather plus a reduce-scatter: Korthikanti et al. 2022, §4.2.2)
             traffic = tensor_parallel_traffic(spec, size, recompute=mode)
-            forward = [f + n * latency + b * per_byte for f, (n, _, b, _) in zip(profile.forward, traffic)]
-            # Megatron overlaps the backward's collectives with the weight-gradient GEMMs
-            # (tensor_parallel/layers.py: the input-gradient all-reduce, or with sequence parallelism
-            # the all-gather and reduce-scatter, run asynchronously beside the wgrad GEMM): only what
-            # the layer's W cannot cover shows
-            backward = [g + max(0.0, n * latency + b * per_byte - w)
-                        for g, w, (_, n, _, b) in zip(profile.backward, profile.weight, traffic)]
+            forward_comm = [n * latency + b * per_byte for n, _, b, _ in traffic]
+            backward_comm = [n * latency + b * per_byte for _, n, _, b in traffic]
+            if tp_comm_overlap == "on":
+                # --tp-comm-overlap (Transformer Engine's userbuffers) pipelines the forward's
+                # all-gathers and reduce-scatters with the GEMMs beside them, and the backward's with
+                # the input- and weight-gradient GEMMs: only what the layer's own passes cannot cover shows
+                forward = [f + max(0.0, c - f) for f, c in zip(profile.forward, forward_comm)]
+                backward = [g + max(0.0, c - g) for g, c in zip(profile.backward, backward_comm)]
+            else:  # summed as f + latency + bytes, in that order (the defaults' numbers, bit for bit)
+                forward = [f + n * latency + b * per_byte for f, (n, _, b, _) in zip(profile.forward, traffic)]
+                if tp_comm_overlap == "backward":
+                    # Megatron overlaps the backward's collectives with the weight-gradient GEMMs
+                    # (tensor_parallel/layers.py: the input-gradient all-reduce, or with sequence
+                    # parallelism the all-gather and reduce-scatter, run asynchronously beside the wgrad
+                    # GEMM): only what the layer's W cannot cover shows
+                    backward = [g + max(0.0, c - w) for g, w, c in zip(profile.backward, profile.weight, backward_comm)]
+                else:  # "off": every collective waited for
+                    backward = [g + n * latency + b * per_byte for g, (_, n, _, b) in zip(profile.backward, traffic)]
             return profile.replaced(forward=forward, backward=backward)
 
         degrees = []
@@ -179,6 +233,10 @@ class Workload:
             tensor_parallel_degrees=tuple(degrees),
             tensor_source=tensor_source,
             spec=spec,
+            sequence_parallel=sequence_parallel,
+            tp_comm_overlap=tp_comm_overlap,
+            _rebuild=lambda sp, overlap: cls.from_spec(spec, device, tensor_parallel=tensor_parallel, tp_link=link,
+                                                       sequence_parallel=sp, tp_comm_overlap=overlap),
         )
 
     @classmethod
@@ -199,8 +257,14 @@ class Workload:
         return cls(source, micro_batch_sizes=sizes, recompute_modes=modes, **options)  # type: ignore[arg-type]
 
     # ---------------------------------------------------------------- queries
-    def profile(self, micro_batch_size: int, recompute: Recompute = "none") -> LayerProfile:
-        """The per-layer profile for one micro-batch size and recompute mode (cached)."""
+    def profile(self, micro_batch_size: int, recompute: Recompute | None = None) -> LayerProfile:
+        """The per-layer profile for one micro-batch size and recompute mode (cached).
+
+        ``recompute=None``: the lightest mode the workload answers for (``"none"``, or
+        the pinned one; what the layers' parameters and names are read from).
+        """
+        if recompute is None:
+            recompute = self.lightest_recompute
         key = (micro_batch_size, recompute)
         cached = self._cache.get(key)
         if cached is None:
@@ -237,6 +301,46 @@ class Workload:
             raise InvalidInputError(f"tp must be one of {list(self.tensor_parallel_degrees)}, got {tp}")
         source = self.tensor_source
         return replace(self, source=lambda size, mode: source(size, mode, tp), tensor_parallel=tp, _cache={}, memo={})
+
+    @property
+    def lightest_recompute(self) -> Recompute:
+        """The recompute mode the planner starts from: ``"none"``, or the one pinned (:meth:`with_recompute`)."""
+        return self.recompute_modes[0]
+
+    def with_recompute(self, mode: Recompute) -> Workload:
+        """The workload with one recompute mode pinned: the planner runs ``mode`` on every stage, nothing lighter.
+
+        Raises:
+            InvalidInputError: ``mode`` is not one the workload answers for (a measured profile: ``"none"`` only).
+        """
+        if mode not in self.recompute_modes:
+            raise InvalidInputError(
+                f"recompute {mode!r} needs a workload that answers for it: this one has "
+                f"{', '.join(self.recompute_modes)} (a measured profile was timed without recompute; "
+                "give --preset or --spec)")
+        if self.recompute_modes == (mode,):
+            return self
+        return replace(self, recompute_modes=(mode,), _cache={}, memo={})
+
+    def with_tensor_knobs(self, *, sequence_parallel: bool | None = None,
+                          tp_comm_overlap: TpCommOverlap | None = None) -> Workload:
+        """The same spec's workload with sequence parallelism and TP overlap set (``None``: as they are).
+
+        The tensor-parallel degree and the recompute modes are kept.
+
+        Raises:
+            InvalidInputError: a workload not built by :meth:`from_spec` (a measured profile,
+                ``tp = 1`` only: nothing to set) asked to change them.
+        """
+        sp = self.sequence_parallel if sequence_parallel is None else sequence_parallel
+        overlap = self.tp_comm_overlap if tp_comm_overlap is None else tp_comm_overlap
+        if (sp, overlap) == (self.sequence_parallel, self.tp_comm_overlap):
+            return self
+        if self._rebuild is None:
+            raise InvalidInputError("sequence parallelism and TP communication overlap apply to tensor parallelism, "
+                                    "which needs a model spec (--preset or --spec), not a measured profile")
+        rebuilt = self._rebuild(sp, overlap).with_tensor_parallel(self.tensor_parallel)
+        return replace(rebuilt, recompute_modes=self.recompute_modes, _cache={}, memo={})
 
     @property
     def num_layers(self) -> int:

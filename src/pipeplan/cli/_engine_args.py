@@ -1,0 +1,128 @@
+"""``--engine`` and the engine's knobs for ``plan``: the flags, what they pin, what the output says of them.
+
+    from pipeplan.cli._engine_args import add_engine_arguments, engine_workload, engine_assumptions
+    add_engine_arguments(parser)           # --engine, --recompute, --sequence-parallel, --tp-comm-overlap
+    workload = engine_workload(args, workload)     # the knobs given, priced (Workload.with_recompute, ...)
+    assumptions.update(engine_assumptions(args))   # each knob's value, given or assumed
+
+The knobs are the engine's (:attr:`pipeplan.engines.Engine.knobs`); without ``--engine``
+they are Megatron-LM's, whose tensor parallelism the step model prices today. A knob
+that is not given keeps its default (``--recompute``: searched). A value the knob does
+not take, or a knob the engine lacks, is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import cast
+
+from .. import engines
+from ..engines import Engine
+from ..plan import Recompute, TpCommOverlap
+from ..planner import Workload
+
+__all__ = ["add_engine_arguments", "engine_workload", "engine_assumptions", "DEFAULT_ENGINE", "KNOB_FLAGS"]
+
+#: The engine whose knobs apply without ``--engine``: the step model prices Megatron-LM's tensor parallelism.
+DEFAULT_ENGINE = "megatron"
+#: Each knob's flag → its attribute on the parsed arguments.
+KNOB_FLAGS = {"recompute": "recompute", "sequence-parallel": "sequence_parallel", "tp-comm-overlap": "tp_comm_overlap"}
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--engine`` and one flag per knob (checked against the engine's knobs by :func:`engine_workload`)."""
+    megatron = engines.get(DEFAULT_ENGINE).knobs
+    parser.add_argument("--engine", default=None, metavar="NAME",
+                        help=f"the engine whose knobs are priced: {', '.join(engines.names())} (default "
+                             f"{DEFAULT_ENGINE}: Megatron-LM's tensor parallelism)")
+    for flag, dest in KNOB_FLAGS.items():
+        knob = megatron.get(flag)
+        default = "searched" if knob.default is None else knob.default
+        parser.add_argument(f"--{flag}", dest=dest, default=None, metavar="|".join(knob.choices),
+                            help=f"pin it: {knob.doc} (default {default})")
+
+
+def _engine(args: argparse.Namespace) -> Engine:
+    return engines.get(getattr(args, "engine", None) or DEFAULT_ENGINE)
+
+
+def _given(args: argparse.Namespace) -> dict[str, str]:
+    """The knobs given on the command line, each checked against the engine's (one line, exit 2, otherwise)."""
+    engine = _engine(args)
+    given = {}
+    for flag, dest in KNOB_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        given[flag] = engine.knobs.get(flag, engine.name).parse(value, engine.name)
+    return given
+
+
+def engine_workload(args: argparse.Namespace, workload: Workload) -> Workload:
+    """``workload`` with the knobs given pinned: ``--recompute`` the only mode searched, the TP knobs priced.
+
+    Raises:
+        InvalidInputError: an unknown engine, a knob it lacks, a value the knob does not take,
+            or a knob a measured profile cannot answer for.
+    """
+    given = _given(args)
+    if "sequence-parallel" in given or "tp-comm-overlap" in given:
+        workload = workload.with_tensor_knobs(
+            sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
+            tp_comm_overlap=cast("TpCommOverlap | None", given.get("tp-comm-overlap")))
+    if "recompute" in given:
+        workload = workload.with_recompute(cast(Recompute, given["recompute"]))
+    return workload
+
+
+_TENSOR_PARALLEL = {
+    ("on", "backward"): ("Megatron TP with sequence parallelism inside a node: 4 ring passes of a block's "
+                         "activation in its forward, exposed (no --tp-comm-overlap), and 4 in its backward "
+                         "beside the weight-gradient GEMMs (what they cannot cover shows); GEMMs divided by tp "
+                         "and timed at their own efficiency"),
+}
+
+
+def _tensor_parallel(sequence_parallel: str, overlap: str) -> str:
+    """The ``tensor parallel`` assumption for the knobs' values (the defaults: today's sentence, word for word)."""
+    known = _TENSOR_PARALLEL.get((sequence_parallel, overlap))
+    if known is not None:
+        return known
+    how = ("with sequence parallelism (all-gathers and reduce-scatters; norms and dropouts split)"
+           if sequence_parallel == "on" else
+           "without sequence parallelism (all-reduces of the same ring volume; norms, dropouts and residuals "
+           "run and held whole on every GPU of the group)")
+    hidden = {"off": "4 ring passes of a block's activation in its forward and 4 in its backward, all exposed",
+              "backward": "4 ring passes of a block's activation in its forward, exposed (no --tp-comm-overlap), "
+                          "and 4 in its backward beside the weight-gradient GEMMs (what they cannot cover shows)",
+              "on": "4 ring passes of a block's activation in its forward behind its forward GEMMs "
+                    "(--tp-comm-overlap) and 4 in its backward behind its backward GEMMs (what they cannot "
+                    "cover shows)"}[overlap]
+    return f"Megatron TP {how} inside a node: {hidden}; GEMMs divided by tp and timed at their own efficiency"
+
+
+def engine_assumptions(args: argparse.Namespace) -> dict[str, str]:
+    """Each knob's value as the plan assumed it (given, or the engine's default), and the TP sentence they make.
+
+    Keys: ``engine``, ``recompute``, ``sequence-parallel``, ``tp-comm-overlap``, and ``tensor parallel``
+    (today's sentence when the TP knobs are at their defaults).
+    """
+    engine = _engine(args)
+    given = _given(args)
+    megatron = engines.get(DEFAULT_ENGINE).knobs.defaults()
+    values: dict[str, str] = {}
+    for flag in KNOB_FLAGS:
+        default = megatron[flag] if flag not in engine.knobs.names() else engine.knobs.get(flag).default
+        if flag in given:
+            values[flag] = f"{given[flag]} (given: --{flag})"
+        elif default is None:
+            values[flag] = "searched: none, selective, full (per stage, the cheapest in time that fits)"
+        else:
+            values[flag] = f"{default} (assumed: give --{flag} to pin it)"
+    sequence_parallel = given.get("sequence-parallel", megatron["sequence-parallel"] or "on")
+    overlap = given.get("tp-comm-overlap", megatron["tp-comm-overlap"] or "backward")
+    name = engine.name if getattr(args, "engine", None) else f"{engine.name} (assumed: give --engine to choose)"
+    if not engine.knobs.knobs:
+        name += ("; its knobs are not priced yet: the step prices Megatron-LM's tensor parallelism, and the "
+                 f"search is not narrowed to what it runs (--export {engine.name} gives the best plan it runs)")
+    return {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
