@@ -8,9 +8,11 @@ CUDA graphs refused with a pipeline, the local batch divisible by the microbatch
 lists are split by torchtitan's own ``_split_module`` (a GPT, in torchtitan's decoder names, on
 the llama3 model torchtitan builds) or by the written ``split_model_part`` (nested paths, on a
 torch model with the preset's own paths), and torchtitan's ``_get_pp_rank_to_stage_indices_mapping``
-places the stages where the plan did. torchtitan HEAD (b5bcd76c, batches in tokens; Python 3.11+,
-not on PyPI) is not run: the written ``apply_plan`` sets its token fields instead
-(tests/test_engines_files.py checks their names); the TOML release (e347b1e5e) is not installed either.
+places the stages where the plan did; π0's export runs one interleaved step through torchtitan's
+``_pipeline_module_split`` and ``_build_pipeline_schedule`` on 2 gloo processes. torchtitan HEAD
+(b5bcd76c, batches in tokens; not on PyPI) is run from a checkout named by
+``$PIPEPLAN_TORCHTITAN_HEAD`` (its config manager, grain stubbed), skipped without one; the TOML
+release (e347b1e5e) is not installed (tests/test_engines.py checks its field names).
 
 Skipped where torchtitan is not installed (the main venv); run with the engines venv:
 ``PYTHONPATH=src /work/engvenv/bin/python -m pytest -q tests/test_engines_torchtitan.py``.
@@ -19,6 +21,7 @@ Skipped where torchtitan is not installed (the main venv); run with the engines 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -273,3 +276,168 @@ def test_toml_release_refuses_a_pipeline_over_nested_paths():
     gpt = layer_names_in_reference(presets.get("gpt-1.5b"))
     toml = export_files(_plan("gpt-1.5b", LAYOUTS[0]), "torchtitan-toml", gpt)[0].text
     assert '"tok_embeddings"' in toml and '"output"]' in toml and "lm_head" not in toml
+
+
+# ----------------------------------------------------------------- one step on 2 gloo processes
+_WIDTH = 4
+
+
+class _Chain(nn.Module):
+    """A model with π0's module paths (a Linear each) whose forward runs every one left, in layer order.
+
+    It tolerates the modules a split removed, as torchtitan requires of a model it pipelines.
+    """
+
+    def __init__(self, paths: list[str]) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        tree = _tree(paths)
+        for name, child in tree.named_children():
+            self.add_module(name, child)
+        for path in paths:  # each path's module becomes a Linear with the path's name
+            parent, _, leaf = path.rpartition(".")
+            owner = self.get_submodule(parent) if parent else self
+            linear = nn.Linear(_WIDTH, _WIDTH)
+            for name, child in owner._modules[leaf].named_children():
+                linear.add_module(name, child)
+            owner._modules[leaf] = linear
+        self.order = list(paths)
+
+    def forward(self, x):
+        for path in self.order:
+            module = self
+            for part in path.split("."):
+                module = None if module is None else module._modules.get(part)
+            if module is not None:
+                x = torch.tanh(module(x))
+        return x
+
+
+def _loss(output, target):
+    return torch.nn.functional.mse_loss(output, target, reduction="sum")
+
+
+def _data(samples: int):
+    generator = torch.Generator().manual_seed(1)
+    return torch.randn(samples, _WIDTH, generator=generator), torch.randn(samples, _WIDTH, generator=generator)
+
+
+def _gloo_worker(rank: int, world: int, port: int, folder: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        sys.path.insert(0, folder)
+        config = ConfigManager().parse_args(["--module", "torchtitan_config", "--config", "pipeplan_config"])
+        written = sys.modules["torchtitan_config"]
+        par, training = config.parallelism, config.training
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("pp",))
+
+        def pipeline(model, **kwargs):  # pipeline_llm's split and schedule, without its parallelize_fn
+            stages, parts = pipeline_parallel._pipeline_module_split(
+                model, mesh, par.pipeline_parallel_schedule, torch.device("cpu"), par.module_fqns_per_model_part)
+            schedule = pipeline_parallel._build_pipeline_schedule(
+                parallelism=par, local_batch_size=training.local_batch_size, stages=stages,
+                loss_fn=lambda output, target: (_loss(output, target), None))
+            return schedule, parts, any(s.is_first for s in stages), any(s.is_last for s in stages)
+
+        paths = [path for part in par.module_fqns_per_model_part for path in part]
+        schedule, parts, first, last = written.nested_pipelining_fn(pipeline)(_Chain(paths))
+        inputs, target = _data(training.local_batch_size)
+        schedule.step(inputs if first else None, target=target if last else None)
+        grads = {name: p.grad for part in parts for name, p in part.named_parameters()}
+        torch.save(grads, os.path.join(folder, f"grads{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_pi0_export_runs_one_step_in_torchtitans_pipeline_with_one_process_gradients(tmp_path):
+    """torchtitan's stage split (through the written splitter) and schedule builder, interleaved on 2 ranks."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    plan = _plan("pi0", ("interleaved", 2, 2, 1, "ddp", 2, 4, "none"))
+    names = layer_names_in_reference(presets.get("pi0"))
+    folder = _write(export_files(plan, "torchtitan", names), tmp_path / "out")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    mp.start_processes(_gloo_worker, args=(plan.pp, port, str(folder)), nprocs=plan.pp, start_method="spawn",
+                       join=True)
+    got: dict = {}
+    for rank in range(plan.pp):
+        got.update(torch.load(folder / f"grads{rank}.pt"))
+    paths = [path for part in torchtitan_parts(plan, names) for path in part]
+    model = _Chain(paths)
+    inputs, target = _data(plan.micro_batch_size * plan.num_microbatches)
+    for x, y in zip(inputs.chunk(plan.num_microbatches), target.chunk(plan.num_microbatches)):
+        _loss(model(x), y).backward()
+    expected = {name: p.grad for name, p in model.named_parameters()}
+    assert set(got) == set(expected)  # every parameter on exactly the stage the plan gave it, names kept
+    assert max(float((got[k] - expected[k]).abs().max()) for k in expected) < 1e-5
+
+
+# ----------------------------------------------------------------- torchtitan HEAD, from a checkout
+_HEAD_SCRIPT = r'''
+import json, sys, types
+
+class _Stub(types.ModuleType):
+    """grain (HEAD's data loader, not installed): any attribute a plain class; config parsing never loads data."""
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        value = type(attr, (), {"__init__": lambda self, *a, **k: None, "__class_getitem__": classmethod(lambda c, i: c)})
+        setattr(self, attr, value)
+        return value
+
+grain = _Stub("grain"); grain.python = _Stub("grain.python")
+sys.modules["grain"], sys.modules["grain.python"] = grain, grain.python
+head, folders = sys.argv[1], sys.argv[2:]
+sys.path.insert(0, head)
+from torchtitan.config.manager import ConfigManager
+from torchtitan.distributed import pipeline_parallel
+assert pipeline_parallel.__file__.startswith(head), pipeline_parallel.__file__
+out = []
+for folder in folders:
+    sys.path.insert(0, folder)
+    sys.modules.pop("torchtitan_config", None)
+    c = ConfigManager().parse_args(["--module", "torchtitan_config", "--config", "pipeplan_config"])
+    sys.path.remove(folder)
+    out.append({"pp": c.parallelism.pipeline_parallel_degree, "m": c.parallelism.num_pp_microbatches,
+                "micro_tokens": c.training.num_tokens_per_microbatch_per_dp_rank,
+                "step_tokens": c.training.num_tokens_per_train_step, "no_graphs": c.training.disable_cuda_graphs,
+                "wrapped": c.model_spec.pipelining_fn is not pipeline_parallel.pipeline_llm})
+print(json.dumps(out))
+'''
+
+
+def test_torchtitan_head_config_manager_accepts_the_exports(tmp_path):
+    """torchtitan HEAD (b5bcd76c: batches in tokens) from a checkout named by $PIPEPLAN_TORCHTITAN_HEAD.
+
+    HEAD is not on PyPI and needs grain for its data loader; the config manager is run with grain stubbed.
+    """
+    import json
+    import subprocess
+
+    head = os.environ.get("PIPEPLAN_TORCHTITAN_HEAD")
+    if not head:
+        pytest.skip("set PIPEPLAN_TORCHTITAN_HEAD to a pytorch/torchtitan checkout (HEAD is not on PyPI)")
+    cases = [("gpt-1.5b", LAYOUTS[3]), ("pi0", LAYOUTS[0]), ("pi0", ("1f1b", 1, 1, 8, "fsdp", 2, 4, "none"))]
+    folders, plans = [], []
+    for index, (preset, layout) in enumerate(cases):
+        plan = _plan(preset, layout)
+        names = layer_names_in_reference(presets.get(preset))
+        folders.append(str(_write(export_files(plan, "torchtitan", names), tmp_path / str(index))))
+        plans.append(plan)
+    result = subprocess.run([sys.executable, "-c", _HEAD_SCRIPT, head, *folders], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for plan, wrapped, got in zip(plans, (False, True, False), json.loads(result.stdout.splitlines()[-1])):
+        assert got["pp"] == plan.pp and got["m"] == plan.num_microbatches
+        assert got["micro_tokens"] == plan.micro_batch_size * 256  # tokens_per_sample 256
+        assert got["step_tokens"] == plan.global_batch * 256  # the whole step, with or without a pipeline
+        assert got["no_graphs"] == (plan.pp > 1)
+        assert got["wrapped"] == wrapped  # π0 with a pipeline: its nested paths split by split_model_part
