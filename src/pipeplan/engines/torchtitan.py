@@ -194,16 +194,16 @@ def _instead(plan: Plan) -> list[str]:
     """What torchtitan runs in place of the plan's mode and recompute, when it cannot run them as planned."""
     changes = []
     if plan.dp_mode in ("zero1", "zero2"):
-        changes.append((f"fsdp with parameters kept gathered after the forward instead of {plan.dp_mode}",
-                        f"torchtitan has no {plan.dp_mode}"))
+        changes.append((f"fsdp keeping parameters gathered after the forward (reshard 'never') in place of "
+                        f"{plan.dp_mode}", f"torchtitan has no {plan.dp_mode}"))
     mode = strongest_recompute(plan)
     if plan.uniform_recompute is None or len(set(plan.recompute_by_module.values())) > 1:
         changes.append((f"recompute {mode} on every layer", "torchtitan applies one recompute policy to every block"))
     if not changes:
         return []
-    what = "; ".join(change for change, _ in changes)
+    what = " and ".join(change for change, _ in changes)
     why = "; ".join(reason for _, reason in changes)
-    return [f"runs instead: the plan above with {what} (step not re-predicted), because {why}"]
+    return [f"runs instead: that plan with {what}, step not re-predicted, because {why}"]
 
 
 # ------------------------------------------------------------------ settings
