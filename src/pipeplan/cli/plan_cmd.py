@@ -40,7 +40,7 @@ from .. import units
 from ._common import make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ..hardware.device_file import device_fields
-from ._spec_args import add_device_argument, add_mfu_argument, device_from_args, spec_from_args
+from ._spec_args import add_device_argument, add_mfu_argument, defaults_assumption, device_from_args, spec_from_args
 
 __all__ = ["register", "run"]
 
@@ -276,6 +276,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
                             "and timed at their own efficiency"),
         "messages": _SENDS[args.send],
         "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",
+        **defaults_assumption(args),
     }
 
 

@@ -62,7 +62,7 @@ def spec_field(default: Any = MISSING, *, doc: str, minimum: int | None = None, 
         minimum, maximum: the allowed range of an integer field (of each entry of a pair).
         unit: what an integer counts (``"tokens"``, ``"pixels"``).
         reported: for a default that changes the cost by more than a few percent, what it
-            assumes, in words; a spec file that leaves the field out has it listed in the
+            assumes, in words (``"eager (scores stored, not FlashAttention)"``); a spec file that leaves the field out has it listed in the
             plan's ``model defaults`` assumption.
     """
     metadata = {"doc": doc, "min": minimum, "max": maximum, "unit": unit, "reported": reported}
@@ -73,8 +73,7 @@ def spec_field(default: Any = MISSING, *, doc: str, minimum: int | None = None, 
 
 # Field texts shared by several kinds (one wording each).
 _NAME = "unique module name (other modules' `inputs`, `cross_attention.source`, `joint_with`, `tied_to` name it)."
-_INPUTS = ("names of the modules whose outputs this one reads; default (`null`) the previous module, "
-           "`[]` data only.")
+_INPUTS = "names of the modules whose outputs this one reads; `null`: the previous module, `[]`: data only."
 _REPEATS = ("training samples of the module per example (CogACT's 8 noise samples); inference denoising "
             "steps never enter the training cost.")
 _FROZEN = "no weight gradients and no optimizer state (W = 0)."
@@ -86,9 +85,9 @@ _ROLE = ("what the layers are to Megatron-LM: `embedding`, `decoder`, `loss` or 
 _ATTENTION = ("`eager`: the attention scores are materialised (Megatron-LM's local core attention, "
               "Korthikanti et al.'s activation counts; `selective` recompute recomputes them); `flash`: "
               "FlashAttention (the scores never reach memory, the backward kernel recomputes them).")
-_ATTENTION_REPORTED = 'eager (attention scores stored; "flash" for FlashAttention)'
+_ATTENTION_REPORTED = "eager (scores stored, not FlashAttention)"
 _GATED = "a gated MLP (SwiGLU / GeGLU: three `h × f` matrices) instead of two."
-_GATED_REPORTED = "a two-matrix MLP (true: SwiGLU/GeGLU, three)"
+_GATED_REPORTED = "false (two-matrix MLP, not SwiGLU/GeGLU)"
 _NORM = "`layernorm` (scale + bias), `rmsnorm` (scale) or `none` (no parameters); two per block."
 _LAYER_SCALE = "per-channel scales after attention and MLP (DINOv2), `2h` parameters."
 
@@ -124,17 +123,17 @@ class TransformerStack:
     ffn_hidden_size: int = spec_field(unit="channels", doc="MLP width `f`.", minimum=1)
     num_kv_heads: int | None = spec_field(None, minimum=1, unit="heads",
                                           doc="key/value heads (GQA; 1 = MQA); must divide `num_heads`.",
-                                          reported="num_heads (multi-head attention, no GQA)")
+                                          reported="num_heads (no GQA)")
     head_dim: int | None = spec_field(None, minimum=1, unit="channels",
                                       doc="per-head width; default `h / a`, which must then be whole.")
     gated_mlp: bool = spec_field(False, doc=_GATED, reported=_GATED_REPORTED)
     norm: Norm = spec_field("layernorm", doc=_NORM)
     bias: bool = spec_field(False, doc="every linear layer has a bias.")
     dropout: bool = spec_field(False, doc="dropout after attention probabilities, attention and MLP (masks stored).",
-                               reported="no dropout (no masks stored)")
+                               reported="false (no dropout masks)")
     causal: bool = spec_field(False, doc="each token attends only to earlier ones (a decoder LM): a flash kernel "
                                          "skips half the score blocks (time only; the FLOP convention counts all).",
-                              reported="full (bidirectional) attention")
+                              reported="false (bidirectional attention)")
     attention: Attention = spec_field("eager", doc=_ATTENTION, reported=_ATTENTION_REPORTED)
     layer_scale: bool = spec_field(False, doc=_LAYER_SCALE)
     adaptive_norm: tuple[int, int] = spec_field(
