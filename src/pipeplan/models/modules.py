@@ -211,7 +211,8 @@ class VisionEncoder:
     position_tokens: int | None = spec_field(None, minimum=0, unit="tokens",
                                              doc="learned position embeddings; default one per patch.")
     norm: Norm = spec_field("layernorm", doc=_NORM)
-    bias: bool = spec_field(True, doc="every linear layer has a bias.")
+    bias: bool = spec_field(True, doc="every linear layer has a bias.",
+                            reported="true (every linear layer has a bias)")
     gated_mlp: bool = spec_field(False, doc=_GATED, reported=_GATED_REPORTED)
     layer_scale: bool = spec_field(False, doc=_LAYER_SCALE)
     attention: Attention = spec_field("eager", doc=_ATTENTION, reported=_ATTENTION_REPORTED)
