@@ -225,8 +225,10 @@ def _check_keys(record: Mapping[str, Any], specs: Sequence[FieldSpec], where: st
             close = difflib.get_close_matches(key, names, n=2, cutoff=0.6)
             if close:
                 hints.append(f"{key!r}: did you mean {' or '.join(repr(c) for c in close)}?")
+        listed = ("pipeplan model --schema lists every field" if len(hints) == len(unknown)
+                  else f"allowed: {', '.join(names)}")
         hint = f" ({'; '.join(hints)})" if hints else ""
-        raise InvalidInputError(f"{where} has unknown keys {unknown}{hint}; allowed: {', '.join(names)}")
+        raise InvalidInputError(f"{where} has unknown keys {unknown}{hint}; {listed}")
     missing = [spec.name for spec in specs if spec.required and spec.name not in record]
     if missing:
         raise InvalidInputError(f"{where} lacks {', '.join(missing)}")
