@@ -259,7 +259,7 @@ class VisionEncoder:
 
 @dataclass(frozen=True)
 class Linear:
-    """One linear layer of a :class:`Projector` (in a file: ``[in_features, out_features]`` or ``[in, out, tokens]``)."""
+    """One linear layer of a projector (in a file: ``[in_features, out_features]`` or ``[in, out, tokens]``)."""
 
     in_features: int = spec_field(minimum=1, unit="channels", doc="input width.")
     out_features: int = spec_field(minimum=1, unit="channels", doc="output width.")
