@@ -115,6 +115,8 @@ COMPUTED = [
     Table("schedules.md", "schedule-table", "python benchmarks/schedule_table.py --write", _schedule_table),
     Table("presets.md", "preset-table", "python benchmarks/preset_table.py --write",
           lambda: benchmark("preset_table").block()),
+    Table("presets.md", "model-schema", "python benchmarks/model_schema.py --write",
+          lambda: benchmark("model_schema").block()),
     Table("planner.md", "planner-comm", "python benchmarks/comm_model.py --write",
           lambda: benchmark("comm_model").block()),
     Table("planner.md", "planner-walkthrough", "python benchmarks/planner.py --only walkthrough --write",

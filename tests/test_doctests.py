@@ -50,6 +50,7 @@ MODULES = [
     "pipeplan.profile_format",
     "pipeplan.dualrate.config",
     "pipeplan.models._schema",
+    "pipeplan.models.schema_docs",
     "pipeplan.engines._names",
 ]
 

@@ -111,5 +111,5 @@ def test_a_json_spec_records_paths_as_lists():
     names = layer_names_in_reference(ModelSpec.from_dict(payload))
     assert [n.fqns for n in names] == [("tok",), ("blocks.0",), ("blocks.1", "norm")]
     assert megatron_port(ModelSpec.from_dict(payload))  # every role is one of Megatron's (no loss layer needed)
-    with pytest.raises(InvalidInputError, match=re.escape("modules[0].fqn must be a list")):
+    with pytest.raises(InvalidInputError, match=re.escape("modules[0] (e).fqn must be a list")):
         ModelSpec.from_dict({"name": "m", "modules": [{**payload["modules"][0], "fqn": "tok"}]})

@@ -266,7 +266,7 @@ def block(**overrides):
 
 
 @pytest.mark.parametrize("module, match", [
-    (block(hidden_size=None), r"modules\[0\] \(transformer\) lacks hidden_size"),
+    (block(hidden_size=None), r"modules\[0\] \(llm\) lacks hidden_size"),
     (block(num_layers=-2), r"modules\[0\] \(llm\)\.num_layers must be an integer >= 1, got -2"),
     (block(seq_length=2.5), r"seq_length must be an integer >= 1, got 2.5"),
     (block(num_heads=6), r"num_heads = 6 must divide hidden_size = 64"),

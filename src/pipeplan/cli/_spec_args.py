@@ -20,7 +20,8 @@ from ..plan import Recompute
 from ._common import name_choice, renamed_flag
 
 __all__ = ["add_spec_arguments", "add_shape_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count",
-           "add_device_argument", "device_from_args", "add_mfu_argument", "recompute_of", "RECOMPUTE_CHOICES", "settle_spec_options"]
+           "add_device_argument", "device_from_args", "add_mfu_argument", "recompute_of", "RECOMPUTE_CHOICES", "settle_spec_options",
+           "defaults_assumption"]
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -173,3 +174,16 @@ def human_count(value: float) -> str:
         if abs(value) >= size:
             return f"{value / size:.3g}{unit}"
     return f"{value:.3g}"
+
+
+def defaults_assumption(args: argparse.Namespace, spec: ModelSpec | None = None) -> dict[str, str]:
+    """``{"model defaults": ...}``: the cost-changing defaults a ``--spec`` file left out; ``{}`` otherwise.
+
+    ``spec``: the spec already built from ``args`` (default: build it again).
+    """
+    from ..models.schema_docs import model_defaults
+
+    if not getattr(args, "spec", None):
+        return {}
+    text = model_defaults(spec if spec is not None else spec_from_args(args))
+    return {"model defaults": text} if text else {}

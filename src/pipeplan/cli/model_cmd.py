@@ -3,12 +3,14 @@
     $ pipeplan model --preset pi0 --gpu h100-80g --micro-batch-size 4
     $ pipeplan model --spec examples/model_spec.json --out shapes.json  # read by pipeplan partition
     $ pipeplan model --preset gr00t-n1 --by-module --json
+    $ pipeplan model --schema [--json]     # every field a spec file may give (docs/presets.md)
 
 Times are milliseconds per microbatch: each layer's kernels timed by the device
 model (docs/cost_model.md; ``--mfu`` switches to the flat model, every FLOP at
 that fraction of peak; ``--device FILE`` takes a ``pipeplan calibrate`` file).
 The file ``--out`` writes notes it was computed from shapes (which model, which
 device); it does not replace a measured profile (``pipeplan profile``) unless ``--force``.
+For a ``--spec`` file, the cost-changing defaults it left out are printed (``model defaults``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from ..models.layer_costs import layer_costs, layer_profile
 from ..profile_format import check_overwrite
 from ..units import format_bytes
 from ._common import make_console, print_json, report_written
-from ._spec_args import add_spec_arguments, device_from_args, human_count, recompute_of, settle_spec_options, spec_from_args
+from ._spec_args import (add_spec_arguments, defaults_assumption, device_from_args, human_count, recompute_of,
+                         settle_spec_options, spec_from_args)
 
 __all__ = ["register", "run"]
 
@@ -44,11 +47,16 @@ def register(subparsers: Any) -> None:
                         help="let --out replace a profile of another origin (one pipeplan profile measured)")
     parser.add_argument("--by-module", action="store_true", help="one row per module instead of per layer")
     parser.add_argument("--json", action="store_true", help="print the profile as JSON")
+    parser.add_argument("--schema", action="store_true",
+                        help="print the spec file schema (every module kind's fields, types, ranges, defaults) "
+                             "and exit; with --json as JSON")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan model``."""
+    if args.schema:
+        return _print_schema(args)
     settle_spec_options(args, applies=True)
     if args.spec:
         _check_spec_path(args.spec)
@@ -58,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     options = {"recompute": recompute_of(args, spec), "tensor_parallel": args.tp,
                "sequence_parallel": args.sequence_parallel}
     profile = layer_profile(spec, device, args.micro_batch_size, **options)
+    defaults = defaults_assumption(args, spec)
     notes = {"source": "shapes", "model": spec.name, "device": device.name, "microbatch_size": args.micro_batch_size,
              **options, **({"spec": args.spec} if args.spec else {"preset": args.preset})}
     costs = layer_costs(spec, args.micro_batch_size, **options)
@@ -73,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         kernels = [op for cost in costs for op in cost.ops]
         print_json({"model": spec.name, "device": device_fields(device), "cost_model": device.summary(),
                     "gemm_fallbacks": device.gemm_fallbacks(kernels), "achievable_flops": device.achievable_flops,
-                    "micro_batch_size": args.micro_batch_size, **options, "layers": records})
+                    "micro_batch_size": args.micro_batch_size, **options, **defaults, "layers": records})
         return 0
     rows = _by_module(records, costs) if args.by_module else records
     title = (f"{spec.name} on {device.name}, microbatch {args.micro_batch_size}, recompute {args.recompute}: "
@@ -95,6 +104,35 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"{profile.num_layers} layers; F {total_f:.4g} ms + backward {total_b:.4g} ms per microbatch; "
                   f"{human_count(params)} parameters, {human_count(trained)} trained"
                   + (" (a tied table counted once)" if profile.tied_groups else ""))
+    for key, text in defaults.items():
+        console.print(f"{key}: {text}", markup=False, highlight=False)
+    return 0
+
+
+def _print_schema(args: argparse.Namespace) -> int:
+    """``--schema``: the spec file schema, as tables or (``--json``) JSON; it takes no model or device."""
+    from ..models.schema_docs import NESTED, schema_json, schema_rows
+    from ..models.modules import MODULE_KINDS
+
+    given = [flag for flag, value in (("--preset", args.preset), ("--spec", args.spec), ("--out", args.out),
+                                      ("--by-module", args.by_module), ("--force", args.force)) if value]
+    if given:
+        raise InvalidInputError(f"--schema prints the spec file schema and takes no model: drop {', '.join(given)}")
+    settle_spec_options(args, applies=False, what="--schema")
+    if args.json:
+        print_json(schema_json())
+        return 0
+    console = make_console()
+    for kind, cls in [*MODULE_KINDS.items(), *NESTED.items()]:
+        table = Table(title=f"{kind} ({cls.__name__})", title_justify="left")
+        for column in ("field", "type", "default", "meaning"):
+            table.add_column(column, overflow="fold")
+        for row in schema_rows(cls):
+            table.add_row(*row)
+        console.print(table)
+    console.print("†: a default that changes the cost by more than a few percent; a spec file that leaves it out "
+                  "gets it listed under 'model defaults'. Booleans are JSON true/false only. docs/presets.md has "
+                  "the same tables.", markup=False, highlight=False)
     return 0
 
 

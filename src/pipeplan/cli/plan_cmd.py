@@ -41,7 +41,7 @@ from ._common import make_console, memory_size, name_choice, output_path, positi
 from ._export_args import add_export_arguments, check_export_args, check_export_model, emit_export, reference_names
 from ._engine_args import add_engine_arguments, engine_assumptions, engine_workload
 from ..hardware.device_file import device_fields
-from ._spec_args import add_device_argument, add_mfu_argument, device_from_args, spec_from_args
+from ._spec_args import add_device_argument, add_mfu_argument, defaults_assumption, device_from_args, spec_from_args
 
 __all__ = ["register", "run"]
 
@@ -282,6 +282,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         "messages": _SENDS[args.send],
         "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",
         **engine_assumptions(args),
+        **defaults_assumption(args),
     }
 
 

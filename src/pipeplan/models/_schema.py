@@ -1,4 +1,4 @@
-"""A :class:`~pipeplan.models.spec.ModelSpec`'s file schema: module records to and from dicts, field checks, files.
+"""A :class:`~pipeplan.models.spec.ModelSpec`'s file schema: the fields, their checks, module records to and from dicts.
 
     >>> from pipeplan.models._schema import module_record, modules_from_payload
     >>> from pipeplan.models.modules import Embedding
@@ -8,18 +8,26 @@
     >>> modules_from_payload({"name": "m", "modules": [record]})
     (Embedding(name='tokens', vocab_size=32000, hidden_size=2048, tokens=256, ...),)
 
-The schema (documented in docs/presets.md): ``{"name", "description", "modules": [record, ...]}``,
-each record a module's ``kind`` (a key of :data:`~pipeplan.models.modules.MODULE_KINDS`) and
-the fields that differ from their defaults. Every loader error names the record
-(``modules[2] (vision)``), the field and what is allowed. The loaders check the keys;
-:func:`check_module` (run by ``ModelSpec`` on construction) checks the values. torch-free.
+The schema is generated from the module dataclasses of :mod:`pipeplan.models.modules`: each
+field's annotation is its type, its metadata (:func:`~pipeplan.models.modules.spec_field`) its
+range, unit, meaning and whether leaving it out is reported (:func:`field_specs`). A file is
+``{"name", "description", "modules": [record, ...]}``, each record a module's ``kind`` (a key of
+:data:`~pipeplan.models.modules.MODULE_KINDS`) and its fields. Checks are strict: a boolean is
+JSON ``true``/``false`` only (never ``"false"``, ``"yes"`` or ``0``), an integer is a JSON integer
+in its range (never ``"4096"`` or ``4.0``), an unknown key is refused with its close matches.
+Every error is one line naming the record (``modules[2] (llm)``), the field and what is allowed.
+:func:`check_module` (run by ``ModelSpec`` on construction) applies the same field checks to modules
+built in Python, then the checks across fields. torch-free.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import types
+import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +35,6 @@ from .._files import read_text
 from ..errors import InvalidInputError
 from .modules import (
     MODULE_KINDS,
-    NORM_PARAMS,
     ROLES,
     CrossAttention,
     Linear,
@@ -37,25 +44,227 @@ from .modules import (
     VisionEncoder,
 )
 
-__all__ = ["check_module", "module_from_record", "module_record", "modules_from_payload", "read_payload"]
+__all__ = ["FieldSpec", "check_module", "field_specs", "module_from_record", "module_record",
+           "modules_from_payload", "read_payload", "reported_defaults"]
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field of a module kind as the schema states it (from the dataclass field and its metadata).
+
+    ``base`` is the annotation without ``None``; ``optional``: ``null`` is allowed.
+    """
+
+    name: str
+    base: Any
+    optional: bool
+    required: bool
+    default: Any
+    minimum: int | None
+    maximum: int | None
+    unit: str
+    doc: str
+    reported: str
+
+    def expects(self) -> str:
+        """What a value must be, in words (``an integer >= 1``, ``true or false``), for messages and docs."""
+        text = _expects(self.base, self.minimum, self.maximum)
+        return text + (" or null" if self.optional else "")
+
+    def json_default(self) -> Any:
+        """The default as a file writes it (``None`` → ``null``; a tuple → a list)."""
+        return _to_json(self.default)
+
+
+_SPECS: dict[type, tuple[FieldSpec, ...]] = {}
+
+
+def field_specs(cls: type) -> tuple[FieldSpec, ...]:
+    """The schema of a module kind (or of :class:`CrossAttention` / :class:`Linear`), in field order."""
+    if cls not in _SPECS:
+        _SPECS[cls] = _read_specs(cls)
+    return _SPECS[cls]
+
+
+def _read_specs(cls: type) -> tuple[FieldSpec, ...]:
+    hints = typing.get_type_hints(cls)
+    specs = []
+    for item in fields(cls):
+        base, optional = _strip_none(hints[item.name])
+        meta = item.metadata
+        specs.append(FieldSpec(
+            name=item.name, base=base, optional=optional, required=item.default is MISSING,
+            default=None if item.default is MISSING else item.default, minimum=meta.get("min"),
+            maximum=meta.get("max"), unit=meta.get("unit", ""), doc=meta.get("doc", ""),
+            reported=meta.get("reported", ""),
+        ))
+    return tuple(specs)
+
+
+def _strip_none(annotation: Any) -> tuple[Any, bool]:
+    """``(annotation without None, whether None is allowed)``."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(args) != len(typing.get_args(annotation)):
+            return (args[0] if len(args) == 1 else typing.Union[tuple(args)]), True
+    return annotation, False
+
+
+def _bound_text(minimum: int | None, maximum: int | None) -> str:
+    parts = ([f">= {minimum}"] if minimum is not None else []) + ([f"<= {maximum}"] if maximum is not None else [])
+    return (" " + " and ".join(parts)) if parts else ""
+
+
+def _expects(base: Any, minimum: int | None, maximum: int | None) -> str:
+    origin, args = typing.get_origin(base), typing.get_args(base)
+    if base is bool:
+        return "true or false (a JSON boolean)"
+    if base is int:
+        return "an integer" + _bound_text(minimum, maximum)
+    if base is str:
+        return "a non-empty string"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(str(arg) for arg in args)
+    if base is CrossAttention:
+        return "an object {source, every, kv_hidden_size}"
+    if origin is tuple and args == (str, ...):
+        return "a list of strings"
+    if origin is tuple and args == (Linear, ...):
+        return "a non-empty list of [in_features, out_features] or [in_features, out_features, tokens]"
+    if origin is tuple and all(arg is int for arg in args):
+        return f"{len(args)} integers" + _bound_text(minimum, maximum)
+    raise TypeError(f"no schema rule for {base!r}")  # a new annotation needs a rule here
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _fail(where: str, spec: FieldSpec, value: Any) -> InvalidInputError:
+    return InvalidInputError(f"{where}.{spec.name} must be {spec.expects()}, got {value!r}")
+
+
+def _in_range(value: int, spec: FieldSpec) -> bool:
+    return (spec.minimum is None or value >= spec.minimum) and (spec.maximum is None or value <= spec.maximum)
+
+
+def check_field(spec: FieldSpec, value: Any, where: str) -> None:
+    """Raise :class:`InvalidInputError` (``{where}.{field} must be ..., got ...``) unless ``value`` fits ``spec``.
+
+    Takes a file's values (lists, objects) and Python's (tuples, :class:`CrossAttention`, :class:`Linear`).
+    """
+    if value is None:
+        if spec.optional:
+            return
+        raise _fail(where, spec, value)
+    base = spec.base
+    origin, args = typing.get_origin(base), typing.get_args(base)
+    if base is bool:
+        ok = value is True or value is False
+    elif base is int:
+        ok = _is_int(value) and _in_range(value, spec)
+    elif base is str:
+        ok = isinstance(value, str) and bool(value)
+    elif origin is typing.Literal:
+        ok = isinstance(value, str) and value in args
+    elif base is CrossAttention:
+        _check_object(CrossAttention, value, f"{where}.{spec.name}")
+        return
+    elif origin is tuple and args == (Linear, ...):
+        ok = isinstance(value, (list, tuple)) and bool(value)
+        if ok:
+            for index, layer in enumerate(value):
+                _check_linear(layer, f"{where}.{spec.name}[{index}]")
+    elif origin is tuple and args == (str, ...):
+        ok = isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+    elif origin is tuple:  # a fixed number of integers
+        ok = (isinstance(value, (list, tuple)) and len(value) == len(args)
+              and all(_is_int(item) and _in_range(item, spec) for item in value))
+    else:
+        raise TypeError(f"no schema rule for {base!r}")
+    if not ok:
+        raise _fail(where, spec, value)
+
+
+def _check_object(cls: type, value: Any, where: str) -> None:
+    """A nested record (``cross_attention``): an instance of ``cls`` or an object with its keys."""
+    specs = field_specs(cls)
+    if isinstance(value, cls):
+        for spec in specs:
+            check_field(spec, getattr(value, spec.name), where)
+        return
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{where} must be an object with {', '.join(s.name for s in specs)}, got {value!r}")
+    _check_keys(value, specs, where)
+    for spec in specs:
+        if spec.name in value:
+            check_field(spec, value[spec.name], where)
+
+
+def _check_linear(layer: Any, where: str) -> None:
+    """One ``linears`` entry: a :class:`Linear` or ``[in_features, out_features(, tokens)]``."""
+    specs = field_specs(Linear)
+    if isinstance(layer, Linear):
+        values = [getattr(layer, spec.name) for spec in specs]
+    elif isinstance(layer, (list, tuple)) and 2 <= len(layer) <= 3:
+        values = list(layer) + [None] * (3 - len(layer))
+    else:
+        raise InvalidInputError(f"{where} must be [in_features, out_features] or [in_features, out_features, "
+                                f"tokens], got {layer!r}")
+    for spec, value in zip(specs, values):
+        check_field(spec, value, where)
+
+
+def _check_keys(record: Mapping[str, Any], specs: Sequence[FieldSpec], where: str, extra: tuple[str, ...] = ()) -> None:
+    """Unknown keys (with their close matches) and missing required ones."""
+    names = [spec.name for spec in specs]
+    unknown = sorted(str(key) for key in record if key not in names and key not in extra)
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, names, n=2, cutoff=0.6)
+            if close:
+                hints.append(f"{key!r}: did you mean {' or '.join(repr(c) for c in close)}?")
+        listed = ("pipeplan model --schema lists every field" if len(hints) == len(unknown)
+                  else f"allowed: {', '.join(names)}")
+        hint = f" ({'; '.join(hints)})" if hints else ""
+        raise InvalidInputError(f"{where} has unknown keys {unknown}{hint}; {listed}")
+    missing = [spec.name for spec in specs if spec.required and spec.name not in record]
+    if missing:
+        raise InvalidInputError(f"{where} lacks {', '.join(missing)}")
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, CrossAttention):
+        return {spec.name: _to_json(getattr(value, spec.name)) for spec in field_specs(CrossAttention)}
+    if isinstance(value, Linear):
+        return [value.in_features, value.out_features] + ([value.tokens] if value.tokens else [])
+    if isinstance(value, tuple):
+        return [_to_json(item) for item in value]
+    return value
+
+
+def _from_json(spec: FieldSpec, value: Any) -> Any:
+    """A checked file value as the dataclass holds it (lists → tuples, objects → records)."""
+    if value is None:
+        return None
+    if spec.base is CrossAttention:
+        return value if isinstance(value, CrossAttention) else CrossAttention(**value)
+    if typing.get_origin(spec.base) is tuple:
+        if typing.get_args(spec.base) == (Linear, ...):
+            return tuple(layer if isinstance(layer, Linear) else Linear(*layer) for layer in value)
+        return tuple(value)
+    return value
 
 
 def module_record(module: Module) -> dict[str, Any]:
     """One module as a JSON-ready record: its ``kind`` and every field that differs from its default."""
     record: dict[str, Any] = {"kind": module.kind}
-    for item in fields(module):
-        value = getattr(module, item.name)
-        default = item.default
-        if value == default:
+    for spec in field_specs(type(module)):
+        value = getattr(module, spec.name)
+        if not spec.required and value == spec.default:
             continue
-        if isinstance(value, CrossAttention):
-            value = {k.name: getattr(value, k.name) for k in fields(value)}
-        elif isinstance(value, tuple) and value and isinstance(value[0], Linear):
-            value = [[layer.in_features, layer.out_features] + ([layer.tokens] if layer.tokens else [])
-                     for layer in value]
-        elif isinstance(value, tuple):
-            value = list(value)
-        record[item.name] = value
+        record[spec.name] = _to_json(value)
     return record
 
 
@@ -66,10 +275,24 @@ def modules_from_payload(payload: Any) -> tuple[Module, ...]:
     unknown = set(payload) - {"name", "description", "modules"}
     if unknown:
         raise InvalidInputError(f"a model spec has unknown keys {sorted(unknown)}; allowed: name, description, modules")
+    for key in ("name", "description"):
+        if key in payload and not isinstance(payload[key], str):
+            raise InvalidInputError(f"a model spec's {key} must be a string, got {payload[key]!r}")
     raw = payload["modules"]
     if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)) or not raw:
         raise InvalidInputError("modules must be a non-empty list of objects")
     return tuple(module_from_record(record, position) for position, record in enumerate(raw))
+
+
+def reported_defaults(payload: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Per module name, the fields a (checked) payload leaves out whose default is reported (``FieldSpec.reported``)."""
+    left: dict[str, tuple[str, ...]] = {}
+    for record in payload["modules"]:
+        names = tuple(spec.name for spec in field_specs(MODULE_KINDS[record["kind"]])
+                      if spec.reported and spec.name not in record)
+        if names:
+            left[record["name"]] = names
+    return left
 
 
 def read_payload(file: Path) -> Any:
@@ -98,7 +321,11 @@ def read_payload(file: Path) -> Any:
 
 
 def module_from_record(record: Any, position: int) -> Module:
-    """The module of one record of a spec's ``modules`` list (``position``: its index, for messages)."""
+    """The module of one record of a spec's ``modules`` list (``position``: its index, for messages).
+
+    Every field is checked against the schema here (so a message can name the module before it is
+    built); :func:`check_module` then checks across fields.
+    """
     where = f"modules[{position}]"
     if not isinstance(record, Mapping):
         raise InvalidInputError(f"{where} must be an object, got {record!r}")
@@ -106,37 +333,16 @@ def module_from_record(record: Any, position: int) -> Module:
     if kind not in MODULE_KINDS:
         raise InvalidInputError(f"{where}.kind must be one of {', '.join(MODULE_KINDS)}, got {kind!r}")
     cls = MODULE_KINDS[kind]
-    names = {item.name for item in fields(cls)}
-    unknown = set(record) - names - {"kind"}
-    if unknown:
-        raise InvalidInputError(f"{where} ({kind}) has unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(names))}")
-    required = [item.name for item in fields(cls)
-                if item.default is MISSING and item.default_factory is MISSING and item.name not in record]
-    if required:
-        raise InvalidInputError(f"{where} ({kind}) lacks {', '.join(required)}")
-    values = {key: value for key, value in record.items() if key != "kind"}
-    if "cross_attention" in values and values["cross_attention"] is not None:
-        cross = values["cross_attention"]
-        if not isinstance(cross, Mapping) or "source" not in cross:
-            raise InvalidInputError(f"{where}.cross_attention must be an object with a 'source'")
-        values["cross_attention"] = CrossAttention(**{k: cross[k] for k in cross if k in ("source", "every", "kv_hidden_size")})
-    if "linears" in values:
-        try:
-            values["linears"] = tuple(Linear(*[int(x) for x in item]) for item in values["linears"])
-        except (TypeError, ValueError):
-            raise InvalidInputError(f"{where}.linears must be a list of [in_features, out_features(, tokens)]") from None
-    for key in ("inputs", "adaptive_norm", "fqn", "fqn_first", "fqn_last"):
-        if key in values and values[key] is not None:
-            if isinstance(values[key], (str, bytes)) or not isinstance(values[key], Sequence):
-                raise InvalidInputError(f"{where}.{key} must be a list, got {values[key]!r}")
-            values[key] = tuple(values[key])
-    return cls(**values)
-
-
-_INT_FIELDS = ("num_layers", "hidden_size", "num_heads", "seq_length", "ffn_hidden_size", "image_size",
-               "patch_size", "cameras", "frames", "channels", "vocab_size", "tokens", "repeats", "sequences")
-_OPTIONAL_INT_FIELDS = ("num_kv_heads", "head_dim", "output_tokens", "output_width", "position_tokens")
-_NON_NEGATIVE_FIELDS = ("extra_tokens", "norm_params", "extra_params", "position_tokens")
+    specs = field_specs(cls)
+    name = record.get("name")
+    label = f"{where} ({name})" if isinstance(name, str) and name else f"{where} ({kind})"
+    _check_keys(record, specs, label, extra=("kind",))
+    values = {}
+    for spec in specs:
+        if spec.name in record:
+            check_field(spec, record[spec.name], label)
+            values[spec.name] = _from_json(spec, record[spec.name])
+    return typing.cast(Module, cls(**values))
 
 
 def check_module(module: Any, position: int) -> None:
@@ -147,19 +353,8 @@ def check_module(module: Any, position: int) -> None:
     if not isinstance(label, str) or not label:
         raise InvalidInputError(f"modules[{position}].name must be a non-empty string, got {label!r}")
     where = f"modules[{position}] ({label})"
-    for key in _INT_FIELDS + _OPTIONAL_INT_FIELDS + _NON_NEGATIVE_FIELDS:
-        if not hasattr(module, key):
-            continue
-        value = getattr(module, key)
-        if value is None and key in _OPTIONAL_INT_FIELDS:
-            continue
-        minimum = 0 if key in _NON_NEGATIVE_FIELDS else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidInputError(f"{where}.{key} must be an integer >= {minimum}, got {value!r}")
-    if hasattr(module, "norm") and module.norm not in NORM_PARAMS:
-        raise InvalidInputError(f"{where}.norm must be one of {', '.join(NORM_PARAMS)}, got {module.norm!r}")
-    if hasattr(module, "attention") and module.attention not in ("eager", "flash"):
-        raise InvalidInputError(f"{where}.attention must be 'eager' or 'flash', got {module.attention!r}")
+    for spec in field_specs(type(module)):
+        check_field(spec, getattr(module, spec.name), where)
     if isinstance(module, (TransformerStack, VisionEncoder)):
         heads = module.num_heads
         head_dim = getattr(module, "head_dim", None)
@@ -175,31 +370,7 @@ def check_module(module: Any, position: int) -> None:
         raise InvalidInputError(
             f"{where}.image_size = {module.image_size} must be a multiple of patch_size = {module.patch_size}"
         )
-    if isinstance(module, TransformerStack):
-        ada = module.adaptive_norm
-        if len(ada) != 2 or any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in ada):
-            raise InvalidInputError(f"{where}.adaptive_norm must be two integers >= 0, got {ada!r}")
-        cross = module.cross_attention
-        if cross is not None:
-            if isinstance(cross.every, bool) or not isinstance(cross.every, int) or cross.every < 1:
-                raise InvalidInputError(f"{where}.cross_attention.every must be an integer >= 1, got {cross.every!r}")
-            kv_width = cross.kv_hidden_size
-            if kv_width is not None and (isinstance(kv_width, bool) or not isinstance(kv_width, int) or kv_width < 1):
-                raise InvalidInputError(f"{where}.cross_attention.kv_hidden_size must be an integer >= 1, got {kv_width!r}")
-    if isinstance(module, Projector):
-        if not module.linears:
-            raise InvalidInputError(f"{where}.linears must list at least one linear layer")
-        for index, layer in enumerate(module.linears):
-            for key in ("in_features", "out_features"):
-                value = getattr(layer, key)
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise InvalidInputError(f"{where}.linears[{index}].{key} must be an integer >= 1, got {value!r}")
-    for key in ("frozen",):
-        if not isinstance(getattr(module, key), bool):
-            raise InvalidInputError(f"{where}.{key} must be true or false, got {getattr(module, key)!r}")
     _check_paths(module, where)
-
-
 def _check_paths(module: Any, where: str) -> None:
     """The reference paths (``fqn``, ``fqn_first``, ``fqn_last``) and ``role`` of a module."""
     repeated = isinstance(module, (TransformerStack, VisionEncoder))

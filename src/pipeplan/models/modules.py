@@ -1,18 +1,23 @@
-"""The module kinds a :class:`~pipeplan.models.spec.ModelSpec` is made of (shapes only).
+"""The module kinds a :class:`~pipeplan.models.spec.ModelSpec` is made of (shapes only), and their schema.
 
     from pipeplan.models.modules import TransformerStack, VisionEncoder
     vision = VisionEncoder(name="vision", image_size=224, patch_size=14, num_layers=27, hidden_size=1152,
                            num_heads=16, ffn_hidden_size=4304, cameras=3)
     vision.tokens    # 768
 
-Frozen dataclasses with keyword fields; validation happens when a ``ModelSpec``
-is built. See :mod:`pipeplan.models.layer_costs` for what each field costs.
+Frozen dataclasses with keyword fields. **Each field's metadata is the one source of the
+model schema**: its type (the annotation), range (``min`` / ``max``), unit, meaning (``doc``)
+and, for a default that changes the cost by more than a few percent, the words a plan's
+assumptions use when a spec file leaves it out (``reported``). :mod:`pipeplan.models._schema`
+turns it into the checks (run when a ``ModelSpec`` is built or a spec file is read), the field
+table of docs/presets.md (``benchmarks/model_schema.py --write``) and ``pipeplan model --schema``.
+See :mod:`pipeplan.models.layer_costs` for what each field costs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Union
+from dataclasses import MISSING, dataclass, field
+from typing import Any, Literal, Union
 
 __all__ = [
     "ACTIVATION_BYTES",
@@ -31,6 +36,7 @@ __all__ = [
     "TransformerStack",
     "VisionEncoder",
     "layer_depth",
+    "spec_field",
 ]
 
 #: Bytes of one activation element (bf16 / fp16 training).
@@ -46,101 +52,119 @@ Role = Literal["embedding", "decoder", "loss", "other"]
 ROLES: tuple[str, ...] = ("embedding", "decoder", "loss", "other")
 
 
-@dataclass(frozen=True)
-class CrossAttention:
-    """Cross-attention from a stack to another module's output.
+def spec_field(default: Any = MISSING, *, doc: str, minimum: int | None = None, maximum: int | None = None,
+               unit: str = "", reported: str = "") -> Any:
+    """A module field with its schema metadata (the one source of checks, docs and ``model --schema``).
 
     Args:
-        source: name of the module whose output tokens are the keys/values.
-        every: layer ``i`` cross-attends when ``i % every == 0`` and self-attends
-            otherwise (GR00T N1's DiT interleaves: ``every=2``). The cross layer
-            replaces the self-attention of that layer.
-        kv_hidden_size: width of the source features the K/V projections read;
-            default the source module's output width.
+        default: the value when a spec leaves the field out (none: the field is required).
+        doc: what the field means (one or two sentences; markdown code spans allowed).
+        minimum, maximum: the allowed range of an integer field (of each entry of a pair).
+        unit: what an integer counts (``"tokens"``, ``"pixels"``).
+        reported: for a default that changes the cost by more than a few percent, what it
+            assumes, in words (``"eager (scores stored, not FlashAttention)"``); a spec file that leaves the field out has it listed in the
+            plan's ``model defaults`` assumption.
+    """
+    metadata = {"doc": doc, "min": minimum, "max": maximum, "unit": unit, "reported": reported}
+    if default is MISSING:
+        return field(metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+# Field texts shared by several kinds (one wording each).
+_NAME = "unique module name (other modules' `inputs`, `cross_attention.source`, `joint_with`, `tied_to` name it)."
+_INPUTS = "names of the modules whose outputs this one reads; `null`: the previous module, `[]`: data only."
+_REPEATS = ("training samples of the module per example (CogACT's 8 noise samples); inference denoising "
+            "steps never enter the training cost.")
+_FROZEN = "no weight gradients and no optimizer state (W = 0)."
+_FQN = ("the module paths of one block in the reference code, each a template with `{i}` for the block index "
+        "(`[\"model.layers.{i}\"]`; a one-block stack may give a plain path); `null`: not recorded "
+        "(engine exports name it `name.i`).")
+_FQN_ONE = "the reference code's module paths of this layer (no `{i}`); `null`: not recorded."
+_ROLE = ("what the layers are to Megatron-LM: `embedding`, `decoder`, `loss` or `other`; needs `fqn`.")
+_ATTENTION = ("`eager`: the attention scores are materialised (Megatron-LM's local core attention, "
+              "Korthikanti et al.'s activation counts; `selective` recompute recomputes them); `flash`: "
+              "FlashAttention (the scores never reach memory, the backward kernel recomputes them).")
+_ATTENTION_REPORTED = "eager (scores stored, not FlashAttention)"
+_GATED = "a gated MLP (SwiGLU / GeGLU: three `h × f` matrices) instead of two."
+_GATED_REPORTED = "false (two-matrix MLP, not SwiGLU/GeGLU)"
+_NORM = "`layernorm` (scale + bias), `rmsnorm` (scale) or `none` (no parameters); two per block."
+_LAYER_SCALE = "per-channel scales after attention and MLP (DINOv2), `2h` parameters."
+
+
+@dataclass(frozen=True)
+class CrossAttention:
+    """Cross-attention from a stack to another module's output (a stack's ``cross_attention`` object).
+
+    The cross layer replaces the self-attention of that layer.
     """
 
-    source: str
-    every: int = 1
-    kv_hidden_size: int | None = None
+    source: str = spec_field(doc="name of the module whose output tokens are the keys and values.")
+    every: int = spec_field(1, minimum=1, unit="layers",
+                            doc="layer `i` cross-attends when `i % every == 0` and self-attends otherwise "
+                                "(GR00T N1's DiT interleaves: 2).")
+    kv_hidden_size: int | None = spec_field(None, minimum=1, unit="channels",
+                                            doc="width of the source features the K/V projections read; "
+                                                "default the source module's output width.")
 
 
 @dataclass(frozen=True)
 class TransformerStack:
-    """``num_layers`` identical pre-norm transformer blocks.
+    """``num_layers`` identical pre-norm transformer blocks (one pipeline layer each; a joint pair: one per depth).
 
-    Args:
-        name: unique module name.
-        num_layers, hidden_size, num_heads: depth ``L``, width ``h``, query heads ``a``.
-        seq_length: tokens per attention sequence ``s``.
-        ffn_hidden_size: MLP width ``f``.
-        num_kv_heads: key/value heads (default ``num_heads``; 1 = MQA).
-        head_dim: per-head width (default ``h / a``, which must then be whole).
-        gated_mlp: a gated MLP (SwiGLU / GeGLU: three ``h × f`` matrices) instead of two.
-        norm: ``"layernorm"`` (scale + bias), ``"rmsnorm"`` (scale) or ``"none"``
-            (a norm without parameters); two per block.
-        bias: every linear layer has a bias.
-        dropout: dropout after attention probabilities, attention and MLP (masks stored).
-        causal: each token attends only to earlier ones (a decoder LM): a flash kernel
-            skips half the score blocks (time only; the FLOP convention counts all).
-        attention: ``"eager"`` (default: the scores are materialised, as in
-            Megatron-LM's local core attention and Korthikanti et al.'s activation
-            counts; ``"selective"`` recompute recomputes them) or ``"flash"``
-            (FlashAttention: the scores never reach memory, with or without
-            recompute, and the backward kernel recomputes them).
-        layer_scale: per-channel scales after attention and MLP (DINOv2), ``2h`` parameters.
-        adaptive_norm: ``(k1, k2)``: the two norms are modulated by a per-sample
-            condition of width ``h`` through ``Linear(h, k·h)`` (π0.5's adaRMSNorm:
-            ``(3, 3)``; GR00T's DiT AdaLayerNorm: ``(2, 0)``).
-        final_norm: a norm after the last block (its parameters go to the last layer).
-        final_norm_adaptive: ``k`` when that final norm is modulated like the others
-            (π0.5: 3): ``Linear(h, k·h)`` replaces its scale.
-        sequences: attention sequences per example (cameras for a per-image encoder).
-        output_tokens: tokens per example the next module reads (default all;
-            CogACT's DiT reads one cognition token).
-        cross_attention: see :class:`CrossAttention`.
-        joint_with: name of the stack listed right before this one whose layer
-            ``i`` runs together with this stack's layer ``i``: this stack's queries
-            attend to that stack's keys/values of the same layer too (π0's action
-            expert and Gemma). The pair forms one pipeline layer per depth.
-        inputs, repeats, frozen: see the module doc.
-        fqn: the module paths of one block in the reference code, each a template with
-            ``{i}`` for the block index (``("model.layers.{i}",)``; a one-block stack may give a
-            plain path); ``None``: not recorded
-            (:mod:`pipeplan.engines._names` generates ``name.i``).
-        fqn_first, fqn_last: paths (no ``{i}``) that belong with the first / last block's
-            pipeline layer (a final norm: ``("model.norm",)``).
-        role: what the blocks are to Megatron-LM (:data:`Role`); needs ``fqn``.
+    Fields: see each field's ``doc`` (``pipeplan model --schema``, docs/presets.md).
     """
 
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    seq_length: int
-    ffn_hidden_size: int
-    num_kv_heads: int | None = None
-    head_dim: int | None = None
-    gated_mlp: bool = False
-    norm: Norm = "layernorm"
-    bias: bool = False
-    dropout: bool = False
-    causal: bool = False
-    attention: Attention = "eager"
-    layer_scale: bool = False
-    adaptive_norm: tuple[int, int] = (0, 0)
-    final_norm: bool = False
-    final_norm_adaptive: int = 0
-    sequences: int = 1
-    output_tokens: int | None = None
-    cross_attention: CrossAttention | None = None
-    joint_with: str | None = None
-    inputs: tuple[str, ...] | None = None
-    repeats: int = 1
-    frozen: bool = False
-    fqn: tuple[str, ...] | None = None
-    fqn_first: tuple[str, ...] | None = None
-    fqn_last: tuple[str, ...] | None = None
-    role: Role | None = None
+    name: str = spec_field(doc=_NAME)
+    num_layers: int = spec_field(unit="blocks", doc="depth `L`.", minimum=1)
+    hidden_size: int = spec_field(unit="channels", doc="width `h`.", minimum=1)
+    num_heads: int = spec_field(unit="heads", doc="query heads `a`.", minimum=1)
+    seq_length: int = spec_field(unit="tokens", doc="tokens per attention sequence `s`.", minimum=1)
+    ffn_hidden_size: int = spec_field(unit="channels", doc="MLP width `f`.", minimum=1)
+    num_kv_heads: int | None = spec_field(None, minimum=1, unit="heads",
+                                          doc="key/value heads (GQA; 1 = MQA); must divide `num_heads`.",
+                                          reported="num_heads (no GQA)")
+    head_dim: int | None = spec_field(None, minimum=1, unit="channels",
+                                      doc="per-head width; default `h / a`, which must then be whole.")
+    gated_mlp: bool = spec_field(False, doc=_GATED, reported=_GATED_REPORTED)
+    norm: Norm = spec_field("layernorm", doc=_NORM)
+    bias: bool = spec_field(False, doc="every linear layer has a bias.")
+    dropout: bool = spec_field(False, doc="dropout after attention probabilities, attention and MLP (masks stored).",
+                               reported="false (no dropout masks)")
+    causal: bool = spec_field(False, doc="each token attends only to earlier ones (a decoder LM): a flash kernel "
+                                         "skips half the score blocks (time only; the FLOP convention counts all).",
+                              reported="false (bidirectional attention)")
+    attention: Attention = spec_field("eager", doc=_ATTENTION, reported=_ATTENTION_REPORTED)
+    layer_scale: bool = spec_field(False, doc=_LAYER_SCALE)
+    adaptive_norm: tuple[int, int] = spec_field(
+        (0, 0), minimum=0, unit="× h",
+        doc="`[k1, k2]`: the two norms are modulated by a per-sample condition of width `h` through "
+            "`Linear(h, k·h)` (π0.5's adaRMSNorm: `[3, 3]`; GR00T's DiT AdaLayerNorm: `[2, 0]`).")
+    final_norm: bool = spec_field(False, doc="a norm after the last block (its parameters go to the last layer).")
+    final_norm_adaptive: int = spec_field(0, minimum=0, unit="× h",
+                                          doc="`k` when that final norm is modulated like the others (π0.5: 3): "
+                                              "`Linear(h, k·h)` replaces its scale.")
+    sequences: int = spec_field(1, minimum=1, unit="sequences",
+                                doc="attention sequences per example (cameras for a per-image encoder).")
+    output_tokens: int | None = spec_field(None, minimum=1, unit="tokens",
+                                           doc="tokens per example the next module reads; default all "
+                                               "(CogACT's DiT reads one cognition token).")
+    cross_attention: CrossAttention | None = spec_field(
+        None, doc="an object `{source, every, kv_hidden_size}`: cross-attention to another module's output.")
+    joint_with: str | None = spec_field(
+        None, doc="name of the stack listed right before this one whose layer `i` runs together with this "
+                  "stack's layer `i`: this stack's queries attend to that stack's keys/values of the same "
+                  "layer too (π0's action expert and Gemma). The pair forms one pipeline layer per depth.")
+    inputs: tuple[str, ...] | None = spec_field(None, doc=_INPUTS)
+    repeats: int = spec_field(1, minimum=1, unit="samples", doc=_REPEATS)
+    frozen: bool = spec_field(False, doc=_FROZEN)
+    fqn: tuple[str, ...] | None = spec_field(None, doc=_FQN)
+    fqn_first: tuple[str, ...] | None = spec_field(
+        None, doc="paths (no `{i}`) that belong with the first block's pipeline layer; needs `fqn`.")
+    fqn_last: tuple[str, ...] | None = spec_field(
+        None, doc="paths (no `{i}`) that belong with the last block's pipeline layer (a final norm: "
+                  "`[\"model.norm\"]`); needs `fqn`.")
+    role: Role | None = spec_field(None, doc=_ROLE)
 
     kind = "transformer"
 
@@ -166,50 +190,44 @@ class TransformerStack:
 
 @dataclass(frozen=True)
 class VisionEncoder:
-    """A ViT over ``cameras · frames`` images; each image is one attention sequence.
+    """A ViT over ``cameras · frames`` images, each image one attention sequence (patch embedding + one layer per block).
 
-    Args:
-        image_size, patch_size: pixels; ``image_size`` must be a multiple of ``patch_size``.
-        cameras, frames: images per example.
-        channels: input channels (3).
-        extra_tokens: class / register tokens per image kept through the blocks
-            (DINOv2 with registers: 5) and dropped from the output.
-        position_tokens: learned position embeddings (default one per patch).
-        map_head: the checkpoint holds a SigLIP attention-pooling head that the
-            model does not run (its parameters count, its FLOPs do not).
-        final_norm: a norm after the blocks (default True).
-        fqn, fqn_first, fqn_last, role: the reference code's module paths as in
-            :class:`TransformerStack`: ``fqn`` templates name block ``{i}`` (pipeline layer
-            ``1 + i``), ``fqn_first`` the patch-embedding layer, ``fqn_last`` goes with the last block.
-        Other block fields as in :class:`TransformerStack` (bias default True).
+    Fields: see each field's ``doc`` (``pipeplan model --schema``, docs/presets.md).
     """
 
-    name: str
-    image_size: int
-    patch_size: int
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    ffn_hidden_size: int
-    cameras: int = 1
-    frames: int = 1
-    channels: int = 3
-    extra_tokens: int = 0
-    position_tokens: int | None = None
-    norm: Norm = "layernorm"
-    bias: bool = True
-    gated_mlp: bool = False
-    layer_scale: bool = False
-    attention: Attention = "eager"
-    map_head: bool = False
-    final_norm: bool = True
-    inputs: tuple[str, ...] | None = ()
-    repeats: int = 1
-    frozen: bool = False
-    fqn: tuple[str, ...] | None = None
-    fqn_first: tuple[str, ...] | None = None
-    fqn_last: tuple[str, ...] | None = None
-    role: Role | None = None
+    name: str = spec_field(doc=_NAME)
+    image_size: int = spec_field(unit="pixels", doc="image side; a multiple of `patch_size`.", minimum=1)
+    patch_size: int = spec_field(unit="pixels", doc="patch side.", minimum=1)
+    num_layers: int = spec_field(unit="blocks", doc="depth `L`.", minimum=1)
+    hidden_size: int = spec_field(unit="channels", doc="width `h`.", minimum=1)
+    num_heads: int = spec_field(unit="heads", doc="attention heads `a`.", minimum=1)
+    ffn_hidden_size: int = spec_field(unit="channels", doc="MLP width `f`.", minimum=1)
+    cameras: int = spec_field(1, minimum=1, unit="images", doc="images per example (one per camera).")
+    frames: int = spec_field(1, minimum=1, unit="images", doc="frames per camera per example.")
+    channels: int = spec_field(3, minimum=1, unit="channels", doc="input image channels.")
+    extra_tokens: int = spec_field(0, minimum=0, unit="tokens",
+                                   doc="class / register tokens per image kept through the blocks "
+                                       "(DINOv2 with registers: 5) and dropped from the output.")
+    position_tokens: int | None = spec_field(None, minimum=0, unit="tokens",
+                                             doc="learned position embeddings; default one per patch.")
+    norm: Norm = spec_field("layernorm", doc=_NORM)
+    bias: bool = spec_field(True, doc="every linear layer has a bias.",
+                            reported="true (every linear layer has a bias)")
+    gated_mlp: bool = spec_field(False, doc=_GATED, reported=_GATED_REPORTED)
+    layer_scale: bool = spec_field(False, doc=_LAYER_SCALE)
+    attention: Attention = spec_field("eager", doc=_ATTENTION, reported=_ATTENTION_REPORTED)
+    map_head: bool = spec_field(False, doc="the checkpoint holds a SigLIP attention-pooling head that the model "
+                                           "does not run (its parameters count, its FLOPs do not).")
+    final_norm: bool = spec_field(True, doc="a norm after the blocks.")
+    inputs: tuple[str, ...] | None = spec_field((), doc=_INPUTS + " A vision encoder reads images (`[]`).")
+    repeats: int = spec_field(1, minimum=1, unit="samples", doc=_REPEATS)
+    frozen: bool = spec_field(False, doc=_FROZEN)
+    fqn: tuple[str, ...] | None = spec_field(None, doc=_FQN + " Block `{i}` is pipeline layer `1 + i`.")
+    fqn_first: tuple[str, ...] | None = spec_field(
+        None, doc="paths (no `{i}`) of the patch-embedding layer; needs `fqn`.")
+    fqn_last: tuple[str, ...] | None = spec_field(
+        None, doc="paths (no `{i}`) that belong with the last block's pipeline layer; needs `fqn`.")
+    role: Role | None = spec_field(None, doc=_ROLE)
 
     kind = "vision_encoder"
 
@@ -241,49 +259,44 @@ class VisionEncoder:
 
 @dataclass(frozen=True)
 class Linear:
-    """One linear layer of a :class:`Projector`: ``in_features → out_features`` on ``tokens``.
+    """One linear layer of a projector (in a file: ``[in_features, out_features]`` or ``[in, out, tokens]``)."""
 
-    ``tokens`` defaults to the projector's ``tokens``.
-    """
-
-    in_features: int
-    out_features: int
-    tokens: int | None = None
+    in_features: int = spec_field(minimum=1, unit="channels", doc="input width.")
+    out_features: int = spec_field(minimum=1, unit="channels", doc="output width.")
+    tokens: int | None = spec_field(None, minimum=1, unit="tokens",
+                                    doc="tokens per example it runs on; default the projector's `tokens`.")
 
 
 @dataclass(frozen=True)
 class Projector:
-    """A chain of linear layers with a nonlinearity between consecutive ones.
+    """A chain of linear layers with a nonlinearity between consecutive ones (one pipeline layer).
 
-    Args:
-        linears: the layers, in order (see :class:`Linear`).
-        tokens: tokens per example each linear runs on (unless it says otherwise).
-        bias: every linear has a bias.
-        activation: a nonlinearity between consecutive linears (its input is stored).
-        norm_params: parameters of norms inside the projector (e.g. Eagle's LayerNorm).
-        extra_params: other parameters that cost no FLOPs (learned position
-            embeddings, a classifier-free-guidance null condition).
-        output_tokens, output_width: what the next module reads (default the last
-            linear's tokens and width).
-        fqn, role: the reference code's module paths of the layer and its Megatron role
-            (as in :class:`TransformerStack`, without ``{i}``).
-        One pipeline layer.
+    Fields: see each field's ``doc`` (``pipeplan model --schema``, docs/presets.md).
     """
 
-    name: str
-    linears: tuple[Linear, ...]
-    tokens: int
-    bias: bool = True
-    activation: bool = True
-    norm_params: int = 0
-    extra_params: int = 0
-    output_tokens: int | None = None
-    output_width: int | None = None
-    inputs: tuple[str, ...] | None = None
-    repeats: int = 1
-    frozen: bool = False
-    fqn: tuple[str, ...] | None = None
-    role: Role | None = None
+    name: str = spec_field(doc=_NAME)
+    linears: tuple[Linear, ...] = spec_field(
+        doc="the layers in order, each `[in_features, out_features]` or `[in, out, tokens]`; at least one.")
+    tokens: int = spec_field(unit="tokens", doc="tokens per example each linear runs on (unless it says otherwise).",
+                             minimum=1)
+    bias: bool = spec_field(True, doc="every linear has a bias.")
+    activation: bool = spec_field(True, doc="a nonlinearity between consecutive linears (its input is stored).")
+    norm_params: int = spec_field(0, minimum=0, unit="parameters",
+                                  doc="parameters of norms inside the projector (e.g. Eagle's LayerNorm).")
+    extra_params: int = spec_field(0, minimum=0, unit="parameters",
+                                   doc="other parameters that cost no FLOPs (learned position embeddings, "
+                                       "a classifier-free-guidance null condition).")
+    output_tokens: int | None = spec_field(None, minimum=1, unit="tokens",
+                                           doc="tokens per example the next module reads; default the last "
+                                               "linear's tokens.")
+    output_width: int | None = spec_field(None, minimum=1, unit="channels",
+                                          doc="width the next module reads; default the last linear's "
+                                              "`out_features`.")
+    inputs: tuple[str, ...] | None = spec_field(None, doc=_INPUTS)
+    repeats: int = spec_field(1, minimum=1, unit="samples", doc=_REPEATS)
+    frozen: bool = spec_field(False, doc=_FROZEN)
+    fqn: tuple[str, ...] | None = spec_field(None, doc=_FQN_ONE)
+    role: Role | None = spec_field(None, doc=_ROLE)
 
     kind = "projector"
 
@@ -296,25 +309,23 @@ class Projector:
 
 @dataclass(frozen=True)
 class Embedding:
-    """A token embedding table ``vocab_size × hidden_size`` looked up for ``tokens`` ids.
+    """A token embedding table ``vocab_size × hidden_size`` looked up for ``tokens`` ids (one pipeline layer; its input is data).
 
-    ``position_tokens`` adds a learned position table (GPT-2 style). ``dropout``
-    stores a dropout mask on the output. One pipeline layer; its input is data.
-    ``fqn`` and ``role``: the reference code's module paths and Megatron role (as in
-    :class:`TransformerStack`, without ``{i}``).
+    Fields: see each field's ``doc`` (``pipeplan model --schema``, docs/presets.md).
     """
 
-    name: str
-    vocab_size: int
-    hidden_size: int
-    tokens: int
-    position_tokens: int = 0
-    dropout: bool = False
-    inputs: tuple[str, ...] | None = ()
-    repeats: int = 1
-    frozen: bool = False
-    fqn: tuple[str, ...] | None = None
-    role: Role | None = None
+    name: str = spec_field(doc=_NAME)
+    vocab_size: int = spec_field(unit="tokens", doc="rows of the table.", minimum=1)
+    hidden_size: int = spec_field(unit="channels", doc="width of each row.", minimum=1)
+    tokens: int = spec_field(unit="tokens", doc="ids looked up per example.", minimum=1)
+    position_tokens: int = spec_field(0, minimum=0, unit="tokens",
+                                      doc="rows of a learned position table (GPT-2 style); 0: none.")
+    dropout: bool = spec_field(False, doc="a dropout mask is stored on the output.")
+    inputs: tuple[str, ...] | None = spec_field((), doc=_INPUTS + " An embedding reads token ids (`[]`).")
+    repeats: int = spec_field(1, minimum=1, unit="samples", doc=_REPEATS)
+    frozen: bool = spec_field(False, doc=_FROZEN)
+    fqn: tuple[str, ...] | None = spec_field(None, doc=_FQN_ONE)
+    role: Role | None = spec_field(None, doc=_ROLE)
 
     kind = "embedding"
 
@@ -325,25 +336,24 @@ class Embedding:
 
 @dataclass(frozen=True)
 class LMHead:
-    """Logits ``hidden_size → vocab_size`` on ``tokens`` positions and the loss.
+    """Logits ``hidden_size → vocab_size`` on ``tokens`` positions and the loss (one pipeline layer).
 
-    ``tied_to`` names the :class:`Embedding` whose table it shares: its parameters
-    then count once in :meth:`ModelSpec.num_parameters`, but the layer's ``params``
-    in the profile include the copy the last stage must hold (Megatron-LM keeps
-    one on each end and all-reduces their gradients). Logits are kept in fp32 for
-    the loss (4 bytes each). ``fqn`` and ``role`` as in :class:`Embedding`.
+    A tied head's parameters count once in :meth:`ModelSpec.num_parameters`, but the layer's
+    ``params`` in the profile include the copy the last stage must hold (Megatron-LM keeps one
+    on each end and all-reduces their gradients). Logits are kept in fp32 for the loss (4 bytes
+    each). Fields: see each field's ``doc`` (``pipeplan model --schema``, docs/presets.md).
     """
 
-    name: str
-    vocab_size: int
-    hidden_size: int
-    tokens: int
-    tied_to: str | None = None
-    inputs: tuple[str, ...] | None = None
-    repeats: int = 1
-    frozen: bool = False
-    fqn: tuple[str, ...] | None = None
-    role: Role | None = None
+    name: str = spec_field(doc=_NAME)
+    vocab_size: int = spec_field(unit="tokens", doc="logits per position.", minimum=1)
+    hidden_size: int = spec_field(unit="channels", doc="input width.", minimum=1)
+    tokens: int = spec_field(unit="tokens", doc="positions per example that get logits and a loss.", minimum=1)
+    tied_to: str | None = spec_field(None, doc="name of the `embedding` whose table it shares (tied weights).")
+    inputs: tuple[str, ...] | None = spec_field(None, doc=_INPUTS)
+    repeats: int = spec_field(1, minimum=1, unit="samples", doc=_REPEATS)
+    frozen: bool = spec_field(False, doc=_FROZEN)
+    fqn: tuple[str, ...] | None = spec_field(None, doc=_FQN_ONE)
+    role: Role | None = spec_field(None, doc=_ROLE)
 
     kind = "lm_head"
 

@@ -48,7 +48,7 @@ from typing import Any
 from ..errors import InvalidInputError
 from ..plan import Recompute
 from ._layer_math import Shape, layer_part
-from ._schema import check_module, module_record, modules_from_payload, read_payload
+from ._schema import check_module, module_record, modules_from_payload, read_payload, reported_defaults
 from .modules import LMHead, Module, Projector, TransformerStack, VisionEncoder, layer_depth
 from .training import ReferenceTraining
 
@@ -63,6 +63,10 @@ class ModelSpec:
         name: a label.
         modules: the modules in pipeline order; names are unique.
         description: free text (shapes and sources).
+        training: the reference code's training recipe (presets), or ``None``.
+        defaulted: per module name, the fields a spec file left out whose default changes the cost
+            (``FieldSpec.reported``; ``pipeplan.models.schema_docs.defaults_text`` words them); empty
+            for a spec built in Python.
 
     Raises:
         InvalidInputError: a missing, non-integer or non-positive shape, heads that
@@ -75,6 +79,7 @@ class ModelSpec:
     modules: tuple[Module, ...]
     description: str = ""
     training: ReferenceTraining | None = field(default=None, compare=False)
+    defaulted: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False, repr=False)
     _index: Mapping[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -209,7 +214,7 @@ class ModelSpec:
         for name in frozen:
             self.module(name)
         modules = tuple(replace(m, frozen=bool(frozen[m.name])) if m.name in frozen else m for m in self.modules)
-        return ModelSpec(self.name, modules, self.description, self.training)
+        return ModelSpec(self.name, modules, self.description, self.training, self.defaulted)
 
     # ------------------------------------------------------------ recompute
     def recompute_modes(self, recompute: Recompute | Mapping[str, Recompute]) -> dict[str, Recompute]:
@@ -258,7 +263,8 @@ class ModelSpec:
             InvalidInputError: an unknown ``kind`` or key, a missing field, a bad value.
         """
         modules = modules_from_payload(payload)
-        return cls(str(payload.get("name", "model")), modules, str(payload.get("description", "")))
+        return cls(str(payload.get("name", "model")), modules, str(payload.get("description", "")),
+                   defaulted=reported_defaults(payload))
 
     @classmethod
     def from_file(cls, path: str | Path) -> ModelSpec:

@@ -14,6 +14,10 @@ instead of a smaller ``--memory``) the search runs again with it, and only the
 remedies under which some plan fits are offered, each with that plan's worst GPU
 against the capacity. When none fits, the error says so and what was tried.
 Recompute needs no remedy: the search already tries every mode per stage.
+
+Where the question itself limits the answer while plans still fit, a note says so
+(:func:`batch_note`: a global batch that some data-parallel degrees do not divide,
+with the nearest batches that every degree divides).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from .memory import OptimizerBytes
 from .records import Rejection
 from .workload import Workload
 
-__all__ = ["NoPlanFitsError", "Remedy", "no_plan_fits", "find_remedies", "capacity_text", "gpus_for_state"]
+__all__ = ["NoPlanFitsError", "Remedy", "no_plan_fits", "find_remedies", "capacity_text", "gpus_for_state",
+           "batch_note"]
 
 #: ``attempt(cluster, options)``: the best plan that fits under them (options: a
 #: :class:`~pipeplan.planner.search.SearchOptions`), or ``None``.
@@ -215,3 +220,38 @@ def find_remedies(attempt: Attempt, workload: Workload, cluster: Cluster, option
     if progress is not None:
         progress(len(tries), len(tries))
     return remedies, tried
+
+
+def batch_note(space: Any) -> str:
+    """A note when the global batch rules out data-parallel degrees the GPUs allow (``""``: it rules out none).
+
+    ``space``: a :class:`~pipeplan.planner.space.SearchSpace`. A degree ``dp`` is ruled out when no
+    micro-batch size ``b`` it may use has ``dp · b`` dividing the global batch (issue 33: ``--gpus 16
+    --global-batch 500`` allows dp 1, 2, 4 only, and the best plan became a 4-stage pipeline where 512
+    gives pp = 1). The note names the batch, the degrees it allowed and those it ruled out, and the
+    nearest batches every degree divides (with ``--micro-batch-size`` fixed: ``dp · b``).
+    """
+    degrees = sorted({space.num_gpus // (tp * pp) for tp in space.tensor_degrees() for pp in space.pipeline_degrees(tp)})
+    allowed = [dp for dp in degrees if space.micro_batches_for(dp)]
+    if not degrees or allowed == degrees:
+        return ""
+    batch = space.global_batch
+    nearest = [value for value in (_nearest_batch(space, degrees, -1), _nearest_batch(space, degrees, 1)) if value]
+    ruled_out = [dp for dp in degrees if dp not in allowed]
+    return (f"global batch {batch} splits over data-parallel degrees {', '.join(map(str, allowed)) or 'none'} only: "
+            f"dp {', '.join(map(str, ruled_out))} (which these GPUs allow) were not tried; "
+            + (f"global batch {' or '.join(map(str, nearest))} would allow every degree" if nearest else
+               "no global batch near it allows every degree with these micro-batch sizes"))
+
+
+def _nearest_batch(space: Any, degrees: Sequence[int], direction: int) -> int:
+    """The nearest global batch below (``direction`` -1) or above (+1) that every degree divides; 0: none near."""
+    step = math.lcm(*degrees)
+    start = space.global_batch // step + (1 if direction > 0 else 0)
+    for multiple in range(start, start + direction * 64, direction):
+        if multiple <= 0:
+            return 0
+        candidate = replace(space, global_batch=multiple * step)
+        if multiple * step != space.global_batch and all(candidate.micro_batches_for(dp) for dp in degrees):
+            return multiple * step
+    return 0

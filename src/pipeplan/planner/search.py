@@ -49,7 +49,7 @@ from .._validation import positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..plan import RECOMPUTE_MODES, Plan
 from ..schedules import schedule_info
-from .advice import NoPlanFitsError, find_remedies, no_plan_fits
+from .advice import NoPlanFitsError, batch_note, find_remedies, no_plan_fits
 from .baselines import (Baseline, in_space, megatron_default, megatron_recommended, megatron_split, one_knob,
                         reference_baseline)
 from .bounds import fill_bound, step_time_lower_bound
@@ -88,6 +88,8 @@ class SearchResult:
         lower_bound: a bound no plan of the space beats (see :meth:`~pipeplan.planner.pruning.SearchBounds.space_lower_bound`).
         single_stage_bound: the same over the one-stage-per-rank configurations
             only (it includes their pipeline fill).
+        notes: where the question limited the answer (:func:`~pipeplan.planner.advice.batch_note`),
+            one line each; shown under the plan table and, when there are any, in ``to_dict()["notes"]``.
     """
 
     plans: tuple[Plan, ...]
@@ -100,6 +102,7 @@ class SearchResult:
     rerun: Callable[[Sequence[str] | None, Sequence[str] | None, Sequence[str] | None], SearchResult] | None = field(
         default=None, repr=False, compare=False)
     baselines: tuple[Baseline, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def best_baseline(self) -> Baseline | None:
@@ -179,6 +182,7 @@ class SearchResult:
                 for r in self.rejected[:50]
             ],
             "search": self.stats.to_dict(),
+            **({"notes": list(self.notes)} if self.notes else {}),
         }
 
 
@@ -358,8 +362,9 @@ class _Search:
         bounds = (self._space_bound(configs, deadline), self._space_bound(configs, deadline, chunked=False))
         stats.seconds = time.perf_counter() - self.started
         skipped = tuple(Rejection(config, reason) for config, reason in self.space.skipped())
+        notes = tuple(note for note in (batch_note(self.space),) if note)
         return SearchResult(plans, megatron, knobs, tuple(self.rejected) + skipped, stats, *bounds,
-                            rerun=self._rerun, baselines=baselines)
+                            rerun=self._rerun, baselines=baselines, notes=notes)
 
     def _space_bound(self, configs: Sequence[Config], deadline: float, *, chunked: bool = True) -> float:
         """The least of each evaluator's bound over its configurations."""

@@ -195,6 +195,7 @@ def plan_legend(result: Any, *, capacity: str | None = None, ties: Sequence[int 
     if any(not plan.fits for plan in plans):
         worst += "; (over): does not fit"
     lines.append(worst)
+    lines += [f"note: {note}" for note in getattr(result, "notes", ())]
     return lines
 
 
