@@ -82,6 +82,11 @@ class MinMaxProblem:
             if id(prefix) not in singles:
                 singles[id(prefix)] = np.diff(prefix)
         self.singles = [singles[id(p)] for p in self.prefixes]
+        # plain-float copies for the one-start-at-a-time fast path (the same doubles, no array overhead)
+        single_lists: dict[int, list[float]] = {}
+        self._single_lists = [single_lists.setdefault(id(p), singles[id(p)].tolist()) for p in self.prefixes]
+        self._extra_list: list[float] = self.extra.tolist()
+        self._limit_lists: dict[int, list[int]] = {}
 
     @property
     def prefix(self) -> np.ndarray:
@@ -121,22 +126,35 @@ class MinMaxProblem:
         return np.minimum(by_time, other), by_time < other
 
     def _check_intervals(self, threshold: float) -> tuple[bool, list[int] | None, float] | None:
-        """Fast path: every single layer in the reachable range fits; ranges stay intervals."""
+        """Fast path: every single layer in the reachable range fits; ranges stay intervals.
+
+        In plain floats and ints, one start per stage: the same comparisons and
+        stage values as :meth:`_ends` and :meth:`stage_value`.
+        """
         num_stages, num_layers = self.num_stages, self.num_layers
         upper = [0]  # upper[k]: farthest reachable start of stage k
         next_value = math.inf
         for k in range(num_stages):
             low, high = k, upper[-1]
-            if self.singles[k][low : high + 1].max() + self.extra[k] > threshold:
+            extra = self._extra_list[k]
+            if max(self._single_lists[k][low : high + 1]) + extra > threshold:
                 return None
-            if self.mem_limit is not None and (
-                self.mem_limit[k][low : high + 1] < np.arange(low + 1, high + 2)
-            ).any():
-                return None
-            ends, binds = self._ends(k, np.array([high]), threshold)
-            if binds[0] and ends[0] < num_layers:
-                next_value = min(next_value, self.stage_value(k, high, int(ends[0]) + 1))
-            upper.append(int(ends[0]))
+            limits = None
+            if self.mem_limit is not None:
+                limits = self._limit_lists.get(k)
+                if limits is None:
+                    limits = self._limit_lists[k] = np.asarray(self.mem_limit[k]).tolist()
+                if any(limits[s] < s + 1 for s in range(low, high + 1)):
+                    return None
+            prefix = self._prefix_lists[k]
+            by_time = _limit_one(prefix, high, extra, threshold, num_layers)
+            other = num_layers - (num_stages - 1 - k)
+            if limits is not None:
+                other = min(other, limits[high])
+            end = min(by_time, other)
+            if by_time < other and end < num_layers:
+                next_value = min(next_value, (prefix[end + 1] - prefix[high]) + extra)
+            upper.append(end)
         if upper[-1] < num_layers:
             return False, None, next_value
         bounds = [num_layers]

@@ -170,8 +170,13 @@ class Layouts:
         same partition and schedule.
         """
         micro_batch_size = config.micro_batch_size
-        per_mode = {mode: self._stage_costs(micro_batch_size, mode, tuple(sizes)) for mode in set(recompute)}
-        costs = StageCosts.stagewise([per_mode[mode] for mode in recompute])  # a measured split kept
+        sizes, placement = tuple(sizes), tuple(placement)
+        modes = set(recompute)
+        if len(modes) == 1:  # every stage from one mode's costs: those costs themselves (what stagewise copies)
+            costs = self._stage_costs(micro_batch_size, recompute[0], sizes)
+        else:
+            per_mode = {mode: self._stage_costs(micro_batch_size, mode, sizes) for mode in modes}
+            costs = StageCosts.stagewise([per_mode[mode] for mode in recompute])  # a measured split kept
         static = self.memory.static_memory(config, sizes, placement)
         counts, _ = self.inflight(config)
         bound = [0.0] * config.pp

@@ -74,6 +74,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -181,6 +182,7 @@ class MemoryModel:
         self.dp_mode = dp_mode
         self.mode = data_parallel.get(dp_mode)
         self.gpus_per_node = gpus_per_node
+        self._static: dict[tuple[Any, ...], tuple[RankMemory, ...]] = {}
 
     def shards(self, dp: int, pp: int) -> int:
         """Ranks the optimizer state is sharded over: ``dp`` (ZeRO, FSDP, the distributed optimizer), HSDP's
@@ -240,8 +242,17 @@ class MemoryModel:
     def static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[RankMemory, ...]:
         """Per rank, the weights, gradients and optimizer state of its stages (activations 0).
 
-        ``sizes`` are layers per stage, ``placement`` each stage's rank.
+        ``sizes`` are layers per stage, ``placement`` each stage's rank. Cached per
+        ``(dp, pp, micro-batch size, sizes, placement)``, all it depends on.
         """
+        key = (config.dp, config.pp, config.micro_batch_size, tuple(sizes), tuple(placement))
+        cached = self._static.get(key)
+        if cached is None:
+            cached = self._static[key] = self._static_memory(config, sizes, placement)
+        return cached
+
+    def _static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[RankMemory, ...]:
+        """:meth:`static_memory`, computed."""
         per = self.bytes_per_param(config.dp, config.pp)
         profile = self.workload.profile(config.micro_batch_size)
         params = np.asarray(profile.params)
