@@ -45,7 +45,8 @@ from ..partition import PartitionOptions, even_split, inflight_per_stage, partit
 from ..partition.placement import Pattern, fixed_pattern, place_chunks
 from ..plan import RankMemory, Recompute
 from ..schedule import Schedule
-from ..schedules import build_schedule, schedule_info
+from ..schedules import build_schedule, schedule_info, schedule_options
+from ..schedules.inflight import inflight_of_built
 from ..schedules.patterns import loop_placement
 from ..simulate import simulate
 from .links import Links
@@ -141,8 +142,13 @@ class Layouts:
         key = (name, config.num_stages, microbatches, config.virtual_stages)
         if key not in self._inflight:
             shape = replace(config, schedule=name, num_microbatches=microbatches)
-            counts = inflight_per_stage(name, config.num_stages, microbatches, **self.schedule_options(shape))
-            self._inflight[key] = (tuple(counts), tuple(self.template(shape).placement))
+            template = self.template(shape)
+            options = self.schedule_options(shape)
+            if schedule_info(name).inflight_closed_form is not None and not options or "costs" in schedule_options(name):
+                counts = inflight_per_stage(name, config.num_stages, microbatches, **options)
+            else:  # read off the template just built: the same orders inflight_per_stage would build again
+                counts = inflight_of_built(template)
+            self._inflight[key] = (tuple(counts), tuple(template.placement))
         return self._inflight[key]
 
     def template(self, config: Config) -> Schedule:
