@@ -194,7 +194,7 @@ class SearchBounds:
         (:meth:`~pipeplan.planner.memory.MemoryModel.least_peak` ≤ capacity).
         With ``chunked=False`` only the one-stage-per-rank configurations count (the
         fill bound applies to them). Evaluated lazily in order of the cheap bound;
-        past ``deadline`` (a ``time.perf_counter()``) only the partition-free bounds
+        past ``deadline`` (a ``time.process_time()``: the budget counts CPU seconds) only the partition-free bounds
         are used (still valid, looser).
         """
         candidates = [c for c in configs if chunked or c.virtual_stages == 1]
@@ -203,7 +203,7 @@ class SearchBounds:
         for bound, config in sorted(((self.config_bound(c), c) for c in candidates), key=lambda e: e[0]):
             if bound >= best:
                 break
-            sharper = self.bottleneck_bound(config) if time.perf_counter() <= deadline else bound
+            sharper = self.bottleneck_bound(config) if time.process_time() <= deadline else bound
             best = min(best, max(bound, sharper))
         return best
 
