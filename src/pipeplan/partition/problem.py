@@ -31,16 +31,17 @@ def monotone_limit(
     Returns ``s`` itself where not even one layer fits. The comparison is exactly
     the one used for stage values, so a search result off by rounding is corrected.
     """
-    ends = np.searchsorted(prefix, prefix[starts] + (threshold - extra), side="right") - 1
-    ends = np.clip(ends, starts, last)
+    base = prefix[starts]
+    ends = np.searchsorted(prefix, base + (threshold - extra), side="right") - 1
+    ends = np.minimum(np.maximum(ends, starts), last)  # np.clip(ends, starts, last), without its wrapper
     while True:
-        over = (ends > starts) & ((prefix[ends] - prefix[starts]) + extra > threshold)
+        over = (ends > starts) & ((prefix[ends] - base) + extra > threshold)
         if not over.any():
             break
         ends[over] -= 1
     while True:
         nxt = np.minimum(ends + 1, last)
-        under = (nxt > ends) & ((prefix[nxt] - prefix[starts]) + extra <= threshold)
+        under = (nxt > ends) & ((prefix[nxt] - base) + extra <= threshold)
         if not under.any():
             break
         ends[under] += 1

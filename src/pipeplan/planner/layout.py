@@ -180,9 +180,13 @@ class Layouts:
         modes = set(recompute)
         if len(modes) == 1:  # every stage from one mode's costs: those costs themselves (what stagewise copies)
             costs = self._stage_costs(micro_batch_size, recompute[0], sizes)
-        else:
-            per_mode = {mode: self._stage_costs(micro_batch_size, mode, sizes) for mode in modes}
-            costs = StageCosts.stagewise([per_mode[mode] for mode in recompute])  # a measured split kept
+        else:  # shared by every Layouts of this workload, as the one-mode costs are
+            mixed = self.workload.memo.setdefault("mixed_stage_costs", {})
+            key = (micro_batch_size, sizes, tuple(recompute))
+            costs = mixed.get(key)
+            if costs is None:
+                per_mode = {mode: self._stage_costs(micro_batch_size, mode, sizes) for mode in modes}
+                costs = mixed[key] = StageCosts.stagewise([per_mode[mode] for mode in recompute])  # measured split kept
         static = self.memory.static_memory(config, sizes, placement)
         counts, _ = self.inflight(config)
         bound = [0.0] * config.pp
