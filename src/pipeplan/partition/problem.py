@@ -15,7 +15,7 @@ memory search (:mod:`.memory`).
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 import numpy as np
@@ -87,7 +87,7 @@ class MinMaxProblem:
         single_lists: dict[int, list[float]] = {}
         self._single_lists = [single_lists.setdefault(id(p), singles[id(p)].tolist()) for p in self.prefixes]
         self._extra_list: list[float] = self.extra.tolist()
-        self._limit_lists: dict[int, list[int]] = {}
+        self._limit_lists: dict[int, tuple[list[int], list[int]]] = {}
 
     @property
     def prefix(self) -> np.ndarray:
@@ -126,6 +126,16 @@ class MinMaxProblem:
             other = np.minimum(other, self.mem_limit[k][starts])
         return np.minimum(by_time, other), by_time < other
 
+    def _limits_of(self, k: int) -> tuple[list[int], list[int]]:
+        """Stage ``k``'s memory limits as a list, and the starts where not even one layer fits (cached)."""
+        found = self._limit_lists.get(k)
+        if found is None:
+            assert self.mem_limit is not None
+            limits = np.asarray(self.mem_limit[k])
+            too_full = np.flatnonzero(limits < np.arange(1, len(limits) + 1))
+            found = self._limit_lists[k] = (limits.tolist(), too_full.tolist())
+        return found
+
     def _check_intervals(self, threshold: float) -> tuple[bool, list[int] | None, float] | None:
         """Fast path: every single layer in the reachable range fits; ranges stay intervals.
 
@@ -142,10 +152,9 @@ class MinMaxProblem:
                 return None
             limits = None
             if self.mem_limit is not None:
-                limits = self._limit_lists.get(k)
-                if limits is None:
-                    limits = self._limit_lists[k] = np.asarray(self.mem_limit[k]).tolist()
-                if any(limits[s] < s + 1 for s in range(low, high + 1)):
+                limits, too_full = self._limits_of(k)
+                at = bisect_left(too_full, low)
+                if at < len(too_full) and too_full[at] <= high:  # a start in range where not one layer fits
                     return None
             prefix = self._prefix_lists[k]
             by_time = _limit_one(prefix, high, extra, threshold, num_layers)

@@ -517,12 +517,14 @@ def _rank_backwards(timeline: Timeline, rank: int) -> tuple[dict[int, tuple[floa
     if found is None:
         last: dict[int, tuple[float, float]] = {}
         spans: list[tuple[int, float, float]] = []
-        for record in timeline.records(rank):
-            action = record.action
+        lo, hi = int(timeline.rank_offsets[rank]), int(timeline.rank_offsets[rank + 1])
+        # what timeline.records(rank) yields, read off its arrays at once (the same floats)
+        for action, start, end in zip(timeline.schedule.orders[rank], timeline.start[lo:hi].tolist(),
+                                      timeline.end[lo:hi].tolist()):
             if action.kind in (Kind.B, Kind.W):
-                spans.append((action.stage, record.start, record.end))
-                if action.stage not in last or record.end > last[action.stage][1]:
-                    last[action.stage] = (record.start, record.end)
+                spans.append((action.stage, start, end))
+                if action.stage not in last or end > last[action.stage][1]:
+                    last[action.stage] = (start, end)
         found = per_rank[rank] = (last, spans)
     return found
 
