@@ -354,7 +354,11 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
     show_plans(console, result, title=f"{model} on {args.gpus} × {device}, global batch {args.global_batch}",
                capacity=capacity, ties=ties)
     console.print(_headline(result), markup=False, highlight=False)
-    status = "complete" if stats.complete else f"stopped by --budget {args.budget:g} s: the best plans so far"
+    status = "complete" if stats.complete else (
+        f"stopped by --budget {args.budget:g} CPU s after {stats.examined} of {stats.candidates} candidates "
+        f"({stats.examined_share:.0%}); none left unexamined beats {format_figures(stats.unexamined_bound or 0.0)} ms"
+        f"{'' if (best.step_time or 0.0) < (stats.unexamined_bound or 0.0) else ', so a longer search may find faster'}"
+        ": the best plans so far")
     console.print(
         f"search {status}: {stats.candidates} candidates, {stats.partitions} exact partitions, "
         f"{stats.simulated} simulated, {stats.pruned} pruned by bounds, {stats.rejected} over memory, "

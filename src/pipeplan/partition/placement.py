@@ -259,11 +259,32 @@ def place_chunks(
         top = max(loads) + chunk_weight * max(values) if chunk_weight else max(loads)
         return (top, sum(load * load for load in loads)), owner, loads
 
+    move = None
+    if fixed is not None:
+        owned = [[c for c, rank in enumerate(fixed) if rank == r] for r in range(ranks)]
+
+        def move(trial: Sequence[int], index: int, values: list[float], loads: list[float]
+                 ) -> tuple[tuple[float, float], tuple[int, ...], list[float], list[float]]:
+            """:func:`evaluate` of ``trial``, which moved boundary ``index`` of a layout with these values
+            and loads: only chunks ``index - 1`` and ``index`` change, and only their ranks' loads (each
+            summed afresh in chunk order, so every number is the one :func:`evaluate` gives)."""
+            trial_values = list(values)
+            trial_loads = list(loads)
+            for chunk in (index - 1, index):
+                trial_values[chunk] = prefix_list[trial[chunk + 1]] - prefix_list[trial[chunk]] + extra_list[chunk]
+            for rank in {fixed[index - 1], fixed[index]}:
+                load = 0.0
+                for chunk in owned[rank]:
+                    load += trial_values[chunk]
+                trial_loads[rank] = load
+            top = max(trial_loads) + chunk_weight * max(trial_values) if chunk_weight else max(trial_loads)
+            return (top, sum(load * load for load in trial_loads)), fixed, trial_loads, trial_values
+
     starts = [_minmax_bounds(times, num_chunks, head, tail), _isolating_bounds(times, num_chunks, extra)]
     starts += [_seed_bounds(seed, num_chunks, num_layers) for seed in seeds]
     best = None
     for seed in starts:
-        result = _improve(list(seed), evaluate)
+        result = _improve(list(seed), evaluate, move, chunk_times)
         if best is None or result[0] < best[0]:
             best = result
     assert best is not None
@@ -274,7 +295,7 @@ def place_chunks(
         owner = best[2]
         for restart in range(runs):
             annealed = _improve(_anneal(start, owner, prefix_list, extra_list, chunk_weight=chunk_weight,
-                                        scale=scale, seed=restart), evaluate)
+                                        scale=scale, seed=restart), evaluate, move, chunk_times)
             if annealed[0] < best[0]:
                 best = annealed
     key, bounds, owner, loads = best
@@ -399,9 +420,16 @@ def _anneal(bounds: list[int], owner: Sequence[int], prefix: Sequence[float], ex
     return best
 
 
-def _improve(bounds: list[int], evaluate):
-    """Move each boundary to its best position between its neighbours until nothing helps."""
+def _improve(bounds: list[int], evaluate: Any, move: Any = None, chunk_times: Any = None
+             ) -> tuple[tuple[float, float], list[int], tuple[int, ...], list[float]]:
+    """Move each boundary to its best position between its neighbours until nothing helps.
+
+    ``move`` (with a fixed chunk → rank map): the same key, owner and loads as
+    ``evaluate`` for a layout one boundary away, from the current chunk times
+    (``chunk_times``) without recomputing the others.
+    """
     key, owner, loads = evaluate(bounds)
+    values = chunk_times(bounds) if move is not None else []
     improved = True
     while improved:
         improved = False
@@ -411,8 +439,12 @@ def _improve(bounds: list[int], evaluate):
                     continue
                 trial = list(bounds)
                 trial[index] = position
-                trial_key, trial_owner, trial_loads = evaluate(trial)
+                if move is None:
+                    trial_key, trial_owner, trial_loads = evaluate(trial)
+                    trial_values = values
+                else:
+                    trial_key, trial_owner, trial_loads, trial_values = move(trial, index, values, loads)
                 if trial_key < key:
-                    key, bounds, owner, loads = trial_key, trial, trial_owner, trial_loads
+                    key, bounds, owner, loads, values = trial_key, trial, trial_owner, trial_loads, trial_values
                     improved = True
     return key, bounds, owner, loads

@@ -15,7 +15,7 @@ memory search (:mod:`.memory`).
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,16 +31,17 @@ def monotone_limit(
     Returns ``s`` itself where not even one layer fits. The comparison is exactly
     the one used for stage values, so a search result off by rounding is corrected.
     """
-    ends = np.searchsorted(prefix, prefix[starts] + (threshold - extra), side="right") - 1
-    ends = np.clip(ends, starts, last)
+    base = prefix[starts]
+    ends = np.searchsorted(prefix, base + (threshold - extra), side="right") - 1
+    ends = np.minimum(np.maximum(ends, starts), last)  # np.clip(ends, starts, last), without its wrapper
     while True:
-        over = (ends > starts) & ((prefix[ends] - prefix[starts]) + extra > threshold)
+        over = (ends > starts) & ((prefix[ends] - base) + extra > threshold)
         if not over.any():
             break
         ends[over] -= 1
     while True:
         nxt = np.minimum(ends + 1, last)
-        under = (nxt > ends) & ((prefix[nxt] - prefix[starts]) + extra <= threshold)
+        under = (nxt > ends) & ((prefix[nxt] - base) + extra <= threshold)
         if not under.any():
             break
         ends[under] += 1
@@ -82,6 +83,11 @@ class MinMaxProblem:
             if id(prefix) not in singles:
                 singles[id(prefix)] = np.diff(prefix)
         self.singles = [singles[id(p)] for p in self.prefixes]
+        # plain-float copies for the one-start-at-a-time fast path (the same doubles, no array overhead)
+        single_lists: dict[int, list[float]] = {}
+        self._single_lists = [single_lists.setdefault(id(p), singles[id(p)].tolist()) for p in self.prefixes]
+        self._extra_list: list[float] = self.extra.tolist()
+        self._limit_lists: dict[int, tuple[list[int], list[int]]] = {}
 
     @property
     def prefix(self) -> np.ndarray:
@@ -120,23 +126,45 @@ class MinMaxProblem:
             other = np.minimum(other, self.mem_limit[k][starts])
         return np.minimum(by_time, other), by_time < other
 
+    def _limits_of(self, k: int) -> tuple[list[int], list[int]]:
+        """Stage ``k``'s memory limits as a list, and the starts where not even one layer fits (cached)."""
+        found = self._limit_lists.get(k)
+        if found is None:
+            assert self.mem_limit is not None
+            limits = np.asarray(self.mem_limit[k])
+            too_full = np.flatnonzero(limits < np.arange(1, len(limits) + 1))
+            found = self._limit_lists[k] = (limits.tolist(), too_full.tolist())
+        return found
+
     def _check_intervals(self, threshold: float) -> tuple[bool, list[int] | None, float] | None:
-        """Fast path: every single layer in the reachable range fits; ranges stay intervals."""
+        """Fast path: every single layer in the reachable range fits; ranges stay intervals.
+
+        In plain floats and ints, one start per stage: the same comparisons and
+        stage values as :meth:`_ends` and :meth:`stage_value`.
+        """
         num_stages, num_layers = self.num_stages, self.num_layers
         upper = [0]  # upper[k]: farthest reachable start of stage k
         next_value = math.inf
         for k in range(num_stages):
             low, high = k, upper[-1]
-            if self.singles[k][low : high + 1].max() + self.extra[k] > threshold:
+            extra = self._extra_list[k]
+            if max(self._single_lists[k][low : high + 1]) + extra > threshold:
                 return None
-            if self.mem_limit is not None and (
-                self.mem_limit[k][low : high + 1] < np.arange(low + 1, high + 2)
-            ).any():
-                return None
-            ends, binds = self._ends(k, np.array([high]), threshold)
-            if binds[0] and ends[0] < num_layers:
-                next_value = min(next_value, self.stage_value(k, high, int(ends[0]) + 1))
-            upper.append(int(ends[0]))
+            limits = None
+            if self.mem_limit is not None:
+                limits, too_full = self._limits_of(k)
+                at = bisect_left(too_full, low)
+                if at < len(too_full) and too_full[at] <= high:  # a start in range where not one layer fits
+                    return None
+            prefix = self._prefix_lists[k]
+            by_time = _limit_one(prefix, high, extra, threshold, num_layers)
+            other = num_layers - (num_stages - 1 - k)
+            if limits is not None:
+                other = min(other, limits[high])
+            end = min(by_time, other)
+            if by_time < other and end < num_layers:
+                next_value = min(next_value, (prefix[end + 1] - prefix[high]) + extra)
+            upper.append(end)
         if upper[-1] < num_layers:
             return False, None, next_value
         bounds = [num_layers]

@@ -33,8 +33,8 @@ def tie_break(problem: MinMaxProblem, bottleneck: float, how: str, fallback: lis
     """The tie-broken optimal bounds and the tie-break actually applied."""
     if how == "none" or bottleneck <= 0.0:
         return fallback, how  # at a zero bottleneck every optimal partition is all zeros
-    windows = StageWindows(problem, bottleneck)
-    if windows.pair_count() <= PAIR_BUDGET:
+    windows = None if _pair_ceiling(problem) <= PAIR_BUDGET else StageWindows(problem, bottleneck)
+    if windows is None or windows.pair_count() <= PAIR_BUDGET:
         pairs = problem.optimal_pairs(bottleneck)
         chosen = _exact_lexicographic(problem, pairs) if how == "lexicographic" else _exact_variance(problem, pairs)
         return chosen, how
@@ -42,6 +42,18 @@ def tie_break(problem: MinMaxProblem, bottleneck: float, how: str, fallback: lis
         return variance_bounds(problem, windows), how
     listed = lexicographic_bounds(problem, windows, fallback)
     return (_exact_lexicographic(problem, problem.optimal_pairs(bottleneck)) if listed is None else listed), how
+
+
+def _pair_ceiling(problem: MinMaxProblem) -> int:
+    """How many (stage, start, end) pairs any partition could use: at least :meth:`StageWindows.pair_count`.
+
+    Stage ``k`` starts in ``[k, L − S + k]`` and ends after its start, at most at
+    ``L − S + k + 1``: ``n (n + 1) / 2`` pairs with ``n = L − S + 1``. Where this is
+    within :data:`PAIR_BUDGET` the windows need not be built to know the exact
+    program applies (the same choice, without their cost).
+    """
+    free = problem.num_layers - problem.num_stages + 1
+    return problem.num_stages * free * (free + 1) // 2
 
 def _pair_arrays(pairs, k):
     starts, first, last = pairs[k]

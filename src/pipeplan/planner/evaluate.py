@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -109,6 +110,7 @@ class Evaluator:
         self.bounds.overlap_floor = self._overlap_floor
         self.bounds.tail_bound = self._tail_bound
         self._plans: dict[tuple[Any, ...], Plan] = {}
+        self._held: dict[tuple[Any, ...], list[float]] = {}
 
     def lower_bound(self, config: Config, layout: Layout) -> float:
         """A step time no order of ``layout``'s actions beats, the rest of the step included.
@@ -150,11 +152,11 @@ class Evaluator:
         gather_bucket = (largest * per.reduce if self.mode.gathers_per_layer
                          else self.sync.bucket(config.dp, per.reduce))  # the parameter gather buckets like rank 0
         step = self.memory.step_bytes(config.dp, config.pp)
+        held = self._held_trainable(config.micro_batch_size, layout)
         ranks = []
         for rank in range(len(layout.static)):
             stages = [s for s, r in enumerate(layout.placement) if r == rank]
-            # the rank's trainable parameters, a tied table it holds twice (embedding and head) once
-            params = profile.held_params(i for s in stages for i in range(bounds[s], bounds[s + 1]))[1]
+            params = held[rank]
             grads = params * per.reduce
             reduction = self._reduction_ms(dp_link, grads, config) * self._reductions(config)
             bucket = self.sync.bucket(config.dp, per.reduce, pipeline_rank=rank)
@@ -183,6 +185,19 @@ class Evaluator:
             ranks.append(RankRest(end, reduction, exposed, gather, gather_exposed, optimizer))
         makespan = None if timeline is None else float(timeline.makespan) * to_ms
         return step_rest(ranks, makespan, overlap_grad_reduce=self.sync.overlap_grad_reduce)
+
+    def _held_trainable(self, micro_batch_size: int, layout: Layout) -> list[float]:
+        """Per rank, the trainable parameters it holds, a tied table held twice (embedding and head) once (cached)."""
+        key = (micro_batch_size, layout.sizes, layout.placement)
+        held = self._held.get(key)
+        if held is None:
+            profile = self.workload.profile(micro_batch_size)
+            bounds = np.concatenate([[0], np.cumsum(layout.sizes)])
+            held = self._held[key] = [
+                profile.held_params(i for s, r in enumerate(layout.placement) if r == rank
+                                    for i in range(bounds[s], bounds[s + 1]))[1]
+                for rank in range(len(layout.static))]
+        return held
 
     def _reductions(self, config: Config) -> int:
         """Gradient collectives per step (:meth:`~pipeplan.data_parallel.DataParallelMode.reductions_per_step`)."""
@@ -487,10 +502,36 @@ def evaluate_layout(
                               tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)
 
 
+#: per timeline and rank, its backward actions read off once: the last-ending (start, end) of each stage's
+#: gradient work, and every ``B``/``W`` as (stage, start, end) in order (a fixed template's timeline is shared
+#: by every data-parallel mode, and each asks)
+_BACKWARDS: WeakKeyDictionary[Timeline, dict[int, tuple[dict[int, tuple[float, float]],
+                                                    list[tuple[int, float, float]]]]] = WeakKeyDictionary()
+
+
+def _rank_backwards(timeline: Timeline, rank: int) -> tuple[dict[int, tuple[float, float]],
+                                                          list[tuple[int, float, float]]]:
+    """``rank``'s backward actions in ``timeline`` (cached per timeline): see :data:`_BACKWARDS`."""
+    per_rank = _BACKWARDS.setdefault(timeline, {})
+    found = per_rank.get(rank)
+    if found is None:
+        last: dict[int, tuple[float, float]] = {}
+        spans: list[tuple[int, float, float]] = []
+        lo, hi = int(timeline.rank_offsets[rank]), int(timeline.rank_offsets[rank + 1])
+        # what timeline.records(rank) yields, read off its arrays at once (the same floats)
+        for action, start, end in zip(timeline.schedule.orders[rank], timeline.start[lo:hi].tolist(),
+                                      timeline.end[lo:hi].tolist()):
+            if action.kind in (Kind.B, Kind.W):
+                spans.append((action.stage, start, end))
+                if action.stage not in last or end > last[action.stage][1]:
+                    last[action.stage] = (start, end)
+        found = per_rank[rank] = (last, spans)
+    return found
+
+
 def _gradient_time(timeline: Timeline, rank: int, stages: set[int], to_ms: float) -> float:
     """Milliseconds ``rank`` spends in the backward (``B``, ``W``) of ``stages`` over the whole step."""
-    return sum((record.end - record.start) * to_ms for record in timeline.records(rank)
-               if record.action.kind in (Kind.B, Kind.W) and record.action.stage in stages)
+    return sum((end - start) * to_ms for stage, start, end in _rank_backwards(timeline, rank)[1] if stage in stages)
 
 
 def _gradient_work(timeline: Timeline, rank: int, stage_bytes: dict[int, float],
@@ -500,10 +541,6 @@ def _gradient_work(timeline: Timeline, rank: int, stage_bytes: dict[int, float],
     A stage's gradients are final in its last-ending ``W`` (or ``B`` without a
     split backward); that action produces the stage's ``stage_bytes``.
     """
-    last: dict[int, tuple[float, float]] = {}
-    for record in timeline.records(rank):
-        action = record.action
-        if action.kind in (Kind.B, Kind.W) and action.stage in stage_bytes:
-            if action.stage not in last or record.end > last[action.stage][1]:
-                last[action.stage] = (record.start, record.end)
-    return [(start * to_ms, end * to_ms, stage_bytes[stage]) for stage, (start, end) in last.items()]
+    last = _rank_backwards(timeline, rank)[0]
+    return [(start * to_ms, end * to_ms, stage_bytes[stage]) for stage, (start, end) in last.items()
+            if stage in stage_bytes]

@@ -45,7 +45,8 @@ from ..partition import PartitionOptions, even_split, inflight_per_stage, partit
 from ..partition.placement import Pattern, fixed_pattern, place_chunks
 from ..plan import RankMemory, Recompute
 from ..schedule import Schedule
-from ..schedules import build_schedule, schedule_info
+from ..schedules import build_schedule, schedule_info, schedule_options
+from ..schedules.inflight import inflight_of_built
 from ..schedules.patterns import loop_placement
 from ..simulate import simulate
 from .links import Links
@@ -141,8 +142,13 @@ class Layouts:
         key = (name, config.num_stages, microbatches, config.virtual_stages)
         if key not in self._inflight:
             shape = replace(config, schedule=name, num_microbatches=microbatches)
-            counts = inflight_per_stage(name, config.num_stages, microbatches, **self.schedule_options(shape))
-            self._inflight[key] = (tuple(counts), tuple(self.template(shape).placement))
+            template = self.template(shape)
+            options = self.schedule_options(shape)
+            if schedule_info(name).inflight_closed_form is not None and not options or "costs" in schedule_options(name):
+                counts = inflight_per_stage(name, config.num_stages, microbatches, **options)
+            else:  # read off the template just built: the same orders inflight_per_stage would build again
+                counts = inflight_of_built(template)
+            self._inflight[key] = (tuple(counts), tuple(template.placement))
         return self._inflight[key]
 
     def template(self, config: Config) -> Schedule:
@@ -170,8 +176,17 @@ class Layouts:
         same partition and schedule.
         """
         micro_batch_size = config.micro_batch_size
-        per_mode = {mode: self._stage_costs(micro_batch_size, mode, tuple(sizes)) for mode in set(recompute)}
-        costs = StageCosts.stagewise([per_mode[mode] for mode in recompute])  # a measured split kept
+        sizes, placement = tuple(sizes), tuple(placement)
+        modes = set(recompute)
+        if len(modes) == 1:  # every stage from one mode's costs: those costs themselves (what stagewise copies)
+            costs = self._stage_costs(micro_batch_size, recompute[0], sizes)
+        else:  # shared by every Layouts of this workload, as the one-mode costs are
+            mixed = self.workload.memo.setdefault("mixed_stage_costs", {})
+            key = (micro_batch_size, sizes, tuple(recompute))
+            costs = mixed.get(key)
+            if costs is None:
+                per_mode = {mode: self._stage_costs(micro_batch_size, mode, sizes) for mode in modes}
+                costs = mixed[key] = StageCosts.stagewise([per_mode[mode] for mode in recompute])  # measured split kept
         static = self.memory.static_memory(config, sizes, placement)
         counts, _ = self.inflight(config)
         bound = [0.0] * config.pp

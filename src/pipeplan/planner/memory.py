@@ -74,6 +74,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -181,6 +182,8 @@ class MemoryModel:
         self.dp_mode = dp_mode
         self.mode = data_parallel.get(dp_mode)
         self.gpus_per_node = gpus_per_node
+        self._static: dict[tuple[Any, ...], tuple[RankMemory, ...]] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}  # what depends on (micro-batch size, [mode,] dp, pp) alone
 
     def shards(self, dp: int, pp: int) -> int:
         """Ranks the optimizer state is sharded over: ``dp`` (ZeRO, FSDP, the distributed optimizer), HSDP's
@@ -212,7 +215,15 @@ class MemoryModel:
         return OptimizerBytes.for_mode(self.optimizer, self.mode, self.shards(dp, pp), pipelined=pp > 1)
 
     def layer_static_bytes(self, micro_batch_size: int, dp: int, pp: int = 1) -> np.ndarray:
-        """Bytes of weights, gradients and optimizer state per layer."""
+        """Bytes of weights, gradients and optimizer state per layer (cached; read-only)."""
+        key = ("layer_static_bytes", micro_batch_size, dp, pp)
+        cached = self._memo.get(key)
+        if cached is None:
+            cached = self._memo[key] = self._layer_static_bytes(micro_batch_size, dp, pp)
+            cached.flags.writeable = False
+        return cached
+
+    def _layer_static_bytes(self, micro_batch_size: int, dp: int, pp: int) -> np.ndarray:
         per = self.bytes_per_param(dp, pp)
         profile = self.workload.profile(micro_batch_size)
         params = np.asarray(profile.params)
@@ -220,7 +231,17 @@ class MemoryModel:
 
     def memory_profile(self, micro_batch_size: int, mode: Recompute, dp: int,
                        pp: int = 1) -> tuple[LayerProfile, float]:
-        """The profile the partitioner sees: params scaled so ``bytes_per_param`` × params is each layer's static bytes."""
+        """The profile the partitioner sees: params scaled so ``bytes_per_param`` × params is each layer's static bytes.
+
+        Cached per ``(micro_batch_size, mode, dp, pp)``.
+        """
+        key = ("memory_profile", micro_batch_size, mode, dp, pp)
+        cached = self._memo.get(key)
+        if cached is None:
+            cached = self._memo[key] = self._memory_profile(micro_batch_size, mode, dp, pp)
+        return cached
+
+    def _memory_profile(self, micro_batch_size: int, mode: Recompute, dp: int, pp: int) -> tuple[LayerProfile, float]:
         profile = self.workload.profile(micro_batch_size, mode)
         per = self.bytes_per_param(dp, pp)
         if profile.trainable_params == profile.params:
@@ -240,8 +261,17 @@ class MemoryModel:
     def static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[RankMemory, ...]:
         """Per rank, the weights, gradients and optimizer state of its stages (activations 0).
 
-        ``sizes`` are layers per stage, ``placement`` each stage's rank.
+        ``sizes`` are layers per stage, ``placement`` each stage's rank. Cached per
+        ``(dp, pp, micro-batch size, sizes, placement)``, all it depends on.
         """
+        key = (config.dp, config.pp, config.micro_batch_size, tuple(sizes), tuple(placement))
+        cached = self._static.get(key)
+        if cached is None:
+            cached = self._static[key] = self._static_memory(config, sizes, placement)
+        return cached
+
+    def _static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[RankMemory, ...]:
+        """:meth:`static_memory`, computed."""
         per = self.bytes_per_param(config.dp, config.pp)
         profile = self.workload.profile(config.micro_batch_size)
         params = np.asarray(profile.params)
@@ -276,8 +306,15 @@ class MemoryModel:
         Every rank holds its weights and state and, at its first backward, at
         least one microbatch of its layers' activations (the least over the
         recompute modes), so the fullest holds at least the ``1/pp`` share of
-        both; and at least :meth:`static_bound`.
+        both; and at least :meth:`static_bound`. Cached per ``(micro-batch size, dp, pp)``.
         """
+        key = ("least_peak", config.micro_batch_size, config.dp, config.pp)
+        cached = self._memo.get(key)
+        if cached is None:
+            cached = self._memo[key] = self._least_peak(config)
+        return cached
+
+    def _least_peak(self, config: Config) -> float:
         profile = self.workload.profile(config.micro_batch_size)
         per = self.bytes_per_param(config.dp, config.pp)
         params, trained = profile.held_params()
@@ -288,7 +325,17 @@ class MemoryModel:
         return max(self.static_bound(config), (total + activations) / config.pp)
 
     def static_bound(self, config: Config) -> float:
-        """Bytes some rank must hold whatever the partition: ``max(static ÷ pp, largest layer)`` (a tied table once)."""
+        """Bytes some rank must hold whatever the partition: ``max(static ÷ pp, largest layer)`` (a tied table once).
+
+        Cached per ``(micro-batch size, dp, pp)``.
+        """
+        key = ("static_bound", config.micro_batch_size, config.dp, config.pp)
+        cached = self._memo.get(key)
+        if cached is None:
+            cached = self._memo[key] = self._static_bound(config)
+        return cached
+
+    def _static_bound(self, config: Config) -> float:
         profile = self.workload.profile(config.micro_batch_size)
         static = self.layer_static_bytes(config.micro_batch_size, config.dp, config.pp)
         per = self.bytes_per_param(config.dp, config.pp)

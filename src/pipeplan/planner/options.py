@@ -51,8 +51,11 @@ class SearchOptions:
         send_mode: ``"eager"``, ``"rendezvous"`` or ``"serialized"`` messages
             (:mod:`pipeplan.planner.links`).
         top: how many plans to keep.
-        budget: seconds; once a plan is found, the search stops after that many
-            and returns the best so far with ``stats.complete = False`` (the
+        budget: CPU seconds of the search (``time.process_time``, so a loaded
+            machine stops it after the same work more nearly than wall time would);
+            once a plan is found, the search stops after that many and returns the
+            best so far with ``stats.complete = False``, the configurations it
+            examined and a bound on those it did not (:class:`~pipeplan.planner.records.SearchStats`; the
             one-knob plans and the bound's refinement stop at it too; the two
             baselines are always simulated).
         progress: ``progress(done, total)`` after each configuration.

@@ -63,6 +63,9 @@ class SearchBounds:
         self.tail_bound: Callable[[Config, LayerTimes], float] | None = None
         self._times: dict[int, LayerTimes] = {}
         self._bounds: dict[tuple[Any, ...], float] = {}
+        self._rests: dict[tuple[Any, ...], tuple[float, float]] = {}  # configuration less its recompute → least dp + optimizer
+        self._slowest: dict[tuple[int, int], float] = {}  # (micro-batch size, stages) → least slowest stage
+        self._least_params: dict[tuple[int, int], float] = {}  # (micro-batch size, pp) → least max trainable
 
     def layer_times(self, micro_batch_size: int) -> LayerTimes:
         """Per-layer times at micro-batch size ``micro_batch_size``, the least over the workload's recompute modes (cached)."""
@@ -110,8 +113,8 @@ class SearchBounds:
         loads[-1] += times.last_extra
         rank_load = microbatches * least_max_load(loads, config.pp)
         tail = 0.0 if self.tail_bound is None or config.pp == 1 else self.tail_bound(config, times)
-        bound = max(shared, rank_load, times.chain(split=split), tail) + self.least_dp_comm(config) \
-            + self.least_optimizer(config)
+        comm, optimizer = self._least_rest(config)
+        bound = max(shared, rank_load, times.chain(split=split), tail) + comm + optimizer
         self._bounds[key] = bound
         return bound
 
@@ -121,11 +124,23 @@ class SearchBounds:
         Any partition of ``config``, with any recompute, has a stage at least that
         slow, and a rank holds at least that stage.
         """
-        sizes = self.layouts.free_sizes(config.micro_batch_size, self.workload.lightest_recompute, config.num_stages)
-        profile = self.workload.profile(config.micro_batch_size)
-        costs = profile.stage_costs(sizes)
-        slowest = max(f + b for f, b in zip(costs.forward, costs.backward))
-        return config.num_microbatches * slowest + self.least_dp_comm(config) + self.least_optimizer(config)
+        key = (config.micro_batch_size, config.num_stages)
+        slowest = self._slowest.get(key)
+        if slowest is None:
+            sizes = self.layouts.free_sizes(config.micro_batch_size, self.workload.lightest_recompute, config.num_stages)
+            costs = self.workload.profile(config.micro_batch_size).stage_costs(sizes)
+            slowest = self._slowest[key] = max(f + b for f, b in zip(costs.forward, costs.backward))
+        comm, optimizer = self._least_rest(config)
+        return config.num_microbatches * slowest + comm + optimizer
+
+    def _least_rest(self, config: Config) -> tuple[float, float]:
+        """:meth:`least_dp_comm` and :meth:`least_optimizer` (cached: neither depends on the recompute mode)."""
+        key = (config.tp, config.pp, config.dp, config.dp_mode, config.micro_batch_size, config.num_microbatches,
+               config.schedule, config.virtual_stages)
+        rest = self._rests.get(key)
+        if rest is None:
+            rest = self._rests[key] = (self.least_dp_comm(config), self.least_optimizer(config))
+        return rest
 
     def least_dp_comm(self, config: Config) -> float:
         """The all-reduce of the fewest gradients the fullest rank can hold.
@@ -140,7 +155,7 @@ class SearchBounds:
             # overlapped collectives: the evaluator's floor (exact without a pipeline; the reduction behind a
             # pipeline is in the tail bound instead)
             return 0.0 if self.overlap_floor is None else self.overlap_floor(config)
-        grads = least_max_load(self._own_trainable(config), config.pp) * self.memory.bytes_per_param(
+        grads = self._least_trainable(config) * self.memory.bytes_per_param(
             config.dp, config.pp).reduce
         return self.links.allreduce(config, grads) * self.memory.mode.reductions_per_step(config.num_microbatches)
 
@@ -151,10 +166,18 @@ class SearchBounds:
         the layers' trainable parameters, and the step waits for the slowest
         rank's optimizer (:func:`~pipeplan.planner.step.step_rest`).
         """
-        params = least_max_load(self._own_trainable(config), config.pp)
+        params = self._least_trainable(config)
         step = self.memory.step_bytes(config.dp, config.pp)
         optimizer = rank_optimizer_ms(params, device=self.links.cluster.device, **step)  # type: ignore[arg-type]
         return optimizer * 1e-3 / self.workload.time_unit
+
+    def _least_trainable(self, config: Config) -> float:
+        """:func:`least_max_load` of :meth:`_own_trainable` over ``config.pp`` ranks (cached per micro-batch size and pp)."""
+        key = (config.micro_batch_size, config.pp)
+        least = self._least_params.get(key)
+        if least is None:
+            least = self._least_params[key] = least_max_load(self._own_trainable(config), config.pp)
+        return least
 
     def _own_trainable(self, config: Config) -> np.ndarray:
         """Trainable parameters per layer, a tied copy's as 0 (it may share its table's rank)."""
@@ -171,7 +194,7 @@ class SearchBounds:
         (:meth:`~pipeplan.planner.memory.MemoryModel.least_peak` ≤ capacity).
         With ``chunked=False`` only the one-stage-per-rank configurations count (the
         fill bound applies to them). Evaluated lazily in order of the cheap bound;
-        past ``deadline`` (a ``time.perf_counter()``) only the partition-free bounds
+        past ``deadline`` (a ``time.process_time()``: the budget counts CPU seconds) only the partition-free bounds
         are used (still valid, looser).
         """
         candidates = [c for c in configs if chunked or c.virtual_stages == 1]
@@ -180,7 +203,7 @@ class SearchBounds:
         for bound, config in sorted(((self.config_bound(c), c) for c in candidates), key=lambda e: e[0]):
             if bound >= best:
                 break
-            sharper = self.bottleneck_bound(config) if time.perf_counter() <= deadline else bound
+            sharper = self.bottleneck_bound(config) if time.process_time() <= deadline else bound
             best = min(best, max(bound, sharper))
         return best
 

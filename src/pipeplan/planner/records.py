@@ -48,6 +48,13 @@ class SearchStats:
         cache_hits: layouts or simulations reused.
         seconds: wall time of the search.
         complete: ``False`` when the budget stopped it (the plans are the best so far).
+        examined: when the budget stopped it, the configurations (of ``candidates``)
+            it simulated, rejected or ruled out by a bound before stopping
+            (``None``: it examined them all).
+        unexamined_bound: when the budget stopped it, a step time (the plans'
+            unit, ms) no plan of the configurations it did not examine beats: the
+            least of their partition-free bounds. A best plan faster than this
+            would have stayed the best had the search run on.
     """
 
     candidates: int = 0
@@ -58,8 +65,24 @@ class SearchStats:
     cache_hits: int = 0
     seconds: float = 0.0
     complete: bool = True
+    examined: int | None = None
+    unexamined_bound: float | None = None
+
+    @property
+    def examined_share(self) -> float:
+        """The share of the candidates examined (1.0 for a complete search)."""
+        if self.examined is None or not self.candidates:
+            return 1.0
+        return self.examined / self.candidates
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready counts."""
-        return dict(self.__dict__)
+        """JSON-ready counts; a search the budget stopped adds ``examined``, ``examined_share`` and
+        ``unexamined_bound`` (a complete one examined everything, and has no such keys)."""
+        out = dict(self.__dict__)
+        if self.complete:
+            out.pop("examined")
+            out.pop("unexamined_bound")
+        else:
+            out["examined_share"] = self.examined_share
+        return out
 

@@ -311,6 +311,7 @@ class _Search:
             gpus_per_node=cluster.gpus_per_node,
         )
         self.started = time.perf_counter()
+        self.started_cpu = time.process_time()  # the budget counts CPU seconds
         self.stats = SearchStats()
         self._evaluators: dict[tuple[int, str], Evaluator] = {}
         self._workloads: dict[int, Workload] = {}
@@ -344,7 +345,7 @@ class _Search:
         stats.candidates = len(configs)
         self._visit_all(configs)
         budget = self.options.budget
-        deadline = math.inf if budget is None else self.started + budget
+        deadline = math.inf if budget is None else self.started_cpu + budget
         baselines = (reference_baseline(self), megatron_recommended(self))
         for baseline in baselines:  # a baseline in the space is one of its plans: the plans never lose to it
             if baseline.plan is not None and baseline.fits and in_space(self, baseline.plan):
@@ -390,8 +391,13 @@ class _Search:
         for index, group in enumerate(passes):
             rank_needed = self.keep if index == 0 else 1
             for position, config in enumerate(group):
-                if options.budget is not None and self.ranking and time.perf_counter() - self.started > options.budget:
+                if options.budget is not None and self.ranking and \
+                        time.process_time() - self.started_cpu > options.budget:
                     stats.complete = False
+                    left = list(group[position:]) + [c for later in passes[index + 1:] for c in later]
+                    stats.examined = len(ordered) - len(left)
+                    # no configuration left unexamined has a plan faster than its own bound
+                    stats.unexamined_bound = min(self.bound(c) for c in left)
                     break
                 if options.progress is not None:
                     options.progress(done, len(ordered))

@@ -19,7 +19,7 @@ from ..costs import StageCosts
 from ..errors import InvalidInputError
 from . import SCHEDULES, build_schedule, schedule_info, schedule_options
 
-__all__ = ["build_with_costs", "inflight_and_placement", "inflight_per_stage"]
+__all__ = ["build_with_costs", "inflight_and_placement", "inflight_per_stage", "inflight_of_built"]
 
 
 def inflight_per_stage(schedule: str, num_stages: int, num_microbatches: int, **options: Any) -> tuple[int, ...]:
@@ -76,6 +76,16 @@ def build_with_costs(schedule: str, num_stages: int, num_microbatches: int, opti
     if "costs" in schedule_options(schedule) and "costs" not in options:
         extra["costs"] = costs if costs is not None else StageCosts.uniform(num_stages)
     return build_schedule(schedule, num_stages=num_stages, num_microbatches=num_microbatches, **options, **extra)
+
+
+def inflight_of_built(built: Any) -> tuple[int, ...]:
+    """Peak in-flight microbatches per stage of a built schedule (what :func:`inflight_per_stage` reads off).
+
+    For a caller that holds the schedule already: ``inflight_per_stage(name, S, m, **options)``
+    equals ``inflight_of_built(build_schedule(name, num_stages=S, num_microbatches=m, **options))``
+    for a schedule that takes no ``costs`` (one that does is built with uniform costs there).
+    """
+    return _inflight_from_orders(built)
 
 
 def _inflight_from_orders(built: Any) -> tuple[int, ...]:
