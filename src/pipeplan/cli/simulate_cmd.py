@@ -27,6 +27,7 @@ file's measured link) at NCCL's point-to-point rate.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -107,6 +108,10 @@ def memory_limit(text: str) -> ByteSize:
             raise argparse.ArgumentTypeError(str(error)) from None
         size.unit = stripped.lstrip("0123456789.eE+- ")
         return size
+    if not math.isfinite(count):
+        raise argparse.ArgumentTypeError(
+            f"--memory-limit must be a finite size with its unit (e.g. 12GiB) or a whole count of microbatches "
+            f"(e.g. 4), got {stripped!r}; leave it out for no limit")
     if not (count >= 1 and count == int(count)):
         raise argparse.ArgumentTypeError(
             f"--memory-limit {stripped} has no unit, so it is a count of microbatches in flight per rank, "
