@@ -103,10 +103,11 @@ _FLAGS: dict[str, str] = {"memory_capacity": "--memory", "micro_batch_size": "--
                           "tensor_parallel": "--tp", "iterations": "--iterations", "virtual_stages": "--virtual-stages",
                           "num_microbatches": "-m", "schedules": "--schedules", "rate_ratio": "--rate-ratio",
                           "vision_stages": "--vision-stages", "max_staleness": "--max-staleness",
-                          "buffer_frames": "--buffer-frames", "damping": "--damping"}
+                          "buffer_frames": "--buffer-frames", "damping": "--damping", "optimizer": "--optimizer"}
 _VERB_FLAGS: dict[str, dict[str, str]] = {
-    "partition": {"num_stages": "--stages", "partition": "--partition"},
-    "plan": {"num_stages": "--stages", "partition": "--partition", "num_gpus": "--gpus"},
+    "partition": {"num_stages": "--stages", "partition": "--partition", "num_layers": "--layers"},
+    "plan": {"num_stages": "--stages", "partition": "--partition", "num_gpus": "--gpus", "pp": "--pp", "tp": "--tp",
+             "max_virtual_stages": "--max-virtual-stages"},
     "simulate": {"num_stages": "the stages", "partition": "--partition"},
 }
 #: simulate's per-stage lists: named as flags only indexed or counted (``forward[2] must``, ``backward has 1

@@ -32,6 +32,7 @@ from ._common import make_console, print_json, progress, require_torch, text_wid
 __all__ = [
     "register",
     "add_rate_arguments",
+    "refuse_rate_flags",
     "add_run_arguments",
     "rate_options",
     "run_verb",
@@ -50,9 +51,9 @@ def register(subparsers: Any) -> None:
                     "damping, staleness-scaled LR, frozen encoder) at equal idle-core budget and compare.",
     )
     parser.add_argument("--quick", action="store_true", help="0.5 s budget, one seed, four methods")
-    parser.add_argument("--budget", type=_text, default=None, help="idle-core seconds per run (default 1; quick 0.5)")
-    parser.add_argument("--seeds", type=_text, default=None, help="number of seeds (default 3; quick 1)")
-    parser.add_argument("--rate-ratio", type=_text, default="4", help="control steps per camera frame (default 4)")
+    parser.add_argument("--budget", type=_text, default=None, metavar="SECONDS", help="idle-core seconds per run (default 1; quick 0.5)")
+    parser.add_argument("--seeds", type=_text, default=None, metavar="N", help="number of seeds (default 3; quick 1)")
+    parser.add_argument("--rate-ratio", type=_text, default="4", metavar="K", help="control steps per camera frame (default 4)")
     parser.add_argument("--json", action="store_true", help="print the per-method summary as JSON")
     parser.set_defaults(func=_study_verb)
 
@@ -79,13 +80,13 @@ def _integer(field: str, text: str | None, *, minimum: int = 1) -> int | None:
 def add_rate_arguments(parser: argparse.ArgumentParser) -> None:
     """``--rate-ratio``, ``--vision-stages``, ``--max-staleness``, ``--buffer-frames`` (dual-rate schedule shape)."""
     group = parser.add_argument_group("dual-rate schedule")
-    group.add_argument("--rate-ratio", type=_text, default=None,
+    group.add_argument("--rate-ratio", type=_text, default=None, metavar="K",
                        help="dual-rate: action steps per vision update, an integer >= 1 (default 4)")
-    group.add_argument("--vision-stages", type=_text, default=None,
+    group.add_argument("--vision-stages", type=_text, default=None, metavar="N",
                        help="dual-rate: how many of the first stages are the vision side (default 1)")
-    group.add_argument("--max-staleness", type=_text, default=None,
+    group.add_argument("--max-staleness", type=_text, default=None, metavar="N",
                        help="dual-rate: frames the vision side may run ahead, >= 0 (default 1; 0: no overlap)")
-    group.add_argument("--buffer-frames", type=_text, default=None,
+    group.add_argument("--buffer-frames", type=_text, default=None, metavar="N",
                        help="dual-rate: latent slots on the action side (default max-staleness + 1)")
 
 
@@ -93,13 +94,28 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``run`` verb's dual-rate options (on top of :func:`add_rate_arguments`)."""
     add_rate_arguments(parser)
     group = parser.add_argument_group("dual-rate training")
-    group.add_argument("--damping", type=_text, default=None,
+    group.add_argument("--damping", type=_text, default=None, metavar="FRACTION",
                        help="dual-rate: λ in (0, 1] of the λ^Δt damping of stale vision gradients (default 1)")
     group.add_argument("--staleness-scaling", choices=("damping", "inverse"), default="damping",
                        help="dual-rate: λ^Δt, or the staleness-aware learning rate α/Δt (default damping)")
     group.add_argument("--no-stash", action="store_true",
                        help="dual-rate: no weight stashing (the stale backward recomputes on the current weights)")
-    group.add_argument("--frames", type=_text, default="16", help="dual-rate: frames to train (default 16)")
+    group.add_argument("--frames", type=_text, default=None, metavar="N", help="dual-rate: frames to train (default 16)")
+
+
+_RUN_FLAGS = ("rate_ratio", "vision_stages", "max_staleness", "buffer_frames", "damping", "frames")
+
+
+def refuse_rate_flags(args: argparse.Namespace) -> None:
+    """Refuse the dual-rate options given to ``run`` with another schedule (they would be ignored unchecked)."""
+    given = [f"--{key.replace('_', '-')}" for key in _RUN_FLAGS if getattr(args, key, None) is not None]
+    if getattr(args, "no_stash", False):
+        given.append("--no-stash")
+    if getattr(args, "staleness_scaling", "damping") != "damping":
+        given.append("--staleness-scaling")
+    if given:
+        raise InvalidInputError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --schedule dual-rate, "
+                                f"not to {getattr(args, 'schedule', None)!r}")
 
 
 def rate_options(args: argparse.Namespace) -> dict[str, int]:

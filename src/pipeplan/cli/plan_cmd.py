@@ -40,7 +40,8 @@ from .. import units
 from ._common import make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ..hardware.device_file import device_fields
-from ._spec_args import add_device_argument, add_mfu_argument, device_from_args, spec_from_args
+from ._spec_args import (add_device_argument, add_mfu_argument, add_shape_arguments, device_from_args, planned_shape,
+                         shape_from_args, shape_note, spec_from_args)
 
 __all__ = ["register", "run"]
 
@@ -67,6 +68,7 @@ def register(subparsers: Any) -> None:
                              "records, else 1)")
     parser.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
     parser.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")
+    add_shape_arguments(parser)
     parser.add_argument("--gpus", type=positive("--gpus"), required=True, help="number of GPUs")
     parser.add_argument("--gpu", type=name_choice("--gpu", hardware.device_names), default="h100-80g",
                         help=f"device: {', '.join(hardware.device_names())}")
@@ -134,6 +136,7 @@ def _workload(args: argparse.Namespace, cluster: Cluster) -> Workload:
     if args.profile:
         if args.freeze or args.unfreeze:
             raise InvalidInputError("--freeze/--unfreeze apply to --preset or --spec, not to a measured --profile")
+        shape_from_args(args)  # a shape option names the profile's own shapes: refused
         profile = LayerProfile.from_file(args.profile)
         return Workload.from_profile(profile, micro_batch_size=args.profile_micro_batch_size, name=args.profile)
     return Workload.from_spec(spec_from_args(args), cluster.device, tp_link=cluster.intra_node)
@@ -208,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         for entry, tie in zip(payload["plans"], ties):
             entry["ties_with"] = tie
         print_json({**payload, "device": device_fields(cluster.device),
-                    "assumptions": _assumptions(args, cluster),
+                    "assumptions": _assumptions(args, cluster), "shape": planned_shape(args),
                     "gemm_fallbacks": _gemm_fallbacks(args, cluster, result)})
         return 0
     _print(args, result, ties, _capacity(args, cluster))
@@ -259,7 +262,9 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
     else:
         optimizer = (f"{args.optimizer} bytes per parameter: {split.weights:g} B weights + {split.gradients:g} B "
                      f"gradients + {split.optimizer:g} B state")
+    shape = shape_note(args)
     return {
+        **({"model shape": shape} if shape else {}),
         "device": (cluster.device.summary() if not args.profile else
                    f"layer times as measured in {args.profile} (on the machine that measured them: its GPUs or CPU "
                    f"cores), not {cluster.device.name}'s roofline, which sets only the memory per GPU and the links "

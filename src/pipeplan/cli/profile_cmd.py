@@ -27,6 +27,7 @@ from rich.table import Table
 
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
+from ..limits import MAX_LOCAL_PROCESSES
 from ..profile_format import check_overwrite
 from ..units import format_bytes
 from ._common import default_microbatches, make_console, print_json, progress, refuse_unless, report_written, require_torch
@@ -77,6 +78,8 @@ def register(subparsers: Any) -> None:
 _REPEATS_WHY = "runs per measurement; more only lengthen it"
 
 
+_NPROC_WHY = "processes on this machine, each importing torch"
+
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan profile``."""
     if not str(args.out).lower().endswith((".json", ".csv")):
@@ -86,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_unless(args.statistic != "min" or args.max_spread is None, "--max-spread",
                   "with --statistic min (the fastest run of each time is kept; no spread is checked)")
     spread = positive_float("--max-spread", 0.5 if args.max_spread is None else args.max_spread)
-    nproc = positive_int("--nproc", args.nproc)
+    nproc = positive_int("--nproc", args.nproc, maximum=MAX_LOCAL_PROCESSES, why=_NPROC_WHY)
     from ..limits import MAX_REPEATS, check_builtin_model_size
     from ..models import BUILTIN_MODELS
 

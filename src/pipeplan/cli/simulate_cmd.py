@@ -158,7 +158,7 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
                         help="forward time per stage, ms, comma-separated (e.g. 30,10,10,20)")
     parser.add_argument("--profile", metavar="PATH",
                         help="a layer profile (.json/.csv from pipeplan profile) instead of --forward ...")
-    parser.add_argument("--partition", default=None,
+    parser.add_argument("--partition", default=None, metavar="auto|even|A,B,...",
                         help="with --profile: layers per stage (e.g. 6,4), 'even' or 'auto' "
                              "(balanced; default) with --stages")
     parser.add_argument("--stages", type=int, default=None,
@@ -292,7 +292,7 @@ def check_size(args: argparse.Namespace, num_stages: int) -> int:
     if not args.json:
         check_gantt_size(args.width, num_stages, field="--width")
     return check_schedule_size(args.schedule, num_stages=num_stages, num_microbatches=micro,
-                               backward=backward, simulated=True, names=("stages", "m"))
+                               backward=backward, simulated=True, names=("stages", "-m"))
 
 
 def _profile_partition(args: argparse.Namespace, profile: LayerProfile) -> list[int]:

@@ -153,7 +153,8 @@ class OptimizerBytes:
                 ) from None
         total = float(optimizer)
         if not 0 < total < float("inf"):
-            raise InvalidInputError(f"bytes per parameter must be a finite number > 0, got {optimizer!r}")
+            raise InvalidInputError(f"optimizer = {optimizer!r} must be 'adam' or a finite number > 0 of bytes per "
+                                    "parameter (weights + gradients + optimizer state, e.g. 16)")
         weights = min(2.0, total)
         gradients = min(2.0, total - weights)
         return cls(weights, gradients, total - weights - gradients, reduce=gradients)
