@@ -269,6 +269,11 @@ def schedule_from_args(args: argparse.Namespace, costs: StageCosts, comm: CommMo
     return build_schedule(args.schedule, num_stages=costs.num_stages, num_microbatches=args.microbatches, **options)
 
 
+def _microbatches_name(args: argparse.Namespace) -> str:
+    """``-m`` as a size check names it; with ``--rate-ratio`` (dual-rate: -m in whole frames of it) that too."""
+    return "-m (whole frames of --rate-ratio)" if getattr(args, "rate_ratio", None) is not None else "-m"
+
+
 def microbatches_of(args: argparse.Namespace, num_stages: int) -> int:
     """``-m`` as given, else twice the pipeline ranks the schedule puts ``num_stages`` stages on.
 
@@ -292,7 +297,7 @@ def check_size(args: argparse.Namespace, num_stages: int) -> int:
     if not args.json:
         check_gantt_size(args.width, num_stages, field="--width")
     return check_schedule_size(args.schedule, num_stages=num_stages, num_microbatches=micro,
-                               backward=backward, simulated=True, names=("stages", "-m"))
+                               backward=backward, simulated=True, names=("stages", _microbatches_name(args)))
 
 
 def _profile_partition(args: argparse.Namespace, profile: LayerProfile) -> list[int]:
