@@ -114,7 +114,7 @@ BASES: dict[str, Sequence[Sequence[str]]] = {
                  ["--forward", "30,10,10,20", "--schedule", "interleaved"],
                  ["--forward", "30,10,10,20", "--schedule", "dual-rate"], ["--preset", "pi0", "--stages", "4"]),
     "partition": (["--layers", "8", "--layer-cost", "1", "--stages", "2"], ["--preset", "pi0", "--stages", "2"]),
-    "plan": (["--preset", "pi0", "--gpus", "2", "--global-batch", "4"],
+    "plan": (["--preset", "pi0", "--gpus", "2", "--global-batch", "4", "--schedules", "1f1b", "--dp-modes", "ddp"],
              ["--preset", "gpt-1.5b", "--gpus", "2", "--global-batch", "4", "--budget", "2"]),
     "model": (["--preset", "pi0"],),
     "presets": ([],),
@@ -237,7 +237,7 @@ def test_numeric_flag_refuses_hostile_values_in_one_line(verb: str, flag: str, t
     home = home_base(verb, flag)
     fixed = [*NON_FINITE, "-1", "0", HUGE, wrong_unit(_action(verb, flag))]
 
-    @settings(max_examples=int(os.environ.get("PIPEPLAN_NUMERIC_EXAMPLES", "3")), database=None,
+    @settings(max_examples=int(os.environ.get("PIPEPLAN_NUMERIC_EXAMPLES", "2")), database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(value=_VALUES, base=st.sampled_from(range(len(bases))))
     def prop(value: str, base: int) -> None:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import replace
 from typing import Any, cast
 
@@ -180,7 +181,13 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
         raise InvalidInputError("--sequence-parallel does not apply without --tp > 1 "
                                 "(it splits the norms and dropouts across tensor-parallel ranks)")
     shape = shape_from_args(args)
-    spec = presets.get(args.preset, **shape) if args.preset else ModelSpec.from_file(args.spec)
+    try:
+        spec = presets.get(args.preset, **shape) if args.preset else ModelSpec.from_file(args.spec)
+    except InvalidInputError as error:  # a builder's own rule (pi0-fast: text_tokens >= 2): say the flags
+        message = str(error)
+        for key in shape:
+            message = re.sub(rf"(?<![\w-]){key}\b", _flag(key), message)
+        raise InvalidInputError(message) from None
     flags: dict[str, bool] = {}
     for option, value in (("freeze", True), ("unfreeze", False)):
         for name in _module_names(option, getattr(args, option)):

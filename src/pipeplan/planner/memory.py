@@ -86,7 +86,11 @@ from ..units import format_gib
 from .space import Config
 from .workload import Workload
 
-__all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL"]
+__all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL", "MAX_BYTES_PER_PARAM"]
+
+#: The most bytes per parameter ``--optimizer BYTES`` takes: 64x mixed-precision Adam's 16, far above
+#: any optimizer; ``1e308`` overflowed every candidate's memory ("no candidate could be evaluated").
+MAX_BYTES_PER_PARAM = 1024.0
 
 #: What ``--optimizer`` names besides a number of bytes per parameter.
 OPTIMIZERS = ("adam",)
@@ -152,9 +156,9 @@ class OptimizerBytes:
                     f"e.g. 16), got {optimizer!r}"
                 ) from None
         total = float(optimizer)
-        if not 0 < total < float("inf"):
-            raise InvalidInputError(f"optimizer = {optimizer!r} must be 'adam' or a finite number > 0 of bytes per "
-                                    "parameter (weights + gradients + optimizer state, e.g. 16)")
+        if not 0 < total <= MAX_BYTES_PER_PARAM:
+            raise InvalidInputError(f"optimizer = {optimizer!r} must be 'adam' or a number of bytes per parameter "
+                                    f"in (0, {MAX_BYTES_PER_PARAM}] (weights + gradients + optimizer state, e.g. 16)")
         weights = min(2.0, total)
         gradients = min(2.0, total - weights)
         return cls(weights, gradients, total - weights - gradients, reduce=gradients)
