@@ -26,7 +26,7 @@ from rich.console import Console
 
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
-from ..limits import check_gantt_size
+from ..limits import MAX_LOCAL_PROCESSES, check_gantt_size
 from ._common import make_console, print_json, progress, require_torch, text_width
 
 __all__ = [
@@ -185,7 +185,8 @@ def run_verb(args: argparse.Namespace) -> int:
     from ..dualrate.runtime import DualRateConfig, replay_dual_rate, run_dual_rate
 
     options = rate_options(args)
-    processes = positive_int("--nproc", args.nproc, minimum=2)
+    processes = positive_int("--nproc", args.nproc, minimum=2, maximum=MAX_LOCAL_PROCESSES,
+                             why="processes on this machine, each importing torch")
     check_gantt_size(text_width(args), processes, field="--width")
     vision = options.pop("vision_stages", processes - 1)
     if vision != processes - 1:
