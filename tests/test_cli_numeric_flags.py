@@ -15,7 +15,9 @@ command of its verb (:data:`BASES`); hypothesis adds drawn values and other base
   machine may be loaded), a huge value included — no run that grows with an absurd number.
 
 Work that would start processes or time kernels (``run``, ``profile``, ``calibrate``,
-``dual-rate``) is stopped at its door: reaching it counts as accepted arguments.
+``dual-rate``) is stopped at its door: reaching it counts as accepted arguments, unless a huge
+integer got there (a count of steps, repeats, seeds or samples that would run for days must be
+refused up front; only a bound such as ``--timeout`` may be huge).
 
     HYPOTHESIS_PROFILE=ci python -m pytest -q tests/test_cli_numeric_flags.py
 """
@@ -166,9 +168,15 @@ def _doors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(study, "run_study", stop)
 
 
-def run(argv: list[str]) -> tuple[int, str, str, float]:
-    """``pipeplan *argv`` in-process: (exit status, stdout, stderr, CPU seconds)."""
+#: Flags that bound work rather than size it: a huge value is no more work (a longer wait on a hang, a spread
+#: threshold never crossed).
+BOUNDS = frozenset({"--timeout", "--max-spread"})
+
+
+def run(argv: list[str]) -> tuple[int | None, str, str, float]:
+    """``pipeplan *argv`` in-process: (exit status, stdout, stderr, CPU seconds); past a door: status ``None``."""
     out, err = io.StringIO(), io.StringIO()
+    status: int | None
     began = time.process_time()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), cpu_time_limit(4 * CPU_LIMIT_S):
         try:
@@ -176,7 +184,7 @@ def run(argv: list[str]) -> tuple[int, str, str, float]:
         except SystemExit as exit_:
             status = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
         except _Door:
-            status = 0
+            status = None
     return status, out.getvalue(), err.getvalue(), time.process_time() - began
 
 
@@ -191,6 +199,10 @@ def check(verb: str, flag: str, base: Sequence[str], value: str, tmp: str) -> No
         pytest.fail(f"{shown}: ran past {4 * CPU_LIMIT_S:g} CPU s")
     except Exception as error:  # noqa: BLE001 - anything escaping main is a traceback for the user
         pytest.fail(f"{shown} raised {type(error).__name__}: {error}")
+    if status is None:  # the arguments passed: the work behind the door must not grow with an absurd number
+        assert flag in BOUNDS or not (value.isdigit() and int(value) >= 2**31), (
+            f"{shown} reached the real work with {flag} = {value}: refuse it up front")
+        status = 0
     assert "Traceback" not in err, f"{shown}:\n{err}"
     assert status in (0, 2), f"{shown} exited {status}:\n{err}"
     assert seconds < CPU_LIMIT_S, f"{shown} used {seconds:.1f} CPU s"

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_GPUS",
     "MAX_GLOBAL_BATCH",
     "MAX_LOCAL_PROCESSES",
+    "MAX_LOCAL_BATCH",
     "REPORT_STEP_ACTIONS",
     "ITERATION_BYTES",
     "ITERATION_BYTES_PER_RANK",
@@ -74,6 +75,9 @@ MAX_GLOBAL_BATCH = 2**20
 #: The most processes a verb starts on this machine (``run``/``profile`` ``--nproc``): each one
 #: imports torch (~0.3 GB); past it a count is a typo, not a machine.
 MAX_LOCAL_PROCESSES = 1024
+#: The most examples per step a verb runs on this machine's built-in models (``run``/``profile``
+#: ``--batch-size``), and so the most microbatches: more only lengthen each step.
+MAX_LOCAL_BATCH = 2**16
 
 #: The largest step a verb simulates only to report it (``pipeplan partition``'s step and bubble):
 #: ~0.5 GB and ~2.5 s at the simulator's ~480 B and ~2.5 µs per action. Past it the report says

@@ -109,6 +109,7 @@ _VERB_FLAGS: dict[str, dict[str, str]] = {
     "plan": {"num_stages": "--stages", "partition": "--partition", "num_gpus": "--gpus", "pp": "--pp", "tp": "--tp",
              "max_virtual_stages": "--max-virtual-stages"},
     "simulate": {"num_stages": "the stages", "partition": "--partition"},
+    "run": {"num_envs": "--batch-size"},
 }
 #: simulate's per-stage lists: named as flags only indexed or counted (``forward[2] must``, ``backward has 1
 #: entries``), since a profile file's message names its own fields (``layer 1 (block.0): weight = 3.0``).

@@ -26,7 +26,7 @@ from rich.console import Console
 
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
-from ..limits import MAX_LOCAL_PROCESSES, check_gantt_size
+from ..limits import MAX_LOCAL_BATCH, MAX_LOCAL_PROCESSES, MAX_STEPS, check_gantt_size
 from ._common import make_console, print_json, progress, require_torch, text_width
 
 __all__ = [
@@ -70,10 +70,11 @@ def _number(field: str, text: str) -> float:
         raise InvalidInputError(f"{field} must be a number, got {text!r}") from None
 
 
-def _integer(field: str, text: str | None, *, minimum: int = 1) -> int | None:
+def _integer(field: str, text: str | None, *, minimum: int = 1, maximum: int | None = None,
+             why: str = "") -> int | None:
     if text is None:
         return None
-    return positive_int(field, _number(field, text), minimum=minimum)
+    return positive_int(field, _number(field, text), minimum=minimum, maximum=maximum, why=why)
 
 
 # ---------------------------------------------------------------- options
@@ -118,13 +119,18 @@ def refuse_rate_flags(args: argparse.Namespace) -> None:
                                 f"not to {getattr(args, 'schedule', None)!r}")
 
 
+_RATIO_WHY = "action steps per vision update, as many as run --steps at most"
+
+
 def rate_options(args: argparse.Namespace) -> dict[str, int]:
     """The dual-rate schedule options the arguments give (only those given)."""
     options: dict[str, Any] = {
-        "rate_ratio": _integer("--rate-ratio", args.rate_ratio),
+        "rate_ratio": _integer("--rate-ratio", args.rate_ratio, maximum=MAX_STEPS, why=_RATIO_WHY),
         "vision_stages": _integer("--vision-stages", args.vision_stages),
-        "max_staleness": _integer("--max-staleness", args.max_staleness, minimum=0),
-        "buffer_frames": _integer("--buffer-frames", args.buffer_frames),
+        "max_staleness": _integer("--max-staleness", args.max_staleness, minimum=0, maximum=MAX_STEPS,
+                                  why="frames, as many as a run trains at most"),
+        "buffer_frames": _integer("--buffer-frames", args.buffer_frames, maximum=MAX_STEPS,
+                                  why="latent slots, as many frames as a run trains at most"),
     }
     return {key: value for key, value in options.items() if value is not None}
 
@@ -178,12 +184,27 @@ def _runs(values: tuple[int, ...]) -> str:
 
 
 # ------------------------------------------------------------------ run
+#: ``run`` flags the dual-rate run does not use, with their defaults: one given is refused, not ignored.
+_UNUSED_BY_DUAL_RATE = {"microbatches": ("-m", None), "dp": ("--dp", 1), "virtual_stages": ("--virtual-stages", 2),
+                        "layers": ("--layers", None), "steps": ("--steps", 3), "warmup": ("--warmup", 1),
+                        "partition": ("--partition", "auto"), "model": ("--model", None),
+                        "profile": ("--profile", None), "recompute": ("--recompute", "none")}
+
+
+def _refuse_unused_run_flags(args: argparse.Namespace) -> None:
+    given = [flag for key, (flag, default) in _UNUSED_BY_DUAL_RATE.items() if getattr(args, key, default) != default]
+    if given:
+        raise InvalidInputError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --schedule "
+                                "dual-rate (it trains the built-in policy for --frames frames; see --help)")
+
+
 def run_verb(args: argparse.Namespace) -> int:
     """``pipeplan run --schedule dual-rate``: one real dual-rate run, its Gantt, metrics and the replay check."""
     require_torch("pipeplan run --schedule dual-rate")
     from ..dualrate.metrics import dual_rate_metrics
     from ..dualrate.runtime import DualRateConfig, replay_dual_rate, run_dual_rate
 
+    _refuse_unused_run_flags(args)
     options = rate_options(args)
     processes = positive_int("--nproc", args.nproc, minimum=2, maximum=MAX_LOCAL_PROCESSES,
                              why="processes on this machine, each importing torch")
@@ -201,8 +222,9 @@ def run_verb(args: argparse.Namespace) -> int:
         damping=1.0 if args.damping is None else _number("--damping", args.damping),
         staleness_scaling=args.staleness_scaling,
         stash_weights=not args.no_stash,
-        max_frames=_integer("--frames", args.frames) or 16,
-        num_envs=positive_int("--batch-size", args.batch_size),
+        max_frames=_integer("--frames", args.frames, maximum=MAX_STEPS, why="frames trained, as run --steps") or 16,
+        num_envs=positive_int("--batch-size", args.batch_size, maximum=MAX_LOCAL_BATCH,
+                              why="examples per step of a model run on this machine"),
         return_weights=vision == 1,
     )
     run = run_dual_rate(config, timeout=positive_float("--timeout", args.timeout, unit="seconds"))
@@ -253,8 +275,12 @@ def _study_verb(args: argparse.Namespace) -> int:
 
     budget = positive_float("--budget", _number("--budget", args.budget), unit="seconds") if args.budget else (
         0.5 if args.quick else 1.0)
-    seeds = _integer("--seeds", args.seeds) or (1 if args.quick else 3)
-    ratio = _integer("--rate-ratio", args.rate_ratio) or 4
+    if budget > STUDY_MAX_BUDGET_S:
+        raise InvalidInputError(f"--budget must be <= {STUDY_MAX_BUDGET_S:g} seconds per training run, got {budget:g} "
+                                "(every method and seed runs that long)")
+    seeds = _integer("--seeds", args.seeds, maximum=STUDY_MAX_SEEDS,
+                     why="each seed is one training run per method") or (1 if args.quick else 3)
+    ratio = _integer("--rate-ratio", args.rate_ratio, maximum=MAX_STEPS, why=_RATIO_WHY) or 4
     methods = QUICK_METHODS if args.quick else tuple(METHODS)
     runs = len(methods) * seeds
     expected = runs * budget + STUDY_STARTUP_S
@@ -271,6 +297,11 @@ def _study_verb(args: argparse.Namespace) -> int:
     _study_table(make_console(), study)
     return 0
 
+
+#: The longest training run (idle-core seconds) and the most seeds a study takes: beyond them it
+#: would run for days; ``--budget 1e30`` was accepted.
+STUDY_MAX_BUDGET_S = 3600.0
+STUDY_MAX_SEEDS = 100
 
 #: Seconds a study spends outside its training runs on an idle machine: two processes importing
 #: torch, the cost measurement and the warm-up run (``--quick --budget 0.2``: 15.5 s in all, 0.8 s of it training).

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
-from ..limits import MAX_LOCAL_PROCESSES, MAX_STEPS, check_gantt_size
+from ..limits import MAX_LOCAL_BATCH, MAX_LOCAL_PROCESSES, MAX_STEPS, check_gantt_size
 from ..partition.choice import parse_partition
 from ..schedules import SCHEDULES, schedule_info
 from ..units import format_bytes
@@ -117,9 +117,11 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     if args.schedule not in SCHEDULES:
         raise InvalidInputError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
     pp = world_size // dp
-    virtual = positive_int("--virtual-stages", args.virtual_stages)
+    virtual = positive_int("--virtual-stages", args.virtual_stages, maximum=MAX_LOCAL_PROCESSES,
+                           why="chunks per rank; each holds at least one layer")
     num_stages = schedule_info(args.schedule).stages_for(pp, virtual)
-    batch_size = positive_int("--batch-size", args.batch_size)
+    batch_size = positive_int("--batch-size", args.batch_size, maximum=MAX_LOCAL_BATCH,
+                              why="examples per step of a model run on this machine")
     microbatches = positive_int("-m", default_microbatches(args.microbatches, pp, batch_size=batch_size))
     if batch_size < microbatches:
         raise InvalidInputError(f"--batch-size must be >= the {microbatches} microbatches (-m), got {batch_size}")

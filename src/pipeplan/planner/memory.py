@@ -158,7 +158,7 @@ class OptimizerBytes:
         total = float(optimizer)
         if not 0 < total <= MAX_BYTES_PER_PARAM:
             raise InvalidInputError(f"optimizer = {optimizer!r} must be 'adam' or a number of bytes per parameter "
-                                    f"in (0, {MAX_BYTES_PER_PARAM}] (weights + gradients + optimizer state, e.g. 16)")
+                                    f"in (0, {MAX_BYTES_PER_PARAM:g}] (weights + gradients + optimizer state, e.g. 16)")
         weights = min(2.0, total)
         gradients = min(2.0, total - weights)
         return cls(weights, gradients, total - weights - gradients, reduce=gradients)
