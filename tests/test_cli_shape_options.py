@@ -141,4 +141,4 @@ def test_plan_says_which_shape_it_planned(run_cli: Callable[..., tuple[int, str,
     # one camera fewer of three: less vision work per example, so the best step is faster
     assert shaped["plans"][0]["step_time"] < default["plans"][0]["step_time"]
     status, out, _ = run_cli("plan", "--preset", "pi0.5", "--gpus", "2", "--global-batch", "4", "--cameras", "1")
-    assert status == 0 and "model shape pi0.5: action_horizon 50, text_tokens 200, cameras 1 (given)" in out
+    assert status == 0 and "model shape pi0.5: action_horizon 50, text_tokens 200, cameras 1 (given)" in " ".join(out.split())

@@ -115,7 +115,7 @@ def profile_from_args(args: argparse.Namespace) -> LayerProfile:
     if args.layers is None or args.layer_cost is None:
         raise InvalidInputError("give a profile file, or both --layers N and --layer-cost MS")
     if not 0 < args.layer_cost < math.inf:
-        raise InvalidInputError(f"--layer-cost must be a finite time > 0 ms, got {args.layer_cost}")
+        raise InvalidInputError(f"--layer-cost must be > 0 ms and finite, got {args.layer_cost}")
     for flag, value in (("--layer-params", args.layer_params), ("--first-extra", args.first_extra),
                         ("--last-extra", args.last_extra)):
         if value is not None and not 0 <= value < math.inf:

@@ -264,7 +264,6 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
                      f"gradients + {split.optimizer:g} B state")
     shape = shape_note(args)
     return {
-        **({"model shape": shape} if shape else {}),
         "device": (cluster.device.summary() if not args.profile else
                    f"layer times as measured in {args.profile} (on the machine that measured them: its GPUs or CPU "
                    f"cores), not {cluster.device.name}'s roofline, which sets only the memory per GPU and the links "
@@ -281,6 +280,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
                             "and timed at their own efficiency"),
         "messages": _SENDS[args.send],
         "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",
+        **({"model shape": shape} if shape else {}),
     }
 
 

@@ -157,8 +157,8 @@ class OptimizerBytes:
                 ) from None
         total = float(optimizer)
         if not 0 < total <= MAX_BYTES_PER_PARAM:
-            raise InvalidInputError(f"optimizer = {optimizer!r} must be 'adam' or a number of bytes per parameter "
-                                    f"in (0, {MAX_BYTES_PER_PARAM:g}] (weights + gradients + optimizer state, e.g. 16)")
+            raise InvalidInputError(f"optimizer bytes per parameter must be in (0, {MAX_BYTES_PER_PARAM:g}] "
+                                    f"(weights + gradients + optimizer state, e.g. 16), got {optimizer!r}")
         weights = min(2.0, total)
         gradients = min(2.0, total - weights)
         return cls(weights, gradients, total - weights - gradients, reduce=gradients)
