@@ -16,7 +16,8 @@ shown to 3 significant figures and plans equal at that resolution are marked
 ``= #N``. When no plan fits, the error names the remedies that would, each
 computed (:mod:`pipeplan.planner.advice`). ``--json`` prints ``plans`` (each
 with ``exports`` and ``ties_with``), ``baselines``, ``baseline`` (the Megatron
-one), ``why``, ``search`` and ``assumptions`` (with ``memory``; docs/planner.md).
+one), ``why``, ``search``, ``assumptions`` (with ``memory``; docs/planner.md) and ``shape`` (the
+preset's shape options as planned, ``--cameras`` etc.; ``null`` for a spec or profile).
 """
 
 from __future__ import annotations
