@@ -196,7 +196,7 @@ def test_sizes_past_memory_are_refused_up_front(run_cli, monkeypatch):
     monkeypatch.setattr(limits, "available_memory", lambda: 1e9)
     for verb, argv, what in [("partition", ["--layers", "8", "--layer-cost", "1", "--stages", "4", "-m",
                                             "1000000000"], "m = 1000000000"),
-                             ("demo", ["--story", "lesson16", "-m", "100000"], "64 × m")]:
+                             ("demo", ["--story", "lesson16", "-m", "100000"], "64 × -m")]:
         status, out, err = run_cli(verb, *argv)
         assert status == 2 and out == ""
         assert what in _one_error_line(err, verb) and "would need" in err

@@ -126,7 +126,7 @@ def test_memory_infeasible_is_one_line_exit_2(run_cli):
         (["partition", "/nonexistent.csv", "--stages", "2"], "does not exist"),
         (["partition", "--layers", "8", "--layer-cost", "1", "--stages", "2", "--schedule", "nope"],
          "schedule must be one of"),
-        (["partition", "--layers", "4", "--layer-cost", "2", "--layer-params", "1e300", "--optimizer", "1e10",
+        (["partition", "--layers", "4", "--layer-cost", "2", "--layer-params", "1e307", "--optimizer", "1000",
           "--stages", "2"], "layer bytes add up past the largest float"),
         (["partition", "--layers", "4", "--layer-cost", "1e307", "--stages", "2"], "makespan overflows"),
     ],

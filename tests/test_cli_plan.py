@@ -92,7 +92,7 @@ def test_budget_says_it_stopped(run_cli, vla_profile):
     (["--optimizer", "distributed"], "the distributed optimizer is the data-parallel mode zero1: --dp-modes zero1"),
     (["--schedules", "1f1b,,zb-v"], "--schedules has an empty entry"),
     (["--gpus", "8", "--gpus-per-node", "3"], "8 GPUs do not fill whole nodes of 3 GPUs"),
-    (["--gpus", "1000000000"], "is not divisible by dp"),  # enumerated in O(sqrt) time
+    (["--gpus", "1000000000"], "--gpus must be <= 1048576"),  # limits.MAX_GPUS: 1e30 GPUs never ended
     (["--headroom", "5%"], "--headroom does not apply with --memory"),
     (["--tp", "2"], "tp=2 needs a model spec (--preset or --spec): a measured profile was timed at tp=1 only"),
     (["--tp", "3"], "tp=3 must divide the GPUs of a node (4)"),

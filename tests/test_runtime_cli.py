@@ -106,7 +106,7 @@ def no_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
      "--partition 3,4 adds up to 7, but the model has 5 layers"),
     (["--model", "test_runtime_cli:tiny_model", "--nproc", "6"],
      "the model has 5 layers, fewer than the 6 stages of 1f1b"),
-    (["--batch-size", "2", "-m", "4"], "--batch-size must be >= the 4 microbatches, got 2"),
+    (["--batch-size", "2", "-m", "4"], "--batch-size must be >= the 4 microbatches (-m), got 2"),
     (["--timeout", "0"], "--timeout must be a number of seconds > 0, got 0.0"),
     (["--timeout", "-5"], "--timeout must be a number of seconds > 0, got -5.0"),
     (["--timeout", "nan"], "--timeout must be a number of seconds > 0, got nan"),

@@ -255,7 +255,7 @@ class LayerProfile:
     ) -> LayerProfile:
         """``num_layers`` identical layers (the textbook transformer stack)."""
         count = positive_int("num_layers", num_layers)
-        check_memory(f"LayerProfile.uniform of {count} layers", count * _UNIFORM_BYTES_PER_LAYER)
+        check_memory(f"num_layers = {count} identical layers (LayerProfile.uniform)", count * _UNIFORM_BYTES_PER_LAYER)
         back = 2.0 * forward if backward is None else backward
         return cls(
             [forward] * count,

@@ -32,6 +32,10 @@ __all__ = [
     "MAX_GANTT_WIDTH",
     "MAX_REPEATS",
     "MAX_STEPS",
+    "MAX_GPUS",
+    "MAX_GLOBAL_BATCH",
+    "MAX_LOCAL_PROCESSES",
+    "MAX_LOCAL_BATCH",
     "REPORT_STEP_ACTIONS",
     "ITERATION_BYTES",
     "ITERATION_BYTES_PER_RANK",
@@ -59,6 +63,21 @@ MAX_REPEATS = 1_000
 
 #: The most steps a run executes (warm-up and measured alike).
 MAX_STEPS = 10_000
+
+#: The most GPUs a plan is searched for: ~10x the largest clusters trained on (about 10^5 GPUs).
+#: Above it a count is a typo, and the search's divisor and layout loops grow with it (``plan --gpus 1e30``
+#: never ended).
+MAX_GPUS = 2**20
+#: The largest global batch (samples per optimizer step) a plan is searched for: far above any
+#: published recipe (thousands to a few million tokens' worth of examples); ``plan --global-batch 1e30``
+#: never ended.
+MAX_GLOBAL_BATCH = 2**20
+#: The most processes a verb starts on this machine (``run``/``profile`` ``--nproc``): each one
+#: imports torch (~0.3 GB); past it a count is a typo, not a machine.
+MAX_LOCAL_PROCESSES = 1024
+#: The most examples per step a verb runs on this machine's built-in models (``run``/``profile``
+#: ``--batch-size``), and so the most microbatches: more only lengthen each step.
+MAX_LOCAL_BATCH = 2**16
 
 #: The largest step a verb simulates only to report it (``pipeplan partition``'s step and bubble):
 #: ~0.5 GB and ~2.5 s at the simulator's ~480 B and ~2.5 µs per action. Past it the report says

@@ -140,6 +140,8 @@ def parse_fraction(text: str, *, flag: str, zero: bool = False, one: bool = True
         value = float(stripped[:-1] if percent else stripped)
     except ValueError:
         raise ValueError(f"{flag} must be a fraction like 0.4 or a percentage like 40%, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{flag} must be a finite fraction like 0.4 or a percentage like 40%, got {text!r}")
     if percent:
         value /= 100.0
     elif value > 1:

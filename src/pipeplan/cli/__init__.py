@@ -105,9 +105,16 @@ _FLAGS: dict[str, str] = {"memory_capacity": "--memory", "micro_batch_size": "--
                           "vision_stages": "--vision-stages", "max_staleness": "--max-staleness",
                           "buffer_frames": "--buffer-frames", "damping": "--damping"}
 _VERB_FLAGS: dict[str, dict[str, str]] = {
-    "partition": {"num_stages": "--stages", "partition": "--partition"},
-    "plan": {"num_stages": "--stages", "partition": "--partition", "num_gpus": "--gpus"},
+    "partition": {"num_stages": "--stages", "partition": "--partition", "num_layers": "--layers"},
+    "plan": {"num_stages": "--stages", "partition": "--partition", "num_gpus": "--gpus",
+             "max_virtual_stages": "--max-virtual-stages"},
     "simulate": {"num_stages": "the stages", "partition": "--partition"},
+    "run": {"num_envs": "--batch-size"},
+}
+#: Names replaced only as a message's first word, its subject (``pp=8 must divide ...``): elsewhere they are
+#: prose of the library's (``the smallest memory that fits (pp=4, dp=1)``, ``the distributed optimizer``).
+_LEADING_FLAGS: dict[str, dict[str, str]] = {
+    "plan": {"pp": "--pp", "tp": "--tp", "optimizer": "--optimizer"},
 }
 #: simulate's per-stage lists: named as flags only indexed or counted (``forward[2] must``, ``backward has 1
 #: entries``), since a profile file's message names its own fields (``layer 1 (block.0): weight = 3.0``).
@@ -125,6 +132,9 @@ def flag_names(verb: str, message: str) -> str:
     pattern = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
                          + r")(?=\[|\s*=|\s+(?:must|has|is)\b)")
     message = pattern.sub(lambda match: names[match.group(1)], message)
+    leading = re.match(r"(\w+)(?=\s*=|\s)", message)
+    if leading and leading.group(1) in _LEADING_FLAGS.get(verb, {}):
+        message = _LEADING_FLAGS[verb][leading.group(1)] + message[leading.end():]
     if verb == "simulate":
         lists = re.compile(r"(?<![\w-])(" + "|".join(_LIST_FLAGS) + r")(?=\[|\s+has\b)")
         message = lists.sub(lambda match: _LIST_FLAGS[match.group(1)], message)

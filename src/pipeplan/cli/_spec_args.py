@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import replace
 from typing import Any, cast
 
@@ -19,7 +20,7 @@ from ..models.spec import ModelSpec
 from ..plan import Recompute
 from ._common import name_choice, renamed_flag
 
-__all__ = ["add_spec_arguments", "add_shape_arguments", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count",
+__all__ = ["add_spec_arguments", "add_shape_arguments", "shape_from_args", "planned_shape", "shape_note", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count",
            "add_device_argument", "device_from_args", "add_mfu_argument", "recompute_of", "RECOMPUTE_CHOICES", "settle_spec_options",
            "defaults_assumption"]
 
@@ -98,6 +99,59 @@ def add_shape_arguments(parser: Any) -> None:
                             help=f"{what}, for a preset that has it (pipeplan presets --json lists its options)")
 
 
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def shape_from_args(args: argparse.Namespace) -> dict[str, int]:
+    """The shape options given (``{"cameras": 2}``), checked against ``--preset``: one line naming the flag.
+
+    Refused: an option without ``--preset`` (a ``--spec`` file gives its shapes itself; a
+    profile was measured at its own), one the preset lacks, a size outside 1..
+    :data:`pipeplan.presets.OPTION_LIMITS`.
+    """
+    shape = {key: getattr(args, key) for key in presets.OPTION_LIMITS if getattr(args, key, None) is not None}
+    preset = getattr(args, "preset", None)
+    if shape and not preset:
+        given = ", ".join(_flag(key) for key in shape)
+        instead = ("a --profile was measured at its own shapes" if getattr(args, "profile", None)
+                   else "a --spec file gives its shapes itself")
+        raise InvalidInputError(f"{given} appl{'ies' if len(shape) == 1 else 'y'} to --preset; {instead}")
+    if preset and preset in presets.names():
+        for key, value in shape.items():
+            if key not in presets.options(preset):
+                has = ", ".join(_flag(k) for k in presets.options(preset)) or "none"
+                raise InvalidInputError(f"preset {preset!r} has no {_flag(key)}; its options: {has}")
+            limit = presets.OPTION_LIMITS[key]
+            if not 1 <= value <= limit:
+                raise InvalidInputError(f"{_flag(key)} of preset {preset!r} must be an integer in 1..{limit}, "
+                                        f"got {value}")
+    return shape
+
+
+def planned_shape(args: argparse.Namespace) -> dict[str, int] | None:
+    """Every shape option of ``--preset`` as the model is built (the given ones, else the preset's defaults).
+
+    ``None`` without a preset (a spec file or a profile: their shapes are their own).
+    """
+    preset = getattr(args, "preset", None)
+    if not preset:
+        return None
+    return {**presets.options(preset), **shape_from_args(args)}
+
+
+def shape_note(args: argparse.Namespace) -> str | None:
+    """The planned shape in words, for a plan's assumptions: ``pi0.5: action_horizon 50, cameras 2 (given), ...``."""
+    shape = planned_shape(args)
+    if shape is None:
+        return None
+    if not shape:
+        return f"{args.preset} (a preset without shape options)"
+    given = shape_from_args(args)
+    parts = [f"{key} {value}" + (" (given)" if key in given else "") for key, value in shape.items()]
+    return f"{args.preset}: " + ", ".join(parts) + "; the rest of the preset as published"
+
+
 def add_device_argument(parser: Any) -> None:
     """Add ``--device FILE`` (a parser or an argument group)."""
     parser.add_argument("--device", default=None, metavar="FILE",
@@ -127,16 +181,14 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     if getattr(args, "sequence_parallel", False) and args.tp == 1:
         raise InvalidInputError("--sequence-parallel does not apply without --tp > 1 "
                                 "(it splits the norms and dropouts across tensor-parallel ranks)")
-    shape = {key: getattr(args, key) for key in presets.OPTION_LIMITS if getattr(args, key, None) is not None}
-    if shape and not args.preset:
-        given = ", ".join("--" + key.replace("_", "-") for key in shape)
-        raise InvalidInputError(f"{given} applies to --preset; a --spec file gives its shapes itself")
-    if args.preset and args.preset in presets.names():
+    shape = shape_from_args(args)
+    try:
+        spec = presets.get(args.preset, **shape) if args.preset else ModelSpec.from_file(args.spec)
+    except InvalidInputError as error:  # a builder's own rule (pi0-fast: text_tokens >= 2): say the flags
+        message = str(error)
         for key in shape:
-            if key not in presets.options(args.preset):
-                has = ", ".join("--" + k.replace("_", "-") for k in presets.options(args.preset)) or "none"
-                raise InvalidInputError(f"preset {args.preset!r} has no --{key.replace('_', '-')}; its options: {has}")
-    spec = presets.get(args.preset, **shape) if args.preset else ModelSpec.from_file(args.spec)
+            message = re.sub(rf"(?<![\w-]){key}\b", _flag(key), message)
+        raise InvalidInputError(message) from None
     flags: dict[str, bool] = {}
     for option, value in (("freeze", True), ("unfreeze", False)):
         for name in _module_names(option, getattr(args, option)):

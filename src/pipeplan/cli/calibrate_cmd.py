@@ -20,8 +20,10 @@ from typing import Any
 from rich.table import Table
 
 from .._files import check_output_path
+from .._validation import positive_int
 from ..hardware.device_file import write_device
 from ..hardware.fit import Timings, device_from_timings, link_from_timings
+from ..limits import MAX_REPEATS
 from ..units import format_bandwidth, format_bytes
 from ._common import make_console, report_written, require_torch
 
@@ -47,6 +49,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan calibrate``."""
     check_output_path(args.out, "--out")
+    if args.repeats is not None:
+        positive_int("--repeats", args.repeats, maximum=MAX_REPEATS, why="more only lengthen the calibration")
     require_torch("pipeplan calibrate")
     import torch
 

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     stages = len(DUMBBELL_FORWARD)
     largest = MORE_MICROBATCHES[-1] * micro
     check_schedule_size("1f1b", num_stages=stages, num_microbatches=largest, backward="full", simulated=True,
-                        names=("stages", f"{MORE_MICROBATCHES[-1]} × m (part 3's largest step)"))
+                        names=("stages", f"{MORE_MICROBATCHES[-1]} × -m (part 3's largest step)"))
     work = _story_microbatches(micro)
     with progress(work, f"lesson 16, m = {micro}") as advance:
         lesson16_story(console, num_microbatches=micro, width=width, advance=advance)

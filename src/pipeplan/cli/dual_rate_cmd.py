@@ -26,12 +26,13 @@ from rich.console import Console
 
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
-from ..limits import check_gantt_size
+from ..limits import MAX_LOCAL_BATCH, MAX_LOCAL_PROCESSES, MAX_STEPS, check_gantt_size
 from ._common import make_console, print_json, progress, require_torch, text_width
 
 __all__ = [
     "register",
     "add_rate_arguments",
+    "refuse_rate_flags",
     "add_run_arguments",
     "rate_options",
     "run_verb",
@@ -50,9 +51,9 @@ def register(subparsers: Any) -> None:
                     "damping, staleness-scaled LR, frozen encoder) at equal idle-core budget and compare.",
     )
     parser.add_argument("--quick", action="store_true", help="0.5 s budget, one seed, four methods")
-    parser.add_argument("--budget", type=_text, default=None, help="idle-core seconds per run (default 1; quick 0.5)")
-    parser.add_argument("--seeds", type=_text, default=None, help="number of seeds (default 3; quick 1)")
-    parser.add_argument("--rate-ratio", type=_text, default="4", help="control steps per camera frame (default 4)")
+    parser.add_argument("--budget", type=_text, default=None, metavar="SECONDS", help="idle-core seconds per run (default 1; quick 0.5)")
+    parser.add_argument("--seeds", type=_text, default=None, metavar="N", help="number of seeds (default 3; quick 1)")
+    parser.add_argument("--rate-ratio", type=_text, default="4", metavar="K", help="control steps per camera frame (default 4)")
     parser.add_argument("--json", action="store_true", help="print the per-method summary as JSON")
     parser.set_defaults(func=_study_verb)
 
@@ -69,23 +70,24 @@ def _number(field: str, text: str) -> float:
         raise InvalidInputError(f"{field} must be a number, got {text!r}") from None
 
 
-def _integer(field: str, text: str | None, *, minimum: int = 1) -> int | None:
+def _integer(field: str, text: str | None, *, minimum: int = 1, maximum: int | None = None,
+             why: str = "") -> int | None:
     if text is None:
         return None
-    return positive_int(field, _number(field, text), minimum=minimum)
+    return positive_int(field, _number(field, text), minimum=minimum, maximum=maximum, why=why)
 
 
 # ---------------------------------------------------------------- options
 def add_rate_arguments(parser: argparse.ArgumentParser) -> None:
     """``--rate-ratio``, ``--vision-stages``, ``--max-staleness``, ``--buffer-frames`` (dual-rate schedule shape)."""
     group = parser.add_argument_group("dual-rate schedule")
-    group.add_argument("--rate-ratio", type=_text, default=None,
+    group.add_argument("--rate-ratio", type=_text, default=None, metavar="K",
                        help="dual-rate: action steps per vision update, an integer >= 1 (default 4)")
-    group.add_argument("--vision-stages", type=_text, default=None,
+    group.add_argument("--vision-stages", type=_text, default=None, metavar="N",
                        help="dual-rate: how many of the first stages are the vision side (default 1)")
-    group.add_argument("--max-staleness", type=_text, default=None,
+    group.add_argument("--max-staleness", type=_text, default=None, metavar="N",
                        help="dual-rate: frames the vision side may run ahead, >= 0 (default 1; 0: no overlap)")
-    group.add_argument("--buffer-frames", type=_text, default=None,
+    group.add_argument("--buffer-frames", type=_text, default=None, metavar="N",
                        help="dual-rate: latent slots on the action side (default max-staleness + 1)")
 
 
@@ -93,22 +95,42 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``run`` verb's dual-rate options (on top of :func:`add_rate_arguments`)."""
     add_rate_arguments(parser)
     group = parser.add_argument_group("dual-rate training")
-    group.add_argument("--damping", type=_text, default=None,
+    group.add_argument("--damping", type=_text, default=None, metavar="FRACTION",
                        help="dual-rate: λ in (0, 1] of the λ^Δt damping of stale vision gradients (default 1)")
     group.add_argument("--staleness-scaling", choices=("damping", "inverse"), default="damping",
                        help="dual-rate: λ^Δt, or the staleness-aware learning rate α/Δt (default damping)")
     group.add_argument("--no-stash", action="store_true",
                        help="dual-rate: no weight stashing (the stale backward recomputes on the current weights)")
-    group.add_argument("--frames", type=_text, default="16", help="dual-rate: frames to train (default 16)")
+    group.add_argument("--frames", type=_text, default=None, metavar="N", help="dual-rate: frames to train (default 16)")
+
+
+_RUN_FLAGS = ("rate_ratio", "vision_stages", "max_staleness", "buffer_frames", "damping", "frames")
+
+
+def refuse_rate_flags(args: argparse.Namespace) -> None:
+    """Refuse the dual-rate options given to ``run`` with another schedule (they would be ignored unchecked)."""
+    given = [f"--{key.replace('_', '-')}" for key in _RUN_FLAGS if getattr(args, key, None) is not None]
+    if getattr(args, "no_stash", False):
+        given.append("--no-stash")
+    if getattr(args, "staleness_scaling", "damping") != "damping":
+        given.append("--staleness-scaling")
+    if given:
+        raise InvalidInputError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --schedule dual-rate, "
+                                f"not to {getattr(args, 'schedule', None)!r}")
+
+
+_RATIO_WHY = "action steps per vision update, as many as run --steps at most"
 
 
 def rate_options(args: argparse.Namespace) -> dict[str, int]:
     """The dual-rate schedule options the arguments give (only those given)."""
     options: dict[str, Any] = {
-        "rate_ratio": _integer("--rate-ratio", args.rate_ratio),
+        "rate_ratio": _integer("--rate-ratio", args.rate_ratio, maximum=MAX_STEPS, why=_RATIO_WHY),
         "vision_stages": _integer("--vision-stages", args.vision_stages),
-        "max_staleness": _integer("--max-staleness", args.max_staleness, minimum=0),
-        "buffer_frames": _integer("--buffer-frames", args.buffer_frames),
+        "max_staleness": _integer("--max-staleness", args.max_staleness, minimum=0, maximum=MAX_STEPS,
+                                  why="frames, as many as a run trains at most"),
+        "buffer_frames": _integer("--buffer-frames", args.buffer_frames, maximum=MAX_STEPS,
+                                  why="latent slots, as many frames as a run trains at most"),
     }
     return {key: value for key, value in options.items() if value is not None}
 
@@ -162,14 +184,30 @@ def _runs(values: tuple[int, ...]) -> str:
 
 
 # ------------------------------------------------------------------ run
+#: ``run`` flags the dual-rate run does not use, with their defaults: one given is refused, not ignored.
+_UNUSED_BY_DUAL_RATE = {"microbatches": ("-m", None), "dp": ("--dp", 1), "virtual_stages": ("--virtual-stages", 2),
+                        "layers": ("--layers", None), "steps": ("--steps", 3), "warmup": ("--warmup", 1),
+                        "partition": ("--partition", "auto"), "model": ("--model", None),
+                        "profile": ("--profile", None), "recompute": ("--recompute", "none")}
+
+
+def _refuse_unused_run_flags(args: argparse.Namespace) -> None:
+    given = [flag for key, (flag, default) in _UNUSED_BY_DUAL_RATE.items() if getattr(args, key, default) != default]
+    if given:
+        raise InvalidInputError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --schedule "
+                                "dual-rate (it trains the built-in policy for --frames frames; see --help)")
+
+
 def run_verb(args: argparse.Namespace) -> int:
     """``pipeplan run --schedule dual-rate``: one real dual-rate run, its Gantt, metrics and the replay check."""
     require_torch("pipeplan run --schedule dual-rate")
     from ..dualrate.metrics import dual_rate_metrics
     from ..dualrate.runtime import DualRateConfig, replay_dual_rate, run_dual_rate
 
+    _refuse_unused_run_flags(args)
     options = rate_options(args)
-    processes = positive_int("--nproc", args.nproc, minimum=2)
+    processes = positive_int("--nproc", args.nproc, minimum=2, maximum=MAX_LOCAL_PROCESSES,
+                             why="processes on this machine, each importing torch")
     check_gantt_size(text_width(args), processes, field="--width")
     vision = options.pop("vision_stages", processes - 1)
     if vision != processes - 1:
@@ -184,8 +222,9 @@ def run_verb(args: argparse.Namespace) -> int:
         damping=1.0 if args.damping is None else _number("--damping", args.damping),
         staleness_scaling=args.staleness_scaling,
         stash_weights=not args.no_stash,
-        max_frames=_integer("--frames", args.frames) or 16,
-        num_envs=positive_int("--batch-size", args.batch_size),
+        max_frames=_integer("--frames", args.frames, maximum=MAX_STEPS, why="frames trained, as run --steps") or 16,
+        num_envs=positive_int("--batch-size", args.batch_size, maximum=MAX_LOCAL_BATCH,
+                              why="examples per step of a model run on this machine"),
         return_weights=vision == 1,
     )
     run = run_dual_rate(config, timeout=positive_float("--timeout", args.timeout, unit="seconds"))
@@ -236,8 +275,12 @@ def _study_verb(args: argparse.Namespace) -> int:
 
     budget = positive_float("--budget", _number("--budget", args.budget), unit="seconds") if args.budget else (
         0.5 if args.quick else 1.0)
-    seeds = _integer("--seeds", args.seeds) or (1 if args.quick else 3)
-    ratio = _integer("--rate-ratio", args.rate_ratio) or 4
+    if budget > STUDY_MAX_BUDGET_S:
+        raise InvalidInputError(f"--budget must be <= {STUDY_MAX_BUDGET_S:g} seconds per training run, got {budget:g} "
+                                "(every method and seed runs that long)")
+    seeds = _integer("--seeds", args.seeds, maximum=STUDY_MAX_SEEDS,
+                     why="each seed is one training run per method") or (1 if args.quick else 3)
+    ratio = _integer("--rate-ratio", args.rate_ratio, maximum=MAX_STEPS, why=_RATIO_WHY) or 4
     methods = QUICK_METHODS if args.quick else tuple(METHODS)
     runs = len(methods) * seeds
     expected = runs * budget + STUDY_STARTUP_S
@@ -254,6 +297,11 @@ def _study_verb(args: argparse.Namespace) -> int:
     _study_table(make_console(), study)
     return 0
 
+
+#: The longest training run (idle-core seconds) and the most seeds a study takes: beyond them it
+#: would run for days; ``--budget 1e30`` was accepted.
+STUDY_MAX_BUDGET_S = 3600.0
+STUDY_MAX_SEEDS = 100
 
 #: Seconds a study spends outside its training runs on an idle machine: two processes importing
 #: torch, the cost measurement and the warm-up run (``--quick --budget 0.2``: 15.5 s in all, 0.8 s of it training).

@@ -16,6 +16,7 @@ simulated step time and bubble of an even split and of the chosen partition unde
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from rich.table import Table
@@ -113,8 +114,12 @@ def profile_from_args(args: argparse.Namespace) -> LayerProfile:
         return LayerProfile.from_file(args.profile)
     if args.layers is None or args.layer_cost is None:
         raise InvalidInputError("give a profile file, or both --layers N and --layer-cost MS")
-    if not args.layer_cost > 0:
-        raise InvalidInputError(f"--layer-cost must be > 0 ms, got {args.layer_cost}")
+    if not 0 < args.layer_cost < math.inf:
+        raise InvalidInputError(f"--layer-cost must be > 0 ms and finite, got {args.layer_cost}")
+    for flag, value in (("--layer-params", args.layer_params), ("--first-extra", args.first_extra),
+                        ("--last-extra", args.last_extra)):
+        if value is not None and not 0 <= value < math.inf:
+            raise InvalidInputError(f"{flag} must be a finite number >= 0, got {value}")
     sized = (args.layer_params, args.layer_activation, args.first_extra_bytes, args.last_extra_bytes)
     if args.memory is not None and all(value is None for value in sized):
         raise InvalidInputError("--memory does not apply without sizes: give --layer-params or --layer-activation "
@@ -273,12 +278,12 @@ def _check_size(args: argparse.Namespace, micro: int) -> None:
     micro = positive_int("-m/--microbatches", micro)
     if args.virtual_stages != 1:
         _chunk_ranks(args)
-        check_schedule_size(_CHUNKS_SCHEDULE, num_stages=stages, num_microbatches=micro, names=("chunks", "m"))
+        check_schedule_size(_CHUNKS_SCHEDULE, num_stages=stages, num_microbatches=micro, names=("chunks", "-m"))
     elif args.schedule in SCHEDULES:
         simulated = args.objective == "step-time" or action_count(stages, micro, backward_mode(args.schedule)) \
             <= REPORT_STEP_ACTIONS
         check_schedule_size(args.schedule, num_stages=stages, num_microbatches=micro,
-                            backward=backward_mode(args.schedule), simulated=simulated, names=("--stages", "m"))
+                            backward=backward_mode(args.schedule), simulated=simulated, names=("--stages", "-m"))
 
 
 def _simulated(profile: LayerProfile, result: PartitionResult, micro: int) -> dict[str, float | None]:

@@ -16,7 +16,8 @@ shown to 3 significant figures and plans equal at that resolution are marked
 ``= #N``. When no plan fits, the error names the remedies that would, each
 computed (:mod:`pipeplan.planner.advice`). ``--json`` prints ``plans`` (each
 with ``exports`` and ``ties_with``), ``baselines``, ``baseline`` (the Megatron
-one), ``why``, ``search`` and ``assumptions`` (with ``memory``; docs/planner.md).
+one), ``why``, ``search``, ``assumptions`` (with ``memory``; docs/planner.md) and ``shape`` (the
+preset's shape options as planned, ``--cameras`` etc.; ``null`` for a spec or profile).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from ._common import make_console, memory_size, name_choice, output_path, positi
 from ._export_args import add_export_arguments, check_export_args, check_export_model, emit_export, reference_names
 from ._engine_args import add_engine_arguments, engine_assumptions, engine_workload
 from ..hardware.device_file import device_fields
-from ._spec_args import add_device_argument, add_mfu_argument, defaults_assumption, device_from_args, spec_from_args
+from ._spec_args import (add_device_argument, add_mfu_argument, add_shape_arguments, defaults_assumption, device_from_args,
+                         planned_shape, shape_from_args, shape_note, spec_from_args)
 
 __all__ = ["register", "run"]
 
@@ -68,6 +70,7 @@ def register(subparsers: Any) -> None:
                              "records, else 1)")
     parser.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
     parser.add_argument("--unfreeze", default=None, metavar="MODULES", help="comma-separated modules to train")
+    add_shape_arguments(parser)
     parser.add_argument("--gpus", type=positive("--gpus"), required=True, help="number of GPUs")
     parser.add_argument("--gpu", type=name_choice("--gpu", hardware.device_names), default="h100-80g",
                         help=f"device: {', '.join(hardware.device_names())}")
@@ -136,6 +139,7 @@ def _workload(args: argparse.Namespace, cluster: Cluster) -> Workload:
     if args.profile:
         if args.freeze or args.unfreeze:
             raise InvalidInputError("--freeze/--unfreeze apply to --preset or --spec, not to a measured --profile")
+        shape_from_args(args)  # a shape option names the profile's own shapes: refused
         profile = LayerProfile.from_file(args.profile)
         return Workload.from_profile(profile, micro_batch_size=args.profile_micro_batch_size, name=args.profile)
     return Workload.from_spec(spec_from_args(args), cluster.device, tp_link=cluster.intra_node)
@@ -213,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         for entry, tie in zip(payload["plans"], ties):
             entry["ties_with"] = tie
         print_json({**payload, "device": device_fields(cluster.device),
-                    "assumptions": _assumptions(args, cluster),
+                    "assumptions": _assumptions(args, cluster), "shape": planned_shape(args),
                     "gemm_fallbacks": _gemm_fallbacks(args, cluster, result)})
         return 0
     _print(args, result, ties, _capacity(args, cluster))
@@ -264,6 +268,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
     else:
         optimizer = (f"{args.optimizer} bytes per parameter: {split.weights:g} B weights + {split.gradients:g} B "
                      f"gradients + {split.optimizer:g} B state")
+    shape = shape_note(args)
     return {
         "device": (cluster.device.summary() if not args.profile else
                    f"layer times as measured in {args.profile} (on the machine that measured them: its GPUs or CPU "
@@ -283,6 +288,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",
         **engine_assumptions(args),
         **defaults_assumption(args),
+        **({"model shape": shape} if shape else {}),
     }
 
 

@@ -27,6 +27,7 @@ from rich.table import Table
 
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
+from ..limits import MAX_LOCAL_BATCH, MAX_LOCAL_PROCESSES
 from ..profile_format import check_overwrite
 from ..units import format_bytes
 from ._common import default_microbatches, make_console, print_json, progress, refuse_unless, report_written, require_torch
@@ -77,6 +78,9 @@ def register(subparsers: Any) -> None:
 _REPEATS_WHY = "runs per measurement; more only lengthen it"
 
 
+_NPROC_WHY = "processes on this machine, each importing torch"
+_BATCH_WHY = "examples per step of a model measured on this machine"
+
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan profile``."""
     if not str(args.out).lower().endswith((".json", ".csv")):
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_unless(args.statistic != "min" or args.max_spread is None, "--max-spread",
                   "with --statistic min (the fastest run of each time is kept; no spread is checked)")
     spread = positive_float("--max-spread", 0.5 if args.max_spread is None else args.max_spread)
-    nproc = positive_int("--nproc", args.nproc)
+    nproc = positive_int("--nproc", args.nproc, maximum=MAX_LOCAL_PROCESSES, why=_NPROC_WHY)
     from ..limits import MAX_REPEATS, check_builtin_model_size
     from ..models import BUILTIN_MODELS
 
@@ -96,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
     require_torch("pipeplan profile")
     from ..runtime.loop import profile_model
 
-    batch_size = positive_int("--batch-size", args.batch_size)
+    batch_size = positive_int("--batch-size", args.batch_size, maximum=MAX_LOCAL_BATCH, why=_BATCH_WHY)
+    if args.microbatches is not None and positive_int("-m", args.microbatches) > batch_size:
+        raise InvalidInputError(f"--batch-size must be >= the {args.microbatches} microbatches (-m), got {batch_size}")
     what = f"measuring {args.model or 'the built-in model'}'s layers" + ("" if args.no_calibrate else
                                                                           f" and {nproc} ranks' links")
     try:

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 from .._validation import positive_int
 from ..errors import InvalidInputError
-from ..limits import MAX_STEPS, check_gantt_size
+from ..limits import MAX_LOCAL_BATCH, MAX_LOCAL_PROCESSES, MAX_STEPS, check_gantt_size
 from ..partition.choice import parse_partition
 from ..schedules import SCHEDULES, schedule_info
 from ..units import format_bytes
@@ -70,7 +70,7 @@ def register(subparsers: Any) -> None:
                              "model: vla (default), dumbbell")
     parser.add_argument("--layers", type=int, default=None,
                         help="transformer blocks of the built-in model (default 8; refused with --model)")
-    parser.add_argument("--partition", default="auto",
+    parser.add_argument("--partition", default="auto", metavar="auto|even|A,B,...",
                         help="layers per stage, e.g. 3,4,3; 'even'; or 'auto' (balanced on the profile's layer costs)")
     parser.add_argument("--profile", metavar="PATH", default=None,
                         help="a profile file from pipeplan profile: nothing is measured before the run, and the "
@@ -101,7 +101,9 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     from ..limits import check_builtin_model_size
     from ..runtime.launch import check_timeout
 
-    world_size = positive_int("--nproc", world_size)
+    world_size = positive_int("--nproc", world_size, maximum=MAX_LOCAL_PROCESSES,
+                              why="processes on this machine, each importing torch")
+    dual_rate_cmd.refuse_rate_flags(args)
     from ..models import BUILTIN_MODELS
 
     if args.model is not None and args.model not in BUILTIN_MODELS and args.layers is not None:
@@ -115,12 +117,14 @@ def _config(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     if args.schedule not in SCHEDULES:
         raise InvalidInputError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
     pp = world_size // dp
-    virtual = positive_int("--virtual-stages", args.virtual_stages)
+    virtual = positive_int("--virtual-stages", args.virtual_stages, maximum=MAX_LOCAL_PROCESSES,
+                           why="chunks per rank; each holds at least one layer")
     num_stages = schedule_info(args.schedule).stages_for(pp, virtual)
-    batch_size = positive_int("--batch-size", args.batch_size)
+    batch_size = positive_int("--batch-size", args.batch_size, maximum=MAX_LOCAL_BATCH,
+                              why="examples per step of a model run on this machine")
     microbatches = positive_int("-m", default_microbatches(args.microbatches, pp, batch_size=batch_size))
     if batch_size < microbatches:
-        raise InvalidInputError(f"--batch-size must be >= the {microbatches} microbatches, got {batch_size}")
+        raise InvalidInputError(f"--batch-size must be >= the {microbatches} microbatches (-m), got {batch_size}")
     partition: Any = parse_partition(args.partition)
     if not isinstance(partition, str):
         if any(part < 1 for part in partition):
@@ -241,7 +245,8 @@ def run(args: argparse.Namespace) -> int:
 
     if in_torchrun():
         return _run_under_torchrun(args)
-    config, backend = _validated(args, positive_int("--nproc", args.nproc), local=None)
+    config, backend = _validated(args, positive_int("--nproc", args.nproc, maximum=MAX_LOCAL_PROCESSES,
+                                                    why="processes on this machine, each importing torch"), local=None)
     try:
         report = spawn(execute_rank, config["world_size"], config, backend=backend, timeout=config["timeout"])[0]
     except RunInterrupted as stop:

@@ -30,6 +30,7 @@ from a shape mix, random vs balanced microbatches (:mod:`pipeplan.batches.pipeli
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -110,6 +111,10 @@ def memory_limit(text: str) -> ByteSize:
             raise argparse.ArgumentTypeError(str(error)) from None
         size.unit = stripped.lstrip("0123456789.eE+- ")
         return size
+    if not math.isfinite(count):
+        raise argparse.ArgumentTypeError(
+            f"--memory-limit must be a finite size with its unit (e.g. 12GiB) or a whole count of microbatches "
+            f"(e.g. 4), got {stripped!r}; leave it out for no limit")
     if not (count >= 1 and count == int(count)):
         raise argparse.ArgumentTypeError(
             f"--memory-limit {stripped} has no unit, so it is a count of microbatches in flight per rank, "
@@ -159,7 +164,7 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
                         help="forward time per stage, ms, comma-separated (e.g. 30,10,10,20)")
     parser.add_argument("--profile", metavar="PATH",
                         help="a layer profile (.json/.csv from pipeplan profile) instead of --forward ...")
-    parser.add_argument("--partition", default=None,
+    parser.add_argument("--partition", default=None, metavar="auto|even|A,B,...",
                         help="with --profile: layers per stage (e.g. 6,4), 'even' or 'auto' "
                              "(balanced; default) with --stages")
     parser.add_argument("--stages", type=int, default=None,
@@ -270,6 +275,11 @@ def schedule_from_args(args: argparse.Namespace, costs: StageCosts, comm: CommMo
     return build_schedule(args.schedule, num_stages=costs.num_stages, num_microbatches=args.microbatches, **options)
 
 
+def _microbatches_name(args: argparse.Namespace) -> str:
+    """``-m`` as a size check names it; with ``--rate-ratio`` (dual-rate: -m in whole frames of it) that too."""
+    return "-m (whole frames of --rate-ratio)" if getattr(args, "rate_ratio", None) is not None else "-m"
+
+
 def microbatches_of(args: argparse.Namespace, num_stages: int) -> int:
     """``-m`` as given, else twice the pipeline ranks the schedule puts ``num_stages`` stages on.
 
@@ -293,7 +303,7 @@ def check_size(args: argparse.Namespace, num_stages: int) -> int:
     if not args.json:
         check_gantt_size(args.width, num_stages, field="--width")
     return check_schedule_size(args.schedule, num_stages=num_stages, num_microbatches=micro,
-                               backward=backward, simulated=True, names=("stages", "m"))
+                               backward=backward, simulated=True, names=("stages", _microbatches_name(args)))
 
 
 def _profile_partition(args: argparse.Namespace, profile: LayerProfile) -> list[int]:

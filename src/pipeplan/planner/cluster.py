@@ -22,6 +22,7 @@ from .. import hardware
 from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..hardware import Device, Link
+from ..limits import MAX_GPUS
 
 __all__ = ["Cluster", "allreduce_ms", "ring_pass_ms"]
 
@@ -69,7 +70,7 @@ class Cluster:
     gpus_per_node: int = 8
 
     def __post_init__(self) -> None:
-        positive_int("num_gpus", self.num_gpus)
+        positive_int("num_gpus", self.num_gpus, maximum=MAX_GPUS, why="more than any cluster; a typo?")
         positive_int("gpus_per_node", self.gpus_per_node)
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
             raise InvalidInputError(

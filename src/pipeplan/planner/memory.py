@@ -87,7 +87,11 @@ from ..units import format_gib
 from .space import Config
 from .workload import Workload
 
-__all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL"]
+__all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL", "MAX_BYTES_PER_PARAM"]
+
+#: The most bytes per parameter ``--optimizer BYTES`` takes: 64x mixed-precision Adam's 16, far above
+#: any optimizer; ``1e308`` overflowed every candidate's memory ("no candidate could be evaluated").
+MAX_BYTES_PER_PARAM = 1024.0
 
 #: What ``--optimizer`` names besides a number of bytes per parameter.
 OPTIMIZERS = ("adam",)
@@ -153,8 +157,9 @@ class OptimizerBytes:
                     f"e.g. 16), got {optimizer!r}"
                 ) from None
         total = float(optimizer)
-        if not 0 < total < float("inf"):
-            raise InvalidInputError(f"bytes per parameter must be a finite number > 0, got {optimizer!r}")
+        if not 0 < total <= MAX_BYTES_PER_PARAM:
+            raise InvalidInputError(f"optimizer bytes per parameter must be in (0, {MAX_BYTES_PER_PARAM:g}] "
+                                    f"(weights + gradients + optimizer state, e.g. 16), got {optimizer!r}")
         weights = min(2.0, total)
         gradients = min(2.0, total - weights)
         return cls(weights, gradients, total - weights - gradients, reduce=gradients)

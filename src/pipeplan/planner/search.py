@@ -47,6 +47,7 @@ from typing import Any
 from .. import data_parallel
 from .._validation import positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
+from ..limits import MAX_GLOBAL_BATCH
 from ..plan import RECOMPUTE_MODES, Plan
 from ..schedules import schedule_info
 from .advice import NoPlanFitsError, batch_note, find_remedies, no_plan_fits
@@ -224,6 +225,11 @@ def search(workload: Workload, cluster: Cluster, global_batch: int, options: Sea
             worst GPU.
     """
     options = SearchOptions() if options is None else options
+    positive_int("global_batch", global_batch, maximum=MAX_GLOBAL_BATCH,
+                 why="samples per optimizer step, far above any recipe; a typo?")
+    if options.micro_batch_size is not None and positive_int("micro_batch_size", options.micro_batch_size) > global_batch:
+        raise InvalidInputError(f"micro_batch_size = {options.micro_batch_size} must be <= global_batch = "
+                                f"{global_batch}: a microbatch is part of the step's samples")
     try:
         return _Search(workload, cluster, global_batch, options).run()
     except NoPlanFitsError as error:
