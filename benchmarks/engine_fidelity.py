@@ -35,14 +35,13 @@ Rows (the published numbers with their table in the comments beside them):
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _markers import add_write_flag, computed_line, replace_between, signed  # noqa: E402
+from _markers import computed_line, print_or_write, signed  # noqa: E402
 
 from pipeplan import hardware  # noqa: E402
 from pipeplan.models.modules import Embedding, LMHead, TransformerStack  # noqa: E402
@@ -270,15 +269,8 @@ def checked_piece() -> str:
     return "\n".join(table_rows(rows(CHECKED_SOURCE)))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_write_flag(parser, DOC)
-    args = parser.parse_args(argv)
-    body = block()
-    print(body)
-    if args.write:
-        replace_between(DOC, MARKER, body)
-    return 0
+def main(argv: list[str] | None = None) -> int:
+    return print_or_write(DOC, MARKER, block, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 from pipeplan.cli import build_parser, main
 
 from _cpu_limits import CpuTimeExceeded, address_space_room, cpu_time_limit
+from _doors import Door, close_doors
 
 CPU_LIMIT_S = 5.0
 """CPU seconds one call may use; the slowest base here takes well under 1 s."""
@@ -141,31 +142,9 @@ def home_base(verb: str, flag: str) -> int:
     return next((index for index, base in enumerate(BASES[verb]) if word in base), 0)
 
 
-class _Door(BaseException):
-    """Raised where a verb would start processes or time real kernels: its arguments passed."""
-
-
 @pytest.fixture(autouse=True)
 def _doors(monkeypatch: pytest.MonkeyPatch) -> None:
-    def stop(*args: object, **kwargs: object) -> None:
-        raise _Door()
-
-    try:
-        import pipeplan.dualrate.study as study
-        import pipeplan.lessons.pipeline as seed
-        import pipeplan.runtime as runtime
-        import pipeplan.runtime.device_calibration as calibration
-        import pipeplan.runtime.launch as launch
-        import pipeplan.runtime.loop as loop
-    except ImportError:  # no torch: those verbs say so in one line before their door
-        return
-    for module in (runtime, launch):
-        if hasattr(module, "spawn"):
-            monkeypatch.setattr(module, "spawn", stop)
-    monkeypatch.setattr(seed, "run_demo", stop)
-    monkeypatch.setattr(loop, "profile_model", stop)
-    monkeypatch.setattr(calibration, "time_device", stop)
-    monkeypatch.setattr(study, "run_study", stop)
+    close_doors(monkeypatch)
 
 
 #: Flags that bound work rather than size it: a huge value is no more work (a longer wait on a hang, a spread
@@ -183,7 +162,7 @@ def run(argv: list[str]) -> tuple[int | None, str, str, float]:
             status = main(argv)
         except SystemExit as exit_:
             status = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
-        except _Door:
+        except Door:
             status = None
     return status, out.getvalue(), err.getvalue(), time.process_time() - began
 

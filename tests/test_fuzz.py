@@ -29,6 +29,7 @@ from pipeplan.cli import build_parser, main
 from pipeplan.errors import PipeplanError
 
 from _cpu_limits import CpuTimeExceeded, address_space_room, cpu_time_limit
+from _doors import Door, close_doors
 
 CALL_LIMIT_S = 30  # CPU seconds of one call (the dual-rate demo story uses ~15): a load that
 # slows the machine does not count, a hang does; wall time failed bare `demo` on a loaded machine
@@ -36,10 +37,6 @@ EXAMPLES_PER_VERB = int(os.environ.get("PIPEPLAN_FUZZ_EXAMPLES", "25"))  # more:
 
 _Hang = CpuTimeExceeded  # one call ran past CALL_LIMIT_S of CPU time
 _time_limit = cpu_time_limit
-
-
-class _Spawned(BaseException):
-    """Raised where a verb would start processes or run torch modules: its arguments passed."""
 
 
 @pytest.fixture(scope="module")
@@ -71,22 +68,7 @@ def _bounded_memory():
 
 @pytest.fixture(autouse=True)
 def _stop_at_processes(monkeypatch):
-    def stop(*args, **kwargs):
-        raise _Spawned()
-
-    try:
-        import pipeplan.runtime as runtime
-        import pipeplan.runtime.launch as launch
-        import pipeplan.runtime.loop as loop
-        import pipeplan.lessons.pipeline as seed
-    except ImportError:  # no torch: run and seed003 say so in one line before this point
-        return
-    for module in (runtime, launch):
-        if hasattr(module, "spawn"):
-            monkeypatch.setattr(module, "spawn", stop)
-    monkeypatch.setattr(seed, "run_demo", stop)
-    # pipeplan profile measures real torch work (and spawns its calibration): its door.
-    monkeypatch.setattr(loop, "profile_model", stop)
+    close_doors(monkeypatch)
 
 
 INTS = ["-1", "0", "1", "2", "3", "4", "8", "10000000000", "x", "2.5"]
@@ -160,7 +142,7 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
             status = main(argv)
         except SystemExit as exit_:
             status = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
-        except _Spawned:
+        except Door:
             status = 0
     return status, out.getvalue(), err.getvalue()
 
