@@ -44,19 +44,17 @@ class PlanMix:
 
     mix: Mix
     workloads: tuple[Workload, ...]
-    planned: Workload
     global_batch: int
 
-    def rank(self, result: SearchResult) -> MixRanking:
-        """The plans of ``result`` (as shown) and its baselines timed on the mix."""
+    def rank(self, result: SearchResult, planned: Workload) -> MixRanking:
+        """The plans of ``result`` (as shown) and its baselines timed on the mix; ``planned``: the search's workload."""
         candidates = [MixCandidate(f"plan {index}", plan, index) for index, plan in enumerate(result.plans, start=1)]
-        candidates += [MixCandidate(baseline.label, baseline.plan if baseline.fits else None, None)
-                       for baseline in result.baselines]
-        return rank_on_mix(candidates, self.mix, self.workloads, self.planned, global_batch=self.global_batch)
+        candidates += [MixCandidate(baseline.label, baseline.plan if baseline.fits else None, None,
+                                    missing=baseline.note or "it does not fit") for baseline in result.baselines]
+        return rank_on_mix(candidates, self.mix, self.workloads, planned, global_batch=self.global_batch)
 
 
-def plan_mix(args: argparse.Namespace, planned: Workload,
-             build: Callable[[argparse.Namespace], Workload]) -> PlanMix | None:
+def plan_mix(args: argparse.Namespace, build: Callable[[argparse.Namespace], Workload]) -> PlanMix | None:
     """``--mix``'s mix and per-shape workloads (``build(args)`` as ``plan`` builds its own), or ``None`` without it.
 
     A mix row's fields replace the planned shape's (``--cameras`` etc., else the preset's
@@ -69,9 +67,11 @@ def plan_mix(args: argparse.Namespace, planned: Workload,
     """
     if getattr(args, "mix", None) is None:
         return None
-    if not args.preset:
+    if args.profile or args.spec:
         other = "a measured --profile" if args.profile else "a --spec file"
         raise InvalidInputError(f"--mix applies to --preset (a model whose shapes it varies), not to {other}")
+    if not args.preset:
+        return None  # no model at all: plan's own check names the three ways to give one
     mix = read_mix(args.mix)
     allowed = presets.options(args.preset)
     for key in mix.fields:
@@ -86,7 +86,7 @@ def plan_mix(args: argparse.Namespace, planned: Workload,
             workloads.append(build(shaped))
         except InvalidInputError as error:
             raise InvalidInputError(f"mix {mix.source} row {row} ({mix.label(row - 1)}): {error}") from None
-    return PlanMix(mix, tuple(workloads), planned, args.global_batch)
+    return PlanMix(mix, tuple(workloads), args.global_batch)
 
 
 def _ms(value: float | None) -> str:
@@ -138,9 +138,10 @@ def mix_lines(ranking: MixRanking, global_batch: int, planned_shape: str = "") -
         lines.append("best plan on the mix: none re-ranked")
     elif ranking.best_changed and first is not None and first.expected_ms is not None and best.expected_ms is not None:
         tie = " (a tie at 3 significant figures)" if ranking.best_ties else ""
-        lines.append(f"best plan changes on the mix: plan {best.planned_rank} is expected "
-                     f"{format_figures(best.expected_ms)} ms per step, plan 1 {format_figures(first.expected_ms)} ms "
-                     f"({first.expected_ms / best.expected_ms:.3f}×){tie}")
+        lines.append(f"best plan changes on the mix: plan {best.planned_rank} ({' '.join(_layout(best))}) is expected "
+                     f"{format_figures(best.expected_ms)} ms per step (p95 {_ms(best.p95_ms)}), plan 1 "
+                     f"({' '.join(_layout(first))}) {format_figures(first.expected_ms)} ms (p95 {_ms(first.p95_ms)}): "
+                     f"{first.expected_ms / best.expected_ms:.2f}× faster on the mix{tie}")
     else:
         lines.append(f"best plan on the mix: plan 1 still, expected {_ms(best.expected_ms)} ms per step "
                      f"(p95 {_ms(best.p95_ms)}; mean sample {_ms(best.mean_sample_ms)})")

@@ -194,8 +194,8 @@ def run(args: argparse.Namespace) -> int:
     if args.profile is not None and args.mfu is not None:
         raise InvalidInputError("--mfu does not apply with --profile: a measured profile's times are measured, "
                                 "not computed from FLOPs")
+    mix = plan_mix(args, lambda shaped: engine_workload(shaped, _workload(shaped, cluster)))  # --mix, checked
     workload = engine_workload(args, _workload(args, cluster))
-    mix = plan_mix(args, workload, lambda shaped: engine_workload(shaped, _workload(shaped, cluster)))
     check_export_model(args)
     schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",")]
     if schedules is not None and not all(schedules):
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             sync=args.grad_sync,
         ))
     ties = tie_leaders([plan.step_time for plan in result.plans])
-    ranking = mix.rank(result) if mix is not None else None  # --mix: the plans timed on drawn batches
+    ranking = mix.rank(result, workload) if mix is not None else None  # --mix: the plans timed on drawn batches
     _write_files(args, result)
     if args.json:
         payload = _payload(result, reference_names(args, result.best.num_layers))

@@ -91,11 +91,13 @@ _ORDERS = 4  # plan_microbatches times four orders of the balanced microbatches
 
 @dataclass(frozen=True)
 class MixCandidate:
-    """A plan to time on the mix: its row label, the plan, and its rank in the search (``None``: a baseline)."""
+    """A plan to time on the mix: its row label, the plan, its rank in the search (``None``: a baseline),
+    and why there is no plan (``plan is None``: a baseline that was not built or does not fit)."""
 
     label: str
     plan: Plan | None
     planned_rank: int | None
+    missing: str = "no plan"
 
 
 @dataclass(frozen=True)
@@ -263,7 +265,7 @@ def _row(candidate: MixCandidate, costs: _Costs, mix: Mix, batches: list[np.ndar
     plan = candidate.plan
     planned_ms = None if plan is None else plan.step_time
     if plan is None:
-        return MixRow(candidate.label, candidate.planned_rank, None, None, note="not re-ranked: no plan")
+        return MixRow(candidate.label, candidate.planned_rank, None, None, note=f"not re-ranked: {candidate.missing}")
     schedule, why = _timed_schedule(plan)
     if schedule is None or plan.step_time is None:
         return MixRow(candidate.label, candidate.planned_rank, plan, planned_ms, note=why)
