@@ -46,8 +46,10 @@ less loaded one could have a worse order; with balanced loads they differ by at
 most one round's cost range, :func:`~pipeplan.batches.balance.balance`'s
 guarantee); the offset does not follow the compute (gradient-reduction exposure
 behind a shorter backward, FSDP's per-microbatch gathers); the data-parallel
-split's refinement is capped at :data:`DP_REFINE` swap rounds (its rounds-only
-guarantee holds). Plans whose schedule has actions other than ``F``, ``B``,
+split runs :data:`DP_REFINE` swap rounds of refinement (0: the dealing rounds
+only, whose guarantee holds; at thousands of samples the refinement's first
+round alone costs more than all the dealing).
+Plans whose schedule has actions other than ``F``, ``B``,
 ``I``, ``W`` (the dual-rate pipeline's updates) or no simulated timeline are
 kept with ``expected_ms = None``, marked *not re-ranked*.
 
@@ -60,7 +62,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -82,7 +84,7 @@ DEFAULT_DRAWS = 32
 MIN_DRAWS = 8
 #: Schedule actions timed per plan at most (draws × actions per draw: the balanced orders and the random one).
 WORK_PER_PLAN = 200_000
-#: Swap rounds of the data-parallel split's refinement (:func:`~pipeplan.batches.balance.balance`'s ``refine``).
+#: Swap rounds of the data-parallel split's refinement (:func:`~pipeplan.batches.balance.balance`'s ``refine``; 0: none).
 DP_REFINE = 0
 
 _TIMED_KINDS = frozenset({"F", "B", "I", "W"})
@@ -358,6 +360,4 @@ def rank_on_mix(candidates: Sequence[MixCandidate], mix: Mix, shape_workloads: S
 
 
 def _with_rank(row: MixRow, rank: int) -> MixRow:
-    from dataclasses import replace
-
     return replace(row, rank=rank)
