@@ -164,6 +164,7 @@ MEASURED_TABLES = [
     ("cli.md", "first-hour", "first_hour.py"),
     ("uneven_batches.md", "uneven-speed", "uneven_batches.py"),
     ("uneven_batches.md", "uneven-cpu", "uneven_batches.py"),
+    ("uneven_batches.md", "plan-mix-cost", "plan_mix.py"),
 ]
 
 

@@ -223,7 +223,8 @@ class MicrobatchPlan:
 def plan_microbatches(costs: Sequence[float] | np.ndarray, num_microbatches: int, *,
                       sample_forward: np.ndarray | None = None, sample_backward: np.ndarray | None = None,
                       stage_share: Sequence[float] | np.ndarray | None = None,
-                      schedule: str | Schedule = "1f1b") -> MicrobatchPlan:
+                      schedule: str | Schedule = "1f1b", sample_weight: np.ndarray | None = None,
+                      refine: int | None = None) -> MicrobatchPlan:
     """Split one rank's samples into ``num_microbatches`` of equal counts, balanced, and order them.
 
     The split is :func:`balance` on ``costs`` with microbatches as ranks. The
@@ -233,12 +234,15 @@ def plan_microbatches(costs: Sequence[float] | np.ndarray, num_microbatches: int
     costs of a microbatch are the sums of its samples' ``sample_forward`` and
     ``sample_backward`` (``[sample, stage]`` arrays, ms) where given; otherwise
     ``cost · stage_share`` (the fraction of a sample's cost on each stage, default
-    4 equal stages), a third of it forward and two thirds backward.
+    4 equal stages), a third of it forward and two thirds backward. ``sample_weight``
+    (``[sample, stage]``, the weight-gradient part of ``sample_backward``) is needed for a
+    split-backward schedule (zero-bubble: ``I`` and ``W`` actions, see :func:`pipeline_makespan`).
+    ``refine``: the split's refinement rounds (:func:`balance`; default its own).
     """
     values = _check(costs, num_microbatches)
     if values.size < num_microbatches:
         raise InvalidInputError(f"{values.size} samples cannot fill {num_microbatches} microbatches")
-    split = balance(values, num_microbatches)
+    split = balance(values, num_microbatches, refine=refine)
     groups = [split.members(m) for m in range(num_microbatches)]
     totals = split.loads
     if sample_forward is not None and sample_backward is not None:
@@ -254,6 +258,12 @@ def plan_microbatches(costs: Sequence[float] | np.ndarray, num_microbatches: int
         fwd_samples, bwd_samples = per_sample / 3.0, per_sample * 2.0 / 3.0
     forward = np.stack([fwd_samples[g].sum(axis=0) for g in groups], axis=1)  # [stage, microbatch]
     backward = np.stack([bwd_samples[g].sum(axis=0) for g in groups], axis=1)
+    weight = None
+    if sample_weight is not None:
+        wgt_samples = np.asarray(sample_weight, dtype=float)
+        if wgt_samples.shape != fwd_samples.shape:
+            raise InvalidInputError("sample_weight must be a [sample, stage] array like sample_forward")
+        weight = np.stack([wgt_samples[g].sum(axis=0) for g in groups], axis=1)
     built = _schedule(schedule, forward.shape[0], num_microbatches)
     descending = [int(m) for m in np.argsort(-totals, kind="stable")]
     ascending = descending[::-1]
@@ -262,7 +272,8 @@ def plan_microbatches(costs: Sequence[float] | np.ndarray, num_microbatches: int
     candidates = [descending, ascending, cheapest_then_descending, list(range(num_microbatches))]
     best_order, best_time = candidates[0], np.inf
     for candidate in candidates:
-        time = pipeline_makespan(forward[:, candidate], backward[:, candidate], schedule=built)
+        time = pipeline_makespan(forward[:, candidate], backward[:, candidate], schedule=built,
+                                 weight=None if weight is None else weight[:, candidate])
         if time < best_time - 1e-12:
             best_order, best_time = candidate, time
     return MicrobatchPlan(microbatches=tuple(tuple(int(i) for i in groups[m]) for m in best_order),
@@ -278,13 +289,18 @@ def _schedule(schedule: str | Schedule, stages: int, count: int) -> Schedule:
 
 
 def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward: np.ndarray | Sequence[Sequence[float]],
-                      *, schedule: str | Schedule = "1f1b") -> float:
+                      *, schedule: str | Schedule = "1f1b",
+                      weight: np.ndarray | Sequence[Sequence[float]] | None = None) -> float:
     """The step (ms) of a pipeline schedule where each (stage, microbatch) has its own cost.
 
     ``forward[s][m]``, ``backward[s][m]``: the forward and full backward of
     microbatch ``m`` on stage ``s`` (``P × m`` arrays). ``schedule``: a registered
     schedule name with one stage per rank and full backwards (``"1f1b"``,
-    ``"gpipe"``) or a :class:`~pipeplan.schedule.Schedule`. Every action starts
+    ``"gpipe"``) or a :class:`~pipeplan.schedule.Schedule` (several stages per rank
+    allowed: interleaved, V). A split-backward schedule (zero-bubble's ``I`` and ``W``)
+    needs ``weight[s][m]``, the weight-gradient part of ``backward[s][m]``: ``I`` costs
+    ``backward - weight`` and ``W`` costs ``weight``, as
+    :class:`~pipeplan.costs.StageCosts` splits an unmeasured backward. Every action starts
     when its rank is free and its dependencies are done (no communication time),
     as :func:`pipeplan.simulate.simulate` does with a zero-cost link; the simulator
     itself takes one cost per stage times one scale per microbatch, which cannot
@@ -300,8 +316,18 @@ def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward:
     if built.num_stages != stages or built.num_microbatches != count:
         raise InvalidInputError(f"the schedule has {built.num_stages} stages and {built.num_microbatches} "
                                 f"microbatches; the costs {stages} and {count}")
-    if not built.present_kinds <= {"F", "B"}:
-        raise InvalidInputError("pipeline_makespan takes a schedule of F and B actions only")
+    tables: dict[str, np.ndarray] = {"F": fwd, "B": bwd}
+    if not built.present_kinds <= {"F", "B", "I", "W"}:
+        raise InvalidInputError("pipeline_makespan takes a schedule of F and B (or I and W) actions only, got "
+                                f"{', '.join(sorted(built.present_kinds))}")
+    if built.present_kinds & {"I", "W"}:
+        if weight is None:
+            raise InvalidInputError("a split-backward schedule (I and W actions) needs weight, the "
+                                    "weight-gradient part of each backward")
+        wgt = np.asarray(weight, dtype=float)
+        if wgt.shape != fwd.shape:
+            raise InvalidInputError(f"weight must be a [stage, microbatch] array like forward, got {wgt.shape}")
+        tables["I"], tables["W"] = bwd - wgt, wgt
     done: dict[Action, float] = {}
     position = [0] * built.num_ranks
     free = [0.0] * built.num_ranks
@@ -315,7 +341,7 @@ def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward:
                 if any(need not in done for need in needs):
                     break
                 start = max([free[rank], *(done[need] for need in needs)])
-                table = fwd if action.kind == "F" else bwd
+                table = tables[action.kind]
                 free[rank] = done[action] = start + float(table[action.stage, action.microbatch])
                 position[rank] += 1
                 remaining -= 1

@@ -41,6 +41,7 @@ from .. import units
 from ._common import make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import add_export_arguments, check_export_args, check_export_model, emit_export, reference_names
 from ._engine_args import add_engine_arguments, engine_assumptions, engine_workload
+from ._plan_mix import add_mix_argument, plan_mix, show_mix
 from ..hardware.device_file import device_fields
 from ._spec_args import (add_device_argument, add_mfu_argument, add_shape_arguments, defaults_assumption, device_from_args,
                          planned_shape, shape_from_args, shape_note, spec_from_args)
@@ -122,6 +123,7 @@ def register(subparsers: Any) -> None:
                         help="stop after this many seconds and report the best plans found so far")
     add_export_arguments(parser)
     add_engine_arguments(parser)
+    add_mix_argument(parser)
     parser.add_argument("--plot", metavar="PATH", help="draw the best plan's Gantt and memory (PNG/SVG)")
     parser.add_argument("--trace", metavar="PATH", help="write the best plan's Chrome/Perfetto trace")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -192,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile is not None and args.mfu is not None:
         raise InvalidInputError("--mfu does not apply with --profile: a measured profile's times are measured, "
                                 "not computed from FLOPs")
+    mix = plan_mix(args, lambda shaped: engine_workload(shaped, _workload(shaped, cluster)))  # --mix, checked
     workload = engine_workload(args, _workload(args, cluster))
     check_export_model(args)
     schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",")]
@@ -209,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
             sync=args.grad_sync,
         ))
     ties = tie_leaders([plan.step_time for plan in result.plans])
+    ranking = mix.rank(result, workload) if mix is not None else None  # --mix: the plans timed on drawn batches
     _write_files(args, result)
     if args.json:
         payload = _payload(result, reference_names(args, result.best.num_layers))
@@ -218,10 +222,13 @@ def run(args: argparse.Namespace) -> int:
             entry["ties_with"] = tie
         print_json({**payload, "device": device_fields(cluster.device),
                     "assumptions": _assumptions(args, cluster), "shape": planned_shape(args),
-                    "gemm_fallbacks": _gemm_fallbacks(args, cluster, result)})
+                    "gemm_fallbacks": _gemm_fallbacks(args, cluster, result),
+                    **({"mix": ranking.to_dict()} if ranking is not None else {})})
         return 0
     _print(args, result, ties, _capacity(args, cluster))
     console = make_console()
+    if ranking is not None:
+        show_mix(console, ranking, args)
     lines = _assumptions(args, cluster)
     console.print("assumptions: " + "; ".join(f"{key} {value}" for key, value in lines.items()),
                   markup=False, highlight=False)

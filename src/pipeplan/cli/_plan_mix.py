@@ -1,0 +1,167 @@
+"""``plan --mix FILE``: the searched plans re-ranked by their expected step over batches drawn from a shape mix.
+
+    $ pipeplan plan --preset pi0 --gpus 8 --global-batch 256 --mix examples/mix_cameras.csv
+
+:func:`add_mix_argument` registers the flag; :func:`plan_mix` reads and checks the
+mix before the search (one line, exit 2: a bad file, ``--spec`` or ``--profile``, a
+field the preset lacks, a shape it refuses) and builds the workload of each shape
+the way ``plan`` builds its own; :meth:`PlanMix.rank` times the plans shown and the
+baselines on the mix (:mod:`pipeplan.planner.mix_rank`); :func:`show_mix` prints the
+table and the note on the best plan. ``--json`` adds the ranking as ``mix``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from .. import presets
+from ..batches.mix import Mix, read_mix
+from ..errors import InvalidInputError
+from ..planner import SearchResult, Workload
+from ..planner.mix_rank import MixCandidate, MixRanking, MixRow, rank_on_mix
+from ..units import format_figures
+from ._spec_args import planned_shape
+
+__all__ = ["add_mix_argument", "plan_mix", "PlanMix", "show_mix"]
+
+
+def add_mix_argument(parser: Any) -> None:
+    """Add ``--mix FILE``."""
+    parser.add_argument("--mix", metavar="FILE", default=None,
+                        help="with --preset: a shape mix (CSV or JSON: shape fields such as cameras, then count or "
+                             "weight); re-ranks the plans shown and the baselines by the expected step over global "
+                             "batches drawn from it, balanced over ranks and microbatches (docs/uneven_batches.md)")
+
+
+@dataclass(frozen=True)
+class PlanMix:
+    """The mix of ``--mix`` and the workload the search would use at each of its shapes."""
+
+    mix: Mix
+    workloads: tuple[Workload, ...]
+    global_batch: int
+
+    def rank(self, result: SearchResult, planned: Workload) -> MixRanking:
+        """The plans of ``result`` (as shown) and its baselines timed on the mix; ``planned``: the search's workload."""
+        candidates = [MixCandidate(f"plan {index}", plan, index) for index, plan in enumerate(result.plans, start=1)]
+        candidates += [MixCandidate(baseline.label, baseline.plan if baseline.fits else None, None,
+                                    missing=baseline.note or "it does not fit") for baseline in result.baselines]
+        return rank_on_mix(candidates, self.mix, self.workloads, planned, global_batch=self.global_batch)
+
+
+def plan_mix(args: argparse.Namespace, build: Callable[[argparse.Namespace], Workload]) -> PlanMix | None:
+    """``--mix``'s mix and per-shape workloads (``build(args)`` as ``plan`` builds its own), or ``None`` without it.
+
+    A mix row's fields replace the planned shape's (``--cameras`` etc., else the preset's
+    defaults); the fields it leaves out keep them.
+
+    Raises:
+        InvalidInputError: ``--mix`` with ``--spec`` or ``--profile``; a mix file that
+            :func:`~pipeplan.batches.mix.read_mix` refuses; a field the preset does not have;
+            a shape its builder refuses (the message names the file and row).
+    """
+    if getattr(args, "mix", None) is None:
+        return None
+    if args.profile or args.spec:
+        other = "a measured --profile" if args.profile else "a --spec file"
+        raise InvalidInputError(f"--mix applies to --preset (a model whose shapes it varies), not to {other}")
+    if not args.preset:
+        return None  # no model at all: plan's own check names the three ways to give one
+    mix = read_mix(args.mix)
+    allowed = presets.options(args.preset)
+    for key in mix.fields:
+        if key not in allowed:
+            has = ", ".join(allowed) or "none"
+            raise InvalidInputError(f"mix {mix.source}: field {key!r} is not a shape option of preset "
+                                    f"{args.preset!r} (its options: {has})")
+    workloads = []
+    for row, shape in enumerate(mix.shapes, start=1):
+        shaped = argparse.Namespace(**{**vars(args), **shape})
+        try:
+            workloads.append(build(shaped))
+        except InvalidInputError as error:
+            raise InvalidInputError(f"mix {mix.source} row {row} ({mix.label(row - 1)}): {error}") from None
+    return PlanMix(mix, tuple(workloads), args.global_batch)
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else format_figures(value)
+
+
+def _layout(row: MixRow) -> list[str]:
+    plan = row.plan
+    if plan is None:
+        return ["—"] * 4
+    return [f"{plan.tp}×{plan.pp}×{plan.dp}", plan.dp_mode if plan.dp > 1 else "—", plan.schedule,
+            f"{plan.micro_batch_size}×{plan.num_microbatches}"]
+
+
+def mix_table(ranking: MixRanking) -> Table:
+    """The plans by expected step on the mix, then the baselines."""
+    table = Table(title=f"on the mix {ranking.mix.source}: plans by the expected step over drawn batches (ms)")
+    for name in ("mix #", "plan #", "tp×pp×dp", "dp mode", "schedule", "b×m", "planned", "mean sample",
+                 "expected", "p95", "random split", "random p95"):
+        table.add_column(name, justify="left" if name in ("dp mode", "schedule") else "right")
+    baselines = False
+    for row in ranking.rows:
+        if row.planned_rank is None and not baselines:
+            table.add_section()
+            baselines = True
+        first = str(row.rank) if row.rank is not None else ("—" if row.planned_rank is not None else row.label)
+        table.add_row(first, "" if row.planned_rank is None else str(row.planned_rank), *_layout(row),
+                      _ms(row.planned_ms), _ms(row.mean_sample_ms), _ms(row.expected_ms), _ms(row.p95_ms),
+                      _ms(row.random_ms), _ms(row.random_p95_ms))
+    return table
+
+
+def _shapes(mix: Mix) -> str:
+    return ", ".join(f"{mix.label(index)} {weight:.0%}" for index, weight in enumerate(mix.weights))
+
+
+def mix_lines(ranking: MixRanking, global_batch: int, planned_shape: str = "") -> list[str]:
+    """The lines under the table: the mix, the best plan's change (or not), what is held fixed, the cost.
+
+    ``planned_shape``: the shape the search planned at, in words (``"cameras=3"``).
+    """
+    draws = sorted({row.draws for row in ranking.rows if row.re_ranked})
+    drawn = (f"{draws[-1]}" if len(draws) == 1 else f"{draws[0]}–{draws[-1]} (fewer for long schedules)") if draws else "0"
+    lines = [f"mix: {_shapes(ranking.mix)}; {drawn} global batches of {global_batch} samples drawn (seed "
+             f"{ranking.seed}), the same for every plan"]
+    best = ranking.best
+    first = next((row for row in ranking.plans if row.planned_rank == 1), None)
+    if best is None:
+        lines.append("best plan on the mix: none re-ranked")
+    elif ranking.best_changed and first is not None and first.expected_ms is not None and best.expected_ms is not None:
+        tie = " (a tie at 3 significant figures)" if ranking.best_ties else ""
+        lines.append(f"best plan changes on the mix: plan {best.planned_rank} ({' '.join(_layout(best))}) is expected "
+                     f"{format_figures(best.expected_ms)} ms per step (p95 {_ms(best.p95_ms)}), plan 1 "
+                     f"({' '.join(_layout(first))}) {format_figures(first.expected_ms)} ms (p95 {_ms(first.p95_ms)}): "
+                     f"{first.expected_ms / best.expected_ms:.2f}× faster on the mix{tie}")
+    else:
+        lines.append(f"best plan on the mix: plan 1 still, expected {_ms(best.expected_ms)} ms per step "
+                     f"(p95 {_ms(best.p95_ms)}; mean sample {_ms(best.mean_sample_ms)})")
+    for row in ranking.rows:
+        if row.note:
+            lines.append(f"{row.label}: {row.note}")
+    at = f" ({planned_shape})" if planned_shape else ""
+    lines.append(f"planned: the search's step at the planned shape{at}; mean sample: every sample at the mix's mean cost; "
+                 "expected and p95: mean and 95th percentile over the drawn batches, split over data-parallel "
+                 "replicas and microbatches by pipeplan's balancing (only the most loaded replica's pipeline timed); "
+                 "random split: replicas take the batch as drawn; messages, exposed gradient reduction and the "
+                 f"optimizer step held at the plan's own (docs/uneven_batches.md); {ranking.cpu_seconds:.2f} CPU s")
+    return lines
+
+
+def show_mix(console: Any, ranking: MixRanking, args: argparse.Namespace) -> None:
+    """Print :func:`mix_table` and :func:`mix_lines` (the planned shape from ``args``)."""
+    shape = planned_shape(args) or {}
+    console.print(mix_table(ranking))
+    for line in mix_lines(ranking, args.global_batch, ",".join(f"{key}={shape[key]}" for key in ranking.mix.fields
+                                                                if key in shape)):
+        console.print(line, markup=False, highlight=False)
+

@@ -1,0 +1,363 @@
+"""Plans re-ranked by their expected step over global batches drawn from a shape mix.
+
+    from pipeplan.batches import read_mix
+    from pipeplan.planner.mix_rank import MixCandidate, rank_on_mix
+    mix = read_mix("examples/mix_cameras.csv")
+    shaped = [Workload.from_spec(presets.get("pi0", **shape), device) for shape in mix.shapes]
+    candidates = [MixCandidate(f"plan {i}", plan, i) for i, plan in enumerate(result.plans, start=1)]
+    ranking = rank_on_mix(candidates, mix, shaped, planned=workload, global_batch=256)
+    ranking.rows[0].expected_ms, ranking.rows[0].p95_ms, ranking.best_changed
+
+The search ranks plans by one step at the planned shape (every sample alike).
+Here each plan is timed on ``draws`` global batches drawn from the mix (the same
+batches for every plan, so differences between plans are not sampling noise),
+its samples split as pipeplan's balancing splits them, and the plans are
+ranked by the mean of those steps; the 95th percentile and the step of a random
+split (what a distributed sampler does) are shown beside it.
+
+**One plan's step on one drawn batch** (ms, the plan's own time unit):
+
+* per-sample costs: forward, full backward and its weight-gradient part of one
+  sample of each shape on each stage, from the workload built at that shape
+  (``shape_workloads``, built like the search's, so tensor-parallel collectives
+  and the engine's knobs are in them) at the plan's tensor-parallel degree,
+  micro-batch size and per-stage recompute, divided by the micro-batch size;
+* balanced: :func:`~pipeplan.batches.balance.balance` of the whole global batch's
+  per-sample totals over the ``dp`` replicas (equal counts), then only the
+  slowest replica (the largest load: the step waits for it) is split into the
+  plan's ``m`` microbatches and ordered by
+  :func:`~pipeplan.batches.balance.plan_microbatches`, and timed by
+  :func:`~pipeplan.batches.balance.pipeline_makespan` on the plan's own
+  simulated schedule (its timeline's action order: 1F1B, interleaved, zero-bubble,
+  adaptive alike); random: replica ``r`` takes the ``r``-th run of ``m · b`` drawn
+  samples, the most loaded one runs them as drawn;
+* the rest of the step is the plan's own and held fixed: ``offset = step_time −
+  makespan at the planned shape`` (the same makespan model at the planned
+  workload's costs), so the offset holds the messages between stages, the exposed
+  gradient reduction and the optimizer step; a batch whose samples are all the
+  planned shape gives back ``step_time`` exactly.
+
+*Mean sample*: every sample costs the mix's mean on every stage (what planning on
+the mean shape would predict). With one replica (``pp = 1``) the pipeline is one
+rank and its step is its load, so no microbatch split is simulated.
+
+**Approximations, stated**: only the most loaded replica's pipeline is timed (a
+less loaded one could have a worse order; with balanced loads they differ by at
+most one round's cost range, :func:`~pipeplan.batches.balance.balance`'s
+guarantee); the offset does not follow the compute (gradient-reduction exposure
+behind a shorter backward, FSDP's per-microbatch gathers); the data-parallel
+split runs :data:`DP_REFINE` swap rounds of refinement (0: the dealing rounds
+only, whose guarantee holds; at thousands of samples the refinement's first
+round alone costs more than all the dealing).
+Plans whose schedule has actions other than ``F``, ``B``,
+``I``, ``W`` (the dual-rate pipeline's updates) or no simulated timeline are
+kept with ``expected_ms = None``, marked *not re-ranked*.
+
+**Cost bound**: each plan gets at most ``draws`` batches and fewer when its
+schedule is long: ``draws · actions ≤`` :data:`WORK_PER_PLAN` (at least
+:data:`MIN_DRAWS`). Torch-free.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ..batches.balance import balance, pipeline_makespan, plan_microbatches
+from ..batches.mix import Mix
+from ..errors import InvalidInputError
+from ..plan import Plan, Recompute
+from ..schedule import Schedule
+from .resolution import resolution
+from .workload import Workload
+
+__all__ = ["MixCandidate", "MixRow", "MixRanking", "rank_on_mix", "DEFAULT_DRAWS", "MIN_DRAWS", "WORK_PER_PLAN",
+           "DP_REFINE"]
+
+#: Global batches drawn per plan (at most).
+DEFAULT_DRAWS = 32
+#: Global batches drawn per plan at least, whatever its schedule's length.
+MIN_DRAWS = 8
+#: Schedule actions timed per plan at most (draws × actions per draw: the balanced orders and the random one).
+WORK_PER_PLAN = 200_000
+#: Swap rounds of the data-parallel split's refinement (:func:`~pipeplan.batches.balance.balance`'s ``refine``; 0: none).
+DP_REFINE = 0
+
+_TIMED_KINDS = frozenset({"F", "B", "I", "W"})
+_ORDERS = 4  # plan_microbatches times four orders of the balanced microbatches
+
+
+@dataclass(frozen=True)
+class MixCandidate:
+    """A plan to time on the mix: its row label, the plan, its rank in the search (``None``: a baseline),
+    and why there is no plan (``plan is None``: a baseline that was not built or does not fit)."""
+
+    label: str
+    plan: Plan | None
+    planned_rank: int | None
+    missing: str = "no plan"
+
+
+@dataclass(frozen=True)
+class MixRow:
+    """One plan's steps on the mix (ms, or the plan's time unit); ``None`` where it was not re-ranked.
+
+    Attributes:
+        label, planned_rank: as the :class:`MixCandidate`.
+        plan: the plan.
+        planned_ms: its step at the planned shape (the search's ``step_time``).
+        mean_sample_ms: its step when every sample costs the mix's mean.
+        expected_ms: the mean of its steps over the drawn batches with pipeplan's balancing.
+        p95_ms: their 95th percentile.
+        random_ms, random_p95_ms: the same with a random split and microbatches as drawn.
+        draws: batches drawn for it.
+        rank: its rank among the searched plans by ``expected_ms`` (1 first; ``None``: a
+            baseline, or not re-ranked).
+        note: why it was not re-ranked, else ``""``.
+    """
+
+    label: str
+    planned_rank: int | None
+    plan: Plan | None
+    planned_ms: float | None
+    mean_sample_ms: float | None = None
+    expected_ms: float | None = None
+    p95_ms: float | None = None
+    random_ms: float | None = None
+    random_p95_ms: float | None = None
+    draws: int = 0
+    rank: int | None = None
+    note: str = ""
+
+    @property
+    def re_ranked(self) -> bool:
+        """It has an expected step on the mix."""
+        return self.expected_ms is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (the plan as ``tp``, ``pp``, ``dp``, ``schedule``, ``micro_batch_size``, ``num_microbatches``)."""
+        plan = self.plan
+        shape = {} if plan is None else {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "dp_mode": plan.dp_mode,
+                                         "schedule": plan.schedule, "micro_batch_size": plan.micro_batch_size,
+                                         "num_microbatches": plan.num_microbatches,
+                                         "layers_per_stage": list(plan.layers_per_stage)}
+        return {"label": self.label, "planned_rank": self.planned_rank, "rank": self.rank, "re_ranked": self.re_ranked,
+                "planned_ms": self.planned_ms, "mean_sample_ms": self.mean_sample_ms,
+                "expected_ms": self.expected_ms, "p95_ms": self.p95_ms, "random_ms": self.random_ms,
+                "random_p95_ms": self.random_p95_ms, "draws": self.draws, "note": self.note, "plan": shape}
+
+
+@dataclass(frozen=True)
+class MixRanking:
+    """The candidates timed on the mix.
+
+    Attributes:
+        mix: the mix.
+        rows: the searched plans by ``expected_ms`` (fastest first; those not re-ranked after them,
+            in search order), then the baselines in their given order.
+        seed: the seed of the drawn batches.
+        cpu_seconds: CPU time the ranking took.
+    """
+
+    mix: Mix
+    rows: tuple[MixRow, ...]
+    seed: int
+    cpu_seconds: float
+
+    @property
+    def plans(self) -> tuple[MixRow, ...]:
+        """The searched plans' rows (not the baselines)."""
+        return tuple(row for row in self.rows if row.planned_rank is not None)
+
+    @property
+    def best(self) -> MixRow | None:
+        """The searched plan fastest on the mix (``None``: none re-ranked)."""
+        ranked = [row for row in self.plans if row.rank == 1]
+        return ranked[0] if ranked else None
+
+    @property
+    def best_changed(self) -> bool:
+        """The plan fastest on the mix is not the search's plan 1."""
+        best = self.best
+        return best is not None and best.planned_rank != 1
+
+    @property
+    def best_ties(self) -> bool:
+        """The new best and plan 1 are less than one unit of the last shown figure apart on the mix."""
+        best = self.best
+        first = next((row for row in self.plans if row.planned_rank == 1), None)
+        if best is None or first is None or first.expected_ms is None or best.expected_ms is None:
+            return False
+        return abs(first.expected_ms - best.expected_ms) < resolution(best.expected_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``file``, ``shapes`` (each with its ``weight``), ``seed``, ``rows``, ``best_changed``, ``cpu_seconds``."""
+        best = self.best
+        return {"file": self.mix.source,
+                "shapes": [{**shape, "weight": weight} for shape, weight in zip(self.mix.shapes, self.mix.weights)],
+                "seed": self.seed, "rows": [row.to_dict() for row in self.rows],
+                "best_planned_rank": None if best is None else best.planned_rank,
+                "best_changed": self.best_changed, "best_ties_plan_1": self.best_ties,
+                "cpu_seconds": self.cpu_seconds}
+
+
+class _Costs:
+    """Per-sample stage costs of each shape, per (tp, micro-batch size, per-stage recompute, partition); cached."""
+
+    def __init__(self, shape_workloads: Sequence[Workload], planned: Workload) -> None:
+        self.workloads = list(shape_workloads)
+        self.planned = planned
+        self._tp: dict[tuple[int, int], Workload] = {}
+        self._stages: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def _workload(self, index: int, tp: int) -> Workload:
+        """Shape ``index`` (``-1``: the planned shape) at tensor-parallel degree ``tp``."""
+        key = (index, tp)
+        if key not in self._tp:
+            base = self.planned if index < 0 else self.workloads[index]
+            self._tp[key] = base.with_tensor_parallel(tp)
+        return self._tp[key]
+
+    def stage(self, index: int, plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(forward, backward, weight)`` per stage of one sample of shape ``index`` (``-1``: planned) under ``plan``."""
+        none: Recompute = "none"
+        modes: tuple[Recompute, ...] = tuple(plan.recompute) or (none,) * len(plan.layers_per_stage)
+        key = (index, plan.tp, plan.micro_batch_size, modes, tuple(plan.layers_per_stage))
+        cached = self._stages.get(key)
+        if cached is None:
+            workload = self._workload(index, plan.tp)
+            per_mode = {mode: workload.profile(plan.micro_batch_size, mode).stage_costs(plan.layers_per_stage)
+                        for mode in set(modes)}
+            scale = 1.0 / plan.micro_batch_size
+            forward, backward, weight = (
+                np.array([getattr(per_mode[mode], part)[s] for s, mode in enumerate(modes)]) * scale
+                for part in ("forward", "backward", "weight"))
+            cached = self._stages[key] = (forward, backward, weight)
+        return cached
+
+    def shapes(self, plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``[shape, stage]`` forward, backward and weight of one sample of each mix shape under ``plan``."""
+        parts = [self.stage(index, plan) for index in range(len(self.workloads))]
+        forward, backward, weight = (np.stack([part[k] for part in parts]) for k in range(3))
+        return forward, backward, weight
+
+
+def _uniform(per_sample: np.ndarray, size: int, count: int) -> np.ndarray:
+    """``[stage, microbatch]``: ``size`` samples of cost ``per_sample[stage]`` in each of ``count`` microbatches."""
+    return np.repeat((size * per_sample)[:, None], count, axis=1)
+
+
+def _timed_schedule(plan: Plan) -> tuple[Schedule | None, str]:
+    """The plan's simulated schedule, or ``None`` and why it cannot be timed here."""
+    if plan.timeline is None or plan.step_time is None:
+        return None, "not re-ranked: no simulated step"
+    schedule = plan.timeline.schedule
+    extra = set(schedule.present_kinds) - _TIMED_KINDS
+    if extra:
+        return None, (f"not re-ranked: its schedule has {', '.join(sorted(extra))} actions "
+                      "(per-microbatch costs cover F, B, I and W)")
+    return schedule, ""
+
+
+def _row(candidate: MixCandidate, costs: _Costs, mix: Mix, batches: list[np.ndarray], max_draws: int) -> MixRow:
+    plan = candidate.plan
+    planned_ms = None if plan is None else plan.step_time
+    if plan is None:
+        return MixRow(candidate.label, candidate.planned_rank, None, None, note=f"not re-ranked: {candidate.missing}")
+    schedule, why = _timed_schedule(plan)
+    if schedule is None or plan.step_time is None:
+        return MixRow(candidate.label, candidate.planned_rank, plan, planned_ms, note=why)
+    b, m, dp = plan.micro_batch_size, plan.num_microbatches, plan.dp
+    total = b * m * dp
+    one_rank = schedule.num_ranks == 1
+    forward, backward, weight = costs.shapes(plan)  # [shape, stage]
+    sample_total = forward.sum(axis=1) + backward.sum(axis=1)  # [shape]
+    weights = np.asarray(mix.weights)
+
+    def makespan(f: np.ndarray, bw: np.ndarray, w: np.ndarray) -> float:
+        if one_rank:
+            return float(f.sum() + bw.sum())
+        return pipeline_makespan(f, bw, weight=w, schedule=schedule)
+
+    pf, pb, pw = costs.stage(-1, plan)
+    offset = plan.step_time - makespan(_uniform(pf, b, m), _uniform(pb, b, m), _uniform(pw, b, m))
+    mean_sample = offset + makespan(_uniform(weights @ forward, b, m), _uniform(weights @ backward, b, m),
+                                    _uniform(weights @ weight, b, m))
+    actions = 1 if one_rank else schedule.num_actions * (_ORDERS + 1)
+    draws = max(MIN_DRAWS, min(max_draws, WORK_PER_PLAN // actions))
+    balanced_steps, random_steps = [], []
+    for drawn in batches[:draws]:
+        if drawn.size < total:
+            raise InvalidInputError(f"{candidate.label}: {total} samples per step, more than the {drawn.size} drawn")
+        shapes = drawn[:total]
+        totals = sample_total[shapes]
+        # random: replica r runs the r-th run of m·b drawn samples, in draw order
+        loads = totals.reshape(dp, m * b).sum(axis=1)
+        slow = int(np.argmax(loads))
+        if one_rank:
+            random_steps.append(float(loads[slow]))
+        else:
+            mine = shapes[slow * m * b:(slow + 1) * m * b].reshape(m, b)
+            random_steps.append(makespan(forward[mine].sum(axis=1).T, backward[mine].sum(axis=1).T,
+                                         weight[mine].sum(axis=1).T))
+        # balanced: the global batch over dp replicas, then the slowest replica's microbatches
+        split = balance(totals, dp, refine=DP_REFINE) if dp > 1 else None
+        if split is None:
+            members = np.arange(total)
+        else:
+            members = split.members(int(np.argmax(split.loads)))
+        if one_rank:
+            balanced_steps.append(float(totals[members].sum()))
+        else:
+            picked = shapes[members]
+            balanced_steps.append(plan_microbatches(totals[members], m, sample_forward=forward[picked],
+                                                    sample_backward=backward[picked], sample_weight=weight[picked],
+                                                    schedule=schedule).makespan)
+    balanced = offset + np.asarray(balanced_steps)
+    random = offset + np.asarray(random_steps)
+    return MixRow(candidate.label, candidate.planned_rank, plan, planned_ms, mean_sample_ms=float(mean_sample),
+                  expected_ms=float(balanced.mean()), p95_ms=float(np.percentile(balanced, 95)),
+                  random_ms=float(random.mean()), random_p95_ms=float(np.percentile(random, 95)), draws=draws)
+
+
+def rank_on_mix(candidates: Sequence[MixCandidate], mix: Mix, shape_workloads: Sequence[Workload], planned: Workload,
+                *, global_batch: int, draws: int = DEFAULT_DRAWS, seed: int = 0) -> MixRanking:
+    """Time each candidate on batches drawn from ``mix`` and rank the searched ones by the expected step.
+
+    Args:
+        candidates: the searched plans (``planned_rank`` 1, 2, ...) and the baselines (``None``).
+        mix: the shape mix.
+        shape_workloads: per mix shape (in ``mix.shapes`` order), the workload the search would
+            use at that shape (same spec options, device, links and engine knobs).
+        planned: the search's workload (the planned shape).
+        global_batch: samples per step (every candidate's ``b · m · dp``).
+        draws: global batches drawn (every plan sees the same ones; a long schedule fewer, see
+            the module doc); ``seed``: their seed.
+
+    Raises:
+        InvalidInputError: ``shape_workloads`` not one per shape, ``draws < 1``, or a
+            candidate whose ``b · m · dp`` exceeds ``global_batch``.
+    """
+    if len(shape_workloads) != len(mix.shapes):
+        raise InvalidInputError(f"{len(shape_workloads)} workloads for {len(mix.shapes)} shapes of mix {mix.source}")
+    if draws < 1:
+        raise InvalidInputError(f"draws must be >= 1, got {draws}")
+    started = time.process_time()
+    rng = np.random.default_rng(seed)
+    batches = [rng.choice(len(mix.shapes), size=global_batch, p=np.asarray(mix.weights)) for _ in range(draws)]
+    costs = _Costs(shape_workloads, planned)
+    rows = [_row(candidate, costs, mix, batches, draws) for candidate in candidates]
+    searched = [row for row in rows if row.planned_rank is not None]
+    timed = sorted((row for row in searched if row.re_ranked),
+                   key=lambda row: (row.expected_ms, row.planned_rank))
+    ranked = [_with_rank(row, rank) for rank, row in enumerate(timed, start=1)]
+    ordered = ranked + [row for row in searched if not row.re_ranked] + [row for row in rows if row.planned_rank is None]
+    return MixRanking(mix=mix, rows=tuple(ordered), seed=seed, cpu_seconds=time.process_time() - started)
+
+
+def _with_rank(row: MixRow, rank: int) -> MixRow:
+    return replace(row, rank=rank)

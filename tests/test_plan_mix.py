@@ -1,0 +1,207 @@
+"""``plan --mix``: plans re-ranked by the expected step over batches drawn from a shape mix.
+
+The library (:mod:`pipeplan.planner.mix_rank`) on small pi0 searches (8 H100s, a global batch
+of 64, one-stage-per-rank pp = 1 plans and pipelines), the split-backward makespan it relies
+on against the simulator, and the CLI's refusals and ``--json`` key.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeplan import hardware, presets
+from pipeplan.batches import balance, parse_mix, pipeline_makespan, read_mix
+from pipeplan.costs import StageCosts
+from pipeplan.planner import Cluster, SearchOptions, Workload, search
+from pipeplan.planner.mix_rank import DP_REFINE, MixCandidate, rank_on_mix
+from pipeplan.schedules import build_schedule
+from pipeplan.simulate import simulate
+
+DEVICE = hardware.device("h100-80g")
+CLUSTER = Cluster.of("h100-80g", 8)
+BATCH = 64
+
+
+@lru_cache(maxsize=None)
+def _workload(**shape: int) -> Workload:
+    return Workload.from_spec(presets.get("pi0", **shape), DEVICE, tp_link=CLUSTER.intra_node)
+
+
+@lru_cache(maxsize=None)
+def _plans(pp: int, tp: int | None = None, cameras: int = 3) -> tuple:
+    options = SearchOptions(pp=pp, tp=tp, top=3, dp_modes=("zero2",), sync="megatron-overlap")
+    return search(_workload(cameras=cameras), CLUSTER, BATCH, options).plans
+
+
+def _rank(plans, rows, cameras: int = 3, draws: int = 16):
+    mix = parse_mix(rows)
+    shaped = [_workload(**{"cameras": cameras, **shape}) for shape in mix.shapes]
+    candidates = [MixCandidate(f"plan {index}", plan, index) for index, plan in enumerate(plans, start=1)]
+    return rank_on_mix(candidates, mix, shaped, _workload(cameras=cameras), global_batch=BATCH, draws=draws)
+
+
+def test_ranks_are_by_the_expected_step_and_it_is_the_slowest_replicas_balanced_load():
+    plans = _plans(1) + _plans(2)
+    ranking = _rank(plans, [{"cameras": 1, "count": 4}, {"cameras": 4, "count": 1}])
+    ranked = [row for row in ranking.rows if row.rank is not None]
+    assert [row.rank for row in ranked] == list(range(1, len(plans) + 1))
+    assert [row.expected_ms for row in ranked] == sorted(row.expected_ms for row in ranked)
+    for row in ranked:
+        assert row.p95_ms >= row.expected_ms * (1 - 1e-12) and row.random_ms >= row.expected_ms * (1 - 1e-3)
+    # pp = 1: the step on a batch is the plan's rest plus the most loaded replica's work, whatever the microbatches
+    one = next(row for row in ranked if row.plan.pp == 1 and row.plan.dp > 1)
+    plan = one.plan
+    b = plan.micro_batch_size
+    cost = [(_workload(cameras=c).with_tensor_parallel(plan.tp).profile(b, plan.recompute[0])) for c in (1, 4, 3)]
+    per_sample = np.array([(sum(p.forward) + sum(p.backward)) / b for p in cost])
+    rest = plan.step_time - per_sample[2] * b * plan.num_microbatches
+    rng = np.random.default_rng(0)
+    steps = []
+    for _ in range(one.draws):
+        drawn = rng.choice(2, size=BATCH, p=[0.8, 0.2])
+        steps.append(rest + balance(per_sample[drawn], plan.dp, refine=DP_REFINE).makespan)
+    assert one.expected_ms == pytest.approx(float(np.mean(steps)), rel=1e-9)
+    assert one.p95_ms == pytest.approx(float(np.percentile(steps, 95)), rel=1e-9)
+
+
+def test_a_mix_of_the_planned_shape_gives_back_the_planned_step_for_every_schedule():
+    plans = _plans(1) + _plans(2) + _plans(4)
+    assert {plan.schedule for plan in plans} - {"1f1b"}  # pipelines (interleaved, zero-bubble) among them
+    ranking = _rank(plans, [{"cameras": 3, "count": 1}], draws=4)
+    for row in ranking.rows:
+        assert row.re_ranked, row.note
+        for value in (row.mean_sample_ms, row.expected_ms, row.p95_ms, row.random_ms):
+            assert value == pytest.approx(row.planned_ms, rel=1e-9)
+    # the ranking is then the search's
+    assert [row.planned_rank for row in ranking.rows] == sorted(row.planned_rank for row in ranking.rows)
+
+
+def test_a_mix_of_one_camera_is_its_mean_sample_and_close_to_planning_at_one_camera_for_pp_1():
+    plans = _plans(1)
+    ranking = _rank(plans, [{"cameras": 1, "count": 10}], draws=4)
+    at_one = {(p.tp, p.dp, p.micro_batch_size): p.step_time for p in _plans(1, cameras=1)}
+    compared = 0
+    for row in ranking.rows:
+        assert row.expected_ms == pytest.approx(row.mean_sample_ms, rel=1e-9)
+        assert row.expected_ms < row.planned_ms  # one camera costs less than the planned three
+        key = (row.plan.tp, row.plan.dp, row.plan.micro_batch_size)
+        if key in at_one:  # the same layout planned at one camera: only the rest of the step could differ, and
+            # zero2 with --overlap-grad-reduce exposes its last bucket only, which no compute time changes
+            assert row.mean_sample_ms == pytest.approx(at_one[key], rel=1e-9)
+            compared += 1
+    assert compared
+
+
+def test_a_heavy_tailed_mix_reorders_plans_that_the_mean_sample_ranks_the_other_way():
+    # planned at one camera, 1 sample in 20 has four: eight replicas of 8 samples feel a 4-camera sample more
+    # than two replicas of 32 do, although their mean-sample steps rank them the other way round
+    wide = _plans(1, tp=1, cameras=1)[0]
+    tall = _plans(1, tp=4, cameras=1)[0]
+    assert (wide.dp, tall.dp) == (8, 2) and wide.step_time < tall.step_time
+    ranking = _rank([wide, tall], [{"cameras": 1, "count": 95}, {"cameras": 4, "count": 5}], cameras=1, draws=32)
+    by_plan = {row.planned_rank: row for row in ranking.rows}
+    assert by_plan[1].mean_sample_ms < by_plan[2].mean_sample_ms
+    assert by_plan[1].expected_ms > by_plan[2].expected_ms
+    assert ranking.best is by_plan[2] and ranking.best_changed
+    from pipeplan.cli._plan_mix import mix_lines
+
+    assert any(line.startswith("best plan changes on the mix: plan 2 (4×1×2") for line in mix_lines(ranking, BATCH))
+
+
+def test_a_schedule_with_updates_is_kept_and_marked_not_re_ranked():
+    plan = _plans(1)[0]
+    schedule = build_schedule("dual-rate", num_stages=2, num_microbatches=4)
+    timeline = simulate(schedule, StageCosts([1.0, 1.0]))
+    from dataclasses import replace
+
+    odd = replace(plan, timeline=timeline)
+    ranking = _rank([plan, odd], [{"cameras": 1, "count": 1}, {"cameras": 2, "count": 1}], draws=2)
+    marked = next(row for row in ranking.rows if row.planned_rank == 2)
+    assert marked.rank is None and marked.expected_ms is None and "not re-ranked" in marked.note and "U" in marked.note
+    assert ranking.rows[-1] is marked  # after the ranked ones
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from([("zb-h1", {}), ("zb-v", {}), ("interleaved", {"virtual_stages": 2})]),
+       st.integers(2, 4), st.integers(1, 8), st.integers(0, 1000))
+def test_split_backward_makespan_equals_the_simulator_when_costs_scale_per_microbatch(named, ranks, count, seed):
+    name, options = named
+    stages = ranks * (2 if name in ("zb-v", "interleaved") else 1)
+    if name == "interleaved":
+        count = ranks * max(1, count // ranks)  # interleaved wants whole rounds of microbatches
+    schedule = build_schedule(name, num_stages=stages, num_microbatches=count, **options)
+    assert (schedule.num_stages, schedule.num_ranks) == (stages, ranks)
+    rng = np.random.default_rng(seed)
+    forward = rng.uniform(0.5, 3.0, size=stages)
+    backward = 2 * forward
+    weight = rng.uniform(0.2, 0.8, size=stages) * backward
+    scale = rng.uniform(0.25, 2.0, size=count)
+    ours = pipeline_makespan(np.outer(forward, scale), np.outer(backward, scale), weight=np.outer(weight, scale),
+                             schedule=schedule)
+    costs = StageCosts(list(forward), list(backward), list(weight), microbatch_scale=list(scale))
+    assert ours == pytest.approx(simulate(schedule, costs).makespan, rel=1e-12)
+
+
+# ---------------------------------------------------------------- the CLI
+
+def _argv(*extra: str) -> list[str]:
+    return ["plan", "--preset", "pi0", "--gpus", "8", "--global-batch", "64", "--pp", "1", "--dp-modes", "zero2",
+            "--top", "4", *extra]
+
+
+def test_cli_prints_the_mix_table_and_json_has_a_mix_key(run_cli):
+    status, out, err = run_cli(*_argv("--mix", "examples/mix_heavy_tail.csv"))
+    assert status == 0, err
+    assert "on the mix examples/mix_heavy_tail.csv" in out and "expected" in out and "random split" in out
+    assert "best plan changes on the mix: plan 2 (2×1×4" in out
+    status, out, err = run_cli(*_argv("--mix", "examples/mix_heavy_tail.csv", "--json"))
+    assert status == 0, err
+    payload = json.loads(out)
+    mix = payload["mix"]
+    assert mix["best_changed"] is True and mix["best_planned_rank"] == 2
+    assert [shape["cameras"] for shape in mix["shapes"]] == [1, 4]
+    plans = [row for row in mix["rows"] if row["planned_rank"] is not None]
+    assert len(plans) == len(payload["plans"])
+    assert [row["expected_ms"] for row in plans] == sorted(row["expected_ms"] for row in plans)
+    for row in plans:  # the planned step is the table's
+        assert row["planned_ms"] == payload["plans"][row["planned_rank"] - 1]["step_time"]
+    status, out, _ = run_cli(*_argv("--json"))
+    assert status == 0 and "mix" not in json.loads(out)
+
+
+def test_cli_refuses_a_bad_mix_and_a_model_it_cannot_vary_in_one_line(run_cli, tmp_path):
+    def write(name: str, text: str) -> str:
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    cases = [
+        (_argv("--mix", write("empty.csv", "cameras,count\n")), "but no rows"),
+        (_argv("--mix", write("zero.csv", "cameras,count\n1,0\n")), "row 1: count must be a positive integer"),
+        (_argv("--mix", str(tmp_path / "missing.csv")), "does not exist"),
+        (_argv("--mix", write("field.csv", "lidar,count\n1,3\n")), "unknown field 'lidar'"),
+        (["plan", "--preset", "gpt-1.5b", "--gpus", "8", "--global-batch", "64", "--mix",
+          write("cams.csv", "cameras,count\n1,3\n")], "field 'cameras' is not a shape option of preset 'gpt-1.5b'"),
+        (["plan", "--preset", "pi0-fast", "--gpus", "8", "--global-batch", "64", "--mix",
+          write("tokens.csv", "text_tokens,count\n1,3\n")], "row 1 (text_tokens=1): --text-tokens"),
+        (["plan", "--spec", "examples/model_spec.json", "--gpus", "8", "--global-batch", "64", "--mix",
+          "examples/mix_cameras.csv"], "--mix applies to --preset"),
+    ]
+    cases.append((["plan", "--profile", str(tmp_path / "never-read.csv"), "--gpus", "2", "--global-batch", "8", "--mix",
+                   "examples/mix_cameras.csv"], "not to a measured --profile"))
+    for argv, message in cases:
+        status, out, err = run_cli(*argv)
+        assert status == 2, (argv, out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (argv, err)
+        assert "Traceback" not in err
+
+
+def test_example_mix_files_read():
+    assert len(read_mix("examples/mix_heavy_tail.csv").shapes) == 2
