@@ -287,3 +287,13 @@ def test_progress_bar_appears_only_on_a_terminal_after_the_delay():
         time.sleep(0.2)
         advance(2)
     assert piped.getvalue() == ""
+
+
+@pytest.mark.parametrize("forward, schedule, chunks", [("1e30", "interleaved", 2), ("1,2,3", "zb-v", 2)])
+def test_stage_times_that_do_not_fill_the_ranks_name_forward(capsys, forward, schedule, chunks):
+    # Found by tests/test_cli_numeric_flags.py: one stage time under interleaved was refused naming only
+    # --virtual-stages, though --forward set the stage count.
+    assert main(["simulate", "--forward", forward, "--schedule", schedule]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "--forward gives" in err and f"multiple of {chunks}" in err

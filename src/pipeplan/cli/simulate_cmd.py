@@ -289,11 +289,17 @@ def microbatches_of(args: argparse.Namespace, num_stages: int) -> int:
     if args.microbatches is not None or args.schedule not in SCHEDULES:  # an unknown name fails later
         return default_microbatches(args.microbatches, num_stages)
     info = schedule_info(args.schedule)
+    frames = dual_rate_cmd.rate_options(args).get("rate_ratio", 4) if info.updates_in_step else 1
+    return default_microbatches(None, num_stages // chunks_per_rank(args), multiple=int(frames))
+
+
+def chunks_per_rank(args: argparse.Namespace) -> int:
+    """Stages each pipeline rank holds under ``--schedule``: ``--virtual-stages`` for interleaved (default 2)
+    and for a schedule of any placement; the schedule's own count otherwise (two for zb-v)."""
+    info = schedule_info(args.schedule)
     virtual = args.virtual_stages if isinstance(args.virtual_stages, int) and args.virtual_stages > 0 else None
     loop = info.layout == "loop" or (info.any_placement and (virtual or 1) > 1)
-    chunks = (virtual or 2) if info.layout == "loop" else (virtual or 1) if loop else info.chunks_per_rank()
-    frames = dual_rate_cmd.rate_options(args).get("rate_ratio", 4) if info.updates_in_step else 1
-    return default_microbatches(None, num_stages // chunks, multiple=int(frames))
+    return (virtual or 2) if info.layout == "loop" else (virtual or 1) if loop else info.chunks_per_rank()
 
 
 def check_size(args: argparse.Namespace, num_stages: int) -> int:
@@ -355,6 +361,11 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--partition and --stages apply only with --profile or --preset/--spec "
                                 "(with --forward the stages are its entries)")
     costs = costs_from_args(args)
+    if args.schedule in SCHEDULES and costs.num_stages % chunks_per_rank(args):
+        chunks = chunks_per_rank(args)
+        why = " (--virtual-stages)" if "virtual_stages" in schedule_options(args.schedule) else ""
+        raise InvalidInputError(f"--forward gives {costs.num_stages} stage(s): {args.schedule} puts {chunks} on "
+                                f"each rank{why}, so give a multiple of {chunks} stage times")
     comm = comm_from_args(args)
     args.microbatches = microbatches_of(args, costs.num_stages)
     actions = check_size(args, costs.num_stages) if args.schedule in SCHEDULES else 0
