@@ -88,6 +88,7 @@ class MinMaxProblem:
         self._single_lists = [single_lists.setdefault(id(p), singles[id(p)].tolist()) for p in self.prefixes]
         self._extra_list: list[float] = self.extra.tolist()
         self._limit_lists: dict[int, tuple[list[int], list[int]]] = {}
+        self._limit_arrays: dict[int, tuple[list[int], list[int]]] = {}
 
     @property
     def prefix(self) -> np.ndarray:
@@ -131,9 +132,13 @@ class MinMaxProblem:
         found = self._limit_lists.get(k)
         if found is None:
             assert self.mem_limit is not None
-            limits = np.asarray(self.mem_limit[k])
-            too_full = np.flatnonzero(limits < np.arange(1, len(limits) + 1))
-            found = self._limit_lists[k] = (limits.tolist(), too_full.tolist())
+            array = self.mem_limit[k]
+            shared = self._limit_arrays.get(id(array))  # stages sharing one array (held in mem_limit) share its lists
+            if shared is None:
+                limits = np.asarray(array)
+                too_full = np.flatnonzero(limits < np.arange(1, len(limits) + 1))
+                shared = self._limit_arrays[id(array)] = (limits.tolist(), too_full.tolist())
+            found = self._limit_lists[k] = shared
         return found
 
     def _check_intervals(self, threshold: float) -> tuple[bool, list[int] | None, float] | None:
