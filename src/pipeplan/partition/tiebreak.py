@@ -72,12 +72,15 @@ def _forward_lexicographic(problem: MinMaxProblem, bottleneck: float) -> list[in
     where every pair fits :data:`PAIR_BUDGET` (:func:`_pair_ceiling`).
     """
     num_layers, num_stages = problem.num_layers, problem.num_stages
+    prefixes, extras = problem._prefix_lists, problem._extra_list
+    caps = [problem._limits_of(k)[0] if problem.mem_limit is not None else None for k in range(num_stages)]
 
     def last_end(k: int, s: int) -> int:
         """The last end of stage ``k`` from ``s`` within the bottleneck, the memory and the room (as ``_ends``)."""
-        end = _limit_one(problem._prefix_lists[k], s, problem._extra_list[k], bottleneck, num_layers)
+        end = _limit_one(prefixes[k], s, extras[k], bottleneck, num_layers)
         end = min(end, num_layers - (num_stages - 1 - k))
-        return end if problem.mem_limit is None else min(end, problem._limits_of(k)[0][s])
+        cap = caps[k]
+        return end if cap is None else min(end, cap[s])
 
     # lowest[k]: the first end of stage k from which stage k + 1 can reach lowest[k + 1] (the last end
     # is non-decreasing in the start): no partition ends stage k earlier
@@ -95,17 +98,28 @@ def _forward_lexicographic(problem: MinMaxProblem, bottleneck: float) -> list[in
     pointers: list[dict[int, int]] = []
     insort = bisect.bisect_right
     for k in range(num_stages):
-        prefix, extra = problem._prefix_lists[k], problem._extra_list[k]
+        prefix, extra, cap = prefixes[k], extras[k], caps[k]
+        room = num_layers - (num_stages - 1 - k)
         lo_end = lowest[k]
         current: dict[int, tuple[tuple[float, ...], int]] = {}
+        get = current.get
         for s, (vector, _) in best.items():
-            end = last_end(k, s)
             base = prefix[s]
+            # _limit_one(prefix, s, extra, bottleneck, num_layers), inline: the same comparisons
+            end = min(max(insort(prefix, base + (bottleneck - extra)) - 1, s), num_layers)
+            while end > s and (prefix[end] - base) + extra > bottleneck:
+                end -= 1
+            while end < num_layers and (prefix[end + 1] - base) + extra <= bottleneck:
+                end += 1
+            if end > room:
+                end = room
+            if cap is not None and cap[s] < end:
+                end = cap[s]
             for e in range(max(s + 1, lo_end), end + 1):
                 key = -((prefix[e] - base) + extra)
                 at = insort(vector, key)
                 merged = vector[:at] + (key,) + vector[at:]
-                old = current.get(e)
+                old = get(e)
                 if old is None or merged > old[0] or (merged == old[0] and s > old[1]):
                     current[e] = (merged, s)
         pointers.append({e: value[1] for e, value in current.items()})
