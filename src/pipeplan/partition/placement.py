@@ -401,7 +401,7 @@ def _anneal(bounds: list[int], owner: Sequence[int], prefix: Sequence[float], ex
     top, squares, current = measure(loads, values)
     best_key, best = (top, squares), list(bounds)
     # rng.randrange(a, b) and rng.choice(seq) draw a + below(b - a) and seq[below(len(seq))]: the same numbers
-    below, uniform = rng._randbelow, rng.random
+    below, uniform = rng._randbelow, rng.random  # type: ignore[attr-defined]
     span = last - 1
     for step in range(steps):
         temperature = 0.5 * scale * (1 - step / steps)
