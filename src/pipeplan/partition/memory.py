@@ -88,10 +88,18 @@ def memory_prefixes(
 def memory_limits(memory_problem: MinMaxProblem, capacities: Sequence[float]) -> list[np.ndarray]:
     """Per stage, the last end whose memory fits ``capacities[k]`` from each start."""
     starts = np.arange(memory_problem.num_layers + 1)
-    return [
-        monotone_limit(prefix, starts, memory_problem.extra[k], capacities[k], memory_problem.num_layers)
-        for k, prefix in enumerate(memory_problem.prefixes)
-    ]
+    # stages with the same prefix (the same in-flight count), extra bytes and capacity have the same limits:
+    # one array for them all (read-only to every user)
+    found: dict[tuple[int, float, float], np.ndarray] = {}
+    limits = []
+    for k, prefix in enumerate(memory_problem.prefixes):
+        key = (id(prefix), float(memory_problem.extra[k]), float(capacities[k]))
+        limit = found.get(key)
+        if limit is None:
+            limit = found[key] = monotone_limit(prefix, starts, memory_problem.extra[k], capacities[k],
+                                                memory_problem.num_layers)
+        limits.append(limit)
+    return limits
 
 
 class RankMemoryModel:

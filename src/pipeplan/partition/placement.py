@@ -45,6 +45,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from operator import mul
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -268,17 +269,23 @@ def place_chunks(
             """:func:`evaluate` of ``trial``, which moved boundary ``index`` of a layout with these values
             and loads: only chunks ``index - 1`` and ``index`` change, and only their ranks' loads (each
             summed afresh in chunk order, so every number is the one :func:`evaluate` gives)."""
+            before, after = index - 1, index
             trial_values = list(values)
+            trial_values[before] = prefix_list[trial[index]] - prefix_list[trial[before]] + extra_list[before]
+            trial_values[after] = prefix_list[trial[index + 1]] - prefix_list[trial[index]] + extra_list[after]
             trial_loads = list(loads)
-            for chunk in (index - 1, index):
-                trial_values[chunk] = prefix_list[trial[chunk + 1]] - prefix_list[trial[chunk]] + extra_list[chunk]
-            for rank in {fixed[index - 1], fixed[index]}:
+            first, second = fixed[before], fixed[after]
+            load = 0.0
+            for chunk in owned[first]:
+                load += trial_values[chunk]
+            trial_loads[first] = load
+            if second != first:
                 load = 0.0
-                for chunk in owned[rank]:
+                for chunk in owned[second]:
                     load += trial_values[chunk]
-                trial_loads[rank] = load
+                trial_loads[second] = load
             top = max(trial_loads) + chunk_weight * max(trial_values) if chunk_weight else max(trial_loads)
-            return (top, sum(load * load for load in trial_loads)), fixed, trial_loads, trial_values
+            return (top, sum(map(mul, trial_loads, trial_loads))), fixed, trial_loads, trial_values
 
     starts = [_minmax_bounds(times, num_chunks, head, tail), _isolating_bounds(times, num_chunks, extra)]
     starts += [_seed_bounds(seed, num_chunks, num_layers) for seed in seeds]
@@ -359,6 +366,8 @@ def _isolating_bounds(times: np.ndarray, num_chunks: int, extra: np.ndarray) -> 
 #: runs (seeds 0, 1, ...) from the local search's best; the best of them is kept
 _ANNEAL_STEPS = 5_000
 _ANNEAL_RESTARTS = 4
+_SHIFTS_WIDE = (-2, -1, 1, 2)
+_SHIFTS_NARROW = (-1, 1)
 
 
 def _anneal(bounds: list[int], owner: Sequence[int], prefix: Sequence[float], extra: Sequence[float], *,
@@ -386,20 +395,23 @@ def _anneal(bounds: list[int], owner: Sequence[int], prefix: Sequence[float], ex
 
     def measure(loads: list[float], values: list[float]) -> tuple[float, float, float]:
         top = max(loads) + chunk_weight * max(values) if chunk_weight else max(loads)
-        squares = sum(load * load for load in loads)
+        squares = sum(map(mul, loads, loads))
         return top, squares, top + 0.1 * math.sqrt(max(squares / count - mean_square, 0.0))
 
     top, squares, current = measure(loads, values)
     best_key, best = (top, squares), list(bounds)
+    # rng.randrange(a, b) and rng.choice(seq) draw a + below(b - a) and seq[below(len(seq))]: the same numbers
+    below, uniform = rng._randbelow, rng.random  # type: ignore[attr-defined]
+    span = last - 1
     for step in range(steps):
         temperature = 0.5 * scale * (1 - step / steps)
-        if rng.random() < 0.5:
-            first = final = rng.randrange(1, last)
-            shift = rng.choice((-2, -1, 1, 2))
+        if uniform() < 0.5:
+            first = final = 1 + below(span)
+            shift = _SHIFTS_WIDE[below(4)]
         else:
-            first = rng.randrange(1, last)
-            final = rng.randrange(first, last)
-            shift = rng.choice((-1, 1))
+            first = 1 + below(span)
+            final = first + below(last - first)
+            shift = _SHIFTS_NARROW[below(2)]
         # boundaries first..final move together, so only the outer neighbours can collide
         if bounds[first] + shift <= bounds[first - 1] or bounds[final] + shift >= bounds[final + 1]:
             continue
@@ -411,7 +423,7 @@ def _anneal(bounds: list[int], owner: Sequence[int], prefix: Sequence[float], ex
             trial_loads[owner[chunk]] += value - values[chunk]
             trial_values[chunk] = value
         trial_top, trial_squares, energy = measure(trial_loads, trial_values)
-        if energy <= current or (temperature > 0 and rng.random() < math.exp((current - energy) / temperature)):
+        if energy <= current or (temperature > 0 and uniform() < math.exp((current - energy) / temperature)):
             for index in range(first, final + 1):
                 bounds[index] += shift
             values, loads, current = trial_values, trial_loads, energy

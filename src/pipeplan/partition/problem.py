@@ -88,6 +88,7 @@ class MinMaxProblem:
         self._single_lists = [single_lists.setdefault(id(p), singles[id(p)].tolist()) for p in self.prefixes]
         self._extra_list: list[float] = self.extra.tolist()
         self._limit_lists: dict[int, tuple[list[int], list[int]]] = {}
+        self._limit_arrays: dict[int, tuple[list[int], list[int]]] = {}
 
     @property
     def prefix(self) -> np.ndarray:
@@ -131,9 +132,13 @@ class MinMaxProblem:
         found = self._limit_lists.get(k)
         if found is None:
             assert self.mem_limit is not None
-            limits = np.asarray(self.mem_limit[k])
-            too_full = np.flatnonzero(limits < np.arange(1, len(limits) + 1))
-            found = self._limit_lists[k] = (limits.tolist(), too_full.tolist())
+            array = self.mem_limit[k]
+            shared = self._limit_arrays.get(id(array))  # stages sharing one array (held in mem_limit) share its lists
+            if shared is None:
+                limits = np.asarray(array)
+                too_full = np.flatnonzero(limits < np.arange(1, len(limits) + 1))
+                shared = self._limit_arrays[id(array)] = (limits.tolist(), too_full.tolist())
+            found = self._limit_lists[k] = shared
         return found
 
     def _check_intervals(self, threshold: float) -> tuple[bool, list[int] | None, float] | None:
@@ -175,34 +180,53 @@ class MinMaxProblem:
         return True, bounds, next_value
 
     def _check_bitmap(self, threshold: float) -> tuple[bool, list[int] | None, float]:
+        """The general check: the reachable starts of each stage as a set (any start may fail to fit a layer).
+
+        In plain floats and ints, start by start: the same comparisons as
+        :meth:`_ends` (:func:`_limit_one` is :func:`monotone_limit` for one start)
+        and the same stage values, so the same answer as the array form.
+        """
         num_stages, num_layers = self.num_stages, self.num_layers
-        reach = np.zeros(num_layers + 1, dtype=bool)
-        reach[0] = True
-        steps: list[tuple[np.ndarray, np.ndarray]] = []
+        reach = [0]
+        steps: list[tuple[list[int], list[int]]] = []
         next_value = math.inf
         for k in range(num_stages):
-            starts = np.flatnonzero(reach)
-            ends, binds = self._ends(k, starts, threshold)
-            room = binds & (ends < num_layers)
-            if room.any():
-                s, e = starts[room], ends[room] + 1
-                candidates = (self.prefixes[k][e] - self.prefixes[k][s]) + self.extra[k]
-                next_value = min(next_value, float(candidates.min()))
-            ok = ends > starts
-            starts, ends = starts[ok], ends[ok]
-            steps.append((starts, ends))
-            delta = np.bincount(starts + 1, minlength=num_layers + 2) - np.bincount(
-                ends + 1, minlength=num_layers + 2
-            )
-            reach = np.cumsum(delta)[: num_layers + 1] > 0
-        if not reach[num_layers]:
+            prefix, extra = self._prefix_lists[k], self._extra_list[k]
+            room = num_layers - (num_stages - 1 - k)
+            limits = None if self.mem_limit is None else self._limits_of(k)[0]
+            kept_starts: list[int] = []
+            kept_ends: list[int] = []
+            delta = [0] * (num_layers + 2)
+            for s in reach:
+                by_time = _limit_one(prefix, s, extra, threshold, num_layers)
+                other = room if limits is None else min(room, limits[s])
+                end = by_time if by_time < other else other
+                if by_time < other and end < num_layers:
+                    value = (prefix[end + 1] - prefix[s]) + extra
+                    if value < next_value:
+                        next_value = value
+                if end > s:
+                    kept_starts.append(s)
+                    kept_ends.append(end)
+                    delta[s + 1] += 1
+                    delta[end + 1] -= 1
+            steps.append((kept_starts, kept_ends))
+            reach = []
+            running = 0
+            for position in range(num_layers + 1):
+                running += delta[position]
+                if running > 0:
+                    reach.append(position)
+        if not reach or reach[-1] != num_layers:
             return False, None, next_value
         bounds = [num_layers]
         for k in range(num_stages - 1, 0, -1):
-            starts, ends = steps[k]
+            kept_starts, kept_ends = steps[k]
             end = bounds[-1]
-            valid = np.flatnonzero((starts + 1 <= end) & (ends >= end))
-            bounds.append(int(starts[valid[-1]]))
+            for index in range(len(kept_starts) - 1, -1, -1):
+                if kept_starts[index] + 1 <= end <= kept_ends[index]:
+                    bounds.append(kept_starts[index])
+                    break
         bounds.append(0)
         bounds.reverse()
         return True, bounds, next_value
