@@ -213,7 +213,7 @@ def format_memory_column(values: Sequence[float]) -> list[str]:
     1 GiB or more, else each in the binary unit that suits it (:func:`format_bytes`): a small model's
     worst GPU reads ``36.5 MiB``, not ``0.0356 GiB``."""
     if any(abs(value) >= GIB for value in values):
-        return [format_gib(value) for value in values]
+        return [format_gib(value, small=False) for value in values]
     return [format_bytes(value) for value in values]
 
 
