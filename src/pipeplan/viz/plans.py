@@ -26,8 +26,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console, Group
-from rich.measure import Measurement
+from rich.console import Group
 from rich.cells import cell_len
 from rich.table import Table
 
@@ -198,26 +197,58 @@ def plan_table(result: Any, *, title: str | None = None, ties: Sequence[int | No
     return plan_layout(rows, title=title, width=width, sections=sections)
 
 
-def _table(rows: Sequence[Sequence[str]], columns: Sequence[str], *, title: str | None,
-           sections: Sequence[int], pinned: bool) -> Table:
-    """One rich table of ``columns`` (the label first) of ``rows``; ``pinned``: values never wrap."""
+def _widths(rows: Sequence[Sequence[str]], index: int) -> tuple[int, int]:
+    """Column ``index``'s (least, natural) content width: least keeps every value on one line (a label
+    and a header break between words only); natural puts every cell and the header on one line."""
+    column = PLAN_COLUMNS[index]
+    cells = [row[index] for row in rows]
+    words = [word for cell in cells for word in cell.split()] if index == 0 else cells
+    least = max([*map(cell_len, words), *(cell_len(word) for word in column.split())], default=1)
+    natural = max([*map(cell_len, cells), cell_len(column)])
+    return least, natural
+
+
+def _overhead(columns: int) -> int:
+    """Characters a rich table's box and padding take around ``columns`` columns (``│ x │ y │``)."""
+    return 3 * columns + 1
+
+
+def _layout_width(rows: Sequence[Sequence[str]], indices: Sequence[int]) -> tuple[list[int], list[int]]:
+    least, natural = zip(*(_widths(rows, index) for index in indices))
+    return list(least), list(natural)
+
+
+def _table(rows: Sequence[Sequence[str]], indices: Sequence[int], *, title: str | None,
+           sections: Sequence[int], width: int | None) -> Table:
+    """One rich table of the columns ``indices`` (the label first) of ``rows``.
+
+    ``width``: the terminal's columns; where the natural widths do not fit, every column gets a fixed
+    width from its least (no value wraps) upward, the label's first (fewer lines per row).
+    """
     table = Table(title=title)
-    indices = [PLAN_COLUMNS.index(column) for column in columns]
-    for index in indices:
+    fixed: list[int | None] = [None] * len(indices)
+    if width is not None:
+        least, natural = _layout_width(rows, indices)
+        if sum(natural) + _overhead(len(indices)) > width:
+            spare = width - sum(least) - _overhead(len(indices))
+            fixed = list(least)
+            for position in range(len(indices)):
+                grow = max(0, min(spare, natural[position] - least[position]))
+                fixed[position] = least[position] + grow
+                spare -= grow
+    for position, index in enumerate(indices):
         column = PLAN_COLUMNS[index]
-        values = [cell_len(row[index]) for row in rows]
-        # a value keeps its line: its column is at least as wide (the label and headers may wrap)
         table.add_column(column, justify="left" if column in _LEFT else "right", overflow="fold",
-                         min_width=max(values, default=1) if pinned and index else None)
+                         width=fixed[position])
     for position, row in enumerate(rows):
         table.add_row(*(row[index] for index in indices), end_section=position + 1 in sections and position + 1 < len(rows))
     return table
 
 
-def _fits(table: Table, width: int) -> bool:
-    """Whether ``table`` fits ``width`` columns with every column at least its longest word (or pinned value)."""
-    console = Console(width=10_000, color_system=None)  # measured unclamped, then compared
-    return Measurement.get(console, console.options, table).minimum <= width
+def _fits(rows: Sequence[Sequence[str]], indices: Sequence[int], width: int) -> bool:
+    """Whether the columns ``indices`` of ``rows`` fit ``width`` with no value wrapped or cut."""
+    least, _natural = _layout_width(rows, indices)
+    return sum(least) + _overhead(len(indices)) <= width
 
 
 def plan_layout(rows: Sequence[Sequence[str]], *, title: str | None = None, width: int | None = None,
@@ -228,17 +259,16 @@ def plan_layout(rows: Sequence[Sequence[str]], *, title: str | None = None, widt
     whose tables all fit ``width`` without wrapping a value; none fitting, the last (values
     then fold onto a second line, never cut).
     """
-    whole = _table(rows, PLAN_COLUMNS, title=title, sections=sections, pinned=width is not None)
-    if width is None or _fits(whole, width):
-        return whole
-    tables: list[Table] = []
+    everything = list(range(len(PLAN_COLUMNS)))
+    if width is None or _fits(rows, everything, width):
+        return _table(rows, everything, title=title, sections=sections, width=width)
+    groups: list[list[int]] = []
     for layout in NARROW_LAYOUTS:
-        tables = [_table(rows, (PLAN_COLUMNS[0], *group), sections=sections, pinned=True,
-                         title=(title if part == 0 else None))
-                  for part, group in enumerate(layout)]
-        if all(_fits(table, width) for table in tables):
+        groups = [[0, *(PLAN_COLUMNS.index(column) for column in group)] for group in layout]
+        if all(_fits(rows, group, width) for group in groups):
             break
-    return Group(*tables)
+    return Group(*(_table(rows, group, title=title if part == 0 else None, sections=sections, width=width)
+                   for part, group in enumerate(groups)))
 
 
 def split_note(table: Table | Group) -> str | None:
