@@ -13,7 +13,7 @@ Memory is in GiB (:func:`pipeplan.units.format_gib`), or for a table whose every
 in the legend, not on every row. A plan without a pipeline (pp = 1) shows schedule ``—``.
 
 Narrow terminals: given ``width`` (the console's columns), :func:`plan_table` returns the one
-table when it fits, else the same rows split into two or three tables of fewer columns
+table when it fits, else the same rows split into two, three or four tables of fewer columns
 (:data:`NARROW_LAYOUTS`), each led by the row label, so no value is cut or wrapped
 (:func:`split_note` says so under it)::
 
@@ -49,6 +49,10 @@ NARROW_LAYOUTS: tuple[tuple[tuple[str, ...], ...], ...] = (
     (("tp×pp×dp", "dp mode", "schedule", "b×m"),
      ("layers per stage", "recompute"),
      ("step ms", "samples/s", "MFU", "bubble", "worst GPU", "× best baseline")),
+    (("tp×pp×dp", "dp mode", "schedule", "b×m"),
+     ("layers per stage", "recompute"),
+     ("step ms", "samples/s", "MFU"),
+     ("bubble", "worst GPU", "× best baseline")),
 )
 
 _LEFT = ("schedule", "layers per stage", "dp mode")
