@@ -33,6 +33,7 @@ __all__ = [
     "argparse_type",
     "format_gib",
     "format_gib_column",
+    "format_memory_column",
     "format_bytes",
     "format_capacity",
     "format_bandwidth",
@@ -205,6 +206,15 @@ def format_gib_column(values: Sequence[float], *, digits: int = 3) -> list[str]:
     """Cells of one table column in one unit: GiB when any is at least 0.01 GiB, else the small values' own."""
     small = all(abs(value) < 0.01 * GIB for value in values)
     return [format_gib(value, digits=digits, small=small) for value in values]
+
+
+def format_memory_column(values: Sequence[float]) -> list[str]:
+    """GPU memory totals of one table column or sentence, in one unit: GiB (:func:`format_gib`) when any is
+    1 GiB or more, else each in the binary unit that suits it (:func:`format_bytes`): a small model's
+    worst GPU reads ``36.5 MiB``, not ``0.0356 GiB``."""
+    if any(abs(value) >= GIB for value in values):
+        return [format_gib(value, small=False) for value in values]
+    return [format_bytes(value) for value in values]
 
 
 _BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")

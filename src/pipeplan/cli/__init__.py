@@ -30,6 +30,35 @@ __all__ = ["main", "build_parser", "OneLineParser", "flag_names"]
 _VERBS = ("simulate", "partition", "plan", "presets", "model", "profile", "calibrate", "run", "demo", "dual_rate")  # module stems; dual_rate_cmd adds "dual-rate"
 
 
+#: A token argparse would read as a flag though it is a negative number or list: ``-5``, ``-5,10``, ``-.5``.
+_NEGATIVE = re.compile(r"-[0-9.]")
+
+
+def _join_negative_values(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
+    """``--forward -5,10`` as ``--forward=-5,10``, so the flag's own check names what is wrong.
+
+    argparse reads a value starting with ``-`` (other than a plain ``-5``) as a flag and says only
+    "expected one argument"; joined, the value reaches the flag's validation, whose one line says
+    which bound it breaks. Only a flag taking one value and a token that cannot be a flag are joined.
+    """
+    joined: list[str] = []
+    index = 0
+    while index < len(args):
+        token = args[index]
+        if token == "--":
+            return joined + args[index:]
+        action = parser._option_string_actions.get(token)
+        following = args[index + 1] if index + 1 < len(args) else ""
+        if (action is not None and action.nargs is None and token.startswith("--") and _NEGATIVE.match(following)
+                and following not in parser._option_string_actions):
+            joined.append(f"{token}={following}")
+            index += 2
+            continue
+        joined.append(token)
+        index += 1
+    return joined
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (no usage block) and exit 2.
 
@@ -45,7 +74,7 @@ class OneLineParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         self._seen = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(args, namespace)
+        return super().parse_known_args(_join_negative_values(self, self._seen), namespace)
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         parsed, extras = self.parse_known_args(args, namespace)
@@ -164,9 +193,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 2 user error)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the command line; returns the exit status (0 ok, 2 user error, 130 interrupted).
+
+    Ctrl-C at any moment after the package is imported (building the parser, reading the
+    flags, the work) prints one line, ``pipeplan: interrupted``, and returns 130 (128 + SIGINT).
+    """
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("pipeplan: interrupted", file=sys.stderr)
+        return 130
     try:
         with np.errstate(over="raise"):  # an overflow is an error to report, not a warning to scroll past
             status = args.func(args)

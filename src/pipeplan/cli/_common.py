@@ -38,6 +38,7 @@ __all__ = [
     "check_scaled",
     "refuse_unless",
     "text_width",
+    "gantt_width",
     "output_path",
     "report_written",
     "write_machine_text",
@@ -156,8 +157,24 @@ def refuse_unless(applies: bool, flag: str, reason: str) -> None:
         raise InvalidInputError(f"{flag} does not apply {reason}")
 
 
+#: The text Gantt's width when no ``--width`` is given and the terminal is wide enough, characters.
+GANTT_WIDTH = 100
+
+
+def gantt_width(columns: int, ranks: int = 1000) -> int:
+    """Time columns for a text Gantt of ``ranks`` ranks that fits ``columns`` characters.
+
+    :data:`GANTT_WIDTH` at most; the rank label (``rank 999``) and the two bars take the
+    rest (at least 10 time columns, however narrow the terminal).
+    """
+    return max(10, min(GANTT_WIDTH, columns - len(f"rank {ranks - 1} |") - 1))
+
+
 def text_width(args: argparse.Namespace) -> int:
     """Check ``--width`` (refused with ``--json``, which draws no Gantt) and set its default; returns it.
+
+    The default is :data:`GANTT_WIDTH` (100) or, on a narrower terminal (``COLUMNS`` where
+    output is piped), what keeps each chart line within it (:func:`gantt_width`).
 
     Whether a Gantt that wide fits is :func:`pipeplan.limits.check_gantt_size`'s,
     once the caller knows its ranks.
@@ -166,7 +183,7 @@ def text_width(args: argparse.Namespace) -> int:
 
     if getattr(args, "json", False):
         refuse_unless(args.width is None, "--width", "with --json (it sets the text Gantt's width)")
-    args.width = positive_int("--width", 100 if args.width is None else args.width)
+    args.width = positive_int("--width", gantt_width(make_console().width) if args.width is None else args.width)
     return int(args.width)
 
 

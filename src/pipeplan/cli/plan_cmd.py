@@ -38,7 +38,7 @@ from ..planner.resolution import RESOLUTION_NOTE, tie_leaders
 from ..planner.step import SYNCS
 from ..schedules import planned_schedules
 from .. import units
-from ._common import make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
+from ._common import gantt_width, make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import add_export_arguments, check_export_args, check_export_model, emit_export, reference_names
 from ._engine_args import add_engine_arguments, engine_assumptions, engine_workload
 from ._plan_mix import add_mix_argument, plan_mix, show_mix
@@ -333,11 +333,12 @@ def show_plans(console: Any, result: SearchResult, *, title: str, capacity: str 
                ties: list[int | None] | None = None) -> None:
     """The ranked table, its legend (ties marked) and the partitions it cut, as ``plan`` and ``demo`` print them."""
     from ..viz import plan_table
-    from ..viz.plans import full_partitions, plan_legend
+    from ..viz.plans import full_partitions, plan_legend, split_note
 
     ties = tie_leaders([plan.step_time for plan in result.plans]) if ties is None else ties
-    console.print(plan_table(result, title=title, ties=ties))
-    for line in plan_legend(result, capacity=capacity, ties=ties):
+    table = plan_table(result, title=title, ties=ties, width=console.width)
+    console.print(table)
+    for line in [*filter(None, [split_note(table)]), *plan_legend(result, capacity=capacity, ties=ties)]:
         console.print(line, markup=False, highlight=False)
     partitions = full_partitions(result, width=console.width)
     if partitions:
@@ -380,7 +381,8 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
     )
     if best.timeline is not None and best.pp > 1:  # pp = 1 has no pipeline to draw
         console.print(f"[bold]best plan's step[/bold] (one pipeline of {best.pp} ranks; ms)")
-        console.print(text_gantt(best.timeline, width=100, wider="--plot"), markup=False, highlight=False)
+        console.print(text_gantt(best.timeline, width=gantt_width(console.width, best.pp), wider="--plot",
+                                 columns=console.width), markup=False, highlight=False)
     if args.export:
         show_choice(console, choice, result.ratio_to_best_baseline(plan))
         emit_export(args, files)

@@ -87,7 +87,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds (>= 1) one action may compute, or a rank wait for a peer, before the run "
                              "fails naming the stuck rank (default 120)")
-    parser.add_argument("--width", type=int, default=None, help="Gantt width in characters (default 100)")
+    parser.add_argument("--width", type=int, default=None, help="Gantt width in characters (default 100, less on a narrower terminal or COLUMNS)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     dual_rate_cmd.add_run_arguments(parser)
     parser.set_defaults(func=run)

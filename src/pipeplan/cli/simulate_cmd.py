@@ -141,7 +141,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--step-table", action="store_true",
                         help="also print the unit-step table (T=0: S0: F0(0) | ...); text output only")
     parser.add_argument("--width", type=int, default=None,
-                        help="text Gantt width in characters (default 100); text output only")
+                        help="text Gantt width in characters (default 100, less where the terminal or COLUMNS is "
+                             "narrower, so each line fits it); text output only")
     parser.add_argument("--iterations", type=int, default=1,
                         help="training steps played back to back (default 1); reports the steady step time")
     parser.add_argument("--step-boundary", choices=OPTIMIZER_MODES, default=None,
@@ -555,7 +556,8 @@ def show_timeline(timeline: Timeline, *, width: int = 100, step_table: bool = Fa
             "the chart shows the first step"
         )
     # soft_wrap: a chart wider than the terminal is cut by the terminal, not re-flowed (and stays linear).
-    console.print(text_gantt(timeline, width=width), markup=False, highlight=False, soft_wrap=True)
+    console.print(text_gantt(timeline, width=width, columns=console.width), markup=False, highlight=False,
+                  soft_wrap=True)
     if step_table:
         from ..viz.steps import STEP_TABLE_KEY
 

@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,11 +18,28 @@ from torch import nn
 from ..errors import InvalidInputError
 from . import BUILTIN_MODELS, DEFAULT_MODEL
 
-__all__ = ["load_model", "split_sequential"]
+__all__ = ["load_model", "split_sequential", "FACTORY_SIGNATURE"]
+
+#: What a user's factory is, as ``--model`` documents it (docs/cli.md, "Your own model").
+FACTORY_SIGNATURE = ("factory() -> (model, loss_fn, make_batch): model a torch.nn.Sequential whose children are "
+                     "the layers; loss_fn(output, targets) a scalar tensor, the mean over the batch; "
+                     "make_batch(batch_size, seed=N) a pair (inputs, targets) of tensors with batch_size rows")
+
+
+def _with_working_directory() -> None:
+    """Let a module in the current directory be imported, as ``python -m`` would (the ``pipeplan``
+    script's own ``sys.path`` does not hold it): the directory goes last, so it shadows no installed
+    package. Spawned ranks inherit ``sys.path``."""
+    here = os.getcwd()
+    if "" not in sys.path and here not in sys.path:
+        sys.path.append(here)
 
 
 def load_model(spec: str = DEFAULT_MODEL, **options: Any) -> tuple[nn.Sequential, Any, Any]:
     """Import ``"package.module:factory"`` (or a :data:`BUILTIN_MODELS` name) and call ``factory(**options)``.
+
+    The module is looked up on ``sys.path`` and then in the current directory. The
+    factory's signature is :data:`FACTORY_SIGNATURE`.
 
     Args:
         spec: module path and factory name separated by one colon, or a
@@ -46,6 +65,7 @@ def load_model(spec: str = DEFAULT_MODEL, **options: Any) -> tuple[nn.Sequential
     module_name, factory_name = (part.strip() for part in spec.split(":"))
     if not module_name or not factory_name:
         raise InvalidInputError(f"model must look like 'package.module:factory', got {spec!r}")
+    _with_working_directory()
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # an import can fail in any way; report it as one line
@@ -61,7 +81,8 @@ def load_model(spec: str = DEFAULT_MODEL, **options: Any) -> tuple[nn.Sequential
         raise InvalidInputError(f"model {spec!r}: factory rejected options {options}: {error}") from None
     if not (isinstance(built, tuple) and len(built) == 3):
         raise InvalidInputError(
-            f"model {spec!r}: factory must return (model, loss_fn, make_batch), got {type(built).__name__}"
+            f"model {spec!r}: factory must return (model, loss_fn, make_batch), got {type(built).__name__} "
+            f"({FACTORY_SIGNATURE})"
         )
     model, loss_fn, make_batch = built
     if not isinstance(model, nn.Sequential) or len(model) == 0:

@@ -36,7 +36,7 @@ from .records import Rejection
 from .workload import Workload
 
 __all__ = ["NoPlanFitsError", "Remedy", "no_plan_fits", "find_remedies", "capacity_text", "gpus_for_state",
-           "batch_note"]
+           "batch_note", "baseline_notes"]
 
 #: ``attempt(cluster, options)``: the best plan that fits under them (options: a
 #: :class:`~pipeplan.planner.search.SearchOptions`), or ``None``.
@@ -242,6 +242,15 @@ def batch_note(space: Any) -> str:
             f"dp {', '.join(map(str, ruled_out))} (which these GPUs allow) were not tried; "
             + (f"global batch {' or '.join(map(str, nearest))} would allow every degree" if nearest else
                "no global batch near it allows every degree with these micro-batch sizes"))
+
+
+def baseline_notes(baselines: Sequence[Any]) -> tuple[str, ...]:
+    """Notes for the baselines that run another data-parallel mode than their reference records, and why.
+
+    ``baselines``: :class:`~pipeplan.planner.baselines.Baseline` s; each one's ``changed`` line (issue
+    33: on 40 GB cards the reference baseline switched from DDP to FSDP without a word in the table).
+    """
+    return tuple(baseline.changed for baseline in baselines if getattr(baseline, "changed", ""))
 
 
 def _nearest_batch(space: Any, degrees: Sequence[int], direction: int) -> int:

@@ -27,6 +27,7 @@ from ..errors import PipeplanError
 from ..partition import even_split
 from ..plan import RECOMPUTE_MODES, Plan, Recompute
 from ..schedules import schedule_info
+from ..units import format_gib
 from .cluster import Cluster
 from .evaluate import Evaluator
 from .records import Rejection
@@ -67,11 +68,15 @@ class Baseline:
             fit, 1F1B, even layers per stage, the distributed optimizer).
         plan: its plan (``None``: it could not be built), fastest micro-batch size that fits.
         note: how it was chosen, in a line.
+        changed: a note for under the table when it runs another data-parallel mode than
+            the model's reference records, naming both and why (``""``: it runs the
+            reference's own mode); :func:`pipeplan.planner.advice.baseline_notes` collects them.
     """
 
     name: str
     plan: Plan | None
     note: str = ""
+    changed: str = ""
 
     @property
     def label(self) -> str:
@@ -160,16 +165,32 @@ def reference_baseline(search: SearchContext) -> Baseline:
         if not modes:
             return Baseline("reference-fsdp", None, "its data-parallel mode is not searched (--dp-modes)")
     plan: Plan | None = None
+    first: Plan | None = None
     for index, mode in enumerate(modes):
         mode = data_parallel.get(mode).runs_as(1, 1, dp, search.cluster.gpus_per_node)  # one node: HSDP is FSDP
         configs = [Config(1, dp, b, search.global_batch // (dp * b), "1f1b", 1, recompute, 1, mode)
                    for b in search.space.micro_batches_for(dp)]
         plan = fastest_fitting(search, configs)
+        first = plan if index == 0 else first
         if plan is not None and plan.fits:
             if index:
                 note += f"; {modes[0]} does not fit, so {mode}"
+                return Baseline("reference-fsdp", plan, note, _mode_change(modes[0], mode, first))
             break
     return Baseline("reference-fsdp", plan, note)
+
+
+def _mode_change(reference: str, mode: str, over: Plan | None) -> str:
+    """The note for a reference baseline that runs ``mode`` because ``reference`` (its record's) does not fit.
+
+    ``over``: the reference mode's plan least over memory (``None``: none could be built).
+    """
+    why = "does not fit in memory"
+    if over is not None and over.memory_capacity:
+        why = (f"does not fit in memory (at micro-batch {over.micro_batch_size}, its least, the fullest GPU needs "
+               f"{format_gib(max(over.peak_memory))}, over the {format_gib(over.memory_capacity)} it may use)")
+    return (f"the reference baseline runs {mode} over every GPU, not its repository's {reference}: "
+            f"{reference} {why}")
 
 
 def megatron_recommended(search: SearchContext) -> Baseline:

@@ -13,7 +13,7 @@ step, or memory that allows a larger micro-batch.
 from __future__ import annotations
 
 from ..plan import Plan
-from ..units import format_figures, format_gib
+from ..units import format_figures, format_memory_column
 
 __all__ = ["explain"]
 
@@ -45,5 +45,6 @@ def explain(plan: Plan, baseline: Plan, name: str) -> str:
     if changes:
         line += ": " + ", ".join(changes)
     if plan.memory and baseline.memory:
-        line += (f"; worst GPU {format_gib(max(baseline.peak_memory))} → {format_gib(max(plan.peak_memory))}")
+        theirs_gib, ours_gib = format_memory_column([max(baseline.peak_memory), max(plan.peak_memory)])
+        line += f"; worst GPU {theirs_gib} → {ours_gib}"
     return line

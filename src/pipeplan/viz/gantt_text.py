@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import textwrap
 
 import numpy as np
 
@@ -74,7 +75,8 @@ _KIND_NAMES = {"F": "forward", "B": "backward", "I": "input gradient", "W": "wei
 
 
 def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True, elide: bool = True,
-               unit: str = "ms", wider: str = "a wider chart (--width) or --plot") -> str:
+               unit: str = "ms", wider: str = "a wider chart (--width) or --plot",
+               columns: int | None = None) -> str:
     """Render ``timeline`` as a text Gantt chart.
 
     Args:
@@ -92,6 +94,9 @@ def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True, eli
         unit: the timeline's time unit, for the legend (pipeplan's costs are ms).
         wider: what shows the whole step when the chart is elided, as the caller's
             flags name it (``plan`` has ``--plot`` but no ``--width``).
+        columns: the terminal's width: legend lines longer are wrapped between
+            words (continuations indented two spaces); ``None``: never wrapped.
+            The chart's own lines are ``width`` plus the rank label and bars.
 
     Returns:
         The chart: one ``"rank r |...|"`` line per rank (all of the same length,
@@ -116,7 +121,9 @@ def text_gantt(timeline: Timeline, *, width: int = 100, legend: bool = True, eli
         lines.append(f"{f'rank {view.rank}':<{label_width}} |{cells}|")
     lines.append(_axis(spans, label_width))
     if legend:
-        lines.extend(_legend(timeline, spans, unit, wider))
+        for line in _legend(timeline, spans, unit, wider):
+            lines += (textwrap.wrap(line, width=columns, subsequent_indent="  ", break_long_words=False,
+                                    break_on_hyphens=False) or [line]) if columns else [line]
     return "\n".join(lines)
 
 
