@@ -220,3 +220,4 @@ def test_a_reference_baseline_that_changed_mode_says_so_naming_both_and_the_memo
             need = float(re.search(r"needs ([0-9.]+) GiB", note).group(1))  # type: ignore[union-attr]
             usable = float(re.search(r"over the ([0-9.]+) GiB", note).group(1))  # type: ignore[union-attr]
             assert need > usable
+            assert note in results[-1].notes and note in json.loads(out)["notes"]  # under the table and in --json

@@ -50,7 +50,7 @@ from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..limits import MAX_GLOBAL_BATCH
 from ..plan import RECOMPUTE_MODES, Plan
 from ..schedules import schedule_info
-from .advice import NoPlanFitsError, batch_note, find_remedies, no_plan_fits
+from .advice import NoPlanFitsError, baseline_notes, batch_note, find_remedies, no_plan_fits
 from .baselines import (Baseline, in_space, megatron_default, megatron_recommended, megatron_split, one_knob,
                         reference_baseline)
 from .bounds import fill_bound, step_time_lower_bound
@@ -369,7 +369,7 @@ class _Search:
         bounds = (self._space_bound(configs, deadline), self._space_bound(configs, deadline, chunked=False))
         stats.seconds = time.perf_counter() - self.started
         skipped = tuple(Rejection(config, reason) for config, reason in self.space.skipped())
-        notes = tuple(note for note in (batch_note(self.space),) if note)
+        notes = tuple(note for note in (batch_note(self.space), *baseline_notes(baselines)) if note)
         return SearchResult(plans, megatron, knobs, tuple(self.rejected) + skipped, stats, *bounds,
                             rerun=self._rerun, baselines=baselines, notes=notes)
 
