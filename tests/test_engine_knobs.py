@@ -183,3 +183,11 @@ def test_cli_assumptions_carry_every_knob(run_cli):
     assert best["step_time"] > base["step_time"]
     status, out, _ = run_cli(*PLAN, "--tp-comm-overlap", "on")
     assert status == 0 and "tp-comm-overlap on (given: --tp-comm-overlap)" in out
+
+
+def test_sequence_parallel_off_is_no_claim_at_tp_1(run_cli):
+    # model/simulate refuse a bare --sequence-parallel at tp 1; plan's knob "off" must not read as that switch.
+    status, _, err = run_cli(*PLAN, "--tp", "1", "--sequence-parallel", "off", "--top", "1")
+    assert status == 0, err
+    status, _, err = run_cli(*PLAN, "--tp", "1", "--sequence-parallel", "on", "--top", "1")
+    assert status == 2 and "--sequence-parallel does not apply without --tp > 1" in err

@@ -166,3 +166,11 @@ def test_plan_prints_the_plan_deepspeed_runs_instead_as_a_row(run_cli, tmp_path)
     assert "ds_config.json" in chosen["plan"]["exports"]["deepspeed"]["files"]
     assert "schedule zb-h1 → 1f1b" in chosen["changes"]
     assert chosen["why"].startswith("DeepSpeed's pipeline engine runs its own 1F1B-like schedule")
+
+
+def test_a_fixed_partition_keeps_the_fallback_from_searching_without_a_pipeline(run_cli):
+    # --partition 25,25 fixes pp = 2: the pp = 1 search for ZeRO-2 cannot apply, and the refusal is DeepSpeed's.
+    status, out, err = run_cli("plan", "--preset", "pi0", "--gpus", "8", "--global-batch", "64", "--partition",
+                               "25,25", "--dp-modes", "zero2", "--export", "deepspeed", "--top", "1")
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert "deepspeed runs only 1f1b" in err and "zero2" in err and "--partition has 2 stages" not in err

@@ -25,6 +25,7 @@ from ..errors import InvalidInputError
 from ..planner import SearchResult, Workload
 from ..planner.mix_rank import MixCandidate, MixRanking, MixRow, rank_on_mix
 from ..units import format_figures
+from ..viz.plans import NO_PIPELINE
 from ._spec_args import planned_shape
 
 __all__ = ["add_mix_argument", "plan_mix", "PlanMix", "show_mix"]
@@ -97,7 +98,8 @@ def _layout(row: MixRow) -> list[str]:
     plan = row.plan
     if plan is None:
         return ["—"] * 4
-    return [f"{plan.tp}×{plan.pp}×{plan.dp}", plan.dp_mode if plan.dp > 1 else "—", plan.schedule,
+    return [f"{plan.tp}×{plan.pp}×{plan.dp}", plan.dp_mode if plan.dp > 1 else "—",
+            plan.schedule if plan.pp > 1 else NO_PIPELINE,
             f"{plan.micro_batch_size}×{plan.num_microbatches}"]
 
 

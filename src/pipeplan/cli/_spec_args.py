@@ -178,7 +178,8 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
         raise InvalidInputError("give either --preset or --spec, not both")
     if not (args.preset or args.spec):
         raise InvalidInputError(f"give --preset (one of {', '.join(presets.names())}) or --spec FILE")
-    if getattr(args, "sequence_parallel", False) and args.tp == 1:
+    if getattr(args, "sequence_parallel", False) not in (False, None, "off") and args.tp == 1:
+        # model/simulate/partition take a bare switch (True); plan takes on|off (engine knob): "off" is no claim
         raise InvalidInputError("--sequence-parallel does not apply without --tp > 1 "
                                 "(it splits the norms and dropouts across tensor-parallel ranks)")
     shape = shape_from_args(args)

@@ -276,6 +276,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         optimizer = (f"{args.optimizer} bytes per parameter: {split.weights:g} B weights + {split.gradients:g} B "
                      f"gradients + {split.optimizer:g} B state")
     shape = shape_note(args)
+    engine = engine_assumptions(args)
     return {
         "device": (cluster.device.summary() if not args.profile else
                    f"layer times as measured in {args.profile} (on the machine that measured them: its GPUs or CPU "
@@ -287,13 +288,10 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         "gradients": (f"ddp, zero1, zero2: {_SYNC_WORDS[args.grad_sync]} (zero1/zero2 reduce-scatter "
                       "fp32/bf16 gradients and all-gather bf16 weights); fsdp, hsdp: per layer with one layer "
                       "prefetched (FSDP2), without a pipeline every microbatch"),
-        "tensor parallel": ("Megatron TP with sequence parallelism inside a node: 4 ring passes of a block's "
-                            "activation in its forward, exposed (no --tp-comm-overlap), and 4 in its backward "
-                            "beside the weight-gradient GEMMs (what they cannot cover shows); GEMMs divided by tp "
-                            "and timed at their own efficiency"),
+        "tensor parallel": engine.pop("tensor parallel"),  # the knobs' sentence (cli/_engine_args.py)
         "messages": _SENDS[args.send],
         "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",
-        **engine_assumptions(args),
+        **engine,
         **defaults_assumption(args),
         **({"model shape": shape} if shape else {}),
     }

@@ -488,7 +488,9 @@ class _Search:
             raise InvalidInputError(f"the search tried none of them (--schedules {','.join(self.space.schedule_names)})")
         kept = [mode for mode in self.space.dp_modes if modes is None or mode in modes]
         alone = [mode for mode in self.space.dp_modes if single is None or mode in single]
-        extra = self.options.pp in (None, 1) and set(alone) - set(kept)
+        fixed = self.options.partition
+        one_stage_allowed = isinstance(fixed, str) or fixed is None or len(fixed) == 1  # a fixed split sets pp
+        extra = self.options.pp in (None, 1) and one_stage_allowed and set(alone) - set(kept)
         if not kept and not extra:
             raise InvalidInputError(f"the search tried none of its data-parallel modes "
                                     f"(--dp-modes {','.join(self.space.dp_modes)}); torchtitan runs every mode "
