@@ -246,6 +246,21 @@ def test_simulate_mix_prints_the_expected_step_and_refuses_what_it_cannot_do(run
     assert status == 2 and "bad.csv row 1: count must be a positive integer" in err
 
 
+
+def test_simulate_mix_prices_the_model_as_simulated_frozen_and_reshaped(run_cli, tmp_path):
+    # The mix's rows vary only their own fields: --freeze and the other shape flags stay as given.
+    mix = _write(tmp_path, "cameras,count\n1,4\n4,1\n")
+    base = ("simulate", "--preset", "pi0", "--stages", "2", "-m", "4", "--mix", str(mix), "--json")
+
+    def mean_sample(*extra: str) -> float:
+        status, out, err = run_cli(*base, *extra)
+        assert status == 0, err
+        return json.loads(out)["mix"]["mean_sample_ms"]
+
+    plain = mean_sample()
+    assert mean_sample("--freeze", "vision,llm") < plain  # frozen modules skip their weight gradients
+    assert mean_sample("--text-tokens", "400") > plain    # longer prompts cost more in every row
+
 def test_mix_pipeline_step_over_replicas_waits_for_the_slowest_and_balancing_helps():
     from pipeplan.batches.pipeline import mix_pipeline_step
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from rich.console import Console
 
-from .. import units
+from .. import presets, units
 from .._validation import positive_int
 from ..models.layer_costs import layer_profile
 from ..viz.tables import format_time
@@ -513,7 +513,18 @@ def _mix_step(args: argparse.Namespace, spec: Any, device: Any, layers: list[int
     if info is None or info.layout != "one" or info.default_backward != "full" or args.forward_only:
         raise InvalidInputError(f"--mix simulates schedules of one stage per rank with full backwards (1f1b, "
                                 f"gpipe, ...), not --schedule {args.schedule}")
-    costs = mix_costs(args.preset, read_mix(args.mix), device=device, micro_batch_size=args.micro_batch_size,
+    mix = read_mix(args.mix)
+    allowed = presets.options(args.preset)
+    for key in mix.fields:  # the preset's own words for a field it lacks, naming the mix file
+        if key not in allowed:
+            raise InvalidInputError(f"mix {mix.source}: field {key!r} is not a shape option of preset "
+                                    f"{args.preset!r} (its options: {', '.join(allowed) or 'none'})")
+
+    def shaped(**shape: Any) -> Any:  # the model as simulated (--freeze, the shape flags), at one mix row's shape
+        return spec_from_args(argparse.Namespace(**{**vars(args), **shape}))
+
+    shaped.__name__ = args.preset
+    costs = mix_costs(shaped, mix, device=device, micro_batch_size=args.micro_batch_size,
                       recompute=recompute_of(args, spec), tensor_parallel=args.tp,
                       sequence_parallel=args.sequence_parallel)
     return mix_pipeline_step(costs, layers, args.microbatches, args.micro_batch_size, schedule=args.schedule)
