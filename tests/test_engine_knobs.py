@@ -191,3 +191,16 @@ def test_sequence_parallel_off_is_no_claim_at_tp_1(run_cli):
     assert status == 0, err
     status, _, err = run_cli(*PLAN, "--tp", "1", "--sequence-parallel", "on", "--top", "1")
     assert status == 2 and "--sequence-parallel does not apply without --tp > 1" in err
+
+
+def test_tp_comm_overlap_on_reaches_the_megatron_flags(run_cli, tmp_path):
+    # The step is priced with the forward's collectives hidden: the export must ask Megatron-LM for that.
+    argv = ("plan", "--spec", "examples/gpt-6.2b.json", "--gpus", "8", "--global-batch", "64", "--tp", "2",
+            "--top", "1", "--export", "megatron")
+    flags = {}
+    for overlap in ("on", "backward"):
+        out_dir = tmp_path / overlap
+        status, _, err = run_cli(*argv, "--tp-comm-overlap", overlap, "--out", str(out_dir))
+        assert status == 0, err
+        flags[overlap] = "".join(path.read_text() for path in sorted(out_dir.iterdir()) if path.is_file())
+    assert "--tp-comm-overlap" in flags["on"] and "--tp-comm-overlap" not in flags["backward"]

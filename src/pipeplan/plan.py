@@ -96,6 +96,9 @@ class Plan:
             Megatron-LM's ``--tensor-model-parallel-size``); 1: none.
         sequence_parallel: with ``tp > 1``, norms and dropouts split over the
             sequence too (Megatron-LM's ``--sequence-parallel``).
+        tp_comm_overlap: with ``tp > 1``, which tensor-parallel collectives the step
+            hides behind GEMMs: ``"off"`` none, ``"backward"`` the backward's
+            (Megatron-LM's default), ``"on"`` the forward's too (``--tp-comm-overlap``).
         dp_mode: how data parallelism holds the model state, a mode's name
             (:func:`pipeplan.data_parallel.names`).
         recompute_by_module: the recompute mode of each module of the model,
@@ -164,6 +167,7 @@ class Plan:
     optimizer_time: float = 0.0
     tp: int = 1
     sequence_parallel: bool = False
+    tp_comm_overlap: TpCommOverlap = "backward"
     dp_mode: str = data_parallel.REPLICATED
     recompute_by_module: Mapping[str, Recompute] = field(default_factory=dict, hash=False)
     grad_sync: str = "megatron"
@@ -312,6 +316,7 @@ class Plan:
             "dp": self.dp,
             "tp": self.tp,
             "sequence_parallel": self.sequence_parallel,
+            **({"tp_comm_overlap": self.tp_comm_overlap} if self.tp > 1 else {}),
             "dp_mode": self.dp_mode,
             "recompute_by_module": dict(self.recompute_by_module),
             "grad_sync": self.grad_sync,

@@ -225,6 +225,8 @@ def megatron_args(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
         args += ["--tensor-model-parallel-size", str(plan.tp)]
         if plan.sequence_parallel:
             args.append("--sequence-parallel")
+        if plan.tp_comm_overlap == "on":  # Transformer Engine's userbuffers overlap (the step model's "on")
+            args.append("--tp-comm-overlap")
     args += ["--micro-batch-size", str(plan.micro_batch_size), "--global-batch-size", str(plan.global_batch)]
     args += _DP_FLAGS[plan.dp_mode]
     if plan.grad_sync == "megatron-overlap" and plan.dp > 1:

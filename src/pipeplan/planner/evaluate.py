@@ -470,6 +470,7 @@ class Evaluator:
             reason=reason,
             tp=self.tp,
             sequence_parallel=self.tp > 1 and self.workload.sequence_parallel,
+            tp_comm_overlap=self.workload.tp_comm_overlap,
             dp_mode=self.dp_mode if config.dp > 1 else data_parallel.REPLICATED,
             recompute_by_module=self._recompute_by_module(layout),
             grad_sync=self.sync.name,
