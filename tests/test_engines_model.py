@@ -108,8 +108,12 @@ def test_plan_json_still_gives_megatrons_refusal_and_mapping_per_plan(run_cli):
     code, out, err = run_cli("plan", "--preset", "dumbbell", "--gpus", "8", "--global-batch", "64", "--pp", "2",
                              "--json", "--export", "megatron", "--top", "1")
     assert code == 0, err
-    megatron = json.loads(out)["plans"][0]["exports"]["megatron"]
+    payload = json.loads(out)
+    megatron = payload["plans"][0]["exports"]["megatron"]
     assert "not GPT layers" in megatron["error"] and megatron["mapping"].startswith("stage\trank")
+    # the export section claims no plan the engine would run instead: it runs none of this model
+    assert payload["export"]["plan"] is None and payload["export"]["plan_index"] is None
+    assert "not GPT layers" in payload["export"]["why"]
 
 
 def test_plan_exports_a_plain_gpt_spec_to_megatron(run_cli, tmp_path):

@@ -23,7 +23,7 @@ from ..engines import ExportFile, LayerName
 from ..errors import InvalidInputError
 from ._common import report_written, write_machine_text
 
-__all__ = ["add_export_arguments", "check_export_args", "check_export_model", "emit_export", "write_export",
+__all__ = ["add_export_arguments", "check_export_args", "check_export_model", "model_refusal_of", "emit_export", "write_export",
            "reference_names"]
 
 
@@ -68,13 +68,20 @@ def check_export_model(args: argparse.Namespace) -> None:
     Raises:
         InvalidInputError: the engine's :meth:`~pipeplan.engines.Engine.model_refusal` (Megatron-LM: no GPT).
     """
-    if not args.export or getattr(args, "json", False) or not (getattr(args, "preset", None) or getattr(args, "spec", None)):
+    if getattr(args, "json", False):
         return
-    from ._spec_args import spec_from_args
-
-    refusal = engines.by_target(args.export).model_refusal(spec_from_args(args))
+    refusal = model_refusal_of(args)
     if refusal:
         raise InvalidInputError(refusal)
+
+
+def model_refusal_of(args: argparse.Namespace) -> str:
+    """Why ``--export``'s engine runs no plan of the ``--preset``/``--spec`` model (``""``: it may run one)."""
+    if not args.export or not (getattr(args, "preset", None) or getattr(args, "spec", None)):
+        return ""
+    from ._spec_args import spec_from_args
+
+    return engines.by_target(args.export).model_refusal(spec_from_args(args))
 
 
 def write_export(files: Sequence[ExportFile], out: str) -> list[str]:

@@ -39,7 +39,8 @@ from ..planner.step import SYNCS
 from ..schedules import planned_schedules
 from .. import units
 from ._common import gantt_width, make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
-from ._export_args import add_export_arguments, check_export_args, check_export_model, emit_export, reference_names
+from ._export_args import (add_export_arguments, check_export_args, check_export_model, emit_export,
+                           model_refusal_of, reference_names)
 from ._engine_args import add_engine_arguments, engine_assumptions, engine_workload
 from ._plan_mix import add_mix_argument, plan_mix, show_mix
 from ..hardware.device_file import device_fields
@@ -321,6 +322,9 @@ def _choice_dict(args: argparse.Namespace, result: SearchResult) -> dict[str, An
     from ..engines import plan_exports
     from ..planner.engine_choice import engine_choice
 
+    refusal = model_refusal_of(args)
+    if refusal:  # the engine runs no plan of this model (the text output refused before searching)
+        return {"target": args.export, "plan_index": None, "plan": None, "why": refusal, "changes": []}
     choice = engine_choice(result, args.export)
     entry = choice.to_dict()
     entry["plan"]["exports"] = plan_exports(choice.plan, reference_names(args, choice.plan.num_layers))
