@@ -144,6 +144,7 @@ PLAN = ("plan", "--preset", "pi0", "--gpus", "8", "--global-batch", "64", "--tp"
     (("--recompute", "op"), "--recompute for megatron must be one of none, selective, full, got 'op'"),
     (("--engine", "deepspeed", "--recompute", "full"), "--recompute: deepspeed's knobs are not priced yet"),
     (("--engine", "jax"), "engine must be one of megatron, deepspeed, torchtitan, torch, got 'jax'"),
+    (("--sequence-parallel", "off", "--tp-comm-overlap", "on"), "--tp-comm-overlap on needs --sequence-parallel on"),
 ])
 def test_cli_refuses_in_one_line(run_cli, argv, words):
     status, out, err = run_cli(*PLAN, *argv)

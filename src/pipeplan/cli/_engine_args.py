@@ -17,6 +17,7 @@ import argparse
 from typing import cast
 
 from .. import engines
+from ..errors import InvalidInputError
 from ..engines import Engine
 from ..plan import Recompute, TpCommOverlap
 from ..planner import Workload
@@ -66,6 +67,11 @@ def engine_workload(args: argparse.Namespace, workload: Workload) -> Workload:
             or a knob a measured profile cannot answer for.
     """
     given = _given(args)
+    if given.get("tp-comm-overlap") == "on" and given.get("sequence-parallel") == "off":
+        # Megatron-LM's validate_args: the userbuffers overlap needs sequence parallelism
+        raise InvalidInputError("--tp-comm-overlap on needs --sequence-parallel on (Megatron-LM overlaps the "
+                                "all-gather and reduce-scatter of sequence parallelism); use --tp-comm-overlap "
+                                "backward or off without it")
     if "sequence-parallel" in given or "tp-comm-overlap" in given:
         workload = workload.with_tensor_knobs(
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
