@@ -6,6 +6,7 @@
     engine.export(plan)                    # [ExportFile('ds_config.json', ...), ExportFile('pipeline_module.py', ...)]
     engine.refusal(plan)                   # "" when it runs the plan, else the one-line reason
     engine.model_refusal(spec)             # "" unless it runs no plan of this model (asked before any search)
+    engine.read(Path("ds_config.json"))    # RunConfig: the user's own files, read back (pipeplan check)
     engines.get("megatron").knobs.get("tp-comm-overlap").default    # 'backward'
 
 Each engine module (:mod:`.megatron`, :mod:`.deepspeed`, :mod:`.torchtitan`,
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from ..errors import InvalidInputError
@@ -31,6 +33,7 @@ from ..plan import Plan
 from ..schedule import Schedule
 from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note
+from .run_config import RunConfig
 
 __all__ = ["Engine", "Runs", "Files", "ExportWriter", "Knob", "Knobs"]
 
@@ -59,6 +62,10 @@ def _any_model(spec: ModelSpec) -> str:
 
 def _nothing_instead(plan: Plan, names: Sequence[LayerName] | None) -> dict[str, str]:
     return {}
+
+
+def _no_reader(path: Path) -> RunConfig:
+    raise InvalidInputError(f"pipeplan cannot read this engine's files yet ({path})")
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,10 @@ class Files:
             (Megatron-LM: the stage → module table of a model it has no port of).
         paths: the files name the model's modules (a model whose paths pipeplan
             invented gets a note saying so); Megatron-LM's flags name none.
+        read: reads a user's files (a file, or the directory an export wrote) back
+            into a :class:`~pipeplan.engines.run_config.RunConfig`; raises
+            :class:`~pipeplan.errors.InvalidInputError` with one line naming the key
+            the engine does not have or the value it refuses.
     """
 
     targets: tuple[str, ...]
@@ -102,6 +113,7 @@ class Files:
     notes: Callable[[Plan], list[str]] = _exact
     instead: Callable[[Plan, Sequence[LayerName] | None], dict[str, str]] = _nothing_instead
     paths: bool = True
+    read: Callable[[Path], RunConfig] = _no_reader
 
 
 @dataclass(frozen=True)
@@ -216,6 +228,18 @@ class Engine:
         notes = self.files.notes(to_plan(plan))
         invented = invented_note(names) if self.files.paths else ""
         return notes + [invented] if invented else notes
+
+    def read(self, path: Path | str) -> RunConfig:
+        """The user's configuration in ``path`` (a file of the engine's, or the directory an export wrote).
+
+        Raises:
+            InvalidInputError: a missing file, a key the engine does not have, a value it
+                refuses, or a file of another engine (one line naming it).
+        """
+        path = Path(path)
+        if not path.exists():
+            raise InvalidInputError(f"{path}: no such file or directory")
+        return self.files.read(path)
 
     def model_refusal(self, spec: ModelSpec) -> str:
         """Why the engine runs no plan of ``spec`` whatever the plan (one line), or ``""``; ask it before searching."""
