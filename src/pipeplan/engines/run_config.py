@@ -36,8 +36,9 @@ FIELDS: Mapping[str, str] = {
     "tp": "int: tensor-parallel degree",
     "pp": "int: pipeline-parallel degree (1: no pipeline)",
     "virtual_stages": "int: model chunks per pipeline rank (Megatron-LM's virtual pipeline; 1: none)",
-    "layers_per_stage": "tuple[int, ...]: layers of the model's stack per stage, in pipeline order, where the "
-                        "files fix the split (absent: the engine's even split)",
+    "layers_per_stage": "tuple[int, ...]: pipeplan's layers (the model's Workload layers, embedding and head "
+                        "included) per stage, stage 0 first, pp·v entries, where the files fix the split "
+                        "(absent: the engine's own default split)",
     "schedule": "str: a pipeline schedule of pipeplan.schedules ('1f1b', 'interleaved', 'zb-v', ...)",
     "micro_batch_size": "int: samples per microbatch per data-parallel rank",
     "global_batch": "int: samples per optimizer step, all ranks together",
