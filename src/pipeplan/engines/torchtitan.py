@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInputError
@@ -61,15 +62,22 @@ from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, layer_names, stage_fqns
 from .pipelining import plan_schedule, torch_schedule_csv
 from .record import Engine, Files, Runs
+from .run_config import RunConfig
 
-__all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT", "torchtitan_schedule_name",
+__all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT", "TORCH_SCHEDULE_CLASSES",
+           "torchtitan_schedule_name", "pipeplan_schedule_name",
            "torchtitan_degrees", "torchtitan_parts", "nested_paths", "plan_row", "torchtitan_settings",
            "torchtitan_config_py", "torchtitan_toml", "torchtitan_files", "torchtitan_notes", "ENGINE"]
 
 TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 TORCHTITAN_RELEASE = "0.3.0"
 TORCHTITAN_TOML_COMMIT = "e347b1e5e"
+#: pipeplan's schedule → torch's class name (the one table; :func:`pipeplan_schedule_name` reads it backwards).
 _TORCH_SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble"}
+#: Every name torch's get_schedule_class takes, case-insensitively (torch/distributed/pipelining/schedules.py,
+#: torch 2.13, get_schedule_class's schedule_map): what torchtitan's pipeline_parallel_schedule may name.
+TORCH_SCHEDULE_CLASSES = ("1F1B", "Interleaved1F1B", "GPipe", "LoopedBFS", "InterleavedZeroBubble",
+                          "PipelineScheduleSingle", "PipelineScheduleMulti", "ZBVZeroBubble", "DualPipeV")
 _CSV = "schedule.csv"
 _GPT_ROLES = frozenset({"embedding", "decoder", "loss"})
 
@@ -95,6 +103,20 @@ def torchtitan_schedule_name(plan: Plan | Sequence[int]) -> tuple[str, bool]:
         f"torchtitan places stages in a loop or a V; placement {list(plan.placement)} is neither "
         "(use the torch export)"
     )
+
+
+def pipeplan_schedule_name(torch_name: str) -> str | None:
+    """pipeplan's schedule for torch's class ``torch_name`` (case-insensitive, as torch looks it up); ``None``: none.
+
+    Raises:
+        InvalidInputError: a name torch's ``get_schedule_class`` does not take.
+    """
+    known = {name.lower(): name for name in TORCH_SCHEDULE_CLASSES}
+    if torch_name.lower() not in known:
+        raise InvalidInputError(f"pipeline_parallel_schedule {torch_name!r} is no torch schedule (torchtitan takes "
+                                f"{', '.join(TORCH_SCHEDULE_CLASSES)})")
+    ours = {theirs.lower(): mine for mine, theirs in _TORCH_SCHEDULE_NAMES.items()}
+    return ours.get(torch_name.lower())
 
 
 def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8) -> dict[str, Any]:
@@ -271,6 +293,7 @@ BASE_CONFIG = os.environ.get("PIPEPLAN_BASE_CONFIG", "llama3_debugmodel")  # a s
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 PARALLELISM = {parallelism}
+LAYERS_PER_STAGE = {layers_per_stage}  # pipeplan's layers per stage (pipeplan check reads it)
 MICRO_BATCH_SIZE = {micro}  # samples per microbatch
 MICROBATCHES = {microbatches}  # per data-parallel rank and step: through the pipeline, or accumulated without one
 LOCAL_BATCH_SIZE = {local}  # samples per data-parallel rank and accumulation step (torchtitan 0.3.0's local_batch_size)
@@ -408,7 +431,7 @@ def torchtitan_config_py(plan: Plan | Sequence[int], names: Sequence[LayerName] 
     return _CONFIG_TEMPLATE.format(
         release=TORCHTITAN_RELEASE, commit=TORCHTITAN_COMMIT[:9], row=plan_row(plan), instead=instead,
         batch=_batch_line(plan), model=_model_line(plan, parts, gpt, nested), gpus=plan.num_gpus,
-        parallelism=parallelism, micro=batch["micro_batch_size"], microbatches=batch["num_microbatches"],
+        parallelism=parallelism, layers_per_stage=list(plan.layers_per_stage), micro=batch["micro_batch_size"], microbatches=batch["num_microbatches"],
         local=batch["local_batch_size"], global_batch=batch["global_batch_size"], tokens=batch["tokens_per_sample"],
         recompute=settings["activation_checkpoint"]["mode"], nested=bool(nested) and plan.pp > 1)
 
@@ -454,8 +477,10 @@ def torchtitan_toml(plan: Plan | Sequence[int], names: Sequence[LayerName] | Non
     mode = settings["activation_checkpoint"]["mode"]
     batch = settings["batch"]
     lines += ["]", "", "[training]", f"local_batch_size = {batch['local_batch_size']}",
-              f"global_batch_size = {batch['global_batch_size']}", "", "[activation_checkpoint]",
-              f"mode = {json.dumps(mode)}"]
+              f"global_batch_size = {batch['global_batch_size']}"]
+    if batch["tokens_per_sample"]:
+        lines.append(f"seq_len = {batch['tokens_per_sample']}")
+    lines += ["", "[activation_checkpoint]", f"mode = {json.dumps(mode)}"]
     if mode == "selective":
         lines.append('selective_ac_option = "op"')
     header = [f"# pipeplan: {plan_row(plan)}", *(f"# {line}" for line in _instead(plan)),
@@ -487,8 +512,15 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
 #: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode
 #: (ZeRO-1/2 as FSDP that keeps parameters gathered); in its Python releases (0.3.0, HEAD) and its last
 #: TOML release (top-level module paths only).
+def _read(path: Path) -> RunConfig:
+    """A torchtitan config read back (:func:`~pipeplan.engines.torchtitan_config.read_torchtitan_config`)."""
+    from .torchtitan_config import read_torchtitan_config
+
+    return read_torchtitan_config(path)
+
+
 ENGINE = Engine(
     "torchtitan",
     Runs(),
-    Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes),
+    Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes, read=_read),
 )
