@@ -65,6 +65,8 @@ def module_text(tree_root: Path) -> str:
         '"""\n\n'
         "from __future__ import annotations\n\n"
         "from typing import Any\n\n"
+        "#: The release the table is read from (pytorch/torchtitan, 2026-02-15).\n"
+        f"TOML_COMMIT = {COMMIT!r}\n"
         f"TOML_FIELDS: dict[str, Any] = {body}\n"
     )
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The release the table is read from (pytorch/torchtitan, 2026-02-15).
+TOML_COMMIT = 'e347b1e5e'
 TOML_FIELDS: dict[str, Any] = {'job': {'config_file': ('str | None', None),
          'dump_folder': ('str', './outputs'),
          'description': ('str', 'default job'),

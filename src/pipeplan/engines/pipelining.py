@@ -26,7 +26,6 @@ import csv
 import io
 import json
 from collections.abc import Sequence
-from pathlib import Path
 
 from ..errors import InvalidInputError
 from ..plan import Plan
@@ -34,7 +33,7 @@ from ..schedule import Schedule
 from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note, layer_names, stage_fqns
 from .record import Engine, Files, Runs
-from .run_config import RunConfig
+from .pipelining_read import read_torch_export
 
 __all__ = ["torch_split_spec", "torch_split_snippet", "torch_actions", "torch_schedule_csv", "plan_schedule",
            "torch_files", "ENGINE"]
@@ -264,12 +263,5 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
     return torch_files(plan, names, schedule=schedule)
 
 
-def _read(path: Path) -> RunConfig:
-    """The export folder read back (:func:`~pipeplan.engines.pipelining_read.read_torch_export`)."""
-    from .pipelining_read import read_torch_export
-
-    return read_torch_export(path)
-
-
 #: plain torch: any order from the schedule CSV, any data-parallel mode (FSDP2 for fsdp and hsdp); exact.
-ENGINE = Engine("torch", Runs(), Files(targets=("torch",), write=_write, read=_read))
+ENGINE = Engine("torch", Runs(), Files(targets=("torch",), write=_write, read=read_torch_export))

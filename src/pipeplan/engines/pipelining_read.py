@@ -27,7 +27,6 @@ from typing import Any
 
 from ..errors import InvalidInputError
 from ..schedule import Schedule
-from .pipelining import torch_actions
 from .run_config import RunConfig, Setting
 
 __all__ = ["read_schedule_csv", "recognise_schedule", "read_torch_export", "CSV_SCHEDULE"]
@@ -85,7 +84,6 @@ def recognise_schedule(schedule: Schedule) -> str | None:
     stages = len(schedule.placement)
     if stages % ranks:
         return None
-    want = torch_actions(schedule)
     for name in SCHEDULES:
         info = schedule_info(name)
         if info.cost_aware:
@@ -95,7 +93,7 @@ def recognise_schedule(schedule: Schedule) -> str | None:
                                    **info.shape_options(stages // ranks))
         except (InvalidInputError, ValueError, TypeError):
             continue
-        if tuple(built.placement) == tuple(schedule.placement) and torch_actions(built) == want:
+        if tuple(built.placement) == tuple(schedule.placement) and built.orders == schedule.orders:
             return name
     return None
 

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInputError
@@ -60,9 +59,11 @@ from ..schedules.patterns import loop_placement, v_placement
 from ..units import format_figures
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, layer_names, stage_fqns
+from ._torchtitan_fields import TOML_COMMIT
+from ._torchtitan_schedules import TORCH_SCHEDULE_CLASSES, TORCH_SCHEDULE_NAMES, pipeplan_schedule_name
 from .pipelining import plan_schedule, torch_schedule_csv
 from .record import Engine, Files, Runs
-from .run_config import RunConfig
+from .torchtitan_config import read_torchtitan_config
 
 __all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT", "TORCH_SCHEDULE_CLASSES",
            "torchtitan_schedule_name", "pipeplan_schedule_name",
@@ -71,13 +72,7 @@ __all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT", 
 
 TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 TORCHTITAN_RELEASE = "0.3.0"
-TORCHTITAN_TOML_COMMIT = "e347b1e5e"
-#: pipeplan's schedule → torch's class name (the one table; :func:`pipeplan_schedule_name` reads it backwards).
-_TORCH_SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble"}
-#: Every name torch's get_schedule_class takes, case-insensitively (torch/distributed/pipelining/schedules.py,
-#: torch 2.13, get_schedule_class's schedule_map): what torchtitan's pipeline_parallel_schedule may name.
-TORCH_SCHEDULE_CLASSES = ("1F1B", "Interleaved1F1B", "GPipe", "LoopedBFS", "InterleavedZeroBubble",
-                          "PipelineScheduleSingle", "PipelineScheduleMulti", "ZBVZeroBubble", "DualPipeV")
+TORCHTITAN_TOML_COMMIT = TOML_COMMIT
 _CSV = "schedule.csv"
 _GPT_ROLES = frozenset({"embedding", "decoder", "loss"})
 
@@ -91,8 +86,8 @@ def torchtitan_schedule_name(plan: Plan | Sequence[int]) -> tuple[str, bool]:
     for a loop, ``1F1B`` for one stage per rank.
     """
     plan = to_plan(plan)
-    if plan.schedule in _TORCH_SCHEDULE_NAMES:
-        return _TORCH_SCHEDULE_NAMES[plan.schedule], False
+    if plan.schedule in TORCH_SCHEDULE_NAMES:
+        return TORCH_SCHEDULE_NAMES[plan.schedule], False
     if plan.one_stage_per_rank:
         return "1F1B", True
     if plan.placement == loop_placement(plan.pp, plan.num_stages // plan.pp):
@@ -103,20 +98,6 @@ def torchtitan_schedule_name(plan: Plan | Sequence[int]) -> tuple[str, bool]:
         f"torchtitan places stages in a loop or a V; placement {list(plan.placement)} is neither "
         "(use the torch export)"
     )
-
-
-def pipeplan_schedule_name(torch_name: str) -> str | None:
-    """pipeplan's schedule for torch's class ``torch_name`` (case-insensitive, as torch looks it up); ``None``: none.
-
-    Raises:
-        InvalidInputError: a name torch's ``get_schedule_class`` does not take.
-    """
-    known = {name.lower(): name for name in TORCH_SCHEDULE_CLASSES}
-    if torch_name.lower() not in known:
-        raise InvalidInputError(f"pipeline_parallel_schedule {torch_name!r} is no torch schedule (torchtitan takes "
-                                f"{', '.join(TORCH_SCHEDULE_CLASSES)})")
-    ours = {theirs.lower(): mine for mine, theirs in _TORCH_SCHEDULE_NAMES.items()}
-    return ours.get(torch_name.lower())
 
 
 def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8) -> dict[str, Any]:
@@ -512,15 +493,8 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
 #: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode
 #: (ZeRO-1/2 as FSDP that keeps parameters gathered); in its Python releases (0.3.0, HEAD) and its last
 #: TOML release (top-level module paths only).
-def _read(path: Path) -> RunConfig:
-    """A torchtitan config read back (:func:`~pipeplan.engines.torchtitan_config.read_torchtitan_config`)."""
-    from .torchtitan_config import read_torchtitan_config
-
-    return read_torchtitan_config(path)
-
-
 ENGINE = Engine(
     "torchtitan",
     Runs(),
-    Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes, read=_read),
+    Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes, read=read_torchtitan_config),
 )

@@ -42,10 +42,10 @@ from typing import Any
 from ..errors import InvalidInputError
 from ..models.modules import Embedding, LMHead, TransformerStack
 from ..models.spec import ModelSpec
-from ._torchtitan_fields import TOML_FIELDS
+from ._torchtitan_fields import TOML_COMMIT, TOML_FIELDS
+from ._torchtitan_schedules import pipeplan_schedule_name
 from .pipelining_read import CSV_SCHEDULE, read_schedule_csv, recognise_schedule
 from .run_config import RunConfig, Setting
-from .torchtitan import TORCHTITAN_TOML_COMMIT, pipeplan_schedule_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -129,7 +129,7 @@ def llama3_spec(flavour: str, seq_length: int) -> ModelSpec:
                role="loss"),
     )
     return ModelSpec(f"llama3-{flavour}", modules,
-                     f"torchtitan llama3 {flavour} (torchtitan/models/llama3/__init__.py, {TORCHTITAN_TOML_COMMIT})")
+                     f"torchtitan llama3 {flavour} (torchtitan/models/llama3/__init__.py, {TOML_COMMIT})")
 
 
 # ------------------------------------------------------------------ other engines' files
@@ -214,7 +214,7 @@ def _toml_default(key: str, file: str) -> tuple[Any, str]:
     """The TOML release's default for ``section.key``, with a source naming it."""
     section, name = key.split(".", 1)
     default = TOML_FIELDS[section][name][1]
-    return default, (f"torchtitan default ({file} does not set [{section}] {name}; torchtitan {TORCHTITAN_TOML_COMMIT} "
+    return default, (f"torchtitan default ({file} does not set [{section}] {name}; torchtitan {TOML_COMMIT} "
                      "torchtitan/config/job_config.py)")
 
 
