@@ -27,7 +27,9 @@ import pytest
 
 from pipeplan import engines
 from pipeplan.engines._torchtitan_fields import TOML_FIELDS
-from pipeplan.engines.torchtitan_config import llama3_spec, read_torchtitan_config
+from pipeplan.engines._torchtitan_schedules import TORCH_SCHEDULE_CLASSES
+from pipeplan.engines.torchtitan_config import (SINGLE_STAGE_SCHEDULES, _default_parts, llama3_spec,
+                                                read_torchtitan_config)
 from pipeplan.errors import InvalidInputError
 from pipeplan.plan import Plan
 from pipeplan.schedules.patterns import loop_placement, v_placement
@@ -128,6 +130,49 @@ def test_llama3_8b_toml_gives_torchtitans_model_and_its_sources(tmp_path):
 def test_llama3_70b_has_its_published_size():
     # meta-llama/Llama-3.1-70B model.safetensors.index.json: total_size 141,107,412,992 bytes in bf16
     assert llama3_spec("70B", 2048).num_parameters() == 141_107_412_992 // 2
+
+
+@pytest.mark.parametrize("schedule, per_stage, stages", [("Interleaved1F1B", None, 8), ("1F1B", None, 4),
+                                                        ("Interleaved1F1B", 3, 12), ("ZBVZeroBubble", None, 8)])
+def test_a_known_model_without_module_lists_gets_torchtitans_split(schedule, per_stage, stages, tmp_path):
+    per = "" if per_stage is None else f"pipeline_parallel_layers_per_stage = {per_stage}\n"
+    config = read_torchtitan_config(_toml(tmp_path, f'[model]\nflavor = "8B"\n[parallelism]\npipeline_parallel_degree = 4\n'
+                                                    f'pipeline_parallel_schedule = "{schedule}"\n{per}'))
+    split = config.value("layers_per_stage")
+    assert config.value("virtual_stages") == stages // 4 and len(split) == stages
+    assert sum(split) == 32 + 2  # the embedding, 32 decoder layers, the head
+
+
+def test_a_split_torchtitan_refuses_is_refused(tmp_path):
+    with pytest.raises(InvalidInputError, match="pipeline_parallel_layers_per_stage = 5"):
+        # ⌈34 / 5⌉ = 7 stages: not a multiple of 4 ranks
+        read_torchtitan_config(_toml(tmp_path, '[model]\nflavor = "8B"\n[parallelism]\npipeline_parallel_degree = 4\n'
+                                               'pipeline_parallel_schedule = "Interleaved1F1B"\n'
+                                               'pipeline_parallel_layers_per_stage = 5\n'))
+
+
+def test_torch_schedules_pipeplan_lacks_leave_the_schedule_open(tmp_path):
+    config = read_torchtitan_config(_toml(tmp_path, '[parallelism]\npipeline_parallel_degree = 2\n'
+                                                    'pipeline_parallel_schedule = "DualPipeV"\n'))
+    assert config.value("schedule") is None
+    assert any("no schedule for torch's DualPipeV" in note for note in config.notes)
+
+
+def test_head_python_config_in_tokens(tmp_path):
+    path = tmp_path / "head.py"
+    path.write_text(textwrap.dedent("""
+        def cfg():
+            return Trainer.Config(
+                training=TrainingConfig(num_tokens_per_microbatch_per_dp_rank=8192, num_tokens_per_train_step=262144,
+                                        max_context_length=4096),
+                parallelism=ParallelismConfig(pipeline_parallel_degree=2, num_pp_microbatches=8,
+                                              data_parallel_shard_degree=4, tensor_parallel_degree=1),
+                activation_checkpoint=None,
+            )
+    """))
+    config = read_torchtitan_config(path)
+    assert (config.value("micro_batch_size"), config.value("global_batch"), config.value("num_microbatches")) == (2, 64, 8)
+    assert (config.value("seq_length"), config.value("recompute"), config.value("gpus")) == (4096, "none", 8)
 
 
 def test_unknown_model_gives_no_spec_and_says_what_to_give(tmp_path):
@@ -313,6 +358,26 @@ def test_reader_refuses_values_the_toml_releases_tyro_lets_through(text, tmp_pat
     against str), the run fails later; the reader says so now, naming the key."""
     with pytest.raises(InvalidInputError, match="train.toml: "):
         read_torchtitan_config(_toml(tmp_path, text))
+
+
+def test_default_split_and_single_stage_schedules_are_torchtitan_030s():
+    pytest.importorskip("torchtitan", reason="torchtitan is not installed (pip install .[engines])")
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
+    from torchtitan.distributed.pipeline_parallel import _generate_llm_fqn_per_model_part
+
+    single = {name for name in TORCH_SCHEDULE_CLASSES if issubclass(get_schedule_class(name), PipelineScheduleSingle)}
+    assert single == set(SINGLE_STAGE_SCHEDULES)
+    for layers in (2, 6, 32, 80, 126):
+        for stages in (1, 2, 3, 4, 8, 16):
+            for first, last in ((1, 1), (2, 1), (1, 2)):
+                try:
+                    theirs = [["output" if m == "lm_head" else m for m in part]
+                              for part in _generate_llm_fqn_per_model_part(stages, layers, first, last)]
+                except ValueError:
+                    with pytest.raises(InvalidInputError):
+                        _default_parts(stages, layers, first, last)
+                    continue
+                assert _default_parts(stages, layers, first, last) == theirs, (layers, stages, first, last)
 
 
 def test_defaults_the_reader_applies_are_torchtitan_030s():

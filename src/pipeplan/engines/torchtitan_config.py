@@ -52,7 +52,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the tomli backport (a dependency there)
     import tomli as tomllib
 
-__all__ = ["read_torchtitan_config", "llama3_spec", "LLAMA3_FLAVOURS", "PYTHON_FIELDS"]
+__all__ = ["read_torchtitan_config", "llama3_spec", "LLAMA3_FLAVOURS", "PYTHON_FIELDS", "SINGLE_STAGE_SCHEDULES"]
 
 #: torchtitan's llama3 flavours pipeplan builds: (dim, n_layers, n_heads, n_kv_heads, ffn_dim_multiplier,
 #: multiple_of, vocab_size). pytorch/torchtitan e347b1e5e torchtitan/models/llama3/__init__.py (llama3_args)
@@ -80,6 +80,9 @@ PYTHON_FIELDS: dict[str, frozenset[str]] = {
         "local_batch_size", "max_context_length", "max_norm", "mixed_precision_param", "mixed_precision_reduce",
         "num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step", "seq_len", "steps"}),
 }
+#: The torch schedules that run one stage per rank (subclasses of PipelineScheduleSingle,
+#: torch/distributed/pipelining/schedules.py, torch 2.13); torchtitan gives the others two stages per rank.
+SINGLE_STAGE_SCHEDULES = ("1F1B", "GPipe", "PipelineScheduleSingle")
 _CONFIG_CLASSES = {"ParallelismConfig": "parallelism", "TrainingConfig": "training"}
 _PRECISION = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 #: The keys whose values become fields; every other key a file sets is listed as ignored.
@@ -134,7 +137,7 @@ def llama3_spec(flavour: str, seq_length: int) -> ModelSpec:
 
 # ------------------------------------------------------------------ other engines' files
 def _refuse_other_engine(path: Path, text: str) -> None:
-    """One line for a DeepSpeed JSON or a Megatron-LM line given as a torchtitan config."""
+    """One line for a DeepSpeed JSON given as a torchtitan config."""
     stripped = text.lstrip()
     if stripped.startswith("{"):
         try:
@@ -143,6 +146,9 @@ def _refuse_other_engine(path: Path, text: str) -> None:
             pass
         else:
             raise InvalidInputError(f"{path} is JSON, like a DeepSpeed ds_config.json: give it with --deepspeed-config")
+
+def _refuse_megatron(path: Path, text: str) -> None:
+    """One line for a Megatron-LM launch line (asked of a file that is neither TOML nor Python)."""
     if any(flag in text for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                                      "--num-layers", "pretrain_gpt")):
         raise InvalidInputError(f"{path} looks like a Megatron-LM command line: give it with --megatron-args")
@@ -394,9 +400,8 @@ class _Reader:
                 self.set("layers_per_stage", tuple(counts), source)
             else:
                 self.set("layers_per_stage", tuple(_layers_in(part) for part in parts[0]), parts[1])
-        elif (per_stage := self.get("parallelism.pipeline_parallel_layers_per_stage")) and per_stage[0] is not None:
-            self.notes.append(f"{per_stage[1]}: pipeplan does not rebuild torchtitan's split by layers per stage; "
-                              "layers per stage left to the engine's own split")
+        else:
+            self._default_split(pp, name)
         if csv is not None and csv[0]:
             self._schedule_csv(csv)
         elif name is not None:
@@ -407,6 +412,49 @@ class _Reader:
                 self.set("schedule", ours, name[1])
                 if ours == "zb-v" and "virtual_stages" not in self.settings:
                     self.set("virtual_stages", 2, name[1])
+
+    def _default_split(self, pp: int, name: tuple[Any, str] | None) -> None:
+        """torchtitan's own stages where the file lists no modules: how many, and (a known model) their layers.
+
+        torchtitan e347b1e5e torchtitan/distributed/pipeline_parallel.py (pipeline_llm): with
+        ``pipeline_parallel_layers_per_stage`` K, ⌈(layers + first-stage weight + last-stage weight) / K⌉
+        stages; without it, one stage per rank for a single-stage schedule (1F1B, GPipe), two for the
+        others; the stages' layers as ``generate_llm_fqn_per_model_part`` deals them.
+        """
+        schedule = name[0] if name is not None else "1F1B"
+        single = schedule.lower() in {name.lower() for name in SINGLE_STAGE_SCHEDULES}
+        per_stage = self.get("parallelism.pipeline_parallel_layers_per_stage")
+        first = self.get("parallelism.pipeline_parallel_first_stage_less_layers") or (1, "")
+        last = self.get("parallelism.pipeline_parallel_last_stage_less_layers") or (1, "")
+        layers = self._decoder_layers()
+        if per_stage is not None and per_stage[0] is not None:
+            if layers is None:
+                self.notes.append(f"{per_stage[1]}: the stages it makes depend on the model's layers: layers per "
+                                  "stage left open (give --preset or --spec)")
+                return
+            stages = math.ceil((layers + first[0] + last[0]) / per_stage[0])
+            if stages % pp or (single and stages != pp) or (not single and stages < 2 * pp):
+                raise InvalidInputError(f"{per_stage[1]}: makes {stages} stages of the model's {layers} layers, "
+                                        f"which {schedule} cannot place on {pp} ranks (torchtitan refuses it)")
+            source = per_stage[1]
+        else:
+            stages = pp * (1 if single else 2)
+            source = (f"torchtitan's default for {schedule} ({'one stage' if single else 'two stages'} per rank; "
+                      "the file sets no module_fqns_per_model_part)")
+        self.set("virtual_stages", stages // pp, source)
+        if layers is not None:
+            parts = _default_parts(stages, layers, first[0], last[0])
+            self.set("layers_per_stage", tuple(_layers_in(part) for part in parts),
+                     f"torchtitan's split of the model's {layers} layers into {stages} stages "
+                     "(generate_llm_fqn_per_model_part)")
+
+    def _decoder_layers(self) -> int | None:
+        """The decoder layers of the model the file names, where pipeplan knows it."""
+        name, flavour = self.get("model.name"), self.get("model.flavor")
+        if self.toml and not self._pipeplan_toml and name is not None and flavour is not None \
+                and name[0] == "llama3" and flavour[0] in LLAMA3_FLAVOURS:
+            return LLAMA3_FLAVOURS[flavour[0]][1]
+        return None
 
     def _schedule_csv(self, csv: tuple[Any, str]) -> None:
         where = Path(csv[0]) if Path(csv[0]).is_absolute() else self.path.parent / csv[0]
@@ -524,6 +572,32 @@ class _Reader:
     _pipeplan_toml = False
 
 
+def _default_parts(stages: int, layers: int, first: int, last: int) -> list[list[str]]:
+    """torchtitan's module lists for ``stages`` stages of a decoder of ``layers`` layers.
+
+    The rule of torchtitan e347b1e5e ``generate_llm_fqn_per_model_part`` (distributed/pipeline_parallel.py):
+    the embedding counts as ``first`` layers and ``norm`` + ``output`` as ``last``; the total is dealt
+    evenly, the first stages one more where it does not divide.
+
+    Raises:
+        InvalidInputError: where torchtitan refuses the split (an empty stage, a weight above a stage's share).
+    """
+    if stages == 1:
+        return [["tok_embeddings", *(f"layers.{i}" for i in range(layers)), "norm", "output"]]
+    base, extra = divmod(layers + first + last, stages)
+    if base == 0 or first > base or last > base:
+        raise InvalidInputError(f"torchtitan cannot split {layers} layers (+{first} +{last}) into {stages} stages")
+    parts: list[list[str]] = []
+    current = 0
+    for stage in range(stages):
+        share = base + (stage < extra) - (first if stage == 0 else last if stage == stages - 1 else 0)
+        taken = [f"layers.{i}" for i in range(current, min(layers, current + share))]
+        current += len(taken)
+        parts.append((["tok_embeddings"] if stage == 0 else []) + taken +
+                     (["norm", "output"] if stage == stages - 1 else []))
+    return parts
+
+
 def _layers_in(part: list[str]) -> int:
     """pipeplan's layers in one model part: one per module path, torchtitan's final ``norm`` counted with the head."""
     heads = {"output", "lm_head"}
@@ -562,12 +636,14 @@ def read_torchtitan_config(path: Path | str) -> RunConfig:
         try:
             tree = ast.parse(text, filename=str(file))
         except SyntaxError as error:
+            _refuse_megatron(file, text)
             raise InvalidInputError(f"{file}: not Python ({error.msg}, line {error.lineno})") from None
         reader = _Reader(file, _python_values(file, tree, unread), toml=False)
     else:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
+            _refuse_megatron(file, text)
             raise InvalidInputError(f"{file}: not TOML ({error})") from None
         reader = _Reader(file, _toml_values(file, data, TOML_FIELDS), toml=True)
         reader._pipeplan_toml = text.startswith("# pipeplan:")
