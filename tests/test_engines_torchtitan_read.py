@@ -28,8 +28,8 @@ import pytest
 from pipeplan import engines
 from pipeplan.engines._torchtitan_fields import TOML_FIELDS
 from pipeplan.engines._torchtitan_schedules import TORCH_SCHEDULE_CLASSES
-from pipeplan.engines.torchtitan_config import (SINGLE_STAGE_SCHEDULES, _default_parts, llama3_spec,
-                                                read_torchtitan_config)
+from pipeplan.engines.torchtitan_config import (SINGLE_STAGE_SCHEDULES, llama3_spec, read_torchtitan_config,
+                                                torchtitan_default_parts)
 from pipeplan.errors import InvalidInputError
 from pipeplan.plan import Plan
 from pipeplan.schedules.patterns import loop_placement, v_placement
@@ -229,6 +229,9 @@ def test_python_config_reads_literal_keywords_and_names_the_rest(tmp_path):
     assert (config.value("tp"), config.value("recompute"), config.value("seq_length")) == (4, "full", 4096)
     assert config.value("pp") is None
     assert any("pipeline_parallel_degree" in note and "no literal" in note for note in config.notes)
+    path.write_text("c = ParallelismConfig(tensor_parallel_degree='2')\n")
+    with pytest.raises(InvalidInputError, match="tensor_parallel_degree.* is not int"):
+        read_torchtitan_config(path)
     path.write_text("c = ParallelismConfig(tensor_parallel_degre=2)\n")
     with pytest.raises(InvalidInputError, match="has no field 'tensor_parallel_degre'"):
         read_torchtitan_config(path)
@@ -375,9 +378,9 @@ def test_default_split_and_single_stage_schedules_are_torchtitan_030s():
                               for part in _generate_llm_fqn_per_model_part(stages, layers, first, last)]
                 except ValueError:
                     with pytest.raises(InvalidInputError):
-                        _default_parts(stages, layers, first, last)
+                        torchtitan_default_parts(stages, layers, first, last)
                     continue
-                assert _default_parts(stages, layers, first, last) == theirs, (layers, stages, first, last)
+                assert torchtitan_default_parts(stages, layers, first, last) == theirs, (layers, stages, first, last)
 
 
 def test_defaults_the_reader_applies_are_torchtitan_030s():

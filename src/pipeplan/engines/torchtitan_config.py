@@ -52,7 +52,8 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the tomli backport (a dependency there)
     import tomli as tomllib
 
-__all__ = ["read_torchtitan_config", "llama3_spec", "LLAMA3_FLAVOURS", "PYTHON_FIELDS", "SINGLE_STAGE_SCHEDULES"]
+__all__ = ["read_torchtitan_config", "llama3_spec", "LLAMA3_FLAVOURS", "PYTHON_FIELDS", "SINGLE_STAGE_SCHEDULES",
+           "torchtitan_default_parts"]
 
 #: torchtitan's llama3 flavours pipeplan builds: (dim, n_layers, n_heads, n_kv_heads, ffn_dim_multiplier,
 #: multiple_of, vocab_size). pytorch/torchtitan e347b1e5e torchtitan/models/llama3/__init__.py (llama3_args)
@@ -83,6 +84,9 @@ PYTHON_FIELDS: dict[str, frozenset[str]] = {
 #: The torch schedules that run one stage per rank (subclasses of PipelineScheduleSingle,
 #: torch/distributed/pipelining/schedules.py, torch 2.13); torchtitan gives the others two stages per rank.
 SINGLE_STAGE_SCHEDULES = ("1F1B", "GPipe", "PipelineScheduleSingle")
+#: The HEAD fields the reader reads that the TOML release does not have, all integers.
+_PYTHON_INTS = frozenset({"num_pp_microbatches", "max_context_length", "num_tokens_per_microbatch_per_dp_rank",
+                          "num_tokens_per_train_step"})
 _CONFIG_CLASSES = {"ParallelismConfig": "parallelism", "TrainingConfig": "training"}
 _PRECISION = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 #: The keys whose values become fields; every other key a file sets is listed as ignored.
@@ -272,6 +276,10 @@ def _python_values(path: Path, tree: ast.Module, unread: list[str]) -> Values:
         if not ok:
             unread.append(f"{shown} = {ast.unparse(node)} (line {node.lineno}) is no literal: not read")
             return
+        annotation = TOML_FIELDS.get(section, {}).get(field_name)
+        expected = annotation[0] if isinstance(annotation, tuple) else "int" if field_name in _PYTHON_INTS else None
+        if expected is not None and not _type_ok(expected, value):
+            raise InvalidInputError(f"{name} line {node.lineno}: {shown} = {ast.unparse(node)} is not {expected}")
         values[key] = (value, f"{name}: {shown} = {ast.unparse(node)}")
 
     if isinstance(literals.get("PARALLELISM"), ast.Dict):  # pipeplan's own export
@@ -316,8 +324,8 @@ def _python_values(path: Path, tree: ast.Module, unread: list[str]) -> Values:
 class _Reader:
     """Turns ``section.key`` values (and, for TOML, the release's defaults) into a RunConfig."""
 
-    def __init__(self, path: Path, values: Values, *, toml: bool) -> None:
-        self.path, self.values, self.toml = path, values, toml
+    def __init__(self, path: Path, values: Values, *, toml: bool, pipeplan_toml: bool = False) -> None:
+        self.path, self.values, self.toml, self._pipeplan_toml = path, values, toml, pipeplan_toml
         self.settings: dict[str, Setting] = {}
         self.notes: list[str] = []
 
@@ -443,7 +451,7 @@ class _Reader:
                       "the file sets no module_fqns_per_model_part)")
         self.set("virtual_stages", stages // pp, source)
         if layers is not None:
-            parts = _default_parts(stages, layers, first[0], last[0])
+            parts = torchtitan_default_parts(stages, layers, first[0], last[0])
             self.set("layers_per_stage", tuple(_layers_in(part) for part in parts),
                      f"torchtitan's split of the model's {layers} layers into {stages} stages "
                      "(generate_llm_fqn_per_model_part)")
@@ -569,10 +577,8 @@ class _Reader:
         seq = self.settings["seq_length"].value if "seq_length" in self.settings else 2048
         return llama3_spec(flavour[0], seq), f"{name[1]}; {flavour[1]}"
 
-    _pipeplan_toml = False
 
-
-def _default_parts(stages: int, layers: int, first: int, last: int) -> list[list[str]]:
+def torchtitan_default_parts(stages: int, layers: int, first: int, last: int) -> list[list[str]]:
     """torchtitan's module lists for ``stages`` stages of a decoder of ``layers`` layers.
 
     The rule of torchtitan e347b1e5e ``generate_llm_fqn_per_model_part`` (distributed/pipeline_parallel.py):
@@ -645,8 +651,8 @@ def read_torchtitan_config(path: Path | str) -> RunConfig:
         except tomllib.TOMLDecodeError as error:
             _refuse_megatron(file, text)
             raise InvalidInputError(f"{file}: not TOML ({error})") from None
-        reader = _Reader(file, _toml_values(file, data, TOML_FIELDS), toml=True)
-        reader._pipeplan_toml = text.startswith("# pipeplan:")
+        reader = _Reader(file, _toml_values(file, data, TOML_FIELDS), toml=True,
+                         pipeplan_toml=text.startswith("# pipeplan:"))
     reader.notes.extend(unread)
     config = reader.read()
     if given != file:
