@@ -265,6 +265,11 @@ CASES = {
     "schedule torch lacks": ('[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "ZB2P"\n',
                              ["--parallelism.pipeline_parallel_degree", "2",
                               "--parallelism.pipeline_parallel_schedule", "ZB2P"]),
+    "schedule torch lacks beside a CSV": ('[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "ZB2P"\n'
+                                          'pipeline_parallel_schedule_csv = "order.csv"\n',
+                                          ["--parallelism.pipeline_parallel_degree", "2",
+                                           "--parallelism.pipeline_parallel_schedule", "ZB2P",
+                                           "--parallelism.pipeline_parallel_schedule_csv", "order.csv"]),
     "any schedule name without a pipeline": ('[parallelism]\npipeline_parallel_schedule = "ZB2P"\n',
                                              ["--parallelism.pipeline_parallel_schedule", "ZB2P"]),
 }

@@ -398,6 +398,7 @@ class _Reader:
         parts = self.get("parallelism.module_fqns_per_model_part")
         name = self.get("parallelism.pipeline_parallel_schedule")
         csv = self.get("parallelism.pipeline_parallel_schedule_csv")
+        ours = None if name is None else pipeplan_schedule_name(name[0])  # refuses a name torch lacks, CSV or not
         if parts is not None and parts[0]:
             stages = len(parts[0])
             if stages % pp:
@@ -408,12 +409,14 @@ class _Reader:
                 self.set("layers_per_stage", tuple(counts), source)
             else:
                 self.set("layers_per_stage", tuple(_layers_in(part) for part in parts[0]), parts[1])
+                if self._decoder_layers() is None and not self._pipeplan_toml:
+                    self.notes.append("layers per stage counted as one pipeplan layer per module path (norm with "
+                                      "the output head): check them against your model's layers")
         else:
             self._default_split(pp, name)
         if csv is not None and csv[0]:
             self._schedule_csv(csv)
         elif name is not None:
-            ours = pipeplan_schedule_name(name[0])
             if ours is None:
                 self.notes.append(f"{name[1]}: pipeplan has no schedule for torch's {name[0]}: give --schedule")
             else:
