@@ -205,6 +205,8 @@ def test_refusals_are_one_line_naming_the_key(payload, words, tmp_path):
      "--torchtitan-config"),
     ("args.txt", "--num-layers 24 --hidden-size 2048 --micro-batch-size 2\n", "--megatron-args"),
     ("spec.json", json.dumps({"name": "m", "modules": [{"kind": "embedding"}]}), "--spec"),
+    ("torchtitan_config.py", "from torchtitan.trainer import Trainer\n\ndef pipeplan_config():\n    "
+     "return Trainer.Config()\n", "--torchtitan-config"),
 ])
 def test_another_engines_file_is_named_with_the_option_that_takes_it(name, text, option, tmp_path):
     with pytest.raises(InvalidInputError) as error:

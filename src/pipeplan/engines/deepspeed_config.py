@@ -14,12 +14,13 @@ What it accepts and refuses is what DeepSpeed 0.19.8's own config classes accept
 refuse (``deepspeed/runtime/config.py`` ``DeepSpeedConfig``, the pydantic models of
 ``deepspeed/runtime/zero/config.py``, ``zero/offload_config.py`` and
 ``precision_config.py``, which forbid unknown keys); tests/test_engines_deepspeed_read.py
-checks it against the installed DeepSpeed. Two differences, on purpose: ``"auto"``
+checks it against the installed DeepSpeed. Three differences, on purpose: ``"auto"``
 values (the Hugging Face Trainer fills them in before DeepSpeed reads the file) leave
-their field open with a note, and without the world size the batch keys are kept as
+their field open with a note; without the world size the batch keys are kept as
 given (DeepSpeed's rule ``train_batch_size = train_micro_batch_size_per_gpu ×
 gradient_accumulation_steps × data-parallel size`` derives a missing one from the
-data-parallel size, which the check supplies).
+data-parallel size, which the check supplies); and the file must be plain JSON
+(DeepSpeed parses it with hjson, which also takes comments).
 """
 
 from __future__ import annotations
@@ -485,6 +486,8 @@ def _other_kind(text: str) -> str:
         shown = ", ".join(f"[{table}]" for table in dict.fromkeys(tables))
         return (f"looks like a TOML config ({shown}), not a DeepSpeed ds_config.json: a torchtitan config "
                 "goes to --torchtitan-config")
+    if "torchtitan" in text or "Trainer.Config" in text:
+        return "looks like a torchtitan config, not a DeepSpeed ds_config.json: give it to --torchtitan-config"
     flags = ("--num-layers", "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size",
              "--global-batch-size", "--hidden-size")
     if any(flag in text for flag in flags):
