@@ -47,6 +47,7 @@ from ..schedule import Schedule
 from ..schedules.patterns import loop_placement
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, Role, layer_names, layer_names_in_reference
+from .megatron_args import read_megatron_args
 from .record import Engine, Files, Knob, Knobs, Runs
 
 __all__ = [
@@ -329,6 +330,7 @@ ENGINE = Engine(
     "megatron",
     Runs(schedules=MEGATRON_SCHEDULES, dp_modes_with_pipeline=tuple(_DP_FLAGS),
          dp_modes_without_pipeline=tuple(_DP_FLAGS), model=megatron_model_refusal),
-    Files(targets=("megatron",), write=_write, notes=megatron_notes, instead=megatron_instead, paths=False),
+    Files(targets=("megatron",), write=_write, notes=megatron_notes, instead=megatron_instead, paths=False,
+          read=read_megatron_args),
     knobs=MEGATRON_KNOBS,
 )
