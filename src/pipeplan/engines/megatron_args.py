@@ -120,17 +120,18 @@ MODEL_FLAGS: Mapping[str, str] = {
 }
 
 #: Flags of what pipeplan does not plan: refused when set to anything but Megatron-LM's default
-#: (flag → (its default, what pipeplan lacks)).
+#: (flag → (its default, ``""``: none; why it is refused)).
 REFUSED_FLAGS: Mapping[str, tuple[str, str]] = {
-    "--context-parallel-size": ("1", "context parallelism"),
-    "--expert-model-parallel-size": ("1", "expert parallelism"),
-    "--num-experts": ("", "mixture-of-experts layers"),
-    "--use-torch-fsdp2": ("", "Megatron-LM's FSDP (plan it with --dp-mode fsdp)"),
-    "--use-megatron-fsdp": ("", "Megatron-LM's FSDP (plan it with --dp-mode fsdp)"),
-    "--hybrid-layer-pattern": ("", "hybrid (Mamba) layers"),
-    "--mtp-num-layers": ("", "multi-token prediction layers"),
-    "--multi-latent-attention": ("", "multi-latent attention"),
-    "--encoder-num-layers": ("", "encoder-decoder models"),
+    "--context-parallel-size": ("1", "pipeplan does not plan context parallelism yet"),
+    "--expert-model-parallel-size": ("1", "pipeplan does not plan expert parallelism yet"),
+    "--num-experts": ("", "pipeplan does not plan mixture-of-experts layers yet"),
+    "--use-torch-fsdp2": ("", "pipeplan does not read Megatron-LM's FSDP yet (plan it with --dp-mode fsdp)"),
+    "--use-megatron-fsdp": ("", "pipeplan does not read Megatron-LM's FSDP yet (plan it with --dp-mode fsdp)"),
+    "--hybrid-layer-pattern": ("", "pipeplan does not plan hybrid (Mamba) layers yet"),
+    "--mtp-num-layers": ("", "pipeplan does not plan multi-token prediction layers yet"),
+    "--multi-latent-attention": ("", "pipeplan does not plan multi-latent attention yet"),
+    "--encoder-num-layers": ("", "pipeplan does not plan encoder-decoder models yet"),
+    "--decoder-num-layers": ("", "pipeplan reads a GPT's layer count from --num-layers; give that instead"),
 }
 
 #: Older spellings Megatron-LM no longer has → what replaced them (read as the new one).
@@ -146,11 +147,11 @@ IGNORED_FLAGS: tuple[str, ...] = (
     # logging and profiling
     "--log-interval", "--log-params-norm", "--log-num-zeros-in-grad", "--log-throughput", "--log-timers-to-tensorboard",
     "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard", "--log-world-size-to-tensorboard",
-    "--log-loss-scale-to-tensorboard", "--log-batch-size-to-tensorboard", "--log-learning-rate-to-tensorboard",
+    "--no-log-loss-scale-to-tensorboard",
     "--log-progress", "--timing-log-level", "--timing-log-option", "--tensorboard-dir", "--tensorboard-log-interval",
     "--tensorboard-queue-size", "--wandb-project", "--wandb-exp-name", "--wandb-save-dir", "--profile",
     "--profile-step-start", "--profile-step-end", "--profile-ranks", "--use-pytorch-profiler", "--record-memory-history",
-    "--no-barrier-with-level-1-timing", "--barrier-with-L1-time", "--logging-level",
+    "--no-barrier-with-level-1-timing", "--logging-level",
     # checkpoints
     "--save", "--load", "--save-interval", "--no-save-optim", "--no-save-rng", "--no-load-optim", "--no-load-rng",
     "--finetune", "--pretrained-checkpoint", "--ckpt-format", "--ckpt-step", "--ckpt-fully-parallel-load",
@@ -169,7 +170,8 @@ IGNORED_FLAGS: tuple[str, ...] = (
     # learning-rate schedule
     "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-decay-samples", "--lr-warmup-fraction",
     "--lr-warmup-iters", "--lr-warmup-samples", "--lr-warmup-init", "--lr-wsd-decay-style", "--lr-wsd-decay-iters",
-    "--lr-wsd-decay-samples", "--override-opt_param-scheduler", "--use-checkpoint-opt_param-scheduler",
+    "--lr-wsd-decay-samples", "--override-opt-param-scheduler", "--use-checkpoint-opt-param-scheduler",
+    "--override-opt_param-scheduler", "--use-checkpoint-opt_param-scheduler",
     "--start-weight-decay", "--end-weight-decay", "--weight-decay-incr-style",
     # optimizer hyper-parameters and loss scaling
     "--optimizer", "--adam-beta1", "--adam-beta2", "--adam-eps", "--sgd-momentum", "--weight-decay", "--clip-grad",
@@ -181,22 +183,22 @@ IGNORED_FLAGS: tuple[str, ...] = (
     # model details pipeplan does not price (rope parameters, activations, norms' epsilon)
     "--rotary-base", "--rotary-percent", "--rotary-seq-len-interpolation-factor", "--norm-epsilon",
     "--apply-layernorm-1p", "--apply-residual-connection-post-layernorm", "--openai-gelu", "--squared-relu",
-    "--qk-layernorm", "--use-mcore-models", "--use-legacy-models", "--spec", "--add-qkv-bias",
+    "--qk-layernorm", "--use-mcore-models", "--spec", "--add-qkv-bias",
     # kernels and fusions
     "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion",
     "--no-gradient-accumulation-fusion", "--no-persist-layer-norm", "--no-rope-fusion", "--cross-entropy-loss-fusion",
-    "--cross-entropy-fusion-impl", "--use-fused-weighted-squared-relu", "--no-async-tensor-model-parallel-allreduce",
+    "--cross-entropy-fusion-impl", "--use-fused-weighted-squared-relu",
     # distributed setup and communication details
     "--distributed-backend", "--distributed-timeout-minutes", "--local-rank", "--ddp-bucket-size",
     "--ddp-average-in-collective", "--no-align-grad-reduce", "--no-align-param-gather", "--no-overlap-p2p-communication",
-    "--overlap-p2p-communication-warmup-flush", "--align-param-gather", "--grad-reduce-in-bf16",
-    "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--tp-comm-overlap-cfg",
+    "--overlap-p2p-communication-warmup-flush", "--grad-reduce-in-bf16", "--no-check-for-nan-in-loss-and-grad", "--tp-comm-overlap-cfg",
     "--no-tp-comm-overlap-ag", "--no-tp-comm-overlap-rs", "--disable-tp-comm-overlap-ag", "--disable-tp-comm-overlap-rs",
     "--tp-comm-overlap-rs-dgrad", "--no-tp-comm-bulk-dgrad", "--no-tp-comm-bulk-wgrad", "--no-tp-comm-split-ag",
     "--no-tp-comm-split-rs", "--use-cpu-initialization", "--empty-unused-memory-level", "--manual-gc",
     "--manual-gc-interval", "--deterministic-mode", "--calculate-per-token-loss", "--defer-embedding-wgrad-compute",
     "--overlap-param-gather-with-optimizer-step", "--use-ring-exchange-p2p", "--fp8-format", "--fp8-recipe",
-    "--fp8-param-gather", "--fp8-amax-history-len", "--fp8-amax-compute-algo",
+    "--fp8-param-gather", "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp4-format", "--fp4-recipe",
+    "--fp4-param-gather", "--persistent-save-interval",
 )
 
 #: Launcher options that give the world size: (ranks per node, nodes) spellings.
@@ -287,6 +289,38 @@ def _command_word(token: str, variables: Mapping[str, list[str]]) -> list[str]:
     return _expand(token, variables, quote_literals=True) if "$" in token or "`" in token else [token]
 
 
+def _strip_comments(text: str) -> str:
+    """``text`` without its comments: an unquoted ``#`` that starts a word, to the end of its line.
+
+    (:mod:`shlex` would read an apostrophe in a comment, ``# don't``, as an open quote.)
+    """
+    out: list[str] = []
+    quote = ""
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if quote:
+            if char == "\\" and quote == '"' and index + 1 < len(text):
+                out += text[index:index + 2]
+                index += 2
+                continue
+            if char == quote:
+                quote = ""
+        elif char == "\\" and index + 1 < len(text):
+            out += text[index:index + 2]
+            index += 2
+            continue
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (index == 0 or text[index - 1] in " \t\n;&|("):
+            end = text.find("\n", index)
+            index = len(text) if end < 0 else end
+            continue
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
 _ASSIGNMENT = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<plus>\+?)=(?P<value>.*)$", re.S)
 _KEYWORDS = ("export", "local", "declare", "readonly", "exec", "then", "else", "do", "time", "nohup")
 
@@ -294,7 +328,7 @@ _KEYWORDS = ("export", "local", "declare", "readonly", "exec", "then", "else", "
 def _parse_script(text: str, name: str) -> _Script:
     """Split ``text`` into commands (words, variables expanded) and assignments. Raises on unbalanced quotes."""
     script = _Script(name, pipeplan_export="# pipeplan: Megatron-LM flags" in text)
-    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
+    text = _strip_comments(text.replace("\\\r\n", " ").replace("\\\n", " "))
     try:
         tokens = list(_lexer(text))
     except ValueError as error:
@@ -302,7 +336,7 @@ def _parse_script(text: str, name: str) -> _Script:
     command: list[str] = []
     array: tuple[str, bool] | None = None  # (name, +=) while inside NAME=( ... )
     elements: list[str] = []
-    comment = redirect = False
+    redirect = False
     substitution = 0  # depth inside an unquoted $( ... )
     for token in tokens:
         punctuation = bool(token) and set(token) <= _PUNCTUATION
@@ -313,10 +347,6 @@ def _parse_script(text: str, name: str) -> _Script:
                 continue
             substitution = 0
             continue
-        if comment:
-            if not (punctuation and "\n" in token):
-                continue
-            comment = False
         if punctuation:
             for position, char in enumerate(token):
                 if char == "(" and command and command[-1].endswith("$"):
@@ -339,9 +369,6 @@ def _parse_script(text: str, name: str) -> _Script:
                 elif char in "\n;|&" and array is None:
                     _finish(script, command)
                     command = []
-            continue
-        if token.startswith("#"):
-            comment = True
             continue
         if redirect:
             redirect = False
@@ -510,7 +537,7 @@ def _collect(args: Sequence[str], path: str) -> _Flags:
         elif name in REFUSED_FLAGS:
             default, what = REFUSED_FLAGS[name]
             if not (default and values == [default]):
-                raise InvalidInputError(f"{name} {' '.join(values)}: pipeplan does not plan {what} yet")
+                raise InvalidInputError(f"{' '.join([name] + values)}: {what}")
             flags.ignored.append(" ".join([name] + values))
         elif name in IGNORED_FLAGS:
             flags.ignored.append(" ".join([name] + [v.lstrip(_UNASSIGNED) for v in values]))
@@ -704,7 +731,7 @@ def _first_last(flags: _Flags, layers: int, pp: int) -> list[int]:
 
 # ---------------------------------------------------------------------------------------------- the knobs
 def _knobs(flags: _Flags, tp: int, settings: dict[str, Setting]) -> None:
-    path = flags.path
+    """dp_mode, grad_sync, recompute, sequence_parallel, tp_comm_overlap, precision and seq_length."""
     distributed = "--use-distributed-optimizer"
     settings["dp_mode"] = (Setting("zero1", flags.source(distributed)) if flags.given(distributed) else
                            Setting("ddp", flags.default(distributed, "(DDP: optimizer state on every rank)")))
@@ -727,11 +754,10 @@ def _knobs(flags: _Flags, tp: int, settings: dict[str, Setting]) -> None:
     else:
         settings["sequence_parallel"] = Setting("off", flags.default(sequence))
     overlap_tp = "--tp-comm-overlap"
-    if flags.given(overlap_tp) and tp == 1:
-        settings["tp_comm_overlap"] = Setting("backward", f"{flags.source(overlap_tp)} (no tensor parallelism at tp 1)")
-    elif flags.given(overlap_tp):
-        if settings["sequence_parallel"].value != "on":  # validate_args: tp-comm-overlap needs sequence parallelism
-            raise InvalidInputError("--tp-comm-overlap needs --sequence-parallel (Megatron-LM refuses it)")
+    if flags.given(overlap_tp):
+        if settings["sequence_parallel"].value != "on":  # validate_args, after turning it off at tp 1
+            raise InvalidInputError("--tp-comm-overlap needs --sequence-parallel with --tensor-model-parallel-size "
+                                    "> 1 (Megatron-LM refuses it)")
         settings["tp_comm_overlap"] = Setting("on", flags.source(overlap_tp))
     else:
         settings["tp_comm_overlap"] = Setting("backward", flags.default(
@@ -745,7 +771,10 @@ def _knobs(flags: _Flags, tp: int, settings: dict[str, Setting]) -> None:
         settings["precision"] = Setting("fp32", flags.default("--bf16 or --fp16", "(fp32)"))
     if flags.given("--seq-length"):
         settings["seq_length"] = Setting(flags.integer("--seq-length"), flags.source("--seq-length"))
-    del path
+    low = [entry.split()[0] for entry in flags.ignored if entry.startswith(("--fp8-format", "--fp4-format"))]
+    if low:
+        flags.notes.append(f"{' '.join(low)}: priced at {settings['precision'].value} (pipeplan does not price "
+                           "FP8/FP4 matrix multiplies)")
 
 
 def _recompute(flags: _Flags) -> Setting:
@@ -764,6 +793,8 @@ def _recompute(flags: _Flags) -> Setting:
             flags.notes.append(f"{method}/{count} without {granularity} do nothing in Megatron-LM")
         return Setting("none", flags.default(granularity, "(no recompute)"))
     if mode == "selective":
+        if flags.given(method) or flags.given(count):  # validate_args and TransformerConfig refuse them
+            raise InvalidInputError(f"{granularity} selective takes no {method} or {count} (Megatron-LM refuses it)")
         listed = flags.values.get(modules, ["core_attn"])
         if listed != ["core_attn"]:
             flags.notes.append(f"{modules} {' '.join(listed)}: pipeplan prices selective recompute as the attention "
@@ -772,9 +803,10 @@ def _recompute(flags: _Flags) -> Setting:
     how = flags.one(method) if flags.given(method) else ""
     if how and how not in _RECOMPUTE_METHOD:
         raise InvalidInputError(f"{method} must be one of {', '.join(_RECOMPUTE_METHOD)}, got {how!r}")
-    if not how:
-        raise InvalidInputError(f"{granularity} full needs {method} uniform or block (Megatron-LM refuses it)")
-    layers = flags.integer(count) if flags.given(count) else 1
+    if not how or not flags.given(count):  # TransformerConfig.__post_init__ refuses full without them
+        raise InvalidInputError(f"{granularity} full needs {method} uniform or block and {count} "
+                                "(Megatron-LM refuses it)")
+    layers = flags.integer(count)
     if how == "block":
         flags.notes.append(f"{method} block {count} {layers}: Megatron-LM recomputes the first {layers} layers of "
                            "each stage only; pipeplan prices full recompute of every layer (it cannot price a "
