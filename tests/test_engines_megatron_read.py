@@ -382,3 +382,68 @@ def test_the_flag_lists_are_in_megatron_sources():
     missing = [flag for flag in sorted(listed) if not _in_megatron_sources(flag, texts)]
     assert missing == [], f"not in {', '.join(paths)} (give the config files of _MEGATRON_SOURCES too)"
     assert not [flag for flag in RETIRED_FLAGS if any(f"'{flag}'" in text for text in texts)]
+
+
+#: splits users write that the export does not: (flags, pipeline size)
+_USER_SPLITS = {
+    "virtual stages per rank": ("--num-layers 24 --num-virtual-stages-per-pipeline-rank 3", 4),
+    "virtual stages, both counted": ("--num-layers 22 --num-virtual-stages-per-pipeline-rank 2 "
+                                     "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split", 4),
+    "embedding counted only": ("--num-layers 23 --account-for-embedding-in-pipeline-split", 4),
+    "first rank only": ("--num-layers 20 --decoder-first-pipeline-num-layers 4", 3),
+    "last rank only": ("--num-layers 20 --decoder-last-pipeline-num-layers 2", 4),
+    "layout with repeats": ("--num-layers 8 --pipeline-model-parallel-layout 'E|(tt|)*3,tt|L'", 3),
+}
+
+
+@pytest.mark.parametrize("case", list(_USER_SPLITS))
+def test_megatron_core_builds_the_split_the_reader_reads(case, tmp_path):
+    """Megatron-Core's own split (TransformerConfig, get_num_layers_to_build per rank and virtual stage) of a
+    line the export does not write is the reader's, less the embedding on stage 0 and the loss on the last."""
+    pytest.importorskip("megatron.core", reason="the engines extra (megatron-core) is not installed")
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    flags, pp = _USER_SPLITS[case]
+    config = read_megatron_args(_write(tmp_path, f"--pipeline-model-parallel-size {pp} {flags}"))
+    virtual = config.value("virtual_stages")
+    words = {w.split()[0]: w.split()[1:] for w in re.split(r" (?=--)", flags)}
+    layout = words.get("--pipeline-model-parallel-layout", [None])[0]
+    made = TransformerConfig(
+        num_layers=int(words["--num-layers"][0]), hidden_size=64, num_attention_heads=4,
+        pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=None if virtual == 1 else virtual,
+        pipeline_dtype=torch.bfloat16, bf16=True, pipeline_model_parallel_layout=layout and layout.strip("'"),
+        account_for_embedding_in_pipeline_split="--account-for-embedding-in-pipeline-split" in words,
+        account_for_loss_in_pipeline_split="--account-for-loss-in-pipeline-split" in words,
+        num_layers_in_first_pipeline_stage=int(words["--decoder-first-pipeline-num-layers"][0])
+        if "--decoder-first-pipeline-num-layers" in words else None,
+        num_layers_in_last_pipeline_stage=int(words["--decoder-last-pipeline-num-layers"][0])
+        if "--decoder-last-pipeline-num-layers" in words else None)
+    built = {}
+    parallel_state.set_pipeline_model_parallel_world_size(pp)
+    parallel_state.set_virtual_pipeline_model_parallel_world_size(None if virtual == 1 else virtual)
+    try:
+        for rank in range(pp):
+            parallel_state.set_pipeline_model_parallel_rank(rank)
+            for chunk in range(virtual):
+                built[chunk * pp + rank] = get_num_layers_to_build(made, vp_stage=None if virtual == 1 else chunk,
+                                                                   pp_rank=rank)
+    finally:
+        parallel_state.set_pipeline_model_parallel_rank(None)
+        parallel_state.set_pipeline_model_parallel_world_size(None)
+        parallel_state.set_virtual_pipeline_model_parallel_world_size(None)
+    decoders = list(config.value("layers_per_stage"))
+    decoders[0] -= 1
+    decoders[-1] -= 1
+    assert [built[s] for s in sorted(built)] == decoders
+
+
+def test_the_launch_line_is_the_command_with_the_most_megatron_flags(tmp_path):
+    script = ("python tools/preprocess_data.py --input data.json --output-prefix my-gpt2 --workers 8 --append-eod\n"
+              "torchrun --nproc-per-node 4 pretrain_gpt.py --tensor-model-parallel-size 2 --bf16\n"
+              "echo done\n")
+    config = read_megatron_args(_write(tmp_path, script))
+    assert (config.value("gpus"), config.value("tp"), config.ignored) == (4, 2, ())
+    assert config.path == str(tmp_path / "train.sh")

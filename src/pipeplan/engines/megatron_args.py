@@ -424,7 +424,7 @@ def _launch_line(script: _Script) -> _Line:
     best: _Line | None = None
     for words in script.commands:
         line = _split_command(words)
-        if line is not None and (best is None or _flag_count(line.args) >= _flag_count(best.args)):
+        if line is not None and (best is None or _megatron_count(line.args) >= _megatron_count(best.args)):
             best = line
     if best is None:
         raise InvalidInputError(
@@ -433,8 +433,10 @@ def _launch_line(script: _Script) -> _Line:
     return best
 
 
-def _flag_count(words: Sequence[str]) -> int:
-    return sum(word.startswith("--") for word in words)
+def _megatron_count(words: Sequence[str]) -> int:
+    """How many of ``words`` are flags this module knows (the launch line is the command with the most)."""
+    known = set(PRICED_FLAGS) | set(MODEL_FLAGS) | set(IGNORED_FLAGS) | set(REFUSED_FLAGS)
+    return sum(word.partition("=")[0] in known for word in words)
 
 
 def _split_command(words: list[str]) -> _Line | None:
@@ -957,6 +959,7 @@ def read_megatron_args(path: Path) -> RunConfig:
             divide, tp·pp not dividing the world size, an unknown recompute granularity), something pipeplan
             does not plan (context or expert parallelism), or a DeepSpeed/torchtitan config.
     """
+    given = str(path)
     path = Path(path)
     if path.is_dir():
         if not (path / "megatron_args.sh").is_file():
@@ -1005,5 +1008,5 @@ def read_megatron_args(path: Path) -> RunConfig:
         settings["num_microbatches"] = Setting(1, flags.default(global_flag, "(one microbatch per step)"))
     _knobs(flags, tp, settings)
     model, model_source = _model(flags, tp, path.stem)
-    return RunConfig("megatron", name, settings, model, model_source, tuple(flags.ignored),
+    return RunConfig("megatron", given, settings, model, model_source, tuple(flags.ignored),
                      tuple(notes + flags.notes))
