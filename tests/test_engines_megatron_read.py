@@ -273,6 +273,8 @@ def test_launchers_give_the_world_size(tmp_path):
     assert elastic.value("gpus") is None and any("world size is left open" in n for n in elastic.notes)
     env = read_megatron_args(_write(tmp_path, "torchrun --nnodes $NNODES --nproc-per-node 8 pretrain_gpt.py", "n.sh"))
     assert env.value("gpus") is None and any("$NNODES" in n for n in env.notes)
+    outside = read_megatron_args(_write(tmp_path, "$LAUNCHER pretrain_gpt.py --bf16", "l.sh"))  # from the environment
+    assert (outside.value("gpus"), outside.value("precision")) == (None, "bf16")
 
 
 def test_a_bare_flag_line_and_the_printed_export(tmp_path):
@@ -329,6 +331,11 @@ def test_an_unknown_flag_is_listed_unless_it_is_a_near_miss(tmp_path):
     ("--pipeline-model-parallel-size 2 --num-layers 4 --pipeline-model-parallel-layout 'Et*2|mt*2L'",
      r"'m' is not a layer pipeplan plans"),
     ("echo hello", r"holds no Megatron-LM launch line"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 100 --no-position-embedding",
+     r"^--no-position-embedding without rope: Megatron-LM refuses it"),
+    ("--use-torch-fsdp2", r"^--use-torch-fsdp2: pipeplan does not read Megatron-LM's FSDP yet"),
+    ("--pipeline-model-parallel-size 4 --num-layers 8 --num-virtual-stages-per-pipeline-rank 2 "
+     "--num-layers-per-virtual-pipeline-stage 1", r"are given together; Megatron-LM takes one of them$"),
 ])
 def test_bad_lines_are_one_line_refusals(tmp_path, text, message):
     with pytest.raises(InvalidInputError, match=message) as error:

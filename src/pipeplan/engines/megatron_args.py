@@ -411,7 +411,6 @@ class _Line:
 
     launcher: list[str]
     args: list[str]
-    where: str  # what the line was found as, for notes
 
 
 def _is_python(word: str) -> bool:
@@ -420,7 +419,7 @@ def _is_python(word: str) -> bool:
 
 def _launch_line(script: _Script) -> _Line:
     if script.pipeplan_export and "LINE" in script.variables:
-        return _Line([], script.variables["LINE"], "LINE (pipeplan's export)")
+        return _Line([], script.variables["LINE"])
     best: _Line | None = None
     for words in script.commands:
         line = _split_command(words)
@@ -442,12 +441,13 @@ def _megatron_count(words: Sequence[str]) -> int:
 def _split_command(words: list[str]) -> _Line | None:
     """The launcher part and the flags of one command, or ``None`` when it launches no training script."""
     if words and words[0].startswith("--"):
-        return _Line([], words, "a flag line")
+        return _Line([], words)
     for index, word in enumerate(words):
         if word.endswith(".py") and not word.startswith("-"):
             head = words[:index]
-            if not head or any(_is_python(w) or w.rsplit("/", 1)[-1] in _LAUNCHERS for w in head) or index == 0:
-                return _Line(head, words[index + 1:], word)
+            if not head or any(_is_python(w) or w.rsplit("/", 1)[-1] in _LAUNCHERS or w.startswith(_UNASSIGNED)
+                               for w in head):  # a launcher, or one from the environment ($LAUNCHER)
+                return _Line(head, words[index + 1:])
     return None
 
 
@@ -851,8 +851,9 @@ def _model(flags: _Flags, tp: int, name: str) -> tuple[ModelSpec | None, str]:
     position = flags.one("--position-embedding-type") if flags.given("--position-embedding-type") else "learned_absolute"
     if flags.given("--use-rotary-position-embeddings"):
         position = "rope"
-    if flags.given("--no-position-embedding"):
-        position = "none"
+    if flags.given("--no-position-embedding") and position != "rope":  # validate_args raises for it
+        raise InvalidInputError("--no-position-embedding without rope: Megatron-LM refuses it (deprecated); "
+                                "use --position-embedding-type none")
     positions_known = ("learned_absolute", "rope", "yarn", "mrope", "relative", "none")
     if position not in positions_known:
         raise InvalidInputError(f"--position-embedding-type must be one of {', '.join(positions_known)}, got {position!r}")
