@@ -454,3 +454,12 @@ def test_the_launch_line_is_the_command_with_the_most_megatron_flags(tmp_path):
     config = read_megatron_args(_write(tmp_path, script))
     assert (config.value("gpus"), config.value("tp"), config.ignored) == (4, 2, ())
     assert config.path == str(tmp_path / "train.sh")
+
+
+def test_tp_comm_overlap_off_has_no_flag_and_the_export_says_so(tmp_path):
+    plan = _gpt((12, 12), 2, tp=2, sequence_parallel=True, tp_comm_overlap="off")
+    config = _read_export(plan, layer_names_in_reference(presets.get("gpt-1.5b")), tmp_path)
+    assert config.value("tp_comm_overlap") == "backward"  # what Megatron-LM runs without --tp-comm-overlap
+    (note,) = engines.get("megatron").notes(plan)
+    assert "tp-comm-overlap off" in note and "no flag" in note
+    assert engines.get("megatron").notes(_PLANS["1f1b pp 2, even counted"]) == []

@@ -248,8 +248,14 @@ def megatron_line(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
 
 
 def megatron_notes(plan: Plan | Sequence[int]) -> list[str]:
-    """What the Megatron export approximates of ``plan`` (recompute per stage or per module)."""
-    return recompute_notes(to_plan(plan), "Megatron-LM")
+    """What the Megatron export approximates of ``plan`` (recompute per stage or per module, tp-comm-overlap off)."""
+    plan = to_plan(plan)
+    notes = recompute_notes(plan, "Megatron-LM")
+    if plan.tp > 1 and plan.tp_comm_overlap == "off":
+        notes.append("the plan was priced with tp-comm-overlap off (every tensor-parallel collective exposed); "
+                     "Megatron-LM has no flag for that: it overlaps the backward's with the weight-gradient GEMMs "
+                     "(tp-comm-overlap backward), never slower than priced")
+    return notes
 
 
 def megatron_mapping(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None) -> str:
