@@ -313,6 +313,7 @@ def test_an_unknown_flag_is_listed_unless_it_is_a_near_miss(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("torchrun pretrain_gpt.py $GPT_ARGS", r"^\$GPT_ARGS is never assigned in .*train.sh"),
     ("--tensor-model-parallel-size $TP", r"^--tensor-model-parallel-size is \$TP, which .* never assigns"),
+    ("torchrun pretrain_gpt.py --bf16 ${EXTRA_ARGS}", r"^\$\{EXTRA_ARGS\} is never assigned in"),
     ("--tensor-model-parallel-size two", r"^--tensor-model-parallel-size must be an integer >= 1, got 'two'$"),
     ("--pipeline-model-parallel-size 0", r"^--pipeline-model-parallel-size must be an integer >= 1, got 0$"),
     ("--micro-batch-size 0", r"^--micro-batch-size must be an integer >= 1, got 0$"),

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InvalidInputError
-from ..models.modules import Embedding, LMHead, TransformerStack
+from ..models.modules import Attention, Embedding, LMHead, Norm, TransformerStack
 from ..models.spec import ModelSpec
 from .run_config import RunConfig, Setting
 
@@ -191,7 +191,8 @@ IGNORED_FLAGS: tuple[str, ...] = (
     # distributed setup and communication details
     "--distributed-backend", "--distributed-timeout-minutes", "--local-rank", "--ddp-bucket-size",
     "--ddp-average-in-collective", "--no-align-grad-reduce", "--no-align-param-gather", "--no-overlap-p2p-communication",
-    "--overlap-p2p-communication-warmup-flush", "--grad-reduce-in-bf16", "--no-check-for-nan-in-loss-and-grad", "--tp-comm-overlap-cfg",
+    "--overlap-p2p-communication-warmup-flush", "--grad-reduce-in-bf16", "--no-check-for-nan-in-loss-and-grad",
+    "--tp-comm-overlap-cfg",
     "--no-tp-comm-overlap-ag", "--no-tp-comm-overlap-rs", "--disable-tp-comm-overlap-ag", "--disable-tp-comm-overlap-rs",
     "--tp-comm-overlap-rs-dgrad", "--no-tp-comm-bulk-dgrad", "--no-tp-comm-bulk-wgrad", "--no-tp-comm-split-ag",
     "--no-tp-comm-split-rs", "--use-cpu-initialization", "--empty-unused-memory-level", "--manual-gc",
@@ -532,6 +533,10 @@ def _collect(args: Sequence[str], path: str) -> _Flags:
         kind = _KNOWN.get(name)
         if kind is not None:
             if kind == "flag" and values:
+                unassigned = [v for v in values if v.startswith(_UNASSIGNED)]
+                if unassigned:  # the words after a switch: a variable the line needs
+                    raise InvalidInputError(f"{unassigned[0][1:]} is never assigned in {path}, and the line needs "
+                                            "it (pipeplan runs no shell: write its flags out, or assign it in the file)")
                 raise InvalidInputError(f"{name} takes no value, got {' '.join(values)!r}")
             if kind != "flag" and not values:
                 raise InvalidInputError(f"{name} needs a value")
@@ -841,11 +846,12 @@ def _model(flags: _Flags, tp: int, name: str) -> tuple[ModelSpec | None, str]:
         kv_heads = flags.integer("--num-query-groups") if flags.given("--num-query-groups") else 1
     head_dim = flags.integer("--kv-channels") if flags.given("--kv-channels") else None
     if head_dim is None and hidden % heads:
-        raise InvalidInputError(f"--num-attention-heads {heads} does not divide --hidden-size {hidden}; give --kv-channels")
+        raise InvalidInputError(f"--num-attention-heads {heads} does not divide --hidden-size {hidden}; "
+                                "give --kv-channels")
     if head_dim == hidden // heads and not hidden % heads:
         head_dim = None
     norm = flags.one("--normalization") if flags.given("--normalization") else "LayerNorm"
-    norms = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
+    norms: dict[str, Norm] = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
     if norm not in norms:
         raise InvalidInputError(f"--normalization must be LayerNorm or RMSNorm, got {norm!r}")
     position = flags.one("--position-embedding-type") if flags.given("--position-embedding-type") else "learned_absolute"
@@ -856,7 +862,8 @@ def _model(flags: _Flags, tp: int, name: str) -> tuple[ModelSpec | None, str]:
                                 "use --position-embedding-type none")
     positions_known = ("learned_absolute", "rope", "yarn", "mrope", "relative", "none")
     if position not in positions_known:
-        raise InvalidInputError(f"--position-embedding-type must be one of {', '.join(positions_known)}, got {position!r}")
+        raise InvalidInputError(f"--position-embedding-type must be one of {', '.join(positions_known)}, "
+                                f"got {position!r}")
     position_tokens = 0
     if position == "learned_absolute":
         position_tokens = flags.integer("--max-position-embeddings") if flags.given("--max-position-embeddings") else seq
@@ -876,15 +883,15 @@ def _model(flags: _Flags, tp: int, name: str) -> tuple[ModelSpec | None, str]:
                   dropout=hidden_dropout > 0),
         TransformerStack(name="decoder", num_layers=layers, hidden_size=hidden, num_heads=heads, seq_length=seq,
                          ffn_hidden_size=ffn, num_kv_heads=kv_heads, head_dim=head_dim, gated_mlp=gated,
-                         norm=norms[norm], bias=not flags.given("--disable-bias-linear"), dropout=dropout,  # type: ignore[arg-type]
-                         causal=True, attention=attention, final_norm=True),  # type: ignore[arg-type]
+                         norm=norms[norm], bias=not flags.given("--disable-bias-linear"), dropout=dropout,
+                         causal=True, attention=attention, final_norm=True),
         LMHead(name="output_layer", vocab_size=vocab, hidden_size=hidden, tokens=seq,
                tied_to="embedding" if tied else None),
     ), description=f"Megatron-LM GPT read from {flags.path}")
     return spec, " ".join(flags.text(flag) for flag in used if flags.given(flag))
 
 
-def _attention(flags: _Flags) -> str:
+def _attention(flags: _Flags) -> Attention:
     """``flash`` or ``eager``: Megatron-LM with Transformer Engine (its default ``--transformer-impl``) and
     ``--attention-backend auto`` (the default) runs a fused/flash kernel; ``unfused`` and ``local`` do not."""
     impl = flags.one("--transformer-impl") if flags.given("--transformer-impl") else "transformer_engine"
