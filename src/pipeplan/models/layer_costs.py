@@ -44,7 +44,12 @@ Conventions (stated so tests can pin them):
   patch embedding, an embedding) has B = 0.
 * Recompute: ``"selective"`` recomputes the attention core (scores, softmax,
   dropout) in the backward, so B gains the core's forward FLOPs; ``"full"`` keeps
-  only each layer's input and B gains the whole forward.
+  only each layer's input and B gains the whole forward. torchtitan's modes:
+  ``"op"`` (its per-op policy) keeps a block's input, its 1st, 3rd, ... weight
+  matmuls' outputs and the flash kernel's output, and B gains the other matmuls
+  and the memory-bound kernels (``_layer_math._op_policy``; other layers run as
+  ``"none"``); ``"every:N"`` is ``"full"`` on every Nth block of a stack and
+  ``"none"`` elsewhere, layer by layer.
 * ``tensor_parallel = t`` divides every matrix product's FLOPs and every
   parameter by ``t``.
 * Send bytes of a layer are the bytes that cross a pipeline cut right after it,
