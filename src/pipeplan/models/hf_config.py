@@ -115,6 +115,8 @@ _VLM_PATHS = {"paligemma": ("model.vision_tower.vision_model.", "model.multi_mod
               "smolvlm": ("model.vision_model.", "model.connector", "model.text_model.")}
 _ATTENTION = {"eager": "eager", "sdpa": "flash", "flash_attention_2": "flash", "flash_attention_3": "flash",
               "flex_attention": "flash"}
+SDPA_NOTE = ("attention = flash (transformers runs SDPA unless attn_implementation says eager: the scores are "
+             "never stored; a spec entry's attention sets it)")
 #: The module name of each part when a spec entry or a bare config does not name it.
 PART_NAMES = {"vision_encoder": "vision", "projector": "projector", "embedding": "text_embedding",
               "transformer": "llm", "lm_head": "lm_head"}
@@ -133,7 +135,8 @@ class ConfigParts:
         model_type: the config's ``model_type``.
         records: per kind (``vision_encoder``, ``projector``, ``embedding``, ``transformer``,
             ``lm_head``), the module record without its name and token count.
-        assumed: the defaults taken for keys the file left out (and other choices), one sentence each.
+        assumed: per kind, the defaults taken for keys the file left out that shape that part (and
+            other choices), one sentence each.
         tied: the LM head shares the embedding's table (``tie_word_embeddings``).
         shrink: image patches per projector token (the Idefics3 / SmolVLM pixel shuffle: ``scale_factor²``).
         main: the kind a spec entry means when it gives none (``None`` for a VLM: the entry must say).
@@ -141,7 +144,7 @@ class ConfigParts:
 
     model_type: str
     records: Mapping[str, Mapping[str, Any]]
-    assumed: tuple[str, ...]
+    assumed: Mapping[str, tuple[str, ...]]
     tied: bool = False
     shrink: int = 1
     main: str | None = None
@@ -154,7 +157,7 @@ class _Reader:
         self.config, self.where, self.model_type = config, where, model_type
         self.class_name, self.defaults = _DEFAULTS.get(model_type) or _VLM_DEFAULTS[model_type]
         self.values: dict[str, Any] = {}
-        self.taken: list[str] = []
+        self.taken: dict[str, str] = {}
 
     def __call__(self, key: str, kind: type = int) -> Any:
         if key in self.config:
@@ -176,15 +179,16 @@ class _Reader:
             default = self.defaults[key]
             value = default(self.values) if callable(default) else default
             derived = f" (= {_DERIVED[default]})" if callable(default) else ""
-            self.taken.append(f"{key} = {json.dumps(value)}{derived}")
+            self.taken[key] = f"{key} = {json.dumps(value)}{derived}"
         self.values[key] = value
         return value
 
-    def note(self) -> list[str]:
-        """One sentence naming the defaults taken ([] when none)."""
-        if not self.taken:
+    def note(self, keys: Sequence[str] | None = None, *, but: Sequence[str] = ()) -> list[str]:
+        """One sentence naming the defaults taken (of ``keys``, all but ``but``); [] when none."""
+        taken = [text for key, text in self.taken.items() if (keys is None or key in keys) and key not in but]
+        if not taken:
             return []
-        return [f"{', '.join(self.taken)} (left out of {self.where}: transformers' {self.class_name} defaults)"]
+        return [f"{', '.join(taken)} (left out of {self.where}: transformers' {self.class_name} defaults)"]
 
 
 def _where(source: str, sub: str = "") -> str:
@@ -235,10 +239,12 @@ def config_parts(config: Mapping[str, Any], source: str) -> ConfigParts:
         vision = _sub(config, "vision_config", where)
         record, notes = _vision(vision, f"{where} vision_config", _model_type(vision, where, "siglip_vision_model"),
                                 "vision_model.")
-        return ConfigParts(model_type, {"vision_encoder": record}, tuple(notes), main="vision_encoder")
+        return ConfigParts(model_type, {"vision_encoder": record}, {"vision_encoder": tuple(notes)},
+                           main="vision_encoder")
     prefix = "" if model_type == "dinov2" else "vision_model."
     record, notes = _vision(config, where, model_type, prefix)
-    return ConfigParts(model_type, {"vision_encoder": record}, tuple(notes), main="vision_encoder")
+    return ConfigParts(model_type, {"vision_encoder": record}, {"vision_encoder": tuple(notes)},
+                       main="vision_encoder")
 
 
 def _sub(config: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
@@ -266,8 +272,11 @@ def _biases(read: _Reader, model_type: str, notes: list[str]) -> dict[str, bool]
 
 
 def _lm_parts(config: Mapping[str, Any], where: str, model_type: str, prefix: str, *, head: str = "lm_head",
-              tied: bool | None = None) -> ConfigParts:
-    """A decoder LM's embedding, blocks and head (paths under ``prefix``: ``model.``)."""
+              tied: bool | None = None, causal: bool = True) -> ConfigParts:
+    """A decoder LM's embedding, blocks and head (paths under ``prefix``: ``model.``).
+
+    ``causal``: False for PaliGemma's decoder, whose prefix (image and prompt) attends both ways.
+    """
     read = _Reader(config, where, model_type)
     h, layers, heads = read("hidden_size"), read("num_hidden_layers"), read("num_attention_heads")
     ffn, vocab = read("intermediate_size"), read("vocab_size")
@@ -282,22 +291,33 @@ def _lm_parts(config: Mapping[str, Any], where: str, model_type: str, prefix: st
     stack: dict[str, Any] = {
         "kind": "transformer", "num_layers": layers, "hidden_size": h, "num_heads": heads, "num_kv_heads": kv,
         "head_dim": head_dim, "ffn_hidden_size": ffn, "gated_mlp": True, "norm": "rmsnorm", **biases,
-        "dropout": dropout, "causal": True, "final_norm": True,
+        "dropout": dropout, "causal": causal, "final_norm": True,
         "fqn": [prefix + "layers.{i}"], "fqn_last": [prefix + "norm"], "role": "decoder"}
     if model_type == "qwen3":
         stack["qk_norm"] = True
     if model_type == "gemma2":
         stack["post_norms"] = True
-    implementation = config.get("_attn_implementation", config.get("attn_implementation"))
-    if implementation in _ATTENTION:
-        stack["attention"] = _ATTENTION[implementation]
+    stack["attention"] = _attention(config, notes)
     records = {
         "embedding": {"kind": "embedding", "vocab_size": vocab, "hidden_size": h, "fqn": [prefix + "embed_tokens"],
                       "role": "embedding"},
         "transformer": stack,
         "lm_head": {"kind": "lm_head", "vocab_size": vocab, "hidden_size": h, "fqn": [head], "role": "loss"},
     }
-    return ConfigParts(model_type, records, tuple(read.note() + notes), tied=bool(tie), main="transformer")
+    tie_key = ("tie_word_embeddings",)
+    assumed = {"embedding": (), "transformer": tuple(read.note(but=tie_key) + notes),
+               "lm_head": tuple(read.note(tie_key))}
+    return ConfigParts(model_type, records, assumed, tied=bool(tie), main="transformer")
+
+
+def _attention(config: Mapping[str, Any], notes: list[str]) -> str:
+    """``flash`` unless the config names an eager attention (transformers' default kernel is SDPA)."""
+    implementation = config.get("_attn_implementation", config.get("attn_implementation"))
+    if implementation in _ATTENTION:
+        return _ATTENTION[str(implementation)]
+    if SDPA_NOTE not in notes:
+        notes.append(SDPA_NOTE)
+    return "flash"
 
 
 def _vision(config: Mapping[str, Any], where: str, model_type: str, prefix: str) -> tuple[dict[str, Any], list[str]]:
@@ -317,7 +337,8 @@ def _vision(config: Mapping[str, Any], where: str, model_type: str, prefix: str)
                      "(the patch convolution's stride drops the rest)")
     record: dict[str, Any] = {"kind": "vision_encoder", "image_size": side * patch, "patch_size": patch,
                               "num_layers": layers, "hidden_size": h, "num_heads": heads, "channels": channels,
-                              "norm": "layernorm", "bias": True, "final_norm": True}
+                              "norm": "layernorm", "bias": True, "final_norm": True,
+                              "attention": _attention(config, notes)}
     if model_type == "dinov2":  # Dinov2Model: embeddings (cls, mask, positions at image_size), encoder.layer, layernorm
         ratio = read("mlp_ratio")
         swiglu = read("use_swiglu_ffn", bool)
@@ -356,7 +377,8 @@ def _vlm_parts(config: Mapping[str, Any], where: str, model_type: str) -> Config
         tied = read("tie_word_embeddings", bool)
     else:
         tied = _Reader(text_config, text_where, text_kind)("tie_word_embeddings", bool)
-    text = _lm_parts(text_config, text_where, text_kind, text_path, tied=tied)
+    # PaliGemma attends both ways over the image and the prompt (transformers' prefix-LM mask)
+    text = _lm_parts(text_config, text_where, text_kind, text_path, tied=tied, causal=model_type != "paligemma")
     width = vision["hidden_size"]
     if model_type == "paligemma":  # PaliGemmaMultiModalProjector: Linear(vision width, projection_dim), bias
         shrink = 1
@@ -371,7 +393,10 @@ def _vlm_parts(config: Mapping[str, Any], where: str, model_type: str) -> Config
         projector = {"kind": "projector", "linears": [[width * shrink, text.records["transformer"]["hidden_size"]]],
                      "bias": False, "activation": False, "fqn": [projector_path]}
     records = {"vision_encoder": vision, "projector": projector, **text.records}
-    return ConfigParts(model_type, records, tuple(notes + list(text.assumed) + read.note()), tied=tied, shrink=shrink)
+    tie_key = ("tie_word_embeddings",)
+    assumed = {**text.assumed, "vision_encoder": tuple(notes), "projector": tuple(read.note(but=tie_key)),
+               "lm_head": text.assumed["lm_head"] + tuple(read.note(tie_key))}
+    return ConfigParts(model_type, records, assumed, tied=tied, shrink=shrink)
 
 
 # ------------------------------------------------------------------ specs
@@ -408,7 +433,7 @@ def expand_payload(payload: Mapping[str, Any], base: Path,
     for position, entry in enumerate(raw):
         if isinstance(entry, Mapping) and "config" in entry:
             record, notes = _entry_record(entry, position, base, built, embeddings, modules)
-            assumed += [f"{record['name']}: {note}" for note in notes]
+            assumed += [f"{record['name']}: {note}" for note in notes if not any(note in a for a in assumed)]
         else:
             record = entry
         modules.append(record)
@@ -441,7 +466,7 @@ def _entry_record(entry: Mapping[str, Any], position: int, base: Path, built: Ma
     _prefixed(record, prefix)
     record.update({key: value for key, value in entry.items() if key not in ("config", "fqn_prefix")})
     record["kind"] = kind
-    notes = list(parts.assumed)
+    notes = [note for note in parts.assumed.get(kind, ()) if note != SDPA_NOTE or "attention" not in entry]
     key = str(file.resolve())
     if kind == "embedding" and isinstance(record.get("name"), str):
         embeddings[key] = record["name"]
@@ -488,7 +513,7 @@ def bare_payload(config: Mapping[str, Any], source: str, name: str) -> tuple[dic
     """
     parts = config_parts(config, source)
     records = {kind: {**record, "name": PART_NAMES[kind]} for kind, record in parts.records.items()}
-    notes = list(parts.assumed)
+    notes = list(dict.fromkeys(note for kind in records for note in parts.assumed.get(kind, ())))
     if parts.main == "vision_encoder":
         notes.append("one image per example")
         return {"name": name, "modules": [records["vision_encoder"]]}, tuple(notes)

@@ -126,5 +126,6 @@ def model_defaults(spec: Any) -> str:
     """:func:`defaults_text` of a :class:`~pipeplan.models.spec.ModelSpec` and what its ``config.json`` files left
     out (:attr:`~pipeplan.models.spec.ModelSpec.assumed`); empty for a preset or a spec built in Python."""
     parts = [defaults_text({module.name: module.kind for module in spec.modules}, spec.defaulted)]
-    parts += [f"from config.json: {text}" for text in getattr(spec, "assumed", ())]
+    assumed = getattr(spec, "assumed", ())
+    parts += [f"from config.json: {'; '.join(assumed)}"] if assumed else []
     return "; ".join(part for part in parts if part)
