@@ -293,10 +293,8 @@ def _lm_parts(config: Mapping[str, Any], where: str, model_type: str, prefix: st
         "head_dim": head_dim, "ffn_hidden_size": ffn, "gated_mlp": True, "norm": "rmsnorm", **biases,
         "dropout": dropout, "causal": causal, "final_norm": True,
         "fqn": [prefix + "layers.{i}"], "fqn_last": [prefix + "norm"], "role": "decoder"}
-    if model_type == "qwen3":
-        stack["qk_norm"] = True
-    if model_type == "gemma2":
-        stack["post_norms"] = True
+    stack["qk_norm"] = model_type == "qwen3"  # Qwen3Attention: q_norm, k_norm over head_dim
+    stack["post_norms"] = model_type == "gemma2"  # Gemma2DecoderLayer: pre/post feedforward and post-attention norms
     stack["attention"] = _attention(config, notes)
     records = {
         "embedding": {"kind": "embedding", "vocab_size": vocab, "hidden_size": h, "fqn": [prefix + "embed_tokens"],

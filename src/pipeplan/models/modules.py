@@ -132,9 +132,11 @@ class TransformerStack:
     qkv_bias: bool = spec_field(False, doc="the query, key and value projections have biases and no other linear "
                                            "does (Qwen2); no effect with `bias`.")
     qk_norm: bool = spec_field(False, doc="a norm over each head's queries and keys (Qwen3), `2 × head_dim` "
-                                          "parameters per block.")
+                                          "parameters per block; their inputs are stored too.",
+                               reported="false (no per-head query/key norms)")
     post_norms: bool = spec_field(False, doc="a norm after attention and after the MLP too (Gemma 2): four per "
-                                             "block instead of two.")
+                                             "block instead of two; their inputs are stored too.",
+                                  reported="false (two norms per block, not Gemma 2's four)")
     dropout: bool = spec_field(False, doc="dropout after attention probabilities, attention and MLP (masks stored).",
                                reported="false (no dropout masks)")
     causal: bool = spec_field(False, doc="each token attends only to earlier ones (a decoder LM): a flash kernel "
