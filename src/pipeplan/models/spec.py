@@ -278,7 +278,12 @@ class ModelSpec:
         """
         if is_hf_config(payload):
             payload, assumed = bare_payload(payload, source, name)
-        elif isinstance(payload, Mapping):
+            try:
+                return cls(name, modules_from_payload(payload), defaulted=reported_defaults(payload), assumed=assumed)
+            except InvalidInputError as error:  # a shape the config's defaults made: say the file and the defaults
+                raise InvalidInputError(f"config {source!r}, read as a spec: {error} (assumed: "
+                                        f"{'; '.join(assumed)})") from None
+        if isinstance(payload, Mapping):
             payload, assumed = expand_payload(payload, Path(base), module_from_record)
         else:
             assumed = ()
