@@ -6,8 +6,8 @@
     ...                      "config.json")
     >>> sorted(parts.records), parts.records["transformer"]["fqn"]
     (['embedding', 'lm_head', 'transformer'], ['model.layers.{i}'])
-    >>> parts.assumed["transformer"][0]
-    'num_key_value_heads = 32 (= num_attention_heads), head_dim = 128 (= hidden_size / num_attention_heads), ...'
+    >>> print(parts.assumed["transformer"][0])
+    num_key_value_heads = 32 (= num_attention_heads), head_dim = 128 (= hidden_size / num_attention_heads), ...
 
 A config is read by its ``model_type`` (:data:`SUPPORTED`): the decoder LMs ``llama``,
 ``mistral``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``; the vision towers
