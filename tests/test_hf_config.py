@@ -284,3 +284,30 @@ def test_read_config_refuses_a_list(tmp_path):
     path.write_text("[1]")
     with pytest.raises(InvalidInputError, match="must hold a JSON object, got list"):
         read_config(path)
+
+
+# --------------------------------------------------------------------------- the fields the readers need
+def test_qkv_bias_qk_norm_and_post_norms_cost_what_they_add():
+    from dataclasses import replace
+
+    from pipeplan.models.layer_costs import layer_costs
+    from pipeplan.models.modules import TransformerStack
+
+    base = TransformerStack(name="llm", num_layers=1, hidden_size=512, num_heads=8, num_kv_heads=2, seq_length=64,
+                            ffn_hidden_size=1024, gated_mlp=True, norm="rmsnorm", attention="flash")
+    q, kv = 512, 2 * 64
+
+    def cost(**fields: Any) -> Any:
+        return layer_costs(ModelSpec("m", (replace(base, **fields),)), 1)[0]
+
+    plain = cost()
+    assert cost(qkv_bias=True).params - plain.params == q + 2 * kv  # q/k/v only, no o_proj or MLP bias
+    assert cost(qkv_bias=True, bias=True).params == cost(bias=True).params  # bias covers every linear
+    assert [op.name for op in cost(qkv_bias=True).weight_grad_ops if op.name.endswith("bgrad")] == ["qkv.bgrad"]
+    assert cost(qk_norm=True).params - plain.params == 2 * 64  # one RMSNorm scale over head_dim for q, one for k
+    assert "qk_norm" in [op.name for op in cost(qk_norm=True).forward_ops]
+    assert cost(qk_norm=True).activation_bytes - plain.activation_bytes == 2 * 64 * (q + kv)  # q, k before norms
+    assert cost(post_norms=True).params - plain.params == 2 * 512
+    names = [op.name for op in cost(post_norms=True).forward_ops]
+    assert names.index("post_attention_norm") < names.index("residual1") and "post_mlp_norm" in names
+    assert cost(post_norms=True).activation_bytes - plain.activation_bytes == 2 * 2 * 64 * 512
