@@ -241,7 +241,7 @@ def test_every_supported_type_is_read():
             config = {"model_type": model_type, "vision_config": vision, "text_config": lm}
         else:
             config = {"model_type": model_type, **(vision if "siglip" in model_type or "vision" in model_type
-                                                   or model_type == "dinov2" else lm)}
+                                                   or model_type.startswith("dinov2") else lm)}
         spec = ModelSpec.from_dict(config, name=model_type)
         assert spec.num_parameters() > 0, model_type
 
@@ -311,3 +311,12 @@ def test_qkv_bias_qk_norm_and_post_norms_cost_what_they_add():
     names = [op.name for op in cost(post_norms=True).forward_ops]
     assert names.index("post_attention_norm") < names.index("residual1") and "post_mlp_norm" in names
     assert cost(post_norms=True).activation_bytes - plain.activation_bytes == 2 * 2 * 64 * 512
+
+
+def test_dinov2_with_registers_counts_its_registers():
+    config = json.loads((HF / "dinov2-large" / "config.json").read_text())
+    plain = ModelSpec.from_dict(config, name="d")
+    registers = ModelSpec.from_dict({**config, "model_type": "dinov2_with_registers"}, name="r")
+    assert registers.num_parameters() - plain.num_parameters() == 4 * 1024  # Dinov2WithRegistersConfig: 4
+    assert registers.module("vision").extra_tokens == 5  # type: ignore[union-attr]  # class + registers
+    assert "num_register_tokens = 4" in " ".join(registers.assumed)

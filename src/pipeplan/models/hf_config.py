@@ -11,7 +11,8 @@
 
 A config is read by its ``model_type`` (:data:`SUPPORTED`): the decoder LMs ``llama``,
 ``mistral``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``; the vision towers
-``siglip_vision_model`` (and ``siglip``: its ``vision_config``), ``dinov2``,
+``siglip_vision_model`` (and ``siglip``: its ``vision_config``), ``dinov2`` (and
+``dinov2_with_registers``),
 ``idefics3_vision`` / ``smolvlm_vision``; the VLMs ``paligemma`` (``vision_config`` +
 ``text_config``) and ``idefics3`` / ``smolvlm``. Each gives module *records* (the file
 schema of :mod:`pipeplan.models._schema`, token counts left to the spec) by kind:
@@ -47,7 +48,8 @@ __all__ = ["ConfigParts", "REQUIRED", "SUPPORTED", "bare_payload", "config_parts
            "is_hf_config", "read_config"]
 
 _LM_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
-_VISION_TYPES = ("siglip_vision_model", "siglip", "dinov2", "idefics3_vision", "smolvlm_vision")
+_VISION_TYPES = ("siglip_vision_model", "siglip", "dinov2", "dinov2_with_registers", "idefics3_vision",
+                 "smolvlm_vision")
 _VLM_TYPES = ("paligemma", "idefics3", "smolvlm")
 #: The ``model_type`` values pipeplan reads.
 SUPPORTED: tuple[str, ...] = tuple(sorted(_LM_TYPES + _VISION_TYPES + _VLM_TYPES))
@@ -61,6 +63,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "idefics3_vision": ("hidden_size", "num_attention_heads", "patch_size", "image_size"),
     "smolvlm_vision": ("hidden_size", "num_attention_heads", "patch_size", "image_size"),
     "dinov2": ("hidden_size", "num_hidden_layers", "num_attention_heads", "patch_size"),
+    "dinov2_with_registers": ("hidden_size", "num_hidden_layers", "num_attention_heads", "patch_size"),
 }
 
 Default = Any  # a value, or a function of the config read so far (``num_key_value_heads`` = heads)
@@ -99,6 +102,9 @@ _DEFAULTS: dict[str, tuple[str, dict[str, Default]]] = {
                                                "num_channels": 3}),
     "dinov2": ("Dinov2Config", {"image_size": 224, "mlp_ratio": 4, "num_channels": 3, "qkv_bias": True,
                                 "use_swiglu_ffn": False}),
+    "dinov2_with_registers": ("Dinov2WithRegistersConfig", {"image_size": 224, "mlp_ratio": 4, "num_channels": 3,
+                                                            "qkv_bias": True, "use_swiglu_ffn": False,
+                                                            "num_register_tokens": 4}),
 }
 # The VLMs: their parts' types when a sub-config leaves model_type out, the projector's defaults, tied heads.
 _VLM_DEFAULTS: dict[str, tuple[str, dict[str, Default]]] = {
@@ -159,17 +165,17 @@ class _Reader:
         self.values: dict[str, Any] = {}
         self.taken: dict[str, str] = {}
 
-    def __call__(self, key: str, kind: type = int) -> Any:
+    def __call__(self, key: str, kind: str = "count") -> Any:
+        """The value of ``key``: a ``count`` (integer >= 1), an ``index`` (>= 0), a ``flag`` or a ``rate`` (>= 0)."""
         if key in self.config:
             value = self.config[key]
-            if kind is int:
-                ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-                expected = "an integer >= 1"
-            elif kind is bool:
-                ok, expected = isinstance(value, bool), "true or false"
-            else:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-                expected = "a number >= 0"
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok, expected = {
+                "count": (number and isinstance(value, int) and value >= 1, "an integer >= 1"),
+                "index": (number and isinstance(value, int) and value >= 0, "an integer >= 0"),
+                "flag": (isinstance(value, bool), "true or false"),
+                "rate": (number and value >= 0, "a number >= 0"),
+            }[kind]
             if not ok:
                 raise InvalidInputError(f"{self.where}: {key} must be {expected}, got {value!r}")
         elif key in REQUIRED.get(self.model_type, ()) or key not in self.defaults:
@@ -241,7 +247,7 @@ def config_parts(config: Mapping[str, Any], source: str) -> ConfigParts:
                                 "vision_model.")
         return ConfigParts(model_type, {"vision_encoder": record}, {"vision_encoder": tuple(notes)},
                            main="vision_encoder")
-    prefix = "" if model_type == "dinov2" else "vision_model."
+    prefix = "" if model_type.startswith("dinov2") else "vision_model."
     record, notes = _vision(config, where, model_type, prefix)
     return ConfigParts(model_type, {"vision_encoder": record}, {"vision_encoder": tuple(notes)},
                        main="vision_encoder")
@@ -260,8 +266,8 @@ def _biases(read: _Reader, model_type: str, notes: list[str]) -> dict[str, bool]
         return {"bias": False, "qkv_bias": True}
     if model_type == "mistral":
         return {"bias": False, "qkv_bias": False}
-    attention = read("attention_bias", bool)
-    mlp = read("mlp_bias", bool) if model_type == "llama" else False
+    attention = read("attention_bias", "flag")
+    mlp = read("mlp_bias", "flag") if model_type == "llama" else False
     if attention and not mlp:
         notes.append("o_proj's bias (hidden_size per block) is not counted: pipeplan's blocks have biases on "
                      "q/k/v only or on every linear")
@@ -282,10 +288,10 @@ def _lm_parts(config: Mapping[str, Any], where: str, model_type: str, prefix: st
     ffn, vocab = read("intermediate_size"), read("vocab_size")
     kv = read("num_key_value_heads")
     head_dim = read("head_dim") if "head_dim" in read.defaults or "head_dim" in config else h // heads
-    tie = read("tie_word_embeddings", bool) if tied is None else tied
+    tie = read("tie_word_embeddings", "flag") if tied is None else tied
     notes: list[str] = []
     biases = _biases(read, model_type, notes)
-    dropout = read("attention_dropout", float) > 0
+    dropout = read("attention_dropout", "rate") > 0
     if dropout:
         notes.append("attention_dropout > 0: dropout masks are charged after attention and MLP too")
     stack: dict[str, Any] = {
@@ -337,15 +343,16 @@ def _vision(config: Mapping[str, Any], where: str, model_type: str, prefix: str)
                               "num_layers": layers, "hidden_size": h, "num_heads": heads, "channels": channels,
                               "norm": "layernorm", "bias": True, "final_norm": True,
                               "attention": _attention(config, notes)}
-    if model_type == "dinov2":  # Dinov2Model: embeddings (cls, mask, positions at image_size), encoder.layer, layernorm
+    if model_type.startswith("dinov2"):  # Dinov2Model: embeddings (cls, mask, positions), encoder.layer, layernorm
         ratio = read("mlp_ratio")
-        swiglu = read("use_swiglu_ffn", bool)
+        swiglu = read("use_swiglu_ffn", "flag")
         ffn = h * ratio
         if swiglu:  # Dinov2SwiGLUFFN: 2/3 of the width, rounded up to a multiple of 8
             ffn = (int(ffn * 2 / 3) + 7) // 8 * 8
-        if not read("qkv_bias", bool):
+        if not read("qkv_bias", "flag"):
             notes.append("qkv_bias false: the q/k/v biases (3 × hidden_size per block) are counted all the same")
-        record.update(ffn_hidden_size=ffn, gated_mlp=swiglu, layer_scale=True, extra_tokens=1,
+        registers = read("num_register_tokens", "index") if model_type == "dinov2_with_registers" else 0
+        record.update(ffn_hidden_size=ffn, gated_mlp=swiglu, layer_scale=True, extra_tokens=1 + registers,
                       position_tokens=side * side + 1, extra_params=h,
                       fqn=[prefix + "encoder.layer.{i}"],
                       fqn_first=[prefix + "embeddings"], fqn_last=[prefix + "layernorm"])
@@ -353,7 +360,7 @@ def _vision(config: Mapping[str, Any], where: str, model_type: str, prefix: str)
         record.update(ffn_hidden_size=read("intermediate_size"), gated_mlp=False, position_tokens=side * side,
                       fqn=[prefix + "encoder.layers.{i}"], fqn_first=[prefix + "embeddings"],
                       fqn_last=[prefix + "post_layernorm"])
-        if model_type == "siglip_vision_model" and read("vision_use_head", bool):
+        if model_type == "siglip_vision_model" and read("vision_use_head", "flag"):
             record.update(map_head=True, fqn_first=[prefix + "embeddings", prefix + "head"])
     return record, read.note() + notes
 
@@ -372,9 +379,9 @@ def _vlm_parts(config: Mapping[str, Any], where: str, model_type: str) -> Config
         raise InvalidInputError(f"{text_where}: model_type {text_kind!r} is not a decoder pipeplan reads; "
                                 f"supported: {', '.join(_LM_TYPES)}")
     if "tie_word_embeddings" in config or "tie_word_embeddings" not in text_config:
-        tied = read("tie_word_embeddings", bool)
+        tied = read("tie_word_embeddings", "flag")
     else:
-        tied = _Reader(text_config, text_where, text_kind)("tie_word_embeddings", bool)
+        tied = _Reader(text_config, text_where, text_kind)("tie_word_embeddings", "flag")
     # PaliGemma attends both ways over the image and the prompt (transformers' prefix-LM mask)
     text = _lm_parts(text_config, text_where, text_kind, text_path, tied=tied, causal=model_type != "paligemma")
     width = vision["hidden_size"]
