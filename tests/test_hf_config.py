@@ -205,6 +205,8 @@ def test_a_bare_config_plans_alone_and_entries_override(tmp_path):
     ({"config": "hf/gemma-2b/config.json", "kind": "embedding"}, r"lacks tokens: a config.json gives shapes"),
     ({"config": "hf/gemma-2b/config.json", "kind": "lm_head", "tokens": 3}, r"ties the head to the embedding"),
     ({"config": 3, "kind": "embedding"}, r"modules\[0\].config must be the path of a config.json"),
+    ({"config": "hf/gemma-2b/config.json", "tokens": 3}, r"a transformer's tokens are its seq_length"),
+    ({"config": "hf/dinov2-large/config.json", "tokens": 3}, r"a vision tower's tokens follow from image_size"),
     ({"config": "hf/gemma-2b/config.json", "fqn_prefix": 1, "seq_length": 3}, r"fqn_prefix must be a string"),
     ({"config": "hf/gemma-2b/config.json", "seq_length": 3, "num_layer": 2}, r"unknown keys \['num_layer'\]"),
 ])

@@ -467,6 +467,11 @@ def _entry_record(entry: Mapping[str, Any], position: int, base: Path, built: Ma
     if not isinstance(prefix, str):
         raise InvalidInputError(f"{label}.fqn_prefix must be a string (put before the config's module paths), "
                                 f"got {prefix!r}")
+    if "tokens" in entry and kind in ("transformer", "vision_encoder"):
+        words = ("a transformer's tokens are its seq_length (tokens per sequence): write \"seq_length\""
+                 if kind == "transformer" else "a vision tower's tokens follow from image_size, patch_size, "
+                 "cameras and frames: give those")
+        raise InvalidInputError(f"{label}.tokens: {words}")
     record = {**parts.records[kind], "name": PART_NAMES[kind]}
     _prefixed(record, prefix)
     record.update({key: value for key, value in entry.items() if key not in ("config", "fqn_prefix")})
