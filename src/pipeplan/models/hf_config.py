@@ -467,6 +467,8 @@ def _entry_record(entry: Mapping[str, Any], position: int, base: Path, built: Ma
     if not isinstance(prefix, str):
         raise InvalidInputError(f"{label}.fqn_prefix must be a string (put before the config's module paths), "
                                 f"got {prefix!r}")
+    if not (isinstance(name, str) and name):
+        label = f"modules[{position}] ({PART_NAMES[kind]})"
     if "tokens" in entry and kind in ("transformer", "vision_encoder"):
         words = ("a transformer's tokens are its seq_length (tokens per sequence): write \"seq_length\""
                  if kind == "transformer" else "a vision tower's tokens follow from image_size, patch_size, "
