@@ -51,6 +51,7 @@ MODULES = [
     "pipeplan.dualrate.config",
     "pipeplan.models._schema",
     "pipeplan.models.schema_docs",
+    "pipeplan.models.hf_config",
     "pipeplan.engines._names",
 ]
 

@@ -139,8 +139,11 @@ def block_part(
     linear += ada
     mask = _MASK_BYTES if stack.dropout else 0
     # Stored for B: the norm inputs, Q, K, V, the MLP's nonlinearity inputs, dropout masks.
-    act_b_rep = n * s * (2 * two * h + 2 * mask * h)
+    norms = 4 if stack.post_norms else 2  # Gemma 2's post-attention and post-MLP norms store their inputs too
+    act_b_rep = n * s * (norms * two * h + 2 * mask * h)
     act_b_tp = n * two * s * qd + kv_rows * two * 2 * kvd
+    if stack.qk_norm:  # the queries and keys before their per-head norms
+        act_b_tp += two * (n * s * qd + kv_rows * kvd)
     act_b_tp += n * s * two * (2 * f if stack.gated_mlp else f)
     # Stored for W only: the inputs of the QKV, output, first and last MLP GEMMs.
     # (A cross layer's K/V GEMMs read the source features, which the stage holds once as a
@@ -240,7 +243,11 @@ def block_params(stack: TransformerStack, *, layer_index: int, kv_width: int) ->
     mlp_mats = 3 if stack.gated_mlp else 2
     weights = h * qd + 2 * kv_width * kvd + qd * h + mlp_mats * h * f
     biases = (qd + 2 * kvd + h + (2 if stack.gated_mlp else 1) * f + h) if stack.bias else 0
+    if stack.qkv_bias and not stack.bias:
+        biases = qd + 2 * kvd
     norms = sum(NORM_PARAMS[stack.norm] * h for k in stack.adaptive_norm if k == 0)
+    norms += 2 * NORM_PARAMS[stack.norm] * h if stack.post_norms else 0
+    norms += 2 * NORM_PARAMS[stack.norm] * stack.dim_per_head if stack.qk_norm else 0
     ada = sum(k * h * h + k * h for k in stack.adaptive_norm if k)
     scale = 2 * h if stack.layer_scale else 0
     last = layer_index == stack.num_layers - 1
@@ -256,7 +263,7 @@ def patch_part(encoder: VisionEncoder, shape: Shape) -> Part:
     tokens = encoder.tokens
     linear = 2.0 * n * tokens * pixels * h
     positions = encoder.patches_per_image if encoder.position_tokens is None else encoder.position_tokens
-    params = pixels * h + h + positions * h + encoder.extra_tokens * h
+    params = pixels * h + h + positions * h + encoder.extra_tokens * h + encoder.extra_params
     if encoder.map_head:
         # SigLIP's attention-pooling head: a probe token, one attention, a norm and an MLP.
         f = encoder.ffn_hidden_size

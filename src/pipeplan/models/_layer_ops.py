@@ -97,7 +97,8 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
     weight_grad: list[Op] = []
 
     def linear(name: str, rows: int, n_in: int, n_out: int) -> None:
-        op, dgrad, wgrad = _linear(name, rows, n_in, n_out, stack.bias)
+        bias = stack.bias or (stack.qkv_bias and name in ("qkv", "q", "kv"))
+        op, dgrad, wgrad = _linear(name, rows, n_in, n_out, bias)
         forward.append(op)
         input_grad.insert(0, dgrad)
         weight_grad.extend(wgrad)
@@ -115,6 +116,9 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
     else:  # cross attention: queries from this stack, keys and values from the source, once per example
         linear("q", tokens, h, qd)
         linear("kv", shape.micro_batch_size * stack.sequences * stack.repeats * kv_tokens, kv_width, 2 * kvd)
+    if stack.qk_norm:  # one kernel over each head's queries and keys (Qwen3's q_norm, k_norm)
+        kv_rows = shape.micro_batch_size * stack.sequences * stack.repeats * kv_tokens if cross else n * kv_tokens
+        elementwise(*_norm("qk_norm", tokens * qd + kv_rows * kvd))
     problems = n * heads
     scores = float(problems) * s * keys
     core_start = len(forward)
@@ -142,6 +146,8 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
                                head_dim=d, problems=problems, causal=stack.causal)])
         core = ()
     linear("proj", tokens, qd, h)
+    if stack.post_norms:
+        elementwise(*_norm("post_attention_norm", hidden))
     elementwise(*_residual("residual1", hidden, stack.dropout))
     elementwise(*_norm("norm2", hidden))
     width = (2 if stack.gated_mlp else 1) * f // t
@@ -150,6 +156,8 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
     elementwise(memory("activation", read=tokens * width * HALF, written=act * HALF),
                 [memory("activation.bwd", read=(act + tokens * width) * HALF, written=tokens * width * HALF)])
     linear("fc2", tokens, f // t, h)
+    if stack.post_norms:
+        elementwise(*_norm("post_mlp_norm", hidden))
     elementwise(*_residual("residual2", hidden, stack.dropout))
     block_end = len(forward) - 1  # the second residual add: nothing after it is needed by the backward
     if stack.final_norm and layer_index == stack.num_layers - 1:
