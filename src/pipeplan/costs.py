@@ -144,10 +144,10 @@ def _row_mean(row: Sequence[float]) -> float:
     return math.fsum(row) / len(row)
 
 
-def _matrix(name: str, rows: object, num_stages: int | None = None) -> list[list[float]]:
+def _matrix(name: str, rows: Sequence[Sequence[float]], num_stages: int | None = None) -> list[list[float]]:
     """``rows`` as a ``[stage][microbatch]`` list of lists of one row length (values unchecked)."""
     try:
-        table = [[float(value) for value in row] for row in rows]  # type: ignore[union-attr]
+        table = [[float(value) for value in row] for row in rows]
     except (TypeError, ValueError):
         raise InvalidInputError(f"{name} must be a [stage][microbatch] table of numbers") from None
     if not table or not table[0] or any(len(row) != len(table[0]) for row in table):
