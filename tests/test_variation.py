@@ -147,3 +147,16 @@ def test_per_microbatch_costs_refuse_bad_tables_in_one_line():
     assert [both.duration(kind, s, 1) for kind, s in (("F", 0), ("F", 1), ("B", 1))] == [3.0, 5.0, 9.0]
     with pytest.raises(InvalidInputError, match="every source has costs per"):
         StageCosts.stagewise([costs, StageCosts([1.0])])
+
+
+def test_the_adaptive_schedule_builds_its_order_on_per_microbatch_costs():
+    rng = np.random.default_rng(0)
+    forward = rng.uniform(1, 4, (4, 8))
+    costs = StageCosts.per_microbatch(forward.tolist())
+    schedule = build_schedule("adaptive", num_stages=4, num_microbatches=8, costs=costs)
+    assert simulate(schedule, costs).makespan >= makespan_lower_bound(schedule, costs) - 1e-9
+    # alike microbatches: the same order as on the per-stage costs
+    alike = StageCosts.per_microbatch(np.repeat(forward[:, :1], 8, axis=1).tolist())
+    same = build_schedule("adaptive", num_stages=4, num_microbatches=8, costs=alike)
+    assert same.orders == build_schedule("adaptive", num_stages=4, num_microbatches=8,
+                                         costs=StageCosts(forward[:, 0].tolist())).orders
