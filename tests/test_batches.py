@@ -296,6 +296,12 @@ def test_mix_batch_step_runs_the_balanced_order_of_the_same_samples_and_splits_t
         assert run.timeline.makespan == run.split.makespan and min(run.split.variation) >= 0
         # microbatch 0's forward on stage 0 is the sum of its samples'
         assert run.costs.duration("F", 0, 0) == pytest.approx(forward[list(run.shapes[0]), 0].sum())
+    # each microbatch's message across the cut is the sum of its samples' bytes (a 4-camera sample's are larger)
+    sample_bytes = [profile.boundary_bytes([25, 25])[0] for profile in mixed.profiles]
+    assert sample_bytes[1] > sample_bytes[0]
+    assert random.comm.microbatch_bytes[0] == pytest.approx([sum(sample_bytes[i] for i in mb) for mb in random.shapes])
+    assert mix_batch_step(mixed, [25, 25], 4, 2, comm=CommModel(latency=0.1), message_bytes=False).random.comm \
+        == CommModel(latency=0.1)
     one = mix_costs("pi0", parse_mix([{"cameras": 2, "count": 1}]), micro_batch_size=2)
     alike = mix_batch_step(one, [25, 25], 4, 2)
     assert alike.random.split.variation == alike.balanced.split.variation == (0.0, 0.0)

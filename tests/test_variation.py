@@ -53,6 +53,9 @@ def _case(draw, alike: bool = False):
     comms = [None, CommModel(latency=0.5)]
     if name in ("gpipe", "1f1b"):  # blocking sends deadlock in some orders of the others
         comms.append(CommModel(latency=0.25, send_mode="rendezvous"))
+    if stages > 1:  # messages whose size follows the microbatch
+        sizes = [[draw(st.floats(0.0, 4.0, width=32)) for _ in range(microbatches)] for _ in range(stages - 1)]
+        comms.append(CommModel(latency=0.25, bandwidth=2.0, microbatch_bytes=sizes))
     comm = draw(st.sampled_from(comms))
     return schedule, forward, backward, weight, comm
 
@@ -61,15 +64,21 @@ def _case(draw, alike: bool = False):
 @given(_case(alike=True))
 def test_a_matrix_of_alike_microbatches_simulates_bit_for_bit_like_per_stage_costs(case):
     schedule, forward, backward, weight, comm = case
+    per_stage_comm = comm
+    if comm is not None and comm.microbatch_bytes is not None:  # alike messages too
+        sizes = [row[0] for row in comm.microbatch_bytes]
+        per_stage_comm = CommModel(comm.latency, comm.bandwidth, sizes)
+        comm = CommModel(comm.latency, comm.bandwidth, microbatch_bytes=[[size] * schedule.num_microbatches
+                                                                         for size in sizes])
     per_stage = StageCosts([row[0] for row in forward], [row[0] for row in backward], [row[0] for row in weight])
     matrix = StageCosts.per_microbatch(forward, backward, weight)
     assert matrix.forward == per_stage.forward and matrix.weight == per_stage.weight
-    ours, theirs = simulate(schedule, matrix, comm), simulate(schedule, per_stage, comm)
+    ours, theirs = simulate(schedule, matrix, comm), simulate(schedule, per_stage, per_stage_comm)
     assert np.array_equal(ours.start, theirs.start) and np.array_equal(ours.blocked_until, theirs.blocked_until)
     split = idle_split(schedule, matrix, comm)
     assert split.variation == (0.0,) * schedule.num_ranks
     assert split.makespan == split.mean_makespan == theirs.makespan
-    assert idle_split(schedule, per_stage, comm).variation == (0.0,) * schedule.num_ranks
+    assert idle_split(schedule, per_stage, per_stage_comm).variation == (0.0,) * schedule.num_ranks
 
 
 @settings(max_examples=40, deadline=None)
@@ -78,9 +87,15 @@ def test_per_microbatch_steps_agree_with_the_reference_and_lie_within_the_bounds
     schedule, forward, backward, weight, comm = case
     costs = StageCosts.per_microbatch(forward, backward, weight)
     timeline = simulate(schedule, costs, comm)
-    start, end, blocked = reference_times(schedule, costs, comm)
-    assert timeline.start.tolist() == pytest.approx(start, abs=1e-9)
-    assert timeline.blocked_until.tolist() == pytest.approx(blocked, abs=1e-9)
+    if comm is None or comm.microbatch_bytes is None:
+        start, end, blocked = reference_times(schedule, costs, comm)
+        assert timeline.start.tolist() == pytest.approx(start, abs=1e-9)
+        assert timeline.blocked_until.tolist() == pytest.approx(blocked, abs=1e-9)
+    else:  # each message takes its own microbatch's time
+        for message in schedule.messages():
+            mb = message.producer.microbatch
+            took = comm.latency + comm.microbatch_bytes[message.boundary][mb] / comm.bandwidth
+            assert timeline.start_of(message.consumer) >= timeline.end_of(message.producer) + took - 1e-9
     split = idle_split(schedule, costs, comm, timeline=timeline)
     low = simulate(schedule, collapsed(costs, schedule.num_microbatches, "min"), comm).makespan
     assert split.lower_bound == makespan_lower_bound(schedule, costs, comm)

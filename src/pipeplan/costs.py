@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -460,12 +460,16 @@ class CommModel:
             consuming one) and the transfer is done. A rank blocked in a send has
             its next receive posted already, like Megatron's batched
             ``send_forward_recv_backward``.
+        microbatch_bytes: optional bytes per boundary *and* microbatch,
+            ``[boundary][microbatch]``, for microbatches that are not alike (see
+            :meth:`message_times`); ``boundary_bytes`` is then each boundary's mean.
     """
 
     latency: float
     bandwidth: float
     boundary_bytes: float | tuple[float, ...]
     send_mode: SendMode
+    microbatch_bytes: Matrix | None = field(default=None, repr=False)
 
     def __init__(
         self,
@@ -473,6 +477,8 @@ class CommModel:
         bandwidth: float = math.inf,
         boundary_bytes: float | Sequence[float] = 0.0,
         send_mode: SendMode = "eager",
+        *,
+        microbatch_bytes: Sequence[Sequence[float]] | None = None,
     ) -> None:
         lat = non_negative_float("latency", latency)
         band = positive_float("bandwidth", bandwidth, allow_inf=True)
@@ -484,8 +490,15 @@ class CommModel:
             raise InvalidInputError(f"send_mode must be 'eager' or 'rendezvous', got {send_mode!r}")
         object.__setattr__(self, "latency", lat)
         object.__setattr__(self, "bandwidth", band)
+        per_microbatch: Matrix | None = None
+        if microbatch_bytes is not None:
+            table = _matrix("microbatch_bytes", microbatch_bytes)
+            per_microbatch = tuple(finite_floats(f"microbatch_bytes[{b}]", row, allow_zero=True)
+                                   for b, row in enumerate(table))
+            sizes = tuple(_row_mean(row) for row in per_microbatch)
         object.__setattr__(self, "boundary_bytes", sizes)
         object.__setattr__(self, "send_mode", send_mode)
+        object.__setattr__(self, "microbatch_bytes", per_microbatch)
 
     def boundary_times(self, num_stages: int) -> tuple[float, ...]:
         """Message time across each of the ``num_stages - 1`` boundaries."""
@@ -499,3 +512,20 @@ class CommModel:
         else:
             sizes = (self.boundary_bytes,) * (num_stages - 1)
         return tuple(self.latency + size / self.bandwidth for size in sizes)
+
+    def message_times(self, num_stages: int, num_microbatches: int) -> np.ndarray:
+        """``[boundary, microbatch]``: the time of each microbatch's message across each boundary.
+
+        Each microbatch's own bytes where ``microbatch_bytes`` is given, else
+        :meth:`boundary_times` for every microbatch.
+        """
+        if self.microbatch_bytes is None:
+            times = np.asarray(self.boundary_times(num_stages), dtype=float)
+            return np.repeat(times.reshape(-1, 1), num_microbatches, axis=1)
+        table = np.asarray(self.microbatch_bytes, dtype=float)
+        if table.shape != (num_stages - 1, num_microbatches):
+            raise InvalidInputError(
+                f"microbatch_bytes is {table.shape[0]} boundaries × {table.shape[1]} microbatches, expected "
+                f"{num_stages - 1} × {num_microbatches}"
+            )
+        return self.latency + table / self.bandwidth

@@ -21,7 +21,8 @@ Definitions (times in the costs' unit), per rank ``r``:
   :meth:`Timeline.idle_by_cause <pipeplan.timeline.Timeline.idle_by_cause>` (fill, drain,
   starved, blocked);
 * ``mean_idle[r]``: the same for the same orders with every microbatch at its stage's mean
-  cost (:func:`collapsed` ``"mean"``);
+  cost (:func:`collapsed` ``"mean"``), and its messages at their boundary's mean bytes
+  (:func:`collapsed_comm`, where ``comm`` has ``microbatch_bytes``);
 * ``bubble[r] = min(idle[r], mean_idle[r])`` and ``variation[r] = idle[r] - bubble[r]``:
   both ``>= 0``, summing to ``idle[r]``; the variation is 0 when the microbatches are
   alike. An order of unlike microbatches may idle *less* than the mean (a cheap
@@ -33,9 +34,10 @@ Definitions (times in the costs' unit), per rank ``r``:
 Bounds on the step, valid for any microbatch costs (tested): ``lower_bound`` is
 :func:`pipeplan.analytic.makespan_lower_bound` on the per-microbatch costs (each rank's
 fill, all its microbatches' work and drain; each stage's microbatches one at a time; each
-microbatch's critical path); ``upper_bound`` is the step with every microbatch at its
-stage's largest cost (the simulator's times are maxima of sums of durations, so they
-cannot shrink when a duration grows).
+microbatch's critical path; each boundary's fastest message); ``upper_bound`` is the step
+with every microbatch at its stage's largest cost and its boundary's largest message (the
+simulator's times are maxima of sums of durations and message times, so they cannot
+shrink when one grows).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from .schedule import Kind, Schedule
 from .simulate import simulate
 from .timeline import IdleCause, Timeline
 
-__all__ = ["IdleSplit", "idle_split", "collapsed", "Collapse"]
+__all__ = ["IdleSplit", "idle_split", "collapsed", "collapsed_comm", "Collapse"]
 
 Collapse = Literal["mean", "min", "max"]
 
@@ -87,6 +89,19 @@ def collapsed(costs: StageCosts, num_microbatches: int, how: Collapse = "mean") 
             for kind in (Kind.F, Kind.B, Kind.I, Kind.W)}
     return StageCosts(rows[Kind.F], rows[Kind.B], rows[Kind.W], costs.activation_bytes, costs.weight_stash_bytes,
                       None, costs.update, rows[Kind.I])
+
+
+def collapsed_comm(comm: CommModel | None, how: Collapse = "mean") -> CommModel | None:
+    """``comm`` with every microbatch's message across a boundary at that boundary's ``how`` bytes.
+
+    Messages whose bytes do not vary per microbatch (no ``microbatch_bytes``): ``comm`` itself.
+    """
+    if comm is None or comm.microbatch_bytes is None:
+        return comm
+    if how not in ("mean", "min", "max"):
+        raise InvalidInputError(f"how must be 'mean', 'min' or 'max', got {how!r}")
+    return CommModel(comm.latency, comm.bandwidth, [_reduce(row, how) for row in comm.microbatch_bytes],
+                     comm.send_mode)
 
 
 @dataclass(frozen=True)
@@ -140,10 +155,11 @@ def idle_split(schedule: Schedule, costs: StageCosts, comm: CommModel | None = N
     actual = timeline if timeline is not None else simulate(schedule, costs, comm)
     if actual.schedule is not schedule:
         raise InvalidInputError("timeline must be a simulation of this schedule")
-    mean_costs = collapsed(costs, count, "mean")
-    mean = actual if mean_costs is costs else simulate(schedule, mean_costs, comm, validate=False)
-    upper = actual if mean_costs is costs else simulate(schedule, collapsed(costs, count, "max"), comm,
-                                                        validate=False)
+    mean_costs, mean_comm = collapsed(costs, count, "mean"), collapsed_comm(comm, "mean")
+    alike = mean_costs is costs and mean_comm is comm
+    mean = actual if alike else simulate(schedule, mean_costs, mean_comm, validate=False)
+    upper = actual if alike else simulate(schedule, collapsed(costs, count, "max"), collapsed_comm(comm, "max"),
+                                          validate=False)
     idle_causes, mean_causes = actual.idle_by_cause(), mean.idle_by_cause()
     idle = tuple(math.fsum(causes.values()) for causes in idle_causes)
     mean_idle = tuple(math.fsum(causes.values()) for causes in mean_causes)

@@ -125,12 +125,14 @@ class BatchRun:
     Attributes:
         shapes: per microbatch (in run order), the mix row of each of its samples.
         costs: the per-(stage, microbatch) costs it ran on (ms).
+        comm: its messages (bytes per boundary and microbatch where they follow the shapes).
         timeline: the simulated step.
         split: its idle time per rank, bubble vs variation, and the step's bounds.
     """
 
     shapes: tuple[tuple[int, ...], ...]
     costs: StageCosts
+    comm: CommModel | None
     timeline: Timeline
     split: IdleSplit
 
@@ -154,14 +156,15 @@ class MixBatch:
 
 def mix_batch_step(costs: MixCosts, layers_per_stage: Sequence[int], num_microbatches: int, micro_batch_size: int,
                    *, schedule: str | Schedule = "1f1b", comm: CommModel | None = None, seed: int = 0,
-                   activation_bytes: Sequence[float] | None = None) -> MixBatch:
+                   activation_bytes: Sequence[float] | None = None, message_bytes: bool = True) -> MixBatch:
     """One global batch of ``num_microbatches × micro_batch_size`` samples drawn from ``costs.mix``, simulated.
 
     A microbatch's forward, backward and weight-gradient time on a stage are the sums of its
     samples' (each sample at its own shape); ``schedule`` (a registered name, full
     backwards where it has the option, or a built :class:`~pipeplan.schedule.Schedule` of
-    that shape) runs them with ``comm``'s messages (their size does not follow the
-    microbatch's shapes). *Random*: microbatches in draw order; *balanced*:
+    that shape) runs them with ``comm``'s latency, bandwidth and send mode, each message
+    across a cut the sum of its samples' bytes there (``message_bytes=False``: ``comm``'s
+    own bytes for every microbatch). *Random*: microbatches in draw order; *balanced*:
     :func:`~pipeplan.batches.balance.plan_microbatches` (equal counts, balanced totals, the
     fastest of its orders on this schedule without messages). ``activation_bytes``: per
     stage, for the timelines' memory (default 1).
@@ -172,6 +175,8 @@ def mix_batch_step(costs: MixCosts, layers_per_stage: Sequence[int], num_microba
     forward = np.stack([np.asarray(stage.forward) for stage in stage_costs])  # [shape, stage]
     backward = np.stack([np.asarray(stage.backward) for stage in stage_costs])
     weight = np.stack([np.asarray(stage.weight) for stage in stage_costs])
+    sizes = np.stack([np.asarray(profile.boundary_bytes(layers_per_stage), dtype=float).reshape(-1)
+                      for profile in costs.profiles])  # [shape, boundary]
     built = _schedule(schedule, forward.shape[1], count)
     shapes = costs.draw(count * size, seed=seed)
     totals = forward[shapes].sum(axis=1) + backward[shapes].sum(axis=1)
@@ -185,8 +190,12 @@ def mix_batch_step(costs: MixCosts, layers_per_stage: Sequence[int], num_microba
                                              np.stack([backward[p].sum(axis=0) for p in picked], axis=1),
                                              np.stack([weight[p].sum(axis=0) for p in picked], axis=1),
                                              activation_bytes)
-        timeline = simulate(built, stage_costs, comm)
-        return BatchRun(shapes=tuple(tuple(int(i) for i in p) for p in picked), costs=stage_costs,
-                        timeline=timeline, split=idle_split(built, stage_costs, comm, timeline=timeline))
+        messages = comm
+        if comm is not None and message_bytes and sizes.shape[1]:
+            messages = CommModel(comm.latency, comm.bandwidth, send_mode=comm.send_mode,
+                                 microbatch_bytes=np.stack([sizes[p].sum(axis=0) for p in picked], axis=1).tolist())
+        timeline = simulate(built, stage_costs, messages)
+        return BatchRun(shapes=tuple(tuple(int(i) for i in p) for p in picked), costs=stage_costs, comm=messages,
+                        timeline=timeline, split=idle_split(built, stage_costs, messages, timeline=timeline))
 
     return MixBatch(seed=seed, random=run(drawn), balanced=run(plan.microbatches))

@@ -520,7 +520,7 @@ def mix_batch_lines(batch: Any) -> list[str]:
     """The text lines of one drawn batch simulated with per-microbatch costs: steps, bounds, idle split per rank."""
     random, balanced = batch.random.split, batch.balanced.split
     lines = [
-        f"one drawn batch (seed {batch.seed}), each microbatch at its own costs, messages as above (ms): random "
+        f"one drawn batch (seed {batch.seed}), each microbatch at its own costs and message bytes (ms): random "
         f"microbatches {random.makespan:.1f}, balanced {balanced.makespan:.1f}; at the batch's mean costs "
         f"{random.mean_makespan:.1f}; bounds: random {random.lower_bound:.1f}–{random.upper_bound:.1f}, balanced "
         f"{balanced.lower_bound:.1f}–{balanced.upper_bound:.1f}",
