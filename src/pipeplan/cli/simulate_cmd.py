@@ -155,7 +155,9 @@ def register(subparsers: Any) -> None:
     add_spec_arguments(parser)
     parser.add_argument("--mix", metavar="FILE", default=None,
                         help="with --preset: a shape mix (CSV or JSON: shape fields such as cameras, then count or "
-                             "weight); also prints the expected step over drawn batches (docs/uneven_batches.md)")
+                             "weight); also prints the expected step over drawn batches, and one drawn batch simulated with "
+                             "each microbatch at its own costs, its idle split into the schedule's bubble and the "
+                             "variation (docs/uneven_batches.md)")
     renamed_flag(parser, "--steps", "--step-table", "the unit-step table; --steps N is a count of steps in run")
     renamed_flag(parser, "--optimizer", "--step-boundary", "barrier or overlap between steps; --optimizer is the "
                  "optimizer state in plan and partition")
