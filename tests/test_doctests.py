@@ -23,6 +23,7 @@ MODULES = [
     "pipeplan.simulate",
     "pipeplan.timeline",
     "pipeplan.analytic",
+    "pipeplan.variation",
     "pipeplan.calibration",
     "pipeplan.limits",
     "pipeplan.errors",
