@@ -117,6 +117,8 @@ COMPUTED = [
           lambda: benchmark("preset_table").block()),
     Table("presets.md", "model-schema", "python benchmarks/model_schema.py --write",
           lambda: benchmark("model_schema").block()),
+    Table("cost_model.md", "action-heads", "python benchmarks/action_heads.py --write",
+          lambda: benchmark("action_heads").block()),
     Table("planner.md", "planner-comm", "python benchmarks/comm_model.py --write",
           lambda: benchmark("comm_model").block()),
     Table("planner.md", "planner-walkthrough", "python benchmarks/planner.py --only walkthrough --write",
@@ -165,6 +167,7 @@ MEASURED_TABLES = [
     ("uneven_batches.md", "uneven-speed", "uneven_batches.py"),
     ("uneven_batches.md", "uneven-cpu", "uneven_batches.py"),
     ("uneven_batches.md", "plan-mix-cost", "plan_mix.py"),
+    ("engines.md", "deepspeed-hooks", "deepspeed_hooks.py"),
 ]
 
 

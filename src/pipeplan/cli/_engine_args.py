@@ -34,13 +34,22 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--engine`` and one flag per knob (checked against the engine's knobs by :func:`engine_workload`)."""
     megatron = engines.get(DEFAULT_ENGINE).knobs
     parser.add_argument("--engine", default=None, metavar="NAME",
-                        help=f"the engine whose knobs are priced: {', '.join(engines.names())} (default "
-                             f"{DEFAULT_ENGINE}: Megatron-LM's tensor parallelism)")
+                        help=f"the engine the plans are for: {', '.join(engines.names())}; the search spans only "
+                             f"the schedules and data-parallel modes it runs, and its knobs are priced (default: "
+                             f"every schedule and mode, with {DEFAULT_ENGINE}'s knobs: Megatron-LM's tensor "
+                             "parallelism)")
     for flag, dest in KNOB_FLAGS.items():
         knob = megatron.get(flag)
         default = "searched" if knob.default is None else knob.default
-        parser.add_argument(f"--{flag}", dest=dest, default=None, metavar="|".join(knob.choices),
-                            help=f"pin it: {knob.doc} (default {default})")
+        choices = dict.fromkeys(knob.choices)
+        others = ""
+        for engine in engines.names():
+            if engine != DEFAULT_ENGINE and flag in engines.get(engine).knobs.names():
+                theirs = engines.get(engine).knobs.get(flag)
+                choices.update(dict.fromkeys(theirs.choices))
+                others += f"; --engine {engine}: {theirs.doc}"
+        parser.add_argument(f"--{flag}", dest=dest, default=None, metavar="|".join(choices),
+                            help=f"pin it: {knob.doc} (default {default}){others}")
 
 
 def _engine(args: argparse.Namespace) -> Engine:
@@ -77,8 +86,19 @@ def engine_workload(args: argparse.Namespace, workload: Workload) -> Workload:
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
             tp_comm_overlap=cast("TpCommOverlap | None", given.get("tp-comm-overlap")))
     if "recompute" in given:
-        workload = workload.with_recompute(cast(Recompute, given["recompute"]))
+        workload = workload.with_recompute(given["recompute"])
+    else:
+        searched = _searched_recompute(_engine(args))
+        if searched is not None and workload.spec is not None:  # a measured profile answers for its own modes
+            workload = workload.with_recompute_modes(searched)
     return workload
+
+
+def _searched_recompute(engine: Engine) -> tuple[Recompute, ...] | None:
+    """The recompute modes the engine lets the planner search, when not every one it has (torchtitan's)."""
+    if "recompute" not in engine.knobs.names():
+        return None
+    return engine.knobs.get("recompute").searched
 
 
 _TENSOR_PARALLEL = {
@@ -122,13 +142,14 @@ def engine_assumptions(args: argparse.Namespace) -> dict[str, str]:
         if flag in given:
             values[flag] = f"{given[flag]} (given: --{flag})"
         elif default is None:
-            values[flag] = "searched: none, selective, full (per stage, the cheapest in time that fits)"
+            modes = _searched_recompute(engine) or ("none", "selective", "full")
+            values[flag] = f"searched: {', '.join(modes)} (per stage, the cheapest in time that fits)"
         else:
             values[flag] = f"{default} (assumed: give --{flag} to pin it)"
     sequence_parallel = given.get("sequence-parallel", megatron["sequence-parallel"] or "on")
     overlap = given.get("tp-comm-overlap", megatron["tp-comm-overlap"] or "backward")
     name = engine.name if getattr(args, "engine", None) else f"{engine.name} (assumed: give --engine to choose)"
     if not engine.knobs.knobs:
-        name += ("; its knobs are not priced yet: the step prices Megatron-LM's tensor parallelism, and the "
-                 f"search is not narrowed to what it runs (--export {engine.name} gives the best plan it runs)")
+        name += ("; its knobs are not priced yet: the step prices Megatron-LM's tensor parallelism; the search "
+                 "spans only what it runs")
     return {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}

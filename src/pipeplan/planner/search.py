@@ -48,7 +48,7 @@ from .. import data_parallel
 from .._validation import positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..limits import MAX_GLOBAL_BATCH
-from ..plan import RECOMPUTE_MODES, Plan
+from ..plan import Plan, recompute_rank
 from ..schedules import schedule_info
 from .advice import NoPlanFitsError, baseline_notes, batch_note, find_remedies, no_plan_fits
 from .baselines import (Baseline, in_space, megatron_default, megatron_recommended, megatron_split, one_knob,
@@ -307,14 +307,20 @@ class _Search:
                 raise InvalidInputError(f"tp={options.tp} must divide the GPUs of a node ({node}): tensor "
                                         "parallelism stays inside a node")
             workload.with_tensor_parallel(options.tp)  # the model's own reason when it cannot split so
+        schedules, modes, alone = options.engine_space()  # narrowed to what options.engine runs
+        pp = options.pp
+        if not modes:  # modes it runs only without a pipeline (DeepSpeed's ZeRO-2 and 3)
+            if pp not in (None, 1):
+                raise InvalidInputError(f"{options.engine} runs {', '.join(alone)} only without a pipeline: "
+                                        f"leave --pp {pp} out, or give --dp-modes it runs beside one")
+            pp, modes = 1, alone
         self.space = SearchSpace(
             num_gpus=cluster.num_gpus, global_batch=global_batch, num_layers=workload.num_layers,
-            micro_batch_sizes=workload.micro_batch_sizes, recompute_modes=workload.recompute_modes, pp=options.pp,
-            micro_batch_size=options.micro_batch_size,
-            schedules=tuple(options.schedules) if options.schedules is not None else None,
+            micro_batch_sizes=workload.micro_batch_sizes, recompute_modes=workload.recompute_modes, pp=pp,
+            micro_batch_size=options.micro_batch_size, schedules=schedules,
             max_virtual_stages=options.max_virtual_stages, partition=options.partition,
-            tensor_parallel_degrees=workload.tensor_parallel_degrees, tp=options.tp, dp_modes=options.modes(),
-            gpus_per_node=cluster.gpus_per_node,
+            tensor_parallel_degrees=workload.tensor_parallel_degrees, tp=options.tp, dp_modes=modes,
+            gpus_per_node=cluster.gpus_per_node, dp_modes_alone=None if alone == modes else alone,
         )
         self.started = time.perf_counter()
         self.started_cpu = time.process_time()  # the budget counts CPU seconds
@@ -369,7 +375,8 @@ class _Search:
         bounds = (self._space_bound(configs, deadline), self._space_bound(configs, deadline, chunked=False))
         stats.seconds = time.perf_counter() - self.started
         skipped = tuple(Rejection(config, reason) for config, reason in self.space.skipped())
-        notes = tuple(note for note in (batch_note(self.space), *baseline_notes(baselines)) if note)
+        notes = tuple(note for note in (batch_note(self.space), self.options.engine_note(),
+                                        *baseline_notes(baselines)) if note)
         return SearchResult(plans, megatron, knobs, tuple(self.rejected) + skipped, stats, *bounds,
                             rerun=self._rerun, baselines=baselines, notes=notes)
 
@@ -387,7 +394,7 @@ class _Search:
         # by bound; within a configuration, no recompute first (the others need it to bind)
         ordered = sorted(configs, key=lambda c: (self.bound(c), c.tp, c.pp, data_parallel.names().index(c.dp_mode),
                                                  c.micro_batch_size, c.schedule, c.virtual_stages,
-                                                 RECOMPUTE_MODES.index(c.recompute)))
+                                                 recompute_rank(c.recompute)))
         # Fixed templates first; the cost-aware "adaptive" generator is far dearer to
         # build, and is never slower than the templates it also tries, so it runs
         # last and only where its bound could beat the best plan found.
