@@ -63,7 +63,7 @@ def _fields(plan: Plan, v: int) -> dict:
 
 
 @pytest.mark.parametrize("target", ["torchtitan", "torchtitan-toml"])
-@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("recompute", ["none", "op", "full"])
 @pytest.mark.parametrize("tp", [1, 2])
 @pytest.mark.parametrize("mode", ["fsdp", "ddp", "hsdp"])
 @pytest.mark.parametrize("shape", SHAPES, ids=[s[0] for s in SHAPES])
@@ -72,6 +72,17 @@ def test_export_reads_back_as_the_plan(shape, mode, tp, recompute, target, tmp_p
     config = engines.get("torchtitan").read(_export(plan, target, tmp_path))
     assert {name: config.value(name) for name in _fields(plan, shape[2])} == _fields(plan, shape[2])
     assert config.model is None and any("--preset or --spec" in note for note in config.notes)
+
+
+@pytest.mark.parametrize("target, recompute, runs", [
+    ("torchtitan-toml", "every:2", "every:2"), ("torchtitan-toml", "selective", "op"),
+    # torchtitan's Python configs have no layer option: apply_plan() runs every:N as full (and says so)
+    ("torchtitan", "every:3", "full"), ("torchtitan", "selective", "op")])
+def test_recompute_reads_back_as_what_torchtitan_runs(target, recompute, runs, tmp_path):
+    config = read_torchtitan_config(_export(_plan("1f1b", 2, 1, "fsdp", 1, recompute), target, tmp_path))
+    assert config.value("recompute") == runs
+    said = any("no layer option" in note for note in config.notes)
+    assert said == (target == "torchtitan" and recompute.startswith("every:"))
 
 
 @pytest.mark.parametrize("target", ["torchtitan", "torchtitan-toml"])
@@ -181,14 +192,18 @@ def test_unknown_model_gives_no_spec_and_says_what_to_give(tmp_path):
     assert "give --preset or --spec: pipeplan has no spec for qwen3 0.6B" in config.notes
 
 
-def test_every_nth_layer_recompute_is_left_open_with_a_note(tmp_path):
+def test_selective_checkpointing_is_torchtitans_op_or_every_nth_block(tmp_path):
     config = read_torchtitan_config(_toml(tmp_path, '[activation_checkpoint]\nmode = "selective"\n'
-                                                    'selective_ac_option = "2"\n'))
-    assert config.value("recompute") is None
-    assert any("every 2th block" in note for note in config.notes)
+                                                    'selective_ac_option = "3"\n'))
+    assert config.value("recompute") == "every:3"
     op = read_torchtitan_config(_toml(tmp_path, '[activation_checkpoint]\nmode = "selective"\n'
                                                 'selective_ac_option = "op"\n', "op.toml"))
-    assert op.value("recompute") == "selective"
+    assert op.value("recompute") == "op"
+    # the TOML release's default: selective, option "2"
+    default = read_torchtitan_config(_toml(tmp_path, "[training]\nsteps = 10\n", "default.toml"))
+    assert default.value("recompute") == "every:2" and "torchtitan default" in default.source_of("recompute")
+    with pytest.raises(InvalidInputError, match="selective_ac_option must be"):
+        read_torchtitan_config(_toml(tmp_path, '[activation_checkpoint]\nselective_ac_option = "some"\n', "x.toml"))
 
 
 @pytest.mark.parametrize("shard, replicate, mode", [(4, 1, "fsdp"), (4, 2, "hsdp"), (1, 4, "ddp"), (-1, 1, "fsdp")])

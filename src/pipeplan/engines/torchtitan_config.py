@@ -292,7 +292,7 @@ def _python_values(path: Path, tree: ast.Module, unread: list[str]) -> Values:
                               ("LOCAL_BATCH_SIZE", "training.local_batch_size"),
                               ("GLOBAL_BATCH_SIZE", "training.global_batch_size"),
                               ("TOKENS_PER_SAMPLE", "training.seq_len"),
-                              ("RECOMPUTE", "activation_checkpoint.mode"),
+                              ("RECOMPUTE", "pipeplan.recompute"),
                               ("LAYERS_PER_STAGE", "pipeplan.layers_per_stage")):
             if constant in literals and not (constant == "TOKENS_PER_SAMPLE" and _literal(literals[constant])[1] is None):
                 put(key, literals[constant], constant)
@@ -540,6 +540,20 @@ class _Reader:
             self.set("num_microbatches", microbatches[0], microbatches[1])
 
     def _recompute(self) -> None:
+        """recompute in the planner's modes: torchtitan's per-op policy is ``op``, its layer option ``every:N``."""
+        if "pipeplan.recompute" in self.values:  # pipeplan's Python export: what its apply_plan() sets
+            written, source = self.values["pipeplan.recompute"]
+            runs = {"selective": "op", "op": "op", "none": "none", "full": "full"}.get(written)
+            if runs is None and str(written).startswith("every:"):
+                runs = "full"
+                self.notes.append(f"{source}: torchtitan's Python configs have no layer option, apply_plan() runs "
+                                  "full recompute on every block")
+            if runs is None:
+                raise InvalidInputError(f"{source}: not a recompute mode the export writes")
+            if written == "selective":
+                self.notes.append(f"{source}: torchtitan runs its per-op policy (op) for it")
+            self.set("recompute", runs, source)
+            return
         mode = self.get("activation_checkpoint.mode")
         if mode is None:
             return
@@ -548,13 +562,15 @@ class _Reader:
         elif mode[0] == "memory_budget":
             self.notes.append(f"{mode[1]}: torchtitan's memory-budget recompute is not priced: give --recompute")
         elif mode[0] == "selective":
-            option = self.get("activation_checkpoint.selective_ac_option")
-            value = "op" if option is None or not self.toml else str(option[0])
+            option = self.get("activation_checkpoint.selective_ac_option") if self.toml else None
+            value = "op" if option is None else str(option[0])
+            source = mode[1] + (f"; {option[1]}" if option is not None else "")
             if value == "op":
-                self.set("recompute", "selective", mode[1] + (f"; {option[1]}" if option and self.toml else ""))
+                self.set("recompute", "op", source)
+            elif value.isdigit() and int(value) >= 1:  # torchtitan: full checkpointing of every Nth block
+                self.set("recompute", f"every:{int(value)}", source)
             else:
-                self.notes.append(f"{option[1] if option else mode[1]}: torchtitan recomputes every {value}th block "
-                                  "fully; pipeplan does not price that: recompute left open (give --recompute)")
+                raise InvalidInputError(f"{source}: selective_ac_option must be \"op\" or a block count N")
         else:
             raise InvalidInputError(f"{mode[1]}: activation_checkpoint mode must be none, selective, full or "
                                     "memory_budget")
