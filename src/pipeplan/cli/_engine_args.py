@@ -79,7 +79,11 @@ def add_engine_arguments(parser: Any, *, unpinned: Unpinned = SEARCHED) -> None:
 
 
 def _engine(args: argparse.Namespace) -> Engine:
-    return engines.get(getattr(args, "engine", None) or DEFAULT_ENGINE)
+    """``--engine``'s record (default Megatron-LM's); an unknown name is one line naming the engines."""
+    name = getattr(args, "engine", None) or DEFAULT_ENGINE
+    if name not in engines.names():
+        raise InvalidInputError(f"--engine must be one of {', '.join(engines.names())}, got {name!r}")
+    return engines.get(name)
 
 
 def _parse_recompute(text: str, engine: Engine) -> str:
@@ -234,8 +238,12 @@ def _modes_text(pin: Recompute | dict[str, Recompute], spec: ModelSpec | None) -
     """``full`` or ``vision full, llm selective``: a mode per module whose mode changes a cost, in the spec's order."""
     if isinstance(pin, str):
         return pin
-    counted = {member for unit in spec.recompute_units() for member in unit} if spec is not None else set(pin)
-    shown = {name: mode for name, mode in pin.items() if name in counted} or dict(pin)
+    if spec is None:
+        shown = dict(pin)
+    else:  # every module (one left out: none), shown where its mode changes a cost
+        counted = {member for unit in spec.recompute_units() for member in unit}
+        every = spec.recompute_modes(pin)
+        shown = {name: mode for name, mode in every.items() if name in counted} or every
     if len(set(shown.values())) == 1:
         return next(iter(shown.values()))
     return ", ".join(f"{name} {mode}" for name, mode in shown.items())
