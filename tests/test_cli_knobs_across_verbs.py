@@ -207,9 +207,10 @@ def test_virtual_stages_pins_v(run_cli: RunCli) -> None:
 
 
 @pytest.mark.parametrize("argv, words", [
-    (("--virtual-stages", "3", "--schedules", "1f1b,zb-v"), "virtual stages v=3: no schedule searched runs 3 stages"),
-    (("--virtual-stages", "2", "--pp", "1"), "virtual stages v=2 need a pipeline"),
+    (("--virtual-stages", "3", "--schedules", "1f1b,zb-v"), "virtual stages v=3 (--virtual-stages): no schedule searched runs 3 stages"),
+    (("--virtual-stages", "2", "--pp", "1"), "virtual stages v=2 (--virtual-stages) need a pipeline"),
     (("--virtual-stages", "0"), "--virtual-stages"),
+    (("--virtual-stages", "40"), "virtual stages v=40 (--virtual-stages) need pp·v ≤"),
 ])
 def test_virtual_stages_a_schedule_does_not_take_is_one_line(run_cli: RunCli, argv: tuple[str, ...],
                                                              words: str) -> None:

@@ -210,11 +210,15 @@ class SearchSpace:
 
     def _check_virtual_stages(self, v: int) -> None:
         """A fixed ``v`` some schedule searched takes, with a pipeline where ``v > 1`` (one line otherwise)."""
+        what = f"virtual stages v={v} (--virtual-stages)"
         if v > 1 and self.pp == 1:
-            raise InvalidInputError(f"virtual stages v={v} need a pipeline: pp=1 runs one stage per rank")
+            raise InvalidInputError(f"{what} need a pipeline: pp=1 runs one stage per rank")
+        if v > 1 and 2 * v > self.num_layers:
+            raise InvalidInputError(f"{what} need pp·v ≤ {self.num_layers} layers with pp ≥ 2: the model has "
+                                    f"{self.num_layers}, so v ≤ {self.num_layers // 2}")
         if not any(_takes_virtual_stages(name, v) for name in self.schedule_names):
             takes = "; ".join(f"{name}: {_virtual_stages_taken(name)}" for name in self.schedule_names)
-            raise InvalidInputError(f"virtual stages v={v}: no schedule searched runs {v} stage"
+            raise InvalidInputError(f"{what}: no schedule searched runs {v} stage"
                                     f"{'s' if v > 1 else ''} per rank ({takes})")
 
     def partition_for(self, config: Config) -> tuple[int, ...] | None:
