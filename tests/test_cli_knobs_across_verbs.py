@@ -217,3 +217,15 @@ def test_virtual_stages_a_schedule_does_not_take_is_one_line(run_cli: RunCli, ar
     status, out, err = run_cli(*VERBS["plan"], *argv)
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and words in err
+
+
+def test_a_per_module_pin_survives_the_tensor_knobs_and_the_degree() -> None:
+    spec = presets.get("pi0")
+    pinned = Workload.from_spec(spec, H100).with_recompute({"vision": "full", "llm": "selective"})
+    assert pinned.recompute_modes == ("full",)  # every stage labelled with the heaviest
+    changed = pinned.with_tensor_parallel(2).with_tensor_knobs(sequence_parallel=False, tp_comm_overlap="off")
+    assert changed.recompute_by_module == pinned.recompute_by_module
+    direct = Workload.from_spec(spec, H100, sequence_parallel=False, tp_comm_overlap="off").with_tensor_parallel(2)
+    want = direct.with_recompute({"vision": "full", "llm": "selective"}).profile(1)
+    assert changed.profile(1).backward == want.backward
+    assert changed.profile(1).backward != direct.with_recompute("full").profile(1).backward

@@ -70,8 +70,8 @@ def add_engine_arguments(parser: Any, *, unpinned: Unpinned = SEARCHED) -> None:
             choices += f"|{REFERENCE}|MODULE=MODE,..."
             default = ("searched: none, selective, full per stage" if unpinned == SEARCHED
                        else "reference: the spec's own recipe per module, none for a spec without one")
-            doc = (f"{knob.doc}; reference: the spec's own recipe per module; per module: vision=full,llm=selective "
-                   "(a module left out: none)")
+            doc = (f"{knob.doc.split('; not given')[0]}; reference: the spec's own recipe per module; per module: "
+                   "vision=full,llm=selective (a module left out: none)")
         else:
             doc = knob.doc
         parser.add_argument(f"--{flag}", dest=dest, default=None, metavar=choices,
