@@ -110,6 +110,10 @@ def register(subparsers: Any) -> None:
                              "what a plan may use)")
     parser.add_argument("--max-virtual-stages", type=int, default=4,
                         help="largest v (chunks per rank) tried for interleaved and adaptive (default 4)")
+    parser.add_argument("--virtual-stages", type=positive("--virtual-stages"), default=None, metavar="N",
+                        help="pin v, the stages per rank: only the schedules that run it (interleaved v >= 2, "
+                             "adaptive any, a V schedule 2, one stage per rank 1), at that v; not capped by "
+                             "--max-virtual-stages (default: searched)")
     parser.add_argument("--schedules", default=None,
                         help="comma-separated schedules to try (default all but dual-rate: "
                              f"{','.join(planned_schedules())})")
@@ -208,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             pp=args.pp, micro_batch_size=args.micro_batch_size,
             schedules=schedules, memory_capacity=args.memory, optimizer=args.optimizer, send_mode=args.send,
             top=args.top, budget=args.budget, progress=_search_progress(advance),
-            max_virtual_stages=args.max_virtual_stages, headroom=headroom,
+            max_virtual_stages=args.max_virtual_stages, virtual_stages=args.virtual_stages, headroom=headroom,
             partition=None if args.partition is None else parse_partition(args.partition),
             tp=args.tp, dp_modes=None if args.dp_modes is None else data_parallel.parse_modes(args.dp_modes),
             sync=args.grad_sync, engine=args.engine,
@@ -279,7 +283,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         optimizer = (f"{args.optimizer} bytes per parameter: {split.weights:g} B weights + {split.gradients:g} B "
                      f"gradients + {split.optimizer:g} B state")
     shape = shape_note(args)
-    engine = engine_assumptions(args)
+    engine = engine_assumptions(args, None if args.profile else spec_from_args(args))
     return {
         "device": (cluster.device.summary() if not args.profile else
                    f"layer times as measured in {args.profile} (on the machine that measured them: its GPUs or CPU "
@@ -295,6 +299,9 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         "messages": _SENDS[args.send],
         "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",
         **engine,
+        "virtual stages": (f"{args.virtual_stages} (given: --virtual-stages)" if args.virtual_stages is not None
+                           else f"searched: 1..{args.max_virtual_stages} stages per rank for interleaved and adaptive "
+                                "(--max-virtual-stages; give --virtual-stages to pin it)"),
         **defaults_assumption(args),
         **({"model shape": shape} if shape else {}),
     }

@@ -41,7 +41,6 @@ from rich.console import Console
 
 from .. import presets, units
 from .._validation import positive_int
-from ..models.layer_costs import layer_profile
 from ..viz.tables import format_time
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
@@ -54,7 +53,8 @@ from ..schedules.dual_rate import DualRateSchedule
 from ..simulate import OPTIMIZER_MODES, simulate
 from ..timeline import Timeline
 from . import dual_rate_cmd
-from ._spec_args import add_spec_arguments, device_from_args, recompute_of, settle_spec_options, spec_from_args, uses_spec
+from ._engine_args import REFERENCE, engine_assumptions, layer_options, spec_workload
+from ._spec_args import add_spec_arguments, device_from_args, settle_spec_options, spec_from_args, uses_spec
 from ._common import (
     default_microbatches,
     renamed_flag,
@@ -480,8 +480,7 @@ def _run_spec(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     device, measured = device_from_args(args)
-    profile = layer_profile(spec, device, args.micro_batch_size, recompute=recompute_of(args, spec),
-                            tensor_parallel=args.tp, sequence_parallel=args.sequence_parallel)
+    profile = spec_workload(args, spec, device, measured).profile(args.micro_batch_size)  # as plan prices it
     layers = _profile_partition(args, profile)
     costs = profile.stage_costs(layers)
     link = measured or intra_node_link(device.name)
@@ -502,7 +501,7 @@ def _run_spec(args: argparse.Namespace) -> int:
     if args.json:
         extra = {} if mix is None or batch is None else {"mix": {**mix.to_dict(), "batch": batch.to_dict()}}
         print_json(timeline_payload(timeline, args, layers_per_stage=layers, device=device_fields(device),
-                                    link=link.name, **extra))
+                                    link=link.name, assumptions=engine_assumptions(args, spec, REFERENCE), **extra))
         return 0
     make_console().print(f"{spec.name}: layers per stage {layers}; cost model: {device.summary()}; messages over "
                          f"{link.name} ({link.latency_ms:g} ms + bytes / {units.format_bandwidth(link.bandwidth / 1e3)})",
@@ -565,8 +564,7 @@ def _mix_costs(args: argparse.Namespace, spec: Any, device: Any) -> Any:
 
     shaped.__name__ = args.preset
     return mix_costs(shaped, mix, device=device, micro_batch_size=args.micro_batch_size,
-                     recompute=recompute_of(args, spec), tensor_parallel=args.tp,
-                     sequence_parallel=args.sequence_parallel)
+                     **layer_options(args, spec))
 
 
 def write_outputs(timeline: Timeline, args: argparse.Namespace) -> None:
