@@ -190,11 +190,13 @@ def test_cli_refuses_a_bad_mix_and_a_model_it_cannot_vary_in_one_line(run_cli, t
           write("cams.csv", "cameras,count\n1,3\n")], "field 'cameras' is not a shape option of preset 'gpt-1.5b'"),
         (["plan", "--preset", "pi0-fast", "--gpus", "8", "--global-batch", "64", "--mix",
           write("tokens.csv", "text_tokens,count\n1,3\n")], "row 1 (text_tokens=1): --text-tokens"),
-        (["plan", "--spec", "examples/model_spec.json", "--gpus", "8", "--global-batch", "64", "--mix",
-          "examples/mix_cameras.csv"], "--mix applies to --preset"),
+        (["plan", "--spec", "examples/gpt-6.2b.json", "--gpus", "8", "--global-batch", "64", "--mix",
+          "examples/mix_cameras.csv"], "field 'cameras' is not a shape of spec examples/gpt-6.2b.json "
+                                       "(no vision_encoder module); its shape fields: text_tokens"),
     ]
     cases.append((["plan", "--profile", str(tmp_path / "never-read.csv"), "--gpus", "2", "--global-batch", "8", "--mix",
-                   "examples/mix_cameras.csv"], "not to a measured --profile"))
+                   "examples/mix_cameras.csv"], "a --profile holds layer times measured at one sample shape, not at "
+                                                "the mix's (cameras=1, cameras=2, cameras=3, cameras=4)"))
     for argv, message in cases:
         status, out, err = run_cli(*argv)
         assert status == 2, (argv, out, err)
