@@ -159,3 +159,71 @@ def show_mix(console: Any, ranking: MixRanking, args: argparse.Namespace) -> Non
                                                                 if key in shape)):
         console.print(line, markup=False, highlight=False)
 
+
+
+# ------------------------------------------------- --export, --plot, --trace on the mix
+def mix_pick(ranking: MixRanking) -> int | None:
+    """0-based index in the search's plans of the plan ``--plot``/``--trace`` draw on the mix, or ``None``: plan 1's.
+
+    The plan fastest on the mix when it is not plan 1 and does not tie with it at the
+    shown figures (a tie keeps plan 1); ``None`` otherwise (nothing changes).
+    """
+    best = ranking.best
+    if best is None or not ranking.best_changed or ranking.best_ties or best.planned_rank is None:
+        return None
+    return best.planned_rank - 1
+
+
+def mix_outputs_note(ranking: MixRanking, args: argparse.Namespace) -> str | None:
+    """The one line saying which plan ``--plot``/``--trace`` drew on the mix (``None``: neither given, or plan 1)."""
+    flags = [flag for flag, given in (("--plot", getattr(args, "plot", None)), ("--trace", getattr(args, "trace", None)))
+             if given]
+    pick = mix_pick(ranking)
+    if not flags or pick is None:
+        return None
+    return (f"{' and '.join(flags)}: plan {pick + 1}, the fastest on the mix {ranking.mix.source} "
+            f"(plan 1 is the fastest at the planned shape)")
+
+
+def mix_export_choice(ranking: MixRanking, result: SearchResult, target: str) -> Any:
+    """``--export``'s :class:`~pipeplan.planner.engine_choice.EngineChoice` on the mix, or ``None``: the search's own.
+
+    The first plan in the mix's order (:attr:`MixRanking.plans` by expected step) that the
+    engine runs, when it is not plan 1 (nor ties with it on the mix); ``why`` says so, and
+    the engine's refusal of plan 1 if it refuses it. ``None`` when that plan is plan 1 or
+    the engine runs none of the plans re-ranked (the export is then what ``plan`` writes
+    without ``--mix``).
+    """
+    from ..engines import by_target
+    from ..planner.engine_choice import EngineChoice, plan_changes
+
+    if mix_pick(ranking) is None:
+        return None
+    record = by_target(target)
+    first = next(row for row in ranking.plans if row.planned_rank == 1)
+    for row in ranking.plans:
+        if not row.re_ranked or row.planned_rank is None:
+            continue
+        index = row.planned_rank - 1
+        plan = result.plans[index]
+        if record.refusal(plan):
+            continue
+        if index == 0:
+            return None
+        refused = record.refusal(result.best)
+        why = (f"the fastest on the mix {ranking.mix.source} that {target} runs is plan {index + 1}: expected "
+               f"{_ms(row.expected_ms)} ms per step (p95 {_ms(row.p95_ms)}), plan 1 {_ms(first.expected_ms)} ms"
+               + (f"; {target} cannot run plan 1: {refused}" if refused else ""))
+        return EngineChoice(target, plan, index, why, tuple(plan_changes(result.best, plan)))
+    return None
+
+
+def show_mix_choice(console: Any, choice: Any, ratio: float | None) -> None:
+    """The plan an export on the mix is written for: why, its table row, what changed from plan 1."""
+    from ..viz.plans import plan_layout, plan_row
+
+    console.print(f"{choice.target}: {choice.why}", markup=False, highlight=False, soft_wrap=True)
+    console.print(plan_layout([plan_row(choice.label, choice.plan, ratio)],
+                              title=f"{choice.target} is written for plan {choice.index + 1} (on the mix)",
+                              width=console.width))
+    console.print("changed from plan 1: " + "; ".join(choice.changes), markup=False, highlight=False, soft_wrap=True)
