@@ -154,7 +154,11 @@ def uses_spec(args: argparse.Namespace) -> bool:
 
 
 def spec_from_args(args: argparse.Namespace) -> ModelSpec:
-    """The :class:`ModelSpec` of ``--preset`` or ``--spec``, with ``--freeze``/``--unfreeze`` applied."""
+    """The :class:`ModelSpec` of ``--preset`` or ``--spec``, with ``--freeze``/``--unfreeze`` applied.
+
+    ``args.mix_shape`` (set by ``--mix``, :mod:`pipeplan.cli._mix_model`): a ``--spec`` file
+    rebuilt at that sample shape (:func:`pipeplan.batches.spec_shapes.reshape_spec`).
+    """
     if args.preset and args.spec:
         raise InvalidInputError("give either --preset or --spec, not both")
     if not (args.preset or args.spec):
@@ -170,6 +174,11 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
         for key in shape:
             message = re.sub(rf"(?<![\w-]){key}\b", _flag(key), message)
         raise InvalidInputError(message) from None
+    mix_shape = getattr(args, "mix_shape", None)  # --mix with --spec: one mix row's shape (cli/_mix_model.py)
+    if mix_shape and args.spec:
+        from ..batches.spec_shapes import reshape_spec
+
+        spec = reshape_spec(spec, mix_shape)
     flags: dict[str, bool] = {}
     for option, value in (("freeze", True), ("unfreeze", False)):
         for name in _module_names(option, getattr(args, option)):
