@@ -3,8 +3,9 @@
 Every ```python block of README.md and docs/*.md runs, a file's blocks in order in
 one fresh interpreter (later blocks may use names earlier ones defined), in a
 temporary directory. Every ``pipeplan ...`` line of a ```bash block runs as
-``python -m pipeplan ...`` with a timeout and must exit 0; a block's lines run in
-order in one directory that also holds the repository's ``examples/``. A block right after a
+``python -m pipeplan ...`` (``pipeplan/__main__.py`` under that ``sys.argv``) and must exit 0 with no
+traceback; a block's lines run in order, in one interpreter per block with a timeout, in one directory
+that also holds the repository's ``examples/``. A block right after a
 line ``<!-- docs-test: skip REASON -->`` is not run (torchrun, a GPU, your own
 package, many processes); the reason is required.
 """
@@ -77,14 +78,45 @@ def _bash_blocks() -> list[tuple[str, list[str]]]:
     return out
 
 
+#: Runs a block's ``pipeplan`` lines in one fresh interpreter, each as ``python -m pipeplan ARGS``
+#: would (``runpy`` executes ``pipeplan/__main__.py`` with that ``sys.argv``), and prints one JSON
+#: ``[exit status, stderr]`` per line. One interpreter per block, not per line: the interpreter's
+#: start and pipeplan's import were most of this test's time (about 1 CPU s a line, 50 lines).
+_DRIVER = """
+import contextlib, io, json, runpy, sys, traceback
+results = []
+for argv in json.loads(sys.argv[1]):
+    sys.argv = ["pipeplan", *argv]
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module("pipeplan", run_name="__main__", alter_sys=True)
+            status = 0
+        except SystemExit as exit_:
+            status = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        except BaseException:  # what the shell would see: a traceback and exit 1
+            traceback.print_exc()
+            status = 1
+    results.append([status, err.getvalue()])
+    if status != 0:
+        break  # a later line may need what this one should have written
+print(json.dumps(results))
+"""
+
+
 @pytest.mark.parametrize("where, lines", _bash_blocks(), ids=[w for w, _ in _bash_blocks()])
 def test_pipeplan_lines_run(where, lines, tmp_path):
     """A block's lines run in order in one directory (a later line may read what an earlier wrote),
     next to the repository's examples/."""
+    import json
+
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    for line in lines:
-        argv = shlex.split(line, comments=True)[1:]
-        result = subprocess.run([sys.executable, "-m", "pipeplan", *argv], cwd=tmp_path, env=_env(),
-                                capture_output=True, text=True, timeout=TIMEOUT_S)
-        assert result.returncode == 0, f"{where}: {line}\n{result.stderr[-3000:]}"
-        assert "Traceback" not in result.stderr
+    argvs = [shlex.split(line, comments=True)[1:] for line in lines]
+    done = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(argvs)], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT_S * len(lines))
+    assert done.returncode == 0, f"{where}: the driver failed\n{done.stderr[-3000:]}"
+    results = json.loads(done.stdout.strip().rsplit("\n", 1)[-1])
+    for line, (status, stderr) in zip(lines, results):
+        assert status == 0, f"{where}: {line}\n{stderr[-3000:]}"
+        assert "Traceback" not in stderr, f"{where}: {line}\n{stderr[-3000:]}"
+    assert len(results) == len(lines), f"{where}: ran {len(results)} of {len(lines)} lines"
