@@ -56,9 +56,13 @@ step() {  # step LIMIT_SECONDS DRY_RUN_CHECK -- COMMAND...
 
 : > "$LOG"
 note "$(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname); dry run: $DRY_RUN"
-gpus=$("$PYTHON" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
-names=$("$PYTHON" -c "import torch; print(', '.join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) if torch.cuda.is_available() else 'none')")
-note "torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), GPUs: $gpus ($names)"
+# One interpreter asks torch all three (each import of torch costs seconds): version, GPU count, names.
+torch_info=$("$PYTHON" -c "import torch
+print(torch.__version__)
+print(torch.cuda.device_count() if torch.cuda.is_available() else 0)
+print(', '.join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) if torch.cuda.is_available() else 'none')")
+{ read -r torch_version; read -r gpus; read -r names; } <<< "$torch_info"
+note "torch $torch_version, GPUs: $gpus ($names)"
 if [ "$gpus" -eq 0 ] && [ "$DRY_RUN" = 0 ]; then
   note "no CUDA GPU here: nothing to check (use --dry-run to test the script)"
   exit 2
