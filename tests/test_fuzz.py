@@ -162,9 +162,40 @@ def _check(argv: list[str]) -> None:
             f"pipeplan {' '.join(argv)} rejected with:\n{err}")
 
 
+def _remembered(function):
+    """``function`` answering a call it has answered already (same arguments, by equality) from memory."""
+    answers: list[tuple[tuple, dict, object]] = []
+
+    def remembered(*args, **kwargs):
+        for known_args, known_kwargs, answer in answers:
+            if known_args == args and known_kwargs == kwargs:
+                return answer
+        answer = function(*args, **kwargs)
+        answers.append((args, kwargs, answer))
+        return answer
+
+    return remembered
+
+
+def _reuse_searches(monkeypatch) -> None:
+    """The planner's workloads and searches answer a question they have answered already from memory.
+
+    ``demo``'s default story (pi0) asks the same two searches whatever its ``--width`` (about 5 CPU s a
+    call, most of this verb's fuzzing time); the first such call still runs them under the CPU bound,
+    and an argument that changes the question runs afresh. (A workload holds fresh closures, so equal
+    questions compare equal only once ``Workload.from_spec`` returns the one it built.)
+    """
+    import pipeplan.planner as planner
+
+    monkeypatch.setattr(planner.Workload, "from_spec", _remembered(planner.Workload.from_spec))
+    monkeypatch.setattr(planner, "search", _remembered(planner.search))
+
+
 @pytest.mark.parametrize("verb", sorted(_verbs()))
-def test_cli_verb_never_tracebacks_or_hangs(verb, paths):
+def test_cli_verb_never_tracebacks_or_hangs(verb, paths, monkeypatch):
     parser = _verbs()[verb]
+    if verb == "demo":
+        _reuse_searches(monkeypatch)
 
     @settings(max_examples=EXAMPLES_PER_VERB, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
