@@ -23,6 +23,7 @@ What is compared (docs/cost_model.md explains the model and every constant):
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from collections.abc import Sequence
@@ -200,6 +201,7 @@ HELD_OUT_4 = (
 )
 
 
+@functools.cache  # pure; tests/test_cost_model.py and tests/test_docs_tables.py ask for the same ones
 def schedule_plans(size: str, num_microbatches: int, device: Device, link: hardware.Link) -> dict[str, Plan]:
     """The planner's plan of each of Table 4's schedules for one model and m.
 

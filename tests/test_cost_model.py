@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
@@ -185,13 +182,10 @@ def test_every_device_constant_has_a_source():
 
 
 def _benchmark():
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "cost_model.py"
-    spec = importlib.util.spec_from_file_location("cost_model_benchmark", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    # the session's one module, so test_docs_tables.py reuses the plans computed here (its cache)
+    from _benchmarks import benchmark
+
+    return benchmark("cost_model")
 
 
 def test_the_a100_constants_are_the_fit_the_benchmark_prints():

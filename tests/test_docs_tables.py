@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -45,15 +43,7 @@ FULL = os.environ.get("PIPEPLAN_DOCS_TABLES") == "all"
 needs_full = pytest.mark.skipif(not FULL, reason="minutes of search: set PIPEPLAN_DOCS_TABLES=all")
 
 
-@functools.cache
-def benchmark(stem: str) -> ModuleType:
-    """``benchmarks/<stem>.py`` as a module (loaded once)."""
-    spec = importlib.util.spec_from_file_location(f"benchmark_{stem}", BENCHMARKS / f"{stem}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from _benchmarks import benchmark  # noqa: E402  (one module per benchmark, shared with the other tests)
 
 
 @dataclass(frozen=True)
