@@ -1,8 +1,9 @@
 """Every schedule's exported CSV runs in torch's own ``_PipelineScheduleRuntime`` and gives one process's gradients.
 
-Each test writes the torch export (``schedule.csv``) of a plan, starts 2 gloo processes
-that build their stages from ``STAGE_TO_RANK`` and run ``_load_csv`` + ``step``, and
-compares every parameter's gradient with a single process running the same microbatches.
+Each case writes the torch export (``schedule.csv``) of a plan; 2 gloo processes (one pair for
+every case, spawned once per module) build their stages from ``STAGE_TO_RANK`` and run
+``_load_csv`` + ``step``, and each test compares every parameter's gradient with a single process
+running the same microbatches.
 """
 
 from __future__ import annotations
@@ -41,28 +42,34 @@ def _loss(output, target):
     return torch.nn.functional.mse_loss(output, target, reduction="sum")
 
 
-def _worker(rank: int, world: int, port: int, folder: str, sizes: list[int], placement: list[int], m: int) -> None:
+def _worker(rank: int, world: int, port: int, jobs: list[tuple[str, str, list[int], list[int], int]]) -> None:
+    """Each job (case, folder, layers per stage, placement, m): this rank's stages run the folder's CSV; its
+    gradients go to ``grads{rank}.pt`` there. One process group serves every job, one job after the other."""
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        model = _model(sum(sizes))
-        bounds = [sum(sizes[:s]) for s in range(len(sizes) + 1)]
-        stages = []
-        for stage, owner in enumerate(placement):
-            if owner == rank:
-                module = torch.nn.Sequential(*[model[i] for i in range(bounds[stage], bounds[stage + 1])])
-                stages.append(PipelineStage(module, stage, len(sizes), torch.device("cpu")))
-        schedule = _PipelineScheduleRuntime(stages, m, loss_fn=_loss, scale_grads=False)
-        schedule._load_csv(os.path.join(folder, "schedule.csv"))
-        inputs, target = _data()
-        has_first, has_last = placement[0] == rank, placement[-1] == rank
-        schedule.step(inputs if has_first else None, target=target if has_last else None)
-        grads = {f"{i}.{name}": p.grad for i in range(sum(sizes)) for name, p in model[i].named_parameters()
-                 if p.grad is not None}
-        torch.save(grads, os.path.join(folder, f"grads{rank}.pt"))
+        for case, folder, sizes, placement, m in jobs:
+            try:
+                model = _model(sum(sizes))
+                bounds = [sum(sizes[:s]) for s in range(len(sizes) + 1)]
+                stages = []
+                for stage, owner in enumerate(placement):
+                    if owner == rank:
+                        module = torch.nn.Sequential(*[model[i] for i in range(bounds[stage], bounds[stage + 1])])
+                        stages.append(PipelineStage(module, stage, len(sizes), torch.device("cpu")))
+                schedule = _PipelineScheduleRuntime(stages, m, loss_fn=_loss, scale_grads=False)
+                schedule._load_csv(os.path.join(folder, "schedule.csv"))
+                inputs, target = _data()
+                has_first, has_last = placement[0] == rank, placement[-1] == rank
+                schedule.step(inputs if has_first else None, target=target if has_last else None)
+                grads = {f"{i}.{name}": p.grad for i in range(sum(sizes)) for name, p in model[i].named_parameters()
+                         if p.grad is not None}
+                torch.save(grads, os.path.join(folder, f"grads{rank}.pt"))
+            except Exception as error:
+                raise RuntimeError(f"case {case}: {error}") from error
     finally:
         dist.destroy_process_group()
 
@@ -81,41 +88,63 @@ def _reference(num_layers: int, m: int) -> dict:
     return {f"{i}.{name}": p.grad for i in range(num_layers) for name, p in model[i].named_parameters()}
 
 
-def run_in_torch(plan, schedule: Schedule, folder: Path) -> float:
-    """Write the torch export, run it on its ranks, return the largest gradient difference to one process."""
-    import torch.multiprocessing as mp
-
-    for file in export_files(plan, "torch", schedule=schedule):
-        (folder / file.name).write_text(file.text)
-    m = schedule.num_microbatches
-    args = (schedule.num_ranks, _free_port(), str(folder), list(plan.layers_per_stage), list(plan.placement), m)
-    mp.start_processes(_worker, args=args, nprocs=schedule.num_ranks, start_method="spawn", join=True)
-    got: dict = {}
-    for rank in range(schedule.num_ranks):
-        got.update(torch.load(folder / f"grads{rank}.pt"))
-    expected = _reference(plan.num_layers, m)
-    assert set(got) == set(expected)
-    return max(float((got[k] - expected[k]).abs().max()) for k in expected)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name,virtual", [("1f1b", 1), ("interleaved", 2), ("zb-h1", 1), ("zb-v", 2)])
-def test_each_schedule_csv_gives_one_process_gradients(name, virtual, tmp_path):
-    num_stages = 2 * virtual
-    schedule = build_schedule(name, num_stages=num_stages, num_microbatches=4,
-                              **({"virtual_stages": virtual} if name == "interleaved" else {}))
-    plan = Plan(pp=2, dp=1, layers_per_stage=(2,) * num_stages, placement=schedule.placement,
-                         schedule=name, num_microbatches=4)
-    assert run_in_torch(plan, schedule, tmp_path) < 1e-5
-
-
-@pytest.mark.slow
-def test_adaptive_order_over_chunks_gives_one_process_gradients(tmp_path):
+def _cases() -> dict[str, tuple[Plan, Schedule]]:
+    """(plan, schedule) of each case, by test id: the templates on 2 ranks, and an adaptive order over chunks."""
+    cases = {}
+    for name, virtual in (("1f1b", 1), ("interleaved", 2), ("zb-h1", 1), ("zb-v", 2)):
+        num_stages = 2 * virtual
+        schedule = build_schedule(name, num_stages=num_stages, num_microbatches=4,
+                                  **({"virtual_stages": virtual} if name == "interleaved" else {}))
+        cases[f"{name}-{virtual}"] = (Plan(pp=2, dp=1, layers_per_stage=(2,) * num_stages,
+                                           placement=schedule.placement, schedule=name, num_microbatches=4),
+                                      schedule)
     profile = LayerProfile.from_costs([6.0] + [2.0] * 7)
     plan = place_chunks(profile, 2, 2)
     costs = profile.stage_costs(plan.layers_per_stage)
-    schedule = build_schedule("adaptive", num_stages=4, num_microbatches=4, costs=costs, placement=plan.placement)
-    assert run_in_torch(plan, schedule, tmp_path) < 1e-5
+    cases["adaptive"] = (plan, build_schedule("adaptive", num_stages=4, num_microbatches=4, costs=costs,
+                                              placement=plan.placement))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def torch_differences(tmp_path_factory: pytest.TempPathFactory) -> dict[str, float]:
+    """Every case's torch export run on its ranks: the largest gradient difference to one process, by case.
+
+    All cases run in one pair of spawned processes, one after the other (starting the processes, each
+    importing torch, was most of each case's time)."""
+    import torch.multiprocessing as mp
+
+    root = tmp_path_factory.mktemp("torch_runs")
+    cases = _cases()
+    jobs = []
+    for case, (plan, schedule) in cases.items():
+        assert schedule.num_ranks == 2, case
+        folder = root / case
+        folder.mkdir()
+        for file in export_files(plan, "torch", schedule=schedule):
+            (folder / file.name).write_text(file.text)
+        jobs.append((case, str(folder), list(plan.layers_per_stage), list(plan.placement), schedule.num_microbatches))
+    mp.start_processes(_worker, args=(2, _free_port(), jobs), nprocs=2, start_method="spawn", join=True)
+    differences = {}
+    for case, (plan, schedule) in cases.items():
+        got: dict = {}
+        for rank in range(schedule.num_ranks):
+            got.update(torch.load(root / case / f"grads{rank}.pt"))
+        expected = _reference(plan.num_layers, schedule.num_microbatches)
+        assert set(got) == set(expected), case
+        differences[case] = max(float((got[k] - expected[k]).abs().max()) for k in expected)
+    return differences
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["1f1b-1", "interleaved-2", "zb-h1-1", "zb-v-2"])
+def test_each_schedule_csv_gives_one_process_gradients(case, torch_differences):
+    assert torch_differences[case] < 1e-5
+
+
+@pytest.mark.slow
+def test_adaptive_order_over_chunks_gives_one_process_gradients(torch_differences):
+    assert torch_differences["adaptive"] < 1e-5
 
 
 @pytest.mark.parametrize("name,options", [("1f1b", {}), ("zb-h1", {}), ("interleaved", {"virtual_stages": 2}),
