@@ -1,8 +1,9 @@
 """``--engine`` and the engine's knobs for ``plan``: the flags, what they pin, what the output says of them.
 
     from pipeplan.cli._engine_args import add_engine_arguments, engine_workload, engine_assumptions
-    add_engine_arguments(parser)           # --engine, --recompute, --sequence-parallel, --tp-comm-overlap
+    add_engine_arguments(parser)           # --engine and every engine's knobs (--recompute, --overlap-comm, ...)
     workload = engine_workload(args, workload)     # the knobs given, priced (Workload.with_recompute, ...)
+    costs = engine_costs(args)                     # DeepSpeed's: its gradient sync and host hooks (SearchOptions)
     assumptions.update(engine_assumptions(args))   # each knob's value, given or assumed
 
 The knobs are the engine's (:attr:`pipeplan.engines.Engine.knobs`); without ``--engine``
@@ -21,28 +22,38 @@ from ..errors import InvalidInputError
 from ..engines import Engine
 from ..plan import Recompute, TpCommOverlap
 from ..planner import Workload
+from ..planner.engine_costs import EngineCosts
 
-__all__ = ["add_engine_arguments", "engine_workload", "engine_assumptions", "DEFAULT_ENGINE", "KNOB_FLAGS"]
+__all__ = ["add_engine_arguments", "engine_workload", "engine_costs", "engine_assumptions", "DEFAULT_ENGINE",
+           "KNOB_FLAGS"]
 
 #: The engine whose knobs apply without ``--engine``: the step model prices Megatron-LM's tensor parallelism.
 DEFAULT_ENGINE = "megatron"
-#: Each knob's flag → its attribute on the parsed arguments.
-KNOB_FLAGS = {"recompute": "recompute", "sequence-parallel": "sequence_parallel", "tp-comm-overlap": "tp_comm_overlap"}
+#: Each knob's flag → its attribute on the parsed arguments: every engine's knobs, the default engine's first.
+KNOB_FLAGS = {name: name.replace("-", "_") for engine in (DEFAULT_ENGINE, *engines.names())
+              for name in engines.get(engine).knobs.names()}
+
+
+def _owner(flag: str) -> Engine:
+    """The first engine (the default one first) with the knob ``flag``: its record documents the flag."""
+    return next(engines.get(name) for name in (DEFAULT_ENGINE, *engines.names()) if flag in engines.get(name).knobs.names())
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--engine`` and one flag per knob (checked against the engine's knobs by :func:`engine_workload`)."""
-    megatron = engines.get(DEFAULT_ENGINE).knobs
     parser.add_argument("--engine", default=None, metavar="NAME",
                         help=f"the engine the plans are for: {', '.join(engines.names())}; the search spans only "
                              f"the schedules and data-parallel modes it runs, and its knobs are priced (default: "
                              f"every schedule and mode, with {DEFAULT_ENGINE}'s knobs: Megatron-LM's tensor "
                              "parallelism)")
     for flag, dest in KNOB_FLAGS.items():
-        knob = megatron.get(flag)
-        default = "searched" if knob.default is None else knob.default
-        parser.add_argument(f"--{flag}", dest=dest, default=None, metavar="|".join(knob.choices),
-                            help=f"pin it: {knob.doc} (default {default})")
+        owner = _owner(flag)
+        knob = owner.knobs.get(flag)
+        default = knob.default if knob.default is not None else (getattr(knob, "assumed", "") or "searched")
+        unit = (getattr(knob, "unit", "") or "").upper().replace(" ", "_")
+        others = "" if owner.name == DEFAULT_ENGINE else f" ({owner.name})"
+        parser.add_argument(f"--{flag}", dest=dest, default=None, metavar="|".join(knob.choices + ((unit,) if unit else ())),
+                            help=f"pin it{others}: {knob.doc} (default {default})")
 
 
 def _engine(args: argparse.Namespace) -> Engine:
@@ -91,6 +102,15 @@ _TENSOR_PARALLEL = {
 }
 
 
+def engine_costs(args: argparse.Namespace) -> EngineCosts | None:
+    """What the engine's knobs (given, or its defaults) change in the step beyond the workload: DeepSpeed's gradient
+    sync per ZeRO stage and its host hooks (:class:`~pipeplan.planner.engine_costs.EngineCosts`); ``None`` without
+    ``--engine`` or for an engine priced in the workload alone."""
+    if not getattr(args, "engine", None):
+        return None
+    return EngineCosts.of(_engine(args), _given(args))
+
+
 def _tensor_parallel(sequence_parallel: str, overlap: str) -> str:
     """The ``tensor parallel`` assumption for the knobs' values (the defaults: today's sentence, word for word)."""
     known = _TENSOR_PARALLEL.get((sequence_parallel, overlap))
@@ -120,9 +140,14 @@ def engine_assumptions(args: argparse.Namespace) -> dict[str, str]:
     megatron = engines.get(DEFAULT_ENGINE).knobs.defaults()
     values: dict[str, str] = {}
     for flag in KNOB_FLAGS:
-        default = megatron[flag] if flag not in engine.knobs.names() else engine.knobs.get(flag).default
+        if flag not in engine.knobs.names() and flag not in megatron:
+            continue  # another engine's knob
+        knob = engine.knobs.get(flag) if flag in engine.knobs.names() else engines.get(DEFAULT_ENGINE).knobs.get(flag)
+        default, assumed = knob.default, getattr(knob, "assumed", "")
         if flag in given:
             values[flag] = f"{given[flag]} (given: --{flag})"
+        elif default is None and assumed:
+            values[flag] = f"{assumed} (assumed: give --{flag} to pin it)"
         elif default is None:
             values[flag] = "searched: none, selective, full (per stage, the cheapest in time that fits)"
         else:

@@ -42,7 +42,7 @@ from .. import units
 from ._common import gantt_width, make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import (add_export_arguments, check_export_args, check_export_model, emit_export,
                            model_refusal_of, reference_names)
-from ._engine_args import DEFAULT_ENGINE, add_engine_arguments, engine_assumptions, engine_workload
+from ._engine_args import DEFAULT_ENGINE, add_engine_arguments, engine_assumptions, engine_costs, engine_workload
 from ._plan_mix import add_mix_argument, plan_mix, show_mix
 from ..hardware.device_file import device_fields
 from ._spec_args import (add_device_argument, add_mfu_argument, add_shape_arguments, defaults_assumption, device_from_args,
@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
             max_virtual_stages=args.max_virtual_stages, headroom=headroom,
             partition=None if args.partition is None else parse_partition(args.partition),
             tp=args.tp, dp_modes=None if args.dp_modes is None else data_parallel.parse_modes(args.dp_modes),
-            sync=args.grad_sync, engine=args.engine,
+            sync=args.grad_sync, engine=args.engine, engine_costs=engine_costs(args),
         ))
     ties = tie_leaders([plan.step_time for plan in result.plans])
     ranking = mix.rank(result, workload) if mix is not None else None  # --mix: the plans timed on drawn batches
@@ -290,7 +290,9 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         "optimizer": optimizer,
         "gradients": (f"ddp, zero1, zero2: {_SYNC_WORDS[args.grad_sync]} (zero1/zero2 reduce-scatter "
                       "fp32/bf16 gradients and all-gather bf16 weights); fsdp, hsdp: per layer with one layer "
-                      "prefetched (FSDP2), without a pipeline every microbatch"),
+                      "prefetched (FSDP2), without a pipeline every microbatch") if engine_costs(args) is None else
+                     (f"as {args.engine} reduces them (its knobs below; --grad-sync does not apply); fsdp gathers "
+                      "per layer with one layer prefetched, without a pipeline every microbatch"),
         "tensor parallel": engine.pop("tensor parallel"),  # the knobs' sentence (cli/_engine_args.py)
         "messages": _SENDS[args.send],
         "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",

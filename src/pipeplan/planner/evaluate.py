@@ -51,6 +51,8 @@ from .space import Config
 from .step import (GradientSync, RankRest, StepRest, exposed_reduction_ms, fsdp_exposed_ms, gradient_sync,
                    overlap_window, rank_optimizer_ms, reduction_ms, step_rest)
 from .workload import Workload
+from .engine_costs import EngineCosts
+from ..models.tensor_counts import layer_tensor_counts
 
 __all__ = ["Evaluator", "evaluate_layout"]
 
@@ -76,6 +78,11 @@ class Evaluator:
         sync: how gradients are reduced over data parallel, a
             :class:`~pipeplan.planner.step.GradientSync` or a preset name
             (default ``"megatron"``: no overlap, Megatron-LM's default).
+        hooks: the engine's host time per trainable parameter tensor, µs:
+            ``(each microbatch's backward, each optimizer step)``
+            (:mod:`pipeplan.planner.engine_costs`: DeepSpeed's hooks); each layer's
+            backward lasts at least its hooks' time, the optimizer step at least the
+            rank's step hooks'. Needs a spec (tensor counts); ``None``: none.
 
     Attributes:
         stats: what was solved, simulated and reused.
@@ -86,7 +93,14 @@ class Evaluator:
                  optimizer: str | float = "adam", send_mode: str = "eager", *,
                  rank_capacity: Literal["exact", "even"] = "even",
                  sync: GradientSync | str = "megatron", dp_mode: str = data_parallel.REPLICATED,
-                 stats: SearchStats | None = None, shapes: dict[str, dict[tuple[Any, ...], Any]] | None = None) -> None:
+                 stats: SearchStats | None = None, shapes: dict[str, dict[tuple[Any, ...], Any]] | None = None,
+                 hooks: tuple[float, float] | None = None) -> None:
+        self.tensors = [] if workload.spec is None else layer_tensor_counts(workload.spec)
+        self.step_hook_ms = 0.0
+        if hooks is not None and self.tensors and any(hooks):
+            backward_us, step_us = hooks
+            workload = workload.with_backward_floor([backward_us * 1e-3 * n for n in self.tensors])
+            self.step_hook_ms = step_us * 1e-3
         self.workload = workload
         self.cluster = cluster
         self.capacity = capacity
@@ -100,7 +114,8 @@ class Evaluator:
             # reduce-scatters its gradients once, after its last microbatch's backward: one bucket per rank,
             # exposed from the rank's own end (a rank that ends early hides it in the drain)
             self.sync = GradientSync(dp_mode, overlap_grad_reduce=True, bucket_bytes=math.inf,
-                                     bucket_first_stage_only=False, overlap_param_gather=True)
+                                     bucket_first_stage_only=False, overlap_param_gather=True,
+                                     overlap_scatter=self.sync.overlap_scatter)
         self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node)
         self.sharded = self.mode.shards_state or optimizer == "distributed"
         self.links = Links(workload, cluster, send_mode, distributed=self.sharded)
@@ -153,6 +168,7 @@ class Evaluator:
                          else self.sync.bucket(config.dp, per.reduce))  # the parameter gather buckets like rank 0
         step = self.memory.step_bytes(config.dp, config.pp)
         held = self._held_trainable(config.micro_batch_size, layout)
+        overlap = self.sync.overlaps(config.pp)
         ranks = []
         for rank in range(len(layout.static)):
             stages = [s for s, r in enumerate(layout.placement) if r == rank]
@@ -163,7 +179,7 @@ class Evaluator:
             last = self._reduction_ms(dp_link, min(bucket, grads), config)
             end = 0.0
             exposed = reduction
-            if self.sync.overlap_grad_reduce:
+            if overlap:
                 exposed = last
                 if timeline is not None:
                     work = _gradient_work(timeline, rank, {s: stage_params[s] * per.reduce for s in stages}, to_ms)
@@ -182,9 +198,12 @@ class Evaluator:
                 reduction, exposed, gather, gather_exposed, _ = self._fsdp_per_microbatch(config, layout, per, dp_link)
                 end = 0.0 if timeline is None else float(timeline.makespan) * to_ms  # exposed after the compute
             optimizer = rank_optimizer_ms(params, device=self.cluster.device, **step)  # type: ignore[arg-type]
+            if self.step_hook_ms:  # the engine's per-tensor step on the host, beside the fused step on the GPU
+                tensors = sum(self.tensors[i] for s in stages for i in range(bounds[s], bounds[s + 1]))
+                optimizer = max(optimizer, self.step_hook_ms * tensors)
             ranks.append(RankRest(end, reduction, exposed, gather, gather_exposed, optimizer))
         makespan = None if timeline is None else float(timeline.makespan) * to_ms
-        return step_rest(ranks, makespan, overlap_grad_reduce=self.sync.overlap_grad_reduce)
+        return step_rest(ranks, makespan, overlap_grad_reduce=overlap)
 
     def _held_trainable(self, micro_batch_size: int, layout: Layout) -> list[float]:
         """Per rank, the trainable parameters it holds, a tied table held twice (embedding and head) once (cached)."""
@@ -330,7 +349,10 @@ class Evaluator:
         forward = [f * to_ms for f in profile.forward]
         backward = [b * to_ms for b in profile.backward]
         m = config.num_microbatches
-        exposed = m * fsdp_exposed_ms(forward, backward, gathers, scatters)
+        if self.sync.overlap_scatter:
+            exposed = m * fsdp_exposed_ms(forward, backward, gathers, scatters)
+        else:  # each reduce-scatter on the compute stream (DeepSpeed ZeRO-3 without overlap_comm): all exposed
+            exposed = m * (fsdp_exposed_ms(forward, backward, gathers, [0.0] * len(scatters)) + sum(scatters))
         return m * sum(scatters), exposed, 2 * m * sum(gathers), 0.0, 0.0
 
     def _recompute_by_module(self, layout: Layout) -> dict[str, Recompute]:
@@ -490,15 +512,20 @@ def evaluate_layout(
     optimizer: str | float = "adam",
     send_mode: str = "eager",
     sync: GradientSync | str = "megatron",
+    engine_costs: EngineCosts | None = None,
 ) -> Plan:
     """Simulate one given layout (a baseline, a user's own split) as the search would.
 
     ``config.tp`` and ``config.dp_mode`` are honoured as in the search: the
     workload and cluster one GPU of a ``tp`` group sees, the mode's memory and
-    communication.
+    communication. ``engine_costs`` (DeepSpeed's knobs: :mod:`pipeplan.planner.engine_costs`)
+    replaces ``sync`` for the modes it prices and adds its host hooks.
     """
+    hooks = None
+    if engine_costs is not None:
+        sync, hooks = engine_costs.sync_for(config.dp_mode, sync), engine_costs.hooks_for(config.dp_mode)
     evaluator = Evaluator(workload.with_tensor_parallel(config.tp), cluster.for_tensor_parallel(config.tp),
-                          memory_capacity, optimizer, send_mode, sync=sync, dp_mode=config.dp_mode)
+                          memory_capacity, optimizer, send_mode, sync=sync, dp_mode=config.dp_mode, hooks=hooks)
     return evaluator.evaluate(config, tuple(layers_per_stage),
                               tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)
 

@@ -55,7 +55,7 @@ planner then considers that mode only, on every stage::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -341,6 +341,31 @@ class Workload:
                                     "which needs a model spec (--preset or --spec), not a measured profile")
         rebuilt = self._rebuild(sp, overlap).with_tensor_parallel(self.tensor_parallel)
         return replace(rebuilt, recompute_modes=self.recompute_modes, _cache={}, memo={})
+
+    def with_backward_floor(self, floor_ms: Sequence[float]) -> Workload:
+        """The workload with each layer's backward lasting at least ``floor_ms[l]`` milliseconds per microbatch.
+
+        What the host must do per layer and microbatch beside the GPU (an engine's
+        gradient hooks: DeepSpeed's, :mod:`pipeplan.planner.engine_costs`): the GPU runs
+        the kernels the host launched ahead of it, so the host's time shows only where it
+        is longer than the layer's GPU time (``max``, per layer). The recompute modes,
+        the tensor-parallel degree and the knobs are kept; all zeros: the same workload.
+        """
+        scale = 1e-3 / self.time_unit
+        floor = [float(f) * scale for f in floor_ms]
+        if not any(floor):
+            return self
+
+        def floored(profile: LayerProfile) -> LayerProfile:
+            if len(floor) != profile.num_layers:
+                raise InvalidInputError(f"a backward floor needs one value per layer ({profile.num_layers}), "
+                                        f"got {len(floor)}")
+            return profile.replaced(backward=[max(float(b), f) for b, f in zip(profile.backward, floor)])
+
+        source, tensor = self.source, self.tensor_source
+        return replace(self, source=lambda size, mode: floored(source(size, mode)),
+                       tensor_source=None if tensor is None else (lambda size, mode, tp: floored(tensor(size, mode, tp))),
+                       _rebuild=None, _cache={}, memo={})
 
     @property
     def num_layers(self) -> int:
