@@ -2,6 +2,11 @@
 
     python benchmarks/engine_fidelity.py              # print the table
     python benchmarks/engine_fidelity.py --write      # also record it in docs/cost_model.md
+                                                      # (and the DeepSpeed block in docs/engines.md)
+
+The DeepSpeed block (its own runs, table and marker, at the end of this file: ``DEEPSPEED_RUNS``,
+``deepspeed_table``, ``deepspeed_block``) predicts published Megatron-DeepSpeed runs as
+``plan --engine deepspeed`` prices them; its comments give each run's source.
 
 Each run is predicted by the planner's own evaluation of its published configuration
 on the A100 80 GB preset (NVLink 3 inside a node, HDR InfiniBand between nodes: Selene,
@@ -269,8 +274,132 @@ def checked_piece() -> str:
     return "\n".join(table_rows(rows(CHECKED_SOURCE)))
 
 
+# ============================================================================ DeepSpeed (own block)
+# Published Megatron-DeepSpeed runs (DeepSpeed's pipeline engine, 1F1B, Megatron-LM's tensor parallelism),
+# each predicted with ``plan --engine deepspeed`` pricing: DeepSpeed's gradient sync for its ZeRO stage
+# (overlap_comm at DeepSpeed's default; beside a pipeline the engine reduces after the schedule anyway), its
+# hooks' host time per trainable tensor (fitted to the CPU measurement of benchmarks/deepspeed_hooks.py, no
+# GPU run), blocking p2p (``--send serialized``), full recompute (``--checkpoint-activations``), no sequence
+# parallelism and TP collectives waited for (the Megatron-LM of 2021 these forks come from, as the Narayanan
+# rows above). No row is used for fitting. The table is in docs/engines.md ("DeepSpeed").
+
+DEEPSPEED_DOC = Path(__file__).resolve().parent.parent / "docs" / "engines.md"
+DEEPSPEED_MARKER = "engine-fidelity-deepspeed"
+
+#: Jean Zay's inter-node network (BLOOM): four Omni-Path 100 Gb/s links per node of 8 A100s, so a NIC per two
+#: GPUs: 6 GB/s per GPU at the efficiency ib-hdr's 24 GB/s of 25 has (BLOOM paper arXiv 2211.05100 §3.4.1).
+OMNIPATH = hardware.Link("omnipath-4x100", latency_ms=0.02, bandwidth=6.0e9,
+                         description="Omni-Path 100 Gb/s, one NIC per two A100s (Jean Zay, BLOOM)")
+
+
+@dataclass(frozen=True)
+class DeepSpeedRun:
+    """One published DeepSpeed run: GPT shape, layout, batch and the seconds per iteration published."""
+
+    label: str
+    source: str
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    positions: bool
+    tp: int
+    pp: int
+    gpus: int
+    global_batch: int
+    micro_batch: int
+    dp_mode: str
+    inter_node: str
+    seconds: float
+
+
+#: The runs, with the numbers as published (the source in each row):
+#: * BLOOM 176B: bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm (TP 4, PP 12, 48 nodes of
+#:   8 A100 80 GB, micro-batch 2, global batch 2048, 70 layers, hidden 14336, 112 heads, sequence 2048, vocabulary
+#:   padded to 250880, ALiBi, --checkpoint-activations, bf16, ZERO_STAGE=0 "bf16 ... implements its own zero stage 1
+#:   equivalent": pipeplan's zero1), and train/tr11-176B-ml/chronicles.md, 2022-03-18: "at full throttle of
+#:   GBS=2048 and at 149-150 TFLOPs per GPU. A single train iteration is about 105 secs."
+#: * MT-NLG 530B: Smith et al. 2022 (arXiv 2201.11990) §2.4 as transcribed by cli99/llm-analysis
+#:   (examples/megatron-turing-nlg/README.md): 105 layers, hidden 20480, 128 heads, sequence 2048, vocabulary
+#:   50272 (padded to 51200 for TP 8, as Megatron-LM pads), global batch 1920 on 280, 350 and 420 DGX A100 nodes
+#:   (TP 8 × PP 35, so data parallel 8, 10, 12; micro-batch 1): 60.1, 50.2 and 44.4 s per iteration (126, 121
+#:   and 113 TFLOP/s per GPU). The ZeRO stage is not given: zero1 (DeepSpeed's pipeline engine runs 0 or 1; the
+#:   two move the same gradient bytes).
+DEEPSPEED_RUNS = (
+    DeepSpeedRun("BLOOM 176B", "BigScience tr11 (Jean Zay)", 70, 14336, 112, 250_880, False, 4, 12, 384, 2048, 2,
+                 "zero1", "omnipath", 105.0),
+    *(DeepSpeedRun(f"MT-NLG 530B, {nodes} nodes", "Smith et al. 2022 §2.4 (Selene)", 105, 20480, 128, 51_200, True,
+                   8, 35, 8 * nodes, 1920, 1, "zero1", "ib-hdr", seconds)
+      for nodes, seconds in ((280, 60.1), (350, 50.2), (420, 44.4))),
+)
+
+
+def deepspeed_gpt(run: DeepSpeedRun) -> ModelSpec:
+    """The run's GPT: 4h GeLU MLP with biases, LayerNorm, dropout, a tied head; learned positions unless ALiBi."""
+    return ModelSpec(run.label, (
+        Embedding(name="embedding", vocab_size=run.vocab, hidden_size=run.hidden, tokens=SEQ,
+                  position_tokens=SEQ if run.positions else 0),
+        TransformerStack(name="layers", num_layers=run.layers, hidden_size=run.hidden, num_heads=run.heads,
+                         seq_length=SEQ, ffn_hidden_size=4 * run.hidden, bias=True, dropout=True, causal=True,
+                         final_norm=True),
+        LMHead(name="head", vocab_size=run.vocab, hidden_size=run.hidden, tokens=SEQ, tied_to="embedding"),
+    ))
+
+
+def deepspeed_predict(run: DeepSpeedRun, knobs: dict[str, str] | None = None) -> Plan:
+    """The plan of ``run`` as ``plan --engine deepspeed`` prices it (``knobs``: DeepSpeed's, default none given)."""
+    from pipeplan import engines
+    from pipeplan.planner.engine_costs import EngineCosts
+
+    device = hardware.device("a100-80g")
+    inter = OMNIPATH if run.inter_node == "omnipath" else hardware.link(run.inter_node)
+    cluster = Cluster(run.gpus, device, hardware.link("nvlink-a100"), inter, 8)
+    work = Workload.from_spec(deepspeed_gpt(run), device, tp_link=hardware.link("nvlink-a100"),
+                              sequence_parallel=False, tp_comm_overlap="off").with_recompute("full")
+    dp = run.gpus // (run.tp * run.pp)
+    config = Config(run.pp, dp, run.micro_batch, run.global_batch // (dp * run.micro_batch), "1f1b", 1, "full",
+                    run.tp, run.dp_mode)
+    costs = EngineCosts.of(engines.get("deepspeed"), knobs or {})
+    return evaluate_layout(work, cluster, config, megatron_split(work.num_layers, run.pp),
+                           memory_capacity=0.9 * device.memory_bytes, send_mode="serialized", sync="megatron",
+                           engine_costs=costs)
+
+
+def deepspeed_rows() -> list[tuple[DeepSpeedRun, Plan, Plan]]:
+    """(run, its plan as DeepSpeed prices it, the same with the hooks off) per run."""
+    return [(run, deepspeed_predict(run), deepspeed_predict(run, {"hook-cost": "off"})) for run in DEEPSPEED_RUNS]
+
+
+DEEPSPEED_HEADER = ["| run | source | tp × pp × dp | ZeRO | published s/iteration | predicted | error | "
+                    "hooks' share of the step |", "|---|---|---|---|---:|---:|---:|---:|"]
+
+
+def deepspeed_table(results: Sequence[tuple[DeepSpeedRun, Plan, Plan]]) -> str:
+    """Markdown: published vs predicted seconds per iteration, the throughput error, the hooks' share."""
+    lines = list(DEEPSPEED_HEADER)
+    errors = []
+    for run, plan, bare in results:
+        seconds, without = plan.step_seconds or 0.0, bare.step_seconds or 0.0
+        error = run.seconds / seconds - 1  # of the throughput
+        errors.append(abs(error))
+        lines.append(f"| {run.label} | {run.source} | {run.tp} × {run.pp} × {run.gpus // (run.tp * run.pp)} "
+                     f"(b {run.micro_batch}, m {plan.num_microbatches}) | {run.dp_mode} | {run.seconds:g} | "
+                     f"{seconds:.3g} | {signed(100 * error, '+.1f')}% | {100 * (seconds - without) / seconds:.2f}% |")
+    within = sum(e <= 0.10 for e in errors)
+    lines.append("")
+    lines.append(f"Mean |error| of throughput over {len(errors)} runs: **{100 * sum(errors) / len(errors):.1f}%** "
+                 f"({within} within 10%, worst {100 * max(errors):.1f}%); none used for fitting.")
+    return "\n".join(lines)
+
+
+def deepspeed_block() -> str:
+    """What ``--write`` records between the ``engine-fidelity-deepspeed`` markers in docs/engines.md."""
+    return f"{deepspeed_table(deepspeed_rows())}\n\n{computed_line(COMMAND)}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    return print_or_write(DOC, MARKER, block, __doc__.splitlines()[0], argv)
+    status = print_or_write(DOC, MARKER, block, __doc__.splitlines()[0], argv)
+    return status or print_or_write(DEEPSPEED_DOC, DEEPSPEED_MARKER, deepspeed_block, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
