@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _markers import computed_line, print_or_write, signed  # noqa: E402
 
 from pipeplan import hardware  # noqa: E402
+from pipeplan.engines.deepspeed import HOOK_US  # noqa: E402
 from pipeplan.models.modules import Embedding, LMHead, TransformerStack  # noqa: E402
 from pipeplan.models.spec import ModelSpec  # noqa: E402
 from pipeplan.plan import Plan, Recompute, TpCommOverlap  # noqa: E402
@@ -388,13 +389,80 @@ def deepspeed_table(results: Sequence[tuple[DeepSpeedRun, Plan, Plan]]) -> str:
     within = sum(e <= 0.10 for e in errors)
     lines.append("")
     lines.append(f"Mean |error| of throughput over {len(errors)} runs: **{100 * sum(errors) / len(errors):.1f}%** "
-                 f"({within} within 10%, worst {100 * max(errors):.1f}%); none used for fitting.")
+                 f"({within} within 10%, worst {100 * max(errors):.1f}%); none used for fitting. Errors are of the throughput "
+                 "(published s / predicted s − 1): + where the model is too fast.")
     return "\n".join(lines)
+
+
+# The published GPU measurement of DeepSpeed's hooks: TensorAuto/OpenTau issue #177 (2026-04-23; PR #176), pi05 on
+# LIBERO, one node of 8 A100 80 GB, no recompute (backward about 1.7x the forward), measured per optimizer step:
+# (label, engine, ZeRO mode, GPUs, samples per rank, published backward ms, published step ms). "ZeRO-2 8x
+# (tuned)" ran with overlap_comm on ("even with overlap_comm enabled"); DDP with find_unused_parameters=true.
+OPENTAU = (
+    ("DeepSpeed ZeRO-2", "deepspeed", "zero2", 8, 14, 3442.0, 3909.0),
+    ("DeepSpeed ZeRO-1", "deepspeed", "zero1", 8, 14, 3334.0, 3799.0),
+    ("PyTorch DDP", "torch", "ddp", 8, 11, 665.0, 1160.0),
+    ("one GPU", "torch", "ddp", 1, 13, 705.0, 1248.0),
+)
+
+
+def opentau_implied_us() -> float:
+    """µs per trainable tensor per backward the OpenTau rows imply: ZeRO-2's backward less DDP's scaled to 14 samples,
+    over the pi0.5 preset's trainable tensors (what ``--hook-cost`` would take to charge it)."""
+    zero2, ddp = OPENTAU[0], OPENTAU[2]
+    excess_ms = zero2[5] - ddp[5] * zero2[4] / ddp[4]
+    return 1e3 * excess_ms / opentau_tensors()
+
+
+def opentau_predict(row: tuple[str, str, str, int, int, float, float], hook_cost: str = "measured") -> Plan:
+    """The OpenTau row on the pi0.5 preset as ``plan --engine E --dp-modes M --pp 1`` prices it."""
+    from pipeplan import engines, presets
+    from pipeplan.planner.engine_costs import EngineCosts
+
+    _, engine, mode, gpus, micro, _, _ = row
+    work = Workload.from_spec(presets.get("pi0.5"), hardware.device("a100-80g"))
+    cluster = Cluster.of("a100-80g", gpus)
+    config = Config(1, gpus, micro, 1, "1f1b", 1, "none", 1, mode)
+    costs = (EngineCosts.of(engines.get(engine), {"overlap-comm": "on", "hook-cost": hook_cost})
+             if engine == "deepspeed" else None)
+    return evaluate_layout(work, cluster, config, [work.num_layers], sync="torch-ddp", engine_costs=costs)
+
+
+def opentau_table() -> str:
+    """Published vs predicted step of the OpenTau rows, with the CPU-fitted hooks and with the implied ones."""
+    implied = opentau_implied_us()
+    lines = ["| run (pi05, 8 × A100 80 GB) | samples per rank | published ms/step | predicted | error | "
+             f"with --hook-cost {implied:.0f} | error |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for row in OPENTAU:
+        label, engine, _, gpus, micro, _, published = row
+        plan = opentau_predict(row)
+        ms = 1e3 * (plan.step_seconds or 0.0)
+        cells = f"{ms:.0f} | {signed(100 * (published / ms - 1), '+.1f')}%"
+        if engine == "deepspeed":
+            hooked = 1e3 * (opentau_predict(row, f"{implied:.0f}").step_seconds or 0.0)
+            cells += f" | {hooked:.0f} | {signed(100 * (published / hooked - 1), '+.1f')}%"
+        else:
+            cells += " | – | –"
+        lines.append(f"| {label} | {micro} | {published:g} | {cells} |")
+    lines.append("")
+    lines.append(f"The rows imply **{implied:.0f} µs** per trainable tensor per backward on that GPU host (ZeRO-2's "
+                 "published backward less DDP's scaled to 14 samples, over the pi0.5 preset's "
+                 f"{opentau_tensors()} trainable tensors), against the CPU measurement's {sum(HOOK_US[2]):g} µs: "
+                 "not used for fitting.")
+    return "\n".join(lines)
+
+
+def opentau_tensors() -> int:
+    """The pi0.5 preset's trainable parameter tensors (Megatron-LM's fused layout: pipeplan.models.tensor_counts)."""
+    from pipeplan import presets
+    from pipeplan.models.tensor_counts import layer_tensor_counts
+
+    return sum(layer_tensor_counts(presets.get("pi0.5")))
 
 
 def deepspeed_block() -> str:
     """What ``--write`` records between the ``engine-fidelity-deepspeed`` markers in docs/engines.md."""
-    return f"{deepspeed_table(deepspeed_rows())}\n\n{computed_line(COMMAND)}"
+    return f"{deepspeed_table(deepspeed_rows())}\n\n{opentau_table()}\n\n{computed_line(COMMAND)}"
 
 
 def main(argv: list[str] | None = None) -> int:
