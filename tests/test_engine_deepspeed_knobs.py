@@ -199,3 +199,18 @@ def test_cli_prices_and_names_the_knobs(run_cli):
     assert on["assumptions"]["overlap-comm"] == "on (given: --overlap-comm)"
     assert on["plans"][0]["grad_sync"] == "deepspeed-overlap"
     assert on["plans"][0]["step_time"] < default["plans"][0]["step_time"]
+
+
+def test_overlap_comm_on_reaches_the_ds_config(tmp_path):
+    # the plan was priced with the reduction overlapped: the export asks DeepSpeed for it (its default is off)
+    from pipeplan.engines.deepspeed import deepspeed_config, deepspeed_files
+
+    spec = gpt()
+    on = _plan(spec, "zero2", knobs={"overlap-comm": "on"})
+    default = _plan(spec, "zero2", knobs={})
+    assert deepspeed_config(on)["zero_optimization"] == {"stage": 2, "overlap_comm": True}
+    assert deepspeed_config(default)["zero_optimization"] == {"stage": 2}
+    for file in deepspeed_files(on):
+        (tmp_path / file.name).write_text(file.text)
+    read = DEEPSPEED.read(tmp_path)  # read back: overlap_comm is a key DeepSpeed has (listed, not refused)
+    assert read.value("dp_mode") == "zero2"

@@ -119,6 +119,8 @@ def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
         "gradient_clipping": GRADIENT_CLIPPING,
         "zero_optimization": {"stage": zero_stage(plan.dp_mode)},
     }
+    if plan.grad_sync == "deepspeed-overlap":  # priced with --overlap-comm on (ZeRO 1-2; DeepSpeed's default is off)
+        config["zero_optimization"]["overlap_comm"] = True
     if strongest_recompute(plan) != "none":
         config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                               "contiguous_memory_optimization": False}
