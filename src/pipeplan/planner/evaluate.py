@@ -95,9 +95,10 @@ class Evaluator:
                  sync: GradientSync | str = "megatron", dp_mode: str = data_parallel.REPLICATED,
                  stats: SearchStats | None = None, shapes: dict[str, dict[tuple[Any, ...], Any]] | None = None,
                  hooks: tuple[float, float] | None = None) -> None:
-        self.tensors = [] if workload.spec is None else layer_tensor_counts(workload.spec)
+        hooked = hooks is not None and any(hooks) and workload.spec is not None
+        self.tensors = layer_tensor_counts(workload.spec) if hooked else []  # trainable tensors per layer
         self.step_hook_ms = 0.0
-        if hooks is not None and self.tensors and any(hooks):
+        if hooks is not None and self.tensors:
             backward_us, step_us = hooks
             workload = workload.with_backward_floor([backward_us * 1e-3 * n for n in self.tensors])
             self.step_hook_ms = step_us * 1e-3

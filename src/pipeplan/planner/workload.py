@@ -349,7 +349,11 @@ class Workload:
         gradient hooks: DeepSpeed's, :mod:`pipeplan.planner.engine_costs`): the GPU runs
         the kernels the host launched ahead of it, so the host's time shows only where it
         is longer than the layer's GPU time (``max``, per layer). The recompute modes,
-        the tensor-parallel degree and the knobs are kept; all zeros: the same workload.
+        the tensor-parallel degree and the knobs are kept (set the knobs first:
+        :meth:`with_tensor_knobs` does not apply to the result); all zeros: the same workload.
+
+        Raises:
+            InvalidInputError: a profile whose layer count is not ``len(floor_ms)``.
         """
         scale = 1e-3 / self.time_unit
         floor = [float(f) * scale for f in floor_ms]
