@@ -171,10 +171,12 @@ PLAN = ("plan", "--preset", "pi0", "--gpus", "8", "--global-batch", "64", "--pp"
 
 
 @pytest.mark.parametrize("argv, words", [
-    (("--engine", "deepspeed", "--overlap-comm", "maybe"), "--overlap-comm for deepspeed must be on, off, got 'maybe'"),
+    (("--engine", "deepspeed", "--overlap-comm", "maybe"), "--overlap-comm for deepspeed must be one of on, off, got 'maybe'"),
     (("--engine", "megatron", "--overlap-comm", "on"), "megatron has no knob --overlap-comm"),
     (("--overlap-comm", "on"), "megatron has no knob --overlap-comm"),
-    (("--engine", "deepspeed", "--reduce-bucket-size", "lots"), "--reduce-bucket-size for deepspeed must be"),
+    (("--engine", "deepspeed", "--reduce-bucket-size", "lots"),
+     "--reduce-bucket-size for deepspeed must be a number of elements > 0, got 'lots'"),
+    (("--engine", "deepspeed", "--reduce-bucket-size", "0"), "--reduce-bucket-size for deepspeed must be a number"),
     (("--engine", "deepspeed", "--hook-cost", "-3"), "--hook-cost for deepspeed must be measured, off or a number"),
     (("--engine", "deepspeed", "--sequence-parallel", "off"), "deepspeed has no knob --sequence-parallel"),
 ])

@@ -302,7 +302,7 @@ DEEPSPEED_KNOBS = Knobs((
                        "overlap_comm_valid: overlap_comm = stage == 3)"),
     NumberKnob("reduce-bucket-size", (), str(REDUCE_BUCKET_SIZE),
                "zero_optimization.reduce_bucket_size in gradient elements: with overlap-comm on, the last bucket "
-               "of the backward stays exposed", unit="elements"),
+               "of the backward stays exposed", unit="elements", zero=False),
     NumberKnob("hook-cost", ("measured", "off"), "measured",
                "the host's time per trainable parameter tensor in DeepSpeed's gradient hooks and step: measured "
                "(benchmarks/deepspeed_hooks.py, by ZeRO stage), off, or µs per tensor per step; a layer's "

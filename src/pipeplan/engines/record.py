@@ -159,10 +159,12 @@ class NumberKnob(Knob):
         assumed: with ``default=None``, what pipeplan assumes when it is not given, in words
             (an engine's own rule: DeepSpeed's ``overlap_comm`` is off at ZeRO 1–2 and on at
             ZeRO-3), printed in the assumptions; ``""``: the planner searches.
+        zero: the number may be 0 (``False``: it must be > 0, as DeepSpeed's bucket sizes).
     """
 
     unit: str = ""
     assumed: str = ""
+    zero: bool = True
 
     def __post_init__(self) -> None:
         if self.default is not None and self.default not in self.choices:
@@ -172,7 +174,8 @@ class NumberKnob(Knob):
                 raise ValueError(f"knob {self.name}: default {self.default!r} is not what it takes") from error
 
     def parse(self, value: str, engine: str = "") -> str:
-        """``value`` when it is one of :attr:`choices`, or (with a :attr:`unit`) a number ≥ 0 (``5e8``, ``200000000``).
+        """``value`` when it is one of :attr:`choices`, or (with a :attr:`unit`) a finite number ≥ 0 (> 0 without
+        :attr:`zero`): ``5e8``, ``200000000``.
 
         Raises:
             InvalidInputError: one line naming the flag, the value and what it takes.
@@ -184,10 +187,14 @@ class NumberKnob(Knob):
                 number = float(value)
             except ValueError:
                 number = -1.0
-            if number >= 0 and number != float("inf"):
+            if (number > 0 or (self.zero and number == 0)) and number != float("inf"):
                 return value
         owner = f" for {engine}" if engine else ""
-        takes = ", ".join(self.choices) + (f" or a number of {self.unit}" if self.unit else "")
+        number_text = f"a number of {self.unit}{'' if self.zero else ' > 0'}"
+        if not self.unit:
+            takes = f"one of {', '.join(self.choices)}"
+        else:
+            takes = " or ".join(part for part in (", ".join(self.choices), number_text) if part)
         raise InvalidInputError(f"--{self.name}{owner} must be {takes}, got {value!r}")
 
 
