@@ -53,23 +53,26 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidInputError
-from ..plan import Plan
+from ..plan import TORCHTITAN_RECOMPUTE, Plan
 from ..schedule import Schedule
 from ..schedules.patterns import loop_placement, v_placement
 from ..units import format_figures
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, layer_names, stage_fqns
+from ._torchtitan_fields import TOML_COMMIT
+from ._torchtitan_schedules import TORCH_SCHEDULE_CLASSES, TORCH_SCHEDULE_NAMES, pipeplan_schedule_name
 from .pipelining import plan_schedule, torch_schedule_csv
-from .record import Engine, Files, Runs
+from .record import Engine, Files, Knob, Knobs, Runs
+from .torchtitan_config import read_torchtitan_config
 
-__all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT", "torchtitan_schedule_name",
+__all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT", "TORCH_SCHEDULE_CLASSES",
+           "torchtitan_schedule_name", "pipeplan_schedule_name",
            "torchtitan_degrees", "torchtitan_parts", "nested_paths", "plan_row", "torchtitan_settings",
            "torchtitan_config_py", "torchtitan_toml", "torchtitan_files", "torchtitan_notes", "ENGINE"]
 
 TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 TORCHTITAN_RELEASE = "0.3.0"
-TORCHTITAN_TOML_COMMIT = "e347b1e5e"
-_TORCH_SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble"}
+TORCHTITAN_TOML_COMMIT = TOML_COMMIT
 _CSV = "schedule.csv"
 _GPT_ROLES = frozenset({"embedding", "decoder", "loss"})
 
@@ -83,8 +86,8 @@ def torchtitan_schedule_name(plan: Plan | Sequence[int]) -> tuple[str, bool]:
     for a loop, ``1F1B`` for one stage per rank.
     """
     plan = to_plan(plan)
-    if plan.schedule in _TORCH_SCHEDULE_NAMES:
-        return _TORCH_SCHEDULE_NAMES[plan.schedule], False
+    if plan.schedule in TORCH_SCHEDULE_NAMES:
+        return TORCH_SCHEDULE_NAMES[plan.schedule], False
     if plan.one_stage_per_rank:
         return "1F1B", True
     if plan.placement == loop_placement(plan.pp, plan.num_stages // plan.pp):
@@ -190,7 +193,7 @@ def _batch_line(plan: Plan) -> str:
     return f"one optimizer step is {plan.global_batch} samples (global batch): {dp} data-parallel ranks × {local}"
 
 
-def _instead(plan: Plan) -> list[str]:
+def _instead(plan: Plan, *, toml: bool = False) -> list[str]:
     """What torchtitan runs in place of the plan's mode and recompute, when it cannot run them as planned."""
     changes = []
     if plan.dp_mode in ("zero1", "zero2"):
@@ -199,6 +202,10 @@ def _instead(plan: Plan) -> list[str]:
     mode = strongest_recompute(plan)
     if plan.uniform_recompute is None or len(set(plan.recompute_by_module.values())) > 1:
         changes.append((f"recompute {mode} on every layer", "torchtitan applies one recompute policy to every block"))
+    if not toml and mode.startswith("every:"):
+        changes.append(("full recompute on every block in place of " + mode,
+                        "torchtitan 0.3.0's Python configs have no selective layer checkpointing "
+                        "(its TOML release has: --export torchtitan-toml)"))
     if not changes:
         return []
     what = " and ".join(change for change, _ in changes)
@@ -238,6 +245,9 @@ def torchtitan_notes(plan: Plan | Sequence[int]) -> list[str]:
     """What the torchtitan export approximates of ``plan``."""
     plan = to_plan(plan)
     notes = recompute_notes(plan, "torchtitan")
+    if strongest_recompute(plan).startswith("every:"):
+        notes.append("torchtitan 0.3.0's Python configs have no selective layer checkpointing: the torchtitan "
+                     "export runs every:N as full on every block (torchtitan-toml writes selective_ac_option N)")
     if strongest_recompute(plan) == "selective":
         notes.append("torchtitan's selective recompute is a per-op policy (saves every other matmul), not the "
                      "attention-only recompute pipeplan timed: memory and time differ")
@@ -271,12 +281,13 @@ BASE_CONFIG = os.environ.get("PIPEPLAN_BASE_CONFIG", "llama3_debugmodel")  # a s
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 PARALLELISM = {parallelism}
+LAYERS_PER_STAGE = {layers_per_stage}  # pipeplan's layers per stage (pipeplan check reads it)
 MICRO_BATCH_SIZE = {micro}  # samples per microbatch
 MICROBATCHES = {microbatches}  # per data-parallel rank and step: through the pipeline, or accumulated without one
 LOCAL_BATCH_SIZE = {local}  # samples per data-parallel rank and accumulation step (torchtitan 0.3.0's local_batch_size)
 GLOBAL_BATCH_SIZE = {global_batch}  # samples per optimizer step, all data-parallel ranks
 TOKENS_PER_SAMPLE = {tokens}  # None: the base configuration's sequence length
-RECOMPUTE = {recompute!r}  # "none", "selective" (torchtitan's per-op policy) or "full"
+RECOMPUTE = {recompute!r}  # "none", "selective" or "op" (torchtitan's per-op policy), "every:N" or "full"
 # The stage module lists nest deeper than torchtitan's splitter reaches (a top-level module or "layers.N"):
 # apply_plan() makes the model's pipelining function split with split_model_part() below.
 NESTED = {nested}
@@ -312,7 +323,9 @@ def apply_plan(config):
     else:
         from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 
-        config.activation_checkpoint = FullAC.Config() if RECOMPUTE == "full" else SelectiveAC.Config()
+        # torchtitan 0.3.0 has no selective layer option: every:N runs as full on every block
+        full = RECOMPUTE == "full" or RECOMPUTE.startswith("every:")
+        config.activation_checkpoint = FullAC.Config() if full else SelectiveAC.Config()
     spec = getattr(config, "model_spec", None)
     if NESTED and PARALLELISM["pipeline_parallel_degree"] > 1 and spec is not None:
         config.model_spec = dataclasses.replace(spec, pipelining_fn=nested_pipelining_fn(spec.pipelining_fn))
@@ -408,7 +421,7 @@ def torchtitan_config_py(plan: Plan | Sequence[int], names: Sequence[LayerName] 
     return _CONFIG_TEMPLATE.format(
         release=TORCHTITAN_RELEASE, commit=TORCHTITAN_COMMIT[:9], row=plan_row(plan), instead=instead,
         batch=_batch_line(plan), model=_model_line(plan, parts, gpt, nested), gpus=plan.num_gpus,
-        parallelism=parallelism, micro=batch["micro_batch_size"], microbatches=batch["num_microbatches"],
+        parallelism=parallelism, layers_per_stage=list(plan.layers_per_stage), micro=batch["micro_batch_size"], microbatches=batch["num_microbatches"],
         local=batch["local_batch_size"], global_batch=batch["global_batch_size"], tokens=batch["tokens_per_sample"],
         recompute=settings["activation_checkpoint"]["mode"], nested=bool(nested) and plan.pp > 1)
 
@@ -454,11 +467,17 @@ def torchtitan_toml(plan: Plan | Sequence[int], names: Sequence[LayerName] | Non
     mode = settings["activation_checkpoint"]["mode"]
     batch = settings["batch"]
     lines += ["]", "", "[training]", f"local_batch_size = {batch['local_batch_size']}",
-              f"global_batch_size = {batch['global_batch_size']}", "", "[activation_checkpoint]",
-              f"mode = {json.dumps(mode)}"]
-    if mode == "selective":
+              f"global_batch_size = {batch['global_batch_size']}"]
+    if batch["tokens_per_sample"]:
+        lines.append(f"seq_len = {batch['tokens_per_sample']}")
+    lines += ["", "[activation_checkpoint]", f"mode = {json.dumps(mode)}"]
+    if mode in ("selective", "op"):
+        lines[-1] = 'mode = "selective"'
         lines.append('selective_ac_option = "op"')
-    header = [f"# pipeplan: {plan_row(plan)}", *(f"# {line}" for line in _instead(plan)),
+    elif mode.startswith("every:"):  # selective layer checkpointing: every Nth block
+        lines[-1] = 'mode = "selective"'
+        lines.append(f"selective_ac_option = {json.dumps(mode.split(':', 1)[1])}")
+    header = [f"# pipeplan: {plan_row(plan)}", *(f"# {line}" for line in _instead(plan, toml=True)),
               f"# {_batch_line(plan)}", ""]
     return "\n".join(header + lines) + "\n"
 
@@ -484,11 +503,23 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
     return [ExportFile(f.name, torch_schedule_csv(schedule)) if f.name == _CSV else f for f in files]
 
 
+#: torchtitan's knobs the step model prices (docs/engines.md, "torchtitan"; pipeplan.models.layer_costs prices
+#: the recompute modes; source: torchtitan/parallelisms/parallelize_llama.py at 0413364, checkpoint_wrapper).
+TORCHTITAN_KNOBS = Knobs((
+    Knob("recompute", TORCHTITAN_RECOMPUTE, None,
+         "activation checkpointing of every transformer block: op (selective per-op: saves every other "
+         "matmul's output and the attention's, reruns the rest before the block's backward), every:N (full "
+         "on every Nth block, the others none: selective_ac_option = N), full, none; not given: the planner "
+         "searches none, op and full per stage",
+         searched=("none", "op", "full")),
+))
+
 #: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode
 #: (ZeRO-1/2 as FSDP that keeps parameters gathered); in its Python releases (0.3.0, HEAD) and its last
 #: TOML release (top-level module paths only).
 ENGINE = Engine(
     "torchtitan",
     Runs(),
-    Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes),
+    Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes, read=read_torchtitan_config),
+    knobs=TORCHTITAN_KNOBS,
 )

@@ -32,7 +32,7 @@ from ..actions import Kind
 from ..costs import CommModel, StageCosts
 from ..errors import InfeasiblePlanError
 from ..partition.steptime import simulate_partition
-from ..plan import RECOMPUTE_MODES, Plan, Recompute
+from ..plan import Plan, Recompute, recompute_rank
 from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_info
 from ..simulate import simulate
@@ -361,13 +361,16 @@ class Evaluator:
         spec = self.workload.spec
         if spec is None:
             return {}
+        pinned = self.workload.recompute_by_module
+        if pinned is not None:  # a mode per module pinned (Workload.with_recompute): each unit's own
+            return {member: pinned[member] for unit in spec.recompute_units() for member in unit}
         layer_mode = [mode for size, mode in zip(layout.sizes, layout.recompute) for _ in range(size)]
         names = self.workload.profile(self.workload.smallest_micro_batch).names
         out: dict[str, Recompute] = {}
         for unit in spec.recompute_units():
             label = "+".join(unit)
             modes = [layer_mode[i] for i, name in enumerate(names) if name.rsplit(".", 1)[0] == label]
-            mode = max(modes, key=RECOMPUTE_MODES.index) if modes else "none"
+            mode = max(modes, key=recompute_rank) if modes else "none"
             for member in unit:
                 out[member] = mode
         return out

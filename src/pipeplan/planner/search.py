@@ -48,7 +48,7 @@ from .. import data_parallel
 from .._validation import positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..limits import MAX_GLOBAL_BATCH
-from ..plan import RECOMPUTE_MODES, Plan
+from ..plan import Plan, recompute_rank
 from ..schedules import schedule_info
 from .advice import NoPlanFitsError, baseline_notes, batch_note, find_remedies, no_plan_fits
 from .baselines import (Baseline, in_space, megatron_default, megatron_recommended, megatron_split, one_knob,
@@ -318,7 +318,8 @@ class _Search:
             num_gpus=cluster.num_gpus, global_batch=global_batch, num_layers=workload.num_layers,
             micro_batch_sizes=workload.micro_batch_sizes, recompute_modes=workload.recompute_modes, pp=pp,
             micro_batch_size=options.micro_batch_size, schedules=schedules,
-            max_virtual_stages=options.max_virtual_stages, partition=options.partition,
+            max_virtual_stages=options.max_virtual_stages, virtual_stages=options.virtual_stages,
+            partition=options.partition,
             tensor_parallel_degrees=workload.tensor_parallel_degrees, tp=options.tp, dp_modes=modes,
             gpus_per_node=cluster.gpus_per_node, dp_modes_alone=None if alone == modes else alone,
         )
@@ -398,7 +399,7 @@ class _Search:
         # by bound; within a configuration, no recompute first (the others need it to bind)
         ordered = sorted(configs, key=lambda c: (self.bound(c), c.tp, c.pp, data_parallel.names().index(c.dp_mode),
                                                  c.micro_batch_size, c.schedule, c.virtual_stages,
-                                                 RECOMPUTE_MODES.index(c.recompute)))
+                                                 recompute_rank(c.recompute)))
         # Fixed templates first; the cost-aware "adaptive" generator is far dearer to
         # build, and is never slower than the templates it also tries, so it runs
         # last and only where its bound could beat the best plan found.
