@@ -34,8 +34,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--engine`` and one flag per knob (checked against the engine's knobs by :func:`engine_workload`)."""
     megatron = engines.get(DEFAULT_ENGINE).knobs
     parser.add_argument("--engine", default=None, metavar="NAME",
-                        help=f"the engine whose knobs are priced: {', '.join(engines.names())} (default "
-                             f"{DEFAULT_ENGINE}: Megatron-LM's tensor parallelism)")
+                        help=f"the engine the plans are for: {', '.join(engines.names())}; the search spans only "
+                             f"the schedules and data-parallel modes it runs, and its knobs are priced (default: "
+                             f"every schedule and mode, with {DEFAULT_ENGINE}'s knobs: Megatron-LM's tensor "
+                             "parallelism)")
     for flag, dest in KNOB_FLAGS.items():
         knob = megatron.get(flag)
         default = "searched" if knob.default is None else knob.default
@@ -129,6 +131,6 @@ def engine_assumptions(args: argparse.Namespace) -> dict[str, str]:
     overlap = given.get("tp-comm-overlap", megatron["tp-comm-overlap"] or "backward")
     name = engine.name if getattr(args, "engine", None) else f"{engine.name} (assumed: give --engine to choose)"
     if not engine.knobs.knobs:
-        name += ("; its knobs are not priced yet: the step prices Megatron-LM's tensor parallelism, and the "
-                 f"search is not narrowed to what it runs (--export {engine.name} gives the best plan it runs)")
+        name += ("; its knobs are not priced yet: the step prices Megatron-LM's tensor parallelism; the search "
+                 "spans only what it runs")
     return {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}

@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
             max_virtual_stages=args.max_virtual_stages, headroom=headroom,
             partition=None if args.partition is None else parse_partition(args.partition),
             tp=args.tp, dp_modes=None if args.dp_modes is None else data_parallel.parse_modes(args.dp_modes),
-            sync=args.grad_sync,
+            sync=args.grad_sync, engine=args.engine,
         ))
     ties = tie_leaders([plan.step_time for plan in result.plans])
     ranking = mix.rank(result, workload) if mix is not None else None  # --mix: the plans timed on drawn batches

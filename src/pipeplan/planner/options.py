@@ -81,6 +81,10 @@ class SearchOptions:
             ``--overlap-grad-reduce --overlap-param-gather`` as its performance
             guides recommend; ``"megatron"``, its bare default, no overlap;
             ``"torch-ddp"``); ``fsdp`` and ``hsdp`` always overlap, layer by layer.
+        engine: the engine the plans are for (:func:`pipeplan.engines.names`): the
+            search spans only what it runs (:class:`pipeplan.engines.Runs`: its
+            schedules, its data-parallel modes beside a pipeline and those it runs
+            only without one); ``None``: every schedule and mode.
     """
 
     pp: int | None = None
@@ -99,6 +103,7 @@ class SearchOptions:
     tp: int | None = None
     dp_modes: Sequence[str] | None = None
     sync: str = "megatron-overlap"
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         if self.dp_modes is not None:
@@ -120,6 +125,50 @@ class SearchOptions:
                     f"{data_parallel.REPLICATED}")
             return tuple(self.dp_modes)
         return data_parallel.names() if self.optimizer == "adam" else (data_parallel.REPLICATED,)
+
+    def engine_space(self) -> tuple[tuple[str, ...] | None, tuple[str, ...], tuple[str, ...]]:
+        """The schedules (``None``: every planned one), the data-parallel modes beside a pipeline and those at
+        ``pp = 1`` that the search spans: :attr:`schedules` and :meth:`modes`, narrowed to what :attr:`engine` runs.
+
+        Raises:
+            InvalidInputError: an unknown engine, or given schedules or modes of which it runs none
+                (one line naming the flag and what the engine runs).
+        """
+        modes = self.modes()
+        schedules = None if self.schedules is None else tuple(self.schedules)
+        if self.engine is None:
+            return schedules, modes, modes
+        from ..engines import get  # the engines' records (layer 3)
+
+        runs = get(self.engine).runs
+        if runs.schedules is not None:
+            kept = tuple(name for name in (schedules or runs.schedules) if name in runs.schedules)
+            if not kept:
+                raise InvalidInputError(f"--schedules {','.join(schedules or ())}: {self.engine} runs only "
+                                        f"{', '.join(runs.schedules)}; leave --schedules out or choose among them")
+            schedules = kept
+        with_pipeline = tuple(m for m in modes if runs.dp_modes_with_pipeline is None
+                              or m in runs.dp_modes_with_pipeline)
+        alone = tuple(m for m in modes if runs.dp_modes_without_pipeline is None
+                      or m in runs.dp_modes_without_pipeline)
+        if not with_pipeline and not alone:
+            runnable = sorted(set(runs.dp_modes_with_pipeline or ()) | set(runs.dp_modes_without_pipeline or ()))
+            raise InvalidInputError(f"--dp-modes {','.join(modes)}: {self.engine} runs only "
+                                    f"{', '.join(runnable)}; leave --dp-modes out or choose among them")
+        return schedules, with_pipeline, alone
+
+    def engine_note(self) -> str:
+        """One line naming the given schedules and modes :attr:`engine` does not run (dropped from the search), or ``""``."""
+        if self.engine is None:
+            return ""
+        schedules, modes, alone = self.engine_space()
+        dropped = [name for name in self.schedules or () if name not in (schedules or ())]
+        dropped += [mode for mode in self.dp_modes or () if mode not in modes and mode not in alone]
+        only_alone = [mode for mode in alone if mode not in modes]
+        parts = [f"{self.engine} does not run {', '.join(dropped)}: left out of the search"] if dropped else []
+        if only_alone and (self.pp or 0) != 1:
+            parts.append(f"{self.engine} runs {', '.join(only_alone)} only without a pipeline (pp = 1)")
+        return "; ".join(parts)
 
     def capacity(self, cluster: Cluster) -> float:
         """Check the options but ``top`` and return the bytes per GPU a plan may use on ``cluster``.

@@ -307,14 +307,20 @@ class _Search:
                 raise InvalidInputError(f"tp={options.tp} must divide the GPUs of a node ({node}): tensor "
                                         "parallelism stays inside a node")
             workload.with_tensor_parallel(options.tp)  # the model's own reason when it cannot split so
+        schedules, modes, alone = options.engine_space()  # narrowed to what options.engine runs
+        pp = options.pp
+        if not modes:  # modes it runs only without a pipeline (DeepSpeed's ZeRO-2 and 3)
+            if pp not in (None, 1):
+                raise InvalidInputError(f"{options.engine} runs {', '.join(alone)} only without a pipeline: "
+                                        f"leave --pp {pp} out, or give --dp-modes it runs beside one")
+            pp, modes = 1, alone
         self.space = SearchSpace(
             num_gpus=cluster.num_gpus, global_batch=global_batch, num_layers=workload.num_layers,
-            micro_batch_sizes=workload.micro_batch_sizes, recompute_modes=workload.recompute_modes, pp=options.pp,
-            micro_batch_size=options.micro_batch_size,
-            schedules=tuple(options.schedules) if options.schedules is not None else None,
+            micro_batch_sizes=workload.micro_batch_sizes, recompute_modes=workload.recompute_modes, pp=pp,
+            micro_batch_size=options.micro_batch_size, schedules=schedules,
             max_virtual_stages=options.max_virtual_stages, partition=options.partition,
-            tensor_parallel_degrees=workload.tensor_parallel_degrees, tp=options.tp, dp_modes=options.modes(),
-            gpus_per_node=cluster.gpus_per_node,
+            tensor_parallel_degrees=workload.tensor_parallel_degrees, tp=options.tp, dp_modes=modes,
+            gpus_per_node=cluster.gpus_per_node, dp_modes_alone=None if alone == modes else alone,
         )
         self.started = time.perf_counter()
         self.started_cpu = time.process_time()  # the budget counts CPU seconds
@@ -369,7 +375,8 @@ class _Search:
         bounds = (self._space_bound(configs, deadline), self._space_bound(configs, deadline, chunked=False))
         stats.seconds = time.perf_counter() - self.started
         skipped = tuple(Rejection(config, reason) for config, reason in self.space.skipped())
-        notes = tuple(note for note in (batch_note(self.space), *baseline_notes(baselines)) if note)
+        notes = tuple(note for note in (batch_note(self.space), self.options.engine_note(),
+                                        *baseline_notes(baselines)) if note)
         return SearchResult(plans, megatron, knobs, tuple(self.rejected) + skipped, stats, *bounds,
                             rerun=self._rerun, baselines=baselines, notes=notes)
 

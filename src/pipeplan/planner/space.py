@@ -138,6 +138,8 @@ class SearchSpace:
         tp: fix the tensor-parallel degree.
         dp_modes: the data-parallel modes to try, by name (default ``("ddp",)``).
         gpus_per_node: GPUs per node (``tp`` divides it; HSDP shards inside it).
+        dp_modes_alone: the modes tried at ``pp = 1`` (``None``: :attr:`dp_modes`;
+            DeepSpeed runs ZeRO-2 and 3 only without a pipeline).
     """
 
     num_gpus: int
@@ -154,11 +156,14 @@ class SearchSpace:
     tp: int | None = None
     dp_modes: tuple[str, ...] = (data_parallel.REPLICATED,)
     gpus_per_node: int = 8
+    dp_modes_alone: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         positive_int("num_gpus", self.num_gpus)
         positive_int("gpus_per_node", self.gpus_per_node)
         data_parallel.check_modes(self.dp_modes)
+        if self.dp_modes_alone is not None:
+            data_parallel.check_modes(self.dp_modes_alone)
         if self.tp is not None:
             positive_int("tp", self.tp)
             node = min(self.gpus_per_node, self.num_gpus)
@@ -237,7 +242,8 @@ class SearchSpace:
         """The data-parallel modes tried at ``tp × pp × dp`` (``ddp`` alone without data parallelism)."""
         if dp == 1:
             return [data_parallel.REPLICATED]
-        return [mode for mode in self.dp_modes if data_parallel.get(mode).applies(tp, pp, dp, self.gpus_per_node)]
+        modes = self.dp_modes if pp > 1 or self.dp_modes_alone is None else self.dp_modes_alone
+        return [mode for mode in modes if data_parallel.get(mode).applies(tp, pp, dp, self.gpus_per_node)]
 
     def micro_batches_for(self, dp: int) -> list[int]:
         """Micro-batch sizes ``b`` with ``dp · b`` dividing the global batch."""
