@@ -13,7 +13,7 @@ files give it, is derived from the others (``dp = gpus / (tp · pp)``, ``m = B /
 takes pipeplan's default where the files leave a knob open that the planner does not
 search (gradient sync, the TP knobs: :class:`~pipeplan.planner.SearchOptions`,
 :class:`~pipeplan.planner.Workload`), or is searched: the search narrowed to every value
-known (and to what the engine runs) fills it, and its source says ``"searched"``.
+known and to what the engine runs (:attr:`~pipeplan.planner.SearchOptions.engine`) fills it, and its source says ``"searched"``.
 A fully given configuration is evaluated as is
 (:func:`~pipeplan.planner.evaluate.evaluate_layout`: the same step the search gives the
 same layout), on the engine's own split of the layers when the files give none
@@ -214,15 +214,6 @@ def _schedule(config: RunConfig, pp: int | None, values: dict[str, Filled]) -> N
         values["virtual_stages"] = virtual
 
 
-def _modes(engine: str) -> tuple[str, ...]:
-    """Every data-parallel mode the engine runs, with or without a pipeline."""
-    runs = engines.get(engine).runs
-    if runs.dp_modes_with_pipeline is None or runs.dp_modes_without_pipeline is None:
-        return data_parallel.names()
-    return tuple(m for m in data_parallel.names()
-                 if m in runs.dp_modes_with_pipeline or m in runs.dp_modes_without_pipeline)
-
-
 def _sync(config: RunConfig, values: dict[str, Filled]) -> str:
     given = _given(config, "grad_sync")
     if given is not None and given.value not in SYNCS:
@@ -337,12 +328,11 @@ def _search(config: RunConfig, values: dict[str, Filled], workload: Workload, cl
             sync: str) -> Plan:
     """The fastest plan with every given value, the search filling the rest (within what the engine runs)."""
     v = {name: item.value for name, item in values.items()}
-    runs = engines.get(config.engine).runs
-    schedules = ((v["schedule"],) if "schedule" in v else runs.schedules)
     virtual = v.get("virtual_stages")
     options = SearchOptions(
-        pp=v.get("pp"), tp=v.get("tp"), micro_batch_size=v.get("micro_batch_size"), schedules=schedules,
-        dp_modes=(v["dp_mode"],) if "dp_mode" in v else _modes(config.engine), sync=sync,
+        pp=v.get("pp"), tp=v.get("tp"), micro_batch_size=v.get("micro_batch_size"),
+        schedules=(v["schedule"],) if "schedule" in v else None,
+        dp_modes=(v["dp_mode"],) if "dp_mode" in v else None, sync=sync, engine=config.engine,
         partition=v.get("layers_per_stage"), max_virtual_stages=max(4, int(virtual or 1)), top=20)
     result = search(workload, cluster, total, options)
     matching = [plan for plan in result.plans
