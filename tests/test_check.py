@@ -213,3 +213,12 @@ def test_to_dict_names(workload: Workload, cluster: Cluster) -> None:
 def test_files_gpus_other_than_the_clusters_is_a_note(workload: Workload, cluster: Cluster) -> None:
     pinned = pin(_config(**FULL, gpus=16), workload, cluster)
     assert pinned.value("gpus") == 8 and any("not the 16" in note for note in pinned.notes)
+
+
+def test_microbatches_of_another_gpu_count_are_derived_again(workload: Workload, cluster: Cluster) -> None:
+    """A Megatron line's microbatches hold at its own world size; checked on 8 GPUs they follow the global batch."""
+    pinned = pin(_config(**FULL, gpus=16, num_microbatches=16), workload, cluster)
+    assert pinned.plan.num_microbatches == 32 and pinned.plan.global_batch == 64
+    assert any("derived again" in note for note in pinned.notes)
+    with pytest.raises(InvalidInputError, match="is not micro batch"):
+        pin(_config(**FULL, gpus=8, num_microbatches=16), workload, cluster)

@@ -149,10 +149,19 @@ def _knobs(config: RunConfig, workload: Workload, values: dict[str, Filled]) -> 
     return knobbed.with_recompute(cast(Recompute, mode.value)), knobbed
 
 
-def _batch(config: RunConfig, global_batch: int | None, dp: int | None,
-           values: dict[str, Filled]) -> tuple[int, str]:
-    """The global batch (checked against ``b × m × dp`` where all are given) and what scaling holds."""
+def _batch(config: RunConfig, global_batch: int | None, dp: int | None, values: dict[str, Filled],
+           notes: list[str], other_gpus: bool) -> tuple[int, str]:
+    """The global batch (checked against ``b × m × dp`` where all are given) and what scaling holds.
+
+    ``other_gpus``: checked on another GPU count than the files'; microbatches the files give
+    beside a global batch are then derived again from it (Megatron-LM derives them so).
+    """
     b, m, given = (_given(config, name) for name in ("micro_batch_size", "num_microbatches", "global_batch"))
+    if other_gpus and given is not None and b is not None and m is not None and dp is not None \
+            and int(b.value) * int(m.value) * dp != int(given.value):
+        notes.append(f"{m.value} microbatches ({m.source}) hold at the files' GPU count, not at dp {dp}: "
+                     f"derived again from the global batch")
+        m = None
     for item in (b, m):
         if item is not None:
             values["micro_batch_size" if item is b else "num_microbatches"] = item
@@ -270,7 +279,8 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
         dp = gpus // ranks
         values["dp"] = Filled(dp, f"derived: {gpus} GPUs / (tp {tp.value} × pp {pp.value})")
     workload, knobbed = _knobs(config, workload, values)
-    total, held = _batch(config, global_batch, dp, values)
+    total, held = _batch(config, global_batch, dp, values, notes,
+                         files_gpus is not None and files_gpus.value != gpus)
     sync = _sync(config, values)
     _schedule(config, None if pp is None else int(pp.value), values)
     mode = _given(config, "dp_mode")

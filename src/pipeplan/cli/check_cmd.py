@@ -33,7 +33,7 @@ from .. import units
 from ._common import make_console, name_choice, positive, print_json
 from ._export_args import _check_folder, write_export
 from ._common import report_written
-from ._spec_args import add_shape_arguments, spec_from_args
+from ._spec_args import add_shape_arguments, shape_from_args, spec_from_args
 
 __all__ = ["register", "run", "SOURCES"]
 
@@ -124,12 +124,19 @@ def _config(args: argparse.Namespace) -> tuple[str, RunConfig]:
     return f"--{dest.replace('_', '-')}", engines.get(SOURCES[dest]).read(getattr(args, dest))
 
 
-def _model(args: argparse.Namespace, config: RunConfig, flag: str) -> tuple[ModelSpec, str, list[str]]:
+def _given_model(args: argparse.Namespace) -> ModelSpec | None:
+    """The model of ``--preset``/``--spec`` (``None``: neither given; the shape options then refused)."""
+    if not (args.preset or args.spec):
+        shape_from_args(args)  # a shape option without --preset: one line
+        return None
+    args.tp, args.sequence_parallel = 1, False  # spec_from_args' model-from-shapes checks: not ours
+    return spec_from_args(args)
+
+
+def _model(args: argparse.Namespace, config: RunConfig, flag: str,
+           spec: ModelSpec | None) -> tuple[ModelSpec, str, list[str]]:
     """The model (``--preset``/``--spec`` over the file's, with a note), where it came from, and notes."""
-    given = args.preset or args.spec
-    if given:
-        args.tp, args.sequence_parallel = 1, False  # spec_from_args' model-from-shapes checks: not ours
-        spec = spec_from_args(args)
+    if spec is not None:
         source = f"--preset {args.preset}" if args.preset else f"--spec {args.spec}"
         notes = ([f"the model is {source}'s; the one {config.path} describes ({config.model_source}) is not used"]
                  if config.model is not None else [])
@@ -158,8 +165,9 @@ def run(args: argparse.Namespace) -> int:
         if args.top == 0:
             raise InvalidInputError("--out does not apply with --top 0 (no best plan is searched)")
         _check_folder(args.out)
+    given = _given_model(args)  # before the file: a bad --preset option is its own one line
     flag, config = _config(args)
-    spec, model_source, notes = _model(args, config, flag)
+    spec, model_source, notes = _model(args, config, flag, given)
     sizes = args.gpus or [int(config.require("gpus", "--gpus N"))]
     cluster = _cluster(args, config, sizes[0])
     workload = Workload.from_spec(spec, cluster.device, tp_link=cluster.intra_node)

@@ -1,0 +1,131 @@
+"""``pipeplan check``: one-line refusals, the text that fits 80 columns, the JSON names, the model's source.
+
+The readers are the engines' (:meth:`pipeplan.engines.Engine.read`); the tests of the verb
+itself read a JSON file of RunConfig fields through a stand-in reader, so what they check is
+the verb's: flags, output, refusals.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pipeplan.engines import RunConfig, Setting, record
+from pipeplan.models.spec import ModelSpec
+
+RunCli = Callable[..., tuple[int, str, str]]
+ROOT = Path(__file__).resolve().parent.parent
+GPT = str(ROOT / "examples" / "gpt-6.2b.json")
+FIELDS = {"tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch": 64, "schedule": "1f1b", "dp_mode": "zero1",
+          "recompute": "selective"}
+
+
+@pytest.fixture
+def fields_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """A file of RunConfig fields, read by a stand-in reader for every engine (``model``: a spec path)."""
+
+    def read(self: record.Engine, path: Path) -> RunConfig:
+        data = json.loads(Path(path).read_text())
+        model = data.pop("model", None)
+        settings = {key: Setting(tuple(value) if isinstance(value, list) else value, f"{Path(path).name}: {key}")
+                    for key, value in data.items()}
+        return RunConfig(self.name, str(path), settings, model=None if model is None else ModelSpec.from_file(model),
+                         model_source="" if model is None else f"the file's model {Path(model).name}",
+                         ignored=("log-interval",), notes=("a reader's note",))
+
+    monkeypatch.setattr(record.Engine, "read", read)
+
+    def write(**fields: object) -> str:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(fields))
+        return str(path)
+
+    return write
+
+
+def _one_line(status: int, err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2 and len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--gpus", "8"], "one of the arguments --megatron-args --deepspeed-config --torchtitan-config --torch-export"),
+    (["--megatron-args", "a", "--deepspeed-config", "b"], "not allowed with argument"),
+    (["--deepspeed-config", "x.json", "--measured-step", "fast"], "--measured-step must be a time with its unit"),
+    (["--deepspeed-config", "x.json", "--measured-step", "2.98"], "--measured-step must be a time with its unit"),
+    (["--deepspeed-config", "x.json", "--measured-step", "0s"], "--measured-step must be > 0"),
+    (["--deepspeed-config", "x.json", "--gpus", "8,x"], "--gpus[1] must be an integer"),
+    (["--deepspeed-config", "x.json", "--gpus", "0"], "--gpus must be >= 1"),
+    (["--deepspeed-config", "x.json", "--top", "-1"], "--top must be >= 0"),
+    (["--deepspeed-config", "x.json", "--json", "--out", "d"], "--out does not apply with --json"),
+    (["--deepspeed-config", "no/such.json", "--preset", "pi0"], "no/such.json: no such file or directory"),
+    (["--deepspeed-config", "x.json", "--cameras", "2"], "--cameras applies to --preset"),
+    (["--deepspeed-config", "x.json", "--preset", "gpt-1.5b", "--cameras", "2"], "preset 'gpt-1.5b' has no --cameras"),
+])
+def test_bad_input_is_one_line(run_cli: RunCli, argv: list[str], words: str) -> None:
+    line = _one_line(*run_cli("check", *argv)[::2])
+    assert line.startswith("pipeplan") and words in line, line
+
+
+@pytest.mark.parametrize(("fields", "argv", "words"), [
+    (dict(FIELDS), ["--gpus", "8"], "describes no model: give --preset"),
+    (dict(FIELDS, model=GPT), [], "does not give gpus: give --gpus N"),
+    (dict(FIELDS, model=GPT), ["--gpus", "6"], "tp 2 × pp 2 = 4 does not divide 6 GPUs"),
+    ({k: v for k, v in FIELDS.items() if k != "global_batch"} | {"model": GPT}, ["--gpus", "8"], "--global-batch"),
+    (dict(FIELDS, model=GPT), ["--gpus", "8", "--global-batch", "32"], "--global-batch 32 disagrees"),
+])
+def test_a_configuration_that_cannot_be_checked_is_one_line(run_cli: RunCli, fields_file: Callable[..., str],
+                                                            fields: dict[str, object], argv: list[str],
+                                                            words: str) -> None:
+    line = _one_line(*run_cli("check", "--deepspeed-config", fields_file(**fields), *argv)[::2])
+    assert words in line, line
+
+
+def test_text_fits_80_columns_and_names_every_part(run_cli: RunCli, fields_file: Callable[..., str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    status, out, err = run_cli("check", "--megatron-args", fields_file(**FIELDS, model=GPT), "--gpus", "8,16",
+                               "--measured-step", "2.98s", "--top", "1")
+    assert status == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for words in ("configuration", "derived: 8 GPUs / (tp 2 × pp 2)", "predicted step", "tokens/s per GPU",
+                  "where the step goes", "exposed data-parallel communication", "tensor-parallel collectives",
+                  "memory per pipeline rank", "is not compute or communication", "best plans in megatron",
+                  "best plans in any engine", "megatron_args.sh", "scaling (global batch held)",
+                  "read, not priced: log-interval", "note: a reader's note"):
+        assert words in out, words
+
+
+def test_json_names_scripts_depend_on(run_cli: RunCli, fields_file: Callable[..., str]) -> None:
+    status, out, err = run_cli("check", "--deepspeed-config", fields_file(**FIELDS), "--spec", GPT, "--gpus",
+                               "8,16", "--measured-step", "850ms", "--top", "1", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    for key in ("step_ms", "samples_per_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_bytes", "breakdown"):
+        assert key in data["predicted"]
+    assert data["measured"]["measured_ms"] == 850.0
+    assert [row["gpus"] for row in data["scaling"]["rows"]] == [8, 16]
+    assert data["config"]["engine"] == "deepspeed" and data["config"]["pinned"]["tp"]["value"] == 2
+    assert data["model"] == {"name": "gpt-6.2b", "source": f"--spec {GPT}"}
+    assert set(data["best"]) == {"same_engine", "any_engine"}
+
+
+def test_a_model_flag_wins_over_the_files_with_a_note(run_cli: RunCli, fields_file: Callable[..., str]) -> None:
+    status, out, err = run_cli("check", "--megatron-args", fields_file(**FIELDS, model=GPT), "--preset", "gpt-1.5b",
+                               "--gpus", "8", "--top", "0", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    assert data["model"]["source"] == "--preset gpt-1.5b"
+    assert any("is not used" in note and "gpt-6.2b" in note for note in data["notes"])
+
+
+def test_out_writes_the_engines_files(run_cli: RunCli, fields_file: Callable[..., str], tmp_path: Path) -> None:
+    out_dir = tmp_path / "best"
+    status, _, err = run_cli("check", "--deepspeed-config", fields_file(**FIELDS, model=GPT), "--gpus", "8",
+                             "--top", "1", "--out", str(out_dir))
+    assert status == 0, err
+    assert (out_dir / "ds_config.json").exists() and "wrote" in err
