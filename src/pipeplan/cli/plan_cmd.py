@@ -33,6 +33,7 @@ from .. import data_parallel
 from ..layers import LayerProfile
 from ..partition.choice import parse_partition
 from ..planner import DEFAULT_HEADROOM, Cluster, SearchOptions, SearchResult, Workload, search
+from ..planner.error_band import ErrorBand, error_band
 from ..planner.memory import OptimizerBytes
 from ..planner.resolution import RESOLUTION_NOTE, tie_leaders
 from ..planner.step import SYNCS
@@ -41,7 +42,7 @@ from .. import units
 from ._common import gantt_width, make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import (add_export_arguments, check_export_args, check_export_model, emit_export,
                            model_refusal_of, reference_names)
-from ._engine_args import add_engine_arguments, engine_assumptions, engine_workload
+from ._engine_args import DEFAULT_ENGINE, add_engine_arguments, engine_assumptions, engine_workload
 from ._plan_mix import add_mix_argument, plan_mix, show_mix
 from ..hardware.device_file import device_fields
 from ._spec_args import (add_device_argument, add_mfu_argument, add_shape_arguments, defaults_assumption, device_from_args,
@@ -224,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
         print_json({**payload, "device": device_fields(cluster.device),
                     "assumptions": _assumptions(args, cluster), "shape": planned_shape(args),
                     "gemm_fallbacks": _gemm_fallbacks(args, cluster, result),
+                    "error_band": _error_band(args, cluster).to_dict(),
                     **({"mix": ranking.to_dict()} if ranking is not None else {})})
         return 0
     _print(args, result, ties, _capacity(args, cluster))
@@ -370,6 +372,7 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
     show_plans(console, result, title=f"{model} on {args.gpus} × {device}, global batch {args.global_batch}",
                capacity=capacity, ties=ties)
     console.print(_headline(result), markup=False, highlight=False)
+    console.print(_error_band(args, _cluster(args)).line(), markup=False, highlight=False)
     status = "complete" if stats.complete else (
         f"stopped by --budget {args.budget:g} CPU s after {stats.examined} of {stats.candidates} candidates "
         f"({stats.examined_share:.0%}); none left unexamined beats {format_figures(stats.unexamined_bound or 0.0)} ms"
@@ -390,6 +393,15 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
         emit_export(args, files)
         for note in engine.notes(plan, reference_names(args, plan.num_layers)):
             console.print(f"note: {note}")
+
+
+def _error_band(args: argparse.Namespace, cluster: Cluster) -> ErrorBand:
+    """How far the step model is from published runs on this device and engine, for this kind of model."""
+    from .. import engines
+
+    gpt = not args.profile and not engines.get("megatron").model_refusal(spec_from_args(args))
+    return error_band(cluster.device.name, args.engine or DEFAULT_ENGINE, gpt=gpt,
+                      measured_profile=bool(args.profile))
 
 
 def _headline(result: SearchResult) -> str:

@@ -1,0 +1,56 @@
+"""Predictions carry the step model's measured error on published runs (issue 33, "Error bands")."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pipeplan.planner.error_band import CHECKED, error_band
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "cost_model.md"
+
+
+def test_the_bands_are_the_fidelity_benchmarks_summary() -> None:
+    """The numbers equal the summary line benchmarks/engine_fidelity.py wrote (docs tests check it against the code)."""
+    text = DOC.read_text()
+    found = re.search(r"Mean \|error\| of throughput over (\d+) runs: \*\*([\d.]+)%\*\* with each run's knobs pinned "
+                      r"\(\d+ within 10%, worst ([\d.]+)%\)", text)
+    assert found, "the engine-fidelity summary line moved"
+    runs, mean, worst = int(found[1]), float(found[2]) / 100, float(found[3]) / 100
+    (row,) = [row for row in CHECKED if row.command == "python benchmarks/engine_fidelity.py"]
+    assert (row.runs, row.mean, row.worst) == (runs, pytest.approx(mean), pytest.approx(worst))
+
+
+def test_a_checked_question_has_no_caveat() -> None:
+    band = error_band("a100-80g", "megatron", gpt=True)
+    assert band.checked and not band.unchecked
+    assert "±7.7%" in band.line() and "floor" not in band.line()
+
+
+@pytest.mark.parametrize("device, engine, gpt, profile, missing", [
+    ("h100-80g", "megatron", True, False, "h100-80g"),
+    ("a100-80g", "deepspeed", True, False, "DeepSpeed"),
+    ("a100-80g", "megatron", False, False, "beyond a GPT"),
+    ("a100-80g", "megatron", True, True, "--profile"),
+])
+def test_what_was_not_checked_is_named(device: str, engine: str, gpt: bool, profile: bool, missing: str) -> None:
+    band = error_band(device, engine, gpt=gpt, measured_profile=profile)
+    assert not band.checked
+    assert missing in band.line() and "floor" in band.line()
+
+
+def test_plan_prints_and_carries_the_band(run_cli: Callable[..., tuple[int, str, str]]) -> None:
+    argv = ("plan", "--spec", str(DOC.parent.parent / "examples" / "gpt-6.2b.json"), "--gpu", "a100-80g", "--gpus", "8", "--global-batch", "32",
+            "--top", "1")
+    code, out, _ = run_cli(*argv)
+    assert code == 0 and "step and MFU: ±7.7%" in out
+    code, out, _ = run_cli(*argv, "--json")
+    band = json.loads(out)["error_band"]
+    assert band["checked"] is True and band["runs"] == 18
+    code, out, _ = run_cli("plan", "--preset", "pi0", "--gpus", "8", "--global-batch", "32", "--top", "1", "--json")
+    band = json.loads(out)["error_band"]
+    assert band["checked"] is False and any("h100-80g" in item for item in band["unchecked"])
