@@ -205,6 +205,8 @@ def test_to_dict_names(workload: Workload, cluster: Cluster) -> None:
     assert set(out["best"]) == {"same_engine", "any_engine"}
     assert out["best"]["same_engine"][0]["files"]
     assert out["measured"]["verdict"] in ("unexplained", "within", "pessimistic")
+    assert out["measured"]["tolerance"] == out["error_band"]["worst"] > 0  # the band's worst error
+    assert "h100-80g" in out["error_band"]["unchecked"]  # the checked runs are on A100s
     assert [row["gpus"] for row in out["scaling"]["rows"]] == [8, 16]
     bare = check(_config(**FULL), workload, cluster, top=0).to_dict()
     assert "measured" not in bare and "scaling" not in bare

@@ -17,10 +17,12 @@ from collections.abc import Sequence
 from .._validation import positive_int
 from ..engines import RunConfig
 from ..errors import InvalidInputError
+from .. import engines
 from ..planner import Cluster, Workload
+from ..planner.error_band import error_band
 from .best import BestPlan, best_plans
 from .breakdown import breakdown, tp_exposed_ms
-from .measured import TOLERANCE, residual
+from .measured import residual
 from .pin import pin
 from .result import CheckResult
 from .scaling import scaling
@@ -30,7 +32,7 @@ __all__ = ["check"]
 
 def check(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch: int | None = None,
           measured_step_s: float | None = None, scaling_gpus: Sequence[int] = (), top: int = 3,
-          tolerance: float = TOLERANCE) -> CheckResult:
+          tolerance: float | None = None) -> CheckResult:
     """Answer for ``config`` on ``cluster``.
 
     Args:
@@ -42,7 +44,9 @@ def check(config: RunConfig, workload: Workload, cluster: Cluster, *, global_bat
         measured_step_s: a measured step, seconds: what the model cannot explain is named.
         scaling_gpus: GPU counts for the scaling rows (empty: none).
         top: best plans to show in each list (0: no search for them).
-        tolerance: the model's error allowed before a measured step's residual is named.
+        tolerance: the model's error allowed before a measured step's residual is named
+            (default the worst error of the step model's error band for this device,
+            engine and model: :func:`pipeplan.planner.error_band.error_band`).
 
     Raises:
         InvalidInputError: a configuration that contradicts itself or the GPUs, a
@@ -66,6 +70,13 @@ def check(config: RunConfig, workload: Workload, cluster: Cluster, *, global_bat
     if top:
         same, anywhere, searched = best_plans(pinned, cluster, config.engine, top=top)
         notes += searched
-    measured = None if measured_step_s is None else residual(parts.step_ms, 1e3 * measured_step_s, tolerance)
+    band = error_band(cluster.device.name, config.engine, gpt=workload.spec is not None
+                      and not engines.get("megatron").model_refusal(workload.spec))
+    basis = (f"the worst error of {band.basis.runs} published runs, {band.basis.command}"
+             + ("" if band.checked else f"; not checked: {', '.join(band.unchecked)}"))
+    measured = None if measured_step_s is None else residual(
+        parts.step_ms, 1e3 * measured_step_s, band.basis.worst if tolerance is None else tolerance,
+        basis if tolerance is None else "given")
     rows = scaling(pinned, cluster, scaling_gpus) if scaling_gpus else []
-    return CheckResult(config, pinned, parts, tuple(same), tuple(anywhere), measured, tuple(rows), tuple(notes))
+    return CheckResult(config, pinned, parts, tuple(same), tuple(anywhere), measured, tuple(rows), tuple(notes),
+                       band)

@@ -5,10 +5,11 @@
     # '2.1 s of 2.98 s is not compute or communication: look at the data loader or the host ...'
     residual(predicted_ms=1000.0, measured_ms=800.0).verdict    # 'pessimistic'
 
-The step model's own error sets the tolerance: :data:`TOLERANCE` is the worst |error|
-of throughput over the published Megatron-LM runs of docs/engines.md's fidelity table
-(``python benchmarks/engine_fidelity.py``: 18 runs, mean 7.7 %, worst 15.1 %), rounded
-to 15 %. A measured step longer than the prediction by more than that is time the model
+The step model's own error sets the tolerance: the worst |error| of its error band
+(:func:`pipeplan.planner.error_band.error_band`: the fidelity benchmark's runs nearest the
+device and engine asked about; ``python benchmarks/engine_fidelity.py``: 18 published
+Megatron-LM runs, mean 7.7 %, worst 15.1 %); :data:`TOLERANCE` is that worst, for a caller
+without a band. A measured step longer than the prediction by more than that is time the model
 does not hold (the model holds compute, pipeline idle time, communication and the
 optimizer step; not the data loader, the host's launches, logging, checkpoints or
 stragglers); one shorter by more than that means the model is pessimistic for the run.
@@ -19,12 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..planner.error_band import CHECKED
 from ..units import format_figures
 
 __all__ = ["Residual", "residual", "TOLERANCE", "format_time"]
 
-#: The step model's error on published runs it was not fitted to (docs/engines.md, "Fidelity": worst 15.1 %).
-TOLERANCE = 0.15
+#: The step model's worst error on published runs it was not fitted to (the error band's basis).
+TOLERANCE = CHECKED[0].worst
 
 
 def format_time(ms: float) -> str:
@@ -64,12 +66,16 @@ class Residual:
                 "verdict": self.verdict, "text": self.text}
 
 
-def residual(predicted_ms: float, measured_ms: float, tolerance: float = TOLERANCE) -> Residual:
-    """What ``measured_ms`` holds that ``predicted_ms`` does not (module doc); both > 0."""
+def residual(predicted_ms: float, measured_ms: float, tolerance: float = TOLERANCE,
+             basis: str = "its worst error on published runs") -> Residual:
+    """What ``measured_ms`` holds that ``predicted_ms`` does not (module doc); both > 0.
+
+    ``basis``: where ``tolerance`` comes from, in words, for the sentence.
+    """
     if not (measured_ms > 0 and predicted_ms > 0):
         raise ValueError(f"steps must be > 0 ms, got measured {measured_ms!r}, predicted {predicted_ms!r}")
     gap = measured_ms - predicted_ms
-    where = f"(predicted {format_time(predicted_ms)}; the model's error is within {tolerance:.0%}: docs/engines.md)"
+    where = f"(predicted {format_time(predicted_ms)}; the model's tolerance {tolerance:.1%}: {basis})"
     if measured_ms > predicted_ms * (1 + tolerance):
         verdict = "unexplained"
         text = (f"{format_time(gap)} of {format_time(measured_ms)} is not compute or communication: look at the "

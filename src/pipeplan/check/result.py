@@ -10,8 +10,8 @@
 :class:`~pipeplan.engines.RunConfig`'s own ``to_dict()`` plus ``pinned``: every planner
 field with its value and source, and ``searched``: the fields the search filled),
 ``best`` (``same_engine``, ``any_engine``: rows of :class:`~pipeplan.check.best.BestPlan`),
-``measured`` (when a step was given) and ``scaling`` (when GPU counts were given), and
-``notes``.
+``measured`` (when a step was given) and ``scaling`` (when GPU counts were given),
+``notes`` and ``error_band`` (:meth:`pipeplan.planner.error_band.ErrorBand.to_dict`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from ..engines import RunConfig
 from ..plan import Plan
+from ..planner.error_band import ErrorBand
 from .best import BestPlan
 from .breakdown import Breakdown
 from .measured import Residual
@@ -42,6 +43,8 @@ class CheckResult:
         measured: the measured step against the prediction (``None``: none given).
         scaling: one row per GPU count asked (empty: none asked).
         notes: what the check approximated or could not do, one sentence each.
+        error_band: how far the step model is from published runs for this device,
+            engine and model (:mod:`pipeplan.planner.error_band`).
     """
 
     config: RunConfig
@@ -52,6 +55,7 @@ class CheckResult:
     measured: Residual | None = None
     scaling: tuple[ScalingRow, ...] = ()
     notes: tuple[str, ...] = ()
+    error_band: ErrorBand | None = None
 
     @property
     def plan(self) -> Plan:
@@ -97,6 +101,7 @@ class CheckResult:
             "best": {"same_engine": [row.to_dict() for row in self.same_engine],
                      "any_engine": [row.to_dict() for row in self.any_engine]},
             "notes": list(self.notes),
+            "error_band": None if self.error_band is None else self.error_band.to_dict(),
         }
         if self.measured is not None:
             out["measured"] = self.measured.to_dict()

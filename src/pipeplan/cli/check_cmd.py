@@ -216,6 +216,8 @@ def _print(args: argparse.Namespace, result: CheckResult, cluster: Cluster, mode
     say(f"predicted step {_ms(result.step_ms)} ms: {units.format_figures(result.samples_per_s or 0.0)} samples/s"
         + (f", {units.format_figures(tokens)} tokens/s per GPU" if tokens is not None else "")
         + (f", MFU {result.mfu:.1%}" if result.mfu is not None else "") + f"; {fit}")
+    if result.error_band is not None:
+        say(result.error_band.line())
     parts = Table(title="where the step goes", title_justify="left")
     parts.add_column("part")
     parts.add_column("ms", justify="right")
