@@ -129,3 +129,59 @@ def test_out_writes_the_engines_files(run_cli: RunCli, fields_file: Callable[...
                              "--top", "1", "--out", str(out_dir))
     assert status == 0, err
     assert (out_dir / "ds_config.json").exists() and "wrote" in err
+
+
+# ---------------------------------------------------------------- the round trip of issue 31, item 5
+#: Each engine's check flag.
+FLAG = {"megatron": "--megatron-args", "deepspeed": "--deepspeed-config", "torchtitan": "--torchtitan-config",
+        "torch": "--torch-export"}
+#: (engine, plan's pins): each engine's schedules, data-parallel modes, tp and pp, small enough for ~1 s a call.
+ROUND_TRIPS = [
+    ("megatron", ["--tp", "2", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "zero1", "--recompute", "selective"]),
+    ("megatron", ["--tp", "1", "--pp", "2", "--schedules", "interleaved", "--dp-modes", "ddp", "--recompute", "none",
+                  "--grad-sync", "megatron"]),
+    ("megatron", ["--tp", "2", "--pp", "1", "--dp-modes", "ddp", "--recompute", "full",
+                  "--sequence-parallel", "off", "--tp-comm-overlap", "off"]),
+    ("deepspeed", ["--tp", "1", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "zero1", "--recompute", "none"]),
+    ("deepspeed", ["--tp", "1", "--pp", "1", "--dp-modes", "fsdp", "--recompute", "full"]),
+    ("torchtitan", ["--tp", "1", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "fsdp", "--recompute", "none"]),
+    ("torchtitan", ["--tp", "2", "--pp", "2", "--schedules", "interleaved", "--dp-modes", "ddp", "--recompute",
+                    "full"]),
+    ("torchtitan", ["--tp", "1", "--pp", "4", "--schedules", "zb-v", "--dp-modes", "ddp", "--recompute", "none"]),
+    ("torch", ["--tp", "1", "--pp", "4", "--schedules", "zb-v", "--dp-modes", "ddp", "--recompute", "none"]),
+    ("torch", ["--tp", "1", "--pp", "2", "--schedules", "interleaved", "--dp-modes", "fsdp", "--recompute", "none"]),
+]
+PLAN = ["--preset", "gpt-1.5b", "--gpus", "8", "--global-batch", "32"]
+#: What the round trip must give back: the plan's fields as plan --json writes them.
+KEPT = ("tp", "pp", "dp", "dp_mode", "schedule", "virtual_stages", "micro_batch_size", "microbatches",
+        "global_batch", "layers_per_stage", "recompute", "sequence_parallel")
+
+
+def _reads(engine: str) -> bool:
+    from pipeplan import engines
+
+    return engines.get(engine).files.read is not record._no_reader
+
+
+@pytest.mark.parametrize(("engine", "pins"), ROUND_TRIPS, ids=[f"{e}-{'-'.join(p[1::2])}" for e, p in ROUND_TRIPS])
+def test_plan_export_then_check_gives_the_same_plan_and_step(run_cli: RunCli, tmp_path: Path, engine: str,
+                                                             pins: list[str]) -> None:
+    if not _reads(engine):
+        pytest.skip(f"{engine}'s reader has not landed")
+    out = tmp_path / engine
+    status, text, err = run_cli("plan", *PLAN, *pins, "--export", engine, "--json", "--top", "1")
+    assert status == 0, err
+    planned = json.loads(text)["export"]["plan"]
+    out.mkdir()
+    for name, content in planned["exports"][engine]["files"].items():  # what --export ENGINE --out DIR writes
+        (out / name).write_text(content)
+    status, text, err = run_cli("check", FLAG[engine], str(out), "--preset", "gpt-1.5b", "--gpus", "8",
+                                "--global-batch", "32", "--top", "0", "--json")
+    assert status == 0, err
+    checked = json.loads(text)
+    got = checked["predicted"]["plan"]
+    assert {key: got[key] for key in KEPT} == {key: planned[key] for key in KEPT}
+    assert got.get("tp_comm_overlap") == planned.get("tp_comm_overlap")
+    assert checked["predicted"]["step_ms"] == pytest.approx(planned["step_time"] * 1e3 * planned["time_unit_seconds"],
+                                                            rel=1e-12)
+    assert checked["config"]["searched"] == [], checked["config"]["pinned"]

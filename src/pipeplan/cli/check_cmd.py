@@ -26,7 +26,9 @@ from ..check.breakdown import PARTS
 from ..check.measured import format_time
 from ..engines import RunConfig
 from ..errors import InvalidInputError
+from .._validation import positive_int
 from ..hardware.device_file import device_fields
+from ..limits import MAX_GLOBAL_BATCH, MAX_GPUS
 from ..models.spec import ModelSpec
 from ..planner import Cluster, Workload
 from .. import units
@@ -155,10 +157,22 @@ def _cluster(args: argparse.Namespace, config: RunConfig, gpus: int) -> Cluster:
                       gpus_per_node=int(per_node))
 
 
-def run(args: argparse.Namespace) -> int:
-    """Entry of ``pipeplan check``."""
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The numeric flags' bounds, before the file is read (each refusal names its flag)."""
     if args.top < 0:
         raise InvalidInputError(f"--top must be >= 0, got {args.top}")
+    for gpus in args.gpus or ():
+        positive_int("--gpus", gpus, maximum=MAX_GPUS, why="more than any cluster; a typo?")
+    if args.gpus_per_node is not None:
+        positive_int("--gpus-per-node", args.gpus_per_node, maximum=MAX_GPUS, why="more than any cluster; a typo?")
+    if args.global_batch is not None:
+        positive_int("--global-batch", args.global_batch, maximum=MAX_GLOBAL_BATCH,
+                     why="samples per optimizer step, far above any recipe; a typo?")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``pipeplan check``."""
+    _check_numbers(args)
     if args.out is not None:
         if args.json:
             raise InvalidInputError("--out does not apply with --json (the JSON holds the files)")
