@@ -224,3 +224,11 @@ def test_microbatches_of_another_gpu_count_are_derived_again(workload: Workload,
     assert any("derived again" in note for note in pinned.notes)
     with pytest.raises(InvalidInputError, match="is not micro batch"):
         pin(_config(**FULL, gpus=8, num_microbatches=16), workload, cluster)
+
+
+def test_what_is_not_priced_is_a_note(workload: Workload, cluster: Cluster) -> None:
+    pinned = pin(_config(**FULL, precision="fp32", seq_length=17), workload, cluster)
+    assert any(note.startswith("precision fp32 is priced as bf16") and "run.sh: precision = fp32" in note
+               for note in pinned.notes)
+    assert any(note.startswith("sequence length 17 is not the model's") for note in pinned.notes)
+    assert not pin(_config(**FULL, precision="bf16"), workload, cluster).notes

@@ -307,12 +307,12 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
         for name in open_fields:
             values[name] = Filled(_from_plan(plan, name), SEARCHED)
     if config.value("precision", "bf16") != "bf16":
-        notes.append(f"precision {config.value('precision')} ({config.source_of('precision')}) is priced as bf16 "
-                     "mixed precision: pipeplan's step model knows no other")
+        notes.append(f"precision {config.value('precision')} is priced as bf16 mixed precision, the only one "
+                     f"pipeplan's step model knows; from: {config.source_of('precision')}")
     seq = config.value("seq_length")
     if seq is not None and workload.tokens_per_sample is not None and seq != workload.tokens_per_sample:
-        notes.append(f"the files' sequence length {seq} ({config.source_of('seq_length')}) is not the model's "
-                     f"{workload.tokens_per_sample:g} tokens per sample: the model's is priced")
+        notes.append(f"sequence length {seq} is not the model's {workload.tokens_per_sample:g} tokens per sample: "
+                     f"the model's is priced; from: {config.source_of('seq_length')}")
     ordered = {name: values[name] for name in ORDER if name in values}
     return Pinned(plan, ordered, tuple(n for n in ORDER if n in open_fields), workload, knobbed, sync, held,
                   tuple(notes))
