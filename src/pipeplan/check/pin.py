@@ -313,6 +313,10 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
     if seq is not None and workload.tokens_per_sample is not None and seq != workload.tokens_per_sample:
         notes.append(f"sequence length {seq} is not the model's {workload.tokens_per_sample:g} tokens per sample: "
                      f"the model's is priced; from: {config.source_of('seq_length')}")
+    if plan.tp == 1:  # the TP knobs change nothing without tensor parallelism
+        for name in ("sequence_parallel", "tp_comm_overlap"):
+            if values[name].source.startswith(DEFAULT):
+                values[name] = Filled(values[name].value, f"{DEFAULT} (no effect at tp 1)")
     ordered = {name: values[name] for name in ORDER if name in values}
     return Pinned(plan, ordered, tuple(n for n in ORDER if n in open_fields), workload, knobbed, sync, held,
                   tuple(notes))
