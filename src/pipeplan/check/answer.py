@@ -74,6 +74,9 @@ def check(config: RunConfig, workload: Workload, cluster: Cluster, *, global_bat
                       and not engines.get("megatron").model_refusal(workload.spec))
     basis = (f"the worst error of {band.basis.runs} published runs, {band.basis.command}"
              + ("" if band.checked else f"; not checked: {', '.join(band.unchecked)}"))
+    if measured_step_s is not None and not parts.step_ms > 0:
+        notes.append("the measured step is not compared: the configuration has no predicted step")
+        measured_step_s = None
     measured = None if measured_step_s is None else residual(
         parts.step_ms, 1e3 * measured_step_s, band.basis.worst if tolerance is None else tolerance,
         basis if tolerance is None else "given")

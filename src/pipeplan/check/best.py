@@ -7,14 +7,15 @@
     same[0].files         # the engine's files for it (ExportFile: name, text)
     anywhere[0].engines   # ('megatron', 'torchtitan'): the engines that run it
 
-One search (:func:`pipeplan.planner.search`) on the same model, GPUs and global batch,
+Two searches (:func:`pipeplan.planner.search`) on the same model, GPUs and global batch,
 with the configuration's tensor-parallel knobs and gradient sync kept and everything
-else open (recompute included), pipeplan's headroom kept as ``plan`` keeps it. Its
-plans, fastest first, are the rows across engines, each naming the engines whose
-export accepts it (:meth:`pipeplan.engines.Engine.refusal`); the rows in the same engine
-are those the engine runs, or, when it runs none of them, the best plan of the search
-narrowed to what it runs (:meth:`~pipeplan.planner.SearchResult.best_for`). Each row
-says what it changes of the user's configuration
+else open (recompute included), pipeplan's headroom kept as ``plan`` keeps it: one over
+everything, whose plans, fastest first, are the rows across engines, each naming the
+engines whose export accepts it (:meth:`pipeplan.engines.Engine.refusal`); one over what
+the engine runs (:attr:`~pipeplan.planner.SearchOptions.engine`, as ``plan --engine E``
+searches), whose plans the engine's export accepts are the rows in the same engine (when
+it accepts none, the best plan it runs: :meth:`~pipeplan.planner.SearchResult.best_for`).
+Each row says what it changes of the user's configuration
 (:func:`~pipeplan.planner.engine_choice.plan_changes`) and its speed-up.
 """
 
@@ -79,17 +80,19 @@ def best_plans(pinned: Pinned, cluster: Cluster, engine: str, *,
                top: int = 3) -> tuple[list[BestPlan], list[BestPlan], list[str]]:
     """The ``top`` best plans in ``engine`` and in any engine, and notes on what could not be searched (module doc)."""
     user = pinned.plan
+    notes: list[str] = []
+    anywhere: list[BestPlan] = []
     try:
         result = search(pinned.knobbed, cluster, user.global_batch, SearchOptions(sync=pinned.sync, top=top))
+        anywhere = [_row(user, plan) for plan in result.plans[:top]]
     except PipeplanError as error:
-        return [], [], [f"no better plan was searched: {error}"]
-    anywhere = [_row(user, plan) for plan in result.plans[:top]]
+        notes.append(f"no better plan was searched: {error}")
     record = engines.get(engine)
-    ran = [plan for plan in result.plans if not record.refusal(plan)][:top]
-    notes: list[str] = []
-    if not ran:
-        try:
-            ran = [result.best_for(engine)[0]]
-        except PipeplanError as error:
-            notes.append(f"no plan {engine} runs was found: {error}")
+    ran: list[Plan] = []
+    try:
+        own = search(pinned.knobbed, cluster, user.global_batch, SearchOptions(sync=pinned.sync, top=top,
+                                                                                engine=engine))
+        ran = [plan for plan in own.plans if not record.refusal(plan)][:top] or [own.best_for(engine)[0]]
+    except PipeplanError as error:
+        notes.append(f"no plan {engine} runs was found: {error}")
     return [_row(user, plan, engine, pinned.workload.spec) for plan in ran], anywhere, notes
