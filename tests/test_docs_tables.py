@@ -117,6 +117,8 @@ COMPUTED = [
           lambda: benchmark("preset_table").block()),
     Table("presets.md", "model-schema", "python benchmarks/model_schema.py --write",
           lambda: benchmark("model_schema").block()),
+    Table("cost_model.md", "action-heads", "python benchmarks/action_heads.py --write",
+          lambda: benchmark("action_heads").block()),
     Table("planner.md", "planner-comm", "python benchmarks/comm_model.py --write",
           lambda: benchmark("comm_model").block()),
     Table("planner.md", "planner-walkthrough", "python benchmarks/planner.py --only walkthrough --write",

@@ -1,7 +1,7 @@
 """FLOPs, parameters and stored bytes of one layer of each module kind (private).
 
     part = block_part(stack, Shape(4, "selective", 1, False), layer_index=0, kv_tokens=816,
-                       kv_width=2048, extra_keys=0)
+                       kv_width=2048, extra_keys=0, cross=False)
     costs = apply_training(part, trains=True, needs_backward=True, recompute="selective")
     layer_part(spec.modules[0], Shape.checked(1, "none", 1, False), 0, spec.module).params
 
@@ -24,6 +24,7 @@ from .modules import (
     Projector,
     TransformerStack,
     VisionEncoder,
+    runs_per_example,
 )
 
 __all__ = ["Part", "Shape", "apply_training", "block_part", "block_params", "embedding_part", "head_part",
@@ -82,18 +83,19 @@ def layer_part(module: Module, shape: Shape, index: int, lookup: Callable[[str],
         if index == 0:
             return patch_part(module, shape)
         return block_part(module.blocks(), shape, layer_index=index - 1, kv_tokens=module.blocks().seq_length,
-                          kv_width=module.hidden_size, extra_keys=0)
+                          kv_width=module.hidden_size, extra_keys=0, cross=False)
     if isinstance(module, TransformerStack):
         cross = module.cross_attention
         if cross is not None and index % cross.every == 0:
             tokens, width = lookup(cross.source).output_shape()
             width = cross.kv_hidden_size or width
-            return block_part(module, shape, layer_index=index, kv_tokens=tokens, kv_width=width, extra_keys=0)
+            return block_part(module, shape, layer_index=index, kv_tokens=tokens, kv_width=width, extra_keys=0,
+                              cross=True)
         extra = 0
         if module.joint_with is not None:
             extra = lookup(module.joint_with).seq_length  # type: ignore[union-attr]
         return block_part(module, shape, layer_index=index, kv_tokens=module.seq_length,
-                          kv_width=module.hidden_size, extra_keys=extra)
+                          kv_width=module.hidden_size, extra_keys=extra, cross=False)
     if isinstance(module, Projector):
         return projector_part(module, shape)
     if isinstance(module, Embedding):
@@ -109,11 +111,18 @@ def block_part(
     kv_tokens: int,
     kv_width: int,
     extra_keys: int,
+    cross: bool,
 ) -> Part:
-    """One transformer block: FLOPs per microbatch and stored bytes (Korthikanti terms)."""
+    """One transformer block: FLOPs per microbatch and stored bytes (Korthikanti terms).
+
+    ``cross``: the keys and values are the ``kv_tokens`` of a cross-attention source,
+    projected once per example (``repeats`` times), not once per noise sample.
+    """
     t = shape.tensor_parallel
     rep_div = t if shape.sequence_parallel else 1
-    n = shape.micro_batch_size * stack.sequences * stack.repeats  # sequences per microbatch
+    n = shape.micro_batch_size * stack.sequences * runs_per_example(stack)  # sequences per microbatch
+    # rows of the K/V projection: the context's once per example (cross), else the stack's own tokens
+    kv_rows = shape.micro_batch_size * stack.sequences * stack.repeats * kv_tokens if cross else n * kv_tokens
     s, h, f = stack.seq_length, stack.hidden_size, stack.ffn_hidden_size
     qd = stack.num_heads * stack.dim_per_head
     kvd = stack.kv_heads * stack.dim_per_head
@@ -121,14 +130,14 @@ def block_part(
     a = stack.num_heads
     two = ACTIVATION_BYTES
     mlp_mats = 3 if stack.gated_mlp else 2
-    linear = 2.0 * n * (s * h * qd + kv_tokens * kv_width * 2 * kvd + s * qd * h + mlp_mats * s * h * f)
+    linear = 2.0 * (n * (s * h * qd + s * qd * h + mlp_mats * s * h * f) + kv_rows * kv_width * 2 * kvd)
     core = 2.0 * n * 2 * s * keys * qd
-    ada = 2.0 * shape.micro_batch_size * stack.repeats * h * h * sum(stack.adaptive_norm)
+    ada = 2.0 * shape.micro_batch_size * runs_per_example(stack) * h * h * sum(stack.adaptive_norm)
     linear += ada
     mask = _MASK_BYTES if stack.dropout else 0
     # Stored for B: the norm inputs, Q, K, V, the MLP's nonlinearity inputs, dropout masks.
     act_b_rep = n * s * (2 * two * h + 2 * mask * h)
-    act_b_tp = n * (two * s * qd + two * 2 * kv_tokens * kvd)
+    act_b_tp = n * two * s * qd + kv_rows * two * 2 * kvd
     act_b_tp += n * s * two * (2 * f if stack.gated_mlp else f)
     # Stored for W only: the inputs of the QKV, output, first and last MLP GEMMs.
     # (A cross layer's K/V GEMMs read the source features, which the stage holds once as a
@@ -138,7 +147,7 @@ def block_part(
     # Made by B for W: the output gradients of the QKV (or Q and K/V), output, fc1 and fc2 GEMMs.
     grad_w_rep = n * s * two * 2 * h
     fc1_out = 2 * f if stack.gated_mlp else f
-    grad_w_tp = n * two * (s * qd + kv_tokens * 2 * kvd + s * fc1_out)
+    grad_w_tp = n * two * (s * qd + s * fc1_out) + kv_rows * two * 2 * kvd
     # materialised scores (eager attention); a flash kernel never stores them
     core_bytes = 0 if stack.attention == "flash" else n * a * s * keys * (two + (mask + two if stack.dropout else 0))
     params = block_params(stack, layer_index=layer_index, kv_width=kv_width)
@@ -190,7 +199,7 @@ def patch_part(encoder: VisionEncoder, shape: Shape) -> Part:
 
 
 def projector_part(projector: Projector, shape: Shape) -> Part:
-    n = shape.micro_batch_size * projector.repeats
+    n = shape.micro_batch_size * runs_per_example(projector)
     linear = 0.0
     params = float(projector.norm_params + projector.extra_params)
     act_w = act_b = grad_w = 0.0

@@ -1,7 +1,7 @@
 """The kernels of one layer's forward, input-gradient and weight-gradient passes (private).
 
     ops = block_ops(stack, Shape(6, "none", 1, False), layer_index=0, kv_tokens=1024,
-                    kv_width=2304, extra_keys=0)
+                    kv_width=2304, extra_keys=0, cross=False)
     [op.name for op in ops.weight_grad]    # ['qkv.wgrad', 'proj.wgrad', 'fc1.wgrad', 'fc2.wgrad', ...]
 
 Which kernels a pass runs follows Megatron-LM's GPT layer (the layout the zero-bubble
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ..operations import HALF, Op, attention, gemm, memory
 from ._layer_math import Shape
-from .modules import Embedding, LMHead, Module, Projector, TransformerStack, VisionEncoder
+from .modules import Embedding, LMHead, Module, Projector, TransformerStack, VisionEncoder, runs_per_example
 
 __all__ = ["PassOps", "apply_training_ops", "module_ops", "block_ops", "embedding_ops", "head_ops", "patch_ops",
            "projector_ops"]
@@ -75,11 +75,16 @@ def _residual(name: str, elements: float, dropout: bool) -> tuple[Op, list[Op]]:
 
 
 def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tokens: int, kv_width: int,
-              extra_keys: int) -> PassOps:
-    """One transformer block (the conventions of :func:`pipeplan.models._layer_math.block_part`)."""
+              extra_keys: int, cross: bool) -> PassOps:
+    """One transformer block (the conventions of :func:`pipeplan.models._layer_math.block_part`).
+
+    ``cross``: queries from this stack, keys and values projected from a source's
+    ``kv_tokens`` once per example (a ``kv`` GEMM over ``repeats`` copies, not one
+    per noise sample); otherwise one fused ``qkv`` GEMM over the stack's own tokens.
+    """
     t = shape.tensor_parallel
     rep = t if shape.sequence_parallel else 1
-    n = shape.micro_batch_size * stack.sequences * stack.repeats
+    n = shape.micro_batch_size * stack.sequences * runs_per_example(stack)
     s, h, f = stack.seq_length, stack.hidden_size, stack.ffn_hidden_size
     heads, kv_heads, d = stack.num_heads // t or 1, max(stack.kv_heads // t, 1), stack.dim_per_head
     qd, kvd = heads * d, kv_heads * d
@@ -101,13 +106,13 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
 
     for which, k in enumerate(stack.adaptive_norm):
         if k:  # the condition's modulation GEMM (one row per sample)
-            linear(f"ada{which + 1}", shape.micro_batch_size * stack.repeats, h, k * h)
+            linear(f"ada{which + 1}", shape.micro_batch_size * runs_per_example(stack), h, k * h)
     elementwise(*_norm("norm1", hidden))
-    if kv_tokens == s and kv_width == h:
+    if not cross:
         linear("qkv", tokens, h, qd + 2 * kvd)
-    else:  # cross attention: queries from this stack, keys and values from the source
+    else:  # cross attention: queries from this stack, keys and values from the source, once per example
         linear("q", tokens, h, qd)
-        linear("kv", n * kv_tokens, kv_width, 2 * kvd)
+        linear("kv", shape.micro_batch_size * stack.sequences * stack.repeats * kv_tokens, kv_width, 2 * kvd)
     problems = n * heads
     scores = float(problems) * s * keys
     core_start = len(forward)
@@ -162,7 +167,7 @@ def patch_ops(encoder: VisionEncoder, shape: Shape) -> PassOps:
 
 def projector_ops(projector: Projector, shape: Shape) -> PassOps:
     """A chain of linears with activations between them."""
-    n = shape.micro_batch_size * projector.repeats
+    n = shape.micro_batch_size * runs_per_example(projector)
     t = shape.tensor_parallel
     forward: list[Op] = []
     input_grad: list[Op] = []
@@ -236,17 +241,17 @@ def module_ops(module: Module, shape: Shape, index: int, lookup: Callable[[str],
             return patch_ops(module, shape)
         blocks = module.blocks()
         return block_ops(blocks, shape, layer_index=index - 1, kv_tokens=blocks.seq_length,
-                         kv_width=module.hidden_size, extra_keys=0)
+                         kv_width=module.hidden_size, extra_keys=0, cross=False)
     if isinstance(module, TransformerStack):
         cross = module.cross_attention
         if cross is not None and index % cross.every == 0:
             tokens, width = lookup(cross.source).output_shape()
             return block_ops(module, shape, layer_index=index, kv_tokens=tokens,
-                             kv_width=cross.kv_hidden_size or width, extra_keys=0)
+                             kv_width=cross.kv_hidden_size or width, extra_keys=0, cross=True)
         partner = lookup(module.joint_with) if module.joint_with else None
         extra = partner.seq_length if isinstance(partner, TransformerStack) else 0
         return block_ops(module, shape, layer_index=index, kv_tokens=module.seq_length,
-                         kv_width=module.hidden_size, extra_keys=extra)
+                         kv_width=module.hidden_size, extra_keys=extra, cross=False)
     if isinstance(module, Projector):
         return projector_ops(module, shape)
     if isinstance(module, Embedding):

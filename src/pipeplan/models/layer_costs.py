@@ -47,6 +47,15 @@ Conventions (stated so tests can pin them):
   only each layer's input and B gains the whole forward.
 * ``tensor_parallel = t`` divides every matrix product's FLOPs and every
   parameter by ``t``.
+* Noise samples: a module's own tokens run ``repeats · noise_samples`` times per
+  example (:func:`~pipeplan.models.modules.runs_per_example`): every GEMM on
+  them, their attention to the keys, the activations they store, the bytes they
+  send. A cross layer's K/V projection of its source's tokens, the K and V it
+  stores and their output gradients run ``repeats`` times only: a flow-matching
+  or diffusion head projects its context once per example and its samples share
+  those keys and values. ``noise_samples = N`` therefore costs exactly ``N − 1``
+  K/V projections (their F, B and W) less than ``repeats = N``, which reruns the
+  whole module, context included (a reference that repeats its inputs).
 * Send bytes of a layer are the bytes that cross a pipeline cut right after it,
   per microbatch: its own output if the next layer reads it, plus every earlier
   module output still read later (the DINOv2 features past the SigLIP tower,
@@ -66,7 +75,7 @@ from ..operations import Op
 from ..plan import Recompute
 from ._layer_math import Shape, apply_training, layer_part
 from ._layer_ops import PassOps, apply_training_ops, module_ops
-from .modules import ACTIVATION_BYTES, LMHead, Module, TransformerStack, VisionEncoder, layer_depth
+from .modules import ACTIVATION_BYTES, LMHead, Module, TransformerStack, VisionEncoder, layer_depth, runs_per_example
 from .spec import ModelSpec
 
 __all__ = ["LayerCost", "flops_per_sample", "layer_costs", "layer_profile", "tensor_parallel_traffic"]
@@ -261,7 +270,7 @@ def tensor_parallel_traffic(
     a reduce-scatter after each, the same ring volume) and two in the
     backward. Counted here as **ring passes** (an all-reduce is two, an
     all-gather or reduce-scatter one) of the block's full activation
-    ``b · repeats · tokens · h · 2`` bytes: 4 forward, 4 backward, and 4 more
+    ``b · repeats · noise_samples · tokens · h · 2`` bytes: 4 forward, 4 backward, and 4 more
     in the backward under ``"full"`` recompute (the forward runs again).
     The word embedding, the LM head, a projector or linear module and a
     patch embedding have one pass each way (the vocabulary-parallel
@@ -329,7 +338,7 @@ def _check_tensor_parallel(spec: ModelSpec, t: int) -> None:
 
 def _output_bytes(module: Module, shape: Shape) -> float:
     tokens, width = module.output_shape()
-    return float(shape.micro_batch_size * module.repeats * tokens * width * ACTIVATION_BYTES)
+    return float(shape.micro_batch_size * runs_per_example(module) * tokens * width * ACTIVATION_BYTES)
 
 
 def _hidden_bytes(module: Module, shape: Shape) -> float:
@@ -337,7 +346,8 @@ def _hidden_bytes(module: Module, shape: Shape) -> float:
         blocks = module.blocks()
         return float(shape.micro_batch_size * module.repeats * blocks.tokens * module.hidden_size * ACTIVATION_BYTES)
     if isinstance(module, TransformerStack):
-        return float(shape.micro_batch_size * module.repeats * module.tokens * module.hidden_size * ACTIVATION_BYTES)
+        return float(shape.micro_batch_size * runs_per_example(module) * module.tokens * module.hidden_size
+                     * ACTIVATION_BYTES)
     return _output_bytes(module, shape)
 
 

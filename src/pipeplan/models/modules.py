@@ -36,6 +36,7 @@ __all__ = [
     "TransformerStack",
     "VisionEncoder",
     "layer_depth",
+    "runs_per_example",
     "spec_field",
 ]
 
@@ -74,8 +75,19 @@ def spec_field(default: Any = MISSING, *, doc: str, minimum: int | None = None, 
 # Field texts shared by several kinds (one wording each).
 _NAME = "unique module name (other modules' `inputs`, `cross_attention.source`, `joint_with`, `tied_to` name it)."
 _INPUTS = "names of the modules whose outputs this one reads; `null`: the previous module, `[]`: data only."
-_REPEATS = ("training samples of the module per example (CogACT's 8 noise samples); inference denoising "
-            "steps never enter the training cost.")
+_REPEATS = "runs of the whole module per example, everything it reads included (the reference repeats its inputs)."
+_REPEATS_HEAD = ("runs of the whole module per example, everything it reads included: the reference repeats its "
+                 "inputs, context too (CogACT repeats the cognition feature and the actions 8 times). A head that "
+                 "reads its context once per example and trains on several noise samples says `noise_samples`.")
+_NOISE_SAMPLES = ("noise samples (diffusion timesteps, flow-matching times) the head trains on per example: the "
+                  "stack's own tokens (their self-attention, MLP, queries and attention to the context's keys "
+                  "and values) run once per sample, what depends on the context only runs once per example (a "
+                  "cross layer's K/V projection of the `cross_attention.source` tokens; a joint partner's keys "
+                  "and values are the partner's). π0, GR00T, RDT, SmolVLA: 1. Inference denoising steps never "
+                  "enter the training cost. Multiplies `repeats`.")
+_PROJECTOR_SAMPLES = ("noise samples per example, as a stack's `noise_samples`: every linear runs once per sample "
+                      "(a projector has no once-per-example part; an embedder of the context that runs once "
+                      "belongs in a projector of its own). Multiplies `repeats`.")
 _FROZEN = "no weight gradients and no optimizer state (W = 0)."
 _FQN = ("the module paths of one block in the reference code, each a template with `{i}` for the block index "
         "(`[\"model.layers.{i}\"]`; a one-block stack may give a plain path); `null`: not recorded "
@@ -156,7 +168,8 @@ class TransformerStack:
                   "stack's layer `i`: this stack's queries attend to that stack's keys/values of the same "
                   "layer too (π0's action expert and Gemma). The pair forms one pipeline layer per depth.")
     inputs: tuple[str, ...] | None = spec_field(None, doc=_INPUTS)
-    repeats: int = spec_field(1, minimum=1, unit="samples", doc=_REPEATS)
+    repeats: int = spec_field(1, minimum=1, unit="runs", doc=_REPEATS_HEAD)
+    noise_samples: int = spec_field(1, minimum=1, unit="samples", doc=_NOISE_SAMPLES)
     frozen: bool = spec_field(False, doc=_FROZEN)
     fqn: tuple[str, ...] | None = spec_field(None, doc=_FQN)
     fqn_first: tuple[str, ...] | None = spec_field(
@@ -220,7 +233,7 @@ class VisionEncoder:
                                            "does not run (its parameters count, its FLOPs do not).")
     final_norm: bool = spec_field(True, doc="a norm after the blocks.")
     inputs: tuple[str, ...] | None = spec_field((), doc=_INPUTS + " A vision encoder reads images (`[]`).")
-    repeats: int = spec_field(1, minimum=1, unit="samples", doc=_REPEATS)
+    repeats: int = spec_field(1, minimum=1, unit="runs", doc=_REPEATS)
     frozen: bool = spec_field(False, doc=_FROZEN)
     fqn: tuple[str, ...] | None = spec_field(None, doc=_FQN + " Block `{i}` is pipeline layer `1 + i`.")
     fqn_first: tuple[str, ...] | None = spec_field(
@@ -293,7 +306,8 @@ class Projector:
                                           doc="width the next module reads; default the last linear's "
                                               "`out_features`.")
     inputs: tuple[str, ...] | None = spec_field(None, doc=_INPUTS)
-    repeats: int = spec_field(1, minimum=1, unit="samples", doc=_REPEATS)
+    repeats: int = spec_field(1, minimum=1, unit="runs", doc=_REPEATS_HEAD)
+    noise_samples: int = spec_field(1, minimum=1, unit="samples", doc=_PROJECTOR_SAMPLES)
     frozen: bool = spec_field(False, doc=_FROZEN)
     fqn: tuple[str, ...] | None = spec_field(None, doc=_FQN_ONE)
     role: Role | None = spec_field(None, doc=_ROLE)
@@ -322,7 +336,7 @@ class Embedding:
                                       doc="rows of a learned position table (GPT-2 style); 0: none.")
     dropout: bool = spec_field(False, doc="a dropout mask is stored on the output.")
     inputs: tuple[str, ...] | None = spec_field((), doc=_INPUTS + " An embedding reads token ids (`[]`).")
-    repeats: int = spec_field(1, minimum=1, unit="samples", doc=_REPEATS)
+    repeats: int = spec_field(1, minimum=1, unit="runs", doc=_REPEATS)
     frozen: bool = spec_field(False, doc=_FROZEN)
     fqn: tuple[str, ...] | None = spec_field(None, doc=_FQN_ONE)
     role: Role | None = spec_field(None, doc=_ROLE)
@@ -350,7 +364,7 @@ class LMHead:
     tokens: int = spec_field(unit="tokens", doc="positions per example that get logits and a loss.", minimum=1)
     tied_to: str | None = spec_field(None, doc="name of the `embedding` whose table it shares (tied weights).")
     inputs: tuple[str, ...] | None = spec_field(None, doc=_INPUTS)
-    repeats: int = spec_field(1, minimum=1, unit="samples", doc=_REPEATS)
+    repeats: int = spec_field(1, minimum=1, unit="runs", doc=_REPEATS)
     frozen: bool = spec_field(False, doc=_FROZEN)
     fqn: tuple[str, ...] | None = spec_field(None, doc=_FQN_ONE)
     role: Role | None = spec_field(None, doc=_ROLE)
@@ -383,3 +397,14 @@ def layer_depth(module: Module) -> int:
     if isinstance(module, TransformerStack):
         return module.num_layers
     return 1
+
+
+def runs_per_example(module: Module) -> int:
+    """Passes over ``module``'s own tokens per example: ``repeats · noise_samples``.
+
+    What a transformer stack reads from its ``cross_attention`` source (the K/V
+    projection of the context) runs ``repeats`` times only; everything else of a
+    module runs this many times (:mod:`pipeplan.models.layer_costs`, "Noise samples").
+    """
+    samples = module.noise_samples if isinstance(module, (TransformerStack, Projector)) else 1
+    return module.repeats * samples

@@ -32,9 +32,13 @@ schema, to and from dicts, field checks, JSON/YAML, in ``pipeplan.models._schema
 
 Every module has ``frozen`` (no weight gradients, no optimizer state), ``inputs``
 (the modules whose outputs it reads; default the previous module, ``()`` for data
-only) and ``repeats`` (training samples of the module per example: CogACT draws
-8 noise samples per example for its action DiT; π0 and GR00T draw one).
-Inference denoising steps never enter the training cost.
+only) and ``repeats`` (runs of the whole module per example, what it reads
+included: CogACT repeats its cognition feature and actions 8 times before its
+DiT). A transformer stack or projector also has ``noise_samples``: the noise
+samples a flow-matching or diffusion head trains on per example, its own tokens
+running once per sample while a cross layer projects the context's keys and
+values once per example (π0, GR00T, RDT and SmolVLA draw one). Inference
+denoising steps never enter the training cost.
 """
 from __future__ import annotations
 

@@ -80,10 +80,13 @@ def gr00t_n1(*, action_horizon: int = 16, text_tokens: int = _TEXT_TOKENS) -> Mo
                   extra_params=(_EMBODIMENTS - 1) * _category_params(*state_mlp, *action_mlp) + 1024 * width,
                   fqn=tuple(_HEAD + name for name in ("state_encoder", "action_encoder", "position_embedding",
                                                       "model.timestep_encoder"))),
+        # one noise sample per example: gr00t/model/action_head/flow_matching_action_head.py (commit 04c7ee1)
+        # FlowmatchingActionHead.forward, ``t = self.sample_time(actions.shape[0], ...)``; its ``expand_batch``
+        # (default None) would repeat the VL features too, which is ``repeats``, not ``noise_samples``
         TransformerStack(name="action_dit", num_layers=16, hidden_size=width, num_heads=32, head_dim=48,
                          seq_length=tokens, ffn_hidden_size=4 * width, bias=True, norm="none", dropout=True,
                          adaptive_norm=(2, 0), cross_attention=CrossAttention("vlm_projection", every=2),
-                         fqn=(_HEAD + "model.transformer_blocks.{i}",)),
+                         noise_samples=1, fqn=(_HEAD + "model.transformer_blocks.{i}",)),
         Projector(name="action_output", tokens=tokens,
                   linears=(Linear(width, 2 * width, tokens=1), Linear(width, hidden), Linear(hidden, hidden),
                            Linear(hidden, action_dim)),

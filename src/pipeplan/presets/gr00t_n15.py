@@ -111,6 +111,7 @@ def gr00t_n15(*, action_horizon: int = 16, text_tokens: int = _TEXT_TOKENS, came
         TransformerStack(name="action_dit", num_layers=16, hidden_size=width, num_heads=32, head_dim=48,
                          seq_length=tokens, ffn_hidden_size=4 * width, bias=True, norm="none", dropout=True,
                          adaptive_norm=(2, 0), cross_attention=CrossAttention("vl_self_attention", every=2),
+                         noise_samples=1,  # as N1: flow_matching_action_head.py samples one t per example
                          inputs=("action_embedding",), fqn=(_HEAD + "model.transformer_blocks.{i}",)),
         replace(n1_output, tokens=tokens),  # norm_out, proj_out_1/2, the embodiments' action decoders
     ]

@@ -105,6 +105,10 @@ def openvla_7b(*, text_tokens: int = _TEXT_TOKENS) -> ModelSpec:
 
 def cogact(*, text_tokens: int = _TEXT_TOKENS) -> ModelSpec:
     """CogACT-Base: OpenVLA's VLM plus an 89M DiT-B action model trained on 8 noise samples per example."""
+    # ``repeats``, not ``noise_samples``: vla/cogactvla.py (commit b174a1b) lines 150-153 repeat the actions *and*
+    # the cognition feature ``repeated_diffusion_steps`` times (8: scripts/train.py) before the action model, so
+    # the z_embedder reruns per sample; the cognition token is in the DiT's sequence (no cross-attention), so
+    # the two fields would price the DiT alike
     repeats, width, actions = 8, 768, 16
     modules: list[Module] = [
         *_vlm("vlm.", text_tokens=text_tokens, output_tokens=1),

@@ -45,6 +45,10 @@ _VLM = "paligemma_with_expert.paligemma.model."
 _SIGLIP = _VLM + "vision_tower.vision_model."
 _EXPERT_PATH = "paligemma_with_expert.gemma_expert.model."
 _ACTION_DIM, _HORIZON, _EXPERT = 32, 50, 1024  # Pi0Config defaults; gemma_300m width
+#: Noise samples per example in training: openpi src/openpi/models/pi0.py (commit 15a9616) compute_loss,
+#: lines 195-211: ``time = jax.random.beta(time_rng, 1.5, 1, batch_shape)`` (one time per example) and one joint
+#: prefix + suffix forward. sample_actions' ``num_steps = 10`` are inference denoising steps, not training.
+_NOISE_SAMPLES = 1
 
 
 def _prefix(text_tokens: int, cameras: int, image_size: int) -> list[Module]:
@@ -66,7 +70,8 @@ def _gemma_pair(prefix: list[Module], suffix: int, horizon: int, **expert: Any) 
         gemma("llm", "gemma_2b", seq_length=prefix_tokens, inputs=("vision_projector", "text_embedding"),
               fqn=(_VLM + "language_model.layers.{i}",), fqn_last=(_VLM + "language_model.norm",), role="decoder"),
         gemma("action_expert", "gemma_300m", seq_length=suffix, joint_with="llm", inputs=("action_embedding",),
-              fqn=(_EXPERT_PATH + "layers.{i}",), fqn_last=(_EXPERT_PATH + "norm",), **expert),
+              noise_samples=_NOISE_SAMPLES, fqn=(_EXPERT_PATH + "layers.{i}",), fqn_last=(_EXPERT_PATH + "norm",),
+              **expert),
         Projector(name="action_output", linears=(Linear(_EXPERT, _ACTION_DIM),), tokens=horizon,
                   fqn=("action_out_proj",)),
     ]

@@ -97,8 +97,10 @@ def rdt_1b(*, action_horizon: int = 64, text_tokens: int = 32, cameras: int = 3)
                   extra_params=(tokens + _LANG_ROWS + image_tokens) * h,  # x_pos, lang_cond_pos, img_cond_pos
                   fqn=("state_adaptor", "model.t_embedder", "model.freq_embedder", "model.x_pos_embed",
                        "model.lang_cond_pos_embed", "model.img_cond_pos_embed")),
+        # one noise sample per example: models/rdt_runner.py (commit deb71d8) compute_loss, lines 188-191,
+        # ``timesteps = torch.randint(0, self.num_train_timesteps, (batch_size,))``
         TransformerStack(name="rdt", num_layers=28, hidden_size=h, num_heads=32, seq_length=tokens,
-                         ffn_hidden_size=3 * h, bias=True, norm="rmsnorm",
+                         ffn_hidden_size=3 * h, bias=True, norm="rmsnorm", noise_samples=1,
                          cross_attention=CrossAttention("img_adaptor", every=2), fqn=("model.blocks.{i}",)),
         Projector(name="action_output", tokens=tokens, linears=(Linear(h, h), Linear(h, _STATE)), norm_params=h,
                   fqn=("model.final_layer",)),

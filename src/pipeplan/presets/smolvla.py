@@ -81,9 +81,11 @@ def smolvla(*, action_horizon: int = 50, text_tokens: int = 48, cameras: int = 3
         Projector(name="action_embedding", inputs=(), tokens=action_horizon,
                   linears=(Linear(32, _EXPERT), Linear(2 * _EXPERT, _EXPERT), Linear(_EXPERT, _EXPERT)),
                   fqn=("model.action_in_proj", "model.action_time_mlp_in", "model.action_time_mlp_out")),
+        # one noise sample per example: modeling_smolvla.py (lerobot commit 7427f31) VLAFlowMatching.forward,
+        # line 697, ``time = self.sample_time(actions.shape[0], actions.device)``
         TransformerStack(name="action_expert", num_layers=16, hidden_size=_EXPERT, num_heads=15, num_kv_heads=5,
                          head_dim=64, seq_length=action_horizon, ffn_hidden_size=2048, gated_mlp=True,
-                         norm="rmsnorm", final_norm=True, inputs=("action_embedding",),
+                         norm="rmsnorm", final_norm=True, inputs=("action_embedding",), noise_samples=1,
                          cross_attention=CrossAttention("llm", every=2, kv_hidden_size=5 * 64),
                          fqn=(_ROOT + "lm_expert.layers.{i}",), fqn_last=(_ROOT + "lm_expert.norm",)),
         Projector(name="action_output", tokens=action_horizon, linears=(Linear(_EXPERT, 32),),
