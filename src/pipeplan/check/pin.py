@@ -295,8 +295,8 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
         stages = int(pp.value) * int(values["virtual_stages"].value)
         values["layers_per_stage"] = Filled(
             default_split(config.engine, workload.num_layers, stages),
-            f"{config.engine} default split of {workload.num_layers} layers into {stages} stages "
-            "(the files fix none)")
+            f"derived: one stage holds all {workload.num_layers} layers" if stages == 1 else
+            f"{config.engine} default split of {workload.num_layers} layers into {stages} stages (the files fix none)")
     needed = ("tp", "pp", "dp", "dp_mode", "schedule", "virtual_stages", "micro_batch_size", "num_microbatches",
               "layers_per_stage", "recompute")
     open_fields = tuple(name for name in needed if name not in values)
