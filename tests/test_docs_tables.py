@@ -167,6 +167,7 @@ MEASURED_TABLES = [
     ("uneven_batches.md", "uneven-speed", "uneven_batches.py"),
     ("uneven_batches.md", "uneven-cpu", "uneven_batches.py"),
     ("uneven_batches.md", "plan-mix-cost", "plan_mix.py"),
+    ("engines.md", "deepspeed-hooks", "deepspeed_hooks.py"),
 ]
 
 

@@ -4,6 +4,7 @@
     zero_stage("zero2")       # 2: zero_optimization.stage of a data-parallel mode (None: DeepSpeed has none)
     deepspeed_config(plan)    # {"train_batch_size": 64, ..., "bf16": {"enabled": True}, "zero_optimization": {...}}
     deepspeed_files(plan)     # pp > 1: ds_config.json, pipeline_module.py; pp 1: ds_config.json, deepspeed_train.py
+    ENGINE.read(folder)       # those files read back: a RunConfig (deepspeed_config.read_deepspeed_config)
 
 What DeepSpeed accepts (deepspeed/runtime/pipe/module.py, pipe/engine.py, runtime/constants.py):
 ``PipelineModule`` splits by ``partition_method`` ``"uniform"``, ``"parameters"`` or
@@ -37,38 +38,15 @@ from ..plan import Plan
 from ..schedule import Schedule
 from ._common import ExportFile, one_stage_per_rank, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName
+from .deepspeed_config import (CONFIG_FILE, DEEPSPEED_SCHEDULES, INTERVAL_NAME, PARTS_NAME, PIPELINE_FILE,
+                               PIPELINE_MAX_STAGE, TRAIN_FILE, read_deepspeed_config, zero_stage)
 from .record import Engine, Files, Runs
 
 __all__ = ["DEEPSPEED_SCHEDULES", "GRADIENT_CLIPPING", "zero_stage", "deepspeed_parts", "deepspeed_config",
            "deepspeed_snippet", "deepspeed_train_script", "deepspeed_files", "deepspeed_notes", "ENGINE"]
 
-DEEPSPEED_SCHEDULES = ("1f1b",)
 #: ``gradient_clipping``: the global gradient norm clipped to (Megatron-LM's ``--clip-grad`` default, 1.0)
 GRADIENT_CLIPPING = 1.0
-#: the highest ZeRO stage DeepSpeed's pipeline engine runs (``PipelineEngine`` asserts ``stage < 2``)
-_PIPELINE_MAX_STAGE = 1
-
-
-def zero_stage(mode: str) -> int | None:
-    """DeepSpeed's ``zero_optimization.stage`` for a data-parallel mode (its record in :mod:`pipeplan.data_parallel`).
-
-    0: nothing sharded (DDP); 1: the optimizer state sharded (ZeRO-1); 2: the gradients too,
-    reduce-scattered every microbatch (ZeRO-2); 3: the parameters too, gathered per layer
-    (ZeRO-3, FSDP). ``None``: a mode DeepSpeed has no stage for — HSDP's shard inside a
-    node replicated across nodes (ZeRO++'s ``zero_hpz_partition_size`` keeps a secondary
-    copy of the weights per node but still shards the optimizer state over every rank).
-
-    Raises:
-        InvalidInputError: an unknown mode.
-    """
-    record = data_parallel.get(mode)
-    if record.shards_within_node:
-        return None
-    if record.gathers_per_layer:
-        return 3
-    if record.reduces_every_microbatch:
-        return 2
-    return 1 if record.shards_state else 0
 
 
 def _modes(most: int) -> tuple[str, ...]:
@@ -109,7 +87,7 @@ def _check_runs(plan: Plan) -> None:
             f"DeepSpeed has no ZeRO stage for {plan.dp_mode!r} (a shard inside a node, replicated across nodes); "
             "torchtitan runs HSDP (--export torchtitan)"
         )
-    if plan.pp > 1 and stage > _PIPELINE_MAX_STAGE:
+    if plan.pp > 1 and stage > PIPELINE_MAX_STAGE:
         raise InvalidInputError(
             f"DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only (PipelineEngine asserts stage < 2), not "
             f"{plan.dp_mode!r} (stage {stage}); torchtitan runs pipeline + {plan.dp_mode}, "
@@ -153,8 +131,8 @@ def deepspeed_snippet(plan: Plan | Sequence[int], *, offset: int = 0, trailing: 
     return (
         '"""pipeplan: a DeepSpeed PipelineModule whose stage boundaries are the plan\'s; config in ds_config.json."""\n'
         "from deepspeed.pipe import PipelineModule\n\n"
-        f"PIPEPLAN_PARTS = {parts}  # stage s builds layer specs [parts[s], parts[s + 1])\n"
-        f"ACTIVATION_CHECKPOINT_INTERVAL = {interval}\n\n\n"
+        f"{PARTS_NAME} = {parts}  # stage s builds layer specs [parts[s], parts[s + 1])\n"
+        f"{INTERVAL_NAME} = {interval}\n\n\n"
         "class PlannedPipelineModule(PipelineModule):\n"
         '    """PipelineModule whose stage boundaries come from pipeplan."""\n\n'
         '    def _partition_layers(self, method="uniform"):\n'
@@ -273,10 +251,10 @@ def deepspeed_notes(plan: Plan | Sequence[int]) -> list[str]:
 def deepspeed_files(plan: Plan | Sequence[int]) -> list[ExportFile]:
     """``ds_config.json``, then ``pipeline_module.py`` (pp > 1: the boundaries) or ``deepspeed_train.py`` (pp 1)."""
     plan = to_plan(plan)
-    config = ExportFile("ds_config.json", json.dumps(deepspeed_config(plan), indent=2) + "\n")
+    config = ExportFile(CONFIG_FILE, json.dumps(deepspeed_config(plan), indent=2) + "\n")
     if plan.pp == 1:
-        return [config, ExportFile("deepspeed_train.py", deepspeed_train_script(plan))]
-    return [config, ExportFile("pipeline_module.py", deepspeed_snippet(plan))]
+        return [config, ExportFile(TRAIN_FILE, deepspeed_train_script(plan))]
+    return [config, ExportFile(PIPELINE_FILE, deepspeed_snippet(plan))]
 
 
 def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
@@ -288,7 +266,7 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
 ENGINE = Engine(
     "deepspeed",
     Runs(schedules=DEEPSPEED_SCHEDULES,
-         dp_modes_with_pipeline=_modes(_PIPELINE_MAX_STAGE),
+         dp_modes_with_pipeline=_modes(PIPELINE_MAX_STAGE),
          dp_modes_without_pipeline=_modes(3)),
-    Files(targets=("deepspeed",), write=_write, notes=deepspeed_notes),
+    Files(targets=("deepspeed",), write=_write, notes=deepspeed_notes, read=read_deepspeed_config),
 )

@@ -1,0 +1,515 @@
+"""DeepSpeed's ``ds_config.json`` in pipeplan's vocabulary: the ZeRO stage of a data-parallel mode, and the reader.
+
+    from pathlib import Path
+    from pipeplan.engines.deepspeed_config import read_deepspeed_config, zero_stage, data_parallel_mode
+    zero_stage("zero2"), data_parallel_mode(3)           # 2, 'fsdp'
+    config = read_deepspeed_config(Path("ds_config.json"))   # or the folder `plan --export deepspeed` wrote
+    config.value("dp_mode"), config.source_of("dp_mode")     # 'zero2', 'ds_config.json: zero_optimization.stage = 2'
+
+:func:`read_deepspeed_config` reads a user's ``ds_config.json`` (or the directory
+pipeplan's DeepSpeed export wrote: ``ds_config.json`` beside ``pipeline_module.py``,
+whose ``PIPEPLAN_PARTS`` literal fixes the pipeline, or ``deepspeed_train.py``, the
+plain model: no pipeline) into a :class:`~pipeplan.engines.run_config.RunConfig`.
+What it accepts and refuses is what DeepSpeed 0.19.8's own config classes accept and
+refuse (``deepspeed/runtime/config.py`` ``DeepSpeedConfig``, the pydantic models of
+``deepspeed/runtime/zero/config.py``, ``zero/offload_config.py`` and
+``precision_config.py``, which forbid unknown keys); tests/test_engines_deepspeed_read.py
+checks it against the installed DeepSpeed. Three differences, on purpose: ``"auto"``
+values (the Hugging Face Trainer fills them in before DeepSpeed reads the file) leave
+their field open with a note; without the world size the batch keys are kept as
+given (DeepSpeed's rule ``train_batch_size = train_micro_batch_size_per_gpu ×
+gradient_accumulation_steps × data-parallel size`` derives a missing one from the
+data-parallel size, which the check supplies); and the file must be plain JSON
+(DeepSpeed parses it with hjson, which also takes comments).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import data_parallel
+from ..errors import InvalidInputError
+from .run_config import RunConfig, Setting
+
+__all__ = ["CONFIG_FILE", "PIPELINE_FILE", "TRAIN_FILE", "PARTS_NAME", "INTERVAL_NAME", "DEEPSPEED_SCHEDULES",
+           "PIPELINE_MAX_STAGE", "ZERO_KEYS", "OFFLOAD_PARAM_KEYS", "OFFLOAD_OPTIMIZER_KEYS", "OFFLOAD_DEVICES",
+           "BF16_KEYS", "FP16_KEYS", "REMOVED_KEYS", "REMOVED_ZERO_KEYS", "zero_stage", "data_parallel_mode",
+           "read_deepspeed_config"]
+
+#: The files the DeepSpeed export writes (deepspeed.py) and the reader reads back.
+CONFIG_FILE = "ds_config.json"
+PIPELINE_FILE = "pipeline_module.py"
+TRAIN_FILE = "deepspeed_train.py"
+#: The literal in ``pipeline_module.py`` holding ``PipelineModule.parts`` (S + 1 offsets into the layer specs).
+PARTS_NAME = "PIPEPLAN_PARTS"
+#: The literal in ``pipeline_module.py`` holding ``PipelineModule(activation_checkpoint_interval=...)``.
+INTERVAL_NAME = "ACTIVATION_CHECKPOINT_INTERVAL"
+
+#: DeepSpeed's pipeline engine runs its own 1F1B-like ``TrainSchedule`` only (deepspeed/runtime/pipe/schedule.py).
+DEEPSPEED_SCHEDULES = ("1f1b",)
+#: the highest ZeRO stage DeepSpeed's pipeline engine runs (``PipelineEngine.__init__`` asserts ``stage < 2``)
+PIPELINE_MAX_STAGE = 1
+
+# The keys DeepSpeed 0.19.8's pydantic models take (field names and their aliases; the models forbid
+# any other: deepspeed/runtime/config_utils.py DeepSpeedConfigModel, extra="forbid").
+#: ``zero_optimization``: deepspeed/runtime/zero/config.py ``DeepSpeedZeroConfig``.
+ZERO_KEYS = frozenset({
+    "allgather_bucket_size", "allgather_partitions", "allgather_sequential", "compute_grad_norm",
+    "contiguous_gradients", "cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory", "elastic_checkpoint",
+    "enable_sanity_checks", "gather_16bit_weights_on_model_save", "ignore_unused_parameters", "leaf_module",
+    "legacy_stage1", "load_from_fp32_weights", "log_trace_cache_warnings", "max_live_parameters",
+    "max_reuse_distance", "memory_efficient_linear", "model_persistence_threshold", "module_granularity_threshold",
+    "offload_optimizer", "offload_param", "overlap_comm", "override_module_apply", "param_persistence_threshold",
+    "parameter_alignment", "pipeline_loading_checkpoint", "prefetch_bucket_size", "reduce_bucket_size",
+    "reduce_scatter", "round_robin_gradients", "save_muon_momentum_buffer_in_memory", "stage",
+    "stage3_allgather_sequential", "stage3_gather_16bit_weights_on_model_save",
+    "stage3_gather_fp16_weights_on_model_save", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+    "stage3_model_persistence_threshold", "stage3_module_granularity_threshold", "stage3_param_persistence_threshold",
+    "stage3_prefetch_bucket_size", "stage3_use_all_reduce_for_fetch_params", "sub_group_size",
+    "use_all_reduce_for_fetch_params", "use_multi_rank_bucket_allreduce", "zenflow", "zero_hpz_partition_size",
+    "zero_quantized_gradients", "zero_quantized_nontrainable_weights", "zero_quantized_weights",
+})
+#: ``zero_optimization.offload_param``: deepspeed/runtime/zero/offload_config.py ``DeepSpeedZeroOffloadParamConfig``.
+OFFLOAD_PARAM_KEYS = frozenset({"buffer_count", "buffer_size", "device", "max_in_cpu", "nvme_path", "pin_memory"})
+#: ``zero_optimization.offload_optimizer``: offload_config.py ``DeepSpeedZeroOffloadOptimizerConfig``.
+OFFLOAD_OPTIMIZER_KEYS = frozenset({"buffer_count", "cpuadam_cores_perc", "device", "fast_init", "nvme_path",
+                                    "pin_memory", "pipeline_read", "pipeline_write", "ratio", "super_offload"})
+#: ``offload_*.device``: offload_config.py ``OffloadDeviceEnum``.
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+#: ``bf16`` (or ``bfloat16``): deepspeed/runtime/precision_config.py ``DeepSpeedBF16Config``.
+BF16_KEYS = frozenset({"bf16_master_weights_and_grads", "bf16_optimizer_states", "check_grad_overflow", "enabled",
+                       "immediate_grad_update"})
+#: ``fp16``: precision_config.py ``DeepSpeedFP16Config``.
+FP16_KEYS = frozenset({"auto_cast", "consecutive_hysteresis", "enabled", "fp16_master_weights_and_grads",
+                       "hysteresis", "initial_scale_power", "loss_scale", "loss_scale_window", "min_loss_scale"})
+#: Top-level keys DeepSpeed refuses, removed features (deepspeed/runtime/config.py ``_REMOVED_TOP_LEVEL_CONFIG_KEYS``).
+REMOVED_KEYS: Mapping[str, str] = {
+    "nebula": "Nebula checkpointing", "compression_training": "the compression library",
+    "amp": "NVIDIA Apex AMP (use bf16 or fp16)", "quantize_training": "Mixture-of-Quantization",
+    "sparse_gradients": "sparse embedding gradients", "eigenvalue": "eigenvalue-based MoQ",
+    "sparse_attention": "Sparse Attention", "elasticity": "elastic training", "graph_harvesting": "graph harvesting",
+    "curriculum_learning": "top-level curriculum_learning (use data_efficiency.data_sampling.curriculum_learning)",
+    "progressive_layer_drop": "Progressive Layer Dropping",
+}
+#: ``zero_optimization`` keys DeepSpeed refuses (config.py ``_REMOVED_ZERO_CONFIG_KEYS``): MiCS and LoCo-Zero++.
+REMOVED_ZERO_KEYS: Mapping[str, str] = {
+    "mics_shard_size": "MiCS sharding", "mics_hierarchical_params_gather": "MiCS sharding",
+    "zeropp_loco_param": "LoCo-Zero++",
+}
+
+#: The batch keys and the field each fills (DeepSpeed's ``gradient_accumulation_steps`` is the pipeline
+#: engine's number of microbatches, deepspeed/runtime/pipe/engine.py).
+_BATCH = {"train_batch_size": "global_batch", "train_micro_batch_size_per_gpu": "micro_batch_size",
+          "gradient_accumulation_steps": "num_microbatches"}
+_TRAIN, _MICRO, _ACCUMULATION = _BATCH
+#: Top-level keys the reader turns into fields or notes (every other key is listed in ``ignored``).
+_READ = (*_BATCH, "zero_optimization", "bf16", "bfloat16", "fp16", "activation_checkpointing", "torch_autocast")
+_AUTO = "auto"
+
+
+def zero_stage(mode: str) -> int | None:
+    """DeepSpeed's ``zero_optimization.stage`` for a data-parallel mode (its record in :mod:`pipeplan.data_parallel`).
+
+    0: nothing sharded (DDP); 1: the optimizer state sharded (ZeRO-1); 2: the gradients too,
+    reduce-scattered every microbatch (ZeRO-2); 3: the parameters too, gathered per layer
+    (ZeRO-3, FSDP). ``None``: a mode DeepSpeed has no stage for — HSDP's shard inside a
+    node replicated across nodes (ZeRO++'s ``zero_hpz_partition_size`` keeps a secondary
+    copy of the weights per node but still shards the optimizer state over every rank).
+
+    Raises:
+        InvalidInputError: an unknown mode.
+    """
+    record = data_parallel.get(mode)
+    if record.shards_within_node:
+        return None
+    if record.gathers_per_layer:
+        return 3
+    if record.reduces_every_microbatch:
+        return 2
+    return 1 if record.shards_state else 0
+
+
+def data_parallel_mode(stage: int) -> str:
+    """The data-parallel mode of ZeRO stage ``stage`` (0 → ``ddp`` ... 3 → ``fsdp``): :func:`zero_stage` inverted.
+
+    Raises:
+        InvalidInputError: a stage DeepSpeed does not have.
+    """
+    for mode in data_parallel.names():
+        if zero_stage(mode) == stage:
+            return mode
+    raise InvalidInputError(f"zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
+
+
+def read_deepspeed_config(path: Path) -> RunConfig:
+    """The user's DeepSpeed configuration in ``path``: a ``ds_config.json``, or the folder the DeepSpeed export wrote.
+
+    Fields: ``global_batch``, ``micro_batch_size`` and ``num_microbatches`` from the batch
+    keys (as given; a missing one is left open, DeepSpeed derives it from the
+    data-parallel size; ``gradient_accumulation_steps`` is 1 where only one of the other
+    two is given, as DeepSpeed sets it), ``dp_mode`` from ``zero_optimization.stage``
+    (default 0: ``ddp``; 3: ``fsdp``), ``precision`` from ``bf16``/``fp16`` (default
+    fp32). From the folder also ``pp`` (``pipeline_module.py``'s ``PIPEPLAN_PARTS``, or 1
+    beside ``deepspeed_train.py``), ``layers_per_stage`` and ``schedule`` (``1f1b``) for
+    pp > 1, and ``recompute`` (``ACTIVATION_CHECKPOINT_INTERVAL``: 0 none, else full).
+
+    Raises:
+        InvalidInputError: a file that is no DeepSpeed config (naming the option that takes
+            it), a key DeepSpeed does not have, a value it refuses, batch sizes no
+            data-parallel size reconciles, or a ZeRO stage its pipeline engine refuses.
+    """
+    reader = _Reader(path)
+    return reader.run()
+
+
+class _Reader:
+    """One reading: the settings, ignored keys and notes as they are found."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = path / CONFIG_FILE if path.is_dir() else path
+        self.name = self.file.name
+        self.settings: dict[str, Setting] = {}
+        self.ignored: list[str] = []
+        self.notes: list[str] = []
+        self.auto: list[str] = []
+
+    def run(self) -> RunConfig:
+        if self.path.is_dir() and not self.file.exists():
+            raise InvalidInputError(f"{self.path} holds no {CONFIG_FILE} (the DeepSpeed export writes it there)")
+        payload = _load(self.file)
+        self._batch(payload)
+        stage = self._zero(payload)
+        self._precision(payload)
+        self._rest(payload)
+        if self.path.is_dir():
+            self._pipeline(stage)
+        else:
+            self.notes.append(f"{self.name} does not fix the pipeline (DeepSpeed's PipelineModule(num_stages=...) "
+                              "is in your model code): pp is left open")
+        if self.auto:
+            keys = ", ".join(self.auto)
+            self.notes.append(f"{self.name} leaves {keys} \"auto\" (the Hugging Face Trainer fills it in from its own "
+                              "arguments): write the number there")
+        return RunConfig("deepspeed", str(self.path), dict(self.settings), ignored=tuple(self.ignored),
+                         notes=tuple(self.notes))
+
+    # ------------------------------------------------------------------ settings
+    def _set(self, field: str, value: Any, key: str, shown: Any) -> None:
+        self.settings[field] = Setting(value, f"{self.name}: {key} = {_json(shown)}")
+
+    def _default(self, field: str, value: Any, what: str) -> None:
+        self.settings[field] = Setting(value, f"DeepSpeed default ({self.name} does not set {what})")
+
+    def _batch(self, payload: Mapping[str, Any]) -> None:
+        given: dict[str, int] = {}
+        for key, field in _BATCH.items():
+            raw = payload.get(key)
+            if raw is None:
+                continue
+            if raw == _AUTO:
+                self.auto.append(key)
+                continue
+            given[key] = _positive(f"{self.name}: {key}", raw)
+            self._set(field, given[key], key, raw)
+        train, micro, accumulation = (given.get(key) for key in _BATCH)
+        if self.auto:
+            return
+        # DeepSpeedConfig._set_batch_related_parameters / _batch_assertion (deepspeed/runtime/config.py)
+        if train is None and micro is None:
+            raise InvalidInputError(f"{self.name} sets neither {_TRAIN} nor {_MICRO}: DeepSpeed needs one "
+                                    "(is it a DeepSpeed config?)")
+        if train is not None and micro is not None and accumulation is not None:
+            if train % (micro * accumulation):
+                raise InvalidInputError(
+                    f"{self.name}: {_TRAIN} {train} is not {_MICRO} {micro} × {_ACCUMULATION} {accumulation} "
+                    "× a data-parallel size (DeepSpeed asserts the product equals it)")
+            self.notes.append(f"{self.name}'s batch sizes imply a data-parallel size of "
+                              f"{train // (micro * accumulation)} ({_TRAIN} / ({_MICRO} × {_ACCUMULATION}))")
+            return
+        if train is not None and micro is not None:
+            if train % micro:
+                raise InvalidInputError(f"{self.name}: {_TRAIN} {train} is not a multiple of {_MICRO} {micro} "
+                                        "(DeepSpeed asserts train = micro × accumulation × data-parallel size)")
+            self.notes.append(f"DeepSpeed sets {_ACCUMULATION} to {_TRAIN} / ({_MICRO} × data-parallel size) = "
+                              f"{train // micro} / dp: microbatches are left open")
+        elif train is not None and accumulation is not None:
+            if train % accumulation:
+                raise InvalidInputError(f"{self.name}: {_TRAIN} {train} is not a multiple of {_ACCUMULATION} "
+                                        f"{accumulation} (DeepSpeed asserts train = micro × accumulation × "
+                                        "data-parallel size)")
+            self.notes.append(f"DeepSpeed sets {_MICRO} to {_TRAIN} / ({_ACCUMULATION} × data-parallel size) = "
+                              f"{train // accumulation} / dp: the micro batch is left open")
+        elif micro is not None and accumulation is not None:
+            self.notes.append(f"DeepSpeed sets {_TRAIN} to {_MICRO} × {_ACCUMULATION} × data-parallel size = "
+                              f"{micro * accumulation} × dp: the global batch is left open")
+        else:
+            # one of train / micro alone: DeepSpeed sets gradient_accumulation_steps to 1
+            self._default("num_microbatches", 1, f"{_ACCUMULATION} with only one of {_TRAIN} and {_MICRO}")
+            other = _MICRO if micro is None else _TRAIN
+            self.notes.append(f"DeepSpeed sets {other} from the data-parallel size ({_MICRO} × dp = {_TRAIN}): "
+                              f"{_BATCH[other].replace('_', ' ')} is left open")
+
+    def _zero(self, payload: Mapping[str, Any]) -> int:
+        zero = payload.get("zero_optimization")
+        if zero is None:
+            self._default("dp_mode", data_parallel_mode(0), "zero_optimization.stage: stage 0, nothing sharded")
+            return 0
+        if not isinstance(zero, dict):
+            raise InvalidInputError(f"{self.name}: zero_optimization must be an object ({{\"stage\": ...}}), "
+                                    f"got {_json(zero)}")
+        for key in zero:
+            if key in REMOVED_ZERO_KEYS:
+                raise InvalidInputError(f"{self.name}: zero_optimization.{key}: DeepSpeed removed "
+                                        f"{REMOVED_ZERO_KEYS[key]} (its config refuses the key)")
+            _known(self.name, f"zero_optimization.{key}", key, ZERO_KEYS)
+        raw = zero.get("stage")
+        if raw is None:
+            stage = 0
+            self._default("dp_mode", data_parallel_mode(0), "zero_optimization.stage: stage 0, nothing sharded")
+        else:
+            stage = _stage(self.name, raw)
+            self._set("dp_mode", data_parallel_mode(stage), "zero_optimization.stage", raw)
+        for key, value in zero.items():
+            if key == "stage":
+                continue
+            self.ignored.append(f"zero_optimization.{key}")
+            if key in ("offload_param", "offload_optimizer") and value is not None:
+                self._offload(key, value)
+            elif key in ("cpu_offload", "cpu_offload_param") and value is True:
+                self.notes.append(f"{self.name}: zero_optimization.{key} = true offloads to the CPU: pipeplan "
+                                  "does not price CPU/NVMe offload (the step and memory are the GPU-only ones)")
+        hpz = zero.get("zero_hpz_partition_size")
+        if stage == 3 and isinstance(hpz, int) and not isinstance(hpz, bool) and hpz > 1:
+            self.notes.append(f"ZeRO++ hpZ (zero_optimization.zero_hpz_partition_size = {hpz}) keeps a secondary "
+                              f"copy of the weights sharded over {hpz} ranks but the optimizer state over every rank: "
+                              "pipeplan prices it as fsdp (ZeRO-3), without the secondary copy")
+        return stage
+
+    def _offload(self, key: str, value: Any) -> None:
+        where = f"{self.name}: zero_optimization.{key}"
+        if not isinstance(value, dict):
+            raise InvalidInputError(f"{where} must be an object ({{\"device\": \"cpu\"}}), got {_json(value)}")
+        allowed = OFFLOAD_PARAM_KEYS if key == "offload_param" else OFFLOAD_OPTIMIZER_KEYS
+        for inner in value:
+            _known(self.name, f"zero_optimization.{key}.{inner}", inner, allowed)
+        device = value.get("device", "none")
+        if device not in OFFLOAD_DEVICES:
+            raise InvalidInputError(f"{where}.device must be one of {', '.join(OFFLOAD_DEVICES)}, got {_json(device)}")
+        if device != "none":
+            self.notes.append(f"{where}.device = {device}: pipeplan does not price CPU/NVMe offload "
+                              "(the step and memory are the GPU-only ones)")
+
+    def _precision(self, payload: Mapping[str, Any]) -> None:
+        # deepspeed/runtime/precision_config.py get_bfloat16_config: "bf16", else the old name "bfloat16"
+        bf16_key = "bf16" if payload.get("bf16") is not None else "bfloat16"
+        enabled: dict[str, Any] = {}
+        for key, allowed in ((bf16_key, BF16_KEYS), ("fp16", FP16_KEYS)):
+            section = payload.get(key)
+            if section is None:
+                continue
+            if not isinstance(section, dict):
+                raise InvalidInputError(f"{self.name}: {key} must be an object ({{\"enabled\": true}}), "
+                                        f"got {_json(section)}")
+            for inner in section:
+                _known(self.name, f"{key}.{inner}", inner, allowed)
+                if inner != "enabled":
+                    self.ignored.append(f"{key}.{inner}")
+            if "enabled" in section:
+                value = section["enabled"]
+                if value == _AUTO:
+                    self.auto.append(f"{key}.enabled")
+                elif not isinstance(value, bool):
+                    raise InvalidInputError(f"{self.name}: {key}.enabled must be true or false, got {_json(value)}")
+                enabled[key] = value
+        on = [key for key, value in enabled.items() if value is True]
+        if len(on) == 2:
+            raise InvalidInputError(f"{self.name}: {on[0]}.enabled and fp16.enabled are both true "
+                                    "(DeepSpeed asserts bfloat16 and fp16 cannot be enabled together)")
+        if on:
+            self._set("precision", "fp16" if on[0] == "fp16" else "bf16", f"{on[0]}.enabled", True)
+        elif _AUTO in enabled.values():
+            return
+        elif enabled:
+            shown = ", ".join(f"{key}.enabled = false" for key in enabled)
+            self.settings["precision"] = Setting("fp32", f"{self.name}: {shown} (neither enabled: fp32)")
+        else:
+            self._default("precision", "fp32", "bf16.enabled or fp16.enabled")
+        autocast = payload.get("torch_autocast")
+        if isinstance(autocast, dict) and autocast.get("enabled") is True:
+            self.notes.append(f"{self.name}: torch_autocast is enabled: pipeplan reads the precision from bf16 and "
+                              "fp16 only (autocast's lower-precision matmuls are not priced)")
+
+    def _rest(self, payload: Mapping[str, Any]) -> None:
+        for key in payload:
+            if key in REMOVED_KEYS:
+                raise InvalidInputError(f"{self.name}: {key}: DeepSpeed removed {REMOVED_KEYS[key]} "
+                                        "(its config refuses the key)")
+        if "activation_checkpointing" in payload:
+            self.notes.append(f"{self.name}'s activation_checkpointing configures deepspeed.checkpointing, which "
+                              "your model code calls: it sets no recompute by itself")
+        for key in payload:
+            if key in _BATCH or key in ("zero_optimization", "bf16", "bfloat16", "fp16"):
+                continue
+            self.ignored.append(key)
+            if key not in _READ:
+                close = difflib.get_close_matches(key, _READ, n=1, cutoff=0.85)
+                if close:
+                    self.notes.append(f"DeepSpeed reads no key {key} (did you mean {close[0]}?): it ignores it")
+
+    # ------------------------------------------------------------------ the export's python file
+    def _pipeline(self, stage: int) -> None:
+        module, train = self.path / PIPELINE_FILE, self.path / TRAIN_FILE
+        if module.exists() and train.exists():
+            raise InvalidInputError(f"{self.path} holds both {PIPELINE_FILE} (a pipeline) and {TRAIN_FILE} "
+                                    "(no pipeline): keep the one you run")
+        if train.exists():
+            _parse_python(train)
+            self.settings["pp"] = Setting(1, f"{TRAIN_FILE}: deepspeed.initialize on the plain model (no "
+                                             "PipelineModule)")
+            return
+        if not module.exists():
+            self.notes.append(f"{self.path} holds neither {PIPELINE_FILE} nor {TRAIN_FILE}: pp is left open")
+            return
+        literals = _literals(_parse_python(module))
+        parts = literals.get(PARTS_NAME)
+        if parts is None:
+            self.notes.append(f"{PIPELINE_FILE} sets no {PARTS_NAME} = [...] (the list pipeplan's export writes): "
+                              "pp is left open")
+        else:
+            if (not isinstance(parts, list) or len(parts) < 2 or parts[0] != 0
+                    or not all(isinstance(p, int) and not isinstance(p, bool) for p in parts)
+                    or any(b <= a for a, b in zip(parts, parts[1:]))):
+                raise InvalidInputError(f"{PIPELINE_FILE}: {PARTS_NAME} must be increasing offsets from 0 (one more "
+                                        f"than the stages), got {_json(parts)}")
+            counts = tuple(b - a for a, b in zip(parts, parts[1:]))
+            pp = len(counts)
+            source = f"{PIPELINE_FILE}: {PARTS_NAME} = {_json(parts)}"
+            self.settings["pp"] = Setting(pp, source)
+            if pp > 1:
+                self.settings["layers_per_stage"] = Setting(counts, source)
+                self.settings["schedule"] = Setting(
+                    DEEPSPEED_SCHEDULES[0], f"DeepSpeed's pipeline engine runs its 1F1B TrainSchedule only "
+                                            f"({pp} stages in {PIPELINE_FILE})")
+                if stage > PIPELINE_MAX_STAGE:
+                    raise InvalidInputError(
+                        f"{self.name}: zero_optimization.stage {stage} with a pipeline of {pp} stages "
+                        f"({PIPELINE_FILE}): DeepSpeed's PipelineEngine runs ZeRO stage 0 or 1 only (it asserts "
+                        "stage < 2)")
+        interval = literals.get(INTERVAL_NAME)
+        if interval is not None:
+            if not isinstance(interval, int) or isinstance(interval, bool) or interval < 0:
+                raise InvalidInputError(f"{PIPELINE_FILE}: {INTERVAL_NAME} must be an integer >= 0, got "
+                                        f"{_json(interval)}")
+            # PipelineModule checkpoints every `interval` layers whole (deepspeed/runtime/pipe/module.py forward)
+            self.settings["recompute"] = Setting("full" if interval else "none",
+                                                 f"{PIPELINE_FILE}: {INTERVAL_NAME} = {interval}")
+
+
+def _json(value: Any) -> str:
+    """``value`` as the JSON file spells it."""
+    return json.dumps(value)
+
+
+def _positive(where: str, raw: Any) -> int:
+    """A batch key's value: a positive whole number (DeepSpeed asserts each is > 0)."""
+    if isinstance(raw, float) and raw.is_integer():
+        raw = int(raw)
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise InvalidInputError(f"{where} must be a whole number, got {_json(raw)}")
+    if raw <= 0:
+        raise InvalidInputError(f"{where} must be > 0, got {raw} (DeepSpeed asserts it)")
+    return raw
+
+
+def _stage(name: str, raw: Any) -> int:
+    """``zero_optimization.stage``: 0 to 3 (pydantic's ``ZeroStageEnum`` also takes ``"2"`` and ``2.0``)."""
+    value: Any = raw
+    if isinstance(raw, str) and raw.strip().isdigit():
+        value = int(raw)
+    elif isinstance(raw, float) and raw.is_integer():
+        value = int(raw)
+    if not isinstance(value, int) or isinstance(value, bool) or value not in (0, 1, 2, 3):
+        raise InvalidInputError(f"{name}: zero_optimization.stage must be 0, 1, 2 or 3, got {_json(raw)}")
+    return value
+
+
+def _known(name: str, where: str, key: str, allowed: frozenset[str]) -> None:
+    """Refuse ``key`` unless DeepSpeed's model takes it (its models forbid unknown keys)."""
+    if key in allowed:
+        return
+    close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise InvalidInputError(f"{name}: {where} is no key of DeepSpeed's{hint}; its config refuses unknown keys here")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key set twice (DeepSpeed's ``dict_raise_error_on_duplicate_keys``)."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise InvalidInputError(f"key {key!r} is set twice (DeepSpeed refuses duplicate keys)")
+        result[key] = value
+    return result
+
+
+def _load(file: Path) -> dict[str, Any]:
+    """The JSON object in ``file``; a file of another kind gets one line naming the option that takes it."""
+    try:
+        text = file.read_text()
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"{file}: not a text file, so no DeepSpeed config (a ds_config.json)") from None
+    try:
+        payload = json.loads(text, object_pairs_hook=_no_duplicates)
+    except InvalidInputError as error:
+        raise InvalidInputError(f"{file}: {error}") from None
+    except json.JSONDecodeError as error:
+        raise InvalidInputError(f"{file}: {_other_kind(text) or f'not JSON ({error})'}") from None
+    if not isinstance(payload, dict):
+        raise InvalidInputError(f"{file}: a DeepSpeed config is a JSON object, got {type(payload).__name__}")
+    if isinstance(payload.get("modules"), list) and not any(key in payload for key in _BATCH):
+        raise InvalidInputError(f"{file} looks like a pipeplan model spec (its \"modules\" list), not a DeepSpeed "
+                                "config: give it to --spec")
+    return payload
+
+
+def _other_kind(text: str) -> str:
+    """What a non-JSON ``text`` looks like and the option that takes it (``""``: nothing known)."""
+    tables = re.findall(r"^\s*\[([A-Za-z_][\w.]*)\]\s*$", text, re.MULTILINE)
+    if tables and re.search(r"^\s*[\w.-]+\s*=", text, re.MULTILINE):
+        shown = ", ".join(f"[{table}]" for table in dict.fromkeys(tables))
+        return (f"looks like a TOML config ({shown}), not a DeepSpeed ds_config.json: a torchtitan config "
+                "goes to --torchtitan-config")
+    if "torchtitan" in text or "Trainer.Config" in text:
+        return "looks like a torchtitan config, not a DeepSpeed ds_config.json: give it to --torchtitan-config"
+    flags = ("--num-layers", "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size",
+             "--global-batch-size", "--hidden-size")
+    if any(flag in text for flag in flags):
+        return ("looks like a Megatron-LM launch line (its --flags), not a DeepSpeed ds_config.json: give it to "
+                "--megatron-args")
+    return ""
+
+
+def _parse_python(file: Path) -> ast.Module:
+    try:
+        return ast.parse(file.read_text(), filename=str(file))
+    except (SyntaxError, UnicodeDecodeError) as error:
+        raise InvalidInputError(f"{file}: not valid python ({error})") from None
+
+
+def _literals(module: ast.Module) -> dict[str, Any]:
+    """The module-level ``NAME = <literal>`` assignments of ``module`` (the export's machine-readable facts)."""
+    found: dict[str, Any] = {}
+    for node in module.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+    return found

@@ -1,0 +1,338 @@
+"""Reading a DeepSpeed ``ds_config.json`` (or the folder the export wrote) back into a RunConfig.
+
+The round trip needs no DeepSpeed: every plan the export writes reads back to its pp,
+split, batch, ZeRO stage and schedule. The validation tests (they skip without
+DeepSpeed; ``pip install -e .[engines]`` installs it) hold the reader to DeepSpeed's own
+config classes: a config the reader refuses is one ``DeepSpeedConfig`` refuses at every
+data-parallel size, one it accepts is one DeepSpeed accepts at the data-parallel size its
+batch keys imply, with the same batch, ZeRO stage and precision, and the key sets the
+reader allows are the fields of DeepSpeed's pydantic models.
+Run them with ``PYTHONPATH=src /work/engvenv/bin/python -m pytest -q tests/test_engines_deepspeed_read.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from pipeplan import engines
+from pipeplan.engines import deepspeed_config as reader
+from pipeplan.engines.deepspeed_config import read_deepspeed_config
+from pipeplan.errors import InvalidInputError
+from pipeplan.plan import Plan
+
+
+def _export(plan: Plan, folder: Path) -> Path:
+    for file in engines.export_files(plan, "deepspeed"):
+        (folder / file.name).write_text(file.text)
+    return folder
+
+
+def _config(folder: Path, payload: Any, name: str = "ds_config.json") -> Path:
+    path = folder / name
+    path.write_text(payload if isinstance(payload, str) else json.dumps(payload))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- round trip
+_PLANS = [
+    Plan(pp=1, dp=2, layers_per_stage=(4,), placement=(0,), micro_batch_size=2, num_microbatches=2, dp_mode=mode)
+    for mode in ("ddp", "zero1", "zero2", "fsdp")
+] + [
+    Plan(pp=1, dp=8, layers_per_stage=(24,), placement=(0,), micro_batch_size=1, num_microbatches=16, dp_mode="zero2"),
+    Plan(pp=2, dp=2, layers_per_stage=(3, 5), placement=(0, 1), micro_batch_size=2, num_microbatches=4,
+         dp_mode="zero1"),
+    Plan(pp=4, dp=1, layers_per_stage=(7, 6, 6, 5), placement=(0, 1, 2, 3), micro_batch_size=4, num_microbatches=8,
+         dp_mode="ddp"),
+    Plan(pp=3, dp=4, layers_per_stage=(2, 9, 1), placement=(0, 1, 2), micro_batch_size=1, num_microbatches=12,
+         dp_mode="zero1", recompute=("full", "full", "full")),
+]
+
+
+@pytest.mark.parametrize("plan", _PLANS, ids=lambda p: f"pp{p.pp}-dp{p.dp}-{p.dp_mode}-b{p.micro_batch_size}"
+                                                        f"-m{p.num_microbatches}")
+def test_the_folder_the_export_wrote_reads_back_to_the_plan(plan, tmp_path):
+    config = engines.get("deepspeed").read(_export(plan, tmp_path))
+    assert config.engine == "deepspeed"
+    assert config.value("pp") == plan.pp
+    assert config.value("micro_batch_size") == plan.micro_batch_size
+    assert config.value("num_microbatches") == plan.num_microbatches
+    assert config.value("global_batch") == plan.global_batch
+    assert config.value("dp_mode") == plan.dp_mode
+    assert config.value("precision") == "bf16"
+    if plan.pp > 1:
+        assert config.value("layers_per_stage") == plan.layers_per_stage
+        assert config.value("schedule") == plan.schedule == "1f1b"
+        assert config.value("recompute") == (plan.uniform_recompute or "none")
+    else:
+        assert "layers_per_stage" not in config.settings and "schedule" not in config.settings
+    assert any(f"data-parallel size of {plan.dp} " in note for note in config.notes)
+    assert config.source_of("global_batch") == f"ds_config.json: train_batch_size = {plan.global_batch}"
+    assert "gradient_clipping" in config.ignored
+
+
+def test_the_ds_config_alone_leaves_the_pipeline_open(tmp_path):
+    plan = _PLANS[5]
+    _export(plan, tmp_path)
+    config = read_deepspeed_config(tmp_path / "ds_config.json")
+    assert "pp" not in config.settings and "schedule" not in config.settings
+    assert config.value("dp_mode") == "zero1"
+    assert any("pp is left open" in note for note in config.notes)
+
+
+# ---------------------------------------------------------------------------------------------- fields
+@pytest.mark.parametrize("stage, mode", [(0, "ddp"), (1, "zero1"), (2, "zero2"), (3, "fsdp")])
+def test_each_zero_stage_is_pipeplans_mode_with_its_source(stage, mode, tmp_path):
+    config = read_deepspeed_config(_config(tmp_path, {"train_batch_size": 32,
+                                                      "zero_optimization": {"stage": stage}}))
+    assert config.value("dp_mode") == mode
+    assert config.source_of("dp_mode") == f"ds_config.json: zero_optimization.stage = {stage}"
+    assert reader.zero_stage(mode) == stage and reader.data_parallel_mode(stage) == mode
+
+
+def test_defaults_are_deepspeeds_and_say_so(tmp_path):
+    config = read_deepspeed_config(_config(tmp_path, {"train_batch_size": 32}))
+    assert config.value("dp_mode") == "ddp"
+    assert config.source_of("dp_mode").startswith("DeepSpeed default (ds_config.json does not set "
+                                                  "zero_optimization.stage")
+    assert config.value("precision") == "fp32"
+    assert config.source_of("precision").startswith("DeepSpeed default (ds_config.json does not set bf16.enabled")
+    # only train_batch_size: DeepSpeed sets gradient_accumulation_steps 1, the micro batch from dp
+    assert config.value("num_microbatches") == 1
+    assert config.source_of("num_microbatches").startswith("DeepSpeed default")
+    assert "micro_batch_size" not in config.settings
+
+
+@pytest.mark.parametrize("payload, precision", [
+    ({"bf16": {"enabled": True}}, "bf16"),
+    ({"bfloat16": {"enabled": True}}, "bf16"),
+    ({"fp16": {"enabled": True, "loss_scale": 0}}, "fp16"),
+    ({"fp16": {"enabled": False}}, "fp32"),
+])
+def test_precision_is_the_enabled_section(payload, precision, tmp_path):
+    config = read_deepspeed_config(_config(tmp_path, {"train_batch_size": 8, **payload}))
+    assert config.value("precision") == precision
+    assert config.source_of("precision").startswith("ds_config.json: ")
+
+
+@pytest.mark.parametrize("payload, given, left_open", [
+    ({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4},
+     {"global_batch": 64, "micro_batch_size": 4}, "num_microbatches"),
+    ({"train_batch_size": 64, "gradient_accumulation_steps": 4},
+     {"global_batch": 64, "num_microbatches": 4}, "micro_batch_size"),
+    ({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4},
+     {"micro_batch_size": 4, "num_microbatches": 4}, "global_batch"),
+    ({"train_micro_batch_size_per_gpu": 4}, {"micro_batch_size": 4, "num_microbatches": 1}, "global_batch"),
+])
+def test_two_batch_keys_are_kept_and_the_third_left_for_the_data_parallel_size(payload, given, left_open, tmp_path):
+    config = read_deepspeed_config(_config(tmp_path, payload))
+    assert {name: config.value(name) for name in given} == given
+    assert left_open not in config.settings
+
+
+def test_auto_values_are_left_open_with_one_line_asking_for_the_number(tmp_path):
+    config = read_deepspeed_config(_config(tmp_path, {
+        "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 4,
+        "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}))
+    assert "global_batch" not in config.settings and "micro_batch_size" not in config.settings
+    assert "precision" not in config.settings
+    assert config.value("num_microbatches") == 4 and config.value("dp_mode") == "zero2"
+    asking = [note for note in config.notes if '"auto"' in note]
+    assert len(asking) == 1
+    assert all(key in asking[0] for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "bf16.enabled"))
+
+
+def test_zero_tuning_keys_are_read_and_listed_as_ignored_and_offload_gets_a_note(tmp_path):
+    config = read_deepspeed_config(_config(tmp_path, {"train_batch_size": 8, "steps_per_print": 10, "zero_optimization": {
+        "stage": 3, "overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": 5e8,
+        "allgather_bucket_size": 5e8, "stage3_prefetch_bucket_size": 1e7,
+        "offload_optimizer": {"device": "cpu", "pin_memory": True}, "offload_param": {"device": "none"}}}))
+    for key in ("overlap_comm", "contiguous_gradients", "reduce_bucket_size", "allgather_bucket_size",
+                "stage3_prefetch_bucket_size", "offload_optimizer", "offload_param"):
+        assert f"zero_optimization.{key}" in config.ignored
+    assert "steps_per_print" in config.ignored
+    offload = [note for note in config.notes if "offload" in note]
+    assert len(offload) == 1 and "offload_optimizer.device = cpu" in offload[0]
+    assert "does not price CPU/NVMe offload" in offload[0]
+
+
+def test_activation_checkpointing_is_a_note_not_a_recompute(tmp_path):
+    config = read_deepspeed_config(_config(tmp_path, {"train_batch_size": 8, "activation_checkpointing": {
+        "partition_activations": True}}))
+    assert "recompute" not in config.settings
+    assert "activation_checkpointing" in config.ignored
+    assert any("model code calls" in note for note in config.notes)
+
+
+def test_hpz_stays_fsdp_with_a_note(tmp_path):
+    config = read_deepspeed_config(_config(tmp_path, {"train_batch_size": 8, "zero_optimization": {
+        "stage": 3, "zero_hpz_partition_size": 8}}))
+    assert config.value("dp_mode") == "fsdp"
+    assert any("hpZ" in note for note in config.notes)
+
+
+def test_a_near_miss_top_level_key_gets_a_note(tmp_path):
+    config = read_deepspeed_config(_config(tmp_path, {"train_batch_size": 8, "zero_optimisation": {"stage": 2}}))
+    assert config.value("dp_mode") == "ddp"     # DeepSpeed ignores the misspelt section, so stage 0
+    assert any("did you mean zero_optimization" in note for note in config.notes)
+
+
+@pytest.mark.parametrize("payload, words", [
+    ({"train_batch_size": 8, "zero_optimization": {"stage": 2, "overlap_com": True}}, "did you mean overlap_comm"),
+    ({"train_batch_size": 8, "zero_optimization": {"stage": 4}}, "must be 0, 1, 2 or 3, got 4"),
+    ({"train_batch_size": 8, "zero_optimization": {"stage": 3, "mics_shard_size": 8}}, "removed MiCS"),
+    ({"train_batch_size": 8, "zero_optimization": {"offload_param": {"device": "gpu"}}}, "none, cpu, nvme"),
+    ({"train_batch_size": 8, "amp": {"enabled": True}}, "removed NVIDIA Apex AMP"),
+    ({"train_micro_batch_size_per_gpu": -1}, "must be > 0, got -1"),
+    ({"train_batch_size": 63, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}, "63"),
+    ({"train_batch_size": 8, "bf16": {"enabled": True}, "fp16": {"enabled": True}}, "both true"),
+    ({"gradient_accumulation_steps": 4}, "sets neither"),
+    ({"train_batch_size": "64"}, "whole number"),
+])
+def test_refusals_are_one_line_naming_the_key(payload, words, tmp_path):
+    with pytest.raises(InvalidInputError) as error:
+        read_deepspeed_config(_config(tmp_path, payload))
+    assert words in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("name, text, option", [
+    ("torchtitan.toml", '[job]\ndump_folder = "out"\n[parallelism]\npipeline_parallel_degree = 2\n',
+     "--torchtitan-config"),
+    ("args.txt", "--num-layers 24 --hidden-size 2048 --micro-batch-size 2\n", "--megatron-args"),
+    ("spec.json", json.dumps({"name": "m", "modules": [{"kind": "embedding"}]}), "--spec"),
+    ("torchtitan_config.py", "from torchtitan.trainer import Trainer\n\ndef pipeplan_config():\n    "
+     "return Trainer.Config()\n", "--torchtitan-config"),
+])
+def test_another_engines_file_is_named_with_the_option_that_takes_it(name, text, option, tmp_path):
+    with pytest.raises(InvalidInputError) as error:
+        engines.get("deepspeed").read(_config(tmp_path, text, name))
+    assert option in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_pipeline_with_zero2_is_refused_as_the_pipeline_engine_does(tmp_path):
+    _export(_PLANS[5], tmp_path)
+    _config(tmp_path, {"train_batch_size": 16, "zero_optimization": {"stage": 2}})
+    with pytest.raises(InvalidInputError, match="PipelineEngine runs ZeRO stage 0 or 1"):
+        read_deepspeed_config(tmp_path)
+
+
+def test_a_folder_without_ds_config_or_with_both_python_files_is_refused(tmp_path):
+    with pytest.raises(InvalidInputError, match="holds no ds_config.json"):
+        read_deepspeed_config(tmp_path)
+    _export(_PLANS[5], tmp_path)
+    (tmp_path / "deepspeed_train.py").write_text("import deepspeed\n")
+    with pytest.raises(InvalidInputError, match="holds both"):
+        read_deepspeed_config(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- DeepSpeed itself
+@pytest.fixture(scope="module")
+def ds_config() -> Any:
+    """``deepspeed.runtime.config`` on DeepSpeed's CPU accelerator."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (pip install -e .[engines])")
+    import deepspeed.runtime.config as module
+    return module
+
+
+class _Mpu:
+    """The one method DeepSpeedConfig asks an mpu for: the data-parallel size."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.size
+
+
+def _deepspeed(module: Any, payload: dict[str, Any], dp: int) -> Any:
+    """DeepSpeedConfig of ``payload`` at data-parallel size ``dp`` (None: it refuses it)."""
+    with mock.patch.object(module.dist, "get_rank", return_value=0):
+        try:
+            return module.DeepSpeedConfig(json.loads(json.dumps(payload)), mpu=_Mpu(dp))
+        except Exception:  # noqa: BLE001 - DeepSpeed refuses with AssertionError, ValidationError, TypeError, ...
+            return None
+
+
+_CONFIGS = {
+    "exported pp1": {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+                     "bf16": {"enabled": True}, "gradient_clipping": 1.0, "zero_optimization": {"stage": 2}},
+    "unknown key in zero_optimization": {"train_batch_size": 8, "zero_optimization": {"stage": 2, "foo": 1}},
+    "unknown key in offload_optimizer": {"train_batch_size": 8, "zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "cpu", "pinned": True}}},
+    "unknown key in bf16": {"train_batch_size": 8, "bf16": {"enabled": True, "master": True}},
+    "unknown top-level key": {"train_batch_size": 8, "my_own_key": {"a": 1}, "zero_optimization": {"stage": 1}},
+    "removed top-level key": {"train_batch_size": 8, "elasticity": {"enabled": True}},
+    "removed MiCS": {"train_batch_size": 8, "zero_optimization": {"stage": 3, "mics_shard_size": 4}},
+    "stage 4": {"train_batch_size": 8, "zero_optimization": {"stage": 4}},
+    "stage -1": {"train_batch_size": 8, "zero_optimization": {"stage": -1}},
+    "stage as a string": {"train_batch_size": 8, "zero_optimization": {"stage": "3"}},
+    "negative micro batch": {"train_micro_batch_size_per_gpu": -2, "gradient_accumulation_steps": 1},
+    "zero accumulation": {"train_batch_size": 8, "gradient_accumulation_steps": 0},
+    "batch that does not add up": {"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
+                                   "gradient_accumulation_steps": 2},
+    "batch that adds up at dp 4": {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
+                                   "gradient_accumulation_steps": 2},
+    "train not a multiple of micro": {"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4},
+    "train not a multiple of accumulation": {"train_batch_size": 30, "gradient_accumulation_steps": 4},
+    "micro and accumulation": {"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 5},
+    "only accumulation": {"gradient_accumulation_steps": 4},
+    "fp16 and bf16": {"train_batch_size": 8, "fp16": {"enabled": True}, "bf16": {"enabled": True}},
+    "fp16 with a loss scale": {"train_batch_size": 8, "fp16": {"enabled": True, "initial_scale_power": 12}},
+    "offload to cpu": {"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}},
+    "offload to a gpu": {"train_batch_size": 8, "zero_optimization": {"stage": 1, "offload_param": {"device": "gpu"}}},
+    "zero_optimization not an object": {"train_batch_size": 8, "zero_optimization": 2},
+}
+_SIZES = range(1, 17)
+
+
+@pytest.mark.parametrize("name", list(_CONFIGS))
+def test_the_reader_accepts_and_refuses_what_deepspeed_does(name, ds_config, tmp_path):
+    payload = _CONFIGS[name]
+    try:
+        config = read_deepspeed_config(_config(tmp_path, payload))
+    except InvalidInputError:
+        config = None
+    accepted_at = [dp for dp in _SIZES if _deepspeed(ds_config, payload, dp) is not None]
+    if config is None:
+        assert not accepted_at, f"the reader refuses what DeepSpeed accepts at dp {accepted_at}"
+        return
+    assert accepted_at, "the reader accepts what DeepSpeed refuses at every data-parallel size"
+    implied = [int(note.split("data-parallel size of ")[1].split()[0]) for note in config.notes
+               if "data-parallel size of " in note]
+    dp = implied[0] if implied else accepted_at[0]
+    ds = _deepspeed(ds_config, payload, dp)
+    assert ds is not None, f"DeepSpeed refuses it at the data-parallel size the reader implies ({dp})"
+    fields = {"global_batch": ds.train_batch_size, "micro_batch_size": ds.train_micro_batch_size_per_gpu,
+              "num_microbatches": ds.gradient_accumulation_steps}
+    for field, value in fields.items():
+        if field in config.settings:
+            assert config.value(field) == value, field
+    assert reader.zero_stage(config.value("dp_mode")) == ds.zero_optimization_stage
+    precision = "bf16" if ds.bfloat16_config.enabled else "fp16" if ds.float16_config.enabled else "fp32"
+    assert config.value("precision") == precision
+
+
+def test_the_keys_the_reader_allows_are_deepspeeds_model_fields(ds_config):
+    from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from deepspeed.runtime.zero.offload_config import (DeepSpeedZeroOffloadOptimizerConfig,
+                                                       DeepSpeedZeroOffloadParamConfig, OffloadDeviceEnum)
+
+    def keys(model: Any) -> set[str]:
+        names = set(model.model_fields)
+        return names | {field.alias for field in model.model_fields.values() if field.alias}
+
+    assert keys(DeepSpeedZeroConfig) == reader.ZERO_KEYS
+    assert keys(DeepSpeedZeroOffloadParamConfig) == reader.OFFLOAD_PARAM_KEYS
+    assert keys(DeepSpeedZeroOffloadOptimizerConfig) == reader.OFFLOAD_OPTIMIZER_KEYS
+    assert keys(DeepSpeedBF16Config) == reader.BF16_KEYS
+    assert keys(DeepSpeedFP16Config) == reader.FP16_KEYS
+    assert {device.value for device in OffloadDeviceEnum} == set(reader.OFFLOAD_DEVICES)
+    assert set(ds_config._REMOVED_TOP_LEVEL_CONFIG_KEYS) == set(reader.REMOVED_KEYS)
+    assert set(ds_config._REMOVED_ZERO_CONFIG_KEYS) == set(reader.REMOVED_ZERO_KEYS)
