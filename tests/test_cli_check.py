@@ -189,3 +189,37 @@ def test_plan_export_then_check_gives_the_same_plan_and_step(run_cli: RunCli, tm
         return
     assert got.get("tp_comm_overlap") == planned.get("tp_comm_overlap")
     assert checked["predicted"]["step_ms"] == pytest.approx(step, rel=1e-12)
+
+
+# ---------------------------------------------------------------- real files, read by the engines' readers
+DATA = ROOT / "tests" / "data" / "check"
+
+
+def test_a_users_ds_config(run_cli: RunCli) -> None:
+    if not _reads("deepspeed"):
+        pytest.skip("deepspeed's reader has not landed")
+    status, out, err = run_cli("check", "--deepspeed-config", str(DATA / "ds_config.json"), "--preset", "gpt-1.5b",
+                               "--gpus", "2", "--top", "1", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    pinned = data["config"]["pinned"]
+    assert pinned["dp_mode"] == {"value": "zero1", "source": "ds_config.json: zero_optimization.stage = 1"}
+    assert pinned["global_batch"]["value"] == 4 and "train_batch_size" in pinned["global_batch"]["source"]
+    assert pinned["micro_batch_size"]["value"] == 1
+    assert {"tp", "pp"} <= set(data["config"]["searched"])  # a ds_config does not fix the pipeline
+    assert "steps_per_print" in data["config"]["ignored"]
+    assert data["best"]["same_engine"] and "ds_config.json" in data["best"]["same_engine"][0]["files"]
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ('{"train_batch_size": 4, "zero_optimization": {"stage": 2, "bucket_sise": 5}}', "bucket_sise"),
+    ('{"train_batch_size": 4, "zero_optimization": {"stage": 7}}', "stage"),
+    ("not json", "ds_config.json"),
+])
+def test_a_ds_config_deepspeed_refuses_is_one_line(run_cli: RunCli, tmp_path: Path, text: str, words: str) -> None:
+    if not _reads("deepspeed"):
+        pytest.skip("deepspeed's reader has not landed")
+    path = tmp_path / "ds_config.json"
+    path.write_text(text)
+    line = _one_line(*run_cli("check", "--deepspeed-config", str(path), "--preset", "gpt-1.5b", "--gpus", "2")[::2])
+    assert words in line, line
