@@ -47,6 +47,7 @@ from ..schedule import Schedule
 from ..schedules.patterns import loop_placement
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, Role, layer_names, layer_names_in_reference
+from .megatron_args import read_megatron_args
 from .record import Engine, Files, Knob, Knobs, Runs
 
 __all__ = [
@@ -247,8 +248,14 @@ def megatron_line(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
 
 
 def megatron_notes(plan: Plan | Sequence[int]) -> list[str]:
-    """What the Megatron export approximates of ``plan`` (recompute per stage or per module)."""
-    return recompute_notes(to_plan(plan), "Megatron-LM")
+    """What the Megatron export approximates of ``plan`` (recompute per stage or per module, tp-comm-overlap off)."""
+    plan = to_plan(plan)
+    notes = recompute_notes(plan, "Megatron-LM")
+    if plan.tp > 1 and plan.tp_comm_overlap == "off":
+        notes.append("the plan was priced with tp-comm-overlap off (every tensor-parallel collective exposed); "
+                     "Megatron-LM has no flag for that: it overlaps the backward's with the weight-gradient GEMMs "
+                     "(tp-comm-overlap backward), never slower than priced")
+    return notes
 
 
 def megatron_mapping(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None) -> str:
@@ -329,6 +336,7 @@ ENGINE = Engine(
     "megatron",
     Runs(schedules=MEGATRON_SCHEDULES, dp_modes_with_pipeline=tuple(_DP_FLAGS),
          dp_modes_without_pipeline=tuple(_DP_FLAGS), model=megatron_model_refusal),
-    Files(targets=("megatron",), write=_write, notes=megatron_notes, instead=megatron_instead, paths=False),
+    Files(targets=("megatron",), write=_write, notes=megatron_notes, instead=megatron_instead, paths=False,
+          read=read_megatron_args),
     knobs=MEGATRON_KNOBS,
 )
