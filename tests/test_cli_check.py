@@ -223,3 +223,41 @@ def test_a_ds_config_deepspeed_refuses_is_one_line(run_cli: RunCli, tmp_path: Pa
     path.write_text(text)
     line = _one_line(*run_cli("check", "--deepspeed-config", str(path), "--preset", "gpt-1.5b", "--gpus", "2")[::2])
     assert words in line, line
+
+
+def test_a_megatron_line_with_its_own_model(run_cli: RunCli) -> None:
+    if not _reads("megatron"):
+        pytest.skip("megatron's reader has not landed")
+    line = ROOT / "examples" / "check" / "train_gpt.sh"
+    status, out, err = run_cli("check", "--megatron-args", str(line), "--top", "0", "--gpus", "16,32", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    pinned = data["config"]["pinned"]
+    assert pinned["gpus"]["value"] == 16 and "--nproc-per-node 8 --nnodes 2" in pinned["gpus"]["source"]
+    assert (pinned["tp"]["value"], pinned["pp"]["value"], pinned["dp"]["value"]) == (2, 2, 4)
+    assert pinned["num_microbatches"]["value"] == 256 // (2 * 4)
+    assert data["config"]["searched"] == []  # a Megatron line fixes everything the step needs
+    assert data["model"]["source"].startswith("--num-layers 24")
+    assert "--log-interval 10" in data["config"]["ignored"]
+    rows = data["scaling"]["rows"]
+    assert [row["microbatches"] for row in rows] == [32, 16]  # Megatron-LM derives them from the global batch
+
+
+def test_a_megatron_line_checked_on_other_gpus_derives_its_microbatches_again(run_cli: RunCli) -> None:
+    if not _reads("megatron"):
+        pytest.skip("megatron's reader has not landed")
+    line = ROOT / "examples" / "check" / "train_gpt.sh"
+    status, out, err = run_cli("check", "--megatron-args", str(line), "--top", "0", "--gpus", "8", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    assert data["predicted"]["plan"]["microbatches"] == 256 // (2 * 2)
+    assert any("derived again" in note for note in data["notes"])
+
+
+def test_a_flag_megatron_lacks_is_one_line(run_cli: RunCli, tmp_path: Path) -> None:
+    if not _reads("megatron"):
+        pytest.skip("megatron's reader has not landed")
+    line = tmp_path / "train.sh"
+    line.write_text("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 24 --tensor-model-paralel-size 2\n")
+    words = _one_line(*run_cli("check", "--megatron-args", str(line), "--preset", "gpt-1.5b")[::2])
+    assert "--tensor-model-paralel-size" in words, words
