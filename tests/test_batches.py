@@ -270,3 +270,54 @@ def test_mix_pipeline_step_over_replicas_waits_for_the_slowest_and_balancing_hel
     assert many.mean_sample_ms == pytest.approx(one.mean_sample_ms)  # the mean sample does not see replicas
     assert many.random_mean_ms > one.random_mean_ms  # the slowest of 16 replicas
     assert many.bound_mean_ms <= many.balanced_mean_ms < many.random_mean_ms
+
+
+# ---------------------------------------------------------------- one drawn batch, each microbatch at its own costs
+
+def test_mix_batch_step_runs_the_balanced_order_of_the_same_samples_and_splits_the_idle():
+    from pipeplan import CommModel, build_schedule
+    from pipeplan.batches.pipeline import mix_batch_step
+
+    mixed = mix_costs("pi0", parse_mix([{"cameras": c, "count": n} for c, n in ((1, 4), (4, 1))]), micro_batch_size=2)
+    schedule = build_schedule("1f1b", num_stages=2, num_microbatches=4)
+    batch = mix_batch_step(mixed, [25, 25], 4, 2, schedule=schedule, comm=CommModel(latency=0.1), seed=3)
+    random, balanced = batch.random, batch.balanced
+    assert sorted(sum(random.shapes, ())) == sorted(sum(balanced.shapes, ()))  # the same 8 samples
+    assert random.costs.forward == pytest.approx(balanced.costs.forward)  # so the same mean costs
+    assert random.split.mean_makespan == pytest.approx(balanced.split.mean_makespan)
+    # the balanced order is plan_microbatches' on the drawn samples
+    forward, backward = mixed.stage_forward_backward([25, 25])
+    drawn = mixed.draw(8, seed=3)
+    plan = plan_microbatches(forward[drawn].sum(axis=1) + backward[drawn].sum(axis=1), 4,
+                             sample_forward=forward[drawn], sample_backward=backward[drawn], schedule=schedule)
+    assert balanced.shapes == tuple(tuple(int(drawn[i]) for i in group) for group in plan.microbatches)
+    for run in (random, balanced):
+        assert run.split.lower_bound <= run.timeline.makespan + 1e-9 <= run.split.upper_bound + 2e-9  # tight: rounding
+        assert run.timeline.makespan == run.split.makespan and min(run.split.variation) >= 0
+        # microbatch 0's forward on stage 0 is the sum of its samples'
+        assert run.costs.duration("F", 0, 0) == pytest.approx(forward[list(run.shapes[0]), 0].sum())
+    # each microbatch's message across the cut is the sum of its samples' bytes (a 4-camera sample's are larger)
+    sample_bytes = [profile.boundary_bytes([25, 25])[0] for profile in mixed.profiles]
+    assert sample_bytes[1] > sample_bytes[0]
+    assert random.comm.microbatch_bytes[0] == pytest.approx([sum(sample_bytes[i] for i in mb) for mb in random.shapes])
+    assert mix_batch_step(mixed, [25, 25], 4, 2, comm=CommModel(latency=0.1), message_bytes=False).random.comm \
+        == CommModel(latency=0.1)
+    one = mix_costs("pi0", parse_mix([{"cameras": 2, "count": 1}]), micro_batch_size=2)
+    alike = mix_batch_step(one, [25, 25], 4, 2)
+    assert alike.random.split.variation == alike.balanced.split.variation == (0.0, 0.0)
+
+
+def test_simulate_mix_names_the_idle_from_variation_beside_the_bubble(run_cli, tmp_path):
+    mix = _write(tmp_path, "cameras,count\n1,4\n4,1\n")
+    base = ("simulate", "--preset", "pi0", "--stages", "2", "-m", "4", "--mix", str(mix))
+    status, out, _ = run_cli(*base)
+    assert status == 0 and "one drawn batch (seed 0), each microbatch at its own costs" in out
+    assert "rank │ random bubble │ random variation │ balanced bubble │ balanced variation" in out
+    status, out, _ = run_cli(*base, "--json")
+    batch = json.loads(out)["mix"]["batch"]
+    for name in ("random", "balanced"):
+        run = batch[name]
+        assert len(run["microbatch_shapes"]) == 4 and len(run["ranks"]) == 2
+        assert run["lower_bound"] <= run["makespan"] + 1e-9 <= run["upper_bound"] + 2e-9
+        for rank in run["ranks"]:
+            assert rank["bubble"] + rank["variation"] == pytest.approx(rank["idle"]) and rank["variation"] >= 0

@@ -23,6 +23,7 @@ MODULES = [
     "pipeplan.simulate",
     "pipeplan.timeline",
     "pipeplan.analytic",
+    "pipeplan.variation",
     "pipeplan.calibration",
     "pipeplan.limits",
     "pipeplan.errors",
@@ -51,6 +52,7 @@ MODULES = [
     "pipeplan.dualrate.config",
     "pipeplan.models._schema",
     "pipeplan.models.schema_docs",
+    "pipeplan.models.hf_config",
     "pipeplan.engines._names",
 ]
 

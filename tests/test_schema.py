@@ -248,7 +248,8 @@ def test_a_spec_file_reports_the_defaults_it_left_out():
     assert "attention = eager (scores stored, not FlashAttention) in my_transformer" in parts
     assert "gated_mlp = false (two-matrix MLP, not SwiGLU/GeGLU) in my_transformer, my_vision_encoder" in parts
     assert not any(part.startswith("bias") for part in parts)
-    given_all = record("transformer", attention="flash", causal=True, gated_mlp=True, dropout=False, num_kv_heads=2)
+    given_all = record("transformer", attention="flash", causal=True, gated_mlp=True, dropout=False, num_kv_heads=2,
+                       qk_norm=False, post_norms=False)
     assert model_defaults(load(given_all)) == ""
     assert model_defaults(ModelSpec("m", (LLM,))) == ""  # built in Python: nothing was left out of a file
     assert spec.with_frozen({"my_transformer": True}).defaulted == spec.defaulted

@@ -260,7 +260,9 @@ class _Paths:
 
     def __init__(self, schedule: Schedule, costs: StageCosts, comm: CommModel) -> None:
         stages, num_mb = schedule.num_stages, schedule.num_microbatches
-        boundary = comm.boundary_times(stages)
+        # Each boundary's fastest message (every microbatch's when they are alike): a bound for any microbatch.
+        boundary = comm.message_times(stages, num_mb).min(axis=1, initial=math.inf).tolist() \
+            if comm.microbatch_bytes is not None else comm.boundary_times(stages)
         # Message time per boundary, from the schedule's messages (every microbatch crosses the same ones).
         crossing = [0.0] * max(0, stages - 1)
         for message in schedule.messages():

@@ -26,14 +26,26 @@ times are finite, ``F > 0``, ``B, W, I >= 0``; without a measured ``I``,
 included): split schedules run ``I`` and ``W`` as measured, fused ones ``B``.
 Costs rebuilt from other costs keep the measured split (:meth:`StageCosts.replaced`,
 :meth:`StageCosts.stagewise`).
+
+**Costs per (stage, microbatch)**: microbatches that are not alike (a 4-camera
+microbatch is slower on the vision stage only) take one time per stage *and*
+microbatch, :meth:`StageCosts.per_microbatch`; each microbatch obeys the rule above,
+the simulator runs each action at its own microbatch's time, and the per-stage
+fields hold the mean over microbatches (what code that reads one time per stage
+sees)::
+
+    >>> costs = StageCosts.per_microbatch(forward=[[3, 1], [1, 1]])    # [stage][microbatch]
+    >>> costs.forward, costs.duration("F", 0, 1), costs.duration("B", 0, 0)
+    ((2.0, 1.0), 1.0, 6.0)
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 
@@ -44,12 +56,15 @@ from .limits import check_memory
 if TYPE_CHECKING:
     from .schedule import Kind
 
-__all__ = ["StageCosts", "CommModel", "SendMode", "forward_backward_weight"]
+__all__ = ["StageCosts", "MicrobatchCosts", "CommModel", "SendMode", "forward_backward_weight"]
 
 SendMode = Literal["eager", "rendezvous"]
 #: the constructor arguments of :class:`StageCosts`, in order
 _FIELDS = ("forward", "backward", "weight", "activation_bytes", "weight_stash_bytes", "microbatch_scale", "update",
            "backward_input")
+#: the fields a per-microbatch matrix determines (``replaced`` refuses them on such costs)
+_TIME_FIELDS = ("forward", "backward", "weight", "microbatch_scale", "backward_input")
+Matrix = tuple[tuple[float, ...], ...]
 
 _UNIFORM_BYTES_PER_STAGE = 80
 """Peak bytes per stage of :meth:`StageCosts.uniform` (tracemalloc, 100,000 stages: 80.0)."""
@@ -97,6 +112,51 @@ def forward_backward_weight(
     return fwd, bwd, wgt
 
 
+class MicrobatchCosts(NamedTuple):
+    """Times per (stage, microbatch): ``forward[s][mb]`` and likewise; see :meth:`StageCosts.per_microbatch`.
+
+    ``backward_input`` is ``None`` unless the split's input-gradient time was measured
+    (then ``I`` is ``backward - weight``, as for per-stage costs).
+    """
+
+    forward: Matrix
+    backward: Matrix
+    weight: Matrix
+    backward_input: Matrix | None
+
+    @property
+    def num_microbatches(self) -> int:
+        """Microbatches the matrices describe (their row length)."""
+        return len(self.forward[0])
+
+    def split_input(self) -> Matrix:
+        """``I`` per (stage, microbatch): ``backward_input``, else ``backward - weight``."""
+        if self.backward_input is not None:
+            return self.backward_input
+        return tuple(tuple(b - w for b, w in zip(brow, wrow)) for brow, wrow in zip(self.backward, self.weight))
+
+
+def _row_mean(row: Sequence[float]) -> float:
+    """The mean of ``row``; exactly its value when every entry is the same (no rounding)."""
+    first = row[0]
+    if all(value == first for value in row):
+        return first
+    return math.fsum(row) / len(row)
+
+
+def _matrix(name: str, rows: Sequence[Sequence[float]], num_stages: int | None = None) -> list[list[float]]:
+    """``rows`` as a ``[stage][microbatch]`` list of lists of one row length (values unchecked)."""
+    try:
+        table = [[float(value) for value in row] for row in rows]
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{name} must be a [stage][microbatch] table of numbers") from None
+    if not table or not table[0] or any(len(row) != len(table[0]) for row in table):
+        raise InvalidInputError(f"{name} must be a non-empty [stage][microbatch] table with rows of one length")
+    if num_stages is not None and len(table) != num_stages:
+        raise InvalidInputError(f"{name} has {len(table)} stages, forward has {num_stages}")
+    return table
+
+
 @dataclass(frozen=True, init=False)
 class StageCosts:
     """Costs of one microbatch on each stage.
@@ -122,6 +182,9 @@ class StageCosts:
             backward, each >= 0) as measured, independent of ``backward``; with
             it, ``weight`` need only be >= 0 (not below ``backward``). ``None``:
             ``I`` = ``backward - weight``.
+
+    ``microbatch_costs`` is ``None`` here; :meth:`per_microbatch` builds costs with one
+    time per (stage, microbatch), held there (the per-stage fields are then the means).
     """
 
     forward: tuple[float, ...]
@@ -132,6 +195,7 @@ class StageCosts:
     microbatch_scale: tuple[float, ...] | None
     update: tuple[float, ...]
     backward_input: tuple[float, ...] | None
+    microbatch_costs: MicrobatchCosts | None
 
     def __init__(
         self,
@@ -178,6 +242,59 @@ class StageCosts:
             else finite_floats("update", update, length=num_stages, allow_zero=True),
         )
         object.__setattr__(self, "backward_input", split_input)
+        object.__setattr__(self, "microbatch_costs", None)
+
+    @classmethod
+    def per_microbatch(
+        cls,
+        forward: Sequence[Sequence[float]],
+        backward: Sequence[Sequence[float]] | None = None,
+        weight: Sequence[Sequence[float]] | None = None,
+        *,
+        backward_input: Sequence[Sequence[float]] | None = None,
+        activation_bytes: Sequence[float] | None = None,
+        weight_stash_bytes: Sequence[float] | None = None,
+        update: Sequence[float] | None = None,
+    ) -> StageCosts:
+        """Costs with one time per (stage, microbatch): ``forward[s][mb]``, likewise the others.
+
+        Each microbatch's column obeys :func:`forward_backward_weight` (defaults included:
+        ``backward`` twice ``forward``, ``weight`` half of ``backward``); ``backward_input``
+        is the measured ``I`` (see the class). Bytes and ``update`` stay per stage. The
+        per-stage fields (``forward``, ...) are the means over microbatches, exactly the
+        value where a stage's microbatches are alike, so a matrix whose columns are all
+        equal simulates bit for bit like the per-stage costs it repeats.
+
+        Raises:
+            InvalidInputError: a table that is not ``[stage][microbatch]`` with rows of one
+                length, or a value the rule refuses (named with its stage and microbatch).
+        """
+        fwd = _matrix("forward", forward)
+        stages, count = len(fwd), len(fwd[0])
+        bwd = None if backward is None else _matrix("backward", backward, stages)
+        wgt = None if weight is None else _matrix("weight", weight, stages)
+        inp = None if backward_input is None else _matrix("backward_input", backward_input, stages)
+        for name, table in (("backward", bwd), ("weight", wgt), ("backward_input", inp)):
+            if table is not None and len(table[0]) != count:
+                raise InvalidInputError(f"{name} has {len(table[0])} microbatches, forward has {count}")
+        columns = []
+        for mb in range(count):
+            try:
+                column = forward_backward_weight(
+                    [row[mb] for row in fwd], None if bwd is None else [row[mb] for row in bwd],
+                    None if wgt is None else [row[mb] for row in wgt], split_measured=inp is not None)
+                if inp is not None:
+                    finite_floats("backward_input", [row[mb] for row in inp], allow_zero=True)
+            except InvalidInputError as error:
+                raise InvalidInputError(f"microbatch {mb}: {error} (the index is the stage)") from None
+            columns.append(column)
+        by_stage = [tuple(tuple(column[part][s] for column in columns) for s in range(stages)) for part in range(3)]
+        split = None if inp is None else tuple(tuple(row) for row in inp)
+        costs = cls([_row_mean(row) for row in by_stage[0]], [_row_mean(row) for row in by_stage[1]],
+                    [_row_mean(row) for row in by_stage[2]], activation_bytes, weight_stash_bytes, None, update,
+                    None if split is None else [_row_mean(row) for row in split])
+        object.__setattr__(costs, "microbatch_costs", MicrobatchCosts(by_stage[0], by_stage[1], by_stage[2], split))
+        return costs
 
     @classmethod
     def uniform(
@@ -200,7 +317,16 @@ class StageCosts:
         unknown = set(changes) - set(_FIELDS)
         if unknown:
             raise InvalidInputError(f"unknown stage cost fields {sorted(unknown)}; allowed: {', '.join(_FIELDS)}")
-        return StageCosts(**{**{name: getattr(self, name) for name in _FIELDS}, **changes})
+        matrix = self.microbatch_costs
+        if matrix is not None:
+            times = sorted(set(changes) & set(_TIME_FIELDS))
+            if times:
+                raise InvalidInputError(f"costs per (stage, microbatch) cannot replace {', '.join(times)} "
+                                        "(build new ones with StageCosts.per_microbatch)")
+        result = StageCosts(**{**{name: getattr(self, name) for name in _FIELDS}, **changes})
+        if matrix is not None:
+            object.__setattr__(result, "microbatch_costs", matrix)
+        return result
 
     @classmethod
     def stagewise(cls, sources: Sequence[StageCosts]) -> StageCosts:
@@ -213,6 +339,18 @@ class StageCosts:
         if not sources or len({source.microbatch_scale for source in sources}) != 1:
             raise InvalidInputError("stagewise needs one source per stage, all with the same microbatch_scale")
         pick = lambda name: [getattr(source, name)[s] for s, source in enumerate(sources)]  # noqa: E731
+        matrices = [source.microbatch_costs for source in sources]
+        if any(matrix is not None for matrix in matrices):
+            if any(matrix is None for matrix in matrices) or len({m.num_microbatches for m in matrices if m}) != 1:
+                raise InvalidInputError("stagewise: either every source has costs per (stage, microbatch), for "
+                                        "the same microbatches, or none")
+            rows = lambda part: [getattr(m, part)[s] for s, m in enumerate(matrices) if m]  # noqa: E731
+            measured_rows = any(m is not None and m.backward_input is not None for m in matrices)
+            return cls.per_microbatch(rows("forward"), rows("backward"), rows("weight"),
+                                      backward_input=[m.split_input()[s] for s, m in enumerate(matrices) if m]
+                                      if measured_rows else None,
+                                      activation_bytes=pick("activation_bytes"),
+                                      weight_stash_bytes=pick("weight_stash_bytes"), update=pick("update"))
         measured = any(source.backward_input is not None for source in sources)
         split_input = [source.backward[s] - source.weight[s] if source.backward_input is None
                        else source.backward_input[s] for s, source in enumerate(sources)]
@@ -245,6 +383,10 @@ class StageCosts:
             return self.update[stage]
         else:
             raise InvalidInputError(f"kind must be one of F, B, I, W, U, got {kind!r}")
+        matrix = self.microbatch_costs
+        if matrix is not None:
+            table = {"F": matrix.forward, "B": matrix.backward, "W": matrix.weight}.get(str(kind))
+            return (table if table is not None else matrix.split_input())[stage][microbatch]
         if self.microbatch_scale is not None:
             base *= self.microbatch_scale[microbatch]
         return base
@@ -257,6 +399,8 @@ class StageCosts:
                 (``F``, ``B``, ``I``, ``W``, ``U``).
             stages, microbatches: per action.
         """
+        if self.microbatch_costs is not None:
+            return self._matrix_table[kinds, stages, microbatches]
         forward = np.asarray(self.forward)
         backward = np.asarray(self.backward)
         weight = np.asarray(self.weight)
@@ -269,11 +413,26 @@ class StageCosts:
             base = base * np.where(kinds == len(table) - 1, 1.0, scale)  # an update is not per sample
         return base
 
+    @cached_property
+    def _matrix_table(self) -> np.ndarray:
+        """``[kind, stage, microbatch]`` durations of costs per (stage, microbatch), kinds in KINDS order."""
+        matrix = self.microbatch_costs
+        assert matrix is not None
+        update = np.repeat(np.asarray(self.update, dtype=float)[:, None], matrix.num_microbatches, axis=1)
+        return np.stack([np.asarray(matrix.forward, dtype=float), np.asarray(matrix.backward, dtype=float),
+                         np.asarray(matrix.split_input(), dtype=float), np.asarray(matrix.weight, dtype=float),
+                         update])
+
     def check_shape(self, num_stages: int, num_microbatches: int) -> None:
         """Raise if these costs do not describe ``num_stages`` stages and ``num_microbatches``."""
         if self.num_stages != num_stages:
             raise InvalidInputError(
                 f"costs describe {self.num_stages} stages but the schedule has {num_stages}"
+            )
+        if self.microbatch_costs is not None and self.microbatch_costs.num_microbatches != num_microbatches:
+            raise InvalidInputError(
+                f"the costs per (stage, microbatch) describe {self.microbatch_costs.num_microbatches} microbatches, "
+                f"the schedule has {num_microbatches}"
             )
         if self.microbatch_scale is not None and len(self.microbatch_scale) != num_microbatches:
             raise InvalidInputError(
@@ -301,12 +460,16 @@ class CommModel:
             consuming one) and the transfer is done. A rank blocked in a send has
             its next receive posted already, like Megatron's batched
             ``send_forward_recv_backward``.
+        microbatch_bytes: optional bytes per boundary *and* microbatch,
+            ``[boundary][microbatch]``, for microbatches that are not alike (see
+            :meth:`message_times`); ``boundary_bytes`` is then each boundary's mean.
     """
 
     latency: float
     bandwidth: float
     boundary_bytes: float | tuple[float, ...]
     send_mode: SendMode
+    microbatch_bytes: Matrix | None = field(default=None, repr=False)
 
     def __init__(
         self,
@@ -314,6 +477,8 @@ class CommModel:
         bandwidth: float = math.inf,
         boundary_bytes: float | Sequence[float] = 0.0,
         send_mode: SendMode = "eager",
+        *,
+        microbatch_bytes: Sequence[Sequence[float]] | None = None,
     ) -> None:
         lat = non_negative_float("latency", latency)
         band = positive_float("bandwidth", bandwidth, allow_inf=True)
@@ -325,8 +490,15 @@ class CommModel:
             raise InvalidInputError(f"send_mode must be 'eager' or 'rendezvous', got {send_mode!r}")
         object.__setattr__(self, "latency", lat)
         object.__setattr__(self, "bandwidth", band)
+        per_microbatch: Matrix | None = None
+        if microbatch_bytes is not None:
+            table = _matrix("microbatch_bytes", microbatch_bytes)
+            per_microbatch = tuple(finite_floats(f"microbatch_bytes[{b}]", row, allow_zero=True)
+                                   for b, row in enumerate(table))
+            sizes = tuple(_row_mean(row) for row in per_microbatch)
         object.__setattr__(self, "boundary_bytes", sizes)
         object.__setattr__(self, "send_mode", send_mode)
+        object.__setattr__(self, "microbatch_bytes", per_microbatch)
 
     def boundary_times(self, num_stages: int) -> tuple[float, ...]:
         """Message time across each of the ``num_stages - 1`` boundaries."""
@@ -340,3 +512,20 @@ class CommModel:
         else:
             sizes = (self.boundary_bytes,) * (num_stages - 1)
         return tuple(self.latency + size / self.bandwidth for size in sizes)
+
+    def message_times(self, num_stages: int, num_microbatches: int) -> np.ndarray:
+        """``[boundary, microbatch]``: the time of each microbatch's message across each boundary.
+
+        Each microbatch's own bytes where ``microbatch_bytes`` is given, else
+        :meth:`boundary_times` for every microbatch.
+        """
+        if self.microbatch_bytes is None:
+            times = np.asarray(self.boundary_times(num_stages), dtype=float)
+            return np.repeat(times.reshape(-1, 1), num_microbatches, axis=1)
+        table = np.asarray(self.microbatch_bytes, dtype=float)
+        if table.shape != (num_stages - 1, num_microbatches):
+            raise InvalidInputError(
+                f"microbatch_bytes is {table.shape[0]} boundaries × {table.shape[1]} microbatches, expected "
+                f"{num_stages - 1} × {num_microbatches}"
+            )
+        return self.latency + table / self.bandwidth

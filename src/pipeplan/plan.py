@@ -34,11 +34,66 @@ from .errors import InvalidInputError
 from .schedules import schedule_label
 from .timeline import Timeline
 
-__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "TpCommOverlap", "TP_COMM_OVERLAPS", "as_plan"]
+__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "TORCHTITAN_RECOMPUTE", "check_recompute",
+           "recompute_at", "recompute_rank", "TpCommOverlap", "TP_COMM_OVERLAPS", "as_plan"]
 
-Recompute = Literal["none", "selective", "full"]
-#: Recompute modes from cheapest in time to cheapest in memory.
+#: A recompute mode: one of :data:`RECOMPUTE_MODES` (Megatron-LM's), or torchtitan's ``"op"`` (its per-op
+#: selective checkpointing) and ``"every:N"`` (full recompute of every Nth block, the rest none):
+#: :func:`check_recompute` says which strings are modes.
+Recompute = str
+#: Recompute modes from cheapest in time to cheapest in memory (Megatron-LM's; the planner's default search).
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
+#: torchtitan's activation-checkpointing modes as pipeplan names them (``every:N`` for any N >= 1).
+TORCHTITAN_RECOMPUTE: tuple[str, ...] = ("none", "op", "every:N", "full")
+
+
+def check_recompute(mode: object) -> Recompute:
+    """``mode`` when it is a recompute mode: ``none``, ``selective``, ``full``, ``op`` or ``every:N`` (N >= 1).
+
+    Raises:
+        InvalidInputError: anything else (one line naming the modes).
+    """
+    if isinstance(mode, str) and (mode in RECOMPUTE_MODES or mode == "op" or _every(mode) is not None):
+        return mode
+    raise InvalidInputError(f"recompute must be 'none', 'selective', 'full', 'op' or 'every:N' (N >= 1), "
+                            f"got {mode!r}")
+
+
+def _every(mode: str) -> int | None:
+    """N of ``"every:N"`` (a positive integer), else ``None``."""
+    head, _, count = mode.partition(":")
+    if head != "every" or not count.isdigit() or int(count) < 1:
+        return None
+    return int(count)
+
+
+def recompute_at(mode: Recompute, index: int) -> Recompute:
+    """The mode block ``index`` (0-based, within its stack) runs under ``mode``.
+
+    ``"every:N"`` is torchtitan's selective *layer* checkpointing (``selective_ac_option = "N"``,
+    torchtitan/parallelisms/parallelize_llama.py at 0413364, ``checkpoint_wrapper``): its counter
+    wraps the ``N``-th, ``2N``-th, ... block in full checkpointing and leaves the others alone, so
+    block ``index`` is ``"full"`` when ``(index + 1) % N == 0``, else ``"none"``. Every other mode
+    applies to every block alike.
+    """
+    count = _every(mode)
+    if count is None:
+        return mode
+    return "full" if (index + 1) % count == 0 else "none"
+
+
+def recompute_rank(mode: Recompute) -> float:
+    """A total order of the modes from cheapest in time to cheapest in memory (:data:`RECOMPUTE_MODES`' order).
+
+    ``none`` 0, ``selective`` 1, ``op`` 2 (torchtitan's per-op: elementwise work and every second
+    GEMM again), ``every:N`` ``2 + 1/N`` (a fraction ``1/N`` of the blocks fully recomputed),
+    ``full`` 3 (``every:1``). Only ``none``, ``selective`` and ``full`` are ordered in both time
+    and memory; the others are placed by the time they add.
+    """
+    count = _every(check_recompute(mode))
+    if count is not None:
+        return 2.0 + 1.0 / count
+    return {"none": 0.0, "selective": 1.0, "op": 2.0, "full": 3.0}[mode]
 
 TpCommOverlap = Literal["off", "backward", "on"]
 #: What a tensor-parallel group's collectives hide behind, least hidden first: ``"off"`` nothing (forward and

@@ -212,13 +212,21 @@ def simulate(
     costs.check_shape(num_stages, schedule.num_microbatches)
     check_iterations_size(iterations, schedule.num_ranks)
     boundary = np.asarray(comm.boundary_times(num_stages), dtype=float)
+    if comm.microbatch_bytes is not None:
+        comm.message_times(num_stages, schedule.num_microbatches)  # the shape, checked before any work
     if validate:
         schedule.validate()
     compiled = schedule.cached("simulate", lambda: _compile(schedule))
     low = schedule.lowered()
     count = len(low.actions)
     durations = costs.durations(low.kind, low.stage, low.microbatch)
-    message_time = boundary[low.boundary] if len(low.boundary) else np.zeros(0)
+    if not len(low.boundary):
+        message_time = np.zeros(0)
+    elif comm.microbatch_bytes is None:
+        message_time = boundary[low.boundary]
+    else:  # each message at its microbatch's own bytes
+        message_time = comm.message_times(num_stages, schedule.num_microbatches)[
+            low.boundary, low.microbatch[compiled.senders]]
     rendezvous = comm.send_mode == "rendezvous"
     receive_time = np.zeros(count)
     receive_time[compiled.receivers] = message_time

@@ -22,7 +22,8 @@ docstring of :func:`balance`): ``makespan <= total / ranks + spread`` where
 cases exactly (branch and bound) to check the heuristic; :func:`plan_microbatches`
 splits one rank's samples into microbatches and orders them for a pipeline;
 :func:`pipeline_makespan` is the step of a schedule (1F1B by default) when
-each (stage, microbatch) has its own cost. torch-free (numpy only).
+each (stage, microbatch) has its own cost (the simulator on
+:meth:`StageCosts.per_microbatch <pipeplan.costs.StageCosts.per_microbatch>`). torch-free (numpy only).
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from ..schedule import Action, Schedule
+from ..costs import StageCosts
+from ..errors import InvalidInputError, InvalidScheduleError
+from ..schedule import Schedule
 from ..schedules import schedule_info
+from ..simulate import simulate
 
 __all__ = ["Balance", "balance", "balance_exact", "lower_bound", "rank_loads", "plan_microbatches",
-           "MicrobatchPlan", "pipeline_makespan"]
+           "MicrobatchPlan", "pipeline_makespan", "microbatch_stage_costs"]
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,29 @@ def _schedule(schedule: str | Schedule, stages: int, count: int) -> Schedule:
     return info.factory(stages, count, **({"backward": "full"} if "backward" in info.options else {}))
 
 
+def microbatch_stage_costs(forward: np.ndarray | Sequence[Sequence[float]],
+                           backward: np.ndarray | Sequence[Sequence[float]],
+                           weight: np.ndarray | Sequence[Sequence[float]] | None = None,
+                           activation_bytes: Sequence[float] | None = None) -> StageCosts:
+    """:meth:`StageCosts.per_microbatch <pipeplan.costs.StageCosts.per_microbatch>` from ``[stage, microbatch]`` arrays (ms).
+
+    ``weight``: the weight-gradient part of each backward (default half of it, as
+    :class:`~pipeplan.costs.StageCosts`); ``activation_bytes`` per stage.
+    """
+    fwd = np.asarray(forward, dtype=float)
+    bwd = np.asarray(backward, dtype=float)
+    if fwd.ndim != 2 or fwd.shape != bwd.shape or fwd.size == 0:
+        raise InvalidInputError(f"forward and backward must both be [stage, microbatch] arrays, got "
+                                f"{fwd.shape} and {bwd.shape}")
+    wgt = None
+    if weight is not None:
+        wgt = np.asarray(weight, dtype=float)
+        if wgt.shape != fwd.shape:
+            raise InvalidInputError(f"weight must be a [stage, microbatch] array like forward, got {wgt.shape}")
+    return StageCosts.per_microbatch(fwd.tolist(), bwd.tolist(), None if wgt is None else wgt.tolist(),
+                                     activation_bytes=activation_bytes)
+
+
 def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward: np.ndarray | Sequence[Sequence[float]],
                       *, schedule: str | Schedule = "1f1b",
                       weight: np.ndarray | Sequence[Sequence[float]] | None = None) -> float:
@@ -300,52 +326,24 @@ def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward:
     allowed: interleaved, V). A split-backward schedule (zero-bubble's ``I`` and ``W``)
     needs ``weight[s][m]``, the weight-gradient part of ``backward[s][m]``: ``I`` costs
     ``backward - weight`` and ``W`` costs ``weight``, as
-    :class:`~pipeplan.costs.StageCosts` splits an unmeasured backward. Every action starts
-    when its rank is free and its dependencies are done (no communication time),
-    as :func:`pipeplan.simulate.simulate` does with a zero-cost link; the simulator
-    itself takes one cost per stage times one scale per microbatch, which cannot
-    say that a 4-camera sample costs more on the vision stage only.
+    :class:`~pipeplan.costs.StageCosts` splits an unmeasured backward. It is
+    :func:`pipeplan.simulate.simulate` on :func:`microbatch_stage_costs` with free
+    messages (an action starts when its rank is free and its inputs are done).
     """
-    fwd = np.asarray(forward, dtype=float)
-    bwd = np.asarray(backward, dtype=float)
-    if fwd.ndim != 2 or fwd.shape != bwd.shape or fwd.size == 0:
-        raise InvalidInputError(f"forward and backward must both be [stage, microbatch] arrays, got "
-                                f"{fwd.shape} and {bwd.shape}")
-    stages, count = fwd.shape
+    costs = microbatch_stage_costs(forward, backward, weight)
+    assert costs.microbatch_costs is not None
+    stages, count = costs.num_stages, costs.microbatch_costs.num_microbatches
     built = _schedule(schedule, stages, count)
     if built.num_stages != stages or built.num_microbatches != count:
         raise InvalidInputError(f"the schedule has {built.num_stages} stages and {built.num_microbatches} "
                                 f"microbatches; the costs {stages} and {count}")
-    tables: dict[str, np.ndarray] = {"F": fwd, "B": bwd}
     if not built.present_kinds <= {"F", "B", "I", "W"}:
         raise InvalidInputError("pipeline_makespan takes a schedule of F and B (or I and W) actions only, got "
                                 f"{', '.join(sorted(built.present_kinds))}")
-    if built.present_kinds & {"I", "W"}:
-        if weight is None:
-            raise InvalidInputError("a split-backward schedule (I and W actions) needs weight, the "
-                                    "weight-gradient part of each backward")
-        wgt = np.asarray(weight, dtype=float)
-        if wgt.shape != fwd.shape:
-            raise InvalidInputError(f"weight must be a [stage, microbatch] array like forward, got {wgt.shape}")
-        tables["I"], tables["W"] = bwd - wgt, wgt
-    done: dict[Action, float] = {}
-    position = [0] * built.num_ranks
-    free = [0.0] * built.num_ranks
-    remaining = sum(len(order) for order in built.orders)
-    while remaining:
-        progressed = False
-        for rank, order in enumerate(built.orders):
-            while position[rank] < len(order):
-                action = order[position[rank]]
-                needs = built.dependencies(action)
-                if any(need not in done for need in needs):
-                    break
-                start = max([free[rank], *(done[need] for need in needs)])
-                table = tables[action.kind]
-                free[rank] = done[action] = start + float(table[action.stage, action.microbatch])
-                position[rank] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            raise InvalidInputError("the schedule cannot finish: an action waits on one that never runs")
-    return max(free)
+    if built.present_kinds & {"I", "W"} and weight is None:
+        raise InvalidInputError("a split-backward schedule (I and W actions) needs weight, the "
+                                "weight-gradient part of each backward")
+    try:
+        return simulate(built, costs).makespan
+    except InvalidScheduleError as error:
+        raise InvalidInputError(f"the schedule cannot finish: {error}") from None

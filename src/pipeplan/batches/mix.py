@@ -212,7 +212,8 @@ class MixCosts:
         mix: the mix.
         model: the preset name (or the builder's name).
         profiles: per shape, the :class:`~pipeplan.layers.LayerProfile` of ONE sample (ms per
-            layer: the profile at ``micro_batch_size`` samples divided by it).
+            layer and bytes crossing a cut after it: the profile at ``micro_batch_size``
+            samples divided by it; its activation bytes stay the whole microbatch's).
         sample_ms: per shape, forward + full backward of one sample, summed over layers (ms).
         module_ms: per shape, ``{module: ms}`` (forward + backward of one sample per module;
             a joint layer ``a+b`` counts under ``a+b``).
@@ -293,7 +294,8 @@ def mix_costs(model: str | Callable[..., ModelSpec], mix: Mix, *, device: str | 
         scale = 1.0 / micro_batch_size
         profile = batch.replaced(forward=[f * scale for f in batch.forward],
                                  backward=[b * scale for b in batch.backward],
-                                 weight=[w * scale for w in batch.weight])
+                                 weight=[w * scale for w in batch.weight],
+                                 send_bytes=[size * scale for size in batch.send_bytes])
         per_module: dict[str, float] = {}
         for layer, f, b in zip(profile.names, profile.forward, profile.backward):
             key = layer.rsplit(".", 1)[0]

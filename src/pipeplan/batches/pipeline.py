@@ -16,22 +16,39 @@ makes them. *Balanced*: :func:`~pipeplan.batches.balance.plan_microbatches`
 is :func:`~pipeplan.batches.balance.pipeline_makespan` (no communication time);
 *mean sample* is the step when every sample costs the mix's mean on every stage,
 what a plan on the mean shape predicts; *bound* is the busiest stage's total
-work, a lower bound on any order. torch-free.
+work, a lower bound on any order.
+
+One drawn batch, simulated as it runs: :func:`mix_batch_step` gives each microbatch
+its own forward, backward and weight-gradient time on each stage
+(:meth:`StageCosts.per_microbatch <pipeplan.costs.StageCosts.per_microbatch>`), runs
+the schedule with its messages, and splits each rank's idle time into the schedule's
+bubble and the variation (:func:`pipeplan.variation.idle_split`), random and balanced::
+
+    from pipeplan.batches.pipeline import mix_batch_step
+    batch = mix_batch_step(costs, [5, 6, 6, 5], 8, 4, schedule="1f1b")
+    batch.random.split.variation, batch.balanced.split.variation   # per rank, ms
+
+torch-free.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .._validation import positive_int
+from ..costs import CommModel, StageCosts
 from ..schedule import Schedule
-from .balance import _schedule, balance, pipeline_makespan, plan_microbatches
+from ..simulate import simulate
+from ..timeline import Timeline
+from ..variation import IdleSplit, idle_split
+from .balance import _schedule, balance, microbatch_stage_costs, pipeline_makespan, plan_microbatches
 from .mix import MixCosts
 
-__all__ = ["MixStep", "mix_pipeline_step"]
+__all__ = ["MixStep", "mix_pipeline_step", "BatchRun", "MixBatch", "mix_batch_step"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +116,86 @@ def mix_pipeline_step(costs: MixCosts, layers_per_stage: Sequence[int], num_micr
                    random_mean_ms=float(np.mean(random_steps)), random_p95_ms=float(np.percentile(random_steps, 95)),
                    balanced_mean_ms=float(np.mean(balanced_steps)),
                    balanced_p95_ms=float(np.percentile(balanced_steps, 95)), bound_mean_ms=float(np.mean(bounds)))
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One order of a drawn batch's microbatches, simulated.
+
+    Attributes:
+        shapes: per microbatch (in run order), the mix row of each of its samples.
+        costs: the per-(stage, microbatch) costs it ran on (ms).
+        comm: its messages (bytes per boundary and microbatch where they follow the shapes).
+        timeline: the simulated step.
+        split: its idle time per rank, bubble vs variation, and the step's bounds.
+    """
+
+    shapes: tuple[tuple[int, ...], ...]
+    costs: StageCosts
+    comm: CommModel | None
+    timeline: Timeline
+    split: IdleSplit
+
+    def to_dict(self) -> dict[str, Any]:
+        """The microbatches' shapes and the idle split (JSON-ready)."""
+        return {"microbatch_shapes": [list(shapes) for shapes in self.shapes], **self.split.to_dict()}
+
+
+@dataclass(frozen=True)
+class MixBatch:
+    """A global batch drawn from a mix, in draw order (``random``) and as balanced and ordered (``balanced``)."""
+
+    seed: int
+    random: BatchRun
+    balanced: BatchRun
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"seed": self.seed, "random": self.random.to_dict(), "balanced": self.balanced.to_dict()}
+
+
+def mix_batch_step(costs: MixCosts, layers_per_stage: Sequence[int], num_microbatches: int, micro_batch_size: int,
+                   *, schedule: str | Schedule = "1f1b", comm: CommModel | None = None, seed: int = 0,
+                   activation_bytes: Sequence[float] | None = None, message_bytes: bool = True) -> MixBatch:
+    """One global batch of ``num_microbatches × micro_batch_size`` samples drawn from ``costs.mix``, simulated.
+
+    A microbatch's forward, backward and weight-gradient time on a stage are the sums of its
+    samples' (each sample at its own shape); ``schedule`` (a registered name, full
+    backwards where it has the option, or a built :class:`~pipeplan.schedule.Schedule` of
+    that shape) runs them with ``comm``'s latency, bandwidth and send mode, each message
+    across a cut the sum of its samples' bytes there (``message_bytes=False``: ``comm``'s
+    own bytes for every microbatch). *Random*: microbatches in draw order; *balanced*:
+    :func:`~pipeplan.batches.balance.plan_microbatches` (equal counts, balanced totals, the
+    fastest of its orders on this schedule without messages). ``activation_bytes``: per
+    stage, for the timelines' memory (default 1).
+    """
+    count = positive_int("num_microbatches", num_microbatches)
+    size = positive_int("micro_batch_size", micro_batch_size)
+    stage_costs = [profile.stage_costs(layers_per_stage) for profile in costs.profiles]
+    forward = np.stack([np.asarray(stage.forward) for stage in stage_costs])  # [shape, stage]
+    backward = np.stack([np.asarray(stage.backward) for stage in stage_costs])
+    weight = np.stack([np.asarray(stage.weight) for stage in stage_costs])
+    sizes = np.stack([np.asarray(profile.boundary_bytes(layers_per_stage), dtype=float).reshape(-1)
+                      for profile in costs.profiles])  # [shape, boundary]
+    built = _schedule(schedule, forward.shape[1], count)
+    shapes = costs.draw(count * size, seed=seed)
+    totals = forward[shapes].sum(axis=1) + backward[shapes].sum(axis=1)
+    plan = plan_microbatches(totals, count, sample_forward=forward[shapes], sample_backward=backward[shapes],
+                             sample_weight=weight[shapes], schedule=built)
+    drawn = tuple(tuple(range(mb * size, (mb + 1) * size)) for mb in range(count))
+
+    def run(groups: tuple[tuple[int, ...], ...]) -> BatchRun:
+        picked = [shapes[list(group)] for group in groups]
+        stage_costs = microbatch_stage_costs(np.stack([forward[p].sum(axis=0) for p in picked], axis=1),
+                                             np.stack([backward[p].sum(axis=0) for p in picked], axis=1),
+                                             np.stack([weight[p].sum(axis=0) for p in picked], axis=1),
+                                             activation_bytes)
+        messages = comm
+        if comm is not None and message_bytes and sizes.shape[1]:
+            messages = CommModel(comm.latency, comm.bandwidth, send_mode=comm.send_mode,
+                                 microbatch_bytes=np.stack([sizes[p].sum(axis=0) for p in picked], axis=1).tolist())
+        timeline = simulate(built, stage_costs, messages)
+        return BatchRun(shapes=tuple(tuple(int(i) for i in p) for p in picked), costs=stage_costs, comm=messages,
+                        timeline=timeline, split=idle_split(built, stage_costs, messages, timeline=timeline))
+
+    return MixBatch(seed=seed, random=run(drawn), balanced=run(plan.microbatches))

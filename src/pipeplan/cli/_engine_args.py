@@ -41,8 +41,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, dest in KNOB_FLAGS.items():
         knob = megatron.get(flag)
         default = "searched" if knob.default is None else knob.default
-        parser.add_argument(f"--{flag}", dest=dest, default=None, metavar="|".join(knob.choices),
-                            help=f"pin it: {knob.doc} (default {default})")
+        choices = dict.fromkeys(knob.choices)
+        others = ""
+        for engine in engines.names():
+            if engine != DEFAULT_ENGINE and flag in engines.get(engine).knobs.names():
+                theirs = engines.get(engine).knobs.get(flag)
+                choices.update(dict.fromkeys(theirs.choices))
+                others += f"; --engine {engine}: {theirs.doc}"
+        parser.add_argument(f"--{flag}", dest=dest, default=None, metavar="|".join(choices),
+                            help=f"pin it: {knob.doc} (default {default}){others}")
 
 
 def _engine(args: argparse.Namespace) -> Engine:
@@ -79,8 +86,19 @@ def engine_workload(args: argparse.Namespace, workload: Workload) -> Workload:
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
             tp_comm_overlap=cast("TpCommOverlap | None", given.get("tp-comm-overlap")))
     if "recompute" in given:
-        workload = workload.with_recompute(cast(Recompute, given["recompute"]))
+        workload = workload.with_recompute(given["recompute"])
+    else:
+        searched = _searched_recompute(_engine(args))
+        if searched is not None and workload.spec is not None:  # a measured profile answers for its own modes
+            workload = workload.with_recompute_modes(searched)
     return workload
+
+
+def _searched_recompute(engine: Engine) -> tuple[Recompute, ...] | None:
+    """The recompute modes the engine lets the planner search, when not every one it has (torchtitan's)."""
+    if "recompute" not in engine.knobs.names():
+        return None
+    return engine.knobs.get("recompute").searched
 
 
 _TENSOR_PARALLEL = {
@@ -124,7 +142,8 @@ def engine_assumptions(args: argparse.Namespace) -> dict[str, str]:
         if flag in given:
             values[flag] = f"{given[flag]} (given: --{flag})"
         elif default is None:
-            values[flag] = "searched: none, selective, full (per stage, the cheapest in time that fits)"
+            modes = _searched_recompute(engine) or ("none", "selective", "full")
+            values[flag] = f"searched: {', '.join(modes)} (per stage, the cheapest in time that fits)"
         else:
             values[flag] = f"{default} (assumed: give --{flag} to pin it)"
     sequence_parallel = given.get("sequence-parallel", megatron["sequence-parallel"] or "on")

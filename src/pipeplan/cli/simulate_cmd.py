@@ -24,7 +24,10 @@ model's shapes on ``--gpu`` (or a ``--device`` file) through the cost model
 (docs/cost_model.md), and each cut's activation crosses the GPU's NVLink (or the
 file's measured link) at NCCL's point-to-point rate.
 ``--mix FILE`` (with ``--preset``) adds the expected step over global batches drawn
-from a shape mix, random vs balanced microbatches (:mod:`pipeplan.batches.pipeline`).
+from a shape mix, random vs balanced microbatches (:mod:`pipeplan.batches.pipeline`), and
+one drawn batch simulated with each microbatch at its own costs (with messages), its
+idle time per rank split into the schedule's bubble and the variation
+(:func:`pipeplan.variation.idle_split`).
 """
 
 from __future__ import annotations
@@ -152,7 +155,9 @@ def register(subparsers: Any) -> None:
     add_spec_arguments(parser)
     parser.add_argument("--mix", metavar="FILE", default=None,
                         help="with --preset: a shape mix (CSV or JSON: shape fields such as cameras, then count or "
-                             "weight); also prints the expected step over drawn batches (docs/uneven_batches.md)")
+                             "weight); also prints the expected step over drawn batches, and one drawn batch simulated with "
+                             "each microbatch at its own costs, its idle split into the schedule's bubble and the "
+                             "variation (docs/uneven_batches.md)")
     renamed_flag(parser, "--steps", "--step-table", "the unit-step table; --steps N is a count of steps in run")
     renamed_flag(parser, "--optimizer", "--step-boundary", "barrier or overlap between steps; --optimizer is the "
                  "optimizer state in plan and partition")
@@ -484,11 +489,18 @@ def _run_spec(args: argparse.Namespace) -> int:
     args.microbatches = microbatches_of(args, costs.num_stages)
     check_size(args, costs.num_stages)
     schedule = schedule_from_args(args, costs, comm)
-    mix = _mix_step(args, spec, device, layers) if getattr(args, "mix", None) else None
+    mix_costs = _mix_costs(args, spec, device) if getattr(args, "mix", None) else None
     timeline = simulate(schedule, costs, comm)
     write_outputs(timeline, args)
+    mix = batch = None
+    if mix_costs is not None:
+        from ..batches.pipeline import mix_batch_step, mix_pipeline_step
+
+        mix = mix_pipeline_step(mix_costs, layers, args.microbatches, args.micro_batch_size, schedule=args.schedule)
+        batch = mix_batch_step(mix_costs, layers, args.microbatches, args.micro_batch_size, schedule=schedule,
+                               comm=comm, activation_bytes=costs.activation_bytes)
     if args.json:
-        extra = {} if mix is None else {"mix": mix.to_dict()}
+        extra = {} if mix is None or batch is None else {"mix": {**mix.to_dict(), "batch": batch.to_dict()}}
         print_json(timeline_payload(timeline, args, layers_per_stage=layers, device=device_fields(device),
                                     link=link.name, **extra))
         return 0
@@ -496,18 +508,46 @@ def _run_spec(args: argparse.Namespace) -> int:
                          f"{link.name} ({link.latency_ms:g} ms + bytes / {units.format_bandwidth(link.bandwidth / 1e3)})",
                          markup=False, highlight=False)
     show_timeline(timeline, width=args.width, step_table=args.step_table)
-    if mix is not None:
+    if mix is not None and batch is not None:
         print(f"--mix {args.mix}: step over {mix.draws} drawn batches, no message time (ms): mean sample "
               f"{mix.mean_sample_ms:.1f}; random microbatches {mix.random_mean_ms:.1f} (p95 {mix.random_p95_ms:.1f}); "
               f"balanced {mix.balanced_mean_ms:.1f} (p95 {mix.balanced_p95_ms:.1f}); busiest stage's work "
               f"{mix.bound_mean_ms:.1f}")
+        for line in mix_batch_lines(batch):
+            print(line)
     return 0
 
 
-def _mix_step(args: argparse.Namespace, spec: Any, device: Any, layers: list[int]) -> Any:
-    """``--mix FILE``: the expected step over batches drawn from the mix (:mod:`pipeplan.batches.pipeline`)."""
+def mix_batch_lines(batch: Any) -> list[str]:
+    """The text lines of one drawn batch simulated with per-microbatch costs: steps, bounds, idle split per rank."""
+    random, balanced = batch.random.split, batch.balanced.split
+    lines = [
+        f"one drawn batch (seed {batch.seed}), each microbatch at its own costs and message bytes (ms): random "
+        f"microbatches {random.makespan:.1f}, balanced {balanced.makespan:.1f}; at the batch's mean costs "
+        f"{random.mean_makespan:.1f}; bounds: random {random.lower_bound:.1f}–{random.upper_bound:.1f}, balanced "
+        f"{balanced.lower_bound:.1f}–{balanced.upper_bound:.1f}",
+        "idle per rank (ms): bubble = the schedule's (every microbatch at its stage's mean), variation = the "
+        "extra from microbatches differing",
+        "rank │ random bubble │ random variation │ balanced bubble │ balanced variation",
+    ]
+    for rank in range(len(random.idle)):
+        lines.append(f"{rank:>4} │ {random.bubble[rank]:>13.1f} │ {random.variation[rank]:>16.1f} │ "
+                     f"{balanced.bubble[rank]:>15.1f} │ {balanced.variation[rank]:>18.1f}")
+    for name, split in (("random", random), ("balanced", balanced)):
+        if split.makespan < split.mean_makespan:
+            lines.append(f"{name}: the order idles less than at the mean costs, by "
+                         f"{split.mean_makespan - split.makespan:.1f} ms: no idle from variation")
+        elif split.total_variation > 0:
+            changes = {cause.value: sum(rank[cause] for rank in split.cause_change) for cause in split.cause_change[0]}
+            shown = ", ".join(f"{cause} {change:+.1f}" for cause, change in
+                              sorted(changes.items(), key=lambda item: -abs(item[1])) if abs(change) >= 0.05)
+            lines.append(f"{name}: idle against the mean costs by cause, summed over ranks (ms): {shown}")
+    return lines
+
+
+def _mix_costs(args: argparse.Namespace, spec: Any, device: Any) -> Any:
+    """``--mix FILE``: each mix row's per-sample costs, the model as simulated (:mod:`pipeplan.batches.mix`)."""
     from ..batches.mix import mix_costs, read_mix
-    from ..batches.pipeline import mix_pipeline_step
 
     info = schedule_info(args.schedule) if args.schedule in SCHEDULES else None
     if info is None or info.layout != "one" or info.default_backward != "full" or args.forward_only:
@@ -524,10 +564,9 @@ def _mix_step(args: argparse.Namespace, spec: Any, device: Any, layers: list[int
         return spec_from_args(argparse.Namespace(**{**vars(args), **shape}))
 
     shaped.__name__ = args.preset
-    costs = mix_costs(shaped, mix, device=device, micro_batch_size=args.micro_batch_size,
-                      recompute=recompute_of(args, spec), tensor_parallel=args.tp,
-                      sequence_parallel=args.sequence_parallel)
-    return mix_pipeline_step(costs, layers, args.microbatches, args.micro_batch_size, schedule=args.schedule)
+    return mix_costs(shaped, mix, device=device, micro_batch_size=args.micro_batch_size,
+                     recompute=recompute_of(args, spec), tensor_parallel=args.tp,
+                     sequence_parallel=args.sequence_parallel)
 
 
 def write_outputs(timeline: Timeline, args: argparse.Namespace) -> None:

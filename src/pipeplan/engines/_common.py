@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InvalidInputError
-from ..plan import Plan, Recompute, as_plan
+from ..plan import Plan, Recompute, as_plan, recompute_rank
 
 __all__ = ["ExportFile", "to_plan", "strongest_recompute", "recompute_notes", "one_stage_per_rank"]
 
@@ -45,11 +45,7 @@ def _modes(plan: Plan) -> set[str]:
 
 def strongest_recompute(plan: Plan) -> Recompute:
     """The most memory-saving mode any stage or module uses (engines apply one mode to every layer)."""
-    modes = _modes(plan)
-    for mode in ("full", "selective"):
-        if mode in modes:
-            return mode
-    return "none"
+    return max(_modes(plan), key=recompute_rank)  # full, then every:N, op, selective, none
 
 
 def recompute_notes(plan: Plan, engine: str) -> list[str]:

@@ -116,6 +116,15 @@ class Files:
     read: Callable[[Path], RunConfig] = _no_reader
 
 
+def _numbered(choice: str, value: str) -> bool:
+    """``value`` is ``choice``'s prefix with a positive integer, for a choice ending in ``:N`` (``every:N``)."""
+    if not choice.endswith(":N"):
+        return False
+    prefix = choice[:-1]
+    count = value[len(prefix):]
+    return value.startswith(prefix) and count.isdigit() and int(count) >= 1
+
+
 @dataclass(frozen=True)
 class Knob:
     """One setting of an engine a user can pin (``--NAME VALUE`` on ``plan``).
@@ -123,28 +132,33 @@ class Knob:
     Attributes:
         name: its flag without the dashes, one spelling across engines (``"recompute"``,
             ``"sequence-parallel"``, ``"tp-comm-overlap"``).
-        choices: the values it takes.
+        choices: the values it takes; one ending in ``:N`` (``"every:N"``) stands for that
+            prefix with any positive integer (``every:2``).
         default: what pipeplan assumes when it is not given: one of ``choices``, or
-            ``None`` where the planner searches every choice (recompute).
+            ``None`` where the planner searches (recompute).
         doc: what each choice does in the engine and what it costs (one sentence or two).
+        searched: with ``default=None``, the values the planner searches (``None``: every
+            choice; torchtitan's recompute: ``none``, ``op``, ``full``).
     """
 
     name: str
     choices: tuple[str, ...]
     default: str | None
     doc: str
+    searched: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.default is not None and self.default not in self.choices:
             raise ValueError(f"knob {self.name}: default {self.default!r} is not one of {self.choices}")
 
     def parse(self, value: str, engine: str = "") -> str:
-        """``value`` when it is one of :attr:`choices`.
+        """``value`` when it is one of :attr:`choices` (``every:2`` for ``every:N``).
 
         Raises:
             InvalidInputError: one line naming the flag, the value and the choices.
         """
-        if value not in self.choices:
+        plain = value in self.choices and not value.endswith(":N")
+        if not plain and not any(_numbered(choice, value) for choice in self.choices):
             owner = f" for {engine}" if engine else ""
             raise InvalidInputError(f"--{self.name}{owner} must be one of {', '.join(self.choices)}, got {value!r}")
         return value

@@ -53,14 +53,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidInputError
-from ..plan import Plan
+from ..plan import TORCHTITAN_RECOMPUTE, Plan
 from ..schedule import Schedule
 from ..schedules.patterns import loop_placement, v_placement
 from ..units import format_figures
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, layer_names, stage_fqns
 from .pipelining import plan_schedule, torch_schedule_csv
-from .record import Engine, Files, Runs
+from .record import Engine, Files, Knob, Knobs, Runs
 
 __all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT", "torchtitan_schedule_name",
            "torchtitan_degrees", "torchtitan_parts", "nested_paths", "plan_row", "torchtitan_settings",
@@ -190,7 +190,7 @@ def _batch_line(plan: Plan) -> str:
     return f"one optimizer step is {plan.global_batch} samples (global batch): {dp} data-parallel ranks × {local}"
 
 
-def _instead(plan: Plan) -> list[str]:
+def _instead(plan: Plan, *, toml: bool = False) -> list[str]:
     """What torchtitan runs in place of the plan's mode and recompute, when it cannot run them as planned."""
     changes = []
     if plan.dp_mode in ("zero1", "zero2"):
@@ -199,6 +199,10 @@ def _instead(plan: Plan) -> list[str]:
     mode = strongest_recompute(plan)
     if plan.uniform_recompute is None or len(set(plan.recompute_by_module.values())) > 1:
         changes.append((f"recompute {mode} on every layer", "torchtitan applies one recompute policy to every block"))
+    if not toml and mode.startswith("every:"):
+        changes.append(("full recompute on every block in place of " + mode,
+                        "torchtitan 0.3.0's Python configs have no selective layer checkpointing "
+                        "(its TOML release has: --export torchtitan-toml)"))
     if not changes:
         return []
     what = " and ".join(change for change, _ in changes)
@@ -238,6 +242,9 @@ def torchtitan_notes(plan: Plan | Sequence[int]) -> list[str]:
     """What the torchtitan export approximates of ``plan``."""
     plan = to_plan(plan)
     notes = recompute_notes(plan, "torchtitan")
+    if strongest_recompute(plan).startswith("every:"):
+        notes.append("torchtitan 0.3.0's Python configs have no selective layer checkpointing: the torchtitan "
+                     "export runs every:N as full on every block (torchtitan-toml writes selective_ac_option N)")
     if strongest_recompute(plan) == "selective":
         notes.append("torchtitan's selective recompute is a per-op policy (saves every other matmul), not the "
                      "attention-only recompute pipeplan timed: memory and time differ")
@@ -276,7 +283,7 @@ MICROBATCHES = {microbatches}  # per data-parallel rank and step: through the pi
 LOCAL_BATCH_SIZE = {local}  # samples per data-parallel rank and accumulation step (torchtitan 0.3.0's local_batch_size)
 GLOBAL_BATCH_SIZE = {global_batch}  # samples per optimizer step, all data-parallel ranks
 TOKENS_PER_SAMPLE = {tokens}  # None: the base configuration's sequence length
-RECOMPUTE = {recompute!r}  # "none", "selective" (torchtitan's per-op policy) or "full"
+RECOMPUTE = {recompute!r}  # "none", "selective" or "op" (torchtitan's per-op policy), "every:N" or "full"
 # The stage module lists nest deeper than torchtitan's splitter reaches (a top-level module or "layers.N"):
 # apply_plan() makes the model's pipelining function split with split_model_part() below.
 NESTED = {nested}
@@ -312,7 +319,9 @@ def apply_plan(config):
     else:
         from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 
-        config.activation_checkpoint = FullAC.Config() if RECOMPUTE == "full" else SelectiveAC.Config()
+        # torchtitan 0.3.0 has no selective layer option: every:N runs as full on every block
+        full = RECOMPUTE == "full" or RECOMPUTE.startswith("every:")
+        config.activation_checkpoint = FullAC.Config() if full else SelectiveAC.Config()
     spec = getattr(config, "model_spec", None)
     if NESTED and PARALLELISM["pipeline_parallel_degree"] > 1 and spec is not None:
         config.model_spec = dataclasses.replace(spec, pipelining_fn=nested_pipelining_fn(spec.pipelining_fn))
@@ -456,9 +465,13 @@ def torchtitan_toml(plan: Plan | Sequence[int], names: Sequence[LayerName] | Non
     lines += ["]", "", "[training]", f"local_batch_size = {batch['local_batch_size']}",
               f"global_batch_size = {batch['global_batch_size']}", "", "[activation_checkpoint]",
               f"mode = {json.dumps(mode)}"]
-    if mode == "selective":
+    if mode in ("selective", "op"):
+        lines[-1] = 'mode = "selective"'
         lines.append('selective_ac_option = "op"')
-    header = [f"# pipeplan: {plan_row(plan)}", *(f"# {line}" for line in _instead(plan)),
+    elif mode.startswith("every:"):  # selective layer checkpointing: every Nth block
+        lines[-1] = 'mode = "selective"'
+        lines.append(f"selective_ac_option = {json.dumps(mode.split(':', 1)[1])}")
+    header = [f"# pipeplan: {plan_row(plan)}", *(f"# {line}" for line in _instead(plan, toml=True)),
               f"# {_batch_line(plan)}", ""]
     return "\n".join(header + lines) + "\n"
 
@@ -484,6 +497,17 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
     return [ExportFile(f.name, torch_schedule_csv(schedule)) if f.name == _CSV else f for f in files]
 
 
+#: torchtitan's knobs the step model prices (docs/engines.md, "torchtitan"; pipeplan.models.layer_costs prices
+#: the recompute modes; source: torchtitan/parallelisms/parallelize_llama.py at 0413364, checkpoint_wrapper).
+TORCHTITAN_KNOBS = Knobs((
+    Knob("recompute", TORCHTITAN_RECOMPUTE, None,
+         "activation checkpointing of every transformer block: op (selective per-op: saves every other "
+         "matmul's output and the attention's, reruns the rest before the block's backward), every:N (full "
+         "on every Nth block, the others none: selective_ac_option = N), full, none; not given: the planner "
+         "searches none, op and full per stage",
+         searched=("none", "op", "full")),
+))
+
 #: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode
 #: (ZeRO-1/2 as FSDP that keeps parameters gathered); in its Python releases (0.3.0, HEAD) and its last
 #: TOML release (top-level module paths only).
@@ -491,4 +515,5 @@ ENGINE = Engine(
     "torchtitan",
     Runs(),
     Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes),
+    knobs=TORCHTITAN_KNOBS,
 )

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._validation import positive_int
-from ..errors import InvalidInputError
+from ..plan import check_recompute
 from .modules import (
     ACTIVATION_BYTES,
     NORM_PARAMS,
@@ -27,10 +27,11 @@ from .modules import (
     runs_per_example,
 )
 
-__all__ = ["Part", "Shape", "apply_training", "block_part", "block_params", "embedding_part", "head_part",
+__all__ = ["Part", "Shape", "apply_training", "block_matmuls", "block_part", "block_params", "embedding_part", "head_part",
            "layer_part", "patch_part", "projector_part"]
 
 _MASK_BYTES = 1
+_LSE_BYTES = 4  # the flash kernel's log-sum-exp, fp32 per query and head
 _TOKEN_ID_BYTES = 8
 
 
@@ -48,6 +49,8 @@ class Part:
     grad_w: float = 0.0  # made by B, kept for W: the output gradients of the weight GEMMs
     act_core: float = 0.0  # attention probabilities etc. (dropped by selective recompute)
     layer_input: float = 0.0  # what full recompute keeps
+    op_saved: float | None = None  # what torchtitan's per-op recompute keeps (a block's; None: not a block)
+    op_flops: float = 0.0  # the forward FLOPs per-op recompute runs again in the backward
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,10 @@ class Shape:
 
         Raises:
             InvalidInputError: a recompute mode other than ``"none"``, ``"selective"``,
-                ``"full"``, or a micro-batch size or tensor-parallel degree below 1.
+                ``"full"``, ``"op"``, ``"every:N"``, or a micro-batch size or tensor-parallel
+                degree below 1.
         """
-        if recompute not in ("none", "selective", "full"):
-            raise InvalidInputError(f"recompute must be 'none', 'selective' or 'full', got {recompute!r}")
+        check_recompute(recompute)
         return cls(positive_int("micro_batch_size", micro_batch_size), str(recompute),
                    positive_int("tensor_parallel", tensor_parallel), bool(sequence_parallel))
 
@@ -136,8 +139,11 @@ def block_part(
     linear += ada
     mask = _MASK_BYTES if stack.dropout else 0
     # Stored for B: the norm inputs, Q, K, V, the MLP's nonlinearity inputs, dropout masks.
-    act_b_rep = n * s * (2 * two * h + 2 * mask * h)
+    norms = 4 if stack.post_norms else 2  # Gemma 2's post-attention and post-MLP norms store their inputs too
+    act_b_rep = n * s * (norms * two * h + 2 * mask * h)
     act_b_tp = n * two * s * qd + kv_rows * two * 2 * kvd
+    if stack.qk_norm:  # the queries and keys before their per-head norms
+        act_b_tp += two * (n * s * qd + kv_rows * kvd)
     act_b_tp += n * s * two * (2 * f if stack.gated_mlp else f)
     # Stored for W only: the inputs of the QKV, output, first and last MLP GEMMs.
     # (A cross layer's K/V GEMMs read the source features, which the stage holds once as a
@@ -151,6 +157,7 @@ def block_part(
     # materialised scores (eager attention); a flash kernel never stores them
     core_bytes = 0 if stack.attention == "flash" else n * a * s * keys * (two + (mask + two if stack.dropout else 0))
     params = block_params(stack, layer_index=layer_index, kv_width=kv_width)
+    op_saved, op_flops = _op_policy(stack, shape, kv_tokens=kv_tokens, kv_width=kv_width, core=core / t)
     return Part(
         forward=(linear + core) / t,
         linear=linear / t,
@@ -161,7 +168,72 @@ def block_part(
         grad_w=grad_w_rep / rep_div + grad_w_tp / t,
         act_core=core_bytes / t,
         layer_input=n * s * two * h / rep_div,
+        op_saved=op_saved,
+        op_flops=op_flops,
     )
+
+
+def block_matmuls(stack: TransformerStack, shape: Shape, *, kv_tokens: int,
+                  kv_width: int) -> list[tuple[str, float, float, float]]:
+    """A block's weight matmuls in the order its forward calls ``aten.mm``: ``(name, rows, n_in, n_out)`` per rank.
+
+    torchtitan's Llama block (torchtitan/models/llama/model.py at 0413364) calls ``wq``, ``wk``,
+    ``wv`` (separate linears), ``wo``, then ``w1``, ``w3`` (the gate and up projections of the
+    gated MLP) and ``w2``; adaptive-norm modulation GEMMs come first and cross attention's
+    ``k``, ``v`` read the source's tokens. Per tensor-parallel rank: the column-parallel outputs
+    (q, k, v, w1, w3) and the row-parallel inputs (wo, w2) are divided by ``t``; a row-parallel
+    output is the full width (its partial sum, before the reduction).
+    """
+    t = shape.tensor_parallel
+    n = shape.micro_batch_size * stack.sequences * stack.repeats
+    s, h, f = stack.seq_length, stack.hidden_size, stack.ffn_hidden_size
+    qd = stack.num_heads * stack.dim_per_head / t
+    kvd = stack.kv_heads * stack.dim_per_head / t
+    tokens = float(n * s)
+    out = [(f"ada{which + 1}", float(shape.micro_batch_size * stack.repeats), float(h), float(k * h))
+           for which, k in enumerate(stack.adaptive_norm) if k]
+    kv_rows, kv_in = float(n * kv_tokens), float(kv_width)
+    out += [("wq", tokens, float(h), qd), ("wk", kv_rows, kv_in, kvd), ("wv", kv_rows, kv_in, kvd),
+            ("wo", tokens, qd, float(h))]
+    if stack.gated_mlp:
+        out += [("w1", tokens, float(h), f / t), ("w3", tokens, float(h), f / t)]
+    else:
+        out.append(("w1", tokens, float(h), f / t))
+    out.append(("w2", tokens, f / t, float(h)))
+    return out
+
+
+def _op_policy(stack: TransformerStack, shape: Shape, *, kv_tokens: int, kv_width: int,
+               core: float) -> tuple[float, float]:
+    """Bytes torchtitan's per-op recompute keeps of one block, and the forward FLOPs it runs again.
+
+    torchtitan/parallelisms/parallelize_llama.py at 0413364 (``checkpoint_wrapper``,
+    ``selective_ac_option = "op"``): the block is checkpointed with a policy that saves the
+    outputs of ``aten.mm`` (except every second one: the 2nd, 4th, ... of the block's forward),
+    of the flash / memory-efficient SDPA kernels and of ``reduce_scatter``; everything else (the
+    norms, RoPE, SiLU, the products and adds, the unsaved matmuls) runs again before the
+    block's backward. Kept: the block's input, the saved matmuls' outputs and, with a flash
+    kernel, its output and log-sum-exp (fp32 per query and head); with materialised (eager)
+    attention the batched matmuls are not ``aten.mm`` and the core runs again too.
+    """
+    t = shape.tensor_parallel
+    rep_div = t if shape.sequence_parallel else 1
+    n = shape.micro_batch_size * stack.sequences * stack.repeats
+    s = stack.seq_length
+    two = ACTIVATION_BYTES
+    saved = n * s * two * stack.hidden_size / rep_div
+    flops = 0.0
+    for position, (_, rows, n_in, n_out) in enumerate(block_matmuls(stack, shape, kv_tokens=kv_tokens,
+                                                                     kv_width=kv_width)):
+        if position % 2 == 0:  # the 1st, 3rd, ... matmul: its output is saved
+            saved += rows * n_out * two
+        else:
+            flops += 2.0 * rows * n_in * n_out
+    if stack.attention == "flash":
+        saved += n * s * (stack.num_heads * stack.dim_per_head / t * two + stack.num_heads / t * _LSE_BYTES)
+    else:
+        flops += core
+    return saved, flops
 
 
 def block_params(stack: TransformerStack, *, layer_index: int, kv_width: int) -> float:
@@ -171,7 +243,11 @@ def block_params(stack: TransformerStack, *, layer_index: int, kv_width: int) ->
     mlp_mats = 3 if stack.gated_mlp else 2
     weights = h * qd + 2 * kv_width * kvd + qd * h + mlp_mats * h * f
     biases = (qd + 2 * kvd + h + (2 if stack.gated_mlp else 1) * f + h) if stack.bias else 0
+    if stack.qkv_bias and not stack.bias:
+        biases = qd + 2 * kvd
     norms = sum(NORM_PARAMS[stack.norm] * h for k in stack.adaptive_norm if k == 0)
+    norms += 2 * NORM_PARAMS[stack.norm] * h if stack.post_norms else 0
+    norms += 2 * NORM_PARAMS[stack.norm] * stack.dim_per_head if stack.qk_norm else 0
     ada = sum(k * h * h + k * h for k in stack.adaptive_norm if k)
     scale = 2 * h if stack.layer_scale else 0
     last = layer_index == stack.num_layers - 1
@@ -187,7 +263,7 @@ def patch_part(encoder: VisionEncoder, shape: Shape) -> Part:
     tokens = encoder.tokens
     linear = 2.0 * n * tokens * pixels * h
     positions = encoder.patches_per_image if encoder.position_tokens is None else encoder.position_tokens
-    params = pixels * h + h + positions * h + encoder.extra_tokens * h
+    params = pixels * h + h + positions * h + encoder.extra_tokens * h + encoder.extra_params
     if encoder.map_head:
         # SigLIP's attention-pooling head: a probe token, one attention, a norm and an MLP.
         f = encoder.ffn_hidden_size
@@ -257,6 +333,9 @@ def apply_training(part: Part, *, trains: bool, needs_backward: bool, recompute:
     elif recompute == "full":
         input_grad += part.forward
         stored = part.layer_input
+    elif recompute == "op" and part.op_saved is not None:  # torchtitan's per-op policy (blocks only)
+        input_grad += part.op_flops
+        stored = part.op_saved
     stash = min(stash, stored)  # a profile's stash is part of what the layer holds
     return {"forward": part.forward, "input_grad": input_grad, "weight_grad": weight_grad,
             "activation": stored, "stash": stash}

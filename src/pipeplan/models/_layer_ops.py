@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..operations import HALF, Op, attention, gemm, memory
-from ._layer_math import Shape
+from ._layer_math import Shape, block_matmuls
 from .modules import Embedding, LMHead, Module, Projector, TransformerStack, VisionEncoder, runs_per_example
 
 __all__ = ["PassOps", "apply_training_ops", "module_ops", "block_ops", "embedding_ops", "head_ops", "patch_ops",
@@ -46,6 +46,8 @@ class PassOps:
     input_grad: tuple[Op, ...] = ()
     weight_grad: tuple[Op, ...] = ()
     core: tuple[Op, ...] = ()  # the forward's materialised attention kernels (selective recompute reruns them)
+    #: the kernels torchtitan's per-op recompute reruns before B (a block's; ``None``: not a block, runs as none)
+    op_rerun: tuple[Op, ...] | None = None
 
 
 def _linear(name: str, tokens: int, n_in: int, n_out: int, bias: bool) -> tuple[Op, Op, list[Op]]:
@@ -95,7 +97,8 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
     weight_grad: list[Op] = []
 
     def linear(name: str, rows: int, n_in: int, n_out: int) -> None:
-        op, dgrad, wgrad = _linear(name, rows, n_in, n_out, stack.bias)
+        bias = stack.bias or (stack.qkv_bias and name in ("qkv", "q", "kv"))
+        op, dgrad, wgrad = _linear(name, rows, n_in, n_out, bias)
         forward.append(op)
         input_grad.insert(0, dgrad)
         weight_grad.extend(wgrad)
@@ -113,6 +116,9 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
     else:  # cross attention: queries from this stack, keys and values from the source, once per example
         linear("q", tokens, h, qd)
         linear("kv", shape.micro_batch_size * stack.sequences * stack.repeats * kv_tokens, kv_width, 2 * kvd)
+    if stack.qk_norm:  # one kernel over each head's queries and keys (Qwen3's q_norm, k_norm)
+        kv_rows = shape.micro_batch_size * stack.sequences * stack.repeats * kv_tokens if cross else n * kv_tokens
+        elementwise(*_norm("qk_norm", tokens * qd + kv_rows * kvd))
     problems = n * heads
     scores = float(problems) * s * keys
     core_start = len(forward)
@@ -140,6 +146,8 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
                                head_dim=d, problems=problems, causal=stack.causal)])
         core = ()
     linear("proj", tokens, qd, h)
+    if stack.post_norms:
+        elementwise(*_norm("post_attention_norm", hidden))
     elementwise(*_residual("residual1", hidden, stack.dropout))
     elementwise(*_norm("norm2", hidden))
     width = (2 if stack.gated_mlp else 1) * f // t
@@ -148,10 +156,30 @@ def block_ops(stack: TransformerStack, shape: Shape, *, layer_index: int, kv_tok
     elementwise(memory("activation", read=tokens * width * HALF, written=act * HALF),
                 [memory("activation.bwd", read=(act + tokens * width) * HALF, written=tokens * width * HALF)])
     linear("fc2", tokens, f // t, h)
+    if stack.post_norms:
+        elementwise(*_norm("post_mlp_norm", hidden))
     elementwise(*_residual("residual2", hidden, stack.dropout))
+    block_end = len(forward) - 1  # the second residual add: nothing after it is needed by the backward
     if stack.final_norm and layer_index == stack.num_layers - 1:
         elementwise(*_norm("final_norm", hidden))
-    return PassOps(tuple(forward), tuple(input_grad), tuple(weight_grad), core)
+    return PassOps(tuple(forward), tuple(input_grad), tuple(weight_grad), core,
+                   _op_rerun(stack, shape, forward[:block_end], core, kv_tokens=kv_tokens, kv_width=kv_width))
+
+
+def _op_rerun(stack: TransformerStack, shape: Shape, forward: list[Op], core: tuple[Op, ...], *, kv_tokens: int,
+              kv_width: int) -> tuple[Op, ...]:
+    """What torchtitan's per-op recompute runs again of a block (``pipeplan.models._layer_math._op_policy``).
+
+    Every memory-bound kernel of the forward up to the second residual add (torchtitan's
+    non-reentrant checkpoint stops recomputing once the backward has what it needs), the
+    block's 2nd, 4th, ... weight matmuls (each its own GEMM here, also where the forward fuses
+    them: wk, wo and w3 of a Llama block) and, with materialised attention, its core.
+    """
+    matmuls = block_matmuls(stack, shape, kv_tokens=kv_tokens, kv_width=kv_width)
+    again = [gemm(f"{name}.recompute", m=int(rows), n=int(n_out), k=int(n_in))
+             for position, (name, rows, n_in, n_out) in enumerate(matmuls) if position % 2 == 1]
+    elementwise = [op for op in forward if op.kind == "memory" and op not in core]
+    return tuple(elementwise) + tuple(again) + core
 
 
 def patch_ops(encoder: VisionEncoder, shape: Shape) -> PassOps:
@@ -222,7 +250,8 @@ def apply_training_ops(ops: PassOps, *, trains: bool, needs_backward: bool, inpu
     No backward: the forward only. A frozen layer runs no W; a layer whose input is
     data needs no B. ``"full"`` recompute runs the forward again before B;
     ``"selective"`` the materialised attention kernels (none for flash attention,
-    whose backward kernel recomputes the scores itself).
+    whose backward kernel recomputes the scores itself); ``"op"`` (torchtitan's
+    per-op policy) a block's :attr:`PassOps.op_rerun` (other layers: as ``"none"``).
     """
     if not needs_backward:
         return PassOps(ops.forward)
@@ -231,6 +260,8 @@ def apply_training_ops(ops: PassOps, *, trains: bool, needs_backward: bool, inpu
         input_grad = ops.forward + input_grad
     elif recompute == "selective" and not input_is_data:
         input_grad = ops.core + input_grad
+    elif recompute == "op" and ops.op_rerun is not None and not input_is_data:
+        input_grad = ops.op_rerun + input_grad
     return PassOps(ops.forward, input_grad, ops.weight_grad if trains else ())
 
 

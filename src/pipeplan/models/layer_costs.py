@@ -44,7 +44,12 @@ Conventions (stated so tests can pin them):
   patch embedding, an embedding) has B = 0.
 * Recompute: ``"selective"`` recomputes the attention core (scores, softmax,
   dropout) in the backward, so B gains the core's forward FLOPs; ``"full"`` keeps
-  only each layer's input and B gains the whole forward.
+  only each layer's input and B gains the whole forward. torchtitan's modes:
+  ``"op"`` (its per-op policy) keeps a block's input, its 1st, 3rd, ... weight
+  matmuls' outputs and the flash kernel's output, and B gains the other matmuls
+  and the memory-bound kernels (``_layer_math._op_policy``; other layers run as
+  ``"none"``); ``"every:N"`` is ``"full"`` on every Nth block of a stack and
+  ``"none"`` elsewhere, layer by layer.
 * ``tensor_parallel = t`` divides every matrix product's FLOPs and every
   parameter by ``t``.
 * Noise samples: a module's own tokens run ``repeats · noise_samples`` times per
@@ -72,7 +77,7 @@ from ..errors import InvalidInputError
 from ..hardware import Device
 from ..layers import LayerProfile
 from ..operations import Op
-from ..plan import Recompute
+from ..plan import Recompute, recompute_at
 from ._layer_math import Shape, apply_training, layer_part
 from ._layer_ops import PassOps, apply_training_ops, module_ops
 from .modules import ACTIVATION_BYTES, LMHead, Module, TransformerStack, VisionEncoder, layer_depth, runs_per_example
@@ -159,7 +164,7 @@ def layer_costs(
     joint = {m.joint_with: m for m in spec.modules if isinstance(m, TransformerStack) and m.joint_with}
     rows: list[tuple[str, tuple[str, ...], dict[str, float], float, float, PassOps]] = []
     owners: list[tuple[str, ...]] = []
-    seen: dict[tuple[str, int, bool], tuple[dict[str, float], float, PassOps]] = {}
+    seen: dict[tuple[str, int, bool, str], tuple[dict[str, float], float, PassOps]] = {}
     for module in spec.modules:
         if isinstance(module, TransformerStack) and module.joint_with:
             continue
@@ -174,15 +179,15 @@ def layer_costs(
                     member is partner and spec.needs_grad(module.name)
                 )
                 trains = spec.trains(member.name)
+                mode = _layer_mode(member, index, modes[member.name])
                 # identical layers cost the same: compute one of each kind once per call
-                key = (member.name, _layer_kind(member, index), backward)
+                key = (member.name, _layer_kind(member, index), backward, mode)
                 if key not in seen:
                     part = layer_part(member, shape, index, spec.module)
-                    costs = apply_training(part, trains=trains, needs_backward=backward,
-                                           recompute=modes[member.name])
+                    costs = apply_training(part, trains=trains, needs_backward=backward, recompute=mode)
                     run = apply_training_ops(module_ops(member, shape, index, spec.module), trains=trains,
                                              needs_backward=backward, input_is_data=part.input_is_data,
-                                             recompute=modes[member.name])
+                                             recompute=mode)
                     seen[key] = (costs, part.params, run)
                 costs, part_params, run = seen[key]
                 for name in totals:
@@ -292,7 +297,10 @@ def tensor_parallel_traffic(
                 grads = spec.needs_grad(member.name) or (member is partner and spec.needs_grad(module.name))
                 block = isinstance(member, TransformerStack) or (isinstance(member, VisionEncoder) and index > 0)
                 passes = 4 if block else 1
-                extra = passes if block and modes[member.name] == "full" else 0
+                mode = _layer_mode(member, index, modes[member.name])
+                # full recompute runs the forward's 4 again; torchtitan's per-op policy its 2 all-gathers
+                # (the inputs of the recomputed wk and w3: reduce-scatter outputs are saved)
+                extra = (passes if mode == "full" else 2 if mode == "op" else 0) if block else 0
                 size = _hidden_bytes(member, shape)
                 back = (passes + extra) if grads else 0
                 forward += passes
@@ -316,7 +324,7 @@ def flops_per_sample(spec: ModelSpec, *, recompute: Recompute = "none") -> dict[
         for index in range(layer_depth(module)):
             part = layer_part(module, shape, index, spec.module)
             costs = apply_training(part, trains=spec.trains(module.name), needs_backward=backward,
-                                   recompute=recompute)
+                                   recompute=_layer_mode(module, index, recompute))
             total += costs["forward"] + costs["input_grad"] + costs["weight_grad"]
         out[module.name] = total
     return out
@@ -379,6 +387,22 @@ def _send_bytes(spec: ModelSpec, shape: Shape, owners: list[tuple[str, ...]]) ->
         sends.append(live / (shape.tensor_parallel if shape.sequence_parallel else 1))
     sends[-1] = 0.0
     return sends
+
+
+def _layer_mode(module: Module, index: int, mode: Recompute) -> Recompute:
+    """The mode layer ``index`` of ``module`` runs under ``mode``: ``every:N`` resolved per block.
+
+    torchtitan checkpoints transformer blocks only: under ``every:N`` block ``i`` of a stack (of a
+    vision encoder, its blocks after the patch embedding) is ``"full"`` when ``(i + 1) % N == 0``
+    (:func:`pipeplan.plan.recompute_at`), every other layer ``"none"``. Other modes pass through.
+    """
+    if not mode.startswith("every:"):
+        return mode
+    if isinstance(module, TransformerStack):
+        return recompute_at(mode, index)
+    if isinstance(module, VisionEncoder) and index > 0:
+        return recompute_at(mode, index - 1)
+    return "none"
 
 
 def _layer_kind(module: Module, index: int) -> int:

@@ -141,6 +141,14 @@ class TransformerStack:
     gated_mlp: bool = spec_field(False, doc=_GATED, reported=_GATED_REPORTED)
     norm: Norm = spec_field("layernorm", doc=_NORM)
     bias: bool = spec_field(False, doc="every linear layer has a bias.")
+    qkv_bias: bool = spec_field(False, doc="the query, key and value projections have biases and no other linear "
+                                           "does (Qwen2); no effect with `bias`.")
+    qk_norm: bool = spec_field(False, doc="a norm over each head's queries and keys (Qwen3), `2 × head_dim` "
+                                          "parameters per block; their inputs are stored too.",
+                               reported="false (no per-head query/key norms)")
+    post_norms: bool = spec_field(False, doc="a norm after attention and after the MLP too (Gemma 2): four per "
+                                             "block instead of two; their inputs are stored too.",
+                                  reported="false (two norms per block, not Gemma 2's four)")
     dropout: bool = spec_field(False, doc="dropout after attention probabilities, attention and MLP (masks stored).",
                                reported="false (no dropout masks)")
     causal: bool = spec_field(False, doc="each token attends only to earlier ones (a decoder LM): a flash kernel "
@@ -223,6 +231,8 @@ class VisionEncoder:
                                        "(DINOv2 with registers: 5) and dropped from the output.")
     position_tokens: int | None = spec_field(None, minimum=0, unit="tokens",
                                              doc="learned position embeddings; default one per patch.")
+    extra_params: int = spec_field(0, minimum=0, unit="parameters",
+                                   doc="other parameters that cost no FLOPs (DINOv2's mask token).")
     norm: Norm = spec_field("layernorm", doc=_NORM)
     bias: bool = spec_field(True, doc="every linear layer has a bias.",
                             reported="true (every linear layer has a bias)")

@@ -83,7 +83,9 @@ def schema_markdown() -> str:
              "in the range given; anything else, or an unknown field, is one error line naming the module and the "
              f"field. {REPORTED_MARK}: a default that changes the cost by more than a few percent; when a spec "
              "file leaves it out, `pipeplan plan` lists it under `model defaults` in its assumptions and "
-             "`pipeplan model` prints it."]
+             "`pipeplan model` prints it. A module may instead name a Hugging Face `config.json` (`\"config\": "
+             "PATH`, with `kind`, `fqn_prefix` and any field above over it), and a bare `config.json` is a spec "
+             "of that model alone: docs/specs_from_configs.md."]
     sections = [(kind, cls) for kind, cls in MODULE_KINDS.items()] + list(NESTED.items())
     for kind, cls in sections:
         lines += ["", f"**`{kind}`** ({cls.__name__}): {_cell(_summary(cls))}", "",
@@ -101,7 +103,9 @@ def schema_json() -> dict[str, Any]:
              **({} if spec.required else {"default": spec.json_default()}), "minimum": spec.minimum,
              "maximum": spec.maximum, "unit": spec.unit, "doc": spec.doc, "reported_when_left_out": spec.reported}
             for spec in field_specs(cls)]}
-    return {"spec": {"name": "string", "description": "string", "modules": "list of module objects, each with its kind"},
+    return {"spec": {"name": "string", "description": "string", "modules": "list of module objects, each with its kind",
+                     "config": "a module's Hugging Face config.json path (relative to the spec file), with kind, "
+                               "fqn_prefix and fields over it (docs/specs_from_configs.md)"},
             "kinds": {kind: entry(cls) for kind, cls in MODULE_KINDS.items()},
             "nested": {name: entry(cls) for name, cls in NESTED.items()}}
 
@@ -123,5 +127,9 @@ def defaults_text(kinds: Mapping[str, str], defaulted: Mapping[str, tuple[str, .
 
 
 def model_defaults(spec: Any) -> str:
-    """:func:`defaults_text` of a :class:`~pipeplan.models.spec.ModelSpec` (empty for a preset or a spec built in Python)."""
-    return defaults_text({module.name: module.kind for module in spec.modules}, spec.defaulted)
+    """:func:`defaults_text` of a :class:`~pipeplan.models.spec.ModelSpec` and what its ``config.json`` files left
+    out (:attr:`~pipeplan.models.spec.ModelSpec.assumed`); empty for a preset or a spec built in Python."""
+    parts = [defaults_text({module.name: module.kind for module in spec.modules}, spec.defaulted)]
+    assumed = getattr(spec, "assumed", ())
+    parts += [f"from config.json: {'; '.join(assumed)}"] if assumed else []
+    return "; ".join(part for part in parts if part)

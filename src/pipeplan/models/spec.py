@@ -52,7 +52,9 @@ from typing import Any
 from ..errors import InvalidInputError
 from ..plan import Recompute
 from ._layer_math import Shape, layer_part
-from ._schema import check_module, module_record, modules_from_payload, read_payload, reported_defaults
+from ._schema import (check_module, module_from_record, module_record, modules_from_payload, read_payload,
+                      reported_defaults)
+from .hf_config import bare_payload, expand_payload, is_hf_config
 from .modules import LMHead, Module, Projector, TransformerStack, VisionEncoder, layer_depth
 from .training import ReferenceTraining
 
@@ -71,6 +73,9 @@ class ModelSpec:
         defaulted: per module name, the fields a spec file left out whose default changes the cost
             (``FieldSpec.reported``; ``pipeplan.models.schema_docs.defaults_text`` words them); empty
             for a spec built in Python.
+        assumed: what the spec's Hugging Face ``config.json`` files left out or could not say and
+            pipeplan took instead (:mod:`pipeplan.models.hf_config`: HF's own defaults, token counts),
+            one sentence each; empty for a spec without configs.
 
     Raises:
         InvalidInputError: a missing, non-integer or non-positive shape, heads that
@@ -84,6 +89,7 @@ class ModelSpec:
     description: str = ""
     training: ReferenceTraining | None = field(default=None, compare=False)
     defaulted: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False, repr=False)
+    assumed: tuple[str, ...] = field(default=(), compare=False, repr=False)
     _index: Mapping[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -218,7 +224,7 @@ class ModelSpec:
         for name in frozen:
             self.module(name)
         modules = tuple(replace(m, frozen=bool(frozen[m.name])) if m.name in frozen else m for m in self.modules)
-        return ModelSpec(self.name, modules, self.description, self.training, self.defaulted)
+        return ModelSpec(self.name, modules, self.description, self.training, self.defaulted, self.assumed)
 
     # ------------------------------------------------------------ recompute
     def recompute_modes(self, recompute: Recompute | Mapping[str, Recompute]) -> dict[str, Recompute]:
@@ -260,19 +266,41 @@ class ModelSpec:
         return {"name": self.name, "description": self.description, "modules": modules}
 
     @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> ModelSpec:
-        """Build a spec from :meth:`to_dict`'s schema (see docs/presets.md).
+    def from_dict(cls, payload: Mapping[str, Any], *, base: str | Path = ".", name: str = "model",
+                  source: str = "config.json") -> ModelSpec:
+        """Build a spec from :meth:`to_dict`'s schema (see docs/presets.md), or from a Hugging Face config.
+
+        A module entry ``{"config": PATH, ...}`` is that part of a ``config.json`` (PATH relative
+        to ``base``) with the entry's fields over it; a payload that is itself a ``config.json``
+        (``model_type``, no ``modules``) is that model alone, called ``name``
+        (:mod:`pipeplan.models.hf_config`; ``source`` names it in messages). What the configs left
+        out is :attr:`assumed`.
 
         Raises:
-            InvalidInputError: an unknown ``kind`` or key, a missing field, a bad value.
+            InvalidInputError: an unknown ``kind`` or key, a missing field, a bad value; a config
+                that is missing, not JSON, of an unknown ``model_type`` or without a required key.
         """
+        if is_hf_config(payload):
+            payload, assumed = bare_payload(payload, source, name)
+            try:
+                return cls(name, modules_from_payload(payload), defaulted=reported_defaults(payload), assumed=assumed)
+            except InvalidInputError as error:  # a shape the config's defaults made: say the file and the defaults
+                raise InvalidInputError(f"config {source!r}, read as a spec: {error} (assumed: "
+                                        f"{'; '.join(assumed)})") from None
+        if isinstance(payload, Mapping):
+            payload, assumed = expand_payload(payload, Path(base), module_from_record)
+        else:
+            assumed = ()
         modules = modules_from_payload(payload)
         return cls(str(payload.get("name", "model")), modules, str(payload.get("description", "")),
-                   defaulted=reported_defaults(payload))
+                   defaulted=reported_defaults(payload), assumed=assumed)
 
     @classmethod
     def from_file(cls, path: str | Path) -> ModelSpec:
-        """Load a ``.json`` spec (or ``.yaml`` / ``.yml`` when PyYAML is installed).
+        """Load a ``.json`` spec (or ``.yaml`` / ``.yml`` when PyYAML is installed), or a bare ``config.json``.
+
+        Config paths in the spec are read relative to its folder; a bare ``config.json`` is named
+        after its folder (``Llama-2-7b-hf/config.json`` → ``Llama-2-7b-hf``).
 
         Raises:
             InvalidInputError: a missing file, an unknown suffix, unparsable text, or
@@ -280,7 +308,8 @@ class ModelSpec:
         """
         file = Path(path)
         payload = read_payload(file)
+        name = file.parent.name if file.name == "config.json" and file.parent.name else file.stem
         try:
-            return cls.from_dict(payload)
+            return cls.from_dict(payload, base=file.parent, name=name, source=str(file))
         except TypeError as error:
             raise InvalidInputError(f"spec file {str(file)!r}: {error}") from None

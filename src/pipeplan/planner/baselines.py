@@ -25,7 +25,7 @@ from .. import data_parallel
 from ..data_parallel import DISTRIBUTED_OPTIMIZER, FULLY_SHARDED, REPLICATED
 from ..errors import PipeplanError
 from ..partition import even_split
-from ..plan import RECOMPUTE_MODES, Plan, Recompute
+from ..plan import Plan, Recompute, recompute_rank
 from ..schedules import schedule_info
 from ..units import format_gib
 from .cluster import Cluster
@@ -154,7 +154,7 @@ def reference_baseline(search: SearchContext) -> Baseline:
     note = "FSDP over every GPU"
     if training is not None:
         units = [training.mode_of(name) for unit in search.workload.spec.recompute_units() for name in unit]
-        recompute = max(units or ["none"], key=RECOMPUTE_MODES.index)
+        recompute = max(units or ["none"], key=recompute_rank)
         modes = list(dict.fromkeys([training.dp_mode, FULLY_SHARDED]))  # its own, then FSDP
         note = f"{training.dp_mode}, recompute {recompute}" + (f" ({training.source})" if training.source else "")
     if recompute not in search.workload.recompute_modes:

@@ -32,7 +32,7 @@ from ..actions import Kind
 from ..costs import CommModel, StageCosts
 from ..errors import InfeasiblePlanError
 from ..partition.steptime import simulate_partition
-from ..plan import RECOMPUTE_MODES, Plan, Recompute
+from ..plan import Plan, Recompute, recompute_rank
 from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_info
 from ..simulate import simulate
@@ -344,7 +344,7 @@ class Evaluator:
         for unit in spec.recompute_units():
             label = "+".join(unit)
             modes = [layer_mode[i] for i, name in enumerate(names) if name.rsplit(".", 1)[0] == label]
-            mode = max(modes, key=RECOMPUTE_MODES.index) if modes else "none"
+            mode = max(modes, key=recompute_rank) if modes else "none"
             for member in unit:
                 out[member] = mode
         return out

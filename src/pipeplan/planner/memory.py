@@ -82,7 +82,7 @@ from .. import data_parallel
 from ..data_parallel import DataParallelMode
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from ..plan import RECOMPUTE_MODES, RankMemory, Recompute
+from ..plan import RankMemory, Recompute, recompute_rank
 from ..units import format_gib
 from .space import Config
 from .workload import Workload
@@ -364,24 +364,25 @@ class MemoryModel:
         No stage goes past ``config.recompute``; ``counts`` are the in-flight
         microbatches per stage the activations are charged for.
         """
-        ceiling = RECOMPUTE_MODES.index(config.recompute)
+        ceiling = recompute_rank(config.recompute)
         assignment: list[Recompute] = [config.recompute] * len(sizes)
         if ceiling == 0 or self.capacity is None:
             return tuple(assignment)
         static = self.static_memory(config, sizes, placement)
         bounds = np.concatenate([[0], np.cumsum(sizes)])
+        # the workload's modes up to the ceiling, cheapest in time first (RECOMPUTE_MODES' order)
+        candidates = sorted((mode for mode in self.workload.recompute_modes if recompute_rank(mode) <= ceiling),
+                            key=recompute_rank)
         act = {
             mode: np.asarray(self.workload.profile(config.micro_batch_size, mode).activation_bytes)
-            for mode in RECOMPUTE_MODES[: ceiling + 1] if mode in self.workload.recompute_modes
+            for mode in candidates
         }
         stage_act = {mode: [float(a[bounds[s]:bounds[s + 1]].sum()) * counts[s] for s in range(len(sizes))]
                      for mode, a in act.items()}
         for s in range(len(sizes)):
             rank = placement[s]
             others = sum(stage_act[assignment[t]][t] for t in range(len(sizes)) if placement[t] == rank and t != s)
-            for mode in RECOMPUTE_MODES[: ceiling + 1]:
-                if mode not in self.workload.recompute_modes:
-                    continue
+            for mode in candidates:
                 if self.fits(static[rank].total + others + stage_act[mode][s]):
                     assignment[s] = mode
                     break

@@ -48,7 +48,7 @@ from .. import data_parallel
 from .._validation import positive_int
 from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..limits import MAX_GLOBAL_BATCH
-from ..plan import RECOMPUTE_MODES, Plan
+from ..plan import Plan, recompute_rank
 from ..schedules import schedule_info
 from .advice import NoPlanFitsError, baseline_notes, batch_note, find_remedies, no_plan_fits
 from .baselines import (Baseline, in_space, megatron_default, megatron_recommended, megatron_split, one_knob,
@@ -394,7 +394,7 @@ class _Search:
         # by bound; within a configuration, no recompute first (the others need it to bind)
         ordered = sorted(configs, key=lambda c: (self.bound(c), c.tp, c.pp, data_parallel.names().index(c.dp_mode),
                                                  c.micro_batch_size, c.schedule, c.virtual_stages,
-                                                 RECOMPUTE_MODES.index(c.recompute)))
+                                                 recompute_rank(c.recompute)))
         # Fixed templates first; the cost-aware "adaptive" generator is far dearer to
         # build, and is never slower than the templates it also tries, so it runs
         # last and only where its bound could beat the best plan found.

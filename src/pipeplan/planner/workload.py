@@ -64,10 +64,19 @@ from ..errors import InvalidInputError
 from ..hardware import Link, intra_node_link
 from ..layers import LayerProfile
 from ..models.layer_costs import flops_per_sample, layer_costs, layer_profile, tensor_parallel_traffic
-from ..plan import RECOMPUTE_MODES, TP_COMM_OVERLAPS, Recompute, TpCommOverlap
+from ..plan import RECOMPUTE_MODES, TP_COMM_OVERLAPS, Recompute, TpCommOverlap, check_recompute
 from .cluster import ring_pass_ms
 
 __all__ = ["Workload"]
+
+
+def _is_mode(mode: object) -> bool:
+    """``mode`` is a recompute mode (:func:`pipeplan.plan.check_recompute`)."""
+    try:
+        check_recompute(mode)
+    except InvalidInputError:
+        return False
+    return True
 
 ProfileSource = Callable[[int, Recompute], LayerProfile]
 TensorSource = Callable[[int, Recompute, int], LayerProfile]
@@ -123,12 +132,12 @@ class Workload:
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        unknown = [mode for mode in self.recompute_modes if mode not in RECOMPUTE_MODES]
+        unknown = [mode for mode in self.recompute_modes if not _is_mode(mode)]
         pinned = len(self.recompute_modes) == 1
         if unknown or not self.recompute_modes or ("none" not in self.recompute_modes and not pinned):
             raise InvalidInputError(
                 f"recompute_modes must include 'none' (or be one pinned mode) and be among "
-                f"{', '.join(RECOMPUTE_MODES)}, got {list(self.recompute_modes)}"
+                f"{', '.join(RECOMPUTE_MODES)}, op, every:N, got {list(self.recompute_modes)}"
             )
         if self.tp_comm_overlap not in TP_COMM_OVERLAPS:
             raise InvalidInputError(f"tp_comm_overlap must be one of {', '.join(TP_COMM_OVERLAPS)}, "
@@ -310,17 +319,37 @@ class Workload:
     def with_recompute(self, mode: Recompute) -> Workload:
         """The workload with one recompute mode pinned: the planner runs ``mode`` on every stage, nothing lighter.
 
+        A spec's workload answers for every mode, torchtitan's ``"op"`` and ``"every:N"`` too
+        (:func:`pipeplan.plan.check_recompute`).
+
         Raises:
             InvalidInputError: ``mode`` is not one the workload answers for (a measured profile: ``"none"`` only).
         """
+        return self.with_recompute_modes((mode,))
+
+    def with_recompute_modes(self, modes: tuple[Recompute, ...]) -> Workload:
+        """The workload searching ``modes`` (cheapest in time first; ``"none"`` among them unless one is pinned).
+
+        What an engine lets the planner choose from: torchtitan's ``("none", "op", "full")``.
+
+        Raises:
+            InvalidInputError: a mode the workload does not answer for (a spec's answers for every
+                mode; a measured profile only for those it was given).
+        """
+        for mode in modes:
+            self._check_answers(mode)
+        if self.recompute_modes == modes:
+            return self
+        return replace(self, recompute_modes=modes, _cache={}, memo={})
+
+    def _check_answers(self, mode: Recompute) -> None:
+        if self.spec is not None and self.tensor_source is not None and mode not in RECOMPUTE_MODES and _is_mode(mode):
+            return  # torchtitan's modes: a spec answers for them whatever it searches
         if mode not in self.recompute_modes:
             raise InvalidInputError(
                 f"recompute {mode!r} needs a workload that answers for it: this one has "
                 f"{', '.join(self.recompute_modes)} (a measured profile was timed without recompute; "
                 "give --preset or --spec)")
-        if self.recompute_modes == (mode,):
-            return self
-        return replace(self, recompute_modes=(mode,), _cache={}, memo={})
 
     def with_tensor_knobs(self, *, sequence_parallel: bool | None = None,
                           tp_comm_overlap: TpCommOverlap | None = None) -> Workload:

@@ -60,7 +60,12 @@ _LEFT = ("schedule", "layers per stage", "dp mode")
 #: Longest "layers per stage" cell, characters (longer ones are cut at a rank; :func:`full_partitions`).
 PARTITION_CELL = 28
 
-_SHORT = {"none": "-", "selective": "s", "full": "f"}
+_SHORT = {"none": "-", "selective": "s", "full": "f", "op": "o"}
+
+
+def _short(mode: str) -> str:
+    """A mode's letter: ``-``, ``s``, ``f``, ``o`` (torchtitan's per-op) or ``eN`` (``every:N``)."""
+    return _SHORT.get(mode) or "e" + mode.partition(":")[2]
 
 
 def recompute_legend(plan: Any) -> str:
@@ -68,8 +73,10 @@ def recompute_legend(plan: Any) -> str:
     units = _units(plan)
     if not units:
         return ""
-    return (f"recompute per module ({' / '.join(units)}): - none, s selective, f full; * differs between stages "
-            "(per stage in --json)")
+    used = set(plan.recompute_by_module.values())
+    extra = (", o op" if "op" in used else "") + (", eN every:N" if any(m.startswith("every:") for m in used) else "")
+    return (f"recompute per module ({' / '.join(units)}): - none, s selective, f full{extra}; * differs between "
+            "stages (per stage in --json)")
 
 
 def _units(plan: Any) -> list[str]:
@@ -82,10 +89,10 @@ def _recompute_label(plan: Any) -> str:
     by_module = plan.recompute_by_module
     if by_module:
         mixed = "*" if len(set(modes)) > 1 else ""
-        return "/".join(_SHORT[by_module[name]] for name in _units(plan)) + mixed
+        return "/".join(_short(by_module[name]) for name in _units(plan)) + mixed
     if len(set(modes)) == 1:
         return modes[0]
-    return "".join(_SHORT[mode] for mode in modes)
+    return "".join(_short(mode) for mode in modes)
 
 
 def _rank_layers(plan: Any) -> list[str]:
