@@ -14,6 +14,7 @@ from pipeplan.check.pin import default_split, pin
 from pipeplan.engines import RunConfig, Setting
 from pipeplan.errors import InvalidInputError
 from pipeplan.models.spec import ModelSpec
+from pipeplan.partition.solver import even_split
 from pipeplan.planner import Cluster, SearchOptions, Workload, search
 from pipeplan.planner.baselines import megatron_split
 from pipeplan.planner.evaluate import evaluate_layout
@@ -232,3 +233,15 @@ def test_what_is_not_priced_is_a_note(workload: Workload, cluster: Cluster) -> N
                for note in pinned.notes)
     assert any(note.startswith("sequence length 17 is not the model's") for note in pinned.notes)
     assert not pin(_config(**FULL, precision="bf16"), workload, cluster).notes
+
+
+@pytest.mark.parametrize("mode", ["op", "every:2"])
+def test_torchtitans_recompute_modes_are_priced_as_given(workload: Workload, cluster: Cluster, mode: str) -> None:
+    fields = {**FULL, "recompute": mode}
+    result = check(_config("torchtitan", **fields), workload, cluster, top=0)
+    assert result.plan.recompute == (mode, mode)
+    expected = evaluate_layout(workload.with_recompute(mode), cluster,
+                               Config(2, 2, 1, 32, "1f1b", 1, mode, 2, "zero1"), even_split(workload.num_layers, 2),
+                               memory_capacity=cluster.memory_bytes, sync="megatron")
+    assert result.plan.step_time == expected.step_time
+    assert result.breakdown.tp_exposed_ms is not None and result.breakdown.tp_exposed_ms > 0
