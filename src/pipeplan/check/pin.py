@@ -313,6 +313,10 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
     if seq is not None and workload.tokens_per_sample is not None and seq != workload.tokens_per_sample:
         notes.append(f"sequence length {seq} is not the model's {workload.tokens_per_sample:g} tokens per sample: "
                      f"the model's is priced; from: {config.source_of('seq_length')}")
+    sync_item = values["grad_sync"]
+    if sync_item.source.startswith(DEFAULT) and (plan.dp == 1 or data_parallel.get(plan.dp_mode).gathers_per_layer):
+        why = "at dp 1" if plan.dp == 1 else f"with {plan.dp_mode}: it reduces layer by layer"
+        values["grad_sync"] = Filled(sync_item.value, f"{sync_item.source} (no effect {why})")
     if plan.tp == 1:  # the TP knobs change nothing without tensor parallelism
         for name in ("sequence_parallel", "tp_comm_overlap"):
             if values[name].source.startswith(DEFAULT):
