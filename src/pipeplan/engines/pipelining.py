@@ -33,6 +33,7 @@ from ..schedule import Schedule
 from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note, layer_names, stage_fqns
 from .record import Engine, Files, Runs
+from .pipelining_read import read_torch_export
 
 __all__ = ["torch_split_spec", "torch_split_snippet", "torch_actions", "torch_schedule_csv", "plan_schedule",
            "torch_files", "ENGINE"]
@@ -165,6 +166,7 @@ def torch_split_snippet(plan: Plan | Sequence[int], names: Sequence[str | LayerN
         "from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime",
         "",
         f"STAGE_TO_RANK = {list(plan.placement)}",
+        f"LAYERS_PER_STAGE = {list(plan.layers_per_stage)}  # pipeplan's layers per stage (pipeplan check reads it)",
         "MODULE_FQNS_PER_STAGE = [",
         *[f"    {json.dumps(stage)}," for stage in fqns],
         "]",
@@ -262,4 +264,4 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
 
 
 #: plain torch: any order from the schedule CSV, any data-parallel mode (FSDP2 for fsdp and hsdp); exact.
-ENGINE = Engine("torch", Runs(), Files(targets=("torch",), write=_write))
+ENGINE = Engine("torch", Runs(), Files(targets=("torch",), write=_write, read=read_torch_export))

@@ -59,17 +59,20 @@ from ..schedules.patterns import loop_placement, v_placement
 from ..units import format_figures
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, layer_names, stage_fqns
+from ._torchtitan_fields import TOML_COMMIT
+from ._torchtitan_schedules import TORCH_SCHEDULE_CLASSES, TORCH_SCHEDULE_NAMES, pipeplan_schedule_name
 from .pipelining import plan_schedule, torch_schedule_csv
 from .record import Engine, Files, Knob, Knobs, Runs
+from .torchtitan_config import read_torchtitan_config
 
-__all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT", "torchtitan_schedule_name",
+__all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT", "TORCH_SCHEDULE_CLASSES",
+           "torchtitan_schedule_name", "pipeplan_schedule_name",
            "torchtitan_degrees", "torchtitan_parts", "nested_paths", "plan_row", "torchtitan_settings",
            "torchtitan_config_py", "torchtitan_toml", "torchtitan_files", "torchtitan_notes", "ENGINE"]
 
 TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 TORCHTITAN_RELEASE = "0.3.0"
-TORCHTITAN_TOML_COMMIT = "e347b1e5e"
-_TORCH_SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble"}
+TORCHTITAN_TOML_COMMIT = TOML_COMMIT
 _CSV = "schedule.csv"
 _GPT_ROLES = frozenset({"embedding", "decoder", "loss"})
 
@@ -83,8 +86,8 @@ def torchtitan_schedule_name(plan: Plan | Sequence[int]) -> tuple[str, bool]:
     for a loop, ``1F1B`` for one stage per rank.
     """
     plan = to_plan(plan)
-    if plan.schedule in _TORCH_SCHEDULE_NAMES:
-        return _TORCH_SCHEDULE_NAMES[plan.schedule], False
+    if plan.schedule in TORCH_SCHEDULE_NAMES:
+        return TORCH_SCHEDULE_NAMES[plan.schedule], False
     if plan.one_stage_per_rank:
         return "1F1B", True
     if plan.placement == loop_placement(plan.pp, plan.num_stages // plan.pp):
@@ -278,6 +281,7 @@ BASE_CONFIG = os.environ.get("PIPEPLAN_BASE_CONFIG", "llama3_debugmodel")  # a s
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 PARALLELISM = {parallelism}
+LAYERS_PER_STAGE = {layers_per_stage}  # pipeplan's layers per stage (pipeplan check reads it)
 MICRO_BATCH_SIZE = {micro}  # samples per microbatch
 MICROBATCHES = {microbatches}  # per data-parallel rank and step: through the pipeline, or accumulated without one
 LOCAL_BATCH_SIZE = {local}  # samples per data-parallel rank and accumulation step (torchtitan 0.3.0's local_batch_size)
@@ -417,7 +421,7 @@ def torchtitan_config_py(plan: Plan | Sequence[int], names: Sequence[LayerName] 
     return _CONFIG_TEMPLATE.format(
         release=TORCHTITAN_RELEASE, commit=TORCHTITAN_COMMIT[:9], row=plan_row(plan), instead=instead,
         batch=_batch_line(plan), model=_model_line(plan, parts, gpt, nested), gpus=plan.num_gpus,
-        parallelism=parallelism, micro=batch["micro_batch_size"], microbatches=batch["num_microbatches"],
+        parallelism=parallelism, layers_per_stage=list(plan.layers_per_stage), micro=batch["micro_batch_size"], microbatches=batch["num_microbatches"],
         local=batch["local_batch_size"], global_batch=batch["global_batch_size"], tokens=batch["tokens_per_sample"],
         recompute=settings["activation_checkpoint"]["mode"], nested=bool(nested) and plan.pp > 1)
 
@@ -463,8 +467,10 @@ def torchtitan_toml(plan: Plan | Sequence[int], names: Sequence[LayerName] | Non
     mode = settings["activation_checkpoint"]["mode"]
     batch = settings["batch"]
     lines += ["]", "", "[training]", f"local_batch_size = {batch['local_batch_size']}",
-              f"global_batch_size = {batch['global_batch_size']}", "", "[activation_checkpoint]",
-              f"mode = {json.dumps(mode)}"]
+              f"global_batch_size = {batch['global_batch_size']}"]
+    if batch["tokens_per_sample"]:
+        lines.append(f"seq_len = {batch['tokens_per_sample']}")
+    lines += ["", "[activation_checkpoint]", f"mode = {json.dumps(mode)}"]
     if mode in ("selective", "op"):
         lines[-1] = 'mode = "selective"'
         lines.append('selective_ac_option = "op"')
@@ -514,6 +520,6 @@ TORCHTITAN_KNOBS = Knobs((
 ENGINE = Engine(
     "torchtitan",
     Runs(),
-    Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes),
+    Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes, read=read_torchtitan_config),
     knobs=TORCHTITAN_KNOBS,
 )
