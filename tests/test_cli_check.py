@@ -261,3 +261,46 @@ def test_a_flag_megatron_lacks_is_one_line(run_cli: RunCli, tmp_path: Path) -> N
     line.write_text("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 24 --tensor-model-paralel-size 2\n")
     words = _one_line(*run_cli("check", "--megatron-args", str(line), "--preset", "gpt-1.5b")[::2])
     assert "--tensor-model-paralel-size" in words, words
+
+
+def test_torchtitans_toml_release_round_trip(run_cli: RunCli, tmp_path: Path) -> None:
+    """``plan --export torchtitan-toml --out DIR`` (torchtitan's TOML release) read back by check."""
+    if not _reads("torchtitan"):
+        pytest.skip("torchtitan's reader has not landed")
+    pins = ["--tp", "2", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "fsdp", "--recompute", "full"]
+    status, text, err = run_cli("plan", *PLAN, *pins, "--export", "torchtitan-toml", "--json", "--top", "1")
+    assert status == 0, err
+    planned = json.loads(text)["export"]["plan"]
+    status, _, err = run_cli("plan", *PLAN, *pins, "--export", "torchtitan-toml", "--out", str(tmp_path / "t"),
+                             "--top", "1")
+    assert status == 0, err
+    status, text, err = run_cli("check", "--torchtitan-config", str(tmp_path / "t"), "--preset", "gpt-1.5b",
+                                "--gpus", "8", "--global-batch", "32", "--top", "0", "--json")
+    assert status == 0, err
+    checked = json.loads(text)
+    assert {key: checked["predicted"]["plan"][key] for key in KEPT} == {key: planned[key] for key in KEPT}
+    step = planned["step_time"] * 1e3 * planned["time_unit_seconds"]
+    assert checked["predicted"]["step_ms"] == pytest.approx(step, rel=1e-12)
+
+
+def test_a_users_torchtitan_toml_with_its_own_model(run_cli: RunCli) -> None:
+    if not _reads("torchtitan"):
+        pytest.skip("torchtitan's reader has not landed")
+    status, out, err = run_cli("check", "--torchtitan-config", str(ROOT / "examples" / "check" / "llama3_8b.toml"),
+                               "--top", "0", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    pinned = data["config"]["pinned"]
+    assert (pinned["gpus"]["value"], pinned["dp_mode"]["value"], pinned["recompute"]["value"]) == (8, "fsdp", "full")
+    assert "activation_checkpoint" in pinned["recompute"]["source"]
+    assert data["model"]["name"] == "llama3-8B" and data["config"]["searched"] == []
+    assert data["predicted"]["tokens_per_s_per_gpu"] > 0
+
+
+def test_a_torch_export_needs_a_model(run_cli: RunCli, tmp_path: Path) -> None:
+    if not _reads("torch"):
+        pytest.skip("torch's reader has not landed")
+    status, _, err = run_cli("plan", *PLAN, "--pp", "2", "--export", "torch", "--out", str(tmp_path / "t"), "--top", "1")
+    assert status == 0, err
+    line = _one_line(*run_cli("check", "--torch-export", str(tmp_path / "t"), "--gpus", "8")[::2])
+    assert "give --preset" in line, line
