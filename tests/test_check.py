@@ -10,7 +10,7 @@ import pytest
 from pipeplan import engines
 from pipeplan.check import TOLERANCE, check
 from pipeplan.check.measured import format_time, residual
-from pipeplan.check.pin import default_split, pin
+from pipeplan.check.pin import Filled, default_split, engine_default, pin
 from pipeplan.engines import RunConfig, Setting
 from pipeplan.errors import InvalidInputError
 from pipeplan.models.spec import ModelSpec
@@ -245,3 +245,24 @@ def test_torchtitans_recompute_modes_are_priced_as_given(workload: Workload, clu
                                memory_capacity=cluster.memory_bytes, sync="megatron")
     assert result.plan.step_time == expected.step_time
     assert result.breakdown.tp_exposed_ms is not None and result.breakdown.tp_exposed_ms > 0
+
+
+def _titan(**fields: object) -> RunConfig:
+    settings = {name: Setting(value, f"x.toml: {name} = {value}") for name, value in fields.items()}
+    settings["global_batch"] = Setting(8, "torchtitan default (x.toml does not set global_batch_size): -1, local "
+                                          "batch × data-parallel degree")
+    return RunConfig("torchtitan", "x.toml", settings)
+
+
+def test_an_engines_default_global_batch_follows_dp(workload: Workload, cluster: Cluster) -> None:
+    """torchtitan's global batch is its local batch × dp: more GPUs, a larger global batch."""
+    config = _titan(tp=1, pp=1, micro_batch_size=1, gpus=8, dp_mode="fsdp", recompute="full")
+    result = check(config, workload, cluster, top=0, scaling_gpus=[8, 16])
+    assert result.pinned.batch_held == "micro batch × microbatches"
+    assert [row.plan.global_batch for row in result.scaling if row.plan] == [8, 16]
+    other = pin(config, workload, Cluster.of("h100-80g", 16))
+    assert other.plan.global_batch == 16 and other.plan.num_microbatches == 1
+    given = pin(config, workload, cluster, global_batch=64)  # --global-batch over the engine's default
+    assert given.plan.global_batch == 64 and given.plan.num_microbatches == 8
+    assert engine_default(Filled(1, "Megatron-LM default (train.sh does not set --x)"))
+    assert not engine_default(Filled(1, "train.sh: --micro-batch-size 1"))

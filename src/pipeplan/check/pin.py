@@ -24,6 +24,7 @@ pipeplan's headroom (:data:`~pipeplan.planner.DEFAULT_HEADROOM`), as ``plan`` do
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -149,14 +150,33 @@ def _knobs(config: RunConfig, workload: Workload, values: dict[str, Filled]) -> 
     return knobbed.with_recompute(cast(Recompute, mode.value)), knobbed
 
 
+def engine_default(item: Filled | None) -> bool:
+    """Whether a value is the engine's own default, not the files' (its source reads ``"<engine> default (...)"``,
+    :class:`~pipeplan.engines.Setting`'s convention)."""
+    return item is not None and re.match(r"[\w.\- ]+ default\b", item.source) is not None
+
+
 def _batch(config: RunConfig, global_batch: int | None, dp: int | None, values: dict[str, Filled],
-           notes: list[str], other_gpus: bool) -> tuple[int, str]:
+           notes: list[str], other_gpus: bool, files_dp: int | None) -> tuple[int, str]:
     """The global batch (checked against ``b × m × dp`` where all are given) and what scaling holds.
 
     ``other_gpus``: checked on another GPU count than the files'; microbatches the files give
     beside a global batch are then derived again from it (Megatron-LM derives them so).
+    A global batch that is the engine's default (torchtitan's: the local batch × the
+    data-parallel degree) follows dp: the files' per-replica batch (``b × m``, ``m`` from it
+    over ``files_dp``, the files' own data-parallel degree) is what is held.
     """
     b, m, given = (_given(config, name) for name in ("micro_batch_size", "num_microbatches", "global_batch"))
+    if given is not None and engine_default(given) and b is not None:
+        if global_batch is not None:  # --global-batch over the engine's default
+            given = None
+        else:
+            if m is None and files_dp and int(given.value) % (files_dp * int(b.value)) == 0:
+                m = Filled(int(given.value) // (files_dp * int(b.value)),
+                           f"derived: {given.value} / (the files' dp {files_dp} × micro batch {b.value})")
+            if m is not None and dp is not None:
+                notes.append(f"the global batch is {config.engine}'s default ({given.source}): it follows dp")
+                given = None
     if other_gpus and given is not None and b is not None and m is not None and dp is not None \
             and int(b.value) * int(m.value) * dp != int(given.value):
         notes.append(f"{m.value} microbatches ({m.source}) hold at the files' GPU count, not at dp {dp}: "
@@ -279,8 +299,10 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
         dp = gpus // ranks
         values["dp"] = Filled(dp, f"derived: {gpus} GPUs / (tp {tp.value} × pp {pp.value})")
     workload, knobbed = _knobs(config, workload, values)
+    files_dp = (int(files_gpus.value) // (int(tp.value) * int(pp.value))
+                if files_gpus is not None and tp is not None and pp is not None else None)
     total, held = _batch(config, global_batch, dp, values, notes,
-                         files_gpus is not None and files_gpus.value != gpus)
+                         files_gpus is not None and files_gpus.value != gpus, files_dp)
     sync = _sync(config, values)
     _schedule(config, None if pp is None else int(pp.value), values)
     mode = _given(config, "dp_mode")
