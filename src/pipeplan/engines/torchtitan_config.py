@@ -7,11 +7,14 @@
 
 Three forms are read, none of them run:
 
-* a TOML file of torchtitan's last TOML release (e347b1e5e): every section and key is checked
-  against that release's ``JobConfig`` (:data:`~pipeplan.engines._torchtitan_fields.TOML_FIELDS`):
-  an unknown section or key is refused, as torchtitan's ``ConfigManager`` refuses it, and so is
-  a value of the wrong type (torchtitan's tyro only warns there and the run fails later) and a
-  ``pipeline_parallel_schedule`` torch has no class for. Keys the file leaves out take that
+* a TOML file of torchtitan's last TOML release (e347b1e5e). pipeplan checks the keys it knows,
+  its own list written by hand (:data:`TOML_KEYS`, the keys it prices or maps, with their types and
+  that release's defaults; :data:`IGNORED_KEYS`, common keys it lists as ignored): a value of the
+  wrong type of a key it reads is refused (torchtitan's tyro only warns there and the run fails
+  later), and so is a ``pipeline_parallel_schedule`` torch has no class for. A key or section one
+  letter or so from a known one is refused as a typo ("did you mean"), as the Megatron-LM reader
+  does; any other key is listed in ``ignored`` "(not a key pipeplan knows; not priced)" (torchtitan
+  itself refuses a key its ``JobConfig`` lacks when it runs). Keys the file leaves out take that
   release's defaults (the source says so). ``[training] batch_size``, the name before
   ``local_batch_size``, is read as it with a note;
 * the Python config pipeplan's torchtitan export writes (``PARALLELISM = {...}``,
@@ -19,7 +22,8 @@ Three forms are read, none of them run:
   function for torchtitan 0.3.0 or HEAD, read with :mod:`ast`: the literal keywords of
   ``ParallelismConfig(...)`` / ``TrainingConfig(...)``, assignments ``config.parallelism.KEY = ...``
   and ``activation_checkpoint`` set to ``FullAC.Config()``, ``SelectiveAC.Config()`` or ``None``;
-  a value that is no literal is not read (one note names it), a key neither release has is refused;
+  a value that is no literal is not read (one note names it), the fields pipeplan does not know are
+  listed as for TOML (a near miss of one it knows is refused);
 * the folder pipeplan's torchtitan export wrote (its ``torchtitan_config.py`` or ``torchtitan.toml``,
   and ``schedule.csv`` beside it).
 
@@ -728,8 +732,8 @@ def read_torchtitan_config(path: Path | str) -> RunConfig:
     """A torchtitan TOML or Python config (or the folder pipeplan's torchtitan export wrote), read.
 
     Raises:
-        InvalidInputError: a section or key torchtitan does not have, a value of the wrong
-            type, a schedule torch has no class for, a DeepSpeed or Megatron-LM file (one line).
+        InvalidInputError: a near miss of a section or key pipeplan knows, a value of the wrong type
+            of a key it reads, a schedule torch has no class for, a DeepSpeed or Megatron-LM file (one line).
     """
     given = Path(path)
     file = _pick(given)
