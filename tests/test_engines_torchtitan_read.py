@@ -8,7 +8,11 @@ runs where torchtitan 0.3.0 is installed (the engines venv; skipped elsewhere):
 ``TrainingConfig``, the fields the TOML release shares); the schedule name goes to torch's
 ``get_schedule_class``, where torchtitan looks it up. With ``$PIPEPLAN_TORCHTITAN_TOML`` naming a
 checkout of the TOML release (e347b1e5e) the cases also go, as files, to that release's own
-``ConfigManager`` (its ``torchtitan/config`` and ``tools/logging.py`` run in a subprocess).
+``ConfigManager`` (its ``torchtitan/config`` and ``tools/logging.py`` run in a subprocess), and
+benchmarks/torchtitan_toml_fields.py compares pipeplan's keys with it. The keys pipeplan knows are
+its own hand-written lists; with torchtitan 0.3.0 installed each is checked to be a field of its
+config dataclasses with the type and default the reader applies, and no torchtitan field to be
+refused as a near miss of one.
 """
 
 from __future__ import annotations
