@@ -20,6 +20,9 @@
 * ``cpu`` (measured): a plain DDP loop on 2 gloo processes whose model's first module runs
   once per camera image; the measured step of random vs balanced splits of the same global
   batches as a ratio in one run, beside the ratio predicted from per-camera-count timings.
+* ``pipeline`` (measured): pipeplan's own runtime on 2 gloo processes (1F1B, 2 stages) with
+  microbatches of different shapes (each its samples' camera images), in draw order vs
+  :func:`~pipeplan.batches.plan_microbatches`' balanced ones, beside the predicted ratio.
 """
 
 from __future__ import annotations
@@ -256,8 +259,105 @@ def cpu_block() -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------- pipeplan's runtime: mixed-shape pipeline microbatches
+
+PIPE_SAMPLES, PIPE_MICROBATCHES, PIPE_STEPS = 8, 4, 41
+PIPE_TOKENS, PIPE_WIDTH = 64, 256
+
+
+def _pipeline_worker(rank: int, world: int, steps: list[dict[str, list[list[int]]]],
+                     cameras: list[int]) -> dict[str, list[float]]:
+    import torch
+    from torch import nn
+
+    import pipeplan
+    from pipeplan.runtime import PipelineRuntime
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+
+    def mlp() -> nn.Module:
+        return nn.Sequential(nn.Linear(PIPE_WIDTH, 4 * PIPE_WIDTH), nn.GELU(), nn.Linear(4 * PIPE_WIDTH, PIPE_WIDTH))
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mix, self.out = mlp(), nn.Linear(PIPE_WIDTH, 8)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # [images, tokens, width] -> [images, 8]
+            return self.out(self.mix(tokens).mean(dim=1))
+
+    # stage 0 runs once per camera image (its tokens), stage 1 on every image's tokens: both follow the cameras
+    runtime = PipelineRuntime([mlp(), Head()], pipeplan.build_schedule("1f1b", num_stages=2,
+                                                                        num_microbatches=PIPE_MICROBATCHES),
+                              lambda out, target: (out - target).square().mean())
+    pixels = {c: torch.randn(c, PIPE_TOKENS, PIPE_WIDTH) for c in range(1, 5)}
+
+    def batch(groups: list[list[int]]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        inputs = [torch.cat([pixels[cameras[i]] for i in group]) for group in groups]  # a microbatch's images
+        return inputs, [torch.zeros(len(x), 8) for x in inputs]
+
+    out: dict[str, list[float]] = {"random": [], "balanced": [], "forward": [0.0, 0.0], "backward": [0.0, 0.0],
+                                   "images": [0.0]}
+    for step, orders in enumerate(steps):
+        for kind in (("random", "balanced") if step % 2 == 0 else ("balanced", "random")):
+            result = runtime.step_microbatches(*batch(orders[kind]))
+            if rank == 0:
+                out[kind].append(result.timeline.makespan)
+            if step:  # per-image stage times for the prediction, the warm-up left out
+                for stage in runtime.local_stages:
+                    out["forward"][stage] += result.forward_time[stage]
+                    out["backward"][stage] += result.backward_time[stage]
+                out["images"][0] += sum(cameras[i] for group in orders[kind] for i in group)
+    return out
+
+
+def pipeline_block() -> str:
+    """The measured block: pipeplan's runtime on mixed-shape microbatches, in draw order vs balanced."""
+    from pipeplan.batches import pipeline_makespan
+    from pipeplan.runtime import spawn
+
+    rng = np.random.default_rng(1)
+    cameras = [int(c) for c in rng.choice(CPU_CAMERAS, size=PIPE_SAMPLES * PIPE_STEPS, p=CPU_WEIGHTS)]
+    per = PIPE_SAMPLES // PIPE_MICROBATCHES
+    steps = []
+    for step in range(PIPE_STEPS):
+        indices = list(range(step * PIPE_SAMPLES, (step + 1) * PIPE_SAMPLES))
+        plan = plan_microbatches(np.array([cameras[i] for i in indices], dtype=float), PIPE_MICROBATCHES,
+                                 stage_share=[0.5, 0.5])
+        steps.append({"random": [indices[m * per:(m + 1) * per] for m in range(PIPE_MICROBATCHES)],
+                      "balanced": [[indices[i] for i in group] for group in plan.microbatches]})
+    results = spawn(_pipeline_worker, 2, steps, cameras, timeout=600)
+    measured = {kind: float(np.mean(results[0][kind][1:])) for kind in ("random", "balanced")}
+    images = results[0]["images"][0]
+    forward = [results[stage]["forward"][stage] / images for stage in range(2)]  # ms per image, stage s on rank s
+    backward = [results[stage]["backward"][stage] / images for stage in range(2)]
+    predicted = {}
+    for kind in ("random", "balanced"):
+        spans = []
+        for orders in steps[1:]:
+            counts = np.array([sum(cameras[i] for i in group) for group in orders[kind]], dtype=float)
+            spans.append(pipeline_makespan(np.outer(forward, counts), np.outer(backward, counts)))
+        predicted[kind] = float(np.mean(spans))
+    lines = [f"pipeplan's runtime (`PipelineRuntime.step_microbatches`), 2 gloo processes, 1F1B over 2 stages, "
+             f"{PIPE_SAMPLES} samples a step in {PIPE_MICROBATCHES} microbatches of {per}, {PIPE_STEPS} global batches "
+             "(the first a warm-up), each run both ways; a microbatch's tensor is its samples' camera images "
+             f"([images, {PIPE_TOKENS}, {PIPE_WIDTH}]), so microbatches and the activations between the stages "
+             "differ in shape. *Random*: microbatches in draw order; *balanced*: `plan_microbatches` on the camera "
+             "counts. Predicted: `pipeline_makespan` on each microbatch's images times the measured ms per image "
+             f"of each stage (forward {forward[0]:.2f} and {forward[1]:.2f}, backward {backward[0]:.2f} and "
+             f"{backward[1]:.2f}).", "",
+             "| microbatches | mean measured step ms | mean predicted step ms | random ÷ this, measured "
+             "| random ÷ this, predicted |", "|---|---:|---:|---:|---:|",
+             f"| random (draw order) | {measured['random']:.1f} | {predicted['random']:.1f} | 1.00 | 1.00 |",
+             f"| pipeplan balanced | {measured['balanced']:.1f} | {predicted['balanced']:.1f} | "
+             f"{measured['random'] / measured['balanced']:.2f} | {predicted['random'] / predicted['balanced']:.2f} |",
+             "", measured_line(run_command(sys.argv[:1] + ["--only", "pipeline", "--write"]))]
+    return "\n".join(lines)
+
+
 BLOCKS = {"simulated": ("uneven-batches", simulated_block), "speed": ("uneven-speed", speed_block),
-          "cpu": ("uneven-cpu", cpu_block)}
+          "cpu": ("uneven-cpu", cpu_block), "pipeline": ("uneven-pipeline", pipeline_block)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,8 +71,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
     (["model", "--preset", "pi0", "--freeze", "vision,,llm"], "--freeze[1] is empty in 'vision,,llm' (3 entries, from 0)"),
     (["model", "--preset", "pi0", "--unfreeze", ""], "--unfreeze[0] is empty in '' (1 entries, from 0)"),
     (["model", "--preset", "pi0", "--freeze", "llm", "--unfreeze", "llm"], "'llm' is given to both"),
-    (["model", "--preset", "pi0", "--sequence-parallel"], "--sequence-parallel does not apply"),
-    (["partition", "--preset", "pi0", "--stages", "2", "--sequence-parallel"], "--sequence-parallel does not apply"),
+    (["model", "--preset", "pi0", "--sequence-parallel", "on"], "--sequence-parallel does not apply"),
+    (["partition", "--preset", "pi0", "--stages", "2", "--sequence-parallel", "on"], "--sequence-parallel does not apply"),
 ])
 def test_spec_flags_that_are_empty_contradictory_or_do_not_apply_are_refused(argv, message, capsys):
     assert main(argv) == 2

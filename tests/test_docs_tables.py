@@ -166,6 +166,7 @@ MEASURED_TABLES = [
     ("cli.md", "first-hour", "first_hour.py"),
     ("uneven_batches.md", "uneven-speed", "uneven_batches.py"),
     ("uneven_batches.md", "uneven-cpu", "uneven_batches.py"),
+    ("uneven_batches.md", "uneven-pipeline", "uneven_batches.py"),
     ("uneven_batches.md", "plan-mix-cost", "plan_mix.py"),
     ("engines.md", "deepspeed-hooks", "deepspeed_hooks.py"),
 ]

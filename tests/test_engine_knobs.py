@@ -187,7 +187,7 @@ def test_cli_assumptions_carry_every_knob(run_cli):
 
 
 def test_sequence_parallel_off_is_no_claim_at_tp_1(run_cli):
-    # model/simulate refuse a bare --sequence-parallel at tp 1; plan's knob "off" must not read as that switch.
+    # model/simulate/partition refuse --sequence-parallel on at tp 1; "off" is no claim there, on every verb.
     status, _, err = run_cli(*PLAN, "--tp", "1", "--sequence-parallel", "off", "--top", "1")
     assert status == 0, err
     status, _, err = run_cli(*PLAN, "--tp", "1", "--sequence-parallel", "on", "--top", "1")

@@ -190,11 +190,13 @@ def test_cli_refuses_a_bad_mix_and_a_model_it_cannot_vary_in_one_line(run_cli, t
           write("cams.csv", "cameras,count\n1,3\n")], "field 'cameras' is not a shape option of preset 'gpt-1.5b'"),
         (["plan", "--preset", "pi0-fast", "--gpus", "8", "--global-batch", "64", "--mix",
           write("tokens.csv", "text_tokens,count\n1,3\n")], "row 1 (text_tokens=1): --text-tokens"),
-        (["plan", "--spec", "examples/model_spec.json", "--gpus", "8", "--global-batch", "64", "--mix",
-          "examples/mix_cameras.csv"], "--mix applies to --preset"),
+        (["plan", "--spec", "examples/gpt-6.2b.json", "--gpus", "8", "--global-batch", "64", "--mix",
+          "examples/mix_cameras.csv"], "field 'cameras' is not a shape of spec examples/gpt-6.2b.json "
+                                       "(no vision_encoder module); its shape fields: text_tokens"),
     ]
     cases.append((["plan", "--profile", str(tmp_path / "never-read.csv"), "--gpus", "2", "--global-batch", "8", "--mix",
-                   "examples/mix_cameras.csv"], "not to a measured --profile"))
+                   "examples/mix_cameras.csv"], "a --profile holds layer times measured at one sample shape, not at "
+                                                "the mix's (cameras=1, cameras=2, cameras=3, cameras=4)"))
     for argv, message in cases:
         status, out, err = run_cli(*argv)
         assert status == 2, (argv, out, err)
@@ -205,3 +207,34 @@ def test_cli_refuses_a_bad_mix_and_a_model_it_cannot_vary_in_one_line(run_cli, t
 
 def test_example_mix_files_read():
     assert len(read_mix("examples/mix_heavy_tail.csv").shapes) == 2
+
+
+def test_export_plot_and_trace_follow_the_mix_best_plan_and_say_so(run_cli, tmp_path):
+    # The heavy-tailed mix moves plan 4 (tp 2) ahead of plan 1: the export is written for it, the
+    # plot and trace draw it, and the text says which plan each is; a mix at the planned shape
+    # (3 cameras, the preset's default) changes nothing.
+    plot, trace = tmp_path / "p.svg", tmp_path / "t.json"
+    status, out, err = run_cli(*_argv("--mix", "examples/mix_heavy_tail.csv", "--export", "deepspeed", "--json"))
+    assert status == 0, err
+    payload = json.loads(out)
+    best = next(row for row in payload["mix"]["rows"] if row["rank"] == 1)
+    assert payload["mix"]["best_changed"] and best["planned_rank"] != 1
+    export = payload["export"]
+    assert export["on_mix"] and export["plan_index"] == best["planned_rank"] - 1
+    assert f"is plan {best['planned_rank']}" in export["why"]
+    assert (export["plan"]["tp"], export["plan"]["dp"]) == (best["plan"]["tp"], best["plan"]["dp"])
+    assert payload["mix"]["outputs_plan"] == best["planned_rank"]
+    status, out, err = run_cli(*_argv("--mix", "examples/mix_heavy_tail.csv", "--export", "deepspeed",
+                                      "--plot", str(plot), "--trace", str(trace)))
+    assert status == 0, err
+    assert plot.exists() and trace.exists()
+    assert f"deepspeed is written for plan {best['planned_rank']} (on the mix)" in out
+    assert f"--plot and --trace: plan {best['planned_rank']}, the fastest on the mix" in out
+    planned = tmp_path / "planned.csv"
+    planned.write_text("cameras,count\n3,10\n")
+    status, out, err = run_cli(*_argv("--mix", str(planned), "--export", "deepspeed", "--json"))
+    assert status == 0, err
+    payload = json.loads(out)
+    assert not payload["mix"]["best_changed"]
+    assert payload["export"]["plan_index"] == 0 and not payload["export"]["on_mix"]
+    assert payload["mix"]["outputs_plan"] == 1

@@ -44,15 +44,12 @@ def _check_plan(schedule: Any) -> None:
             assert sequence == plans[src].outgoing[rank]
         for dst, sequence in plan.outgoing.items():
             assert dst != rank
-            # a header precedes the first activation of each stage on the link, once
-            first_act = {}
+            # a header precedes every activation, just before it (its microbatch may have its own shape)
             for index, message in enumerate(sequence):
                 if message.kind == "act":
-                    first_act.setdefault(message.stage, index)
-            headers = {m.stage: i for i, m in enumerate(sequence) if m.kind == "hdr"}
-            assert set(headers) == set(first_act)
-            for stage, index in headers.items():
-                assert index == first_act[stage] - 1
+                    assert sequence[index - 1] == Packet("hdr", message.stage, message.microbatch)
+                if message.kind == "hdr":
+                    assert sequence[index + 1] == Packet("act", message.stage, message.microbatch)
     # every cross-rank dependency is one message, produced and consumed by the right actions
     for rank, order in enumerate(schedule.orders):
         for action in order:
@@ -85,7 +82,7 @@ def test_message_plans_for_adaptive_orders(forward: list[float], microbatches: i
 def test_one_f_one_b_link_sequence() -> None:
     # 1F1B, 2 stages, 2 microbatches: rank 0 runs F0 F1 B0 B1, rank 1 runs F0 B0 F1 B1
     plan = MessagePlan(pipeplan.build_schedule("1f1b", num_stages=2, num_microbatches=2), 1)
-    assert plan.incoming[0] == [Packet("hdr", 0, 0), Packet("act", 0, 0), Packet("act", 0, 1)]
+    assert plan.incoming[0] == [Packet("hdr", 0, 0), Packet("act", 0, 0), Packet("hdr", 0, 1), Packet("act", 0, 1)]
     assert plan.outgoing[0] == [Packet("grad", 1, 0), Packet("grad", 1, 1)]
     assert plan.needs[Action("F", 1, 1)] == (0, Packet("act", 0, 1))
 

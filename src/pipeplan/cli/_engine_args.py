@@ -1,59 +1,124 @@
-"""``--engine`` and the engine's knobs for ``plan``: the flags, what they pin, what the output says of them.
+"""``--engine`` and the engine's knobs, one owner for every verb that builds a model from shapes.
 
     from pipeplan.cli._engine_args import add_engine_arguments, engine_workload, engine_assumptions
-    add_engine_arguments(parser)           # --engine, --recompute, --sequence-parallel, --tp-comm-overlap
-    workload = engine_workload(args, workload)     # the knobs given, priced (Workload.with_recompute, ...)
-    assumptions.update(engine_assumptions(args))   # each knob's value, given or assumed
+    add_engine_arguments(parser, unpinned=SEARCHED)   # --engine, --recompute, --sequence-parallel, --tp-comm-overlap
+    workload = engine_workload(args, workload)        # the knobs given, priced (Workload.with_recompute, ...)
+    assumptions.update(engine_assumptions(args))      # each knob's value, given or assumed
+    profile = spec_workload(args, spec, device, link).profile(args.micro_batch_size)   # model, simulate, partition
+
+``plan``, ``model``, ``simulate --preset/--spec`` and ``partition --preset/--spec``
+take the same flags, refuse the same values with the same line, and price them the
+same way: through :meth:`pipeplan.planner.Workload.from_spec` (the layer's kernels
+and, at ``--tp > 1``, its tensor-parallel collectives).
 
 The knobs are the engine's (:attr:`pipeplan.engines.Engine.knobs`); without ``--engine``
-they are Megatron-LM's, whose tensor parallelism the step model prices today. A knob
-that is not given keeps its default (``--recompute``: searched). A value the knob does
-not take, or a knob the engine lacks, is one line and exit 2.
+they are Megatron-LM's, whose tensor parallelism the step model prices today. The values
+each flag takes are read from the engine's :class:`~pipeplan.engines.record.Knob`, so a
+mode an engine adds is taken here without a change. ``--recompute`` also takes
+``reference`` (the spec's own recipe, per module) and a mode per module,
+``vision=full,llm=selective`` (a module left out: ``none``). A knob that is not given
+keeps its default; ``--recompute`` not given is searched by ``plan`` and the spec's
+reference recipe for the other verbs. A value the knob does not take, or a knob the
+engine lacks, is one line and exit 2. ``--sequence-parallel`` and ``--tp-comm-overlap``
+take a value (``on|off``; the bare switch is gone).
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import cast
+from typing import Any, Final, Literal, cast
 
 from .. import engines
 from ..errors import InvalidInputError
 from ..engines import Engine
-from ..plan import Recompute, TpCommOverlap
+from ..models.spec import ModelSpec
+from ..plan import RECOMPUTE_MODES, Recompute, TpCommOverlap
 from ..planner import Workload
 
-__all__ = ["add_engine_arguments", "engine_workload", "engine_assumptions", "DEFAULT_ENGINE", "KNOB_FLAGS"]
+__all__ = ["add_engine_arguments", "engine_workload", "engine_assumptions", "recompute_pin", "spec_workload",
+           "layer_options", "DEFAULT_ENGINE", "KNOB_FLAGS", "REFERENCE", "SEARCHED", "Unpinned"]
 
 #: The engine whose knobs apply without ``--engine``: the step model prices Megatron-LM's tensor parallelism.
 DEFAULT_ENGINE = "megatron"
 #: Each knob's flag → its attribute on the parsed arguments.
 KNOB_FLAGS = {"recompute": "recompute", "sequence-parallel": "sequence_parallel", "tp-comm-overlap": "tp_comm_overlap"}
+#: ``--recompute reference``: the spec's own recipe, a mode per module (``none`` for a spec without one).
+REFERENCE: Final = "reference"
+#: What ``--recompute`` not given means: searched per stage (``plan``) or the spec's reference recipe.
+SEARCHED: Final = "searched"
+Unpinned = Literal["searched", "reference"]
+_PER_MODULE = "or a mode per module like vision=full,llm=selective"
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--engine`` and one flag per knob (checked against the engine's knobs by :func:`engine_workload`)."""
+def add_engine_arguments(parser: Any, *, unpinned: Unpinned = SEARCHED) -> None:
+    """Add ``--engine`` and one flag per knob to ``parser`` (a parser or an argument group).
+
+    ``unpinned``: what ``--recompute`` not given means for this verb (only the help
+    says it; :func:`engine_workload` and :func:`engine_assumptions` take it too).
+    The values are checked by :func:`engine_workload` against the engine's knobs.
+    """
     megatron = engines.get(DEFAULT_ENGINE).knobs
     parser.add_argument("--engine", default=None, metavar="NAME",
-                        help=f"the engine the plans are for: {', '.join(engines.names())}; the search spans only "
-                             f"the schedules and data-parallel modes it runs, and its knobs are priced (default: "
-                             f"every schedule and mode, with {DEFAULT_ENGINE}'s knobs: Megatron-LM's tensor "
-                             "parallelism)")
+                        help=f"the engine the model runs in: {', '.join(engines.names())}; its knobs are priced "
+                             f"(plan: the search spans only the schedules and data-parallel modes it runs; default: "
+                             f"{DEFAULT_ENGINE}'s knobs, Megatron-LM's tensor parallelism, and every schedule and mode)")
     for flag, dest in KNOB_FLAGS.items():
         knob = megatron.get(flag)
-        default = "searched" if knob.default is None else knob.default
-        choices = dict.fromkeys(knob.choices)
+        values = dict.fromkeys(knob.choices)
         others = ""
-        for engine in engines.names():
-            if engine != DEFAULT_ENGINE and flag in engines.get(engine).knobs.names():
-                theirs = engines.get(engine).knobs.get(flag)
-                choices.update(dict.fromkeys(theirs.choices))
-                others += f"; --engine {engine}: {theirs.doc}"
-        parser.add_argument(f"--{flag}", dest=dest, default=None, metavar="|".join(choices),
-                            help=f"pin it: {knob.doc} (default {default}){others}")
+        for name in engines.names():  # another engine's values of the knob (torchtitan's op, every:N)
+            if name != DEFAULT_ENGINE and flag in engines.get(name).knobs.names():
+                theirs = engines.get(name).knobs.get(flag)
+                if set(theirs.choices) - set(values):
+                    values.update(dict.fromkeys(theirs.choices))
+                    others += f"; --engine {name}: {theirs.doc}"
+        choices = "|".join(values)
+        default = "searched" if knob.default is None else knob.default
+        if flag == "recompute":
+            choices += f"|{REFERENCE}|MODULE=MODE,..."
+            default = ("searched: none, selective, full per stage" if unpinned == SEARCHED
+                       else "reference: the spec's own recipe per module, none for a spec without one")
+            doc = (f"{knob.doc.split('; not given')[0]}; reference: the spec's own recipe per module; per module: "
+                   "vision=full,llm=selective (a module left out: none)")
+        else:
+            doc = knob.doc
+        parser.add_argument(f"--{flag}", dest=dest, default=None, metavar=choices,
+                            help=f"pin it: {doc} (default {default}){others}".replace("%", "%%"))
 
 
 def _engine(args: argparse.Namespace) -> Engine:
-    return engines.get(getattr(args, "engine", None) or DEFAULT_ENGINE)
+    """``--engine``'s record (default Megatron-LM's); an unknown name is one line naming the engines."""
+    name = getattr(args, "engine", None) or DEFAULT_ENGINE
+    if name not in engines.names():
+        raise InvalidInputError(f"--engine must be one of {', '.join(engines.names())}, got {name!r}")
+    return engines.get(name)
+
+
+def _parse_recompute(text: str, engine: Engine) -> str:
+    """``--recompute``'s value, checked against the engine's modes: a mode, ``reference`` or ``a=m,b=m`` (normalised)."""
+    knob = engine.knobs.get("recompute", engine.name)
+    if text == REFERENCE:
+        return text
+    if "=" not in text:
+        try:
+            return knob.parse(text, engine.name)
+        except InvalidInputError as error:
+            raise InvalidInputError(f"{error} ({REFERENCE}: the spec's own recipe; {_PER_MODULE})") from None
+    seen: dict[str, str] = {}
+    for part in text.split(","):
+        name, _, mode = (piece.strip() for piece in part.partition("="))
+        if not name or "=" not in part:
+            raise InvalidInputError(f"--recompute {text!r}: {part.strip()!r} is not MODULE=MODE "
+                                    "(like vision=full,llm=selective)")
+        try:
+            knob.parse(mode, engine.name)
+        except InvalidInputError:
+            raise InvalidInputError(f"--recompute for {engine.name}: module {name!r} must take one of "
+                                    f"{', '.join(knob.choices)}, got {mode!r}") from None
+        if name in seen:
+            raise InvalidInputError(f"--recompute {text!r}: module {name!r} is given twice")
+        seen[name] = mode
+    return ",".join(f"{name}={mode}" for name, mode in seen.items())
 
 
 def _given(args: argparse.Namespace) -> dict[str, str]:
@@ -64,32 +129,72 @@ def _given(args: argparse.Namespace) -> dict[str, str]:
         value = getattr(args, dest, None)
         if value is None:
             continue
-        given[flag] = engine.knobs.get(flag, engine.name).parse(value, engine.name)
-    return given
-
-
-def engine_workload(args: argparse.Namespace, workload: Workload) -> Workload:
-    """``workload`` with the knobs given pinned: ``--recompute`` the only mode searched, the TP knobs priced.
-
-    Raises:
-        InvalidInputError: an unknown engine, a knob it lacks, a value the knob does not take,
-            or a knob a measured profile cannot answer for.
-    """
-    given = _given(args)
+        knob = engine.knobs.get(flag, engine.name)  # the engine has the knob (one line naming its knobs)
+        given[flag] = _parse_recompute(value, engine) if flag == "recompute" else knob.parse(value, engine.name)
     if given.get("tp-comm-overlap") == "on" and given.get("sequence-parallel") == "off":
         # Megatron-LM's validate_args: the userbuffers overlap needs sequence parallelism
         raise InvalidInputError("--tp-comm-overlap on needs --sequence-parallel on (Megatron-LM overlaps the "
                                 "all-gather and reduce-scatter of sequence parallelism); use --tp-comm-overlap "
                                 "backward or off without it")
+    return given
+
+
+def _reference(spec: ModelSpec | None) -> dict[str, Recompute] | Recompute:
+    """The spec's own recipe: its reference training's mode per module, ``"none"`` without one."""
+    if spec is None or spec.training is None:
+        return "none"
+    return {module.name: spec.training.mode_of(module.name) for module in spec.modules}
+
+
+def recompute_pin(args: argparse.Namespace, spec: ModelSpec | None,
+                  unpinned: Unpinned = SEARCHED) -> Recompute | dict[str, Recompute] | None:
+    """What ``--recompute`` pins for ``spec``: one mode, a mode per module, or ``None`` (searched).
+
+    ``reference`` (given, or not given where ``unpinned`` is ``"reference"``) is the
+    spec's recipe per module. A module that ``spec`` lacks is one line naming its modules.
+    """
+    text = _given(args).get("recompute")
+    if text is None:
+        return None if unpinned == SEARCHED else _reference(spec)
+    if text == REFERENCE:
+        return _reference(spec)
+    if "=" not in text:
+        return text
+    if spec is None:
+        raise InvalidInputError(f"--recompute {text}: a mode per module needs a model spec (--preset or --spec); "
+                                "a measured profile has no modules")
+    modules = [module.name for module in spec.modules]
+    pinned: dict[str, Recompute] = {}
+    for part in text.split(","):
+        name, _, mode = part.partition("=")
+        if name not in modules:
+            raise InvalidInputError(f"--recompute: model {spec.name!r} has no module {name!r} (its modules: "
+                                    f"{', '.join(modules)})")
+        pinned[name] = mode
+    return pinned
+
+
+def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpinned = SEARCHED) -> Workload:
+    """``workload`` with the knobs given pinned: ``--recompute`` the only mode(s) costed, the TP knobs priced.
+
+    ``unpinned``: ``--recompute`` not given is searched (``plan``) or the spec's
+    reference recipe (``model``, ``simulate``, ``partition``).
+
+    Raises:
+        InvalidInputError: an unknown engine, a knob it lacks, a value the knob does not take,
+            an unknown module, or a knob a measured profile cannot answer for.
+    """
+    given = _given(args)
     if "sequence-parallel" in given or "tp-comm-overlap" in given:
         workload = workload.with_tensor_knobs(
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
             tp_comm_overlap=cast("TpCommOverlap | None", given.get("tp-comm-overlap")))
-    if "recompute" in given:
-        workload = workload.with_recompute(given["recompute"])
-    else:
+    pin = recompute_pin(args, workload.spec, unpinned)
+    if pin is not None:
+        workload = workload.with_recompute(pin)
+    elif workload.spec is not None:  # searched: what the engine lets the planner choose (a profile: its own modes)
         searched = _searched_recompute(_engine(args))
-        if searched is not None and workload.spec is not None:  # a measured profile answers for its own modes
+        if searched is not None:
             workload = workload.with_recompute_modes(searched)
     return workload
 
@@ -99,6 +204,29 @@ def _searched_recompute(engine: Engine) -> tuple[Recompute, ...] | None:
     if "recompute" not in engine.knobs.names():
         return None
     return engine.knobs.get("recompute").searched
+
+
+def spec_workload(args: argparse.Namespace, spec: ModelSpec, device: Any, link: Any = None) -> Workload:
+    """The workload of ``spec`` at ``--tp`` with the knobs given (``--recompute`` not given: the reference recipe).
+
+    What ``model``, ``simulate --preset/--spec`` and ``partition --preset/--spec`` cost:
+    ``spec_workload(...).profile(args.micro_batch_size)`` is the layer profile, priced as
+    ``plan`` prices it (``link``: the link inside a node, default the device's).
+    """
+    workload = Workload.from_spec(spec, device, tensor_parallel=args.tp, tp_link=link)
+    return engine_workload(args, workload, unpinned=REFERENCE)
+
+
+def layer_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
+    """``recompute``, ``tensor_parallel`` and ``sequence_parallel`` for :func:`~pipeplan.models.layer_costs.layer_costs`.
+
+    The same values :func:`spec_workload` prices (the FLOP and kernel columns of ``model``).
+    """
+    given = _given(args)
+    pin = recompute_pin(args, spec, REFERENCE)
+    default = engines.get(DEFAULT_ENGINE).knobs.get("sequence-parallel").default
+    sequence = given.get("sequence-parallel", default) == "on" and args.tp > 1
+    return {"recompute": pin if pin is not None else "none", "tensor_parallel": args.tp, "sequence_parallel": sequence}
 
 
 _TENSOR_PARALLEL = {
@@ -127,11 +255,28 @@ def _tensor_parallel(sequence_parallel: str, overlap: str) -> str:
     return f"Megatron TP {how} inside a node: {hidden}; GEMMs divided by tp and timed at their own efficiency"
 
 
-def engine_assumptions(args: argparse.Namespace) -> dict[str, str]:
-    """Each knob's value as the plan assumed it (given, or the engine's default), and the TP sentence they make.
+def _modes_text(pin: Recompute | dict[str, Recompute], spec: ModelSpec | None) -> str:
+    """``full`` or ``vision full, llm selective``: a mode per module whose mode changes a cost, in the spec's order."""
+    if isinstance(pin, str):
+        return pin
+    if spec is None:
+        shown = dict(pin)
+    else:  # every module (one left out: none), shown where its mode changes a cost
+        counted = {member for unit in spec.recompute_units() for member in unit}
+        every = spec.recompute_modes(pin)
+        shown = {name: mode for name, mode in every.items() if name in counted} or every
+    if len(set(shown.values())) == 1:
+        return next(iter(shown.values()))
+    return ", ".join(f"{name} {mode}" for name, mode in shown.items())
+
+
+def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
+                       unpinned: Unpinned = SEARCHED) -> dict[str, str]:
+    """Each knob's value as the output assumed it (given, or the engine's default), and the TP sentence they make.
 
     Keys: ``engine``, ``recompute``, ``sequence-parallel``, ``tp-comm-overlap``, and ``tensor parallel``
-    (today's sentence when the TP knobs are at their defaults).
+    (today's sentence when the TP knobs are at their defaults). ``spec``: the model, for
+    the modes of ``reference`` and of a mode per module.
     """
     engine = _engine(args)
     given = _given(args)
@@ -139,11 +284,10 @@ def engine_assumptions(args: argparse.Namespace) -> dict[str, str]:
     values: dict[str, str] = {}
     for flag in KNOB_FLAGS:
         default = megatron[flag] if flag not in engine.knobs.names() else engine.knobs.get(flag).default
-        if flag in given:
+        if flag == "recompute":
+            values[flag] = _recompute_assumption(args, spec, given, unpinned)
+        elif flag in given:
             values[flag] = f"{given[flag]} (given: --{flag})"
-        elif default is None:
-            modes = _searched_recompute(engine) or ("none", "selective", "full")
-            values[flag] = f"searched: {', '.join(modes)} (per stage, the cheapest in time that fits)"
         else:
             values[flag] = f"{default} (assumed: give --{flag} to pin it)"
     sequence_parallel = given.get("sequence-parallel", megatron["sequence-parallel"] or "on")
@@ -153,3 +297,20 @@ def engine_assumptions(args: argparse.Namespace) -> dict[str, str]:
         name += ("; its knobs are not priced yet: the step prices Megatron-LM's tensor parallelism; the search "
                  "spans only what it runs")
     return {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
+
+
+def _recompute_assumption(args: argparse.Namespace, spec: ModelSpec | None, given: dict[str, str],
+                          unpinned: Unpinned) -> str:
+    """``--recompute``'s line: the mode(s) given, searched, or the reference recipe assumed."""
+    text = given.get("recompute")
+    if text is None and unpinned == SEARCHED:
+        searched = _searched_recompute(_engine(args)) or RECOMPUTE_MODES
+        return f"searched: {', '.join(searched)} (per stage, the cheapest in time that fits)"
+    pin = recompute_pin(args, spec, unpinned)
+    modes = _modes_text(pin if pin is not None else "none", spec)
+    if text is None:
+        return (f"{REFERENCE}: {modes} (assumed: the spec's own recipe, none without one; give --recompute to "
+                "pin it)")
+    if text == REFERENCE:
+        return f"{REFERENCE}: {modes} (given: --recompute)"
+    return f"{modes} (given: --recompute)"

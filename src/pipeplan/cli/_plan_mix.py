@@ -19,13 +19,13 @@ from typing import Any
 
 from rich.table import Table
 
-from .. import presets
 from ..batches.mix import Mix, read_mix
 from ..errors import InvalidInputError
 from ..planner import SearchResult, Workload
 from ..planner.mix_rank import MixCandidate, MixRanking, MixRow, rank_on_mix
 from ..units import format_figures
 from ..viz.plans import NO_PIPELINE
+from ._mix_model import check_mix_model, mix_model_shape, mix_namespace
 from ._spec_args import planned_shape
 
 __all__ = ["add_mix_argument", "plan_mix", "PlanMix", "show_mix"]
@@ -34,7 +34,7 @@ __all__ = ["add_mix_argument", "plan_mix", "PlanMix", "show_mix"]
 def add_mix_argument(parser: Any) -> None:
     """Add ``--mix FILE``."""
     parser.add_argument("--mix", metavar="FILE", default=None,
-                        help="with --preset: a shape mix (CSV or JSON: shape fields such as cameras, then count or "
+                        help="with --preset or --spec: a shape mix (CSV or JSON: shape fields such as cameras, then count or "
                              "weight); re-ranks the plans shown and the baselines by the expected step over global "
                              "batches drawn from it, balanced over ranks and microbatches (docs/uneven_batches.md)")
 
@@ -59,32 +59,24 @@ def plan_mix(args: argparse.Namespace, build: Callable[[argparse.Namespace], Wor
     """``--mix``'s mix and per-shape workloads (``build(args)`` as ``plan`` builds its own), or ``None`` without it.
 
     A mix row's fields replace the planned shape's (``--cameras`` etc., else the preset's
-    defaults); the fields it leaves out keep them.
+    defaults; a ``--spec`` file's own shape, :mod:`pipeplan.cli._mix_model`); the fields it
+    leaves out keep them.
 
     Raises:
-        InvalidInputError: ``--mix`` with ``--spec`` or ``--profile``; a mix file that
-            :func:`~pipeplan.batches.mix.read_mix` refuses; a field the preset does not have;
-            a shape its builder refuses (the message names the file and row).
+        InvalidInputError: ``--mix`` with ``--profile`` (measured at one shape); a mix file that
+            :func:`~pipeplan.batches.mix.read_mix` refuses; a field the preset or the spec file
+            does not have; a shape its builder refuses (the message names the file and row).
     """
     if getattr(args, "mix", None) is None:
         return None
-    if args.profile or args.spec:
-        other = "a measured --profile" if args.profile else "a --spec file"
-        raise InvalidInputError(f"--mix applies to --preset (a model whose shapes it varies), not to {other}")
-    if not args.preset:
+    if not (args.preset or args.spec or args.profile):
         return None  # no model at all: plan's own check names the three ways to give one
     mix = read_mix(args.mix)
-    allowed = presets.options(args.preset)
-    for key in mix.fields:
-        if key not in allowed:
-            has = ", ".join(allowed) or "none"
-            raise InvalidInputError(f"mix {mix.source}: field {key!r} is not a shape option of preset "
-                                    f"{args.preset!r} (its options: {has})")
+    check_mix_model(args, mix)
     workloads = []
     for row, shape in enumerate(mix.shapes, start=1):
-        shaped = argparse.Namespace(**{**vars(args), **shape})
         try:
-            workloads.append(build(shaped))
+            workloads.append(build(mix_namespace(args, shape)))
         except InvalidInputError as error:
             raise InvalidInputError(f"mix {mix.source} row {row} ({mix.label(row - 1)}): {error}") from None
     return PlanMix(mix, tuple(workloads), args.global_batch)
@@ -161,9 +153,77 @@ def mix_lines(ranking: MixRanking, global_batch: int, planned_shape: str = "") -
 
 def show_mix(console: Any, ranking: MixRanking, args: argparse.Namespace) -> None:
     """Print :func:`mix_table` and :func:`mix_lines` (the planned shape from ``args``)."""
-    shape = planned_shape(args) or {}
+    shape = planned_shape(args) or mix_model_shape(args) or {}
     console.print(mix_table(ranking))
     for line in mix_lines(ranking, args.global_batch, ",".join(f"{key}={shape[key]}" for key in ranking.mix.fields
                                                                 if key in shape)):
         console.print(line, markup=False, highlight=False)
 
+
+
+# ------------------------------------------------- --export, --plot, --trace on the mix
+def mix_pick(ranking: MixRanking) -> int | None:
+    """0-based index in the search's plans of the plan ``--plot``/``--trace`` draw on the mix, or ``None``: plan 1's.
+
+    The plan fastest on the mix when it is not plan 1 and does not tie with it at the
+    shown figures (a tie keeps plan 1); ``None`` otherwise (nothing changes).
+    """
+    best = ranking.best
+    if best is None or not ranking.best_changed or ranking.best_ties or best.planned_rank is None:
+        return None
+    return best.planned_rank - 1
+
+
+def mix_outputs_note(ranking: MixRanking, args: argparse.Namespace) -> str | None:
+    """The one line saying which plan ``--plot``/``--trace`` drew on the mix (``None``: neither given, or plan 1)."""
+    flags = [flag for flag, given in (("--plot", getattr(args, "plot", None)), ("--trace", getattr(args, "trace", None)))
+             if given]
+    pick = mix_pick(ranking)
+    if not flags or pick is None:
+        return None
+    return (f"{' and '.join(flags)}: plan {pick + 1}, the fastest on the mix {ranking.mix.source} "
+            f"(plan 1 is the fastest at the planned shape)")
+
+
+def mix_export_choice(ranking: MixRanking, result: SearchResult, target: str) -> Any:
+    """``--export``'s :class:`~pipeplan.planner.engine_choice.EngineChoice` on the mix, or ``None``: the search's own.
+
+    The first plan in the mix's order (:attr:`MixRanking.plans` by expected step) that the
+    engine runs, when it is not plan 1 (nor ties with it on the mix); ``why`` says so, and
+    the engine's refusal of plan 1 if it refuses it. ``None`` when that plan is plan 1 or
+    the engine runs none of the plans re-ranked (the export is then what ``plan`` writes
+    without ``--mix``).
+    """
+    from ..engines import by_target
+    from ..planner.engine_choice import EngineChoice, plan_changes
+
+    if mix_pick(ranking) is None:
+        return None
+    record = by_target(target)
+    first = next(row for row in ranking.plans if row.planned_rank == 1)
+    for row in ranking.plans:
+        if not row.re_ranked or row.planned_rank is None:
+            continue
+        index = row.planned_rank - 1
+        plan = result.plans[index]
+        if record.refusal(plan):
+            continue
+        if index == 0:
+            return None
+        refused = record.refusal(result.best)
+        why = (f"the fastest on the mix {ranking.mix.source} that {target} runs is plan {index + 1}: expected "
+               f"{_ms(row.expected_ms)} ms per step (p95 {_ms(row.p95_ms)}), plan 1 {_ms(first.expected_ms)} ms"
+               + (f"; {target} cannot run plan 1: {refused}" if refused else ""))
+        return EngineChoice(target, plan, index, why, tuple(plan_changes(result.best, plan)))
+    return None
+
+
+def show_mix_choice(console: Any, choice: Any, ratio: float | None) -> None:
+    """The plan an export on the mix is written for: why, its table row, what changed from plan 1."""
+    from ..viz.plans import plan_layout, plan_row
+
+    console.print(f"{choice.target}: {choice.why}", markup=False, highlight=False, soft_wrap=True)
+    console.print(plan_layout([plan_row(choice.label, choice.plan, ratio)],
+                              title=f"{choice.target} is written for plan {choice.index + 1} (on the mix)",
+                              width=console.width))
+    console.print("changed from plan 1: " + "; ".join(choice.changes), markup=False, highlight=False, soft_wrap=True)

@@ -9,19 +9,18 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 from .. import hardware, presets, units
 from ..hardware.device_file import read_device
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from ..models.layer_costs import layer_profile
 from ..models.spec import ModelSpec
-from ..plan import Recompute
 from ._common import name_choice, renamed_flag
+from ._engine_args import REFERENCE, add_engine_arguments, spec_workload
 
 __all__ = ["add_spec_arguments", "add_shape_arguments", "shape_from_args", "planned_shape", "shape_note", "spec_from_args", "profile_from_spec_args", "uses_spec", "human_count",
-           "add_device_argument", "device_from_args", "add_mfu_argument", "recompute_of", "RECOMPUTE_CHOICES", "settle_spec_options",
+           "add_device_argument", "device_from_args", "add_mfu_argument", "settle_spec_options",
            "defaults_assumption"]
 
 
@@ -36,11 +35,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = Fals
     add_device_argument(group)
     group.add_argument("--micro-batch-size", type=int, default=None, help="examples per microbatch (default 1)")
     add_mfu_argument(group)
-    group.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default=None,
-                       help="activation recomputation: none, selective (the attention core), full, or reference "
-                            "(default: what the model's reference code runs, per module; none for a spec without one)")
     group.add_argument("--tp", type=int, default=None, help="tensor-parallel degree (Megatron TP; default 1)")
-    group.add_argument("--sequence-parallel", action="store_true", help="with --tp > 1")
+    add_engine_arguments(group, unpinned=REFERENCE)  # --engine and its knobs, as plan takes them (cli/_engine_args.py)
     renamed_flag(group, "--tensor-parallel", "--tp", "the tensor-parallel degree, as in plan")
     add_shape_arguments(group)
     group.add_argument("--freeze", default=None, metavar="MODULES", help="comma-separated modules to freeze")
@@ -48,9 +44,9 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, required: bool = Fals
 
 
 #: The spec options' defaults, filled in by :func:`settle_spec_options` (``None`` in the parser: not given).
-_SPEC_DEFAULTS: dict[str, Any] = {"gpu": "h100-80g", "micro_batch_size": 1, "recompute": "reference", "tp": 1}
-_SPEC_FLAGS = ("gpu", "device", "micro_batch_size", "mfu", "recompute", "tp", "action_horizon", "text_tokens",
-               "cameras", "image_size", "freeze", "unfreeze")
+_SPEC_DEFAULTS: dict[str, Any] = {"gpu": "h100-80g", "micro_batch_size": 1, "tp": 1}
+_SPEC_FLAGS = ("gpu", "device", "micro_batch_size", "mfu", "engine", "recompute", "sequence_parallel",
+               "tp_comm_overlap", "tp", "action_horizon", "text_tokens", "cameras", "image_size", "freeze", "unfreeze")
 
 
 def settle_spec_options(args: argparse.Namespace, *, applies: bool, what: str = "") -> None:
@@ -61,8 +57,6 @@ def settle_spec_options(args: argparse.Namespace, *, applies: bool, what: str = 
     :func:`add_spec_arguments` calls this first.
     """
     given = [f"--{key.replace('_', '-')}" for key in _SPEC_FLAGS if getattr(args, key, None) is not None]
-    if getattr(args, "sequence_parallel", False):
-        given.append("--sequence-parallel")
     if given and not applies:
         raise InvalidInputError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to a model from shapes "
                                 f"(--preset or --spec), not to {what or 'this input'}")
@@ -71,24 +65,11 @@ def settle_spec_options(args: argparse.Namespace, *, applies: bool, what: str = 
             setattr(args, key, value)
 
 
-RECOMPUTE_CHOICES = ("reference", "none", "selective", "full")
-"""``--recompute``'s values: a mode for every module, or ``reference`` (the spec's own recipe)."""
-
-
 def add_mfu_argument(parser: Any) -> None:
     """Add ``--mfu`` (a fraction ``0.4`` or a percentage ``40%``) to a parser or an argument group."""
     parser.add_argument("--mfu", type=units.argparse_type(units.parse_fraction, "--mfu"), default=None,
                         help="the flat cost model: every FLOP at this fraction of peak, e.g. 0.4 or 40%% "
                              "(default: per-operator)")
-
-
-def recompute_of(args: argparse.Namespace, spec: ModelSpec) -> Recompute | dict[str, Recompute]:
-    """``--recompute`` for ``spec``: one mode for all modules, or the reference's mode per module."""
-    if args.recompute != "reference":
-        return cast(Recompute, args.recompute)
-    if spec.training is None:
-        return "none"
-    return {module.name: spec.training.mode_of(module.name) for module in spec.modules}
 
 
 def add_shape_arguments(parser: Any) -> None:
@@ -173,13 +154,16 @@ def uses_spec(args: argparse.Namespace) -> bool:
 
 
 def spec_from_args(args: argparse.Namespace) -> ModelSpec:
-    """The :class:`ModelSpec` of ``--preset`` or ``--spec``, with ``--freeze``/``--unfreeze`` applied."""
+    """The :class:`ModelSpec` of ``--preset`` or ``--spec``, with ``--freeze``/``--unfreeze`` applied.
+
+    ``args.mix_shape`` (set by ``--mix``, :mod:`pipeplan.cli._mix_model`): a ``--spec`` file
+    rebuilt at that sample shape (:func:`pipeplan.batches.spec_shapes.reshape_spec`).
+    """
     if args.preset and args.spec:
         raise InvalidInputError("give either --preset or --spec, not both")
     if not (args.preset or args.spec):
         raise InvalidInputError(f"give --preset (one of {', '.join(presets.names())}) or --spec FILE")
-    if getattr(args, "sequence_parallel", False) not in (False, None, "off") and args.tp == 1:
-        # model/simulate/partition take a bare switch (True); plan takes on|off (engine knob): "off" is no claim
+    if getattr(args, "sequence_parallel", None) == "on" and args.tp == 1:  # "off" at tp 1 is no claim
         raise InvalidInputError("--sequence-parallel does not apply without --tp > 1 "
                                 "(it splits the norms and dropouts across tensor-parallel ranks)")
     shape = shape_from_args(args)
@@ -190,6 +174,11 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
         for key in shape:
             message = re.sub(rf"(?<![\w-]){key}\b", _flag(key), message)
         raise InvalidInputError(message) from None
+    mix_shape = getattr(args, "mix_shape", None)  # --mix with --spec: one mix row's shape (cli/_mix_model.py)
+    if mix_shape and args.spec:
+        from ..batches.spec_shapes import reshape_spec
+
+        spec = reshape_spec(spec, mix_shape)
     flags: dict[str, bool] = {}
     for option, value in (("freeze", True), ("unfreeze", False)):
         for name in _module_names(option, getattr(args, option)):
@@ -214,11 +203,14 @@ def _module_names(option: str, text: str | None) -> list[str]:
 
 
 def profile_from_spec_args(args: argparse.Namespace) -> LayerProfile:
-    """The layer profile (ms per microbatch) the spec arguments describe."""
+    """The layer profile (ms per microbatch) the spec arguments describe, priced as ``plan`` prices it.
+
+    :func:`~pipeplan.cli._engine_args.spec_workload`: the kernels and, at ``--tp > 1``,
+    the tensor-parallel collectives of each layer under the knobs given.
+    """
     spec = spec_from_args(args)
-    device, _link = device_from_args(args)
-    return layer_profile(spec, device, args.micro_batch_size, recompute=recompute_of(args, spec),
-                         tensor_parallel=args.tp, sequence_parallel=args.sequence_parallel)
+    device, link = device_from_args(args)
+    return spec_workload(args, spec, device, link).profile(args.micro_batch_size)
 
 
 def human_count(value: float) -> str:

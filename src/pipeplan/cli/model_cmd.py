@@ -11,6 +11,9 @@ that fraction of peak; ``--device FILE`` takes a ``pipeplan calibrate`` file).
 The file ``--out`` writes notes it was computed from shapes (which model, which
 device); it does not replace a measured profile (``pipeplan profile``) unless ``--force``.
 For a ``--spec`` file, the cost-changing defaults it left out are printed (``model defaults``).
+``--engine`` and its knobs (``--recompute``, ``--sequence-parallel``, ``--tp-comm-overlap``) are
+``plan``'s (cli/_engine_args.py), priced the same way; ``assumptions`` (``--json``) says each
+knob's value, given or assumed.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ from rich.table import Table
 
 from ..hardware.device_file import device_fields
 from ..errors import InvalidInputError
-from ..models.layer_costs import layer_costs, layer_profile
+from ..models.layer_costs import layer_costs
 from ..profile_format import check_overwrite
 from ..units import format_bytes
 from ._common import make_console, print_json, report_written
-from ._spec_args import (add_spec_arguments, defaults_assumption, device_from_args, human_count, recompute_of,
+from ._engine_args import REFERENCE, engine_assumptions, layer_options, spec_workload
+from ._spec_args import (add_spec_arguments, defaults_assumption, device_from_args, human_count,
                          settle_spec_options, spec_from_args)
 
 __all__ = ["register", "run"]
@@ -62,14 +66,17 @@ def run(args: argparse.Namespace) -> int:
         _check_spec_path(args.spec)
     out = _out_path(args)
     spec = spec_from_args(args)
-    device, _link = device_from_args(args)
-    options = {"recompute": recompute_of(args, spec), "tensor_parallel": args.tp,
-               "sequence_parallel": args.sequence_parallel}
-    profile = layer_profile(spec, device, args.micro_batch_size, **options)
+    device, link = device_from_args(args)
+    options = layer_options(args, spec)
+    workload = spec_workload(args, spec, device, link)  # priced as plan prices it (cli/_engine_args.py)
+    profile = workload.profile(args.micro_batch_size)
+    options["tp_comm_overlap"] = workload.tp_comm_overlap
+    assumptions = engine_assumptions(args, spec, unpinned=REFERENCE)
     defaults = defaults_assumption(args, spec)
     notes = {"source": "shapes", "model": spec.name, "device": device.name, "microbatch_size": args.micro_batch_size,
              **options, **({"spec": args.spec} if args.spec else {"preset": args.preset})}
-    costs = layer_costs(spec, args.micro_batch_size, **options)
+    costs = layer_costs(spec, args.micro_batch_size, recompute=options["recompute"],
+                        tensor_parallel=args.tp, sequence_parallel=options["sequence_parallel"])
     records = profile.to_records()
     for record, cost in zip(records, costs):
         record["forward_flops"] = cost.forward_flops
@@ -82,10 +89,11 @@ def run(args: argparse.Namespace) -> int:
         kernels = [op for cost in costs for op in cost.ops]
         print_json({"model": spec.name, "device": device_fields(device), "cost_model": device.summary(),
                     "gemm_fallbacks": device.gemm_fallbacks(kernels), "achievable_flops": device.achievable_flops,
-                    "micro_batch_size": args.micro_batch_size, **options, **defaults, "layers": records})
+                    "micro_batch_size": args.micro_batch_size, **options, "assumptions": assumptions, **defaults,
+                    "layers": records})
         return 0
     rows = _by_module(records, costs) if args.by_module else records
-    title = (f"{spec.name} on {device.name}, microbatch {args.micro_batch_size}, recompute {args.recompute}: "
+    title = (f"{spec.name} on {device.name}, microbatch {args.micro_batch_size}, tp {args.tp}: "
              "ms and bytes per microbatch (I + W = B, the full backward)")
     table = Table(title=title)
     for column in ("layer", "F ms", "I ms", "W ms", "F FLOPs", "params", "activations", "W stash", "send"):
@@ -104,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"{profile.num_layers} layers; F {total_f:.4g} ms + backward {total_b:.4g} ms per microbatch; "
                   f"{human_count(params)} parameters, {human_count(trained)} trained"
                   + (" (a tied table counted once)" if profile.tied_groups else ""))
+    console.print("assumptions: " + "; ".join(f"{key} {value}" for key, value in assumptions.items()
+                                              if key != "tensor parallel" or args.tp > 1), markup=False, highlight=False)
     for key, text in defaults.items():
         console.print(f"{key}: {text}", markup=False, highlight=False)
     return 0

@@ -43,7 +43,8 @@ from ._common import gantt_width, make_console, memory_size, name_choice, output
 from ._export_args import (add_export_arguments, check_export_args, check_export_model, emit_export,
                            model_refusal_of, reference_names)
 from ._engine_args import DEFAULT_ENGINE, add_engine_arguments, engine_assumptions, engine_workload
-from ._plan_mix import add_mix_argument, plan_mix, show_mix
+from ._plan_mix import (add_mix_argument, mix_export_choice, mix_outputs_note, mix_pick, plan_mix, show_mix,
+                        show_mix_choice)
 from ..hardware.device_file import device_fields
 from ._spec_args import (add_device_argument, add_mfu_argument, add_shape_arguments, defaults_assumption, device_from_args,
                          planned_shape, shape_from_args, shape_note, spec_from_args)
@@ -110,6 +111,10 @@ def register(subparsers: Any) -> None:
                              "what a plan may use)")
     parser.add_argument("--max-virtual-stages", type=int, default=4,
                         help="largest v (chunks per rank) tried for interleaved and adaptive (default 4)")
+    parser.add_argument("--virtual-stages", type=positive("--virtual-stages"), default=None, metavar="N",
+                        help="pin v, the stages per rank: only the schedules that run it (interleaved v >= 2, "
+                             "adaptive any, a V schedule 2, one stage per rank 1), at that v; not capped by "
+                             "--max-virtual-stages (default: searched)")
     parser.add_argument("--schedules", default=None,
                         help="comma-separated schedules to try (default all but dual-rate: "
                              f"{','.join(planned_schedules())})")
@@ -208,30 +213,36 @@ def run(args: argparse.Namespace) -> int:
             pp=args.pp, micro_batch_size=args.micro_batch_size,
             schedules=schedules, memory_capacity=args.memory, optimizer=args.optimizer, send_mode=args.send,
             top=args.top, budget=args.budget, progress=_search_progress(advance),
-            max_virtual_stages=args.max_virtual_stages, headroom=headroom,
+            max_virtual_stages=args.max_virtual_stages, virtual_stages=args.virtual_stages, headroom=headroom,
             partition=None if args.partition is None else parse_partition(args.partition),
             tp=args.tp, dp_modes=None if args.dp_modes is None else data_parallel.parse_modes(args.dp_modes),
             sync=args.grad_sync, engine=args.engine,
         ))
     ties = tie_leaders([plan.step_time for plan in result.plans])
     ranking = mix.rank(result, workload) if mix is not None else None  # --mix: the plans timed on drawn batches
-    _write_files(args, result)
+    # --mix: --export, --plot and --trace follow the mix's best plan where it is not plan 1 (_plan_mix.py)
+    on_mix = mix_export_choice(ranking, result, args.export) if ranking is not None and args.export else None
+    _write_files(args, result, None if ranking is None else mix_pick(ranking))
     if args.json:
         payload = _payload(result, reference_names(args, result.best.num_layers))
-        if args.export:  # the plan the export is written for: plan 1, or the one the engine runs instead
-            payload["export"] = _choice_dict(args, result)
+        if args.export:  # the plan the export is written for: plan 1, the one the engine runs instead, or the mix's
+            payload["export"] = _choice_dict(args, result, on_mix)
         for entry, tie in zip(payload["plans"], ties):
             entry["ties_with"] = tie
         print_json({**payload, "device": device_fields(cluster.device),
                     "assumptions": _assumptions(args, cluster), "shape": planned_shape(args),
                     "gemm_fallbacks": _gemm_fallbacks(args, cluster, result),
                     "error_band": _error_band(args, cluster).to_dict(),
-                    **({"mix": ranking.to_dict()} if ranking is not None else {})})
+                    **({"mix": {**ranking.to_dict(), "outputs_plan": (mix_pick(ranking) or 0) + 1}}
+                       if ranking is not None else {})})
         return 0
-    _print(args, result, ties, _capacity(args, cluster))
+    _print(args, result, ties, _capacity(args, cluster), on_mix)
     console = make_console()
     if ranking is not None:
         show_mix(console, ranking, args)
+        note = mix_outputs_note(ranking, args)
+        if note:
+            console.print(note, markup=False, highlight=False)
     lines = _assumptions(args, cluster)
     console.print("assumptions: " + "; ".join(f"{key} {value}" for key, value in lines.items()),
                   markup=False, highlight=False)
@@ -279,7 +290,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         optimizer = (f"{args.optimizer} bytes per parameter: {split.weights:g} B weights + {split.gradients:g} B "
                      f"gradients + {split.optimizer:g} B state")
     shape = shape_note(args)
-    engine = engine_assumptions(args)
+    engine = engine_assumptions(args, None if args.profile else spec_from_args(args))
     return {
         "device": (cluster.device.summary() if not args.profile else
                    f"layer times as measured in {args.profile} (on the machine that measured them: its GPUs or CPU "
@@ -295,6 +306,9 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         "messages": _SENDS[args.send],
         "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",
         **engine,
+        "virtual stages": (f"{args.virtual_stages} (given: --virtual-stages)" if args.virtual_stages is not None
+                           else f"searched: 1..{args.max_virtual_stages} stages per rank for interleaved and adaptive "
+                                "(--max-virtual-stages; give --virtual-stages to pin it)"),
         **defaults_assumption(args),
         **({"model shape": shape} if shape else {}),
     }
@@ -319,16 +333,19 @@ def _payload(result: SearchResult, names: Any = None) -> dict[str, Any]:
     return payload
 
 
-def _choice_dict(args: argparse.Namespace, result: SearchResult) -> dict[str, Any]:
-    """``--export``'s :class:`~pipeplan.planner.engine_choice.EngineChoice` with its plan's exports."""
+def _choice_dict(args: argparse.Namespace, result: SearchResult, on_mix: Any = None) -> dict[str, Any]:
+    """``--export``'s :class:`~pipeplan.planner.engine_choice.EngineChoice` with its plan's exports.
+
+    ``on_mix``: the choice ``--mix`` made (:func:`~pipeplan.cli._plan_mix.mix_export_choice`), marked ``"on_mix"``.
+    """
     from ..engines import plan_exports
     from ..planner.engine_choice import engine_choice
 
     refusal = model_refusal_of(args)
     if refusal:  # the engine runs no plan of this model (the text output refused before searching)
         return {"target": args.export, "plan_index": None, "plan": None, "why": refusal, "changes": []}
-    choice = engine_choice(result, args.export)
-    entry = choice.to_dict()
+    choice = on_mix if on_mix is not None else engine_choice(result, args.export)
+    entry = {**choice.to_dict(), "on_mix": on_mix is not None}
     entry["plan"]["exports"] = plan_exports(choice.plan, reference_names(args, choice.plan.num_layers))
     return entry
 
@@ -351,7 +368,8 @@ def show_plans(console: Any, result: SearchResult, *, title: str, capacity: str 
             console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None], capacity: str) -> None:
+def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None], capacity: str,
+           on_mix: Any = None) -> None:
     from ..engines import by_target
     from ..planner.engine_choice import engine_choice
     from ..viz import text_gantt
@@ -360,7 +378,7 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
 
     if args.export:  # before anything is printed: a plan the engine cannot run is one line
         engine = by_target(args.export)
-        choice = engine_choice(result, args.export)
+        choice = on_mix if on_mix is not None else engine_choice(result, args.export)
         plan = choice.plan
         files = engine.export(plan, args.export, reference_names(args, plan.num_layers),
                               gpus_per_node=args.gpus_per_node)
@@ -389,7 +407,7 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
         console.print(text_gantt(best.timeline, width=gantt_width(console.width, best.pp), wider="--plot",
                                  columns=console.width), markup=False, highlight=False)
     if args.export:
-        show_choice(console, choice, result.ratio_to_best_baseline(plan))
+        (show_mix_choice if on_mix is not None else show_choice)(console, choice, result.ratio_to_best_baseline(plan))
         emit_export(args, files)
         for note in engine.notes(plan, reference_names(args, plan.num_layers)):
             console.print(f"note: {note}")
@@ -415,15 +433,19 @@ def _headline(result: SearchResult) -> str:
     return "best plan: " + explain(result.best, best.plan, best.prose)
 
 
-def _write_files(args: argparse.Namespace, result: SearchResult) -> None:
-    """The best plan's ``--plot`` and ``--trace``, each reported ``wrote PATH`` on stderr."""
-    best = result.best
+def _write_files(args: argparse.Namespace, result: SearchResult, pick: int | None = None) -> None:
+    """The best plan's ``--plot`` and ``--trace``, each reported ``wrote PATH`` on stderr.
+
+    ``pick``: the 0-based plan to draw instead of plan 1 (``--mix``'s best, :func:`~pipeplan.cli._plan_mix.mix_pick`).
+    """
+    best = result.best if pick is None else result.plans[pick]
     if best.timeline is None:
         return
     if args.plot:
         from ..viz.plot import plot_plan
 
-        plot_plan(best, args.plot, title=f"{args.preset or args.spec or args.profile}: plan 1")
+        which = "plan 1" if pick is None else f"plan {pick + 1}, the fastest on the mix"
+        plot_plan(best, args.plot, title=f"{args.preset or args.spec or args.profile}: {which}")
         report_written(args.plot)
     if args.trace:
         from ..viz import write_trace

@@ -23,7 +23,7 @@ messages and core sharing). With ``--preset`` or ``--spec`` the layers come from
 model's shapes on ``--gpu`` (or a ``--device`` file) through the cost model
 (docs/cost_model.md), and each cut's activation crosses the GPU's NVLink (or the
 file's measured link) at NCCL's point-to-point rate.
-``--mix FILE`` (with ``--preset``) adds the expected step over global batches drawn
+``--mix FILE`` (with ``--preset`` or ``--spec``) adds the expected step over global batches drawn
 from a shape mix, random vs balanced microbatches (:mod:`pipeplan.batches.pipeline`), and
 one drawn batch simulated with each microbatch at its own costs (with messages), its
 idle time per rank split into the schedule's bubble and the variation
@@ -41,7 +41,6 @@ from rich.console import Console
 
 from .. import presets, units
 from .._validation import positive_int
-from ..models.layer_costs import layer_profile
 from ..viz.tables import format_time
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
@@ -54,7 +53,8 @@ from ..schedules.dual_rate import DualRateSchedule
 from ..simulate import OPTIMIZER_MODES, simulate
 from ..timeline import Timeline
 from . import dual_rate_cmd
-from ._spec_args import add_spec_arguments, device_from_args, recompute_of, settle_spec_options, spec_from_args, uses_spec
+from ._engine_args import REFERENCE, engine_assumptions, layer_options, spec_workload
+from ._spec_args import add_spec_arguments, device_from_args, settle_spec_options, spec_from_args, uses_spec
 from ._common import (
     default_microbatches,
     renamed_flag,
@@ -154,7 +154,7 @@ def register(subparsers: Any) -> None:
     dual_rate_cmd.add_rate_arguments(parser)
     add_spec_arguments(parser)
     parser.add_argument("--mix", metavar="FILE", default=None,
-                        help="with --preset: a shape mix (CSV or JSON: shape fields such as cameras, then count or "
+                        help="with --preset or --spec: a shape mix (CSV or JSON: shape fields such as cameras, then count or "
                              "weight); also prints the expected step over drawn batches, and one drawn batch simulated with "
                              "each microbatch at its own costs, its idle split into the schedule's bubble and the "
                              "variation (docs/uneven_batches.md)")
@@ -355,9 +355,14 @@ def run(args: argparse.Namespace) -> int:
                                         ("--preset/--spec", uses_spec(args))) if given]
     if len(sources) > 1:
         raise InvalidInputError(f"give one of --forward, --profile or --preset/--spec, got {' and '.join(sources)}")
-    if getattr(args, "mix", None) is not None and not args.preset:
-        raise InvalidInputError("--mix applies to --preset (a model whose shapes it varies), not to "
-                                f"{'a --spec file' if args.spec else ' and '.join(sources) or '--forward'}")
+    if getattr(args, "mix", None) is not None and not uses_spec(args):
+        if args.profile:
+            from ..batches.mix import read_mix
+            from ._mix_model import check_mix_model
+
+            check_mix_model(args, read_mix(args.mix))  # a profile is measured at one shape: one line
+        raise InvalidInputError("--mix applies to --preset or --spec (a model whose shapes it varies), not to "
+                                f"{' and '.join(sources) or '--forward'}")
     if args.profile is not None or uses_spec(args):
         return _run_profile(args)
     if args.forward is None:
@@ -480,8 +485,7 @@ def _run_spec(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     device, measured = device_from_args(args)
-    profile = layer_profile(spec, device, args.micro_batch_size, recompute=recompute_of(args, spec),
-                            tensor_parallel=args.tp, sequence_parallel=args.sequence_parallel)
+    profile = spec_workload(args, spec, device, measured).profile(args.micro_batch_size)  # as plan prices it
     layers = _profile_partition(args, profile)
     costs = profile.stage_costs(layers)
     link = measured or intra_node_link(device.name)
@@ -502,7 +506,7 @@ def _run_spec(args: argparse.Namespace) -> int:
     if args.json:
         extra = {} if mix is None or batch is None else {"mix": {**mix.to_dict(), "batch": batch.to_dict()}}
         print_json(timeline_payload(timeline, args, layers_per_stage=layers, device=device_fields(device),
-                                    link=link.name, **extra))
+                                    link=link.name, assumptions=engine_assumptions(args, spec, REFERENCE), **extra))
         return 0
     make_console().print(f"{spec.name}: layers per stage {layers}; cost model: {device.summary()}; messages over "
                          f"{link.name} ({link.latency_ms:g} ms + bytes / {units.format_bandwidth(link.bandwidth / 1e3)})",
@@ -548,25 +552,21 @@ def mix_batch_lines(batch: Any) -> list[str]:
 def _mix_costs(args: argparse.Namespace, spec: Any, device: Any) -> Any:
     """``--mix FILE``: each mix row's per-sample costs, the model as simulated (:mod:`pipeplan.batches.mix`)."""
     from ..batches.mix import mix_costs, read_mix
+    from ._mix_model import check_mix_model, mix_namespace
 
     info = schedule_info(args.schedule) if args.schedule in SCHEDULES else None
     if info is None or info.layout != "one" or info.default_backward != "full" or args.forward_only:
         raise InvalidInputError(f"--mix simulates schedules of one stage per rank with full backwards (1f1b, "
                                 f"gpipe, ...), not --schedule {args.schedule}")
     mix = read_mix(args.mix)
-    allowed = presets.options(args.preset)
-    for key in mix.fields:  # the preset's own words for a field it lacks, naming the mix file
-        if key not in allowed:
-            raise InvalidInputError(f"mix {mix.source}: field {key!r} is not a shape option of preset "
-                                    f"{args.preset!r} (its options: {', '.join(allowed) or 'none'})")
+    check_mix_model(args, mix)  # a field the preset or the spec file lacks: one line naming the mix file
 
     def shaped(**shape: Any) -> Any:  # the model as simulated (--freeze, the shape flags), at one mix row's shape
-        return spec_from_args(argparse.Namespace(**{**vars(args), **shape}))
+        return spec_from_args(mix_namespace(args, shape))
 
-    shaped.__name__ = args.preset
+    shaped.__name__ = args.preset or spec.name
     return mix_costs(shaped, mix, device=device, micro_batch_size=args.micro_batch_size,
-                     recompute=recompute_of(args, spec), tensor_parallel=args.tp,
-                     sequence_parallel=args.sequence_parallel)
+                     **layer_options(args, spec))
 
 
 def write_outputs(timeline: Timeline, args: argparse.Namespace) -> None:

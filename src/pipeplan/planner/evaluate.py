@@ -338,6 +338,9 @@ class Evaluator:
         spec = self.workload.spec
         if spec is None:
             return {}
+        pinned = self.workload.recompute_by_module
+        if pinned is not None:  # a mode per module pinned (Workload.with_recompute): each unit's own
+            return {member: pinned[member] for unit in spec.recompute_units() for member in unit}
         layer_mode = [mode for size, mode in zip(layout.sizes, layout.recompute) for _ in range(size)]
         names = self.workload.profile(self.workload.smallest_micro_batch).names
         out: dict[str, Recompute] = {}

@@ -48,6 +48,9 @@ class SearchOptions:
             Megatron-LM's distributed optimizer is ``dp_modes=("zero1",)``.
         max_virtual_stages: largest ``v`` for interleaved and adaptive (default 4;
             ``None``: every ``v`` with ``pp · v ≤ L``).
+        virtual_stages: fix ``v``, the stages per rank (``plan --virtual-stages``):
+            only the schedules that run it, at that ``v``
+            (:attr:`~pipeplan.planner.space.SearchSpace.virtual_stages`); ``None``: searched.
         send_mode: ``"eager"``, ``"rendezvous"`` or ``"serialized"`` messages
             (:mod:`pipeplan.planner.links`).
         top: how many plans to keep.
@@ -93,6 +96,7 @@ class SearchOptions:
     memory_capacity: float | None = None
     optimizer: str | float = "adam"
     max_virtual_stages: int | None = 4
+    virtual_stages: int | None = None
     send_mode: str = "eager"
     top: int = 10
     budget: float | None = None

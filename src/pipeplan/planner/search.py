@@ -318,7 +318,8 @@ class _Search:
             num_gpus=cluster.num_gpus, global_batch=global_batch, num_layers=workload.num_layers,
             micro_batch_sizes=workload.micro_batch_sizes, recompute_modes=workload.recompute_modes, pp=pp,
             micro_batch_size=options.micro_batch_size, schedules=schedules,
-            max_virtual_stages=options.max_virtual_stages, partition=options.partition,
+            max_virtual_stages=options.max_virtual_stages, virtual_stages=options.virtual_stages,
+            partition=options.partition,
             tensor_parallel_degrees=workload.tensor_parallel_degrees, tp=options.tp, dp_modes=modes,
             gpus_per_node=cluster.gpus_per_node, dp_modes_alone=None if alone == modes else alone,
         )

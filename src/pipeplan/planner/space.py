@@ -131,6 +131,10 @@ class SearchSpace:
         micro_batch_size: fix ``b``.
         schedules: the schedules to try (default every registered one).
         max_virtual_stages: largest ``v`` tried for ``interleaved`` and ``adaptive`` (``None``: ``L // pp``).
+        virtual_stages: fix ``v``, the stages per rank: only the schedules that take it
+            (``interleaved`` at ``v ≥ 2``, ``adaptive`` at any, a V schedule at 2, one
+            stage per rank at 1), at that ``v``, with ``pp > 1`` where ``v > 1``;
+            :attr:`max_virtual_stages` does not cap it (``None``: searched).
         partition: fix the layers per stage: counts ``>= 1`` adding up to ``L``
             (only configurations with that many stages), ``"even"`` (each
             configuration's even split), or ``"auto"`` / ``None`` (solved).
@@ -151,6 +155,7 @@ class SearchSpace:
     micro_batch_size: int | None = None
     schedules: tuple[str, ...] | None = None
     max_virtual_stages: int | None = None
+    virtual_stages: int | None = None
     partition: PartitionChoice | None = None
     tensor_parallel_degrees: tuple[int, ...] = (1,)
     tp: int | None = None
@@ -199,7 +204,22 @@ class SearchSpace:
                 raise InvalidInputError(f"schedule {name!r} is not planned: {schedule_info(name).not_planned}")
         if self.max_virtual_stages is not None:
             positive_int("max_virtual_stages", self.max_virtual_stages)
+        if self.virtual_stages is not None:
+            self._check_virtual_stages(positive_int("virtual_stages", self.virtual_stages))
         object.__setattr__(self, "partition", _checked_partition(self.partition, self.num_layers))
+
+    def _check_virtual_stages(self, v: int) -> None:
+        """A fixed ``v`` some schedule searched takes, with a pipeline where ``v > 1`` (one line otherwise)."""
+        what = f"virtual stages v={v} (--virtual-stages)"
+        if v > 1 and self.pp == 1:
+            raise InvalidInputError(f"{what} need a pipeline: pp=1 runs one stage per rank")
+        if v > 1 and 2 * v > self.num_layers:
+            raise InvalidInputError(f"{what} need pp·v ≤ {self.num_layers} layers with pp ≥ 2: the model has "
+                                    f"{self.num_layers}, so v ≤ {self.num_layers // 2}")
+        if not any(_takes_virtual_stages(name, v) for name in self.schedule_names):
+            takes = "; ".join(f"{name}: {_virtual_stages_taken(name)}" for name in self.schedule_names)
+            raise InvalidInputError(f"{what}: no schedule searched runs {v} stage"
+                                    f"{'s' if v > 1 else ''} per rank ({takes})")
 
     def partition_for(self, config: Config) -> tuple[int, ...] | None:
         """The layers per stage fixed for ``config`` (the given counts, or its even split); ``None``: solved."""
@@ -260,10 +280,12 @@ class SearchSpace:
     def schedule_shapes(self, pp: int, num_microbatches: int) -> list[tuple[str, int]]:
         """``(schedule, v)`` pairs valid for ``pp`` and ``m``."""
         if pp == 1:
-            return [("1f1b", 1)]
+            return [("1f1b", 1)] if self.virtual_stages in (None, 1) else []
         shapes: list[tuple[str, int]] = []
         top = self.num_layers // pp
-        if self.max_virtual_stages is not None:
+        if self.virtual_stages is not None:  # pinned: only that v, uncapped by max_virtual_stages
+            top = min(top, self.virtual_stages)
+        elif self.max_virtual_stages is not None:
             top = min(top, self.max_virtual_stages)
         for name in self.schedule_names:
             info = schedule_info(name)
@@ -280,6 +302,8 @@ class SearchSpace:
                     shapes.append((name, info.chunks_per_rank()))
             else:
                 shapes.append((name, 1))
+        if self.virtual_stages is not None:
+            shapes = [(name, v) for name, v in shapes if v == self.virtual_stages]
         return shapes
 
     def configs(self) -> list[Config]:
@@ -327,6 +351,22 @@ class SearchSpace:
                 f"({degrees}); choose a global batch that dp × micro-batch size divides"
             )
         return out
+
+
+def _takes_virtual_stages(name: str, v: int) -> bool:
+    """Whether schedule ``name`` runs ``v`` stages per rank."""
+    info = schedule_info(name)
+    if info.any_placement:
+        return True
+    return v >= 2 if info.layout == "loop" else v == info.chunks_per_rank()
+
+
+def _virtual_stages_taken(name: str) -> str:
+    """The ``v`` schedule ``name`` runs, in words."""
+    info = schedule_info(name)
+    if info.any_placement:
+        return "any v"
+    return "v ≥ 2" if info.layout == "loop" else f"v = {info.chunks_per_rank()}"
 
 
 def _checked_partition(partition: object, num_layers: int) -> str | tuple[int, ...] | None:

@@ -51,6 +51,10 @@ planner then considers that mode only, on every stage::
 
     work = Workload.from_spec(presets.get("pi0"), hardware.device("h100-80g"), sequence_parallel=False)
     work.with_recompute("full").recompute_modes          # ('full',)
+    work.with_recompute({"vision": "full", "llm": "selective"}).recompute_by_module["vision"]   # 'full'
+
+Pinned per module, each layer is costed under its own module's mode and the
+planner labels every stage with the heaviest (:meth:`Workload.with_recompute`).
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ from ..errors import InvalidInputError
 from ..hardware import Link, intra_node_link
 from ..layers import LayerProfile
 from ..models.layer_costs import flops_per_sample, layer_costs, layer_profile, tensor_parallel_traffic
-from ..plan import RECOMPUTE_MODES, TP_COMM_OVERLAPS, Recompute, TpCommOverlap, check_recompute
+from ..plan import RECOMPUTE_MODES, TP_COMM_OVERLAPS, Recompute, TpCommOverlap, check_recompute, recompute_rank
 from .cluster import ring_pass_ms
 
 __all__ = ["Workload"]
@@ -79,7 +83,8 @@ def _is_mode(mode: object) -> bool:
     return True
 
 ProfileSource = Callable[[int, Recompute], LayerProfile]
-TensorSource = Callable[[int, Recompute, int], LayerProfile]
+#: ``(micro_batch_size, recompute, tp)``: one mode for every module, or a mode per module (:meth:`Workload.with_recompute`)
+TensorSource = Callable[[int, "Recompute | Mapping[str, Recompute]", int], LayerProfile]
 #: tensor-parallel degrees a spec's workload is checked for (a node has at most 16 GPUs here)
 _TP_CANDIDATES = tuple(range(1, 17))
 
@@ -111,6 +116,9 @@ class Workload:
             the sequence (Megatron-LM's ``--sequence-parallel``; module doc).
         tp_comm_overlap: what the tensor-parallel collectives hide behind
             (:data:`~pipeplan.plan.TP_COMM_OVERLAPS`; module doc).
+        recompute_by_module: a recompute mode per module pinned by
+            :meth:`with_recompute` (every module of :attr:`spec`); ``None``: one mode
+            for every module, the one each profile is asked for.
     """
 
     source: ProfileSource
@@ -126,6 +134,7 @@ class Workload:
     spec: Any = field(default=None, repr=False, compare=False)
     sequence_parallel: bool = True
     tp_comm_overlap: TpCommOverlap = "backward"
+    recompute_by_module: Mapping[str, Recompute] | None = field(default=None, compare=False)
     _rebuild: Callable[[bool, TpCommOverlap], Workload] | None = field(default=None, repr=False, compare=False)
     _cache: dict[tuple[int, str], LayerProfile] = field(default_factory=dict, repr=False, compare=False)
     #: results derived from the profiles alone (partitions ignoring memory), shared by their users
@@ -191,7 +200,7 @@ class Workload:
             raise InvalidInputError(f"tp_comm_overlap must be one of {', '.join(TP_COMM_OVERLAPS)}, "
                                     f"got {tp_comm_overlap!r}")
 
-        def tensor_source(size: int, mode: Recompute, tp: int) -> LayerProfile:
+        def tensor_source(size: int, mode: Recompute | Mapping[str, Recompute], tp: int) -> LayerProfile:
             profile = layer_profile(spec, device, size, recompute=mode, tensor_parallel=tp,
                                     sequence_parallel=sequence_parallel and tp > 1)
             if tp == 1:
@@ -316,15 +325,29 @@ class Workload:
         """The recompute mode the planner starts from: ``"none"``, or the one pinned (:meth:`with_recompute`)."""
         return self.recompute_modes[0]
 
-    def with_recompute(self, mode: Recompute) -> Workload:
-        """The workload with one recompute mode pinned: the planner runs ``mode`` on every stage, nothing lighter.
+    def with_recompute(self, mode: Recompute | Mapping[str, Recompute]) -> Workload:
+        """The workload with recompute pinned: the planner runs it on every stage, nothing lighter.
+
+        ``mode``: one mode for every module, or a mode per module of the spec
+        (``{"vision": "full", "llm": "selective"}``; a module left out: ``"none"``).
+        Per module, each layer is costed under its own module's mode
+        (:func:`~pipeplan.models.layer_costs.layer_profile` takes the mapping);
+        the planner labels every stage with the heaviest of them
+        (:attr:`recompute_modes` is that one mode) and :attr:`recompute_by_module`
+        holds each module's.
 
         A spec's workload answers for every mode, torchtitan's ``"op"`` and ``"every:N"`` too
         (:func:`pipeplan.plan.check_recompute`).
 
         Raises:
-            InvalidInputError: ``mode`` is not one the workload answers for (a measured profile: ``"none"`` only).
+            InvalidInputError: ``mode`` is not one the workload answers for (a measured profile:
+                ``"none"`` only), or per module: a workload without a spec, an unknown
+                module or mode (one line naming it).
         """
+        if not isinstance(mode, str):
+            return self._with_recompute_by_module(mode)
+        if self.recompute_by_module is not None:
+            raise InvalidInputError("recompute is pinned per module already; pin one mode on the workload it came from")
         return self.with_recompute_modes((mode,))
 
     def with_recompute_modes(self, modes: tuple[Recompute, ...]) -> Workload:
@@ -351,6 +374,26 @@ class Workload:
                 f"{', '.join(self.recompute_modes)} (a measured profile was timed without recompute; "
                 "give --preset or --spec)")
 
+    def _with_recompute_by_module(self, given: Mapping[str, Recompute]) -> Workload:
+        """:meth:`with_recompute` with a mode per module."""
+        if self.spec is None or self.tensor_source is None:
+            raise InvalidInputError("recompute per module needs a model spec (--preset or --spec): a measured "
+                                    "profile has no modules")
+        if self.recompute_by_module is not None:
+            raise InvalidInputError("recompute is pinned per module already; pin it on the workload it came from")
+        modes: dict[str, Recompute] = self.spec.recompute_modes(given)  # raises on an unknown module or mode
+        for wanted in modes.values():
+            self._check_answers(wanted)
+        label = max(modes.values(), key=recompute_rank)
+        base = self.tensor_source
+        tp = self.tensor_parallel
+
+        def pinned(size: int, _mode: Recompute | Mapping[str, Recompute], degree: int) -> LayerProfile:
+            return base(size, modes, degree)
+
+        return replace(self, source=lambda size, _mode: pinned(size, modes, tp), tensor_source=pinned,
+                       recompute_modes=(label,), recompute_by_module=modes, _cache={}, memo={})
+
     def with_tensor_knobs(self, *, sequence_parallel: bool | None = None,
                           tp_comm_overlap: TpCommOverlap | None = None) -> Workload:
         """The same spec's workload with sequence parallelism and TP overlap set (``None``: as they are).
@@ -369,6 +412,8 @@ class Workload:
             raise InvalidInputError("sequence parallelism and TP communication overlap apply to tensor parallelism, "
                                     "which needs a model spec (--preset or --spec), not a measured profile")
         rebuilt = self._rebuild(sp, overlap).with_tensor_parallel(self.tensor_parallel)
+        if self.recompute_by_module is not None:
+            return rebuilt.with_recompute(self.recompute_by_module)
         return replace(rebuilt, recompute_modes=self.recompute_modes, _cache={}, memo={})
 
     @property

@@ -14,6 +14,13 @@ batch). With a data-parallel group the gradients and the loss are averaged over
 the replicas, so the result is the single-process step on their concatenated
 batches (equal shard sizes).
 
+:meth:`PipelineRuntime.step_microbatches` takes the microbatches one by one
+instead, each of its own shape (1 to 4 cameras, prompts of different lengths):
+every activation goes after a header with its own shapes, and the gradients are
+those of the per-microbatch losses, each weighted by its share of the samples::
+
+    result = runtime.step_microbatches([images_1cam, images_4cam], [targets_a, targets_b])
+
 Split backward (``I`` and ``W`` actions): ``I`` computes the gradient of
 the stage's input on the retained graph and keeps the gradients at the nodes
 where the parameters' paths meet the input's; ``W`` resumes from those nodes for
@@ -57,9 +64,11 @@ class StepResult:
         forward_time, backward_time, weight_time: ms of compute per stage of this rank,
             summed over microbatches (``backward_time`` includes any recomputation).
         saved_activation_bytes: per stage of this rank, the bytes its forward leaves
-            for the backward, per microbatch (mean), as run (with checkpointing when on).
+            for the backward, per microbatch, as run (with checkpointing when on): measured
+            on the stage's first forward with this batch's shapes (microbatches of different
+            shapes, :meth:`PipelineRuntime.step_microbatches`: that microbatch's).
         saved_activation_bytes_without_checkpoint: the same measured without
-            checkpointing (a probe forward of microbatch 0 for checkpointed stages).
+            checkpointing (a probe forward of the same microbatch for checkpointed stages).
         recompute_time: per checkpointed stage, the forward time the backward
             repeats (ms, the measured forward time of those stages).
         checkpoint: per stage of this rank, whether it was checkpointed.
@@ -132,10 +141,52 @@ def _split_batch(value: Any, num_microbatches: int, field_name: str) -> tuple[li
     return out, [int(p.shape[0]) for p in pieces[0]]
 
 
-def _signature(first_microbatch: Any, sizes: list[int]) -> tuple[Any, ...]:
-    """What fixes every message's shape: microbatch sizes and the per-sample input shapes and dtypes."""
-    tensors, is_tuple = _flatten(first_microbatch, "inputs")
-    return (tuple(sizes), is_tuple, tuple((tuple(t.shape[1:]), str(t.dtype)) for t in tensors))
+def _signature(microbatches: Sequence[Any], sizes: Sequence[int]) -> tuple[Any, ...]:
+    """What fixes every message's shape: per microbatch its size and its input tensors' shapes and dtypes."""
+    out = []
+    for microbatch, size in zip(microbatches, sizes):
+        tensors, is_tuple = _flatten(microbatch, "inputs")
+        out.append((size, is_tuple, tuple((tuple(t.shape[1:]), str(t.dtype)) for t in tensors)))
+    return tuple(out)
+
+
+def _check_microbatches(inputs: Any, targets: Any, num_microbatches: int) -> list[int]:
+    """Samples per microbatch of per-microbatch ``inputs`` and ``targets``; raises on a mismatch."""
+    for name, value in (("inputs", inputs), ("targets", targets)):
+        if not isinstance(value, (list, tuple)) or len(value) != num_microbatches:
+            got = f"{len(value)} entries" if isinstance(value, (list, tuple)) else type(value).__name__
+            raise InvalidInputError(
+                f"{name} must be a list of the schedule's {num_microbatches} microbatches, got {got}"
+            )
+    sizes = []
+    for mb, (microbatch, target) in enumerate(zip(inputs, targets)):
+        tensors, _ = _flatten(microbatch, f"inputs[{mb}]")
+        target_tensors, _ = _flatten(target, f"targets[{mb}]")
+        firsts = {int(t.shape[0]) if t.dim() else 0 for t in tensors + target_tensors}
+        if len(firsts) != 1 or 0 in firsts:
+            raise InvalidInputError(
+                f"microbatch {mb}: its inputs and targets must share a dimension 0 of at least 1 (its samples), "
+                f"got shapes {[tuple(t.shape) for t in tensors]} and {[tuple(t.shape) for t in target_tensors]}"
+            )
+        sizes.append(firsts.pop())
+    return sizes
+
+
+class _Bounded(dict[Any, Any]):
+    """A dict that forgets its oldest entries beyond ``limit`` (caches keyed by a batch's shapes)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        while len(self) > self.limit:
+            del self[next(iter(self))]
+
+
+_CACHED_SIGNATURES = 64
+"""Batch signatures whose headers, saved bytes and probes a runtime keeps (mixed shapes make many)."""
 
 
 class _SavedBytes:
@@ -266,9 +317,9 @@ class PipelineRuntime:
         self.checkpointed = self._checkpoint_flags(checkpoint)
         self._params = list(dict.fromkeys(p for s in self.local_stages for p in modules[s].parameters()))
         self._stage_params = {s: list(modules[s].parameters()) for s in self.local_stages}
-        self._probe_cache: dict[tuple[int, Any], float] = {}
-        self._known_headers: dict[Any, Any] = {}
-        self._saved_bytes: dict[tuple[int, Any], float] = {}
+        self._probe_cache: dict[tuple[int, Any], float] = _Bounded(_CACHED_SIGNATURES * len(self.local_stages))
+        self._known_headers: dict[Any, Any] = _Bounded(_CACHED_SIGNATURES)
+        self._saved_bytes: dict[tuple[int, Any], float] = _Bounded(_CACHED_SIGNATURES * len(self.local_stages))
 
     def _checkpoint_flags(self, checkpoint: bool | Sequence[bool]) -> dict[int, bool]:
         if isinstance(checkpoint, bool):
@@ -281,7 +332,8 @@ class PipelineRuntime:
         """Run one training step (forward, backward, gradient accumulation; no optimizer).
 
         Args:
-            inputs: the batch for stage 0 (a tensor or a tuple of tensors, batch on dim 0).
+            inputs: the batch for stage 0 (a tensor or a tuple of tensors, batch on dim 0),
+                cut into the schedule's microbatches with ``tensor_split``.
             targets: what ``loss_fn`` compares the last stage's output with.
 
         Returns:
@@ -292,16 +344,42 @@ class PipelineRuntime:
             RuntimeFailure: an action raised on this rank (the message names the
                 rank and the action); a peer's failure stops this process instead.
         """
-        import torch.distributed as dist
-
-        schedule = self.schedule
-        num_mb = schedule.num_microbatches
+        num_mb = self.schedule.num_microbatches
         mb_inputs, sizes = _split_batch(inputs, num_mb, "inputs")
         mb_targets, target_sizes = _split_batch(targets, num_mb, "targets")
         if target_sizes != sizes:
             raise InvalidInputError(f"targets split into {target_sizes}, but inputs into {sizes}")
+        return self._step(mb_inputs, mb_targets, sizes)
+
+    def step_microbatches(self, inputs: Sequence[Any], targets: Sequence[Any]) -> StepResult:
+        """One training step on microbatches given one by one, each of its own shape.
+
+        ``inputs[i]`` is microbatch ``i`` for stage 0 (a tensor or a tuple of
+        tensors, samples on dim 0) and ``targets[i]`` its targets; microbatches may
+        differ in samples and in every other dimension (1 to 4 cameras, prompts of
+        different lengths), and so may the messages between stages: every
+        activation travels after a header with its own shapes. The gradients are
+        those of ``sum_i loss_fn(model(inputs[i]), targets[i]) * n_i / N`` on one
+        process (``n_i`` samples in microbatch ``i``, ``N`` in all): the mean over
+        the batch's samples when ``loss_fn`` is a mean over a microbatch's. Every
+        rank passes the same microbatches (or at least ones of the same shapes).
+
+        Raises:
+            InvalidInputError: not one entry per microbatch, or a microbatch whose
+                inputs and targets do not share dimension 0.
+            RuntimeFailure: an action raised on this rank, e.g. a stage that cannot
+                take a microbatch's shape: ``"rank 1 failed in F(stage 1, mb 2): ..."``.
+        """
+        sizes = _check_microbatches(inputs, targets, self.schedule.num_microbatches)
+        return self._step(list(inputs), list(targets), sizes)
+
+    def _step(self, mb_inputs: list[Any], mb_targets: list[Any], sizes: list[int]) -> StepResult:
+        """One step on microbatches already cut (``sizes``: samples per microbatch)."""
+        import torch.distributed as dist
+
+        schedule = self.schedule
         batch = float(sum(sizes))
-        signature = _signature(mb_inputs[0], sizes)
+        signature = _signature(mb_inputs, sizes)
         known = self._known_headers.get(signature)
         exchange = LinkExchange(self.plan, self.groups, self.to_global, sizes, self.device, window=self.window,
                                 known_headers=known)
@@ -388,7 +466,7 @@ class PipelineRuntime:
         src, message = need
         tensors = exchange.receive(src, message)
         tensors = [t.requires_grad_(True) if t.dtype.is_floating_point else t for t in tensors]
-        return tuple(tensors) if exchange.is_tuple(src, stage - 1) else tensors[0]
+        return tuple(tensors) if exchange.is_tuple(src, stage - 1, mb) else tensors[0]
 
     def _forward(self, action: Action, value: Any, state: _StepState, excluded: set[int]) -> None:
         import torch

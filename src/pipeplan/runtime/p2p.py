@@ -14,12 +14,13 @@ same code is deadlock-free on gloo and NCCL as long as the schedule is::
 Packets: ``act(s, mb)`` is stage ``s``'s output for microbatch ``mb`` (a tensor
 or a tuple of tensors), ``grad(s, mb)`` the gradient of stage ``s``'s input (one
 tensor per floating-point input tensor), and ``hdr(s, mb)`` a small int64 header
-with the dtypes and shapes of ``act(s, mb)``, sent before a link's first
-activation of stage ``s`` in the first step with a given batch signature (the
-runtime then passes the decoded headers as ``known_headers`` and later steps
-send none). Other microbatches reuse a header with their own size in dimension
-0 (for tensors whose dimension 0 is the microbatch), which is how an uneven last
-microbatch is received without another header.
+with the dtypes and exact shapes of ``act(s, mb)``, sent just before it in the
+first step with a given batch signature (the runtime then passes the decoded
+headers as ``known_headers`` and later steps with the same signature send none).
+Every microbatch has its own header, so microbatches of different shapes (an
+uneven last microbatch, 1 to 4 cameras, prompts of different lengths) are
+received into buffers of their own shape; a gradient's shape is that of the
+activation the receiver sent for the same microbatch, so it needs no header.
 
 :class:`LinkTransport` is the wire under it: it sends and receives one rank's
 packets on its link groups, marks every wait for the fault monitor and words a
@@ -60,8 +61,8 @@ def _packet(message: Message) -> Packet:
 class MessagePlan:
     """Every packet one rank sends and receives in one step, in link order.
 
-    Built from :meth:`Schedule.messages` (sender order), plus a header before a
-    link's first activation of each stage.
+    Built from :meth:`Schedule.messages` (sender order), plus a header before
+    every activation (skipped on the wire in a step whose headers are known).
 
     Args:
         schedule: the schedule every rank runs.
@@ -99,14 +100,12 @@ class MessagePlan:
 
 
 def _packets_by_link(schedule: Schedule) -> dict[tuple[int, int], list[Packet]]:
-    """Per link ``(src, dst)``, the packets in the sender's order (headers included)."""
+    """Per link ``(src, dst)``, the packets in the sender's order: a header before every activation."""
     out: dict[tuple[int, int], list[Packet]] = {}
-    headed: set[tuple[int, int, int]] = set()
     for message in schedule.messages():
         packets = out.setdefault((message.src, message.dst), [])
         packet = _packet(message)
-        if packet.kind == "act" and (message.src, message.dst, packet.stage) not in headed:
-            headed.add((message.src, message.dst, packet.stage))
+        if packet.kind == "act":
             packets.append(Packet("hdr", packet.stage, packet.microbatch))
         packets.append(packet)
     return out
@@ -270,6 +269,12 @@ class LinkTransport:
         self._send_works = [(work, kept) for work, kept in self._send_works if not work.is_completed()]
 
 
+Headers = dict[tuple[int, int, int], list[TensorSpec]]
+"""Decoded headers of one step: ``(src, stage, microbatch)`` -> the specs of that activation."""
+TupleFlags = dict[tuple[int, int, int], bool]
+"""``(src, stage, microbatch)`` -> whether that stage returned a tuple for that microbatch."""
+
+
 class LinkExchange:
     """Posts, matches and waits the messages of one rank for one step.
 
@@ -277,12 +282,13 @@ class LinkExchange:
         plan: this rank's :class:`MessagePlan`.
         groups: ``groups[(src, dst)]`` is the process group of that directed link
             (pipeline ranks), and ``to_global[r]`` the global rank of pipeline rank ``r``.
-        microbatch_sizes: samples per microbatch, for resizing headers.
+        microbatch_sizes: samples per microbatch (the ``batched`` flag of decoded specs).
         device: where receive buffers live.
-        window: receives posted ahead of need per link (>= 1).
+        window: receives posted ahead of need per link (>= 1; a header counts as one).
         known_headers: the ``(headers, tuple_flags)`` of an earlier step with the
-            same batch signature: no header is sent or received this step, and
-            every receive can be posted ahead from the start.
+            same batch signature (every microbatch's input shapes): no header is
+            sent or received this step, and every receive can be posted ahead
+            from the start.
     """
 
     def __init__(
@@ -294,7 +300,7 @@ class LinkExchange:
         device: Any,
         *,
         window: int = 2,
-        known_headers: tuple[dict[tuple[int, int], list[TensorSpec]], dict[tuple[int, int], bool]] | None = None,
+        known_headers: tuple[Headers, TupleFlags] | None = None,
     ) -> None:
         self.plan = plan
         self.transport = LinkTransport(plan.rank, groups, to_global)
@@ -303,13 +309,12 @@ class LinkExchange:
         self.window = window
         self.sent_specs: dict[tuple[int, int], list[TensorSpec]] = {}
         self.with_headers = known_headers is None
-        self.headers: dict[tuple[int, int], list[TensorSpec]] = {} if known_headers is None else dict(known_headers[0])
-        self.tuple_flags: dict[tuple[int, int], bool] = {} if known_headers is None else dict(known_headers[1])
+        self.headers: Headers = {} if known_headers is None else dict(known_headers[0])
+        self.tuple_flags: TupleFlags = {} if known_headers is None else dict(known_headers[1])
         self.incoming = {
             src: [m for m in sequence if self.with_headers or m.kind != "hdr"]
             for src, sequence in plan.incoming.items()
         }
-        self._headed: set[tuple[int, int]] = set()
         self._posted = {src: 0 for src in self.incoming}
         self._consumed = {src: 0 for src in self.incoming}
         self._pending: dict[tuple[int, int], _Pending] = {}
@@ -319,7 +324,7 @@ class LinkExchange:
 
     # ------------------------------------------------------------------ send
     def send(self, dst: int, message: Packet, tensors: Sequence[Any], *, is_tuple: bool = False) -> None:
-        """``isend`` the tensors of ``message`` (and its header, if first) to ``dst``.
+        """``isend`` the tensors of ``message`` (after its header, for an activation in a step with headers).
 
         ``is_tuple`` (activations only): the stage returned a tuple, not a tensor.
         """
@@ -328,8 +333,7 @@ class LinkExchange:
             self.sent_specs[(message.stage, message.microbatch)] = [
                 TensorSpec(tuple(t.shape), t.dtype, False) for t in tensors
             ]
-            if self.with_headers and (dst, message.stage) not in self._headed:
-                self._headed.add((dst, message.stage))
+            if self.with_headers:
                 header = encode_header(tensors, self.device, is_tuple=is_tuple)
         self.transport.send(dst, tensors, header=header)
 
@@ -341,40 +345,44 @@ class LinkExchange:
         if message.kind == "hdr":
             return [TensorSpec((HEADER_LENGTH,), torch.int64, False)]
         if message.kind == "act":
-            specs = self.headers.get((src, message.stage))
-            return None if specs is None else resize(specs, self.sizes[message.microbatch])
+            return self.headers.get((src, message.stage, message.microbatch))
         sent = self.sent_specs.get((message.stage - 1, message.microbatch))
         if sent is None:
             return None
         return [s for s in sent if s.dtype.is_floating_point]
 
     def _post(self, src: int, *, force: bool = False) -> bool:
-        """Post the next receive on the link from ``src``; False if its shape is unknown."""
+        """Post the next receive on the link from ``src``; False if its shape is unknown yet.
+
+        An activation's shape is known once its header has arrived: a header that
+        has (checked without blocking) is decoded here; with ``force`` this waits for it.
+        """
         index = self._posted[src]
         message = self.incoming[src][index]
         specs = self._specs(src, message)
+        if specs is None and message.kind == "act" and self.with_headers:
+            header_index = index - 1  # the header is sent just before its activation
+            pending = self._pending.get((src, header_index))
+            if pending is not None and (force or all(work.is_completed() for work in pending.works)):
+                self._resolve_header(src, header_index)
+                specs = self._specs(src, message)
         if specs is None:
             if not force:
                 return False
-            self._resolve_header(src, message.stage)
-            specs = self._specs(src, message)
-            if specs is None:  # cannot happen: the header was just resolved
-                raise RuntimeError(f"no header for {message} from rank {src}")
+            raise RuntimeError(f"no shape for {message} from rank {src}")  # cannot happen: a grad's act was sent
         self._pending[(src, index)] = self.transport.post(src, specs, self.device)
         self._posted[src] = index + 1
         return True
 
-    def _resolve_header(self, src: int, stage: int) -> None:
-        """Wait for the header of ``stage``'s activations from ``src``."""
-        index = next(
-            i for i, m in enumerate(self.incoming[src]) if m.kind == "hdr" and m.stage == stage
-        )
+    def _resolve_header(self, src: int, index: int) -> None:
+        """Wait for the header at ``index`` on the link from ``src`` and keep its specs."""
         header_message = self.incoming[src][index]
-        self._wait_index(src, index)
+        self.transport.wait(src, header_message, self._pending[(src, index)])
         pending = self._pending.pop((src, index))
         specs, is_tuple = decode_header(pending.buffers[0], self.sizes[header_message.microbatch])
-        self.headers[(src, stage)] = specs
-        self.tuple_flags[(src, stage)] = is_tuple
+        key = (src, header_message.stage, header_message.microbatch)
+        self.headers[key] = specs
+        self.tuple_flags[key] = is_tuple
         self._consumed[src] += 1
 
     def _wait_index(self, src: int, index: int) -> None:
@@ -400,9 +408,9 @@ class LinkExchange:
         self._consumed[src] += 1
         return pending.buffers
 
-    def is_tuple(self, src: int, stage: int) -> bool:
-        """Whether stage ``stage`` (received from ``src``) returned a tuple."""
-        return self.tuple_flags[(src, stage)]
+    def is_tuple(self, src: int, stage: int, microbatch: int) -> bool:
+        """Whether stage ``stage`` (received from ``src``) returned a tuple for ``microbatch``."""
+        return self.tuple_flags[(src, stage, microbatch)]
 
     def finish(self) -> None:
         """Wait until every send of the step has gone (their buffers may then be freed)."""
