@@ -32,7 +32,24 @@ from ..profile_format import check_overwrite
 from ..units import format_bytes
 from ._common import default_microbatches, make_console, print_json, progress, refuse_unless, report_written, require_torch
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "warn_profile_load"]
+
+
+def warn_profile_load(profile: Any, path: str) -> str | None:
+    """Print on stderr, as one line, :func:`pipeplan.calibration.load_warning` of ``profile`` when it has one.
+
+    Used where a profile is measured (``profile``) and where one is used (``simulate --profile``,
+    ``run --profile``); returns the line (``None``: nothing printed).
+    """
+    import sys
+
+    from ..calibration import load_warning
+
+    line = load_warning(profile.measurement, profile.calibration)
+    if line is not None:
+        line = f"warning: profile {path}: {line}"
+        print(line, file=sys.stderr)
+    return line
 
 
 def register(subparsers: Any) -> None:
@@ -129,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             "choose a smaller batch or model"
         ) from None
     profile.to_file(args.out)
+    warn_profile_load(profile, args.out)
     if args.json:
         print_json({"out": args.out, "layers": profile.to_records(),
                     "calibration": None if profile.calibration is None else profile.calibration.to_dict(),

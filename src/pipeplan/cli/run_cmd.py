@@ -156,8 +156,11 @@ def _profile(path: str | None) -> Any:
     if path is None:
         return None
     from ..layers import LayerProfile
+    from .profile_cmd import warn_profile_load
 
-    return LayerProfile.from_file(path)
+    profile = LayerProfile.from_file(path)
+    warn_profile_load(profile, path)  # its core sharing measured under others' load: say so before the run
+    return profile
 
 
 def _plot_path(path: str | None) -> str | None:

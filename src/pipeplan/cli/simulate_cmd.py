@@ -54,6 +54,7 @@ from ..schedules.dual_rate import DualRateSchedule
 from ..simulate import OPTIMIZER_MODES, simulate
 from ..timeline import Timeline
 from . import dual_rate_cmd
+from ._simulate_compare import add_schedules_argument
 from ._spec_args import add_spec_arguments, device_from_args, recompute_of, settle_spec_options, spec_from_args, uses_spec
 from ._common import (
     default_microbatches,
@@ -158,6 +159,7 @@ def register(subparsers: Any) -> None:
                              "weight); also prints the expected step over drawn batches, and one drawn batch simulated with "
                              "each microbatch at its own costs, its idle split into the schedule's bubble and the "
                              "variation (docs/uneven_batches.md)")
+    add_schedules_argument(parser)
     renamed_flag(parser, "--steps", "--step-table", "the unit-step table; --steps N is a count of steps in run")
     renamed_flag(parser, "--optimizer", "--step-boundary", "barrier or overlap between steps; --optimizer is the "
                  "optimizer state in plan and partition")
@@ -344,6 +346,10 @@ def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan simulate``."""
     settle_spec_options(args, applies=uses_spec(args), what="--profile" if args.profile else "--forward")
     text_width(args)
+    if args.schedules is not None:
+        from ._simulate_compare import run_compare
+
+        return run_compare(args)
     if args.json:
         refuse_unless(not args.step_table, "--step-table", "with --json (it adds a table to the text output)")
     else:
@@ -372,6 +378,11 @@ def run(args: argparse.Namespace) -> int:
         why = " (--virtual-stages)" if "virtual_stages" in schedule_options(args.schedule) else ""
         raise InvalidInputError(f"--forward gives {costs.num_stages} stage(s): {args.schedule} puts {chunks} on "
                                 f"each rank{why}, so give a multiple of {chunks} stage times")
+    if args.schedule in SCHEDULES and chunks_per_rank(args) > 1:  # the stage times become chunks: fewer ranks
+        chunks = chunks_per_rank(args)
+        print(f"note: --forward's {costs.num_stages} stage times run as {chunks} chunks on each of "
+              f"{costs.num_stages // chunks} ranks under {args.schedule}; to compare schedules on the same ranks: "
+              f"--schedules 1f1b,{args.schedule}", file=sys.stderr)
     comm = comm_from_args(args)
     args.microbatches = microbatches_of(args, costs.num_stages)
     actions = check_size(args, costs.num_stages) if args.schedule in SCHEDULES else 0
@@ -451,6 +462,9 @@ def _run_profile(args: argparse.Namespace) -> int:
     if uses_spec(args):
         return _run_spec(args)
     profile = LayerProfile.from_file(args.profile)
+    from .profile_cmd import warn_profile_load
+
+    warn_profile_load(profile, args.profile)
     layers = _profile_partition(args, profile)
     costs, comm = prediction_inputs(profile, layers)
     args.microbatches = microbatches_of(args, costs.num_stages)
