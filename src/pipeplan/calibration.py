@@ -217,16 +217,15 @@ def load_warning(measurement: Mapping[str, Any], calibration: Calibration | None
     reasons = []
     if isinstance(load, Sequence) and load and isinstance(load[0], (int, float)) \
             and load[0] > max(cores - own, 0) + LOAD_MARGIN:
-        reasons.append(f"the load average was {load[0]:.1f} on {cores} core(s) before measuring, with {own} "
-                       "more thread(s) to come from the profile's own processes")
+        reasons.append(f"load average {load[0]:.1f} on {cores} core(s) before measuring, {own} thread(s) of its own "
+                       "to come")
     if calibration is not None and nproc > 1:
         factor = calibration.slowdown_for(nproc)
         explained = max(1.0, own / cores)
         if factor > INFLATED_SHARING * explained:
-            reasons.append(f"its core-sharing factor x{factor:.2f} with {nproc} busy is more than the "
-                           f"x{explained:.2f} that {nproc} process(es) x {threads} thread(s) on {cores} core(s) explain")
+            reasons.append(f"sharing x{factor:.2f} with {nproc} busy where {nproc} x {threads} thread(s) on "
+                           f"{cores} core(s) explain x{explained:.2f}")
     if not reasons:
         return None
-    return ("measured under other jobs' load: " + "; ".join(reasons) + ". Predictions charge that sharing, so a "
-            "run on a quieter machine is faster than predicted; re-run pipeplan profile when the load average "
-            "(uptime) is low")
+    return ("core sharing measured under other jobs' load (" + "; ".join(reasons) + "): predictions may be "
+            "too slow for a quieter machine; re-run pipeplan profile when uptime shows a low load")

@@ -53,7 +53,7 @@ from ..schedules.inflight import build_with_costs
 from ..simulate import simulate
 from ..timeline import Timeline
 from .choice import PartitionChoice, resolve_partition
-from .placement import place_chunks
+from .placement import Pattern, place_chunks
 from .solver import even_split, partition_layers
 
 __all__ = ["ScheduleRow", "ScheduleComparison", "compare_schedules", "DEFAULT_VIRTUAL_STAGES"]
@@ -329,7 +329,7 @@ def _profile_layers(profile: LayerProfile, layout: str, ranks: int, chunks: int,
             return list(even_split(profile.num_layers, stages))
         if chunks == 1:
             return resolve_partition("auto", profile, stages)
-        pattern = "v" if layout == "v" else "interleaved"
+        pattern: Pattern = "v" if layout == "v" else "interleaved"
         return list(place_chunks(profile, ranks, chunks, pattern=pattern).layers_per_stage)
     counts = list(partition)
     if chunks == 1:
