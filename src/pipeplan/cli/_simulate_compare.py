@@ -28,7 +28,7 @@ from ._common import default_microbatches, make_console, print_json, refuse_unle
 __all__ = ["add_schedules_argument", "run_compare", "parse_schedules", "comparison_lines"]
 
 #: What the table's columns mean, printed once beneath it.
-LEGEND = ("step: the simulated step (makespan) · bubble: the share of all ranks' time spent idle, "
+LEGEND = ("(N): see note N, why it did not run · step: the simulated step (makespan) · bubble ratio: the share of all ranks' time spent idle, "
           "1 − busy / (ranks × step) · in-flight: the most microbatches (of a chunk) a rank holds · "
           "peak act.: the most activations a rank holds · * the best (smallest step)")
 
@@ -164,25 +164,26 @@ def _compare_layers(args: argparse.Namespace, names: list[str], virtual: int,
 def comparison_lines(result: ScheduleComparison, *, unit: str = "bytes", width: int = 80) -> list[str]:
     """The text of a comparison: a heading, one row per schedule, why the others did not run, the legend.
 
-    Every line fits ``width`` columns (at least 60): the table is 63 wide and the prose wraps.
+    Every line fits ``width`` columns (at least 60): the table is 68 wide (73 with a mark)
+    and the prose wraps.
     """
     width = max(60, width)
     wrap = textwrap.TextWrapper(width=width, subsequent_indent="  ")
     lines = wrap.wrap(f"{len(result.rows)} schedule(s) on {result.num_ranks} ranks, {result.num_microbatches} "
                       f"microbatches (ms): {result.split}")
-    lines.append(f"{'schedule':<16} {'v':>2} {'stages':>6} {'step ms':>9} {'bubble':>7} {'in-flight':>9} "
+    lines.append(f"{'schedule':<16} {'v':>2} {'stages':>6} {'step ms':>9} {'bubble ratio':>12} {'in-flight':>9} "
                  f"{'peak act.':>9}")
     notes: list[str] = []
     for row in result.rows:
         if row.step is None:
-            notes.append(f"{row.label}: {row.reason}")
-            lines.append(f"{row.label:<16} {row.chunks_per_rank:>2} {row.num_stages:>6} {'—':>9} {'—':>7} {'—':>9} "
-                         f"{'—':>9}  not run ({len(notes)})")
+            notes.append(f"{row.label} did not run: {row.reason}")
+            lines.append(f"{row.label:<16} {row.chunks_per_rank:>2} {row.num_stages:>6} {'—':>9} {'—':>12} {'—':>9} "
+                         f"{'—':>9}  ({len(notes)})")
             continue
         assert row.bubble_ratio is not None and row.peak_activations is not None
         peak = (units.format_bytes(row.peak_activations) if unit == "bytes" else f"{row.peak_activations:.3g}")
         lines.append(f"{row.label:<16} {row.chunks_per_rank:>2} {row.num_stages:>6} {format_time(row.step):>9} "
-                     f"{row.bubble_ratio:>7.1%} {row.peak_inflight:>9} {peak:>9}" + ("  *" if row.best else ""))
+                     f"{row.bubble_ratio:>12.1%} {row.peak_inflight:>9} {peak:>9}" + ("  *" if row.best else ""))
     for index, note in enumerate(notes, 1):
         lines += wrap.wrap(f"({index}) {note}")
     legend = LEGEND if unit == "bytes" else LEGEND.replace(

@@ -605,13 +605,14 @@ def show_timeline(timeline: Timeline, *, width: int = 100, step_table: bool = Fa
     """
     from ..viz import rank_table, text_gantt
     from ..viz import step_table as steps_of
+    from ..viz.tables import BUBBLE_LEGEND
 
     console = console or make_console()
     schedule = timeline.schedule
     console.print(
         f"[bold]{schedule.name}[/bold]: {schedule.num_stages} stages on {schedule.num_ranks} ranks, "
         f"{schedule.num_microbatches} microbatches — makespan {format_time(timeline.makespan)} ms, "
-        f"bubble {timeline.bubble_ratio:.2%}"
+        f"bubble ratio {timeline.bubble_ratio:.1%}"
     )
     if timeline.iterations > 1:
         console.print(
@@ -628,3 +629,4 @@ def show_timeline(timeline: Timeline, *, width: int = 100, step_table: bool = Fa
         console.print(STEP_TABLE_KEY, markup=False, highlight=False)
         console.print(steps_of(timeline), markup=False, highlight=False, soft_wrap=True)
     console.print(rank_table(timeline, activation_sizes=activation_sizes))
+    console.print(BUBBLE_LEGEND, markup=False, highlight=False)

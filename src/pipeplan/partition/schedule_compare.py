@@ -262,7 +262,7 @@ def _row(name: str, source: StageCosts | LayerProfile, ranks: int, micro: int, v
     blank = ScheduleRow(schedule=name, label=info.label(chunks), chunks_per_rank=chunks,
                         num_stages=chunks * ranks, num_ranks=ranks, num_microbatches=micro)
     if info.not_planned is not None:
-        return _why(blank, f"not compared: {info.not_planned}")
+        return _why(blank, info.not_planned)
     accepted = info.options
     if options.get("backward") is not None and "backward" not in accepted:
         return _why(blank, f"it takes no backward option (asked: {options['backward']})")

@@ -1,0 +1,74 @@
+"""A profile measured under other jobs' load says so, where it is measured and where it is used."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeplan.calibration import INFLATED_SHARING, LOAD_MARGIN, Calibration, load_warning
+from pipeplan.layers import LayerProfile
+
+
+def _notes(load: float, *, cores: int = 4, nproc: int = 2, threads: int = 1) -> dict[str, object]:
+    return {"loadavg_before": [load, load, load], "cpu_count": cores, "nproc": nproc, "threads_per_process": threads}
+
+
+def test_an_idle_machine_gets_no_warning() -> None:
+    assert load_warning(_notes(0.3), Calibration(slowdown=(1.0, 1.05))) is None
+    # own processes fill the cores: sharing they explain is no warning
+    assert load_warning(_notes(0.2, cores=2, nproc=4), Calibration(slowdown=(1.0, 1.5, 1.6, 2.1))) is None
+
+
+def test_a_load_above_the_free_cores_is_named() -> None:
+    free = 4 - 2  # cores left by the profile's own 2 × 1 threads
+    assert load_warning(_notes(free + LOAD_MARGIN - 0.01), None) is None
+    line = load_warning(_notes(free + LOAD_MARGIN + 0.5), None)
+    assert line is not None and "load average 3.0 on 4 core(s)" in line
+    assert "re-run pipeplan profile" in line and "\n" not in line
+
+
+def test_an_inflated_sharing_factor_is_named() -> None:
+    # 2 processes × 1 thread on 4 cores explain x1.00; a 2-core machine x1.00 too
+    assert load_warning(_notes(0.0), Calibration(slowdown=(1.0, INFLATED_SHARING - 0.01))) is None
+    line = load_warning(_notes(0.0), Calibration(slowdown=(1.0, 2.1)))
+    assert line is not None and "sharing x2.10 with 2 busy" in line and "explain x1.00" in line
+    # 8 threads on 4 cores explain x2: x2.5 is not inflated, x3.5 is
+    assert load_warning(_notes(0.0, nproc=2, threads=4), Calibration(slowdown=(1.0, 2.5))) is None
+    assert load_warning(_notes(0.0, nproc=2, threads=4), Calibration(slowdown=(1.0, 3.5))) is not None
+
+
+def test_a_profile_without_the_notes_gets_none() -> None:
+    assert load_warning({}, Calibration(slowdown=(1.0, 9.0))) is None
+    assert load_warning({"cpu_count": "many", "nproc": 2}, None) is None
+
+
+def _loaded_profile(tmp_path) -> str:
+    path = str(tmp_path / "prof.json")
+    profile = LayerProfile.uniform(8, forward=1.0).replaced(
+        calibration=Calibration(slowdown=(1.0, 2.2)), measurement=_notes(5.0, cores=2))
+    profile.to_file(path)
+    return path
+
+
+@pytest.mark.parametrize("extra", [("--schedule", "1f1b"), ("--schedules", "1f1b,zb-h1")])
+def test_simulate_profile_warns_once_on_stderr(run_cli, tmp_path, extra) -> None:
+    path = _loaded_profile(tmp_path)
+    status, out, err = run_cli("simulate", "--profile", path, "--stages", "2", "--json", *extra)
+    assert status == 0, err
+    assert err.count("warning: profile") == 1 and "core sharing measured under other jobs' load" in err
+    assert "warning" not in out
+
+
+def test_run_reads_the_profile_with_the_warning(tmp_path, capsys) -> None:
+    from pipeplan.cli import run_cmd
+
+    profile = run_cmd._profile(_loaded_profile(tmp_path))
+    assert profile.num_layers == 8
+    assert "core sharing measured under other jobs' load" in capsys.readouterr().err
+
+
+def test_an_unloaded_profile_prints_nothing(run_cli, tmp_path) -> None:
+    path = str(tmp_path / "prof.json")
+    LayerProfile.uniform(8, forward=1.0).replaced(calibration=Calibration(slowdown=(1.0, 1.02)),
+                                                  measurement=_notes(0.1)).to_file(path)
+    status, _out, err = run_cli("simulate", "--profile", path, "--stages", "2", "--json")
+    assert status == 0 and "warning" not in err
