@@ -4,9 +4,10 @@ The console script is :mod:`pipeplan_entry` (pyproject's ``[project.scripts]``):
 the package, so the package's own import runs inside its handler. Two kinds of check: a
 KeyboardInterrupt raised at a chosen point (deterministic: inside the package's import, inside
 parsing), and real SIGINTs sent to a running command at several moments after it starts (the
-timing varies with the machine; every moment must end the same way). A process ended by SIGINT
-before Python installs its handler has no Python to print anything: its status is ``-SIGINT``,
-which a shell reports as 130 too.
+timing varies with the machine). A process ended by SIGINT before Python installs its handler
+has no Python to print anything: its status is ``-SIGINT``, which a shell reports as 130 too. A
+SIGINT while Python imports its own ``site`` module (a few milliseconds, before any of pipeplan's
+code) is Python's fatal startup error, exit 1: outside what pipeplan can guard, so not counted.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def test_sigint_at_any_moment_exits_130_without_a_traceback() -> None:
     before any of its code runs, so only the console script guards that import.)
     """
     command = [sys.executable, "-c", CONSOLE_SCRIPT, *LONG_COMMAND]
-    delays = (0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.5, 0.8, 1.5)
+    delays = (0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.5, 0.8, 1.5, 3.0)
     endings = []
     started = time.monotonic()
     for delay in delays:
@@ -94,9 +95,13 @@ def test_sigint_at_any_moment_exits_130_without_a_traceback() -> None:
         endings.append((delay, process.returncode, err))
         assert time.monotonic() - started < 300  # bounded, however slow the machine
     for delay, status, err in endings:
+        if status == 1 and "Fatal Python error: init_import_site" in err:
+            continue  # Python's own startup (its site module), before any code of pipeplan's: not ours to guard
         assert status in (130, -signal.SIGINT), f"SIGINT after {delay} s: exit {status}, stderr {err!r}"
         assert "Traceback" not in err, f"SIGINT after {delay} s printed a traceback:\n{err}"
         if status == 130:
             assert err.strip().endswith("interrupted"), f"SIGINT after {delay} s: {err!r}"
-    assert any(status == 130 for _delay, status, _err in endings)  # Python's handler was reached at least once
+    # once a SIGINT reached pipeplan's handler, every later one does too (the handler is there from then on)
+    reached = [status == 130 for _delay, status, _err in endings]
+    assert reached[-1] and reached == sorted(reached), [(delay, status) for delay, status, _err in endings]
     print("SIGINT after (s) -> exit:", [(delay, status) for delay, status, _err in endings])

@@ -161,4 +161,4 @@ def test_cli_profile_rows_share_the_ranks(run_cli, tmp_path) -> None:
 def test_single_schedule_with_chunks_says_how_many_ranks(run_cli) -> None:
     status, _out, err = run_cli("simulate", "--forward", "30,10,10,20", "-m", "8", "--schedule", "interleaved")
     assert status == 0
-    assert "run as 2 chunks on each of 2 ranks" in err and "--schedules 1f1b,interleaved" in err
+    assert "ran as 2 chunks on each of 2 ranks" in err and "--schedules 1f1b,interleaved" in err

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from .. import units
 from .._validation import positive_int
+from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
 from ..partition.schedule_compare import DEFAULT_VIRTUAL_STAGES, ScheduleComparison, compare_schedules
 from ..schedules import SCHEDULES
@@ -55,9 +57,13 @@ def parse_schedules(text: str) -> list[str]:
     return names
 
 
-def run_compare(args: argparse.Namespace) -> int:
-    """``simulate --schedules``: the comparison of the schedules asked, as a table or ``--json``."""
-    from .simulate_cmd import comm_from_args, costs_from_args
+def run_compare(args: argparse.Namespace, *, costs_of: Callable[[argparse.Namespace], StageCosts],
+                comm_of: Callable[[argparse.Namespace], CommModel]) -> int:
+    """``simulate --schedules``: the comparison of the schedules asked, as a table or ``--json``.
+
+    ``costs_of`` and ``comm_of`` read ``--forward``'s costs and the message flags as ``simulate`` does
+    (its ``costs_from_args`` and ``comm_from_args``, passed in: this module is ``simulate``'s, not its importer).
+    """
     from . import dual_rate_cmd
     from ._spec_args import uses_spec
 
@@ -89,10 +95,10 @@ def run_compare(args: argparse.Namespace) -> int:
                 refuse_unless(value is None, flag, "with --forward-only (a forward-only step has no backward "
                                                    "and holds no activations)")
         # no one schedule: only the checks that hold for every schedule (--memory-limit's unit)
-        costs = costs_from_args(argparse.Namespace(**{**vars(args), "schedule": None}))
+        costs = costs_of(argparse.Namespace(**{**vars(args), "schedule": None}))
         micro = positive_int("-m", default_microbatches(args.microbatches, costs.num_stages))
         result = compare_schedules(costs, num_microbatches=micro, schedules=names, virtual_stages=virtual,
-                                   comm=comm_from_args(args), options=options)
+                                   comm=comm_of(args), options=options)
         unit = "bytes" if args.activation_bytes is not None else "stage-microbatches"
     else:
         result = _compare_layers(args, names, virtual, options)

@@ -8,6 +8,7 @@
     $ pipeplan simulate --profile prof.json --partition 6,4 -m 8 --schedule zb-h1
     $ pipeplan simulate --preset gpt-1.5b --gpu a100-80g --micro-batch-size 6 --stages 8 -m 24 --schedule zb-h1
     $ pipeplan simulate --preset pi0 --stages 4 --partition auto --mix examples/mix_cameras.csv
+    $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedules all      # every schedule on the same 4 ranks
 
 Times are milliseconds per microbatch. Prints a per-rank Gantt and a table of busy
 time, idle time by cause and peak in-flight activations (of the first step), and with
@@ -28,6 +29,8 @@ from a shape mix, random vs balanced microbatches (:mod:`pipeplan.batches.pipeli
 one drawn batch simulated with each microbatch at its own costs (with messages), its
 idle time per rank split into the schedule's bubble and the variation
 (:func:`pipeplan.variation.idle_split`).
+``--schedules all|A,B,...`` compares schedules on the same ranks instead, one row each with
+the best marked (:mod:`._simulate_compare`).
 """
 
 from __future__ import annotations
@@ -349,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
     if args.schedules is not None:
         from ._simulate_compare import run_compare
 
-        return run_compare(args)
+        return run_compare(args, costs_of=costs_from_args, comm_of=comm_from_args)
     if args.json:
         refuse_unless(not args.step_table, "--step-table", "with --json (it adds a table to the text output)")
     else:
@@ -378,11 +381,6 @@ def run(args: argparse.Namespace) -> int:
         why = " (--virtual-stages)" if "virtual_stages" in schedule_options(args.schedule) else ""
         raise InvalidInputError(f"--forward gives {costs.num_stages} stage(s): {args.schedule} puts {chunks} on "
                                 f"each rank{why}, so give a multiple of {chunks} stage times")
-    if args.schedule in SCHEDULES and chunks_per_rank(args) > 1:  # the stage times become chunks: fewer ranks
-        chunks = chunks_per_rank(args)
-        print(f"note: --forward's {costs.num_stages} stage times run as {chunks} chunks on each of "
-              f"{costs.num_stages // chunks} ranks under {args.schedule}; to compare schedules on the same ranks: "
-              f"--schedules 1f1b,{args.schedule}", file=sys.stderr)
     comm = comm_from_args(args)
     args.microbatches = microbatches_of(args, costs.num_stages)
     actions = check_size(args, costs.num_stages) if args.schedule in SCHEDULES else 0
@@ -406,6 +404,10 @@ def run(args: argparse.Namespace) -> int:
             if dual:
                 for line in dual_rate_cmd.simulate_lines(timeline, costs, comm):
                     print(line)
+    if schedule.num_stages > schedule.num_ranks:  # the stage times became chunks: fewer ranks than times
+        print(f"note: --forward's {schedule.num_stages} stage times ran as {schedule.num_stages // schedule.num_ranks} "
+              f"chunks on each of {schedule.num_ranks} ranks under {args.schedule}; to compare schedules on the same "
+              f"ranks: --schedules 1f1b,{args.schedule}", file=sys.stderr)
     return 0
 
 
