@@ -58,12 +58,24 @@ def test_simulate_profile_warns_once_on_stderr(run_cli, tmp_path, extra) -> None
     assert "warning" not in out
 
 
-def test_run_reads_the_profile_with_the_warning(tmp_path, capsys) -> None:
-    from pipeplan.cli import run_cmd
+def test_run_warns_once_the_run_is_accepted(tmp_path, capfd, monkeypatch) -> None:
+    from pipeplan.cli import main
 
-    profile = run_cmd._profile(_loaded_profile(tmp_path))
-    assert profile.num_layers == 8
-    assert "core sharing measured under other jobs' load" in capsys.readouterr().err
+    path = _loaded_profile(tmp_path)  # 8 layers: the built-in model with --layers 6 (an encoder and a head more)
+
+    def no_run(*_args, **_kwargs):
+        raise SystemExit(7)  # stands in for spawning the ranks: the warning must come before it
+
+    monkeypatch.setattr("pipeplan.runtime.spawn", no_run)
+    with pytest.raises(SystemExit) as stopped:
+        main(["run", "--profile", path, "--layers", "6", "--nproc", "2"])
+    assert stopped.value.code == 7  # it got as far as spawning the ranks
+    err = capfd.readouterr().err
+    assert err.count("core sharing measured under other jobs' load") == 1
+    # refused (a profile of another model): the one line, no warning
+    assert main(["run", "--profile", path, "--layers", "2", "--nproc", "2"]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "warning" not in err
 
 
 def test_an_unloaded_profile_prints_nothing(run_cli, tmp_path) -> None:

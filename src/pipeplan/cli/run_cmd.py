@@ -156,11 +156,8 @@ def _profile(path: str | None) -> Any:
     if path is None:
         return None
     from ..layers import LayerProfile
-    from .profile_cmd import warn_profile_load
 
-    profile = LayerProfile.from_file(path)
-    warn_profile_load(profile, path)  # its core sharing measured under others' load: say so before the run
-    return profile
+    return LayerProfile.from_file(path)
 
 
 def _plot_path(path: str | None) -> str | None:
@@ -250,6 +247,10 @@ def run(args: argparse.Namespace) -> int:
         return _run_under_torchrun(args)
     config, backend = _validated(args, positive_int("--nproc", args.nproc, maximum=MAX_LOCAL_PROCESSES,
                                                     why="processes on this machine, each importing torch"), local=None)
+    if config["profile"] is not None:  # accepted: say, before the run, if its core sharing was measured under load
+        from .profile_cmd import warn_profile_load
+
+        warn_profile_load(config["profile"], config["profile_path"])
     try:
         report = spawn(execute_rank, config["world_size"], config, backend=backend, timeout=config["timeout"])[0]
     except RunInterrupted as stop:
