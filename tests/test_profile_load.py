@@ -78,6 +78,13 @@ def test_run_warns_once_the_run_is_accepted(tmp_path, capfd, monkeypatch) -> Non
     assert err.count("\n") == 1 and "warning" not in err
 
 
+def test_a_refused_simulate_is_one_line_without_the_warning(run_cli, tmp_path) -> None:
+    path = _loaded_profile(tmp_path)
+    for extra in (("--schedule", "1f1b"), ("--schedules", "all")):
+        status, _out, err = run_cli("simulate", "--profile", path, "--partition", "3,3", *extra)
+        assert status == 2 and err.count("\n") == 1 and "warning" not in err
+
+
 def test_an_unloaded_profile_prints_nothing(run_cli, tmp_path) -> None:
     path = str(tmp_path / "prof.json")
     LayerProfile.uniform(8, forward=1.0).replaced(calibration=Calibration(slowdown=(1.0, 1.02)),

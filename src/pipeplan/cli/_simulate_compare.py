@@ -139,7 +139,6 @@ def _compare_layers(args: argparse.Namespace, names: list[str], virtual: int,
     slowdown = None
     if args.profile is not None:
         profile = LayerProfile.from_file(args.profile)
-        warn_profile_load(profile, args.profile)
         calibration = profile.calibration
         if calibration is not None:
             slowdown = calibration.slowdown
@@ -162,9 +161,12 @@ def _compare_layers(args: argparse.Namespace, names: list[str], virtual: int,
             return link.comm_model(list(sizes) or 0.0, send_mode=args.send)
     stages = ranks if ranks is not None else len(partition)
     micro = positive_int("-m", default_microbatches(args.microbatches, stages))
-    return compare_schedules(profile, num_microbatches=micro, schedules=names, num_ranks=ranks,
-                             virtual_stages=virtual, partition=partition, messages=messages, slowdown=slowdown,
-                             options=options)
+    result = compare_schedules(profile, num_microbatches=micro, schedules=names, num_ranks=ranks,
+                               virtual_stages=virtual, partition=partition, messages=messages, slowdown=slowdown,
+                               options=options)
+    if args.profile is not None:  # accepted: say if its core sharing was measured under load
+        warn_profile_load(profile, args.profile)
+    return result
 
 
 def comparison_lines(result: ScheduleComparison, *, unit: str = "bytes", width: int = 80) -> list[str]:

@@ -464,14 +464,14 @@ def _run_profile(args: argparse.Namespace) -> int:
     if uses_spec(args):
         return _run_spec(args)
     profile = LayerProfile.from_file(args.profile)
-    from .profile_cmd import warn_profile_load
-
-    warn_profile_load(profile, args.profile)
     layers = _profile_partition(args, profile)
     costs, comm = prediction_inputs(profile, layers)
     args.microbatches = microbatches_of(args, costs.num_stages)
     check_size(args, costs.num_stages)
     schedule = schedule_from_args(args, costs, comm)
+    from .profile_cmd import warn_profile_load
+
+    warn_profile_load(profile, args.profile)  # accepted: say if its core sharing was measured under load
     timeline = predict(profile, schedule, layers)
     write_outputs(timeline, args)
     if args.json:
