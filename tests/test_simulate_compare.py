@@ -76,6 +76,14 @@ def test_a_schedule_that_cannot_run_gets_a_row_with_its_reason() -> None:
     assert split.rows[1].step is None and "per boundary" in str(split.rows[1].reason)
 
 
+def test_costs_per_microbatch_run_one_stage_per_rank_only() -> None:
+    costs = StageCosts.per_microbatch([[30.0, 15.0], [10.0, 10.0]])
+    result = compare_schedules(costs, num_microbatches=2, schedules=["1f1b", "zb-v"])
+    assert result.rows[0].step == pytest.approx(pipeplan.simulate(
+        pipeplan.build_schedule("1f1b", num_stages=2, num_microbatches=2), costs).makespan)
+    assert result.rows[1].step is None and "per microbatch" in str(result.rows[1].reason)
+
+
 def test_a_profile_is_cut_for_each_layout_and_predicted_with_its_calibration() -> None:
     calibration = Calibration(latency=0.5, bandwidth=1e6, slowdown=(1.0, 1.3, 1.6, 1.9))
     profile = LayerProfile.uniform(12, forward=1.0).replaced(calibration=calibration)

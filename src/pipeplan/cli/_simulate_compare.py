@@ -177,8 +177,9 @@ def comparison_lines(result: ScheduleComparison, *, unit: str = "bytes", width: 
     """
     width = max(60, width)
     wrap = textwrap.TextWrapper(width=width, subsequent_indent="  ")
-    lines = wrap.wrap(f"{len(result.rows)} schedule(s) on {result.num_ranks} ranks, {result.num_microbatches} "
-                      f"microbatches (ms): {result.split}")
+    micro = result.num_microbatches
+    lines = wrap.wrap(f"{len(result.rows)} schedule(s) on {result.num_ranks} ranks, {micro} "
+                      f"microbatch{'' if micro == 1 else 'es'} (ms): {result.split}")
     lines.append(f"{'schedule':<16} {'v':>2} {'stages':>6} {'step ms':>9} {'bubble ratio':>12} {'in-flight':>9} "
                  f"{'peak act.':>9}")
     notes: list[str] = []

@@ -128,7 +128,8 @@ class ScheduleComparison:
         rows: one per schedule.
         num_ranks, num_microbatches: the shape every row shares.
         split: how each layout's stages were made, in words.
-        activation_unit: ``"bytes"`` when the costs gave activation sizes, else ``"stage-microbatches"``.
+        activation_unit: ``"stage-microbatches"`` for stage times whose every ``activation_bytes`` is 1
+            (:class:`~pipeplan.costs.StageCosts`' default: no sizes given), else ``"bytes"``.
     """
 
     rows: tuple[ScheduleRow, ...]
@@ -307,7 +308,16 @@ def _layout(source: StageCosts | LayerProfile, layout: str, ranks: int, chunks: 
 
 
 def _split_costs(costs: StageCosts, chunks: int) -> StageCosts:
-    """Each stage as ``chunks`` equal chunks in model order (``chunks == 1``: the costs, a stage holding 1)."""
+    """Each stage as ``chunks`` equal chunks in model order (``chunks == 1``: the costs as given).
+
+    Costs per microbatch (``microbatch_costs``, ``microbatch_scale``) are not split: a reason for the row.
+    """
+    if chunks == 1:
+        return costs
+    if costs.microbatch_costs is not None or costs.microbatch_scale is not None:
+        raise InvalidInputError(f"costs per microbatch are not split into {chunks} chunks per rank; compare "
+                                "schedules of one stage per rank on them")
+
     def each(values: Sequence[float] | None) -> list[float] | None:
         return None if values is None else [value / chunks for value in values for _ in range(chunks)]
 
