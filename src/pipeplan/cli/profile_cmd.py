@@ -27,6 +27,7 @@ from rich.table import Table
 
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
+from ..layers import LayerProfile
 from ..limits import MAX_LOCAL_BATCH, MAX_LOCAL_PROCESSES
 from ..profile_format import check_overwrite
 from ..units import format_bytes
@@ -35,7 +36,7 @@ from ._common import default_microbatches, make_console, print_json, progress, r
 __all__ = ["register", "run", "warn_profile_load"]
 
 
-def warn_profile_load(profile: Any, path: str) -> str | None:
+def warn_profile_load(profile: LayerProfile, path: str) -> str | None:
     """Print on stderr, as one line, :func:`pipeplan.calibration.load_warning` of ``profile`` when it has one.
 
     Used where a profile is measured (``profile``) and where one is used (``simulate --profile``,
