@@ -147,6 +147,9 @@ def test_cli_json_rows(run_cli) -> None:
     ("--schedules all --plot x.png", "--plot does not apply with --schedules"),
     ("--schedules all --iterations 3", "--iterations does not apply with --schedules"),
     ("--schedules all --stages 2", "--partition and --stages apply only with --profile"),
+    ("--schedules 1f1b,zb-v --virtual-stages 3", "--virtual-stages does not apply to --schedules 1f1b,zb-v"),
+    ("--schedules 1f1b,zb-h1 --memory-limit 2", "--memory-limit does not apply to --schedules 1f1b,zb-h1"),
+    ("--schedules all --width 60", "--width does not apply with --schedules"),
 ])
 def test_cli_refusals_are_one_line(run_cli, argv: str, line: str) -> None:
     status, out, err = run_cli("simulate", "--forward", "30,10,10,20", *argv.split())

@@ -23,7 +23,7 @@ from .._validation import positive_int
 from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError
 from ..partition.schedule_compare import DEFAULT_VIRTUAL_STAGES, ScheduleComparison, compare_schedules
-from ..schedules import SCHEDULES
+from ..schedules import SCHEDULES, schedule_info
 from ..viz.tables import format_time
 from ._common import default_microbatches, make_console, print_json, refuse_unless
 
@@ -76,6 +76,12 @@ def run_compare(args: argparse.Namespace, *, costs_of: Callable[[argparse.Namesp
     refuse_unless(args.iterations == 1, "--iterations", "with --schedules (it compares one step of each schedule)")
     refuse_unless(not dual_rate_cmd.rate_options(args), "--rate-ratio",
                   "with --schedules (dual-rate is not compared: it trains on stale gradients)")
+    refuse_unless(args.width is None, "--width", "with --schedules (it sets the width of one schedule's Gantt)")
+    for flag, option in (("--virtual-stages", "virtual_stages"), ("--memory-limit", "memory_limit"),
+                         ("--objective", "objective")):
+        takers = [name for name in names if option in schedule_info(name).options]
+        refuse_unless(getattr(args, option) is None or bool(takers), flag,
+                      f"to --schedules {','.join(names)} (none of them takes it)")
     virtual = positive_int("--virtual-stages", args.virtual_stages if args.virtual_stages is not None
                            else DEFAULT_VIRTUAL_STAGES)
     options: dict[str, Any] = {"memory_limit": args.memory_limit, "objective": args.objective,
@@ -83,8 +89,9 @@ def run_compare(args: argparse.Namespace, *, costs_of: Callable[[argparse.Namesp
     sources = [flag for flag, given in (("--forward", args.forward is not None), ("--profile", args.profile),
                                         ("--preset/--spec", uses_spec(args))) if given]
     if len(sources) != 1:
-        raise InvalidInputError("give one of --forward, --profile or --preset/--spec, got "
-                                + (" and ".join(sources) or "none"))
+        raise InvalidInputError("give one of --forward (stage times, ms), --profile (a layer profile file) or "
+                                "--preset/--spec (a model from shapes)"
+                                + (f", got {' and '.join(sources)}" if sources else ""))
     if args.forward is not None:
         if args.partition is not None or args.stages is not None:
             raise InvalidInputError("--partition and --stages apply only with --profile or --preset/--spec "

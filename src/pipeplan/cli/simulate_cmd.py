@@ -348,11 +348,11 @@ def _profile_partition(args: argparse.Namespace, profile: LayerProfile) -> list[
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan simulate``."""
     settle_spec_options(args, applies=uses_spec(args), what="--profile" if args.profile else "--forward")
-    text_width(args)
     if args.schedules is not None:
         from ._simulate_compare import run_compare
 
         return run_compare(args, costs_of=costs_from_args, comm_of=comm_from_args)
+    text_width(args)
     if args.json:
         refuse_unless(not args.step_table, "--step-table", "with --json (it adds a table to the text output)")
     else:
