@@ -22,8 +22,16 @@ def test_a_load_above_the_free_cores_is_named() -> None:
     free = 4 - 2  # cores left by the profile's own 2 × 1 threads
     assert load_warning(_notes(free + LOAD_MARGIN - 0.01), None) is None
     line = load_warning(_notes(free + LOAD_MARGIN + 0.5), None)
-    assert line is not None and "load average 3.0 on 4 core(s)" in line
+    assert line is not None and "others' load average 3.0 on 4 core(s) before measuring" in line
     assert "re-run pipeplan profile" in line and "\n" not in line
+
+
+def test_the_load_before_the_calibration_counts_less_the_measuring_process() -> None:
+    notes = {**_notes(0.2), "loadavg_calibration": [1.4, 1.0, 0.5]}  # 1 of it the measuring process's own thread
+    assert load_warning(notes, None) is None
+    notes["loadavg_calibration"] = [4.5, 3.0, 2.0]  # 3.5 others' on 4 cores, 2 of them left free
+    line = load_warning(notes, None)
+    assert line is not None and "others' load average 3.5 on 4 core(s) besides its own before the calibration" in line
 
 
 def test_an_inflated_sharing_factor_is_named() -> None:

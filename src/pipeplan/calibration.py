@@ -197,11 +197,13 @@ def load_warning(measurement: Mapping[str, Any], calibration: Calibration | None
     """One line when the profile's core sharing was likely measured under other jobs' load, else ``None``.
 
     ``measurement`` holds what ``pipeplan profile`` records: ``loadavg_before`` (the 1-, 5- and
-    15-minute load averages before measuring), ``cpu_count``, ``nproc`` and ``threads_per_process``.
-    It speaks when either
+    15-minute load averages before measuring), ``loadavg_calibration`` (the same just before the
+    core-sharing calibration, which counts the measuring process's own ``threads`` too), ``cpu_count``,
+    ``nproc`` and ``threads_per_process``. Others' load is the larger of the 1-minute average
+    before measuring and the one before the calibration less those ``threads``. It speaks when either
 
-    * the load before measuring was above the cores the profile's own ``nproc × threads`` leave
-      free, by more than :data:`LOAD_MARGIN`: others' processes then shared the cores; or
+    * others' load was above the cores the profile's own ``nproc × threads`` leave free, by more
+      than :data:`LOAD_MARGIN`: others' processes then shared the cores; or
     * the calibration's factor for ``nproc`` busy exceeds :data:`INFLATED_SHARING` times the
       ``max(1, nproc × threads / cores)`` that the profile's own processes explain.
 
@@ -209,16 +211,19 @@ def load_warning(measurement: Mapping[str, Any], calibration: Calibration | None
     """
     cores = measurement.get("cpu_count")
     nproc = measurement.get("nproc")
-    threads = measurement.get("threads_per_process") or 1
-    load = measurement.get("loadavg_before")
+    given = measurement.get("threads_per_process")
+    threads = given if isinstance(given, int) and given > 0 else 1
     if not isinstance(cores, int) or cores < 1 or not isinstance(nproc, int) or nproc < 1:
         return None
-    own = nproc * (threads if isinstance(threads, int) and threads > 0 else 1)
+    own = nproc * threads
     reasons = []
-    if isinstance(load, Sequence) and load and isinstance(load[0], (int, float)) \
-            and load[0] > max(cores - own, 0) + LOAD_MARGIN:
-        reasons.append(f"load average {load[0]:.1f} on {cores} core(s) before measuring, {own} thread(s) of its own "
-                       "to come")
+    others = [(_one_minute(measurement.get("loadavg_before")), "before measuring"),
+              (_one_minute(measurement.get("loadavg_calibration")) - threads, "besides its own before the "
+                                                                              "calibration")]
+    value, when = max(others, key=lambda pair: pair[0])
+    if value > max(cores - own, 0) + LOAD_MARGIN:
+        reasons.append(f"others' load average {value:.1f} on {cores} core(s) {when}, {own} thread(s) of its own to "
+                       "come")
     if calibration is not None and nproc > 1:
         factor = calibration.slowdown_for(nproc)
         explained = max(1.0, own / cores)
@@ -229,3 +234,11 @@ def load_warning(measurement: Mapping[str, Any], calibration: Calibration | None
         return None
     return ("core sharing measured under other jobs' load (" + "; ".join(reasons) + "): predictions may be "
             "too slow for a quieter machine; re-run pipeplan profile when uptime shows a low load")
+
+
+def _one_minute(load: object) -> float:
+    """The 1-minute entry of a recorded ``os.getloadavg()`` list; ``-inf`` when there is none."""
+    if isinstance(load, Sequence) and not isinstance(load, (str, bytes)) and load \
+            and isinstance(load[0], (int, float)) and math.isfinite(load[0]):
+        return float(load[0])
+    return -math.inf

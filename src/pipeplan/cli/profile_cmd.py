@@ -147,11 +147,11 @@ def run(args: argparse.Namespace) -> int:
             "choose a smaller batch or model"
         ) from None
     profile.to_file(args.out)
-    warn_profile_load(profile, args.out)
     if args.json:
         print_json({"out": args.out, "layers": profile.to_records(),
                     "calibration": None if profile.calibration is None else profile.calibration.to_dict(),
                     "measurement": profile.measurement})
+        warn_profile_load(profile, args.out)  # last: what the reader should see
         report_written(args.out)
         return 0
     console = make_console()
@@ -186,5 +186,6 @@ def run(args: argparse.Namespace) -> int:
     load = profile.measurement.get("loadavg_before")
     if load:
         console.print(f"load average {load[0]:.2f} before measuring", markup=False, highlight=False)
+    warn_profile_load(profile, args.out)  # last: what the reader should see
     report_written(args.out)
     return 0
