@@ -173,3 +173,14 @@ def test_single_schedule_with_chunks_says_how_many_ranks(run_cli) -> None:
     status, _out, err = run_cli("simulate", "--forward", "30,10,10,20", "-m", "8", "--schedule", "interleaved")
     assert status == 0
     assert "ran as 2 chunks on each of 2 ranks" in err and "--schedules 1f1b,interleaved" in err
+
+
+def test_cli_preset_rows_share_the_ranks_and_count_bytes(run_cli) -> None:
+    status, out, err = run_cli("simulate", "--preset", "gpt-1.5b", "--gpu", "a100-80g", "--micro-batch-size", "6",
+                               "--stages", "4", "-m", "8", "--schedules", "1f1b,zb-v,interleaved", "--json")
+    assert status == 0, err
+    payload = json.loads(out)
+    assert payload["activation_unit"] == "bytes"
+    for row in payload["rows"]:
+        assert row["num_ranks"] == 4 and row["step"] > 0 and row["peak_activations"] > 1e6  # bytes, not counts
+        assert len(row["layers_per_stage"]) == row["num_stages"]
