@@ -101,7 +101,7 @@ def test_sigint_at_any_moment_exits_130_without_a_traceback() -> None:
         assert "Traceback" not in err, f"SIGINT after {delay} s printed a traceback:\n{err}"
         if status == 130:
             assert err.strip().endswith("interrupted"), f"SIGINT after {delay} s: {err!r}"
-    # once a SIGINT reached pipeplan's handler, every later one does too (the handler is there from then on)
-    reached = [status == 130 for _delay, status, _err in endings]
-    assert reached[-1] and reached == sorted(reached), [(delay, status) for delay, status, _err in endings]
+    # each delay is a new process, whose start is slower or faster with the machine's load: only the
+    # last SIGINT, seconds into the work, surely lands in pipeplan's code
+    assert endings[-1][1] == 130, [(delay, status) for delay, status, _err in endings]
     print("SIGINT after (s) -> exit:", [(delay, status) for delay, status, _err in endings])
