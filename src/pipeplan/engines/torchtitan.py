@@ -59,11 +59,10 @@ from ..schedules.patterns import loop_placement, v_placement
 from ..units import format_figures
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, layer_names, stage_fqns
-from ._torchtitan_fields import TOML_COMMIT
 from ._torchtitan_schedules import TORCH_SCHEDULE_CLASSES, TORCH_SCHEDULE_NAMES, pipeplan_schedule_name
 from .pipelining import plan_schedule, torch_schedule_csv
 from .record import Engine, Files, Knob, Knobs, Runs
-from .torchtitan_config import read_torchtitan_config
+from .torchtitan_config import TOML_COMMIT, read_torchtitan_config
 
 __all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT", "TORCH_SCHEDULE_CLASSES",
            "torchtitan_schedule_name", "pipeplan_schedule_name",
