@@ -2,7 +2,7 @@
 
     from pipeplan.cli._engine_args import add_engine_arguments, engine_workload, engine_assumptions
     add_engine_arguments(parser)           # --engine, --recompute, --sequence-parallel, --tp-comm-overlap
-    workload = engine_workload(args, workload)     # the knobs given, priced (Workload.with_recompute, ...)
+    workload = engine_workload(args, workload, "a100-80g")  # the knobs given, priced; the engine's kernels
     assumptions.update(engine_assumptions(args))   # each knob's value, given or assumed
 
 The knobs are the engine's (:attr:`pipeplan.engines.Engine.knobs`); without ``--engine``
@@ -68,8 +68,10 @@ def _given(args: argparse.Namespace) -> dict[str, str]:
     return given
 
 
-def engine_workload(args: argparse.Namespace, workload: Workload) -> Workload:
-    """``workload`` with the knobs given pinned: ``--recompute`` the only mode searched, the TP knobs priced.
+def engine_workload(args: argparse.Namespace, workload: Workload, device: str = "") -> Workload:
+    """``workload`` with the knobs given pinned: ``--recompute`` the only mode searched, the TP knobs priced,
+    and the engine's kernels on ``device`` (a preset name): its compute factor
+    (:meth:`pipeplan.engines.Engine.compute_factor`) on a spec's layer times.
 
     Raises:
         InvalidInputError: an unknown engine, a knob it lacks, a value the knob does not take,
@@ -85,6 +87,9 @@ def engine_workload(args: argparse.Namespace, workload: Workload) -> Workload:
         workload = workload.with_tensor_knobs(
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
             tp_comm_overlap=cast("TpCommOverlap | None", given.get("tp-comm-overlap")))
+    factor = _engine(args).compute_factor(device)
+    if factor != 1.0 and workload.spec is not None:  # a measured profile's times are its engine's already
+        workload = workload.with_compute_factor(factor)
     if "recompute" in given:
         workload = workload.with_recompute(given["recompute"])
     else:
@@ -127,11 +132,12 @@ def _tensor_parallel(sequence_parallel: str, overlap: str) -> str:
     return f"Megatron TP {how} inside a node: {hidden}; GEMMs divided by tp and timed at their own efficiency"
 
 
-def engine_assumptions(args: argparse.Namespace) -> dict[str, str]:
+def engine_assumptions(args: argparse.Namespace, device: str = "") -> dict[str, str]:
     """Each knob's value as the plan assumed it (given, or the engine's default), and the TP sentence they make.
 
     Keys: ``engine``, ``recompute``, ``sequence-parallel``, ``tp-comm-overlap``, and ``tensor parallel``
-    (today's sentence when the TP knobs are at their defaults).
+    (today's sentence when the TP knobs are at their defaults); ``kernels`` where the engine's kernels on
+    ``device`` are priced by a compute factor (:func:`engine_workload`) and the model is a spec.
     """
     engine = _engine(args)
     given = _given(args)
@@ -152,4 +158,9 @@ def engine_assumptions(args: argparse.Namespace) -> dict[str, str]:
     if not engine.knobs.knobs:
         name += ("; its knobs are not priced yet: the step prices Megatron-LM's tensor parallelism; the search "
                  "spans only what it runs")
-    return {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
+    out = {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
+    factor = engine.compute_factor(device)
+    if factor != 1.0 and not getattr(args, "profile", None):
+        out["kernels"] = (f"{engine.name}'s own on {device}: each layer's compute x {factor:.3f} beside the "
+                          "device's fused-kernel model (fitted to published runs of the engine: docs/engines.md)")
+    return out

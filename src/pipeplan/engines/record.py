@@ -22,8 +22,8 @@ belongs in :class:`Files`, beside :attr:`Files.write`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -205,12 +205,22 @@ class Engine:
         files: how its files are written.
         knobs: the settings a user can pin, with the defaults pipeplan assumes
             (empty: none priced yet).
+        compute_factors: per device preset name, what the engine's kernels take
+            beside the device's kernel model (Megatron-style fused kernels), as a
+            factor on every layer's compute time
+            (:meth:`pipeplan.planner.Workload.with_compute_factor`); a device not
+            listed: 1. Each value is fitted to published runs named beside it.
     """
 
     name: str
     runs: Runs
     files: Files
     knobs: Knobs = Knobs()
+    compute_factors: Mapping[str, float] = field(default_factory=dict)
+
+    def compute_factor(self, device: str) -> float:
+        """The factor on a layer's compute time for this engine's kernels on ``device`` (a preset name; 1 if unfitted)."""
+        return float(self.compute_factors.get(device, 1.0))
 
     def export(self, plan: Plan | Sequence[int], target: str | None = None,
                names: Sequence[LayerName] | None = None, *, schedule: Schedule | None = None,
