@@ -161,6 +161,6 @@ def engine_assumptions(args: argparse.Namespace, device: str = "") -> dict[str, 
     out = {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
     factor = engine.compute_factor(device)
     if factor != 1.0 and not getattr(args, "profile", None):
-        out["kernels"] = (f"{engine.name}'s own on {device}: each layer's compute x {factor:.3f} beside the "
-                          "device's fused-kernel model (fitted to published runs of the engine: docs/engines.md)")
+        out["kernels"] = (f"{engine.name}'s kernels on {device}: each layer's compute x {factor:.3f} beside the "
+                          "device's fused-kernel model (fitted to the engine's published runs: docs/engines.md)")
     return out
