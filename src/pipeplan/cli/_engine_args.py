@@ -193,8 +193,11 @@ def recompute_pin(args: argparse.Namespace, spec: ModelSpec | None,
     return pinned
 
 
-def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpinned = SEARCHED) -> Workload:
-    """``workload`` with the knobs given pinned: ``--recompute`` the only mode(s) costed, the TP knobs priced.
+def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpinned = SEARCHED, *,
+                    device: str = "") -> Workload:
+    """``workload`` with the knobs given pinned: ``--recompute`` the only mode(s) costed, the TP knobs priced,
+    and the engine's kernels on ``device`` (a preset name): its compute factor
+    (:meth:`pipeplan.engines.Engine.compute_factor`) on a spec's layer times.
 
     ``unpinned``: ``--recompute`` not given is searched (``plan``) or the spec's
     reference recipe (``model``, ``simulate``, ``partition``).
@@ -204,6 +207,9 @@ def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpi
             an unknown module, or a knob a measured profile cannot answer for.
     """
     given = _given(args)
+    factor = _engine(args).compute_factor(device)
+    if factor != 1.0 and workload.spec is not None:  # a measured profile's times are its engine's already
+        workload = workload.with_compute_factor(factor)
     if "sequence-parallel" in given or "tp-comm-overlap" in given:
         workload = workload.with_tensor_knobs(
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
@@ -242,7 +248,7 @@ def spec_workload(args: argparse.Namespace, spec: ModelSpec, device: Any, link: 
     ``plan`` prices it (``link``: the link inside a node, default the device's).
     """
     workload = Workload.from_spec(spec, device, tensor_parallel=args.tp, tp_link=link)
-    return engine_workload(args, workload, unpinned=REFERENCE)
+    return engine_workload(args, workload, unpinned=REFERENCE, device=getattr(device, "name", ""))
 
 
 def layer_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
@@ -299,7 +305,7 @@ def _modes_text(pin: Recompute | dict[str, Recompute], spec: ModelSpec | None) -
 
 
 def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
-                       unpinned: Unpinned = SEARCHED) -> dict[str, str]:
+                       unpinned: Unpinned = SEARCHED, *, device: str = "") -> dict[str, str]:
     """Each knob's value as the output assumed it (given, or the engine's default), and the TP sentence they make.
 
     Keys: ``engine``, ``recompute``, ``sequence-parallel``, ``tp-comm-overlap``, and ``tensor parallel``
@@ -329,7 +335,12 @@ def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
     if not engine.knobs.knobs:
         name += ("; its knobs are not priced yet: the step prices Megatron-LM's tensor parallelism; the search "
                  "spans only what it runs")
-    return {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
+    out = {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
+    factor = engine.compute_factor(device)
+    if factor != 1.0 and not getattr(args, "profile", None):
+        out["kernels"] = (f"{engine.name}'s kernels on {device}: each layer's compute x {factor:.3f} beside the "
+                          "device's fused-kernel model (fitted to the engine's published runs: docs/engines.md)")
+    return out
 
 
 def _recompute_assumption(args: argparse.Namespace, spec: ModelSpec | None, given: dict[str, str],

@@ -201,8 +201,9 @@ def run(args: argparse.Namespace) -> int:
     if args.profile is not None and args.mfu is not None:
         raise InvalidInputError("--mfu does not apply with --profile: a measured profile's times are measured, "
                                 "not computed from FLOPs")
-    mix = plan_mix(args, lambda shaped: engine_workload(shaped, _workload(shaped, cluster)))  # --mix, checked
-    workload = engine_workload(args, _workload(args, cluster))
+    # --mix, checked
+    mix = plan_mix(args, lambda shaped: engine_workload(shaped, _workload(shaped, cluster), device=cluster.device.name))
+    workload = engine_workload(args, _workload(args, cluster), device=cluster.device.name)
     check_export_model(args)
     schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",")]
     if schedules is not None and not all(schedules):
@@ -290,7 +291,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         optimizer = (f"{args.optimizer} bytes per parameter: {split.weights:g} B weights + {split.gradients:g} B "
                      f"gradients + {split.optimizer:g} B state")
     shape = shape_note(args)
-    engine = engine_assumptions(args, None if args.profile else spec_from_args(args))
+    engine = engine_assumptions(args, None if args.profile else spec_from_args(args), device=cluster.device.name)
     return {
         "device": (cluster.device.summary() if not args.profile else
                    f"layer times as measured in {args.profile} (on the machine that measured them: its GPUs or CPU "

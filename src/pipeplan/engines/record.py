@@ -290,6 +290,11 @@ class Engine:
         pricing: the knobs given (name → value) → what they change in the step beyond the
             kernels (:class:`Pricing`), or ``None`` where the workload's pricing is all
             (Megatron-LM's knobs are priced in :class:`pipeplan.planner.Workload`).
+        compute_factors: per device preset name, what the engine's kernels take
+            beside the device's kernel model (Megatron-style fused kernels), as a
+            factor on every layer's compute time
+            (:meth:`pipeplan.planner.Workload.with_compute_factor`); a device not
+            listed: 1. Each value is fitted to published runs named beside it.
     """
 
     name: str
@@ -297,6 +302,11 @@ class Engine:
     files: Files
     knobs: Knobs = Knobs()
     pricing: Callable[[Mapping[str, str]], Pricing | None] = _no_pricing
+    compute_factors: Mapping[str, float] = field(default_factory=dict)
+
+    def compute_factor(self, device: str) -> float:
+        """The factor on a layer's compute time for this engine's kernels on ``device`` (a preset name; 1 if unfitted)."""
+        return float(self.compute_factors.get(device, 1.0))
 
     def export(self, plan: Plan | Sequence[int], target: str | None = None,
                names: Sequence[LayerName] | None = None, *, schedule: Schedule | None = None,

@@ -190,11 +190,11 @@ class Evaluator:
                         window += _gradient_time(timeline, rank, set(stages), to_ms) - sum(
                             finish - start for start, finish, _ in work)
                     exposed = exposed_reduction_ms(reduction, window_ms=window, last_bucket_ms=last)
-            gather = ring_pass_ms(self._shard_link(dp_link), params * per.gather, shards) if sharded else 0.0
+            gather = ring_pass_ms(self._shard_link(config), params * per.gather, shards) if sharded else 0.0
             gather_exposed = gather
             if sharded and self.sync.overlap_param_gather and params > 0:
                 share = min(1.0, gather_bucket / (params * per.reduce)) if per.reduce else 1.0
-                gather_exposed = ring_pass_ms(self._shard_link(dp_link), share * params * per.gather, shards)
+                gather_exposed = ring_pass_ms(self._shard_link(config), share * params * per.gather, shards)
             if self.memory.unsharded_layers(config.pp):  # FSDP without a pipeline: per layer, every microbatch
                 reduction, exposed, gather, gather_exposed, _ = self._fsdp_per_microbatch(config, layout, per, dp_link)
                 end = 0.0 if timeline is None else float(timeline.makespan) * to_ms  # exposed after the compute
@@ -223,17 +223,19 @@ class Evaluator:
         """Gradient collectives per step (:meth:`~pipeplan.data_parallel.DataParallelMode.reductions_per_step`)."""
         return self.mode.reductions_per_step(config.num_microbatches)
 
-    def _shard_link(self, dp_link: Link) -> Link:
-        """The link a shard group's collectives run on (HSDP: inside a node)."""
-        return self.cluster.intra_node if self.mode.shards_within_node else dp_link
+    def _shard_link(self, config: Config) -> Link:
+        """The link a shard group's collectives run on: its ``shards`` GPUs ``pp`` apart (HSDP: inside a node)."""
+        return self.cluster.collective_link(self.memory.shards(config.dp, config.pp), config.pp)
 
     def _reduction_ms(self, dp_link: Link, num_bytes: float, config: Config) -> float:
         """The gradient collective of ``num_bytes`` per rank, ms: an all-reduce (DDP), a reduce-scatter
         (sharded modes), HSDP's reduce-scatter in the node and all-reduce of the shard across nodes."""
         if self.mode.shards_within_node:
             shards = self.memory.shards(config.dp, config.pp)
-            return (ring_pass_ms(self.cluster.intra_node, num_bytes, shards)
-                    + allreduce_ms(self.cluster.between_nodes, num_bytes / shards, config.dp // shards))
+            replicas = config.dp // shards  # one GPU of each node's shard group, shards · pp apart
+            return (ring_pass_ms(self._shard_link(config), num_bytes, shards)
+                    + allreduce_ms(self.cluster.collective_link(replicas, shards * config.pp), num_bytes / shards,
+                                   replicas))
         return reduction_ms(dp_link, num_bytes, config.dp, distributed=self.sharded)
 
     def _overlap_floor(self, config: Config) -> float:
@@ -257,7 +259,7 @@ class Evaluator:
             trainable = self.workload.profile(config.micro_batch_size).trainable_params
             largest = max(trainable, default=0.0)
             shards = self.memory.shards(config.dp, config.pp)
-            exposed = ring_pass_ms(self._shard_link(dp_link), largest * per.gather, shards) if largest > 0 else 0.0
+            exposed = ring_pass_ms(self._shard_link(config), largest * per.gather, shards) if largest > 0 else 0.0
         elif self.sharded:
             # the parameter gather of the rank with the most parameters: at least its first bucket shows
             # (all of it without --overlap-param-gather)
@@ -319,10 +321,10 @@ class Evaluator:
         if self.sharded and self.sync.overlap_param_gather:
             params = profile.held_params()[1]
             share = min(1.0, self.sync.bucket(config.dp, per.reduce) / (params * per.reduce))
-            exposed += ring_pass_ms(self._shard_link(dp_link), share * params * per.gather,
+            exposed += ring_pass_ms(self._shard_link(config), share * params * per.gather,
                                     self.memory.shards(config.dp, config.pp))
         elif self.sharded:
-            exposed += ring_pass_ms(self._shard_link(dp_link), profile.held_params()[1] * per.gather,
+            exposed += ring_pass_ms(self._shard_link(config), profile.held_params()[1] * per.gather,
                                     self.memory.shards(config.dp, config.pp))
         return exposed
 
@@ -342,7 +344,7 @@ class Evaluator:
         profile = self.workload.profile(config.micro_batch_size, mode)
         to_ms = 1e3 * self.workload.time_unit
         shards = self.memory.shards(config.dp, config.pp)
-        link = self._shard_link(dp_link)
+        link = self._shard_link(config)
         trainable = np.asarray(profile.trainable_params, dtype=float)
         params = np.asarray(profile.params, dtype=float)
         gathers = [ring_pass_ms(link, p * 2.0, shards) if p > 0 else 0.0 for p in params]
