@@ -15,6 +15,7 @@ from pipeplan.engines import RunConfig, Setting
 from pipeplan.errors import InvalidInputError
 from pipeplan.models.spec import ModelSpec
 from pipeplan.partition.solver import even_split
+from pipeplan.planner.engine_costs import EngineCosts
 from pipeplan.planner import Cluster, SearchOptions, Workload, search
 from pipeplan.planner.baselines import megatron_split
 from pipeplan.planner.evaluate import evaluate_layout
@@ -84,8 +85,9 @@ def test_open_fields_are_searched_within_the_given_values(workload: Workload, cl
     assert {"tp", "pp", "schedule", "recompute", "layers_per_stage"} <= searched
     assert all(result.pinned.values[name].source == "searched" for name in searched)
     assert result.plan.micro_batch_size == 2 and result.plan.dp_mode == "zero2"
+    costs = EngineCosts.of(engines.get("deepspeed"), {})  # DeepSpeed's gradient sync and hooks, as plan --engine
     expected = search(workload, cluster, 64, SearchOptions(micro_batch_size=2, dp_modes=("zero2",),
-                                                           engine="deepspeed", top=1)).best
+                                                           engine="deepspeed", top=1, engine_costs=costs)).best
     assert result.plan.step_time == expected.step_time
     assert result.pinned.values["global_batch"].source == "given: --global-batch"
 

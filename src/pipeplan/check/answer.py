@@ -61,7 +61,7 @@ def check(config: RunConfig, workload: Workload, cluster: Cluster, *, global_bat
         positive_int("gpus", gpus)
     pinned = pin(config, workload, cluster, global_batch=global_batch)
     plan = pinned.plan
-    parts = breakdown(plan, tp_exposed_ms(plan, pinned.workload, cluster, pinned.sync))
+    parts = breakdown(plan, tp_exposed_ms(plan, pinned.workload, cluster, pinned.sync, pinned.engine_costs))
     notes = list(config.notes) + list(pinned.notes)
     if plan.tp > 1 and parts.tp_exposed_ms is None:
         notes.append("the tensor-parallel collectives' cost is not priced apart: the workload has no model spec")

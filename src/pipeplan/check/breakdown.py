@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ..hardware import Link
 from ..plan import Plan
 from ..planner import Cluster, Workload
+from ..planner.engine_costs import EngineCosts
 from ..planner.evaluate import evaluate_layout
 from .pin import config_of
 
@@ -84,7 +85,8 @@ def breakdown(plan: Plan, tp_exposed: float | None = None) -> Breakdown:
                      plan.milliseconds(plan.optimizer_time), tp_exposed)
 
 
-def tp_exposed_ms(plan: Plan, workload: Workload, cluster: Cluster, sync: str) -> float | None:
+def tp_exposed_ms(plan: Plan, workload: Workload, cluster: Cluster, sync: str,
+                  engine_costs: EngineCosts | None = None) -> float | None:
     """What ``plan``'s tensor-parallel collectives add to its step, ms: the step less the step with them free.
 
     ``workload``: the one ``plan`` was priced with (its spec, knobs and recompute are
@@ -97,5 +99,5 @@ def tp_exposed_ms(plan: Plan, workload: Workload, cluster: Cluster, sync: str) -
     if workload.recompute_modes != free.recompute_modes:
         free = free.with_recompute(workload.recompute_modes[0])
     again = evaluate_layout(free, cluster, config_of(plan), plan.layers_per_stage, recompute=plan.recompute,
-                            memory_capacity=plan.memory_capacity, sync=sync)
+                            memory_capacity=plan.memory_capacity, sync=sync, engine_costs=engine_costs)
     return plan.milliseconds(plan.step_time) - again.milliseconds(again.step_time)

@@ -36,6 +36,7 @@ from ..partition.solver import even_split
 from ..plan import Plan, Recompute, TpCommOverlap
 from ..planner import Cluster, SearchOptions, Workload, search
 from ..planner.baselines import megatron_split
+from ..planner.engine_costs import EngineCosts
 from ..planner.evaluate import evaluate_layout
 from ..planner.space import Config
 from ..planner.step import SYNCS
@@ -101,6 +102,9 @@ class Pinned:
         batch_held: what a change of GPU count keeps: ``"global batch"`` (``m`` follows
             ``dp``) or ``"micro batch × microbatches"`` (the global batch grows with ``dp``).
         notes: what the pinning approximated or overrode, one sentence each.
+        engine_costs: what the engine's knobs change in the step beyond the workload
+            (DeepSpeed's gradient sync and host hooks, :class:`~pipeplan.planner.engine_costs.EngineCosts`),
+            as ``plan --engine`` prices them; ``None`` for the other engines.
     """
 
     plan: Plan
@@ -111,6 +115,7 @@ class Pinned:
     sync: str
     batch_held: str
     notes: tuple[str, ...] = field(default=())
+    engine_costs: EngineCosts | None = None
 
     def value(self, name: str) -> Any:
         """The value of field ``name``."""
@@ -264,6 +269,24 @@ def _from_plan(plan: Plan, name: str) -> Any:
             "layers_per_stage": tuple(plan.layers_per_stage), "recompute": _recompute_text(plan)}[name]
 
 
+
+#: RunConfig fields that are an engine's priced knobs (:class:`~pipeplan.engines.Knob`), by knob name.
+_ENGINE_KNOBS = {"overlap_comm": "overlap-comm", "reduce_bucket_size": "reduce-bucket-size"}
+
+
+def _engine_pricing(config: RunConfig, workload: Workload, device: str,
+                    notes: list[str]) -> tuple[Workload, EngineCosts | None]:
+    """The engine's kernels on ``device`` (its compute factor) and its priced knobs, as ``plan --engine`` prices them."""
+    engine = engines.get(config.engine)
+    factor = engine.compute_factor(device)
+    if factor != 1.0 and workload.spec is not None:
+        workload = workload.with_compute_factor(factor)
+        notes.append(f"{engine.name}'s kernels on {device}: each layer's compute x {factor:.3f} (docs/engines.md)")
+    knobs = {knob: str(config.value(name)) for name, knob in _ENGINE_KNOBS.items()
+             if config.value(name) is not None and knob in engine.knobs.names()}
+    return workload, EngineCosts.of(engine, knobs)
+
+
 def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch: int | None = None) -> Pinned:
     """Price ``config`` as given on ``cluster``; fields it leaves open are searched (module doc).
 
@@ -298,6 +321,7 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
                                     "give --gpus a multiple of it")
         dp = gpus // ranks
         values["dp"] = Filled(dp, f"derived: {gpus} GPUs / (tp {tp.value} × pp {pp.value})")
+    workload, costs = _engine_pricing(config, workload, cluster.device.name, notes)
     workload, knobbed = _knobs(config, workload, values)
     files_dp = (int(files_gpus.value) // (int(tp.value) * int(pp.value))
                 if files_gpus is not None and tp is not None and pp is not None else None)
@@ -323,9 +347,10 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
               "layers_per_stage", "recompute")
     open_fields = tuple(name for name in needed if name not in values)
     if not open_fields:
-        plan = _evaluate(values, workload, cluster, sync)
+        plan = _evaluate(values, workload, cluster, sync, costs)
     else:
-        plan = _search(config, values, knobbed if "recompute" in open_fields else workload, cluster, total, sync)
+        plan = _search(config, values, knobbed if "recompute" in open_fields else workload, cluster, total, sync,
+                       costs)
         for name in open_fields:
             values[name] = Filled(_from_plan(plan, name), SEARCHED)
     if config.value("precision", "bf16") != "bf16":
@@ -345,10 +370,11 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
                 values[name] = Filled(values[name].value, f"{DEFAULT} (no effect at tp 1)")
     ordered = {name: values[name] for name in ORDER if name in values}
     return Pinned(plan, ordered, tuple(n for n in ORDER if n in open_fields), workload, knobbed, sync, held,
-                  tuple(notes))
+                  tuple(notes), costs)
 
 
-def _evaluate(values: dict[str, Filled], workload: Workload, cluster: Cluster, sync: str) -> Plan:
+def _evaluate(values: dict[str, Filled], workload: Workload, cluster: Cluster, sync: str,
+              costs: EngineCosts | None = None) -> Plan:
     """The fully given configuration, priced as the search prices a layout, against the whole device."""
     v = {name: item.value for name, item in values.items()}
     sizes = tuple(int(n) for n in v["layers_per_stage"])
@@ -361,11 +387,12 @@ def _evaluate(values: dict[str, Filled], workload: Workload, cluster: Cluster, s
                     str(v["schedule"]), int(v["virtual_stages"]), cast(Recompute, v["recompute"]), int(v["tp"]),
                     str(v["dp_mode"]))
     data_parallel.get(config.dp_mode)  # an unknown mode: one line
-    return evaluate_layout(workload, cluster, config, sizes, memory_capacity=cluster.memory_bytes, sync=sync)
+    return evaluate_layout(workload, cluster, config, sizes, memory_capacity=cluster.memory_bytes, sync=sync,
+                           engine_costs=costs)
 
 
 def _search(config: RunConfig, values: dict[str, Filled], workload: Workload, cluster: Cluster, total: int,
-            sync: str) -> Plan:
+            sync: str, costs: EngineCosts | None = None) -> Plan:
     """The fastest plan with every given value, the search filling the rest (within what the engine runs)."""
     v = {name: item.value for name, item in values.items()}
     virtual = v.get("virtual_stages")
@@ -373,7 +400,8 @@ def _search(config: RunConfig, values: dict[str, Filled], workload: Workload, cl
         pp=v.get("pp"), tp=v.get("tp"), micro_batch_size=v.get("micro_batch_size"),
         schedules=(v["schedule"],) if "schedule" in v else None,
         dp_modes=(v["dp_mode"],) if "dp_mode" in v else None, sync=sync, engine=config.engine,
-        partition=v.get("layers_per_stage"), max_virtual_stages=max(4, int(virtual or 1)), top=20)
+        partition=v.get("layers_per_stage"), max_virtual_stages=max(4, int(virtual or 1)), top=20,
+        engine_costs=costs)
     result = search(workload, cluster, total, options)
     matching = [plan for plan in result.plans
                 if (virtual is None or plan.virtual_stages == virtual)
