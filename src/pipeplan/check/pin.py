@@ -58,7 +58,7 @@ _SPLITS: Mapping[str, Callable[[int, int], tuple[int, ...]]] = {"megatron": mega
 #: The planner fields, in the order the output lists them (``dp`` is derived, never read).
 ORDER = ("gpus", "tp", "pp", "dp", "dp_mode", "grad_sync", "schedule", "virtual_stages", "micro_batch_size",
          "num_microbatches", "global_batch", "layers_per_stage", "recompute", "sequence_parallel",
-         "tp_comm_overlap")
+         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size")
 
 
 def default_split(engine: str, num_layers: int, stages: int) -> tuple[int, ...]:
@@ -274,17 +274,30 @@ def _from_plan(plan: Plan, name: str) -> Any:
 _ENGINE_KNOBS = {"overlap_comm": "overlap-comm", "reduce_bucket_size": "reduce-bucket-size"}
 
 
-def _engine_pricing(config: RunConfig, workload: Workload, device: str,
-                    notes: list[str]) -> tuple[Workload, EngineCosts | None]:
+def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: list[str],
+                    values: dict[str, Filled]) -> tuple[Workload, EngineCosts | None]:
     """The engine's kernels on ``device`` (its compute factor) and its priced knobs, as ``plan --engine`` prices them."""
     engine = engines.get(config.engine)
     factor = engine.compute_factor(device)
     if factor != 1.0 and workload.spec is not None:
         workload = workload.with_compute_factor(factor)
         notes.append(f"{engine.name}'s kernels on {device}: each layer's compute x {factor:.3f} (docs/engines.md)")
-    knobs = {knob: str(config.value(name)) for name, knob in _ENGINE_KNOBS.items()
-             if config.value(name) is not None and knob in engine.knobs.names()}
+    knobs: dict[str, str] = {}
+    for name, knob in _ENGINE_KNOBS.items():
+        item = _given(config, name)
+        if item is not None and knob in engine.knobs.names():
+            knobs[knob] = str(item.value)
+            values[name] = item
     return workload, EngineCosts.of(engine, knobs)
+
+
+def _engine_sync(config: RunConfig, plan: Plan, costs: EngineCosts | None, values: dict[str, Filled]) -> None:
+    """The gradient sync row as the engine prices it, where it does (DeepSpeed's ``overlap_comm`` per ZeRO stage)."""
+    if costs is None or plan.dp == 1 or plan.dp_mode not in costs.syncs:
+        return
+    given = _given(config, "overlap_comm")
+    why = given.source if given is not None else f"{config.engine} default for {plan.dp_mode} (the file sets none)"
+    values["grad_sync"] = Filled(costs.syncs[plan.dp_mode].name, f"{config.engine} overlap_comm: {why}")
 
 
 def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch: int | None = None) -> Pinned:
@@ -321,7 +334,7 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
                                     "give --gpus a multiple of it")
         dp = gpus // ranks
         values["dp"] = Filled(dp, f"derived: {gpus} GPUs / (tp {tp.value} × pp {pp.value})")
-    workload, costs = _engine_pricing(config, workload, cluster.device.name, notes)
+    workload, costs = _engine_pricing(config, workload, cluster.device.name, notes, values)
     workload, knobbed = _knobs(config, workload, values)
     files_dp = (int(files_gpus.value) // (int(tp.value) * int(pp.value))
                 if files_gpus is not None and tp is not None and pp is not None else None)
@@ -360,6 +373,7 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
     if seq is not None and workload.tokens_per_sample is not None and seq != workload.tokens_per_sample:
         notes.append(f"sequence length {seq} is not the model's {workload.tokens_per_sample:g} tokens per sample: "
                      f"the model's is priced; from: {config.source_of('seq_length')}")
+    _engine_sync(config, plan, costs, values)
     sync_item = values["grad_sync"]
     if sync_item.source.startswith(DEFAULT) and (plan.dp == 1 or data_parallel.get(plan.dp_mode).gathers_per_layer):
         why = "at dp 1" if plan.dp == 1 else f"with {plan.dp_mode}: it reduces layer by layer"
