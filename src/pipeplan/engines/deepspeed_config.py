@@ -10,17 +10,25 @@
 pipeplan's DeepSpeed export wrote: ``ds_config.json`` beside ``pipeline_module.py``,
 whose ``PIPEPLAN_PARTS`` literal fixes the pipeline, or ``deepspeed_train.py``, the
 plain model: no pipeline) into a :class:`~pipeplan.engines.run_config.RunConfig`.
-What it accepts and refuses is what DeepSpeed 0.19.8's own config classes accept and
-refuse (``deepspeed/runtime/config.py`` ``DeepSpeedConfig``, the pydantic models of
+The keys it knows are pipeplan's own lists, written by hand (:data:`READ_KEYS`, the
+keys it maps or reads for a note; :data:`IGNORED_KEYS`, common keys it lists as
+ignored): a near miss of one (difflib's ratio 0.9, the Megatron-LM and torchtitan
+readers' rule) is refused with "did you mean", any other key is listed in ``ignored``
+"(not a key pipeplan knows; not priced)". The values it reads it checks as DeepSpeed
+0.19.8 does (``deepspeed/runtime/config.py`` ``DeepSpeedConfig``, the pydantic models of
 ``deepspeed/runtime/zero/config.py``, ``zero/offload_config.py`` and
-``precision_config.py``, which forbid unknown keys); tests/test_engines_deepspeed_read.py
-checks it against the installed DeepSpeed. Three differences, on purpose: ``"auto"``
-values (the Hugging Face Trainer fills them in before DeepSpeed reads the file) leave
-their field open with a note; without the world size the batch keys are kept as
-given (DeepSpeed's rule ``train_batch_size = train_micro_batch_size_per_gpu ×
-gradient_accumulation_steps × data-parallel size`` derives a missing one from the
-data-parallel size, which the check supplies); and the file must be plain JSON
-(DeepSpeed parses it with hjson, which also takes comments).
+``precision_config.py``), refusing what DeepSpeed refuses: stage 4, bf16 with fp16,
+batch sizes that do not add up, ZeRO 2/3 beside a pipeline, the common removed
+features. tests/test_engines_deepspeed_read.py checks it against the installed
+DeepSpeed. Differences, on purpose: an unknown key inside a section is listed (DeepSpeed's
+models forbid extra keys: DeepSpeed refuses it when it runs), and a near miss of a known
+top-level key is refused (DeepSpeed ignores it); ``"auto"`` values (the Hugging Face
+Trainer fills them in before DeepSpeed reads the file) leave their field open with a
+note; without the world size the batch keys are kept as given (DeepSpeed's rule
+``train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps ×
+data-parallel size`` derives a missing one from the data-parallel size, which the check
+supplies); and the file must be plain JSON (DeepSpeed parses it with hjson, which also
+takes comments).
 """
 
 from __future__ import annotations
@@ -184,14 +192,18 @@ def read_deepspeed_config(path: Path) -> RunConfig:
     data-parallel size; ``gradient_accumulation_steps`` is 1 where only one of the other
     two is given, as DeepSpeed sets it), ``dp_mode`` from ``zero_optimization.stage``
     (default 0: ``ddp``; 3: ``fsdp``), ``precision`` from ``bf16``/``fp16`` (default
-    fp32). From the folder also ``pp`` (``pipeline_module.py``'s ``PIPEPLAN_PARTS``, or 1
+    fp32), ``overlap_comm`` (``"on"``/``"off"``) from ``zero_optimization.overlap_comm``
+    (default DeepSpeed's: on at ZeRO-3 only), ``reduce_bucket_size`` (elements) from
+    ``zero_optimization.reduce_bucket_size`` (left out: absent, the knob's default
+    applies). Keys pipeplan does not know are listed in ``ignored``. From the folder also ``pp`` (``pipeline_module.py``'s ``PIPEPLAN_PARTS``, or 1
     beside ``deepspeed_train.py``), ``layers_per_stage`` and ``schedule`` (``1f1b``) for
     pp > 1, and ``recompute`` (``ACTIVATION_CHECKPOINT_INTERVAL``: 0 none, else full).
 
     Raises:
         InvalidInputError: a file that is no DeepSpeed config (naming the option that takes
-            it), a key DeepSpeed does not have, a value it refuses, batch sizes no
-            data-parallel size reconciles, or a ZeRO stage its pipeline engine refuses.
+            it), a near miss of a key pipeplan knows, a removed feature's key, a value
+            DeepSpeed refuses, batch sizes no data-parallel size reconciles, or a ZeRO stage
+            its pipeline engine refuses.
     """
     reader = _Reader(path)
     return reader.run()
