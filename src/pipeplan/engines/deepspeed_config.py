@@ -195,9 +195,9 @@ def read_deepspeed_config(path: Path) -> RunConfig:
     fp32), ``overlap_comm`` (``"on"``/``"off"``) from ``zero_optimization.overlap_comm``
     (default DeepSpeed's: on at ZeRO-3 only), ``reduce_bucket_size`` (elements) from
     ``zero_optimization.reduce_bucket_size`` (left out: absent, the knob's default
-    applies). Keys pipeplan does not know are listed in ``ignored``. From the folder also ``pp`` (``pipeline_module.py``'s ``PIPEPLAN_PARTS``, or 1
-    beside ``deepspeed_train.py``), ``layers_per_stage`` and ``schedule`` (``1f1b``) for
-    pp > 1, and ``recompute`` (``ACTIVATION_CHECKPOINT_INTERVAL``: 0 none, else full).
+    applies). Keys pipeplan does not know are listed in ``ignored``. From the folder also
+    ``pp`` (``pipeline_module.py``'s ``PIPEPLAN_PARTS``, or 1 beside ``deepspeed_train.py``),
+    ``layers_per_stage`` and ``schedule`` (``1f1b``) for pp > 1, and ``recompute`` (``ACTIVATION_CHECKPOINT_INTERVAL``: 0 none, else full).
 
     Raises:
         InvalidInputError: a file that is no DeepSpeed config (naming the option that takes
