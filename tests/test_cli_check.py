@@ -217,7 +217,7 @@ def test_a_users_ds_config(run_cli: RunCli) -> None:
 
 
 @pytest.mark.parametrize(("text", "words"), [
-    ('{"train_batch_size": 4, "zero_optimization": {"stage": 2, "bucket_sise": 5}}', "bucket_sise"),
+    ('{"train_batch_size": 4, "zero_optimization": {"stage": 2, "reduce_bucket_sise": 5}}', "reduce_bucket_sise"),
     ('{"train_batch_size": 4, "zero_optimization": {"stage": 7}}', "stage"),
     ("not json", "ds_config.json"),
 ])
