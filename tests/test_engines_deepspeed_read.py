@@ -110,6 +110,17 @@ def test_plan_with_overlap_comm_on_exports_a_folder_that_reads_back_on(run_cli, 
     assert config.source_of("overlap_comm") == "ds_config.json: zero_optimization.overlap_comm = true"
 
 
+def test_zero3_priced_without_overlap_comm_exports_it_off(run_cli, tmp_path):
+    # ZeRO-3's default is overlap on: a plan priced with it off must say so in the file, or DeepSpeed overlaps
+    status, _, err = run_cli("plan", "--preset", "pi0", "--gpus", "8", "--global-batch", "64", "--pp", "1",
+                             "--tp", "1", "--dp-modes", "fsdp", "--top", "1", "--engine", "deepspeed",
+                             "--overlap-comm", "off", "--export", "deepspeed", "--out", str(tmp_path))
+    assert status == 0, err
+    config = read_deepspeed_config(tmp_path)
+    assert config.value("dp_mode") == "fsdp" and config.value("overlap_comm") == "off"
+    assert config.source_of("overlap_comm") == "ds_config.json: zero_optimization.overlap_comm = false"
+
+
 def test_the_ds_config_alone_leaves_the_pipeline_open(tmp_path):
     plan = _PLANS[5]
     _export(plan, tmp_path)

@@ -119,8 +119,11 @@ def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
         "gradient_clipping": GRADIENT_CLIPPING,
         "zero_optimization": {"stage": zero_stage(plan.dp_mode)},
     }
-    if plan.grad_sync == "deepspeed-overlap":  # priced with --overlap-comm on (ZeRO 1-2; DeepSpeed's default is off)
+    stage = config["zero_optimization"]["stage"]
+    if plan.grad_sync == "deepspeed-overlap" and stage < 3:  # priced with --overlap-comm on (default off at ZeRO 1-2)
         config["zero_optimization"]["overlap_comm"] = True
+    elif plan.grad_sync == "deepspeed" and stage == 3:  # priced with --overlap-comm off (default on at ZeRO-3)
+        config["zero_optimization"]["overlap_comm"] = False
     if strongest_recompute(plan) != "none":
         config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                               "contiguous_memory_optimization": False}

@@ -114,7 +114,9 @@ class Evaluator:
             # FSDP2 prefetches each layer's gather; behind a pipeline (torch.distributed.pipelining) a stage
             # reduce-scatters its gradients once, after its last microbatch's backward: one bucket per rank,
             # exposed from the rank's own end (a rank that ends early hides it in the drain)
-            self.sync = GradientSync(dp_mode, overlap_grad_reduce=True, bucket_bytes=math.inf,
+            # (an engine's exposed reduce-scatters keep its sync's name: DeepSpeed's ZeRO-3 without overlap_comm)
+            self.sync = GradientSync(dp_mode if self.sync.overlap_scatter else self.sync.name,
+                                     overlap_grad_reduce=True, bucket_bytes=math.inf,
                                      bucket_first_stage_only=False, overlap_param_gather=True,
                                      overlap_scatter=self.sync.overlap_scatter)
         self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node)
