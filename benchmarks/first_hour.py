@@ -1,7 +1,7 @@
 """A newcomer's first hour, timed: the README's walk and the commands issue 24 was filed with.
 
-Runs each command as ``python -m pipeplan ...`` in one fresh directory, in order (later
-commands read files earlier ones wrote), and records its exit status, CPU seconds (the child
+Runs each command as ``python -m pipeplan ...`` in one fresh directory holding a copy of
+``examples/``, in order (later commands read files earlier ones wrote), and records its exit status, CPU seconds (the child
 process's user + system time), wall seconds, bytes on stdout and its last line on stderr
 (what it wrote, or its one-line error). ``--write`` puts the table in docs/cli.md
 (``first-hour``); the walk's commands must exit 0, the refused ones 2, or the script fails.
@@ -16,6 +16,7 @@ import argparse
 import os
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,6 +60,20 @@ WALK: list[tuple[str, int, str]] = [
     ("pipeplan partition --layers 32 --layer-cost 2 --stages 4 --memory 1GiB", 2, "walk: a flag that does nothing"),
     ("pipeplan model --preset pi0 --gpu h100", 2, "walk: a name close to one"),
     ("pipeplan simulate --forward 30,10,10,20 --step", 2, "walk: a prefix of two flags"),
+    ("pipeplan check --megatron-args examples/check/train_gpt.sh --measured-step 2.1s", 0,
+     "issue 31: a Megatron-LM line checked"),
+    ("pipeplan check --deepspeed-config examples/check/ds_config.json --preset pi0 --gpus 8", 0,
+     "issue 31: a ds_config checked"),
+    ("pipeplan check --torchtitan-config examples/check/llama3_8b.toml --gpus 8,16,32", 0,
+     "issue 31: a torchtitan config checked, scaling rows"),
+    ("pipeplan check --megatron-args examples/check/train_gpt.sh --measured-step 2.1", 2,
+     "issue 31: a measured step that is not a time"),
+    ("pipeplan plan --preset pi0 --gpus 8 --global-batch 64 --engine deepspeed --schedules zb-v", 2,
+     "issue 31: a schedule the engine lacks"),
+    ("pipeplan plan --spec examples/vla_from_configs.json --gpus 8 --global-batch 64", 0,
+     "issue 33: a VLA spec from config.json files"),
+    ("pipeplan plan --preset pi0 --gpus 16 --global-batch 500", 0, "issue 33: a batch that limits dp, noted"),
+    ("pipeplan simulate --forward 30,10,10,20 -m 8 --schedules all", 0, "issue 33: schedules on the same ranks"),
 ]
 
 
@@ -109,6 +124,7 @@ def main() -> int:
     args = parser.parse_args()
     steps: list[Step] = []
     with tempfile.TemporaryDirectory(prefix="pipeplan-first-hour-") as folder:
+        shutil.copytree(ROOT / "examples", Path(folder) / "examples")  # the files the README's commands name
         for command, expected, why in WALK:
             step = run_step(command, why, Path(folder))
             steps.append(step)

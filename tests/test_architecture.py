@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("layers", "hardware", "models", "presets", "plan", "data_parallel",
      "partition", "batches"),                                       # what a model costs; how to cut it
     ("engines",),                                                   # what each engine runs; its files
-    ("predict", "planner", "runtime", "dualrate"),                  # workflows
+    ("predict", "planner", "check", "runtime", "dualrate"),         # workflows
     ("lessons",),                                                   # the seeds' exercise APIs
     ("cli", "__main__"),                                            # verbs: parse, call, print
 )

@@ -34,8 +34,10 @@ H100 = hardware.device("h100-80g")
 def _verbs_with_preset() -> dict[str, argparse.ArgumentParser]:
     parser = build_parser()
     sub = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    # check reads the engine and its knobs from the user's own files (--megatron-args, ...), not from flags
     return {name: verb for name, verb in sub.choices.items()
-            if any("--preset" in action.option_strings for action in verb._actions)}
+            if any("--preset" in action.option_strings for action in verb._actions)
+            and not any("--megatron-args" in action.option_strings for action in verb._actions)}
 
 
 def _action(parser: argparse.ArgumentParser, flag: str) -> argparse.Action | None:
@@ -69,7 +71,9 @@ def test_every_verb_with_a_preset_takes_the_same_knob_flags() -> None:
     ("--sequence-parallel", "yes"),
     ("--tp-comm-overlap", "maybe"),
     ("--engine", "jax"),
-    ("--engine", "deepspeed", "--recompute", "full"),
+    ("--engine", "torch", "--recompute", "full"),
+    ("--engine", "megatron", "--overlap-comm", "on"),
+    ("--engine", "deepspeed", "--overlap-comm", "maybe"),
     ("--tp", "2", "--sequence-parallel", "off", "--tp-comm-overlap", "on"),
     ("--tp", "1", "--sequence-parallel", "on"),
 ])

@@ -30,6 +30,7 @@ import io
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -119,6 +120,8 @@ BASES: dict[str, Sequence[Sequence[str]]] = {
     "partition": (["--layers", "8", "--layer-cost", "1", "--stages", "2"], ["--preset", "pi0", "--stages", "2"]),
     "plan": (["--preset", "pi0", "--gpus", "2", "--global-batch", "4", "--schedules", "1f1b", "--dp-modes", "ddp"],
              ["--preset", "gpt-1.5b", "--gpus", "2", "--global-batch", "4", "--budget", "2"]),
+    "check": (["--deepspeed-config", str(Path(__file__).parent / "data" / "check" / "ds_config.json"),
+               "--preset", "gpt-1.5b", "--gpus", "2", "--top", "0"],),
     "model": (["--preset", "pi0"],),
     "presets": ([],),
     "profile": (["--out", _OUT],),

@@ -93,6 +93,12 @@ def test_a_spread_too_large_is_refused_with_one_line(tmp_path: Path, capsys: pyt
     assert not (tmp_path / "p.csv").exists()
 
 
+def _without_load_warning(err: str, path: Path) -> str:
+    """stderr less the one line a profile measured on a loaded machine adds (this one may be loaded)."""
+    warning = f"warning: profile {path}: core sharing measured under other jobs' load"
+    return "".join(line for line in err.splitlines(keepends=True) if not line.startswith(warning))
+
+
 def test_min_is_not_judged_by_the_spread_and_the_header_says_what_was_kept(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # issue 24, item 6: --statistic min, pitched for shared machines, no longer hits the spread refusal
@@ -103,7 +109,7 @@ def test_min_is_not_judged_by_the_spread_and_the_header_says_what_was_kept(
     assert main([*argv, "--statistic", "min"]) == 0
     captured = capsys.readouterr()
     assert "min of 3 runs" in captured.out and "median" not in captured.out
-    assert captured.err == f"wrote {path}\n"
+    assert _without_load_warning(captured.err, path) == f"wrote {path}\n"
     assert LayerProfile.from_file(path).measurement["statistic"] == "min"
     assert main(["profile", *TINY, "--nproc", "1", "--out", str(path)]) == 0
     assert "median of 3 runs ± IQR" in capsys.readouterr().out
@@ -116,7 +122,7 @@ def test_profile_calibrates_the_processes_it_is_for(tmp_path: Path, capsys: pyte
     assert main(["profile", *TINY, "--nproc", "2", "--out", str(path)]) == 0
     captured = capsys.readouterr()
     out = captured.out
-    assert "calibration (gloo, 2 processes" in out and captured.err == f"wrote {path}\n"
+    assert "calibration (gloo, 2 processes" in out and _without_load_warning(captured.err, path) == f"wrote {path}\n"
     assert "inf" not in out and "bandwidth " in out  # units.format_bandwidth, reason given when unbounded
     profile = LayerProfile.from_file(path)
     calibration = profile.calibration

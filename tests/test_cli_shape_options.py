@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ VERB_ARGS: dict[str, list[str]] = {
     "simulate": ["--stages", "2"],
     "partition": ["--stages", "2"],
     "plan": ["--gpus", "2", "--global-batch", "4"],
+    "check": ["--deepspeed-config", str(Path(__file__).parent / "data" / "check" / "ds_config.json"), "--gpus", "2", "--top", "0"],
 }
 
 
@@ -48,7 +50,7 @@ PAIRS = [(name, option) for name in presets.names() for option in presets.option
 
 
 class _Planned(BaseException):
-    """plan's model is built: stop before the search (the model is what this test compares)."""
+    """plan's (check's) model is built: stop before the search (the model is what this test compares)."""
 
 
 @pytest.fixture
@@ -67,6 +69,7 @@ def built(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ModelSpec]]:
 
     monkeypatch.setattr(presets, "get", recording)
     monkeypatch.setattr("pipeplan.cli.plan_cmd.search", stop)
+    monkeypatch.setattr("pipeplan.cli.check_cmd.check", stop)
     yield made
 
 

@@ -122,6 +122,8 @@ COMPUTED = [
           lambda: [_partition_quality()], frozenset({"pipeplan solve ms"})),
     Table("cost_model.md", "engine-fidelity", "python benchmarks/engine_fidelity.py --write",
           lambda: [benchmark("engine_fidelity").checked_piece()]),
+    Table("engines.md", "engine-fidelity-deepspeed", "python benchmarks/engine_fidelity.py --write",
+          lambda: benchmark("engine_fidelity").deepspeed_block()),
     Table("schedules.md", "schedule-quality", "python benchmarks/schedule_quality.py --write --zb-checkout DIR",
           lambda: ["\n".join(benchmark("schedule_quality").paper_table()),
                    "\n".join(benchmark("schedule_quality").unequal_table())], frozenset({"seconds"})),

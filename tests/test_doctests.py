@@ -48,6 +48,7 @@ MODULES = [
     "pipeplan.lessons.scheduler",
     "pipeplan.partition.problem",
     "pipeplan.partition.ties",
+    "pipeplan.partition.schedule_compare",
     "pipeplan.profile_format",
     "pipeplan.dualrate.config",
     "pipeplan.models._schema",

@@ -8,7 +8,11 @@ runs where torchtitan 0.3.0 is installed (the engines venv; skipped elsewhere):
 ``TrainingConfig``, the fields the TOML release shares); the schedule name goes to torch's
 ``get_schedule_class``, where torchtitan looks it up. With ``$PIPEPLAN_TORCHTITAN_TOML`` naming a
 checkout of the TOML release (e347b1e5e) the cases also go, as files, to that release's own
-``ConfigManager`` (its ``torchtitan/config`` and ``tools/logging.py`` run in a subprocess).
+``ConfigManager`` (its ``torchtitan/config`` and ``tools/logging.py`` run in a subprocess), and
+benchmarks/torchtitan_toml_fields.py compares pipeplan's keys with it. The keys pipeplan knows are
+its own hand-written lists; with torchtitan 0.3.0 installed each is checked to be a field of its
+config dataclasses with the type and default the reader applies, and no torchtitan field to be
+refused as a near miss of one.
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ from pathlib import Path
 import pytest
 
 from pipeplan import engines
-from pipeplan.engines._torchtitan_fields import TOML_FIELDS
 from pipeplan.engines._torchtitan_schedules import TORCH_SCHEDULE_CLASSES
-from pipeplan.engines.torchtitan_config import (SINGLE_STAGE_SCHEDULES, llama3_spec, read_torchtitan_config,
+from pipeplan.engines.torchtitan_config import (IGNORED_KEYS, PYTHON_KEYS, SINGLE_STAGE_SCHEDULES, TOML_COMMIT,
+                                                TOML_KEYS, llama3_spec, read_torchtitan_config,
                                                 torchtitan_default_parts)
 from pipeplan.errors import InvalidInputError
 from pipeplan.plan import Plan
@@ -102,6 +106,9 @@ def test_zero_modes_read_back_as_the_fsdp_torchtitan_runs(mode, tmp_path):
 
 
 # ----------------------------------------------------------------- users' TOML files
+NOT_A_KEY = "(not a key pipeplan knows; not priced)"
+
+
 def _toml(tmp_path: Path, text: str, name: str = "train.toml") -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
@@ -206,6 +213,29 @@ def test_selective_checkpointing_is_torchtitans_op_or_every_nth_block(tmp_path):
         read_torchtitan_config(_toml(tmp_path, '[activation_checkpoint]\nselective_ac_option = "some"\n', "x.toml"))
 
 
+def test_unknown_keys_are_listed_and_near_misses_refused(tmp_path):
+    config = read_torchtitan_config(_toml(tmp_path, """
+        [parallelism]
+        tensor_parallel_degree = 2
+        my_own_knob = 1
+        [nosuch]
+        x = 1
+        [checkpoint]
+        enable = true
+        [training.dataloader]
+        num_workers = 2
+    """))
+    assert config.value("tp") == 2
+    assert config.ignored == ("parallelism.my_own_knob = 1 " + NOT_A_KEY, "nosuch.x = 1 " + NOT_A_KEY,
+                              "checkpoint.enable = true", "training.dataloader.num_workers = 2 " + NOT_A_KEY)
+    for text, said in (("[parallelism]\ntensor_parallel_degre = 2\n", "did you mean tensor_parallel_degree"),
+                       ("[paralelism]\ntensor_parallel_degree = 2\n", r"did you mean \[parallelism\]"),
+                       ("[checkpoint]\nenabled = true\n", "did you mean enable"),
+                       ("[parallelism]\nenable_sequence_parallel = true\n", "Python configs; its TOML release")):
+        with pytest.raises(InvalidInputError, match=said):
+            read_torchtitan_config(_toml(tmp_path, text, "typo.toml"))
+
+
 @pytest.mark.parametrize("shard, replicate, mode", [(4, 1, "fsdp"), (4, 2, "hsdp"), (1, 4, "ddp"), (-1, 1, "fsdp")])
 def test_degrees_give_the_data_parallel_mode(shard, replicate, mode, tmp_path):
     config = read_torchtitan_config(_toml(tmp_path, f"[parallelism]\ndata_parallel_shard_degree = {shard}\n"
@@ -248,8 +278,11 @@ def test_python_config_reads_literal_keywords_and_names_the_rest(tmp_path):
     with pytest.raises(InvalidInputError, match="tensor_parallel_degree.* is not int"):
         read_torchtitan_config(path)
     path.write_text("c = ParallelismConfig(tensor_parallel_degre=2)\n")
-    with pytest.raises(InvalidInputError, match="has no field 'tensor_parallel_degre'"):
+    with pytest.raises(InvalidInputError, match="'tensor_parallel_degre'.*did you mean tensor_parallel_degree"):
         read_torchtitan_config(path)
+    path.write_text("c = ParallelismConfig(tensor_parallel_degree=2, spmd_backend='x', my_own_knob=3)\n")
+    assert read_torchtitan_config(path).ignored == ("parallelism.spmd_backend = \"x\" " + NOT_A_KEY,
+                                                    "parallelism.my_own_knob = 3 " + NOT_A_KEY)
 
 
 # ----------------------------------------------------------------- torchtitan's verdicts
@@ -261,6 +294,7 @@ CASES = {
                    ["--parallelism.tensor_parallel_degree", "2", "--parallelism.pipeline_parallel_degree", "2",
                     "--training.local_batch_size", "4", "--training.seq_len", "1024"]),
     "unknown section": ("[nosuch]\nx = 1\n", ["--nosuch.x", "1"]),
+    "unknown key far from any": ("[parallelism]\nmy_own_knob = 1\n", ["--parallelism.my_own_knob", "1"]),
     "unknown key": ("[parallelism]\ntensor_parallel_degre = 2\n", ["--parallelism.tensor_parallel_degre", "2"]),
     "unknown training key": ("[training]\nlocal_batchsize = 2\n", ["--training.local_batchsize", "2"]),
     "string for int": ('[parallelism]\ntensor_parallel_degree = "two"\n',
@@ -290,6 +324,13 @@ CASES = {
 }
 
 
+#: Cases torchtitan refuses (its ``JobConfig`` has no such key) that the reader lists in ``ignored``,
+#: "(not a key pipeplan knows; not priced)", instead of refusing: pipeplan keeps no table of every
+#: torchtitan key, only the keys it prices and a few it ignores, so it refuses a near miss of one of
+#: those (a typo) and lists any other key; torchtitan itself refuses the file when it runs.
+LISTED = {"unknown section", "unknown key far from any"}
+
+
 def _reader_accepts(text: str, tmp_path: Path) -> bool:
     try:
         read_torchtitan_config(_toml(tmp_path, text, "case.toml"))
@@ -297,6 +338,17 @@ def _reader_accepts(text: str, tmp_path: Path) -> bool:
         assert "\n" not in str(error)
         return False
     return True
+
+
+def _agrees(case: str, torchtitan_accepts: bool, tmp_path: Path) -> None:
+    """The reader's verdict on ``case`` is torchtitan's; a LISTED case is read, its unknown key listed."""
+    text = CASES[case][0]
+    if case in LISTED:
+        assert not torchtitan_accepts
+        config = read_torchtitan_config(_toml(tmp_path, text, "case.toml"))
+        assert len(config.ignored) == 1 and config.ignored[0].endswith(NOT_A_KEY)
+    else:
+        assert _reader_accepts(text, tmp_path) == torchtitan_accepts
 
 
 def _torchtitan_030_accepts(overrides: list[str]) -> bool:
@@ -322,8 +374,7 @@ def _torchtitan_030_accepts(overrides: list[str]) -> bool:
 def test_reader_accepts_what_torchtitan_accepts(case, tmp_path, monkeypatch, capsys):
     pytest.importorskip("torchtitan", reason="torchtitan is not installed (pip install .[engines])")
     monkeypatch.chdir(tmp_path)
-    text, overrides = CASES[case]
-    assert _reader_accepts(text, tmp_path) == _torchtitan_030_accepts(overrides)
+    _agrees(case, _torchtitan_030_accepts(CASES[case][1]), tmp_path)
 
 
 _TOML_PROBE = """
@@ -370,7 +421,7 @@ def toml_release_verdicts(tmp_path_factory) -> dict[str, bool]:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_reader_accepts_what_the_toml_release_accepts(case, toml_release_verdicts, tmp_path):
-    assert _reader_accepts(CASES[case][0], tmp_path) == toml_release_verdicts[case]
+    _agrees(case, toml_release_verdicts[case], tmp_path)
 
 
 @pytest.mark.parametrize("text", ["[training]\nlocal_batch_size = true\n", "[training]\nlocal_batch_size = 2.5\n",
@@ -403,21 +454,102 @@ def test_default_split_and_single_stage_schedules_are_torchtitan_030s():
                 assert torchtitan_default_parts(stages, layers, first, last) == theirs, (layers, stages, first, last)
 
 
-def test_defaults_the_reader_applies_are_torchtitan_030s():
-    pytest.importorskip("torchtitan", reason="torchtitan is not installed (pip install .[engines])")
-    from torchtitan.config.configs import ParallelismConfig, TrainingConfig
+def _annotation(kind: object) -> str:
+    """A dataclass field's type as job_config.py writes it: ``int``, ``Literal['a', 'b']``, ``str | None``."""
+    return kind.__name__ if isinstance(kind, type) else repr(kind).replace("typing.", "")
 
-    read = {"parallelism": {"tensor_parallel_degree", "pipeline_parallel_degree", "data_parallel_shard_degree",
-                            "data_parallel_replicate_degree", "pipeline_parallel_schedule",
-                            "pipeline_parallel_microbatch_size"},
-            "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param"}}
-    for section, config in (("parallelism", ParallelismConfig()), ("training", TrainingConfig())):
-        shared = {f.name for f in dataclasses.fields(config)} & set(TOML_FIELDS[section])
-        assert read[section] <= shared
-        for name in shared:
-            default = TOML_FIELDS[section][name][1]
-            if default is not None:
-                assert getattr(config, name) == default, f"{section}.{name}"
+
+#: Keys pipeplan knows whose default it applies for the TOML release but 0.3.0 has in another form
+#: (0.3.0, PyPI: torchtitan/trainer.py Trainer.Config; e347b1e5e: torchtitan/config/job_config.py).
+DIFFERS_IN_030 = {
+    # 0.3.0 has no [model] section: the model is the config function --module / --config name
+    "model.name": "no [model] section", "model.flavor": "no [model] section",
+    # 0.3.0 picks a class (FullAC, SelectiveAC, MemoryBudgetAC; default SelectiveAC.Config, per-op)
+    # where the TOML release has a mode string and a layer option
+    "activation_checkpoint.mode": "a class, not a mode", "activation_checkpoint.selective_ac_option": "no layer option",
+}
+
+
+def _030_sections() -> dict[str, object]:
+    from torchtitan.trainer import Trainer
+
+    config = Trainer.Config()
+    return {field.name: getattr(config, field.name) for field in dataclasses.fields(config)}
+
+
+def test_the_keys_the_reader_prices_are_torchtitan_030s_with_its_defaults():
+    """Each key of TOML_KEYS is a field of 0.3.0's config dataclasses, with the type and default pipeplan
+    applies, but for DIFFERS_IN_030 (checked to be so); PYTHON_KEYS' 0.3.0 fields have their types."""
+    pytest.importorskip("torchtitan", reason="torchtitan is not installed (pip install .[engines])")
+    from torchtitan.distributed.activation_checkpoint import SelectiveAC
+
+    sections = _030_sections()
+    assert "model" not in sections and isinstance(sections["activation_checkpoint"], SelectiveAC.Config)
+    assert not hasattr(sections["activation_checkpoint"], "selective_ac_option")
+    for key, (annotation, default) in TOML_KEYS.items():
+        section, name = key.split(".")
+        if key in DIFFERS_IN_030:
+            continue
+        fields = {field.name: field for field in dataclasses.fields(sections[section])}
+        assert name in fields, key
+        assert _annotation(fields[name].type) == annotation, key
+        assert getattr(sections[section], name) == default, key
+    head_only = {"num_pp_microbatches", "max_context_length", "num_tokens_per_microbatch_per_dp_rank",
+                 "num_tokens_per_train_step"}  # torchtitan HEAD b5bcd76c (tests/data/torchtitan_fields.json)
+    head = json.loads((Path(__file__).parent / "data" / "torchtitan_fields.json").read_text())["head"]
+    for key, annotation in PYTHON_KEYS.items():
+        section, name = key.split(".")
+        fields = {field.name: field for field in dataclasses.fields(sections[section])}
+        if name in head_only:
+            assert name in head[section] and name not in fields, key
+        else:
+            assert _annotation(fields[name].type) == annotation, key
+
+
+def test_no_key_of_torchtitan_is_refused_as_a_near_miss(tmp_path):
+    """Every field of 0.3.0's parallelism / training / compile configs, set in a TOML file (the TOML
+    release's names too, tests/data/torchtitan_fields.json) or a Python config, is read or listed."""
+    pytest.importorskip("torchtitan", reason="torchtitan is not installed (pip install .[engines])")
+    data = json.loads((Path(__file__).parent / "data" / "torchtitan_fields.json").read_text())
+    sections = _030_sections()
+    names = {section: {field.name for field in dataclasses.fields(sections[section])}
+             for section in ("parallelism", "training", "compile")}
+    for release in ("toml", "head"):
+        for section, keys in data[release].items():
+            names.setdefault(section, set()).update(keys)
+    for section, keys in names.items():
+        for name in sorted(keys - {key.split(".")[1] for key in TOML_KEYS}):
+            if f"{section}.{name}" in PYTHON_KEYS or name == "dataloader":
+                continue
+            read_torchtitan_config(_toml(tmp_path, f"[{section}]\n{name} = 1\n", "probe.toml"))
+            if section in ("parallelism", "training"):
+                (tmp_path / "probe.py").write_text(f"c = {section.title()}Config({name}=1)\n")
+                try:
+                    read_torchtitan_config(tmp_path / "probe.py")
+                except InvalidInputError as error:  # a key it reads, of another type: not a near miss
+                    assert "did you mean" not in str(error), (section, name)
+
+
+def test_the_keys_pipeplan_knows_are_the_toml_releases(tmp_path):
+    """benchmarks/torchtitan_toml_fields.py on the checkout of e347b1e5e finds no difference."""
+    tree = os.environ.get("PIPEPLAN_TORCHTITAN_TOML")
+    if not tree:
+        pytest.skip(f"$PIPEPLAN_TORCHTITAN_TOML names no checkout of torchtitan's TOML release ({TOML_COMMIT})")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "torchtitan_toml_fields.py"), tree],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(root / "src")})
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_ignored_keys_are_the_toml_releases():
+    """The keys pipeplan lists as ignored in the sections tests/data/torchtitan_fields.json holds of
+    e347b1e5e are that release's (the benchmark checks them all against a checkout)."""
+    toml = json.loads((Path(__file__).parent / "data" / "torchtitan_fields.json").read_text())["toml"]
+    for key in IGNORED_KEYS:
+        section, name = key.split(".", 1)
+        if section in toml:
+            assert name in toml[section], key
 
 
 def test_the_exported_python_config_is_what_torchtitan_loads(tmp_path, monkeypatch):

@@ -28,7 +28,12 @@ Fields and units (times in ms, like every pipeplan cost):
 :meth:`Calibration.describe_link` says the link in words, with units, and why a
 bandwidth came out unbounded (``latency 0.148 ms, bandwidth unbounded (latency-bound
 at these sizes: ...)``).
+
+:func:`load_warning` says when a profile's core sharing was likely measured under other
+jobs' load (the profile records the 1-minute load average, ``os.getloadavg()``, before
+measuring, and the cores): then a run on a quieter machine is faster than predicted.
 """
+
 
 from __future__ import annotations
 
@@ -44,7 +49,15 @@ from .costs import CommModel, SendMode
 from .units import format_bandwidth, format_bytes
 from .errors import InvalidInputError
 
-__all__ = ["Calibration", "fit_link"]
+__all__ = ["Calibration", "fit_link", "load_warning", "INFLATED_SHARING"]
+
+#: A core-sharing factor this many times what the profile's processes and threads on the machine's
+#: cores explain (``max(1, processes × threads / cores)``) is taken as measured under others' load.
+INFLATED_SHARING = 1.5
+
+#: Load average (runnable processes, 1-minute) above the cores the profile's own processes leave free,
+#: tolerated before :func:`load_warning` speaks: half a core, the noise of an idle desktop.
+LOAD_MARGIN = 0.5
 
 
 def fit_link(samples: Sequence[tuple[float, float]]) -> tuple[float, float]:
@@ -178,3 +191,54 @@ class Calibration:
             backend=payload.get("backend", "gloo"),
             samples=tuple(tuple(pair) for pair in samples),
         )
+
+
+def load_warning(measurement: Mapping[str, Any], calibration: Calibration | None) -> str | None:
+    """One line when the profile's core sharing was likely measured under other jobs' load, else ``None``.
+
+    ``measurement`` holds what ``pipeplan profile`` records: ``loadavg_before`` (the 1-, 5- and
+    15-minute load averages before measuring), ``loadavg_calibration`` (the same just before the
+    core-sharing calibration, which counts the measuring process's own ``threads`` too), ``cpu_count``,
+    ``nproc`` and ``threads_per_process``. Others' load is the larger of the 1-minute average
+    before measuring and the one before the calibration less those ``threads``. It speaks when either
+
+    * others' load was above the cores the profile's own ``nproc × threads`` leave free, by more
+      than :data:`LOAD_MARGIN`: others' processes then shared the cores; or
+    * the calibration's factor for ``nproc`` busy exceeds :data:`INFLATED_SHARING` times the
+      ``max(1, nproc × threads / cores)`` that the profile's own processes explain.
+
+    A profile without these notes (an older file, one computed from shapes) gets ``None``.
+    """
+    cores = measurement.get("cpu_count")
+    nproc = measurement.get("nproc")
+    given = measurement.get("threads_per_process")
+    threads = given if isinstance(given, int) and given > 0 else 1
+    if not isinstance(cores, int) or cores < 1 or not isinstance(nproc, int) or nproc < 1:
+        return None
+    own = nproc * threads
+    reasons = []
+    others = [(_one_minute(measurement.get("loadavg_before")), "before measuring"),
+              (_one_minute(measurement.get("loadavg_calibration")) - threads, "besides its own before the "
+                                                                              "calibration")]
+    value, when = max(others, key=lambda pair: pair[0])
+    if value > max(cores - own, 0) + LOAD_MARGIN:
+        reasons.append(f"others' load average {value:.1f} on {cores} core(s) {when}, {own} thread(s) of its own to "
+                       "come")
+    if calibration is not None and nproc > 1:
+        factor = calibration.slowdown_for(nproc)
+        explained = max(1.0, own / cores)
+        if factor > INFLATED_SHARING * explained:
+            reasons.append(f"sharing x{factor:.2f} with {nproc} busy where {nproc} x {threads} thread(s) on "
+                           f"{cores} core(s) explain x{explained:.2f}")
+    if not reasons:
+        return None
+    return ("core sharing measured under other jobs' load (" + "; ".join(reasons) + "): predictions may be "
+            "too slow for a quieter machine; re-run pipeplan profile when uptime shows a low load")
+
+
+def _one_minute(load: object) -> float:
+    """The 1-minute entry of a recorded ``os.getloadavg()`` list; ``-inf`` when there is none."""
+    if isinstance(load, Sequence) and not isinstance(load, (str, bytes)) and load \
+            and isinstance(load[0], (int, float)) and math.isfinite(load[0]):
+        return float(load[0])
+    return -math.inf

@@ -27,7 +27,7 @@ from ..errors import PipeplanError
 __all__ = ["main", "build_parser", "OneLineParser", "flag_names"]
 
 # Verb modules, in the order ``pipeplan --help`` lists them.
-_VERBS = ("simulate", "partition", "plan", "presets", "model", "profile", "calibrate", "run", "demo", "dual_rate")  # module stems; dual_rate_cmd adds "dual-rate"
+_VERBS = ("simulate", "partition", "plan", "check", "presets", "model", "profile", "calibrate", "run", "demo", "dual_rate")  # module stems; dual_rate_cmd adds "dual-rate"
 
 
 #: A token argparse would read as a flag though it is a negative number or list: ``-5``, ``-5,10``, ``-.5``.

@@ -4,6 +4,7 @@
     add_engine_arguments(parser, unpinned=SEARCHED)   # --engine, --recompute, --sequence-parallel, --tp-comm-overlap
     workload = engine_workload(args, workload)        # the knobs given, priced (Workload.with_recompute, ...)
     assumptions.update(engine_assumptions(args))      # each knob's value, given or assumed
+    costs = engine_costs(args)                        # plan: DeepSpeed's gradient sync and host hooks (SearchOptions)
     profile = spec_workload(args, spec, device, link).profile(args.micro_batch_size)   # model, simulate, partition
 
 ``plan``, ``model``, ``simulate --preset/--spec`` and ``partition --preset/--spec``
@@ -20,7 +21,10 @@ mode an engine adds is taken here without a change. ``--recompute`` also takes
 keeps its default; ``--recompute`` not given is searched by ``plan`` and the spec's
 reference recipe for the other verbs. A value the knob does not take, or a knob the
 engine lacks, is one line and exit 2. ``--sequence-parallel`` and ``--tp-comm-overlap``
-take a value (``on|off``; the bare switch is gone).
+take a value (``on|off``; the bare switch is gone). Every engine's knobs are flags (read off
+the records, the default engine's first); DeepSpeed's (``--overlap-comm``, ``--reduce-bucket-size``,
+``--hook-cost``) change the step, not the layers: ``plan`` prices them (:func:`engine_costs`), the
+other verbs check them and report them.
 """
 
 from __future__ import annotations
@@ -34,14 +38,16 @@ from ..engines import Engine
 from ..models.spec import ModelSpec
 from ..plan import RECOMPUTE_MODES, Recompute, TpCommOverlap
 from ..planner import Workload
+from ..planner.engine_costs import EngineCosts
 
-__all__ = ["add_engine_arguments", "engine_workload", "engine_assumptions", "recompute_pin", "spec_workload",
-           "layer_options", "DEFAULT_ENGINE", "KNOB_FLAGS", "REFERENCE", "SEARCHED", "Unpinned"]
+__all__ = ["add_engine_arguments", "engine_workload", "engine_costs", "engine_assumptions", "recompute_pin",
+           "spec_workload", "layer_options", "DEFAULT_ENGINE", "KNOB_FLAGS", "REFERENCE", "SEARCHED", "Unpinned"]
 
 #: The engine whose knobs apply without ``--engine``: the step model prices Megatron-LM's tensor parallelism.
 DEFAULT_ENGINE = "megatron"
-#: Each knob's flag → its attribute on the parsed arguments.
-KNOB_FLAGS = {"recompute": "recompute", "sequence-parallel": "sequence_parallel", "tp-comm-overlap": "tp_comm_overlap"}
+#: Each knob's flag → its attribute on the parsed arguments: every engine's knobs, the default engine's first.
+KNOB_FLAGS = {name: name.replace("-", "_") for engine in (DEFAULT_ENGINE, *engines.names())
+              for name in engines.get(engine).knobs.names()}
 #: ``--recompute reference``: the spec's own recipe, a mode per module (``none`` for a spec without one).
 REFERENCE: Final = "reference"
 #: What ``--recompute`` not given means: searched per stage (``plan``) or the spec's reference recipe.
@@ -63,6 +69,9 @@ def add_engine_arguments(parser: Any, *, unpinned: Unpinned = SEARCHED) -> None:
                              f"(plan: the search spans only the schedules and data-parallel modes it runs; default: "
                              f"{DEFAULT_ENGINE}'s knobs, Megatron-LM's tensor parallelism, and every schedule and mode)")
     for flag, dest in KNOB_FLAGS.items():
+        if flag not in megatron.names():  # another engine's own knob (DeepSpeed's): its record documents it
+            _add_own_knob(parser, flag, dest)
+            continue
         knob = megatron.get(flag)
         values = dict.fromkeys(knob.choices)
         others = ""
@@ -84,6 +93,16 @@ def add_engine_arguments(parser: Any, *, unpinned: Unpinned = SEARCHED) -> None:
             doc = knob.doc
         parser.add_argument(f"--{flag}", dest=dest, default=None, metavar=choices,
                             help=f"pin it: {doc} (default {default}){others}".replace("%", "%%"))
+
+
+def _add_own_knob(parser: Any, flag: str, dest: str) -> None:
+    """The flag of a knob only another engine than the default has (``--overlap-comm``: DeepSpeed's)."""
+    owner = next(engines.get(name) for name in engines.names() if flag in engines.get(name).knobs.names())
+    knob = owner.knobs.get(flag)
+    default = knob.default if knob.default is not None else (getattr(knob, "assumed", "") or "searched")
+    unit = (getattr(knob, "unit", "") or "").upper().replace(" ", "_")
+    parser.add_argument(f"--{flag}", dest=dest, default=None, metavar="|".join(knob.choices + ((unit,) if unit else ())),
+                        help=f"pin it (--engine {owner.name}): {knob.doc} (default {default})".replace("%", "%%"))
 
 
 def _engine(args: argparse.Namespace) -> Engine:
@@ -174,8 +193,11 @@ def recompute_pin(args: argparse.Namespace, spec: ModelSpec | None,
     return pinned
 
 
-def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpinned = SEARCHED) -> Workload:
-    """``workload`` with the knobs given pinned: ``--recompute`` the only mode(s) costed, the TP knobs priced.
+def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpinned = SEARCHED, *,
+                    device: str = "") -> Workload:
+    """``workload`` with the knobs given pinned: ``--recompute`` the only mode(s) costed, the TP knobs priced,
+    and the engine's kernels on ``device`` (a preset name): its compute factor
+    (:meth:`pipeplan.engines.Engine.compute_factor`) on a spec's layer times.
 
     ``unpinned``: ``--recompute`` not given is searched (``plan``) or the spec's
     reference recipe (``model``, ``simulate``, ``partition``).
@@ -185,6 +207,9 @@ def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpi
             an unknown module, or a knob a measured profile cannot answer for.
     """
     given = _given(args)
+    factor = _engine(args).compute_factor(device)
+    if factor != 1.0 and workload.spec is not None:  # a measured profile's times are its engine's already
+        workload = workload.with_compute_factor(factor)
     if "sequence-parallel" in given or "tp-comm-overlap" in given:
         workload = workload.with_tensor_knobs(
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
@@ -197,6 +222,15 @@ def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpi
         if searched is not None:
             workload = workload.with_recompute_modes(searched)
     return workload
+
+
+def engine_costs(args: argparse.Namespace) -> EngineCosts | None:
+    """What the engine's knobs (given, or its defaults) change in the step beyond the workload: DeepSpeed's gradient
+    sync per ZeRO stage and its host hooks (:class:`~pipeplan.planner.engine_costs.EngineCosts`); ``None`` without
+    ``--engine`` or for an engine priced in the workload alone."""
+    if not getattr(args, "engine", None):
+        return None
+    return EngineCosts.of(_engine(args), _given(args))
 
 
 def _searched_recompute(engine: Engine) -> tuple[Recompute, ...] | None:
@@ -214,7 +248,7 @@ def spec_workload(args: argparse.Namespace, spec: ModelSpec, device: Any, link: 
     ``plan`` prices it (``link``: the link inside a node, default the device's).
     """
     workload = Workload.from_spec(spec, device, tensor_parallel=args.tp, tp_link=link)
-    return engine_workload(args, workload, unpinned=REFERENCE)
+    return engine_workload(args, workload, unpinned=REFERENCE, device=getattr(device, "name", ""))
 
 
 def layer_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
@@ -271,7 +305,7 @@ def _modes_text(pin: Recompute | dict[str, Recompute], spec: ModelSpec | None) -
 
 
 def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
-                       unpinned: Unpinned = SEARCHED) -> dict[str, str]:
+                       unpinned: Unpinned = SEARCHED, *, device: str = "") -> dict[str, str]:
     """Each knob's value as the output assumed it (given, or the engine's default), and the TP sentence they make.
 
     Keys: ``engine``, ``recompute``, ``sequence-parallel``, ``tp-comm-overlap``, and ``tensor parallel``
@@ -283,11 +317,16 @@ def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
     megatron = engines.get(DEFAULT_ENGINE).knobs.defaults()
     values: dict[str, str] = {}
     for flag in KNOB_FLAGS:
-        default = megatron[flag] if flag not in engine.knobs.names() else engine.knobs.get(flag).default
+        if flag not in engine.knobs.names() and flag not in megatron:
+            continue  # another engine's own knob
+        knob = engine.knobs.get(flag) if flag in engine.knobs.names() else engines.get(DEFAULT_ENGINE).knobs.get(flag)
+        default, assumed = knob.default, getattr(knob, "assumed", "")
         if flag == "recompute":
             values[flag] = _recompute_assumption(args, spec, given, unpinned)
         elif flag in given:
             values[flag] = f"{given[flag]} (given: --{flag})"
+        elif default is None and assumed:
+            values[flag] = f"{assumed} (assumed: give --{flag} to pin it)"
         else:
             values[flag] = f"{default} (assumed: give --{flag} to pin it)"
     sequence_parallel = given.get("sequence-parallel", megatron["sequence-parallel"] or "on")
@@ -296,7 +335,12 @@ def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
     if not engine.knobs.knobs:
         name += ("; its knobs are not priced yet: the step prices Megatron-LM's tensor parallelism; the search "
                  "spans only what it runs")
-    return {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
+    out = {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
+    factor = engine.compute_factor(device)
+    if factor != 1.0 and not getattr(args, "profile", None):
+        out["kernels"] = (f"{engine.name}'s kernels on {device}: each layer's compute x {factor:.3f} beside the "
+                          "device's fused-kernel model (fitted to the engine's published runs: docs/engines.md)")
+    return out
 
 
 def _recompute_assumption(args: argparse.Namespace, spec: ModelSpec | None, given: dict[str, str],

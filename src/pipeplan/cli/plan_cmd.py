@@ -42,7 +42,7 @@ from .. import units
 from ._common import gantt_width, make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import (add_export_arguments, check_export_args, check_export_model, emit_export,
                            model_refusal_of, reference_names)
-from ._engine_args import DEFAULT_ENGINE, add_engine_arguments, engine_assumptions, engine_workload
+from ._engine_args import DEFAULT_ENGINE, add_engine_arguments, engine_assumptions, engine_costs, engine_workload
 from ._plan_mix import (add_mix_argument, mix_export_choice, mix_outputs_note, mix_pick, plan_mix, show_mix,
                         show_mix_choice)
 from ..hardware.device_file import device_fields
@@ -201,8 +201,9 @@ def run(args: argparse.Namespace) -> int:
     if args.profile is not None and args.mfu is not None:
         raise InvalidInputError("--mfu does not apply with --profile: a measured profile's times are measured, "
                                 "not computed from FLOPs")
-    mix = plan_mix(args, lambda shaped: engine_workload(shaped, _workload(shaped, cluster)))  # --mix, checked
-    workload = engine_workload(args, _workload(args, cluster))
+    # --mix, checked
+    mix = plan_mix(args, lambda shaped: engine_workload(shaped, _workload(shaped, cluster), device=cluster.device.name))
+    workload = engine_workload(args, _workload(args, cluster), device=cluster.device.name)
     check_export_model(args)
     schedules = None if args.schedules is None else [s.strip() for s in args.schedules.split(",")]
     if schedules is not None and not all(schedules):
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
             max_virtual_stages=args.max_virtual_stages, virtual_stages=args.virtual_stages, headroom=headroom,
             partition=None if args.partition is None else parse_partition(args.partition),
             tp=args.tp, dp_modes=None if args.dp_modes is None else data_parallel.parse_modes(args.dp_modes),
-            sync=args.grad_sync, engine=args.engine,
+            sync=args.grad_sync, engine=args.engine, engine_costs=engine_costs(args),
         ))
     ties = tie_leaders([plan.step_time for plan in result.plans])
     ranking = mix.rank(result, workload) if mix is not None else None  # --mix: the plans timed on drawn batches
@@ -290,7 +291,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         optimizer = (f"{args.optimizer} bytes per parameter: {split.weights:g} B weights + {split.gradients:g} B "
                      f"gradients + {split.optimizer:g} B state")
     shape = shape_note(args)
-    engine = engine_assumptions(args, None if args.profile else spec_from_args(args))
+    engine = engine_assumptions(args, None if args.profile else spec_from_args(args), device=cluster.device.name)
     return {
         "device": (cluster.device.summary() if not args.profile else
                    f"layer times as measured in {args.profile} (on the machine that measured them: its GPUs or CPU "
@@ -301,7 +302,9 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
         "optimizer": optimizer,
         "gradients": (f"ddp, zero1, zero2: {_SYNC_WORDS[args.grad_sync]} (zero1/zero2 reduce-scatter "
                       "fp32/bf16 gradients and all-gather bf16 weights); fsdp, hsdp: per layer with one layer "
-                      "prefetched (FSDP2), without a pipeline every microbatch"),
+                      "prefetched (FSDP2), without a pipeline every microbatch") if engine_costs(args) is None else
+                     (f"as {args.engine} reduces them (its knobs below; --grad-sync does not apply); fsdp gathers "
+                      "per layer with one layer prefetched, without a pipeline every microbatch"),
         "tensor parallel": engine.pop("tensor parallel"),  # the knobs' sentence (cli/_engine_args.py)
         "messages": _SENDS[args.send],
         "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",

@@ -27,12 +27,30 @@ from rich.table import Table
 
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
+from ..layers import LayerProfile
 from ..limits import MAX_LOCAL_BATCH, MAX_LOCAL_PROCESSES
 from ..profile_format import check_overwrite
 from ..units import format_bytes
 from ._common import default_microbatches, make_console, print_json, progress, refuse_unless, report_written, require_torch
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "warn_profile_load"]
+
+
+def warn_profile_load(profile: LayerProfile, path: str) -> str | None:
+    """Print on stderr, as one line, :func:`pipeplan.calibration.load_warning` of ``profile`` when it has one.
+
+    Used where a profile is measured (``profile``) and where one is used (``simulate --profile``,
+    ``run --profile``); returns the line (``None``: nothing printed).
+    """
+    import sys
+
+    from ..calibration import load_warning
+
+    line = load_warning(profile.measurement, profile.calibration)
+    if line is not None:
+        line = f"warning: profile {path}: {line}"
+        print(line, file=sys.stderr)
+    return line
 
 
 def register(subparsers: Any) -> None:
@@ -133,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         print_json({"out": args.out, "layers": profile.to_records(),
                     "calibration": None if profile.calibration is None else profile.calibration.to_dict(),
                     "measurement": profile.measurement})
+        warn_profile_load(profile, args.out)  # last: what the reader should see
         report_written(args.out)
         return 0
     console = make_console()
@@ -167,5 +186,6 @@ def run(args: argparse.Namespace) -> int:
     load = profile.measurement.get("loadavg_before")
     if load:
         console.print(f"load average {load[0]:.2f} before measuring", markup=False, highlight=False)
+    warn_profile_load(profile, args.out)  # last: what the reader should see
     report_written(args.out)
     return 0

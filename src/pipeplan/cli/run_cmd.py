@@ -247,6 +247,10 @@ def run(args: argparse.Namespace) -> int:
         return _run_under_torchrun(args)
     config, backend = _validated(args, positive_int("--nproc", args.nproc, maximum=MAX_LOCAL_PROCESSES,
                                                     why="processes on this machine, each importing torch"), local=None)
+    if config["profile"] is not None:  # accepted: say, before the run, if its core sharing was measured under load
+        from .profile_cmd import warn_profile_load
+
+        warn_profile_load(config["profile"], config["profile_path"])
     try:
         report = spawn(execute_rank, config["world_size"], config, backend=backend, timeout=config["timeout"])[0]
     except RunInterrupted as stop:
@@ -409,6 +413,9 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
 
         console.print(text_gantt(timeline, width=args.width), markup=False, highlight=False)
         console.print(rank_table(timeline))
+        from ..viz.tables import BUBBLE_LEGEND
+
+        console.print(BUBBLE_LEGEND, markup=False, highlight=False)
     except ImportError:
         for record in timeline.records():
             console.print(f"rank {record.rank} {record.action}: {record.start:.2f}-{record.end:.2f} ms",
@@ -416,7 +423,7 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
     check = report["gradient_check"]
     prediction = report["prediction"]
     lines = [
-        f"measured makespan {timeline.makespan:.2f} ms, bubble {100 * timeline.bubble_ratio:.1f}%, "
+        f"measured makespan {timeline.makespan:.2f} ms, bubble ratio {100 * timeline.bubble_ratio:.1f}%, "
         f"step wall time median {report['step_time_ms']['median']:.2f} ms",
         f"gradient check: max abs diff {check['max_abs_diff']:.2e} vs one process "
         f"({'ok' if check['ok'] else 'FAILED'}, tolerance {check['tolerance']:.0e}); "

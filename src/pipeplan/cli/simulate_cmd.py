@@ -8,6 +8,7 @@
     $ pipeplan simulate --profile prof.json --partition 6,4 -m 8 --schedule zb-h1
     $ pipeplan simulate --preset gpt-1.5b --gpu a100-80g --micro-batch-size 6 --stages 8 -m 24 --schedule zb-h1
     $ pipeplan simulate --preset pi0 --stages 4 --partition auto --mix examples/mix_cameras.csv
+    $ pipeplan simulate --forward 30,10,10,20 -m 8 --schedules all      # every schedule on the same 4 ranks
 
 Times are milliseconds per microbatch. Prints a per-rank Gantt and a table of busy
 time, idle time by cause and peak in-flight activations (of the first step), and with
@@ -28,6 +29,8 @@ from a shape mix, random vs balanced microbatches (:mod:`pipeplan.batches.pipeli
 one drawn batch simulated with each microbatch at its own costs (with messages), its
 idle time per rank split into the schedule's bubble and the variation
 (:func:`pipeplan.variation.idle_split`).
+``--schedules all|A,B,...`` compares schedules on the same ranks instead, one row each with
+the best marked (:mod:`._simulate_compare`).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from ..simulate import OPTIMIZER_MODES, simulate
 from ..timeline import Timeline
 from . import dual_rate_cmd
 from ._engine_args import REFERENCE, engine_assumptions, layer_options, spec_workload
+from ._simulate_compare import add_schedules_argument
 from ._spec_args import add_spec_arguments, device_from_args, settle_spec_options, spec_from_args, uses_spec
 from ._common import (
     default_microbatches,
@@ -158,6 +162,7 @@ def register(subparsers: Any) -> None:
                              "weight); also prints the expected step over drawn batches, and one drawn batch simulated with "
                              "each microbatch at its own costs, its idle split into the schedule's bubble and the "
                              "variation (docs/uneven_batches.md)")
+    add_schedules_argument(parser)
     renamed_flag(parser, "--steps", "--step-table", "the unit-step table; --steps N is a count of steps in run")
     renamed_flag(parser, "--optimizer", "--step-boundary", "barrier or overlap between steps; --optimizer is the "
                  "optimizer state in plan and partition")
@@ -343,6 +348,10 @@ def _profile_partition(args: argparse.Namespace, profile: LayerProfile) -> list[
 def run(args: argparse.Namespace) -> int:
     """Entry of ``pipeplan simulate``."""
     settle_spec_options(args, applies=uses_spec(args), what="--profile" if args.profile else "--forward")
+    if args.schedules is not None:
+        from ._simulate_compare import run_compare
+
+        return run_compare(args, costs_of=costs_from_args, comm_of=comm_from_args)
     text_width(args)
     if args.json:
         refuse_unless(not args.step_table, "--step-table", "with --json (it adds a table to the text output)")
@@ -400,6 +409,10 @@ def run(args: argparse.Namespace) -> int:
             if dual:
                 for line in dual_rate_cmd.simulate_lines(timeline, costs, comm):
                     print(line)
+    if schedule.num_stages > schedule.num_ranks:  # the stage times became chunks: fewer ranks than times
+        print(f"note: --forward's {schedule.num_stages} stage times ran as {schedule.num_stages // schedule.num_ranks} "
+              f"chunks on each of {schedule.num_ranks} ranks under {args.schedule}; to compare schedules on the same "
+              f"ranks: --schedules 1f1b,{args.schedule}", file=sys.stderr)
     return 0
 
 
@@ -461,6 +474,9 @@ def _run_profile(args: argparse.Namespace) -> int:
     args.microbatches = microbatches_of(args, costs.num_stages)
     check_size(args, costs.num_stages)
     schedule = schedule_from_args(args, costs, comm)
+    from .profile_cmd import warn_profile_load
+
+    warn_profile_load(profile, args.profile)  # accepted: say if its core sharing was measured under load
     timeline = predict(profile, schedule, layers)
     write_outputs(timeline, args)
     if args.json:
@@ -591,13 +607,14 @@ def show_timeline(timeline: Timeline, *, width: int = 100, step_table: bool = Fa
     """
     from ..viz import rank_table, text_gantt
     from ..viz import step_table as steps_of
+    from ..viz.tables import BUBBLE_LEGEND
 
     console = console or make_console()
     schedule = timeline.schedule
     console.print(
         f"[bold]{schedule.name}[/bold]: {schedule.num_stages} stages on {schedule.num_ranks} ranks, "
         f"{schedule.num_microbatches} microbatches — makespan {format_time(timeline.makespan)} ms, "
-        f"bubble {timeline.bubble_ratio:.2%}"
+        f"bubble ratio {timeline.bubble_ratio:.1%}"
     )
     if timeline.iterations > 1:
         console.print(
@@ -614,3 +631,4 @@ def show_timeline(timeline: Timeline, *, width: int = 100, step_table: bool = Fa
         console.print(STEP_TABLE_KEY, markup=False, highlight=False)
         console.print(steps_of(timeline), markup=False, highlight=False, soft_wrap=True)
     console.print(rank_table(timeline, activation_sizes=activation_sizes))
+    console.print(BUBBLE_LEGEND, markup=False, highlight=False)

@@ -33,11 +33,11 @@ from ..schedule import Schedule
 from . import deepspeed, megatron, pipelining, torchtitan
 from ._common import ExportFile, to_plan
 from ._names import LayerName, gpt_roles, invented_note, layer_names_in_reference, reference_of
-from .record import Engine, ExportWriter, Files, Knob, Knobs, Runs
+from .record import Engine, ExportWriter, Files, Knob, Knobs, NumberKnob, Pricing, Runs
 from .run_config import FIELDS, RunConfig, Setting
 
 __all__ = [
-    "Engine", "Runs", "Files", "ExportWriter", "Knob", "Knobs", "ExportFile", "LayerName",
+    "Engine", "Runs", "Files", "ExportWriter", "Knob", "Knobs", "NumberKnob", "Pricing", "ExportFile", "LayerName",
     "get", "names", "targets", "by_target",
     "export_files", "export_plan", "plan_exports",
     "layer_names_in_reference", "reference_of", "gpt_roles", "invented_note",

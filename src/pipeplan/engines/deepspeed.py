@@ -29,7 +29,7 @@ weights) and ``gradient_clipping`` 1.0 (Megatron-LM's ``--clip-grad`` default).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import data_parallel
@@ -40,10 +40,12 @@ from ._common import ExportFile, one_stage_per_rank, recompute_notes, strongest_
 from ._names import LayerName
 from .deepspeed_config import (CONFIG_FILE, DEEPSPEED_SCHEDULES, INTERVAL_NAME, PARTS_NAME, PIPELINE_FILE,
                                PIPELINE_MAX_STAGE, TRAIN_FILE, read_deepspeed_config, zero_stage)
-from .record import Engine, Files, Runs
+from ..plan import RECOMPUTE_MODES
+from .record import Engine, Files, Knob, Knobs, NumberKnob, Pricing, Runs
 
 __all__ = ["DEEPSPEED_SCHEDULES", "GRADIENT_CLIPPING", "zero_stage", "deepspeed_parts", "deepspeed_config",
-           "deepspeed_snippet", "deepspeed_train_script", "deepspeed_files", "deepspeed_notes", "ENGINE"]
+           "deepspeed_snippet", "deepspeed_train_script", "deepspeed_files", "deepspeed_notes",
+           "REDUCE_BUCKET_SIZE", "HOOK_US", "GPU_HOST_FACTOR", "DEEPSPEED_KNOBS", "deepspeed_pricing", "ENGINE"]
 
 #: ``gradient_clipping``: the global gradient norm clipped to (Megatron-LM's ``--clip-grad`` default, 1.0)
 GRADIENT_CLIPPING = 1.0
@@ -117,6 +119,11 @@ def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
         "gradient_clipping": GRADIENT_CLIPPING,
         "zero_optimization": {"stage": zero_stage(plan.dp_mode)},
     }
+    stage = config["zero_optimization"]["stage"]
+    if plan.grad_sync == "deepspeed-overlap" and stage < 3:  # priced with --overlap-comm on (default off at ZeRO 1-2)
+        config["zero_optimization"]["overlap_comm"] = True
+    elif plan.grad_sync == "deepspeed" and stage == 3:  # priced with --overlap-comm off (default on at ZeRO-3)
+        config["zero_optimization"]["overlap_comm"] = False
     if strongest_recompute(plan) != "none":
         config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                               "contiguous_memory_optimization": False}
@@ -262,6 +269,87 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
     return deepspeed_files(plan)
 
 
+#: ``zero_optimization.reduce_bucket_size``'s default, in gradient **elements** (not bytes):
+#: ``reduce_bucket_size: int = Field(pp_int(5e8), gt=0)``, deepspeed 0.19.8 runtime/zero/config.py
+REDUCE_BUCKET_SIZE = 500_000_000
+
+#: DeepSpeed's extra host time per trainable parameter tensor, µs, by ZeRO stage: (each microbatch's
+#: backward, each optimizer step). Fitted to benchmarks/deepspeed_hooks.py, the rows of 2 gloo ranks
+#: (docs/engines.md, "DeepSpeed's hook cost, measured": DeepSpeed 0.19.8 on a shared 2-core x86_64 host;
+#: the columns "b: backward" and "b: step", a negative slope read as 0). At stages 1 and 2 the cost is
+#: the gradient hooks (copy into the reduce bucket, bookkeeping), fired in every microbatch's backward;
+#: at stage 0 it is the engine's per-tensor all-reduce bucketing in ``engine.step``; ZeRO-3 has both
+#: (its step walks every partitioned tensor). Measured at 1 and 2 ranks only: more ranks take the
+#: 2-rank value (the stages 0-2 rows do not grow from 1 to 2 ranks beyond the noise; ZeRO-3's does).
+HOOK_US: dict[int, tuple[float, float]] = {0: (1.0, 21.0), 1: (39.0, 0.0), 2: (41.0, 0.0), 3: (83.0, 351.0)}
+
+#: A GPU server's host relative to the measuring host, per tensor: 1.0. Basis: the hooks are the same
+#: Python per tensor on either (a GPU run adds one copy-kernel launch per tensor, a few µs, and its tensors'
+#: copies run on the GPU instead of this host's memcpy); the measuring host is a shared 2-core VM (load
+#: 10.5), no faster per core than a training node's (BLOOM's: AMD EPYC 7543), so 1.0 is the high end.
+#: Not fitted to any GPU run.
+GPU_HOST_FACTOR = 1.0
+
+#: DeepSpeed's knobs the step model prices (docs/engines.md, "DeepSpeed").
+DEEPSPEED_KNOBS = Knobs((
+    Knob("recompute", RECOMPUTE_MODES, None,
+         "activation checkpointing (the pipeline engine's activation_checkpoint_interval, whole layers: full; "
+         "Megatron-DeepSpeed's --recompute-granularity selective); not given: the planner searches none, "
+         "selective and full per stage"),
+    NumberKnob("overlap-comm", ("on", "off"), None,
+               "zero_optimization.overlap_comm: on, the gradient buckets reduce on a side stream during the "
+               "backward (ZeRO 1-2: buckets of --reduce-bucket-size; ZeRO-3: the reduce-scatters); off, on the "
+               "compute stream, exposed. Beside a pipeline the engine reduces after the schedule either way; "
+               "stage 0 always after the backward",
+               assumed="DeepSpeed's default: off at ZeRO 1-2, on at ZeRO-3 (runtime/zero/config.py "
+                       "overlap_comm_valid: overlap_comm = stage == 3)"),
+    NumberKnob("reduce-bucket-size", (), str(REDUCE_BUCKET_SIZE),
+               "zero_optimization.reduce_bucket_size in gradient elements: with overlap-comm on, the last bucket "
+               "of the backward stays exposed", unit="elements", zero=False),
+    NumberKnob("hook-cost", ("measured", "off"), "measured",
+               "the host's time per trainable parameter tensor in DeepSpeed's gradient hooks and step: measured "
+               "(benchmarks/deepspeed_hooks.py, by ZeRO stage), off, or µs per tensor per step; a layer's "
+               "backward lasts the longer of its GPU time and its hooks' host time", unit="µs per tensor"),
+))
+
+
+def deepspeed_pricing(knobs: Mapping[str, str]) -> Pricing:
+    """What DeepSpeed's knobs (``name → value`` as given; absent: the defaults) change in a step.
+
+    * ``overlap-comm``: ``ddp`` (stage 0) never overlaps (``engine.allreduce_gradients`` after the
+      backward); ``zero1``/``zero2`` overlap when on (default off); ``fsdp`` (ZeRO-3) overlaps its
+      reduce-scatters unless off (default on); beside a pipeline nothing overlaps
+      (``PipelineEngine.is_gradient_accumulation_boundary`` is true only inside
+      ``_exec_reduce_grads``, after the schedule: the hooks never reduce, pipe/engine.py).
+    * ``reduce-bucket-size``: elements per bucket.
+    * ``hook-cost``: :data:`HOOK_US` × :data:`GPU_HOST_FACTOR` per stage, 0, or the given µs per tensor
+      per step split between backward and step as the stage's measurement splits it.
+    """
+    overlap = knobs.get("overlap-comm")
+    hook = knobs.get("hook-cost", "measured")
+    modes = [mode for mode in data_parallel.names() if zero_stage(mode) is not None]
+    hooks = {}
+    for mode in modes:
+        backward, step = HOOK_US[zero_stage(mode) or 0]
+        if hook == "off":
+            backward = step = 0.0
+        elif hook == "measured":
+            backward, step = backward * GPU_HOST_FACTOR, step * GPU_HOST_FACTOR
+        else:
+            total = float(hook)
+            backward, step = total * backward / (backward + step), total * step / (backward + step)
+        hooks[mode] = (backward, step)
+    return Pricing(
+        sync="deepspeed",
+        overlap={mode: overlap == "on" and zero_stage(mode) in (1, 2) for mode in modes
+                 if not data_parallel.get(mode).gathers_per_layer},
+        bucket_elements=float(knobs.get("reduce-bucket-size", REDUCE_BUCKET_SIZE)),
+        overlap_in_pipeline=False,
+        overlap_scatter={mode: overlap != "off" for mode in modes if data_parallel.get(mode).gathers_per_layer},
+        hook_us=hooks,
+    )
+
+
 #: DeepSpeed: its pipeline engine's 1F1B with ZeRO stage 0 or 1; without a pipeline every ZeRO stage.
 ENGINE = Engine(
     "deepspeed",
@@ -269,4 +357,6 @@ ENGINE = Engine(
          dp_modes_with_pipeline=_modes(PIPELINE_MAX_STAGE),
          dp_modes_without_pipeline=_modes(3)),
     Files(targets=("deepspeed",), write=_write, notes=deepspeed_notes, read=read_deepspeed_config),
+    knobs=DEEPSPEED_KNOBS,
+    pricing=deepspeed_pricing,
 )

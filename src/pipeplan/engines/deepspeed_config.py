@@ -10,17 +10,25 @@
 pipeplan's DeepSpeed export wrote: ``ds_config.json`` beside ``pipeline_module.py``,
 whose ``PIPEPLAN_PARTS`` literal fixes the pipeline, or ``deepspeed_train.py``, the
 plain model: no pipeline) into a :class:`~pipeplan.engines.run_config.RunConfig`.
-What it accepts and refuses is what DeepSpeed 0.19.8's own config classes accept and
-refuse (``deepspeed/runtime/config.py`` ``DeepSpeedConfig``, the pydantic models of
+The keys it knows are pipeplan's own lists, written by hand (:data:`READ_KEYS`, the
+keys it maps or reads for a note; :data:`IGNORED_KEYS`, common keys it lists as
+ignored): a near miss of one (difflib's ratio 0.9, the Megatron-LM and torchtitan
+readers' rule) is refused with "did you mean", any other key is listed in ``ignored``
+"(not a key pipeplan knows; not priced)". The values it reads it checks as DeepSpeed
+0.19.8 does (``deepspeed/runtime/config.py`` ``DeepSpeedConfig``, the pydantic models of
 ``deepspeed/runtime/zero/config.py``, ``zero/offload_config.py`` and
-``precision_config.py``, which forbid unknown keys); tests/test_engines_deepspeed_read.py
-checks it against the installed DeepSpeed. Three differences, on purpose: ``"auto"``
-values (the Hugging Face Trainer fills them in before DeepSpeed reads the file) leave
-their field open with a note; without the world size the batch keys are kept as
-given (DeepSpeed's rule ``train_batch_size = train_micro_batch_size_per_gpu ×
-gradient_accumulation_steps × data-parallel size`` derives a missing one from the
-data-parallel size, which the check supplies); and the file must be plain JSON
-(DeepSpeed parses it with hjson, which also takes comments).
+``precision_config.py``), refusing what DeepSpeed refuses: stage 4, bf16 with fp16,
+batch sizes that do not add up, ZeRO 2/3 beside a pipeline, the common removed
+features. tests/test_engines_deepspeed_read.py checks it against the installed
+DeepSpeed. Differences, on purpose: an unknown key inside a section is listed (DeepSpeed's
+models forbid extra keys: DeepSpeed refuses it when it runs), and a near miss of a known
+top-level key is refused (DeepSpeed ignores it); ``"auto"`` values (the Hugging Face
+Trainer fills them in before DeepSpeed reads the file) leave their field open with a
+note; without the world size the batch keys are kept as given (DeepSpeed's rule
+``train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps ×
+data-parallel size`` derives a missing one from the data-parallel size, which the check
+supplies); and the file must be plain JSON (DeepSpeed parses it with hjson, which also
+takes comments).
 """
 
 from __future__ import annotations
@@ -38,9 +46,8 @@ from ..errors import InvalidInputError
 from .run_config import RunConfig, Setting
 
 __all__ = ["CONFIG_FILE", "PIPELINE_FILE", "TRAIN_FILE", "PARTS_NAME", "INTERVAL_NAME", "DEEPSPEED_SCHEDULES",
-           "PIPELINE_MAX_STAGE", "ZERO_KEYS", "OFFLOAD_PARAM_KEYS", "OFFLOAD_OPTIMIZER_KEYS", "OFFLOAD_DEVICES",
-           "BF16_KEYS", "FP16_KEYS", "REMOVED_KEYS", "REMOVED_ZERO_KEYS", "zero_stage", "data_parallel_mode",
-           "read_deepspeed_config"]
+           "PIPELINE_MAX_STAGE", "READ_KEYS", "IGNORED_KEYS", "DEFAULTS", "OFFLOAD_DEVICES", "REMOVED_KEYS",
+           "REMOVED_ZERO_KEYS", "zero_stage", "data_parallel_mode", "read_deepspeed_config"]
 
 #: The files the DeepSpeed export writes (deepspeed.py) and the reader reads back.
 CONFIG_FILE = "ds_config.json"
@@ -56,51 +63,68 @@ DEEPSPEED_SCHEDULES = ("1f1b",)
 #: the highest ZeRO stage DeepSpeed's pipeline engine runs (``PipelineEngine.__init__`` asserts ``stage < 2``)
 PIPELINE_MAX_STAGE = 1
 
-# The keys DeepSpeed 0.19.8's pydantic models take (field names and their aliases; the models forbid
-# any other: deepspeed/runtime/config_utils.py DeepSpeedConfigModel, extra="forbid").
-#: ``zero_optimization``: deepspeed/runtime/zero/config.py ``DeepSpeedZeroConfig``.
-ZERO_KEYS = frozenset({
-    "allgather_bucket_size", "allgather_partitions", "allgather_sequential", "compute_grad_norm",
-    "contiguous_gradients", "cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory", "elastic_checkpoint",
-    "enable_sanity_checks", "gather_16bit_weights_on_model_save", "ignore_unused_parameters", "leaf_module",
-    "legacy_stage1", "load_from_fp32_weights", "log_trace_cache_warnings", "max_live_parameters",
-    "max_reuse_distance", "memory_efficient_linear", "model_persistence_threshold", "module_granularity_threshold",
-    "offload_optimizer", "offload_param", "overlap_comm", "override_module_apply", "param_persistence_threshold",
-    "parameter_alignment", "pipeline_loading_checkpoint", "prefetch_bucket_size", "reduce_bucket_size",
-    "reduce_scatter", "round_robin_gradients", "save_muon_momentum_buffer_in_memory", "stage",
-    "stage3_allgather_sequential", "stage3_gather_16bit_weights_on_model_save",
-    "stage3_gather_fp16_weights_on_model_save", "stage3_max_live_parameters", "stage3_max_reuse_distance",
-    "stage3_model_persistence_threshold", "stage3_module_granularity_threshold", "stage3_param_persistence_threshold",
-    "stage3_prefetch_bucket_size", "stage3_use_all_reduce_for_fetch_params", "sub_group_size",
-    "use_all_reduce_for_fetch_params", "use_multi_rank_bucket_allreduce", "zenflow", "zero_hpz_partition_size",
-    "zero_quantized_gradients", "zero_quantized_nontrainable_weights", "zero_quantized_weights",
-})
-#: ``zero_optimization.offload_param``: deepspeed/runtime/zero/offload_config.py ``DeepSpeedZeroOffloadParamConfig``.
-OFFLOAD_PARAM_KEYS = frozenset({"buffer_count", "buffer_size", "device", "max_in_cpu", "nvme_path", "pin_memory"})
-#: ``zero_optimization.offload_optimizer``: offload_config.py ``DeepSpeedZeroOffloadOptimizerConfig``.
-OFFLOAD_OPTIMIZER_KEYS = frozenset({"buffer_count", "cpuadam_cores_perc", "device", "fast_init", "nvme_path",
-                                    "pin_memory", "pipeline_read", "pipeline_write", "ratio", "super_offload"})
+# pipeplan's own key lists, written by hand, by section ("" is the top level; "bf16" also stands for its
+# old name "bfloat16"). Names from DeepSpeed 0.19.8: deepspeed/runtime/constants.py (the top level),
+# runtime/zero/config.py DeepSpeedZeroConfig, zero/offload_config.py DeepSpeedZeroOffload*Config and
+# precision_config.py DeepSpeedBF16Config / DeepSpeedFP16Config. tests/test_engines_deepspeed_read.py
+# checks each against the installed DeepSpeed; DeepSpeed's complete key sets are not copied here: a key
+# of neither list is listed in ``ignored`` "(not a key pipeplan knows; not priced)" (DeepSpeed's pydantic
+# models refuse it inside a section when it runs), unless it is a near miss of a known one.
+#: The keys the reader turns into fields, or reads for a note.
+READ_KEYS: Mapping[str, frozenset[str]] = {
+    "": frozenset({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                   "zero_optimization", "bf16", "bfloat16", "fp16", "activation_checkpointing", "torch_autocast"}),
+    "zero_optimization": frozenset({"stage", "overlap_comm", "reduce_bucket_size", "offload_param",
+                                    "offload_optimizer", "cpu_offload", "cpu_offload_param",
+                                    "zero_hpz_partition_size"}),
+    "zero_optimization.offload_param": frozenset({"device"}),
+    "zero_optimization.offload_optimizer": frozenset({"device"}),
+    "bf16": frozenset({"enabled"}),
+    "fp16": frozenset({"enabled"}),
+}
+#: Common keys the reader reads and lists as ignored (not priced), without checking their values.
+IGNORED_KEYS: Mapping[str, frozenset[str]] = {
+    "": frozenset({"gradient_clipping", "steps_per_print", "wall_clock_breakdown", "memory_breakdown",
+                   "optimizer", "scheduler", "prescale_gradients", "gradient_predivide_factor",
+                   "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "communication_data_type",
+                   "data_types", "checkpoint", "dump_state", "flops_profiler", "tensorboard", "wandb",
+                   "csv_monitor", "comms_logger", "aio", "data_efficiency", "compile", "pipeline"}),
+    "zero_optimization": frozenset({
+        "contiguous_gradients", "allgather_partitions", "allgather_bucket_size", "reduce_scatter",
+        "round_robin_gradients", "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters",
+        "sub_group_size", "prefetch_bucket_size", "stage3_prefetch_bucket_size", "param_persistence_threshold",
+        "stage3_param_persistence_threshold", "model_persistence_threshold", "stage3_model_persistence_threshold",
+        "max_live_parameters", "stage3_max_live_parameters", "max_reuse_distance", "stage3_max_reuse_distance",
+        "gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
+        "stage3_gather_fp16_weights_on_model_save", "zero_quantized_weights", "zero_quantized_gradients"}),
+    "zero_optimization.offload_param": frozenset({"pin_memory", "nvme_path", "buffer_count", "buffer_size",
+                                                  "max_in_cpu"}),
+    "zero_optimization.offload_optimizer": frozenset({"pin_memory", "nvme_path", "buffer_count", "fast_init",
+                                                      "ratio", "pipeline_read", "pipeline_write"}),
+    "bf16": frozenset({"immediate_grad_update"}),
+    "fp16": frozenset({"auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                       "consecutive_hysteresis", "min_loss_scale"}),
+}
+#: The defaults the reader applies where the file leaves a key out (``"section.key"``), DeepSpeed's
+#: model defaults. ``zero_optimization.overlap_comm`` follows DeepSpeed's rule instead (runtime/zero/config.py
+#: ``overlap_comm_valid``: ``overlap_comm = stage == 3``); ``reduce_bucket_size`` has none here: the knob's
+#: default (``pipeplan.engines.deepspeed.REDUCE_BUCKET_SIZE``) applies.
+DEFAULTS: Mapping[str, Any] = {
+    "zero_optimization.stage": 0, "zero_optimization.offload_param.device": "none",
+    "zero_optimization.offload_optimizer.device": "none", "bf16.enabled": False, "fp16.enabled": False,
+}
 #: ``offload_*.device``: offload_config.py ``OffloadDeviceEnum``.
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
-#: ``bf16`` (or ``bfloat16``): deepspeed/runtime/precision_config.py ``DeepSpeedBF16Config``.
-BF16_KEYS = frozenset({"bf16_master_weights_and_grads", "bf16_optimizer_states", "check_grad_overflow", "enabled",
-                       "immediate_grad_update"})
-#: ``fp16``: precision_config.py ``DeepSpeedFP16Config``.
-FP16_KEYS = frozenset({"auto_cast", "consecutive_hysteresis", "enabled", "fp16_master_weights_and_grads",
-                       "hysteresis", "initial_scale_power", "loss_scale", "loss_scale_window", "min_loss_scale"})
-#: Top-level keys DeepSpeed refuses, removed features (deepspeed/runtime/config.py ``_REMOVED_TOP_LEVEL_CONFIG_KEYS``).
+#: Top-level keys of removed features DeepSpeed refuses, the common ones (deepspeed/runtime/config.py
+#: ``_REMOVED_TOP_LEVEL_CONFIG_KEYS`` has more; the rest are listed as unknown).
 REMOVED_KEYS: Mapping[str, str] = {
-    "nebula": "Nebula checkpointing", "compression_training": "the compression library",
-    "amp": "NVIDIA Apex AMP (use bf16 or fp16)", "quantize_training": "Mixture-of-Quantization",
-    "sparse_gradients": "sparse embedding gradients", "eigenvalue": "eigenvalue-based MoQ",
-    "sparse_attention": "Sparse Attention", "elasticity": "elastic training", "graph_harvesting": "graph harvesting",
+    "amp": "NVIDIA Apex AMP (use bf16 or fp16)", "elasticity": "elastic training",
+    "sparse_attention": "Sparse Attention", "compression_training": "the compression library",
     "curriculum_learning": "top-level curriculum_learning (use data_efficiency.data_sampling.curriculum_learning)",
-    "progressive_layer_drop": "Progressive Layer Dropping",
 }
-#: ``zero_optimization`` keys DeepSpeed refuses (config.py ``_REMOVED_ZERO_CONFIG_KEYS``): MiCS and LoCo-Zero++.
+#: ``zero_optimization`` keys of removed features DeepSpeed refuses (config.py ``_REMOVED_ZERO_CONFIG_KEYS``): MiCS.
 REMOVED_ZERO_KEYS: Mapping[str, str] = {
     "mics_shard_size": "MiCS sharding", "mics_hierarchical_params_gather": "MiCS sharding",
-    "zeropp_loco_param": "LoCo-Zero++",
 }
 
 #: The batch keys and the field each fills (DeepSpeed's ``gradient_accumulation_steps`` is the pipeline
@@ -108,8 +132,21 @@ REMOVED_ZERO_KEYS: Mapping[str, str] = {
 _BATCH = {"train_batch_size": "global_batch", "train_micro_batch_size_per_gpu": "micro_batch_size",
           "gradient_accumulation_steps": "num_microbatches"}
 _TRAIN, _MICRO, _ACCUMULATION = _BATCH
-#: Top-level keys the reader turns into fields or notes (every other key is listed in ``ignored``).
-_READ = (*_BATCH, "zero_optimization", "bf16", "bfloat16", "fp16", "activation_checkpointing", "torch_autocast")
+#: The keys of each section that become fields (the reader lists every other key it reads as ignored).
+_FIELDS: Mapping[str, frozenset[str]] = {
+    "": frozenset({*_BATCH, "zero_optimization", "bf16", "bfloat16", "fp16"}),
+    "zero_optimization": frozenset({"stage", "overlap_comm", "reduce_bucket_size"}),
+    "bf16": frozenset({"enabled"}),
+    "fp16": frozenset({"enabled"}),
+}
+#: How alike (difflib's ratio) an unknown key must be to a known one of its section to be refused as its
+#: typo: the rule of the Megatron-LM and torchtitan readers (megatron_args.py, torchtitan_config.py).
+_NEAR_MISS_CUTOFF = 0.9
+_NOT_A_KEY = "(not a key pipeplan knows; not priced)"
+#: pydantic's lax bool, which DeepSpeed's models validate ``overlap_comm`` with: besides true and false, 0 and
+#: 1 and these strings in any case (pydantic 2 docs, "Standard Library Types": bool).
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 _AUTO = "auto"
 
 
@@ -155,14 +192,18 @@ def read_deepspeed_config(path: Path) -> RunConfig:
     data-parallel size; ``gradient_accumulation_steps`` is 1 where only one of the other
     two is given, as DeepSpeed sets it), ``dp_mode`` from ``zero_optimization.stage``
     (default 0: ``ddp``; 3: ``fsdp``), ``precision`` from ``bf16``/``fp16`` (default
-    fp32). From the folder also ``pp`` (``pipeline_module.py``'s ``PIPEPLAN_PARTS``, or 1
-    beside ``deepspeed_train.py``), ``layers_per_stage`` and ``schedule`` (``1f1b``) for
-    pp > 1, and ``recompute`` (``ACTIVATION_CHECKPOINT_INTERVAL``: 0 none, else full).
+    fp32), ``overlap_comm`` (``"on"``/``"off"``) from ``zero_optimization.overlap_comm``
+    (default DeepSpeed's: on at ZeRO-3 only), ``reduce_bucket_size`` (elements) from
+    ``zero_optimization.reduce_bucket_size`` (left out: absent, the knob's default
+    applies). Keys pipeplan does not know are listed in ``ignored``. From the folder also
+    ``pp`` (``pipeline_module.py``'s ``PIPEPLAN_PARTS``, or 1 beside ``deepspeed_train.py``),
+    ``layers_per_stage`` and ``schedule`` (``1f1b``) for pp > 1, and ``recompute`` (``ACTIVATION_CHECKPOINT_INTERVAL``: 0 none, else full).
 
     Raises:
         InvalidInputError: a file that is no DeepSpeed config (naming the option that takes
-            it), a key DeepSpeed does not have, a value it refuses, batch sizes no
-            data-parallel size reconciles, or a ZeRO stage its pipeline engine refuses.
+            it), a near miss of a key pipeplan knows, a removed feature's key, a value
+            DeepSpeed refuses, batch sizes no data-parallel size reconciles, or a ZeRO stage
+            its pipeline engine refuses.
     """
     reader = _Reader(path)
     return reader.run()
@@ -184,6 +225,7 @@ class _Reader:
         if self.path.is_dir() and not self.file.exists():
             raise InvalidInputError(f"{self.path} holds no {CONFIG_FILE} (the DeepSpeed export writes it there)")
         payload = _load(self.file)
+        self._keys("", payload)
         self._batch(payload)
         stage = self._zero(payload)
         self._precision(payload)
@@ -256,30 +298,51 @@ class _Reader:
             self.notes.append(f"DeepSpeed sets {other} from the data-parallel size ({_MICRO} × dp = {_TRAIN}): "
                               f"{_BATCH[other].replace('_', ' ')} is left open")
 
+    def _keys(self, section: str, keys: Mapping[str, Any], kind: str | None = None) -> None:
+        """Check the keys of ``section`` (``""``: the top level) against the keys pipeplan knows of ``kind``.
+
+        A removed feature's key and a near miss of a known key are refused; a known key that
+        becomes no field is listed as ignored (an offload section's keys: the section is listed
+        as a whole); any other key is listed "(not a key pipeplan knows; not priced)".
+        """
+        kind = section if kind is None else kind
+        prefix = f"{section}." if section else ""
+        removed = REMOVED_KEYS if kind == "" else REMOVED_ZERO_KEYS if kind == "zero_optimization" else {}
+        known = READ_KEYS[kind] | IGNORED_KEYS[kind]
+        listed = known - _FIELDS.get(kind, known)
+        for key in keys:
+            if key in removed:
+                raise InvalidInputError(f"{self.name}: {prefix}{key}: DeepSpeed removed {removed[key]} (its config "
+                                        "refuses the key)")
+            if key in listed:
+                self.ignored.append(f"{prefix}{key}")
+            elif key not in known:
+                close = difflib.get_close_matches(key, sorted(known | set(removed)), n=1, cutoff=_NEAR_MISS_CUTOFF)
+                if close:
+                    raise InvalidInputError(f"{self.name}: {prefix}{key} is not a key pipeplan knows (did you mean "
+                                            f"{close[0]}?)")
+                self.ignored.append(f"{prefix}{key} {_NOT_A_KEY}")
+
     def _zero(self, payload: Mapping[str, Any]) -> int:
         zero = payload.get("zero_optimization")
         if zero is None:
             self._default("dp_mode", data_parallel_mode(0), "zero_optimization.stage: stage 0, nothing sharded")
+            self._overlap({}, 0)
             return 0
         if not isinstance(zero, dict):
             raise InvalidInputError(f"{self.name}: zero_optimization must be an object ({{\"stage\": ...}}), "
                                     f"got {_json(zero)}")
-        for key in zero:
-            if key in REMOVED_ZERO_KEYS:
-                raise InvalidInputError(f"{self.name}: zero_optimization.{key}: DeepSpeed removed "
-                                        f"{REMOVED_ZERO_KEYS[key]} (its config refuses the key)")
-            _known(self.name, f"zero_optimization.{key}", key, ZERO_KEYS)
+        self._keys("zero_optimization", zero)
         raw = zero.get("stage")
         if raw is None:
-            stage = 0
-            self._default("dp_mode", data_parallel_mode(0), "zero_optimization.stage: stage 0, nothing sharded")
+            stage = DEFAULTS["zero_optimization.stage"]
+            self._default("dp_mode", data_parallel_mode(stage), "zero_optimization.stage: stage 0, nothing sharded")
         else:
             stage = _stage(self.name, raw)
             self._set("dp_mode", data_parallel_mode(stage), "zero_optimization.stage", raw)
+        self._overlap(zero, stage)
+        self._bucket(zero)
         for key, value in zero.items():
-            if key == "stage":
-                continue
-            self.ignored.append(f"zero_optimization.{key}")
             if key in ("offload_param", "offload_optimizer") and value is not None:
                 self._offload(key, value)
             elif key in ("cpu_offload", "cpu_offload_param") and value is True:
@@ -292,14 +355,40 @@ class _Reader:
                               "pipeplan prices it as fsdp (ZeRO-3), without the secondary copy")
         return stage
 
+    def _overlap(self, zero: Mapping[str, Any], stage: int) -> None:
+        """``overlap_comm`` (``"on"``/``"off"``), given or DeepSpeed's default for ``stage``."""
+        key = "zero_optimization.overlap_comm"
+        raw = zero.get("overlap_comm")
+        if raw is None or raw == _AUTO:
+            # deepspeed 0.19.8 runtime/zero/config.py: overlap_comm = None, then overlap_comm_valid sets it to
+            # stage == 3 (DeepSpeedConfigModel drops an "auto" value first: the default)
+            value = "on" if stage == 3 else "off"
+            if raw is None:
+                self._default("overlap_comm", value, f"{key}: on at ZeRO-3 only, stage {stage} here")
+            else:
+                self.settings["overlap_comm"] = Setting(
+                    value, f"DeepSpeed default ({self.name} leaves {key} \"auto\", which DeepSpeed drops: on at "
+                           f"ZeRO-3 only, stage {stage} here)")
+            return
+        self._set("overlap_comm", "on" if _flag(f"{self.name}: {key}", raw) else "off", key, raw)
+
+    def _bucket(self, zero: Mapping[str, Any]) -> None:
+        """``reduce_bucket_size`` in elements, where the file gives it (absent: the knob's default applies)."""
+        key = "zero_optimization.reduce_bucket_size"
+        if "reduce_bucket_size" not in zero:
+            return
+        raw = zero["reduce_bucket_size"]
+        if raw == _AUTO:
+            self.auto.append(key)
+            return
+        self._set("reduce_bucket_size", _elements(f"{self.name}: {key}", raw), key, raw)
+
     def _offload(self, key: str, value: Any) -> None:
         where = f"{self.name}: zero_optimization.{key}"
         if not isinstance(value, dict):
             raise InvalidInputError(f"{where} must be an object ({{\"device\": \"cpu\"}}), got {_json(value)}")
-        allowed = OFFLOAD_PARAM_KEYS if key == "offload_param" else OFFLOAD_OPTIMIZER_KEYS
-        for inner in value:
-            _known(self.name, f"zero_optimization.{key}.{inner}", inner, allowed)
-        device = value.get("device", "none")
+        self._keys(f"zero_optimization.{key}", value)
+        device = value.get("device", DEFAULTS[f"zero_optimization.{key}.device"])
         if device not in OFFLOAD_DEVICES:
             raise InvalidInputError(f"{where}.device must be one of {', '.join(OFFLOAD_DEVICES)}, got {_json(device)}")
         if device != "none":
@@ -310,17 +399,14 @@ class _Reader:
         # deepspeed/runtime/precision_config.py get_bfloat16_config: "bf16", else the old name "bfloat16"
         bf16_key = "bf16" if payload.get("bf16") is not None else "bfloat16"
         enabled: dict[str, Any] = {}
-        for key, allowed in ((bf16_key, BF16_KEYS), ("fp16", FP16_KEYS)):
+        for key, kind in ((bf16_key, "bf16"), ("fp16", "fp16")):
             section = payload.get(key)
             if section is None:
                 continue
             if not isinstance(section, dict):
                 raise InvalidInputError(f"{self.name}: {key} must be an object ({{\"enabled\": true}}), "
                                         f"got {_json(section)}")
-            for inner in section:
-                _known(self.name, f"{key}.{inner}", inner, allowed)
-                if inner != "enabled":
-                    self.ignored.append(f"{key}.{inner}")
+            self._keys(key, section, kind)
             if "enabled" in section:
                 value = section["enabled"]
                 if value == _AUTO:
@@ -347,21 +433,9 @@ class _Reader:
                               "fp16 only (autocast's lower-precision matmuls are not priced)")
 
     def _rest(self, payload: Mapping[str, Any]) -> None:
-        for key in payload:
-            if key in REMOVED_KEYS:
-                raise InvalidInputError(f"{self.name}: {key}: DeepSpeed removed {REMOVED_KEYS[key]} "
-                                        "(its config refuses the key)")
         if "activation_checkpointing" in payload:
             self.notes.append(f"{self.name}'s activation_checkpointing configures deepspeed.checkpointing, which "
                               "your model code calls: it sets no recompute by itself")
-        for key in payload:
-            if key in _BATCH or key in ("zero_optimization", "bf16", "bfloat16", "fp16"):
-                continue
-            self.ignored.append(key)
-            if key not in _READ:
-                close = difflib.get_close_matches(key, _READ, n=1, cutoff=0.85)
-                if close:
-                    self.notes.append(f"DeepSpeed reads no key {key} (did you mean {close[0]}?): it ignores it")
 
     # ------------------------------------------------------------------ the export's python file
     def _pipeline(self, stage: int) -> None:
@@ -440,13 +514,35 @@ def _stage(name: str, raw: Any) -> int:
     return value
 
 
-def _known(name: str, where: str, key: str, allowed: frozenset[str]) -> None:
-    """Refuse ``key`` unless DeepSpeed's model takes it (its models forbid unknown keys)."""
-    if key in allowed:
-        return
-    close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.75)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    raise InvalidInputError(f"{name}: {where} is no key of DeepSpeed's{hint}; its config refuses unknown keys here")
+def _flag(where: str, raw: Any) -> bool:
+    """A bool as DeepSpeed's pydantic models take it: true/false, 0/1, or one of pydantic's strings (``"on"``)."""
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, (int, float)) and raw in (0, 1):
+        return bool(raw)
+    if isinstance(raw, str) and raw.lower() in _TRUE | _FALSE:
+        return raw.lower() in _TRUE
+    raise InvalidInputError(f"{where} must be true or false, got {_json(raw)}")
+
+
+def _elements(where: str, raw: Any) -> int:
+    """A count of elements > 0 as DeepSpeed's pydantic models take an int: a whole number, ``5e8``, ``"500000000"``.
+
+    (pydantic also takes ``true`` as 1; pipeplan refuses it.)
+    """
+    value: Any = raw
+    if isinstance(raw, float) and raw.is_integer():
+        value = int(raw)
+    elif isinstance(raw, str):
+        try:
+            value = int(raw)
+        except ValueError:
+            pass
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidInputError(f"{where} must be a whole number of elements, got {_json(raw)}")
+    if value <= 0:
+        raise InvalidInputError(f"{where} must be > 0, got {_json(raw)} (DeepSpeed's model asks gt=0)")
+    return value
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

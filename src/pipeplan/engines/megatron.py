@@ -22,7 +22,8 @@ What Megatron-LM accepts, read from NVIDIA/Megatron-LM at commit d98e8a64 (2026-
   virtual stage 0 of every rank first (stage ``s`` on rank ``s mod P``), ``E``
   embedding, ``t`` a decoder layer, ``L`` the loss, ``x*n`` repeats. No other
   placement exists in Megatron-LM.
-* Batches: ``--micro-batch-size``, ``--global-batch-size`` (Megatron derives ``m``).
+* Batches: ``--micro-batch-size``, ``--global-batch-size`` (Megatron derives ``m``);
+  ``--bf16``, the mixed precision the step model prices (Megatron-LM's default is fp32).
   ``--tensor-model-parallel-size``, ``--sequence-parallel``; ZeRO-1 is
   ``--use-distributed-optimizer``. Recompute applies to every transformer layer alike:
   ``--recompute-granularity selective --recompute-modules core_attn`` (attention,
@@ -229,6 +230,7 @@ def megatron_args(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
         if plan.tp_comm_overlap == "on":  # Transformer Engine's userbuffers overlap (the step model's "on")
             args.append("--tp-comm-overlap")
     args += ["--micro-batch-size", str(plan.micro_batch_size), "--global-batch-size", str(plan.global_batch)]
+    args.append("--bf16")  # the step model prices bf16 mixed precision; without it Megatron-LM trains in fp32
     args += _DP_FLAGS[plan.dp_mode]
     if plan.grad_sync == "megatron-overlap" and plan.dp > 1:
         args.append("--overlap-grad-reduce")

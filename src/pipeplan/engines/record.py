@@ -22,8 +22,8 @@ belongs in :class:`Files`, beside :attr:`Files.write`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -35,7 +35,7 @@ from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note
 from .run_config import RunConfig
 
-__all__ = ["Engine", "Runs", "Files", "ExportWriter", "Knob", "Knobs"]
+__all__ = ["Engine", "Runs", "Files", "ExportWriter", "Knob", "NumberKnob", "Knobs", "Pricing"]
 
 
 class ExportWriter(Protocol):
@@ -165,6 +165,54 @@ class Knob:
 
 
 @dataclass(frozen=True)
+class NumberKnob(Knob):
+    """A knob that takes a number as well as its :attr:`choices` (``--reduce-bucket-size 2e8``).
+
+    Attributes:
+        unit: what the number counts (``"elements"``, ``"µs per tensor"``), for ``--help``.
+        assumed: with ``default=None``, what pipeplan assumes when it is not given, in words
+            (an engine's own rule: DeepSpeed's ``overlap_comm`` is off at ZeRO 1–2 and on at
+            ZeRO-3), printed in the assumptions; ``""``: the planner searches.
+        zero: the number may be 0 (``False``: it must be > 0, as DeepSpeed's bucket sizes).
+    """
+
+    unit: str = ""
+    assumed: str = ""
+    zero: bool = True
+
+    def __post_init__(self) -> None:
+        if self.default is not None and self.default not in self.choices:
+            try:
+                self.parse(self.default)
+            except InvalidInputError as error:
+                raise ValueError(f"knob {self.name}: default {self.default!r} is not what it takes") from error
+
+    def parse(self, value: str, engine: str = "") -> str:
+        """``value`` when it is one of :attr:`choices`, or (with a :attr:`unit`) a finite number ≥ 0 (> 0 without
+        :attr:`zero`): ``5e8``, ``200000000``.
+
+        Raises:
+            InvalidInputError: one line naming the flag, the value and what it takes.
+        """
+        if value in self.choices:
+            return value
+        if self.unit:
+            try:
+                number = float(value)
+            except ValueError:
+                number = -1.0
+            if (number > 0 or (self.zero and number == 0)) and number != float("inf"):
+                return value
+        owner = f" for {engine}" if engine else ""
+        number_text = f"a number of {self.unit}{'' if self.zero else ' > 0'}"
+        if not self.unit:
+            takes = f"one of {', '.join(self.choices)}"
+        else:
+            takes = " or ".join(part for part in (", ".join(self.choices), number_text) if part)
+        raise InvalidInputError(f"--{self.name}{owner} must be {takes}, got {value!r}")
+
+
+@dataclass(frozen=True)
 class Knobs:
     """The knobs of one engine, in the order ``--help`` and the assumptions list them."""
 
@@ -196,6 +244,40 @@ class Knobs:
 
 
 @dataclass(frozen=True)
+class Pricing:
+    """What an engine's knobs change in a step beyond the kernels, as plain numbers the planner prices.
+
+    The planner turns it into a gradient sync per data-parallel mode and a host time per
+    parameter tensor (:mod:`pipeplan.planner.engine_costs`); the engine's module says where
+    each number comes from (DeepSpeed: :func:`pipeplan.engines.deepspeed.deepspeed_pricing`).
+
+    Attributes:
+        sync: the name a plan's ``grad_sync`` gets (``"deepspeed"``; ``"-overlap"`` appended
+            where the reduction overlaps the backward).
+        overlap: per data-parallel mode, whether its gradient reduction overlaps the backward
+            (a mode not named: the planner's own ``--grad-sync``).
+        bucket_elements: gradient elements per bucket when it overlaps.
+        overlap_in_pipeline: the overlap also runs beside a pipeline (False: with ``pp > 1``
+            every reduction waits for the schedule's last backward).
+        overlap_scatter: per data-parallel mode that gathers per layer (ZeRO-3), whether its
+            gradient reduce-scatters overlap the backward (absent: they do).
+        hook_us: per data-parallel mode, the host's extra time per trainable parameter tensor in
+            microseconds: ``(each microbatch's backward, each optimizer step)``.
+    """
+
+    sync: str
+    overlap: Mapping[str, bool] = field(default_factory=dict)
+    bucket_elements: float = 5e8
+    overlap_in_pipeline: bool = True
+    overlap_scatter: Mapping[str, bool] = field(default_factory=dict)
+    hook_us: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+
+def _no_pricing(knobs: Mapping[str, str]) -> Pricing | None:
+    return None
+
+
+@dataclass(frozen=True)
 class Engine:
     """One training engine pipeplan plans for.
 
@@ -205,12 +287,26 @@ class Engine:
         files: how its files are written.
         knobs: the settings a user can pin, with the defaults pipeplan assumes
             (empty: none priced yet).
+        pricing: the knobs given (name → value) → what they change in the step beyond the
+            kernels (:class:`Pricing`), or ``None`` where the workload's pricing is all
+            (Megatron-LM's knobs are priced in :class:`pipeplan.planner.Workload`).
+        compute_factors: per device preset name, what the engine's kernels take
+            beside the device's kernel model (Megatron-style fused kernels), as a
+            factor on every layer's compute time
+            (:meth:`pipeplan.planner.Workload.with_compute_factor`); a device not
+            listed: 1. Each value is fitted to published runs named beside it.
     """
 
     name: str
     runs: Runs
     files: Files
     knobs: Knobs = Knobs()
+    pricing: Callable[[Mapping[str, str]], Pricing | None] = _no_pricing
+    compute_factors: Mapping[str, float] = field(default_factory=dict)
+
+    def compute_factor(self, device: str) -> float:
+        """The factor on a layer's compute time for this engine's kernels on ``device`` (a preset name; 1 if unfitted)."""
+        return float(self.compute_factors.get(device, 1.0))
 
     def export(self, plan: Plan | Sequence[int], target: str | None = None,
                names: Sequence[LayerName] | None = None, *, schedule: Schedule | None = None,

@@ -51,6 +51,9 @@ FIELDS: Mapping[str, str] = {
     "tp_comm_overlap": "str: 'off', 'backward' or 'on'",
     "precision": "str: 'bf16', 'fp16' or 'fp32' (parameters and activations)",
     "seq_length": "int: tokens per sample",
+    "overlap_comm": "str: 'on' or 'off': DeepSpeed's zero_optimization.overlap_comm (its knob --overlap-comm)",
+    "reduce_bucket_size": "int: elements per gradient bucket: DeepSpeed's zero_optimization.reduce_bucket_size "
+                          "(its knob --reduce-bucket-size)",
 }
 
 

@@ -59,14 +59,13 @@ from ..schedules.patterns import loop_placement, v_placement
 from ..units import format_figures
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, layer_names, stage_fqns
-from ._torchtitan_fields import TOML_COMMIT
 from ._torchtitan_schedules import TORCH_SCHEDULE_CLASSES, TORCH_SCHEDULE_NAMES, pipeplan_schedule_name
 from .pipelining import plan_schedule, torch_schedule_csv
 from .record import Engine, Files, Knob, Knobs, Runs
-from .torchtitan_config import read_torchtitan_config
+from .torchtitan_config import TOML_COMMIT, read_torchtitan_config
 
-__all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT", "TORCH_SCHEDULE_CLASSES",
-           "torchtitan_schedule_name", "pipeplan_schedule_name",
+__all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_EAGER_FACTORS", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT",
+           "TORCH_SCHEDULE_CLASSES", "torchtitan_schedule_name", "pipeplan_schedule_name",
            "torchtitan_degrees", "torchtitan_parts", "nested_paths", "plan_row", "torchtitan_settings",
            "torchtitan_config_py", "torchtitan_toml", "torchtitan_files", "torchtitan_notes", "ENGINE"]
 
@@ -517,9 +516,18 @@ TORCHTITAN_KNOBS = Knobs((
 #: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode
 #: (ZeRO-1/2 as FSDP that keeps parameters gathered); in its Python releases (0.3.0, HEAD) and its last
 #: TOML release (top-level module paths only).
+#: torchtitan's eager kernels (``compile = false``, its train configs' default at 0413364) beside the device
+#: kernel model's Megatron-style fused kernels: a factor on every layer's compute time, per device preset.
+#: a100-80g: fitted to the two Llama 3 8B rows of torchtitan's docs/performance.md at 0413364 (64 A100, FSDP2,
+#: "selective layer" and "selective op") and to nothing else, by ``python benchmarks/engine_fidelity.py
+#: --fit-torchtitan`` (the geometric mean of predicted / published WPS over those rows is 1); the held-out rows
+#: of the same file check it (docs/cost_model.md, "engine-fidelity").
+TORCHTITAN_EAGER_FACTORS: dict[str, float] = {"a100-80g": 1.335}
+
 ENGINE = Engine(
     "torchtitan",
     Runs(),
     Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes, read=read_torchtitan_config),
     knobs=TORCHTITAN_KNOBS,
+    compute_factors=TORCHTITAN_EAGER_FACTORS,
 )

@@ -7,11 +7,14 @@
 
 Three forms are read, none of them run:
 
-* a TOML file of torchtitan's last TOML release (e347b1e5e): every section and key is checked
-  against that release's ``JobConfig`` (:data:`~pipeplan.engines._torchtitan_fields.TOML_FIELDS`):
-  an unknown section or key is refused, as torchtitan's ``ConfigManager`` refuses it, and so is
-  a value of the wrong type (torchtitan's tyro only warns there and the run fails later) and a
-  ``pipeline_parallel_schedule`` torch has no class for. Keys the file leaves out take that
+* a TOML file of torchtitan's last TOML release (e347b1e5e). pipeplan checks the keys it knows,
+  its own list written by hand (:data:`TOML_KEYS`, the keys it prices or maps, with their types and
+  that release's defaults; :data:`IGNORED_KEYS`, common keys it lists as ignored): a value of the
+  wrong type of a key it reads is refused (torchtitan's tyro only warns there and the run fails
+  later), and so is a ``pipeline_parallel_schedule`` torch has no class for. A key or section one
+  letter or so from a known one is refused as a typo ("did you mean"), as the Megatron-LM reader
+  does; any other key is listed in ``ignored`` "(not a key pipeplan knows; not priced)" (torchtitan
+  itself refuses a key its ``JobConfig`` lacks when it runs). Keys the file leaves out take that
   release's defaults (the source says so). ``[training] batch_size``, the name before
   ``local_batch_size``, is read as it with a note;
 * the Python config pipeplan's torchtitan export writes (``PARALLELISM = {...}``,
@@ -19,7 +22,8 @@ Three forms are read, none of them run:
   function for torchtitan 0.3.0 or HEAD, read with :mod:`ast`: the literal keywords of
   ``ParallelismConfig(...)`` / ``TrainingConfig(...)``, assignments ``config.parallelism.KEY = ...``
   and ``activation_checkpoint`` set to ``FullAC.Config()``, ``SelectiveAC.Config()`` or ``None``;
-  a value that is no literal is not read (one note names it), a key neither release has is refused;
+  a value that is no literal is not read (one note names it), the fields pipeplan does not know are
+  listed as for TOML (a near miss of one it knows is refused);
 * the folder pipeplan's torchtitan export wrote (its ``torchtitan_config.py`` or ``torchtitan.toml``,
   and ``schedule.csv`` beside it).
 
@@ -33,16 +37,17 @@ and a note. A JSON file (DeepSpeed) or a Megatron-LM line is refused with the op
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import math
 import sys
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import InvalidInputError
 from ..models.modules import Embedding, LMHead, TransformerStack
 from ..models.spec import ModelSpec
-from ._torchtitan_fields import TOML_COMMIT, TOML_FIELDS
 from ._torchtitan_schedules import pipeplan_schedule_name
 from .pipelining_read import CSV_SCHEDULE, read_schedule_csv, recognise_schedule
 from .run_config import RunConfig, Setting
@@ -52,8 +57,8 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the tomli backport (a dependency there)
     import tomli as tomllib
 
-__all__ = ["read_torchtitan_config", "llama3_spec", "LLAMA3_FLAVOURS", "PYTHON_FIELDS", "SINGLE_STAGE_SCHEDULES",
-           "torchtitan_default_parts"]
+__all__ = ["read_torchtitan_config", "llama3_spec", "LLAMA3_FLAVOURS", "TOML_COMMIT", "TOML_KEYS", "PYTHON_KEYS",
+           "IGNORED_KEYS", "SINGLE_STAGE_SCHEDULES", "torchtitan_default_parts"]
 
 #: torchtitan's llama3 flavours pipeplan builds: (dim, n_layers, n_heads, n_kv_heads, ffn_dim_multiplier,
 #: multiple_of, vocab_size). pytorch/torchtitan e347b1e5e torchtitan/models/llama3/__init__.py (llama3_args)
@@ -65,28 +70,87 @@ LLAMA3_FLAVOURS: dict[str, tuple[int, int, int, int | None, float | None, int, i
     "405B": (16384, 126, 128, 8, 1.2, 4096, 128_256),
 }
 
-#: The field names of torchtitan's Python ParallelismConfig / TrainingConfig, 0.3.0 (PyPI,
-#: torchtitan/config/configs.py) and HEAD b5bcd76c together (tests/data/torchtitan_fields.json).
-PYTHON_FIELDS: dict[str, frozenset[str]] = {
-    "parallelism": frozenset({
-        "context_parallel_degree", "context_parallel_load_balancer", "context_parallel_ptrr_mask_key",
-        "data_parallel_replicate_degree", "data_parallel_shard_degree", "enable_fsdp_symm_mem",
-        "enable_sequence_parallel", "expert_parallel_degree", "fsdp_reshard_after_forward",
-        "module_fqns_per_model_part", "num_pp_microbatches", "pipeline_parallel_degree",
-        "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
-        "pipeline_parallel_layers_per_stage", "pipeline_parallel_microbatch_size", "pipeline_parallel_schedule",
-        "pipeline_parallel_schedule_csv", "spmd_backend", "tensor_parallel_degree"}),
-    "training": frozenset({
-        "disable_cuda_graphs", "dtype", "enable_cpu_offload", "gc_debug", "gc_freq", "global_batch_size",
-        "local_batch_size", "max_context_length", "max_norm", "mixed_precision_param", "mixed_precision_reduce",
-        "num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step", "seq_len", "steps"}),
+#: torchtitan's last release configured by TOML (pytorch/torchtitan, 2026-02-15).
+TOML_COMMIT = "e347b1e5e"
+
+#: The TOML keys the reader prices or maps: ``"section.key"`` → (the type as torchtitan writes it, the
+#: default the reader applies where the file leaves the key out). pytorch/torchtitan e347b1e5e
+#: torchtitan/config/job_config.py: ``Model`` (name, flavor), ``Training``, ``Parallelism``,
+#: ``ActivationCheckpoint``. pipeplan's own list, written by hand; tests/test_engines_torchtitan_read.py
+#: checks each against torchtitan 0.3.0's config dataclasses, and benchmarks/torchtitan_toml_fields.py
+#: against a checkout of e347b1e5e.
+TOML_KEYS: dict[str, tuple[str, Any]] = {
+    "model.name": ("str", "llama3"),
+    "model.flavor": ("str", "debugmodel"),
+    "training.local_batch_size": ("int", 8),
+    "training.global_batch_size": ("int", -1),
+    "training.seq_len": ("int", 2048),
+    "training.mixed_precision_param": ("Literal['bfloat16', 'float32']", "bfloat16"),
+    "parallelism.data_parallel_replicate_degree": ("int", 1),
+    "parallelism.data_parallel_shard_degree": ("int", -1),
+    "parallelism.fsdp_reshard_after_forward": ("Literal['default', 'always', 'never']", "default"),
+    "parallelism.tensor_parallel_degree": ("int", 1),
+    "parallelism.pipeline_parallel_degree": ("int", 1),
+    "parallelism.module_fqns_per_model_part": ("list[list[str]] | None", None),
+    "parallelism.pipeline_parallel_first_stage_less_layers": ("int", 1),
+    "parallelism.pipeline_parallel_last_stage_less_layers": ("int", 1),
+    "parallelism.pipeline_parallel_layers_per_stage": ("int | None", None),
+    "parallelism.pipeline_parallel_schedule": ("str", "1F1B"),
+    "parallelism.pipeline_parallel_schedule_csv": ("str | None", ""),
+    "parallelism.pipeline_parallel_microbatch_size": ("int", 1),
+    "activation_checkpoint.mode": ("Literal['selective', 'full', 'memory_budget', 'none']", "selective"),
+    "activation_checkpoint.selective_ac_option": ("str", "2"),
 }
+#: The keys of torchtitan's Python configs the reader reads that the TOML release does not have, and
+#: their types: 0.3.0 (PyPI) torchtitan/config/configs.py ParallelismConfig.enable_sequence_parallel;
+#: HEAD b5bcd76c the same file, batches in tokens (num_pp_microbatches, max_context_length,
+#: num_tokens_per_microbatch_per_dp_rank, num_tokens_per_train_step). No default is applied.
+PYTHON_KEYS: dict[str, str] = {
+    "parallelism.enable_sequence_parallel": "bool",
+    "parallelism.num_pp_microbatches": "int | None",
+    "training.max_context_length": "int",
+    "training.num_tokens_per_microbatch_per_dp_rank": "int",
+    "training.num_tokens_per_train_step": "int",
+}
+#: Common TOML keys the reader reads and lists as ignored (logging, checkpoints, data, the optimizer,
+#: compile, parallel features pipeplan does not price), without checking them. Names from
+#: pytorch/torchtitan e347b1e5e torchtitan/config/job_config.py; any other key is listed too, with
+#: "(not a key pipeplan knows; not priced)", unless it is a near miss of a key here or above.
+IGNORED_KEYS: frozenset[str] = frozenset({
+    "job.dump_folder", "job.description", "job.print_config",
+    "profiling.enable_profiling", "profiling.save_traces_folder", "profiling.profile_freq",
+    "profiling.enable_memory_snapshot", "profiling.save_memory_snapshot_folder",
+    "metrics.log_freq", "metrics.enable_tensorboard", "metrics.save_tb_folder", "metrics.enable_wandb",
+    "metrics.disable_color_printing",
+    "model.hf_assets_path", "model.tokenizer_path", "model.converters",
+    "optimizer.name", "optimizer.lr", "optimizer.eps", "optimizer.beta1", "optimizer.beta2",
+    "optimizer.weight_decay", "optimizer.implementation",
+    "lr_scheduler.warmup_steps", "lr_scheduler.decay_ratio", "lr_scheduler.decay_type",
+    "lr_scheduler.min_lr_factor",
+    "training.dataset", "training.dataset_path", "training.max_norm", "training.steps", "training.dtype",
+    "training.mixed_precision_reduce", "training.gc_freq", "training.enable_cpu_offload",
+    "parallelism.enable_async_tensor_parallel", "parallelism.disable_loss_parallel",
+    "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree",
+    "parallelism.expert_tensor_parallel_degree",
+    "checkpoint.enable", "checkpoint.folder", "checkpoint.interval", "checkpoint.last_save_model_only",
+    "checkpoint.export_dtype", "checkpoint.async_mode", "checkpoint.keep_latest_k",
+    "checkpoint.initial_load_path",
+    "activation_checkpoint.memory_budget", "activation_checkpoint.debug", "activation_checkpoint.early_stop",
+    "compile.enable", "compile.components", "compile.backend",
+    "comm.init_timeout_seconds", "comm.train_timeout_seconds", "debug.seed", "debug.deterministic",
+    "validation.enable", "validation.freq", "validation.steps", "validation.dataset",
+})
 #: The torch schedules that run one stage per rank (subclasses of PipelineScheduleSingle,
 #: torch/distributed/pipelining/schedules.py, torch 2.13); torchtitan gives the others two stages per rank.
 SINGLE_STAGE_SCHEDULES = ("1F1B", "GPipe", "PipelineScheduleSingle")
-#: The HEAD fields the reader reads that the TOML release does not have, all integers.
-_PYTHON_INTS = frozenset({"num_pp_microbatches", "max_context_length", "num_tokens_per_microbatch_per_dp_rank",
-                          "num_tokens_per_train_step"})
+#: torchtitan's older name of a key the reader reads, and its type.
+_OLDER_NAMES = {"training.batch_size": "int"}
+#: The TOML sections of the keys pipeplan knows (a scalar under such a name is refused).
+_SECTIONS = frozenset(key.split(".", 1)[0] for key in (*TOML_KEYS, *IGNORED_KEYS))
+#: How alike (difflib's ratio) an unknown key must be to a known one to be refused as its typo,
+#: the Megatron-LM reader's rule (:mod:`pipeplan.engines.megatron_args`).
+_NEAR_MISS_CUTOFF = 0.9
+_NOT_A_KEY = "(not a key pipeplan knows; not priced)"
 _CONFIG_CLASSES = {"ParallelismConfig": "parallelism", "TrainingConfig": "training"}
 _PRECISION = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 #: The keys whose values become fields; every other key a file sets is listed as ignored.
@@ -195,37 +259,53 @@ def _alternatives(annotation: str) -> list[str]:
     return parts + [current.strip()]
 
 
-def _toml_values(path: Path, data: dict[str, Any], fields: dict[str, Any], prefix: str = "") -> Values:
-    """Every key ``data`` sets, checked against ``fields``: ``{"section.key": (value, source)}``."""
+def _near_miss(section: str, name: str, keys: Iterable[str]) -> str | None:
+    """The key of ``section`` in ``keys`` (``"section.key"``) that ``name`` is a typo of, if any."""
+    names = [key.split(".", 1)[1] for key in keys if key.split(".", 1)[0] == section]
+    close = difflib.get_close_matches(name, names, n=1, cutoff=_NEAR_MISS_CUTOFF)
+    return close[0] if close else None
+
+
+def _toml_values(path: Path, data: dict[str, Any], unknown: set[str], prefix: str = "") -> Values:
+    """Every key ``data`` sets: ``{"section.key": (value, source)}``; a key pipeplan does not know is
+    added to ``unknown`` (a near miss of one it knows is refused, as is a wrong type of one it reads)."""
     values: Values = {}
     for key, value in data.items():
         where = f"{prefix}.{key}" if prefix else key
-        section = prefix or "the top level"
-        if prefix == "training" and key == "batch_size":  # torchtitan's name before local_batch_size
-            annotation: Any = ("int", None)
-        elif key not in fields:
-            what = "section" if not prefix else "key"
-            raise InvalidInputError(f"{path}: torchtitan has no {what} [{where}]" if not prefix else
-                                    f"{path}: torchtitan's [{section}] has no {what} {key!r}")
-        else:
-            annotation = fields[key]
-        if isinstance(annotation, dict):
-            if not isinstance(value, dict):
-                raise InvalidInputError(f"{path}: {where} must be a [{where}] section, got {json.dumps(value)}")
-            values.update(_toml_values(path, value, annotation, where))
+        annotation = TOML_KEYS[where][0] if where in TOML_KEYS else _OLDER_NAMES.get(where)
+        if annotation is not None:
+            if isinstance(value, dict) or not _type_ok(annotation, value):
+                raise InvalidInputError(f"{path}: [{prefix}] {key} = {json.dumps(value)} is not {annotation}")
+        elif isinstance(value, dict):
+            if not prefix and key not in _SECTIONS:
+                near = difflib.get_close_matches(key, sorted(_SECTIONS), n=1, cutoff=_NEAR_MISS_CUTOFF)
+                if near:
+                    raise InvalidInputError(f"{path}: [{key}] is not a section pipeplan knows (did you mean "
+                                            f"[{near[0]}]?)")
+            values.update(_toml_values(path, value, unknown, where))
             continue
-        if isinstance(value, dict) or not _type_ok(annotation[0], value):
-            raise InvalidInputError(f"{path}: [{prefix}] {key} = {json.dumps(value)} is not {annotation[0]}")
+        elif not prefix and key in _SECTIONS:
+            raise InvalidInputError(f"{path}: {key} must be a [{key}] section, got {json.dumps(value)}")
+        elif where in PYTHON_KEYS:
+            raise InvalidInputError(f"{path}: [{prefix}] {key} is a key of torchtitan's Python configs; its TOML "
+                                    f"release ({TOML_COMMIT}) has none")
+        elif where not in IGNORED_KEYS:
+            if prefix:
+                section, name = where.split(".", 1)
+                close = _near_miss(section, name, (*TOML_KEYS, *IGNORED_KEYS))
+                if close is not None:
+                    raise InvalidInputError(f"{path}: [{prefix}] {key} is not a key pipeplan knows (did you mean "
+                                            f"{close}?)")
+            unknown.add(where)
         values[where] = (value, f"{path.name}: [{prefix}] {key} = {json.dumps(value)}")
     return values
 
 
 def _toml_default(key: str, file: str) -> tuple[Any, str]:
-    """The TOML release's default for ``section.key``, with a source naming it."""
+    """The TOML release's default for ``section.key`` (a key of :data:`TOML_KEYS`), with a source naming it."""
     section, name = key.split(".", 1)
-    default = TOML_FIELDS[section][name][1]
-    return default, (f"torchtitan default ({file} does not set [{section}] {name}; torchtitan {TOML_COMMIT} "
-                     "torchtitan/config/job_config.py)")
+    return TOML_KEYS[key][1], (f"torchtitan default ({file} does not set [{section}] {name}; torchtitan "
+                               f"{TOML_COMMIT} torchtitan/config/job_config.py)")
 
 
 # ------------------------------------------------------------------ Python
@@ -260,8 +340,9 @@ def _ac_mode(node: ast.expr) -> str | None:
     return None
 
 
-def _python_values(path: Path, tree: ast.Module, unread: list[str]) -> Values:
-    """What a Python config sets, literals only (``unread``: what it sets that is no literal)."""
+def _python_values(path: Path, tree: ast.Module, unread: list[str], unknown: set[str]) -> Values:
+    """What a Python config sets, literals only (``unread``: what it sets that is no literal; ``unknown``:
+    the keys of ``ParallelismConfig`` / ``TrainingConfig`` it sets that pipeplan does not know)."""
     name = path.name
     literals = {node.targets[0].id: node.value for node in tree.body
                 if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)}
@@ -269,15 +350,18 @@ def _python_values(path: Path, tree: ast.Module, unread: list[str]) -> Values:
 
     def put(key: str, node: ast.expr, shown: str) -> None:
         section, field_name = key.split(".", 1)
-        if section in PYTHON_FIELDS and field_name not in PYTHON_FIELDS[section]:
-            raise InvalidInputError(f"{name} line {node.lineno}: torchtitan's {section} config has no field "
-                                    f"{field_name!r}")
+        known = key in TOML_KEYS or key in PYTHON_KEYS or key in IGNORED_KEYS
+        if section in _CONFIG_CLASSES.values() and not known:
+            close = _near_miss(section, field_name, (*TOML_KEYS, *PYTHON_KEYS, *IGNORED_KEYS))
+            if close is not None:
+                raise InvalidInputError(f"{name} line {node.lineno}: {field_name!r} is not a field of torchtitan's "
+                                        f"{section} config pipeplan knows (did you mean {close}?)")
+            unknown.add(key)
         ok, value = _literal(node)
         if not ok:
             unread.append(f"{shown} = {ast.unparse(node)} (line {node.lineno}) is no literal: not read")
             return
-        annotation = TOML_FIELDS.get(section, {}).get(field_name)
-        expected = annotation[0] if isinstance(annotation, tuple) else "int" if field_name in _PYTHON_INTS else None
+        expected = TOML_KEYS[key][0] if key in TOML_KEYS else PYTHON_KEYS.get(key)
         if expected is not None and not _type_ok(expected, value):
             raise InvalidInputError(f"{name} line {node.lineno}: {shown} = {ast.unparse(node)} is not {expected}")
         values[key] = (value, f"{name}: {shown} = {ast.unparse(node)}")
@@ -309,7 +393,7 @@ def _python_values(path: Path, tree: ast.Module, unread: list[str]) -> Values:
                                                             f"{name}: activation_checkpoint={ast.unparse(keyword.value)}")
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = _dotted(node.targets[0])
-            if len(target) >= 3 and target[-2] in PYTHON_FIELDS:
+            if len(target) >= 3 and target[-2] in _CONFIG_CLASSES.values():
                 put(f"{target[-2]}.{target[-1]}", node.value, ".".join(target))
             elif target and target[-1] == "activation_checkpoint" and _ac_mode(node.value):
                 values["activation_checkpoint.mode"] = (_ac_mode(node.value),
@@ -324,8 +408,10 @@ def _python_values(path: Path, tree: ast.Module, unread: list[str]) -> Values:
 class _Reader:
     """Turns ``section.key`` values (and, for TOML, the release's defaults) into a RunConfig."""
 
-    def __init__(self, path: Path, values: Values, *, toml: bool, pipeplan_toml: bool = False) -> None:
+    def __init__(self, path: Path, values: Values, *, toml: bool, pipeplan_toml: bool = False,
+                 unknown: frozenset[str] = frozenset()) -> None:
         self.path, self.values, self.toml, self._pipeplan_toml = path, values, toml, pipeplan_toml
+        self.unknown = unknown
         self.settings: dict[str, Setting] = {}
         self.notes: list[str] = []
 
@@ -333,8 +419,7 @@ class _Reader:
         """The file's value of ``key``, or (TOML) the release's default; ``None`` where neither."""
         if key in self.values:
             return self.values[key]
-        section, name = key.split(".", 1)
-        if self.toml and name in TOML_FIELDS.get(section, {}):
+        if self.toml and key in TOML_KEYS:
             return _toml_default(key, self.path.name)
         return None
 
@@ -362,7 +447,8 @@ class _Reader:
         if (param := self.get("training.mixed_precision_param")) is not None and param[0] in _PRECISION:
             self.set("precision", _PRECISION[param[0]], param[1])
         model, model_source = self._model()
-        ignored = tuple(f"{key} = {json.dumps(value)}" for key, (value, _) in self.values.items()
+        ignored = tuple(f"{key} = {json.dumps(value)}" + (f" {_NOT_A_KEY}" if key in self.unknown else "")
+                        for key, (value, _) in self.values.items()
                         if key not in _READ and not key.startswith("pipeplan."))
         return RunConfig(engine="torchtitan", path=str(self.path), settings=self.settings, model=model,
                          model_source=model_source, ignored=ignored, notes=tuple(self.notes))
@@ -646,8 +732,8 @@ def read_torchtitan_config(path: Path | str) -> RunConfig:
     """A torchtitan TOML or Python config (or the folder pipeplan's torchtitan export wrote), read.
 
     Raises:
-        InvalidInputError: a section or key torchtitan does not have, a value of the wrong
-            type, a schedule torch has no class for, a DeepSpeed or Megatron-LM file (one line).
+        InvalidInputError: a near miss of a section or key pipeplan knows, a value of the wrong type
+            of a key it reads, a schedule torch has no class for, a DeepSpeed or Megatron-LM file (one line).
     """
     given = Path(path)
     file = _pick(given)
@@ -657,21 +743,23 @@ def read_torchtitan_config(path: Path | str) -> RunConfig:
         raise InvalidInputError(f"{file}: cannot read it ({error})") from None
     _refuse_other_engine(file, text)
     unread: list[str] = []
+    unknown: set[str] = set()
     if file.suffix == ".py":
         try:
             tree = ast.parse(text, filename=str(file))
         except SyntaxError as error:
             _refuse_megatron(file, text)
             raise InvalidInputError(f"{file}: not Python ({error.msg}, line {error.lineno})") from None
-        reader = _Reader(file, _python_values(file, tree, unread), toml=False)
+        reader = _Reader(file, _python_values(file, tree, unread, unknown), toml=False, unknown=frozenset(unknown))
     else:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
             _refuse_megatron(file, text)
             raise InvalidInputError(f"{file}: not TOML ({error})") from None
-        reader = _Reader(file, _toml_values(file, data, TOML_FIELDS), toml=True,
-                         pipeplan_toml=text.startswith("# pipeplan:"))
+        values = _toml_values(file, data, unknown)
+        reader = _Reader(file, values, toml=True, pipeplan_toml=text.startswith("# pipeplan:"),
+                         unknown=frozenset(unknown))
     reader.notes.extend(unread)
     config = reader.read()
     if given != file:

@@ -10,8 +10,28 @@ docs/presets.md). Layout (what the planner assumes about where ranks sit): the
 ``pp`` ranks of one pipeline are consecutive GPUs, so a pipeline fills a node
 before it crosses to the next, and the ``dp`` replicas of a stage are ``pp``
 GPUs apart. A pipeline boundary uses :attr:`Cluster.intra_node` when both ranks
-are on one node in every replica and :attr:`Cluster.inter_node` otherwise; a
-data-parallel group uses the inter-node link as soon as ``pp · dp`` exceeds a node.
+are on one node in every replica and :attr:`Cluster.inter_node` otherwise (one
+message on one NIC). Every collective over a group of GPUs is priced on
+:meth:`Cluster.collective_link` (the one owner): the intra-node link while the
+group fits one node; across nodes, NCCL's rail rule below.
+
+**Collectives across nodes (the rail rule).** NCCL builds its rings as channels,
+one channel per NIC rail, and each channel's ring crosses each node once; a node
+whose ``k`` GPUs are in the group therefore drives ``k`` NICs at once, and the
+collective's bus bandwidth between nodes is ``min(k × per-NIC busbw, intra-node
+busbw)`` (the ring's hops inside a node run on the intra-node link). ``k`` is the
+group's GPUs per node, ``gpus_per_node // stride`` for members ``stride`` GPUs
+apart: a data-parallel group at ``tp · pp`` apart (the ``tp · pp`` such groups of a
+node share its NICs) has ``gpus_per_node / (tp · pp)`` on each node; HSDP's
+replication across nodes has 1. Sources: NVIDIA/nccl issue #412 (sjeaugey, NVIDIA):
+an all-reduce over 8-A100 nodes with one HDR NIC each reaches 24 GB/s busbw
+between nodes, and "you can add more NICs and you should get more bandwidth, up
+to 160GB/s which is the NVLink intra-node bandwidth of your system";
+NVIDIA/nccl-tests issue #119: 3 nodes of 8 A100 with 4 HDR NICs each, all_reduce
+busbw 84.8 GB/s on average and ~96 GB/s at its peak, against the 4 × 25 GB/s of
+its NICs; nccl-tests #175: 2 such nodes, 86 GB/s; NVIDIA/nccl #495: 8 × 100 Gb/s
+RoCE NICs per A100 node reach 75 GB/s (600 Gb/s). Pipeline messages stay one NIC
+per message (:meth:`Cluster.pipeline_link`).
 """
 
 from __future__ import annotations
@@ -24,7 +44,23 @@ from ..errors import InvalidInputError
 from ..hardware import Device, Link
 from ..limits import MAX_GPUS
 
-__all__ = ["Cluster", "allreduce_ms", "ring_pass_ms"]
+__all__ = ["Cluster", "allreduce_ms", "ring_pass_ms", "rail_bus_bandwidth"]
+
+
+def rail_bus_bandwidth(nic: Link, intra: Link, gpus_per_node_in_group: int) -> float:
+    """Bus bandwidth between nodes of a collective with ``k`` of its GPUs on each node, bytes/s (module doc).
+
+    NCCL runs one ring channel per NIC rail and each channel crosses each node
+    once (NVIDIA/nccl #412, nccl-tests #119), so ``k`` GPUs of a node drive ``k``
+    NICs: ``min(k × nic.bus_bandwidth, intra.bus_bandwidth)``, the intra-node link
+    bounding the ring's hops inside a node. ``k = 1`` has no such hop:
+    ``nic.bus_bandwidth``. Where the intra-node link is slower than one NIC (PCIe
+    nodes) ``k ≥ 2`` gets the intra-node rate, below one NIC's.
+    """
+    k = positive_int("gpus_per_node_in_group", gpus_per_node_in_group)
+    if k == 1:
+        return nic.bus_bandwidth
+    return min(k * nic.bus_bandwidth, intra.bus_bandwidth)
 
 
 def ring_pass_ms(link: Link, num_bytes: float, group: int) -> float:
@@ -138,6 +174,29 @@ class Cluster:
                 return self.between_nodes
         return self.intra_node
 
+    def collective_link(self, group: int, stride: int) -> Link:
+        """The link a collective over ``group`` GPUs ``stride`` apart runs on: every collective's one owner.
+
+        Inside one node (``group · stride ≤ gpus_per_node``): :attr:`intra_node`.
+        Across nodes: :attr:`between_nodes` with its bus bandwidth by the rail
+        rule (module doc, :func:`rail_bus_bandwidth`) for ``k = max(1,
+        gpus_per_node // stride)`` GPUs of the group per node (the fewest any node
+        holds; the slowest node gates the ring); its latency and point-to-point
+        bandwidth are the inter-node link's. ``k = 1``: :attr:`between_nodes` itself.
+        """
+        positive_int("group", group)
+        positive_int("stride", stride)
+        if group * stride <= self.gpus_per_node:
+            return self.intra_node
+        nic = self.between_nodes
+        k = min(group, max(1, self.gpus_per_node // stride))
+        if k == 1:
+            return nic
+        bus = rail_bus_bandwidth(nic, self.intra_node, k)
+        return replace(nic, name=f"{nic.name} x{k} rails", allreduce_bandwidth=bus,
+                       description=f"{nic.description}; {k} GPUs of the group per node: NCCL's rings over {k} NIC "
+                                   f"rails, bus bandwidth {bus / 1e9:.0f} GB/s (planner/cluster.py)")
+
     def data_parallel_link(self, pp: int, dp: int) -> Link:
-        """The link a data-parallel group (GPUs ``pp`` apart) is limited by."""
-        return self.intra_node if pp * dp <= self.gpus_per_node else self.between_nodes
+        """The link a data-parallel group (``dp`` GPUs ``pp`` apart) runs its collectives on (:meth:`collective_link`)."""
+        return self.collective_link(dp, pp)

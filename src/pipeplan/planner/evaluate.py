@@ -51,6 +51,8 @@ from .space import Config
 from .step import (GradientSync, RankRest, StepRest, exposed_reduction_ms, fsdp_exposed_ms, gradient_sync,
                    overlap_window, rank_optimizer_ms, reduction_ms, step_rest)
 from .workload import Workload
+from .engine_costs import EngineCosts
+from ..models.tensor_counts import layer_tensor_counts
 
 __all__ = ["Evaluator", "evaluate_layout"]
 
@@ -76,6 +78,11 @@ class Evaluator:
         sync: how gradients are reduced over data parallel, a
             :class:`~pipeplan.planner.step.GradientSync` or a preset name
             (default ``"megatron"``: no overlap, Megatron-LM's default).
+        hooks: the engine's host time per trainable parameter tensor, µs:
+            ``(each microbatch's backward, each optimizer step)``
+            (:mod:`pipeplan.planner.engine_costs`: DeepSpeed's hooks); each layer's
+            backward lasts at least its hooks' time, the optimizer step at least the
+            rank's step hooks'. Needs a spec (tensor counts); ``None``: none.
 
     Attributes:
         stats: what was solved, simulated and reused.
@@ -86,7 +93,15 @@ class Evaluator:
                  optimizer: str | float = "adam", send_mode: str = "eager", *,
                  rank_capacity: Literal["exact", "even"] = "even",
                  sync: GradientSync | str = "megatron", dp_mode: str = data_parallel.REPLICATED,
-                 stats: SearchStats | None = None, shapes: dict[str, dict[tuple[Any, ...], Any]] | None = None) -> None:
+                 stats: SearchStats | None = None, shapes: dict[str, dict[tuple[Any, ...], Any]] | None = None,
+                 hooks: tuple[float, float] | None = None) -> None:
+        hooked = hooks is not None and any(hooks) and workload.spec is not None
+        self.tensors = layer_tensor_counts(workload.spec) if hooked else []  # trainable tensors per layer
+        self.step_hook_ms = 0.0
+        if hooks is not None and self.tensors:
+            backward_us, step_us = hooks
+            workload = workload.with_backward_floor([backward_us * 1e-3 * n for n in self.tensors])
+            self.step_hook_ms = step_us * 1e-3
         self.workload = workload
         self.cluster = cluster
         self.capacity = capacity
@@ -99,8 +114,11 @@ class Evaluator:
             # FSDP2 prefetches each layer's gather; behind a pipeline (torch.distributed.pipelining) a stage
             # reduce-scatters its gradients once, after its last microbatch's backward: one bucket per rank,
             # exposed from the rank's own end (a rank that ends early hides it in the drain)
-            self.sync = GradientSync(dp_mode, overlap_grad_reduce=True, bucket_bytes=math.inf,
-                                     bucket_first_stage_only=False, overlap_param_gather=True)
+            # (an engine's exposed reduce-scatters keep its sync's name: DeepSpeed's ZeRO-3 without overlap_comm)
+            self.sync = GradientSync(dp_mode if self.sync.overlap_scatter else self.sync.name,
+                                     overlap_grad_reduce=True, bucket_bytes=math.inf,
+                                     bucket_first_stage_only=False, overlap_param_gather=True,
+                                     overlap_scatter=self.sync.overlap_scatter)
         self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node)
         self.sharded = self.mode.shards_state or optimizer == "distributed"
         self.links = Links(workload, cluster, send_mode, distributed=self.sharded)
@@ -153,6 +171,7 @@ class Evaluator:
                          else self.sync.bucket(config.dp, per.reduce))  # the parameter gather buckets like rank 0
         step = self.memory.step_bytes(config.dp, config.pp)
         held = self._held_trainable(config.micro_batch_size, layout)
+        overlap = self.sync.overlaps(config.pp)
         ranks = []
         for rank in range(len(layout.static)):
             stages = [s for s, r in enumerate(layout.placement) if r == rank]
@@ -163,7 +182,7 @@ class Evaluator:
             last = self._reduction_ms(dp_link, min(bucket, grads), config)
             end = 0.0
             exposed = reduction
-            if self.sync.overlap_grad_reduce:
+            if overlap:
                 exposed = last
                 if timeline is not None:
                     work = _gradient_work(timeline, rank, {s: stage_params[s] * per.reduce for s in stages}, to_ms)
@@ -173,18 +192,21 @@ class Evaluator:
                         window += _gradient_time(timeline, rank, set(stages), to_ms) - sum(
                             finish - start for start, finish, _ in work)
                     exposed = exposed_reduction_ms(reduction, window_ms=window, last_bucket_ms=last)
-            gather = ring_pass_ms(self._shard_link(dp_link), params * per.gather, shards) if sharded else 0.0
+            gather = ring_pass_ms(self._shard_link(config), params * per.gather, shards) if sharded else 0.0
             gather_exposed = gather
             if sharded and self.sync.overlap_param_gather and params > 0:
                 share = min(1.0, gather_bucket / (params * per.reduce)) if per.reduce else 1.0
-                gather_exposed = ring_pass_ms(self._shard_link(dp_link), share * params * per.gather, shards)
+                gather_exposed = ring_pass_ms(self._shard_link(config), share * params * per.gather, shards)
             if self.memory.unsharded_layers(config.pp):  # FSDP without a pipeline: per layer, every microbatch
                 reduction, exposed, gather, gather_exposed, _ = self._fsdp_per_microbatch(config, layout, per, dp_link)
                 end = 0.0 if timeline is None else float(timeline.makespan) * to_ms  # exposed after the compute
             optimizer = rank_optimizer_ms(params, device=self.cluster.device, **step)  # type: ignore[arg-type]
+            if self.step_hook_ms:  # the engine's per-tensor step on the host, beside the fused step on the GPU
+                tensors = sum(self.tensors[i] for s in stages for i in range(bounds[s], bounds[s + 1]))
+                optimizer = max(optimizer, self.step_hook_ms * tensors)
             ranks.append(RankRest(end, reduction, exposed, gather, gather_exposed, optimizer))
         makespan = None if timeline is None else float(timeline.makespan) * to_ms
-        return step_rest(ranks, makespan, overlap_grad_reduce=self.sync.overlap_grad_reduce)
+        return step_rest(ranks, makespan, overlap_grad_reduce=overlap)
 
     def _held_trainable(self, micro_batch_size: int, layout: Layout) -> list[float]:
         """Per rank, the trainable parameters it holds, a tied table held twice (embedding and head) once (cached)."""
@@ -203,17 +225,19 @@ class Evaluator:
         """Gradient collectives per step (:meth:`~pipeplan.data_parallel.DataParallelMode.reductions_per_step`)."""
         return self.mode.reductions_per_step(config.num_microbatches)
 
-    def _shard_link(self, dp_link: Link) -> Link:
-        """The link a shard group's collectives run on (HSDP: inside a node)."""
-        return self.cluster.intra_node if self.mode.shards_within_node else dp_link
+    def _shard_link(self, config: Config) -> Link:
+        """The link a shard group's collectives run on: its ``shards`` GPUs ``pp`` apart (HSDP: inside a node)."""
+        return self.cluster.collective_link(self.memory.shards(config.dp, config.pp), config.pp)
 
     def _reduction_ms(self, dp_link: Link, num_bytes: float, config: Config) -> float:
         """The gradient collective of ``num_bytes`` per rank, ms: an all-reduce (DDP), a reduce-scatter
         (sharded modes), HSDP's reduce-scatter in the node and all-reduce of the shard across nodes."""
         if self.mode.shards_within_node:
             shards = self.memory.shards(config.dp, config.pp)
-            return (ring_pass_ms(self.cluster.intra_node, num_bytes, shards)
-                    + allreduce_ms(self.cluster.between_nodes, num_bytes / shards, config.dp // shards))
+            replicas = config.dp // shards  # one GPU of each node's shard group, shards · pp apart
+            return (ring_pass_ms(self._shard_link(config), num_bytes, shards)
+                    + allreduce_ms(self.cluster.collective_link(replicas, shards * config.pp), num_bytes / shards,
+                                   replicas))
         return reduction_ms(dp_link, num_bytes, config.dp, distributed=self.sharded)
 
     def _overlap_floor(self, config: Config) -> float:
@@ -237,7 +261,7 @@ class Evaluator:
             trainable = self.workload.profile(config.micro_batch_size).trainable_params
             largest = max(trainable, default=0.0)
             shards = self.memory.shards(config.dp, config.pp)
-            exposed = ring_pass_ms(self._shard_link(dp_link), largest * per.gather, shards) if largest > 0 else 0.0
+            exposed = ring_pass_ms(self._shard_link(config), largest * per.gather, shards) if largest > 0 else 0.0
         elif self.sharded:
             # the parameter gather of the rank with the most parameters: at least its first bucket shows
             # (all of it without --overlap-param-gather)
@@ -299,10 +323,10 @@ class Evaluator:
         if self.sharded and self.sync.overlap_param_gather:
             params = profile.held_params()[1]
             share = min(1.0, self.sync.bucket(config.dp, per.reduce) / (params * per.reduce))
-            exposed += ring_pass_ms(self._shard_link(dp_link), share * params * per.gather,
+            exposed += ring_pass_ms(self._shard_link(config), share * params * per.gather,
                                     self.memory.shards(config.dp, config.pp))
         elif self.sharded:
-            exposed += ring_pass_ms(self._shard_link(dp_link), profile.held_params()[1] * per.gather,
+            exposed += ring_pass_ms(self._shard_link(config), profile.held_params()[1] * per.gather,
                                     self.memory.shards(config.dp, config.pp))
         return exposed
 
@@ -322,7 +346,7 @@ class Evaluator:
         profile = self.workload.profile(config.micro_batch_size, mode)
         to_ms = 1e3 * self.workload.time_unit
         shards = self.memory.shards(config.dp, config.pp)
-        link = self._shard_link(dp_link)
+        link = self._shard_link(config)
         trainable = np.asarray(profile.trainable_params, dtype=float)
         params = np.asarray(profile.params, dtype=float)
         gathers = [ring_pass_ms(link, p * 2.0, shards) if p > 0 else 0.0 for p in params]
@@ -330,7 +354,10 @@ class Evaluator:
         forward = [f * to_ms for f in profile.forward]
         backward = [b * to_ms for b in profile.backward]
         m = config.num_microbatches
-        exposed = m * fsdp_exposed_ms(forward, backward, gathers, scatters)
+        if self.sync.overlap_scatter:
+            exposed = m * fsdp_exposed_ms(forward, backward, gathers, scatters)
+        else:  # each reduce-scatter on the compute stream (DeepSpeed ZeRO-3 without overlap_comm): all exposed
+            exposed = m * (fsdp_exposed_ms(forward, backward, gathers, [0.0] * len(scatters)) + sum(scatters))
         return m * sum(scatters), exposed, 2 * m * sum(gathers), 0.0, 0.0
 
     def _recompute_by_module(self, layout: Layout) -> dict[str, Recompute]:
@@ -493,15 +520,20 @@ def evaluate_layout(
     optimizer: str | float = "adam",
     send_mode: str = "eager",
     sync: GradientSync | str = "megatron",
+    engine_costs: EngineCosts | None = None,
 ) -> Plan:
     """Simulate one given layout (a baseline, a user's own split) as the search would.
 
     ``config.tp`` and ``config.dp_mode`` are honoured as in the search: the
     workload and cluster one GPU of a ``tp`` group sees, the mode's memory and
-    communication.
+    communication. ``engine_costs`` (DeepSpeed's knobs: :mod:`pipeplan.planner.engine_costs`)
+    replaces ``sync`` for the modes it prices and adds its host hooks.
     """
+    hooks = None
+    if engine_costs is not None:
+        sync, hooks = engine_costs.sync_for(config.dp_mode, sync), engine_costs.hooks_for(config.dp_mode)
     evaluator = Evaluator(workload.with_tensor_parallel(config.tp), cluster.for_tensor_parallel(config.tp),
-                          memory_capacity, optimizer, send_mode, sync=sync, dp_mode=config.dp_mode)
+                          memory_capacity, optimizer, send_mode, sync=sync, dp_mode=config.dp_mode, hooks=hooks)
     return evaluator.evaluate(config, tuple(layers_per_stage),
                               tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)
 

@@ -11,8 +11,11 @@ ranks costs its link's time for the activation the boundary's last layer sends
 (:meth:`~pipeplan.planner.cluster.Cluster.pipeline_link`). The simulator then
 sees each boundary's *time* as its message "bytes" over a bandwidth of 1 with no
 latency. A link's time is NCCL's achievable point-to-point rate, not its line
-rate (:mod:`pipeplan.hardware`). The data-parallel gradient reduction is a ring
-all-reduce at the link's all-reduce bus bandwidth, or a reduce-scatter with the
+rate (:mod:`pipeplan.hardware`); a message between nodes rides one NIC. The
+data-parallel gradient reduction is a ring all-reduce at the bus bandwidth of
+:meth:`~pipeplan.planner.cluster.Cluster.collective_link` (across nodes NCCL's
+rail rule: ``k`` GPUs of the group per node drive ``k`` NICs, up to the
+intra-node link), or a reduce-scatter with the
 distributed optimizer (:func:`~pipeplan.planner.step.reduction_ms`); how much of
 it the backward hides is :mod:`pipeplan.planner.step`'s. Times come back in the
 profile's unit (``workload.time_unit`` seconds each; links work in ms).

@@ -21,6 +21,7 @@ from ..errors import InvalidInputError
 from ..partition.choice import PartitionChoice
 from .advice import capacity_text
 from .cluster import Cluster
+from .engine_costs import EngineCosts
 from .memory import OptimizerBytes
 from .step import gradient_sync
 
@@ -88,6 +89,10 @@ class SearchOptions:
             search spans only what it runs (:class:`pipeplan.engines.Runs`: its
             schedules, its data-parallel modes beside a pipeline and those it runs
             only without one); ``None``: every schedule and mode.
+        engine_costs: what the engine's knobs change in the step beyond the workload
+            (:class:`~pipeplan.planner.engine_costs.EngineCosts`: DeepSpeed's gradient
+            sync per ZeRO stage, replacing ``sync`` for the modes it prices, and its host
+            hooks); ``None``: nothing.
     """
 
     pp: int | None = None
@@ -108,6 +113,7 @@ class SearchOptions:
     dp_modes: Sequence[str] | None = None
     sync: str = "megatron-overlap"
     engine: str | None = None
+    engine_costs: EngineCosts | None = None
 
     def __post_init__(self) -> None:
         if self.dp_modes is not None:

@@ -340,10 +340,14 @@ class _Search:
         if evaluator is None:
             if config.tp not in self._workloads:  # one per degree: the evaluators of its modes share its profiles
                 self._workloads[config.tp] = self.workload.with_tensor_parallel(config.tp)
+            costs = self.options.engine_costs
             evaluator = Evaluator(self._workloads[config.tp],
                                   self.cluster.for_tensor_parallel(config.tp), self.capacity,
                                   self.options.optimizer, self.options.send_mode, dp_mode=config.dp_mode,
-                                  stats=self.stats, sync=self.options.sync, shapes=self._shapes)
+                                  stats=self.stats, shapes=self._shapes,
+                                  sync=self.options.sync if costs is None else costs.sync_for(config.dp_mode,
+                                                                                             self.options.sync),
+                                  hooks=None if costs is None else costs.hooks_for(config.dp_mode))
             self._evaluators[key] = evaluator
         return evaluator
 

@@ -115,6 +115,14 @@ class GradientSync:
             other ranks reduce in one bucket.
         overlap_param_gather: the distributed optimizer's parameter all-gather
             overlaps the next forward (Megatron ``--overlap-param-gather``).
+        bucket_elements: bucket size in gradient elements (DeepSpeed's
+            ``reduce_bucket_size``); overrides ``bucket_bytes``.
+        overlap_in_pipeline: the overlap also runs beside a pipeline (``False``:
+            with ``pp > 1`` every reduction waits for the schedule's end, as in
+            DeepSpeed's pipeline engine).
+        overlap_scatter: for the modes that gather per layer (FSDP, ZeRO-3), the
+            gradient reduce-scatters overlap the backward (``False``: DeepSpeed
+            ZeRO-3 with ``overlap_comm`` off, each on the compute stream, exposed).
     """
 
     name: str = "megatron"
@@ -122,11 +130,20 @@ class GradientSync:
     bucket_bytes: float | None = None
     bucket_first_stage_only: bool = True
     overlap_param_gather: bool = False
+    bucket_elements: float | None = None
+    overlap_in_pipeline: bool = True
+    overlap_scatter: bool = True
+
+    def overlaps(self, pp: int) -> bool:
+        """Whether the reduction overlaps the backward in a plan with ``pp`` pipeline ranks."""
+        return self.overlap_grad_reduce and (pp == 1 or self.overlap_in_pipeline)
 
     def bucket(self, dp: int, gradient_bytes_per_param: float, *, pipeline_rank: int = 0) -> float:
         """Bytes of one bucket on ``pipeline_rank`` (``inf``: everything in one bucket)."""
         if not self.overlap_grad_reduce or (self.bucket_first_stage_only and pipeline_rank > 0):
             return math.inf
+        if self.bucket_elements is not None:
+            return self.bucket_elements * gradient_bytes_per_param
         if self.bucket_bytes is not None:
             return self.bucket_bytes
         return max(40_000_000, 1_000_000 * dp) * gradient_bytes_per_param

@@ -55,15 +55,25 @@ planner then considers that mode only, on every stage::
 
 Pinned per module, each layer is costed under its own module's mode and the
 planner labels every stage with the heaviest (:meth:`Workload.with_recompute`).
+
+**An engine's kernels** (:meth:`Workload.with_compute_factor`): the device's
+kernel model times Megatron-style fused kernels; an engine whose kernels run
+slower on a device (torchtitan's eager kernels, ``compile = false``) multiplies
+every layer's compute time (forward, backward, weight-gradient, the stage
+extras) by the engine's fitted factor for that device
+(:attr:`pipeplan.engines.Engine.compute_factors`). Tensor-parallel collectives,
+messages, memory and FLOPs are unchanged::
+
+    work.with_compute_factor(1.33).compute_factor        # 1.33
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .._validation import positive_int
+from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
 from ..hardware import Link, intra_node_link
 from ..layers import LayerProfile
@@ -87,6 +97,17 @@ ProfileSource = Callable[[int, Recompute], LayerProfile]
 TensorSource = Callable[[int, "Recompute | Mapping[str, Recompute]", int], LayerProfile]
 #: tensor-parallel degrees a spec's workload is checked for (a node has at most 16 GPUs here)
 _TP_CANDIDATES = tuple(range(1, 17))
+
+
+def _scaled(profile: LayerProfile, factor: float) -> LayerProfile:
+    """``profile`` with its compute times (forward, backward, weight, measured input-gradient, extras) × ``factor``."""
+    if factor == 1.0:
+        return profile
+    split = None if profile.backward_input is None else [t * factor for t in profile.backward_input]
+    return profile.replaced(forward=[t * factor for t in profile.forward],
+                            backward=[t * factor for t in profile.backward],
+                            weight=[t * factor for t in profile.weight], backward_input=split,
+                            first_extra=profile.first_extra * factor, last_extra=profile.last_extra * factor)
 
 
 @dataclass(frozen=True)
@@ -119,6 +140,8 @@ class Workload:
         recompute_by_module: a recompute mode per module pinned by
             :meth:`with_recompute` (every module of :attr:`spec`); ``None``: one mode
             for every module, the one each profile is asked for.
+        compute_factor: every layer's compute time as the device's kernel model
+            gives it, times this (an engine's kernels on the device; module doc).
     """
 
     source: ProfileSource
@@ -135,7 +158,9 @@ class Workload:
     sequence_parallel: bool = True
     tp_comm_overlap: TpCommOverlap = "backward"
     recompute_by_module: Mapping[str, Recompute] | None = field(default=None, compare=False)
-    _rebuild: Callable[[bool, TpCommOverlap], Workload] | None = field(default=None, repr=False, compare=False)
+    compute_factor: float = 1.0
+    _rebuild: Callable[[bool, TpCommOverlap, float], Workload] | None = field(default=None, repr=False,
+                                                                               compare=False)
     _cache: dict[tuple[int, str], LayerProfile] = field(default_factory=dict, repr=False, compare=False)
     #: results derived from the profiles alone (partitions ignoring memory), shared by their users
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -173,7 +198,8 @@ class Workload:
 
     @classmethod
     def from_spec(cls, spec: Any, device: Any, *, tensor_parallel: int = 1, tp_link: Link | None = None,
-                  sequence_parallel: bool = True, tp_comm_overlap: TpCommOverlap = "backward") -> Workload:
+                  sequence_parallel: bool = True, tp_comm_overlap: TpCommOverlap = "backward",
+                  compute_factor: float = 1.0) -> Workload:
         """Every micro-batch size and recompute mode of a :class:`~pipeplan.models.spec.ModelSpec` on ``device``.
 
         Times are ``layer_profile`` milliseconds (each layer's kernels
@@ -190,19 +216,22 @@ class Workload:
                 the weight-gradient GEMMs, the forward's exposed), ``"on"``
                 (``--tp-comm-overlap``: the forward's hidden behind the layer's forward
                 too, the backward's behind its whole backward) or ``"off"`` (all exposed).
+            compute_factor: each layer's kernel times (not its TP collectives) times this
+                (:meth:`with_compute_factor`).
 
         Raises:
             InvalidInputError: ``tensor_parallel`` does not divide a module's heads or FFN width,
                 or an unknown ``tp_comm_overlap``.
         """
         link = tp_link if tp_link is not None else intra_node_link(getattr(device, "name", ""))
+        positive_float("compute_factor", compute_factor)
         if tp_comm_overlap not in TP_COMM_OVERLAPS:
             raise InvalidInputError(f"tp_comm_overlap must be one of {', '.join(TP_COMM_OVERLAPS)}, "
                                     f"got {tp_comm_overlap!r}")
 
         def tensor_source(size: int, mode: Recompute | Mapping[str, Recompute], tp: int) -> LayerProfile:
-            profile = layer_profile(spec, device, size, recompute=mode, tensor_parallel=tp,
-                                    sequence_parallel=sequence_parallel and tp > 1)
+            profile = _scaled(layer_profile(spec, device, size, recompute=mode, tensor_parallel=tp,
+                                            sequence_parallel=sequence_parallel and tp > 1), compute_factor)
             if tp == 1:
                 return profile
             latency = ring_pass_ms(link, 0.0, tp)  # ms per pass, and per byte of its buffer
@@ -253,8 +282,10 @@ class Workload:
             spec=spec,
             sequence_parallel=sequence_parallel,
             tp_comm_overlap=tp_comm_overlap,
-            _rebuild=lambda sp, overlap: cls.from_spec(spec, device, tensor_parallel=tensor_parallel, tp_link=link,
-                                                       sequence_parallel=sp, tp_comm_overlap=overlap),
+            compute_factor=compute_factor,
+            _rebuild=lambda sp, overlap, factor: cls.from_spec(spec, device, tensor_parallel=tensor_parallel,
+                                                               tp_link=link, sequence_parallel=sp,
+                                                               tp_comm_overlap=overlap, compute_factor=factor),
         )
 
     @classmethod
@@ -411,10 +442,62 @@ class Workload:
         if self._rebuild is None:
             raise InvalidInputError("sequence parallelism and TP communication overlap apply to tensor parallelism, "
                                     "which needs a model spec (--preset or --spec), not a measured profile")
-        rebuilt = self._rebuild(sp, overlap).with_tensor_parallel(self.tensor_parallel)
+        rebuilt = self._rebuild(sp, overlap, self.compute_factor).with_tensor_parallel(self.tensor_parallel)
         if self.recompute_by_module is not None:
             return rebuilt.with_recompute(self.recompute_by_module)
         return replace(rebuilt, recompute_modes=self.recompute_modes, _cache={}, memo={})
+
+    def with_compute_factor(self, factor: float) -> Workload:
+        """The same spec's workload with every layer's compute time (not its TP collectives) times ``factor``.
+
+        An engine's kernels on a device (module doc): the factor replaces the one
+        the workload had (it does not compound). Tensor parallelism, its knobs and
+        the recompute modes are kept.
+
+        Raises:
+            InvalidInputError: ``factor`` is not positive, or a workload not built by
+                :meth:`from_spec` (a measured profile's times are the engine's own).
+        """
+        positive_float("compute_factor", factor)
+        if factor == self.compute_factor:
+            return self
+        if self._rebuild is None:
+            raise InvalidInputError("an engine's kernel factor applies to a model spec (--preset or --spec); a "
+                                    "measured profile's times are already its engine's")
+        rebuilt = self._rebuild(self.sequence_parallel, self.tp_comm_overlap, factor)
+        rebuilt = rebuilt.with_tensor_parallel(self.tensor_parallel)
+        if self.recompute_by_module is not None:
+            return rebuilt.with_recompute(self.recompute_by_module)
+        return replace(rebuilt, recompute_modes=self.recompute_modes, _cache={}, memo={})
+
+    def with_backward_floor(self, floor_ms: Sequence[float]) -> Workload:
+        """The workload with each layer's backward lasting at least ``floor_ms[l]`` milliseconds per microbatch.
+
+        What the host must do per layer and microbatch beside the GPU (an engine's
+        gradient hooks: DeepSpeed's, :mod:`pipeplan.planner.engine_costs`): the GPU runs
+        the kernels the host launched ahead of it, so the host's time shows only where it
+        is longer than the layer's GPU time (``max``, per layer). The recompute modes,
+        the tensor-parallel degree and the knobs are kept (set the knobs first:
+        :meth:`with_tensor_knobs` does not apply to the result); all zeros: the same workload.
+
+        Raises:
+            InvalidInputError: a profile whose layer count is not ``len(floor_ms)``.
+        """
+        scale = 1e-3 / self.time_unit
+        floor = [float(f) * scale for f in floor_ms]
+        if not any(floor):
+            return self
+
+        def floored(profile: LayerProfile) -> LayerProfile:
+            if len(floor) != profile.num_layers:
+                raise InvalidInputError(f"a backward floor needs one value per layer ({profile.num_layers}), "
+                                        f"got {len(floor)}")
+            return profile.replaced(backward=[max(float(b), f) for b, f in zip(profile.backward, floor)])
+
+        source, tensor = self.source, self.tensor_source
+        return replace(self, source=lambda size, mode: floored(source(size, mode)),
+                       tensor_source=None if tensor is None else (lambda size, mode, tp: floored(tensor(size, mode, tp))),
+                       _rebuild=None, _cache={}, memo={})
 
     @property
     def num_layers(self) -> int:

@@ -195,9 +195,11 @@ def profile_model(
     if max_spread is not None:
         check_spread(profile, max_spread)
     calibration = None
+    calibration_load: list[float] | None = None
     if calibrate and nproc > 1:
         sizes = sorted(set(profile.send_bytes))
         chosen = [sizes[0], sizes[len(sizes) // 2], sizes[-1]] if sizes else []
+        calibration_load = list(os.getloadavg())  # others' load as core sharing is measured (ours: this process)
         calibration = spawn(_calibrate_rank, nproc, config, chosen, repeats, backend,
                             backend=backend, timeout=timeout)[0]
     notes = {
@@ -214,6 +216,7 @@ def profile_model(
         "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
         "loadavg_before": list(before),
         "loadavg_after": list(os.getloadavg()),
+        **({} if calibration_load is None else {"loadavg_calibration": calibration_load}),
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

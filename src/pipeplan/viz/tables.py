@@ -11,7 +11,8 @@ the makespan, the bubble ratio and the zero-bubble paper's span bubble rate::
     >>> table.row_count, table.caption
     (3, 'makespan 13 ms · bubble ratio 30.8% · span bubble rate 7.7%')
 
-Times are milliseconds (the unit of every cost the CLI takes); idle causes that are
+:data:`BUBBLE_LEGEND` says what the caption's two bubble figures are, once, for the line beneath
+the table. Times are milliseconds (the unit of every cost the CLI takes); idle causes that are
 zero on every rank get no column. Activation sizes are in binary units
 (:func:`pipeplan.units.format_bytes`); a timeline whose costs gave none
 (``activation_sizes=False``) gets no bytes column rather than microbatches counted as bytes.
@@ -25,7 +26,13 @@ from ..units import format_bytes
 from ..timeline import expect_timeline
 from ..timeline import IdleCause, Timeline
 
-__all__ = ["rank_table", "format_time"]
+__all__ = ["rank_table", "format_time", "BUBBLE_LEGEND"]
+
+#: What the caption's two bubble figures mean, for the line a caller prints beneath the table
+#: (the names are :class:`~pipeplan.timeline.Timeline`'s and ``--json``'s: ``bubble_ratio``, ``span_bubble_rate``).
+BUBBLE_LEGEND = ("bubble ratio: the share of all ranks' time spent idle, 1 − Σ busy / (ranks × makespan); "
+                 "span bubble rate (the zero-bubble paper's): (longest rank span − busiest rank's busy time) / "
+                 "longest span, a span running from a rank's first action to its last")
 
 def format_time(value: float) -> str:
     """A time with 4 significant digits, without exponent below 10**6: ``12.35``, ``7,890``."""

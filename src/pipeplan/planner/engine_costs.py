@@ -1,0 +1,81 @@
+"""An engine's knobs priced in the step: its gradient sync per data-parallel mode and its host time per tensor.
+
+    from pipeplan import engines
+    from pipeplan.planner.engine_costs import EngineCosts
+    costs = EngineCosts.of(engines.get("deepspeed"), {"overlap-comm": "on"})
+    costs.sync_for("zero2", "megatron-overlap")   # GradientSync('deepspeed-overlap', ...): buckets of 5e8 elements
+    costs.hooks_for("zero2")                      # (41.0, 0.0): µs per trainable tensor per backward, per step
+
+An engine whose knobs change more than the kernels (:class:`pipeplan.engines.Pricing`:
+DeepSpeed's ``overlap_comm``, ``reduce_bucket_size`` and the host cost of its hooks) is
+priced here; the search gives each data-parallel mode's evaluator its sync and hooks
+(:class:`~pipeplan.planner.evaluate.Evaluator`). Megatron-LM's knobs change the kernels
+and collectives of the layers and are priced in :class:`~pipeplan.planner.Workload`.
+
+**The host cost of per-tensor hooks.** The GPU runs asynchronously: the host launches a
+layer's kernels and runs its hooks, and the GPU works through what was launched. The
+host's time delays the GPU only where the host falls behind, so the rule is: each layer's
+backward lasts ``max(GPU time, hooks × tensors)`` per microbatch
+(:meth:`~pipeplan.planner.Workload.with_backward_floor`: per layer, so the host gains no
+lead from one layer to spend on the next; for a stack of equal layers the same as per
+stage), and the optimizer step lasts ``max(GPU step, step hooks × tensors on the rank)``.
+The host's own kernel launches are not added: a kernel's time already has the launch
+overhead as its floor, so without hooks the host never falls behind and every other
+engine's step is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .. import data_parallel
+from .step import GradientSync, gradient_sync
+
+if TYPE_CHECKING:
+    from ..engines import Engine
+
+__all__ = ["EngineCosts"]
+
+
+@dataclass(frozen=True)
+class EngineCosts:
+    """An engine's :class:`~pipeplan.engines.Pricing`, turned into syncs and hook times (module doc).
+
+    Attributes:
+        engine: the engine's name.
+        syncs: per data-parallel mode the engine prices, its gradient sync.
+        hooks: per data-parallel mode, µs of host time per trainable parameter tensor:
+            ``(each microbatch's backward, each optimizer step)``.
+    """
+
+    engine: str
+    syncs: Mapping[str, GradientSync] = field(default_factory=dict)
+    hooks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, engine: Engine, knobs: Mapping[str, str]) -> EngineCosts | None:
+        """The costs of ``engine`` with ``knobs`` given; ``None``: nothing beyond the workload."""
+        pricing = engine.pricing(knobs)
+        if pricing is None:
+            return None
+        syncs: dict[str, GradientSync] = {}
+        for mode, overlap in pricing.overlap.items():
+            syncs[mode] = GradientSync(f"{pricing.sync}-overlap" if overlap else pricing.sync,
+                                       overlap_grad_reduce=overlap, bucket_first_stage_only=False,
+                                       bucket_elements=pricing.bucket_elements,
+                                       overlap_in_pipeline=pricing.overlap_in_pipeline)
+        for mode, overlap in pricing.overlap_scatter.items():
+            syncs[mode] = GradientSync(f"{pricing.sync}-overlap" if overlap else pricing.sync,
+                                       overlap_grad_reduce=True, overlap_scatter=overlap)
+        return cls(engine.name, syncs, dict(pricing.hook_us))
+
+    def sync_for(self, mode: str, default: GradientSync | str) -> GradientSync:
+        """The gradient sync of ``mode`` (``default`` where the engine does not price it)."""
+        data_parallel.get(mode)
+        return self.syncs.get(mode) or gradient_sync(default)
+
+    def hooks_for(self, mode: str) -> tuple[float, float]:
+        """µs of host time per trainable tensor of ``mode``: (per microbatch backward, per step); (0, 0) if none."""
+        return self.hooks.get(mode, (0.0, 0.0))
