@@ -92,6 +92,7 @@ def test_lesson16_plan_uses_first_and_last_flags():
         "--pipeline-model-parallel-size", "4", "--num-layers", "32",
         "--decoder-first-pipeline-num-layers", "3", "--decoder-last-pipeline-num-layers", "7",
         "--micro-batch-size", "1", "--global-batch-size", "4",  # m defaults to S in the partitioner
+        "--bf16",  # the mixed precision the step model prices
     ]
     assert megatron_split(args) == [3, 11, 11, 7]
 

@@ -230,7 +230,6 @@ def megatron_args(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
         if plan.tp_comm_overlap == "on":  # Transformer Engine's userbuffers overlap (the step model's "on")
             args.append("--tp-comm-overlap")
     args += ["--micro-batch-size", str(plan.micro_batch_size), "--global-batch-size", str(plan.global_batch)]
-    args.append("--bf16")  # the step model prices bf16 mixed precision; without it Megatron-LM trains in fp32
     args += _DP_FLAGS[plan.dp_mode]
     if plan.grad_sync == "megatron-overlap" and plan.dp > 1:
         args.append("--overlap-grad-reduce")
@@ -241,6 +240,7 @@ def megatron_args(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
         args += ["--recompute-granularity", "selective", "--recompute-modules", "core_attn"]
     elif mode == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    args.append("--bf16")  # the step model prices bf16 mixed precision; without it Megatron-LM trains in fp32
     return args
 
 
