@@ -53,3 +53,19 @@ def make_cluster(gpus: int = 4, memory: float = 4e9, *, gpus_per_node: int = 2) 
     device = Device("test-gpu", memory_bytes=memory, peak_flops=989e12)
     return Cluster(gpus, device, Link("nvlink", latency_ms=0.002, bandwidth=4.5e11),
                    Link("ib", latency_ms=0.005, bandwidth=5e10), gpus_per_node)
+
+
+def tiny_spec_workload() -> tuple[Workload, Cluster]:
+    """A small GPT from a spec (embedding, 8 blocks, head) on 8 H100s: the spec-built workload, priced by the cost model."""
+    from pipeplan import hardware
+    from pipeplan.models.modules import Embedding, LMHead, TransformerStack
+    from pipeplan.models.spec import ModelSpec
+
+    spec = ModelSpec("tiny", (
+        Embedding(name="embed", vocab_size=4096, hidden_size=1024, tokens=256),
+        TransformerStack(name="llm", num_layers=8, hidden_size=1024, num_heads=8, seq_length=256,
+                         ffn_hidden_size=4096),
+        LMHead(name="head", vocab_size=4096, hidden_size=1024, tokens=256),
+    ))
+    cluster = Cluster.of("h100-80g", 8)
+    return Workload.from_spec(spec, hardware.device("h100-80g"), tp_link=cluster.intra_node), cluster

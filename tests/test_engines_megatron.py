@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: flag → TransformerConfig field, as core_transformer_config_from_args passes them (a flag's dest is
 #: its name with "_" for "-"; the two --decoder-*-pipeline-num-layers are renamed there)
 _CONFIG = {
+    "--bf16": "bf16",  # ModelParallelConfig.bf16
     "--num-layers": "num_layers",
     "--pipeline-model-parallel-size": "pipeline_model_parallel_size",
     "--tensor-model-parallel-size": "tensor_model_parallel_size",
@@ -64,7 +65,7 @@ _DDP = {"--use-distributed-optimizer": "use_distributed_optimizer", "--overlap-g
         "--overlap-param-gather": "overlap_param_gather"}
 _INTS = {"num_layers", "pipeline_model_parallel_size", "tensor_model_parallel_size", "num_layers_in_first_pipeline_stage",
          "num_layers_in_last_pipeline_stage", "recompute_num_layers"}
-_SWITCHES = {"--sequence-parallel", "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+_SWITCHES = {"--bf16", "--sequence-parallel", "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
              *_DDP}
 
 
@@ -118,10 +119,11 @@ def _virtual(config: dict, rest: dict) -> int | None:
 def _megatron_split(flags: list[str], hidden: int, heads: int) -> tuple[TransformerConfig, list[tuple[int, int]]]:
     """Megatron-Core's config and, per stage (virtual stage v of rank r is stage v·P + r), (offset, decoder layers)."""
     config, _, rest = _parse(flags)
+    assert config.get("bf16") is True  # the export asks for the bf16 the step model priced
     virtual = _virtual(config, rest)
     pp = config["pipeline_model_parallel_size"]
     made = TransformerConfig(hidden_size=hidden, num_attention_heads=heads, virtual_pipeline_model_parallel_size=virtual,
-                             pipeline_dtype=torch.bfloat16, bf16=True, **config)
+                             pipeline_dtype=torch.bfloat16, **config)
     stages = {}
     parallel_state.set_pipeline_model_parallel_world_size(pp)
     parallel_state.set_virtual_pipeline_model_parallel_world_size(virtual)

@@ -6,21 +6,13 @@ first plan, whatever the machine's load, so these checks count work, not time.
 
 from __future__ import annotations
 
-from pipeplan import hardware
-from pipeplan.models.modules import Embedding, LMHead, TransformerStack
-from pipeplan.models.spec import ModelSpec
 from pipeplan.planner import Cluster, SearchOptions, Workload, search
+
+from _planner_models import tiny_spec_workload
 
 
 def _workload() -> tuple[Workload, Cluster]:
-    spec = ModelSpec("tiny", (
-        Embedding(name="embed", vocab_size=4096, hidden_size=1024, tokens=256),
-        TransformerStack(name="llm", num_layers=8, hidden_size=1024, num_heads=8, seq_length=256,
-                         ffn_hidden_size=4096),
-        LMHead(name="head", vocab_size=4096, hidden_size=1024, tokens=256),
-    ))
-    cluster = Cluster.of("h100-80g", 8)
-    return Workload.from_spec(spec, hardware.device("h100-80g"), tp_link=cluster.intra_node), cluster
+    return tiny_spec_workload()
 
 
 def test_stopped_search_reports_examined_share_and_a_valid_bound() -> None:

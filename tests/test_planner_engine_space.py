@@ -7,23 +7,16 @@ from collections.abc import Callable
 
 import pytest
 
-from pipeplan import engines, hardware
+from pipeplan import engines
 from pipeplan.errors import InvalidInputError
-from pipeplan.models.modules import Embedding, LMHead, TransformerStack
-from pipeplan.models.spec import ModelSpec
 from pipeplan.planner import Cluster, SearchOptions, Workload, search
+
+from _planner_models import tiny_spec_workload
 
 
 @pytest.fixture(scope="module")
 def work() -> tuple[Workload, Cluster]:
-    spec = ModelSpec("tiny", (
-        Embedding(name="embed", vocab_size=4096, hidden_size=1024, tokens=256),
-        TransformerStack(name="llm", num_layers=8, hidden_size=1024, num_heads=8, seq_length=256,
-                         ffn_hidden_size=4096),
-        LMHead(name="head", vocab_size=4096, hidden_size=1024, tokens=256),
-    ))
-    cluster = Cluster.of("h100-80g", 8)
-    return Workload.from_spec(spec, hardware.device("h100-80g"), tp_link=cluster.intra_node), cluster
+    return tiny_spec_workload()
 
 
 @pytest.mark.parametrize("name", engines.names())

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from _processes import live_children
+
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
@@ -98,17 +100,7 @@ def test_a_hung_rank_is_blamed_in_a_pp_by_dp_grid() -> None:
     assert elapsed < 3 + 2 + 15, elapsed
 
 
-def _children() -> set[int]:
-    """Live (not zombie) child processes of this process, from /proc."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else []
-        except OSError:
-            continue
-        if fields and fields[0] != "Z" and int(fields[1]) == os.getpid():
-            found.add(int(entry.name))
-    return found
+_children = live_children
 
 
 @pytest.mark.slow

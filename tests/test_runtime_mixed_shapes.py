@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from _processes import live_children
+
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
@@ -204,17 +206,7 @@ def _bad_worker(rank: int, world_size: int) -> float:
     return runtime.step_microbatches(inputs, targets).loss
 
 
-def _children() -> set[int]:
-    """Live (not zombie) child processes of this process, from /proc."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else []
-        except OSError:
-            continue
-        if fields and fields[0] != "Z" and int(fields[1]) == os.getpid():
-            found.add(int(entry.name))
-    return found
+_children = live_children
 
 
 @pytest.mark.timeout(60)
