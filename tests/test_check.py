@@ -268,3 +268,12 @@ def test_an_engines_default_global_batch_follows_dp(workload: Workload, cluster:
     assert given.plan.global_batch == 64 and given.plan.num_microbatches == 8
     assert engine_default(Filled(1, "Megatron-LM default (train.sh does not set --x)"))
     assert not engine_default(Filled(1, "train.sh: --micro-batch-size 1"))
+
+
+def test_the_scaling_rows_price_the_engine_as_the_check_does(workload: Workload, cluster: Cluster) -> None:
+    """The first scaling row is the checked configuration itself: DeepSpeed's hooks and sync priced in both."""
+    config = _config("deepspeed", tp=1, pp=1, micro_batch_size=1, global_batch=64, dp_mode="zero2",
+                     recompute="none")  # ZeRO-2 without overlap_comm (DeepSpeed's default): exposed reduce-scatter
+    result = check(config, workload, cluster, scaling_gpus=(cluster.num_gpus, 2 * cluster.num_gpus), top=0)
+    first = result.to_dict()["scaling"]["rows"][0]
+    assert first["step_ms"] == pytest.approx(result.to_dict()["predicted"]["step_ms"], rel=1e-12)

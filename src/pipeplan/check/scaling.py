@@ -92,7 +92,8 @@ def _at(pinned: Pinned, cluster: Cluster, gpus: int) -> Plan | str:
     try:
         sized = replace(cluster, num_gpus=gpus)
         return evaluate_layout(pinned.workload, sized, config, plan.layers_per_stage, recompute=plan.recompute,
-                               memory_capacity=cluster.memory_bytes, sync=pinned.sync)
+                               memory_capacity=cluster.memory_bytes, sync=pinned.sync,
+                               engine_costs=pinned.engine_costs)
     except PipeplanError as error:
         return str(error)
 
