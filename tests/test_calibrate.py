@@ -19,7 +19,12 @@ pytest.importorskip("torch")
 def calibrated(tmp_path: Path, run_cli: Any) -> tuple[Path, str]:
     path = tmp_path / "device.json"
     # --repeats 7: medians that hold on a machine other tests load; the quick CPU grid is ~0.1 s a pass.
-    status, out, err = run_cli("calibrate", "--quick", "--repeats", "7", "--out", str(path))
+    # A timing the load made non-monotone is refused by design ("re-run on an idle machine"): run it again,
+    # at most three times, as a user would; any other refusal fails at once.
+    for _ in range(3):
+        status, out, err = run_cli("calibrate", "--quick", "--repeats", "7", "--out", str(path))
+        if not (status == 2 and "non-monotone" in err):
+            break
     assert status == 0, err
     assert err == f"wrote {path}\n"  # on stderr, like every verb's files
     return path, out
