@@ -8,11 +8,20 @@ package (numpy, rich, every verb's parser) is imported inside :func:`main`'s han
 Ctrl-C during that import, the parsing or the work prints ``pipeplan: interrupted`` and
 returns 130 (128 + SIGINT) instead of a traceback. (A Ctrl-C before Python installs its own
 handler ends the process by the signal, which a shell also reports as 130.)
+
+While the package imports, SIGINT is held back (blocked, where the platform can) and delivered
+as soon as the import is done: a KeyboardInterrupt raised inside a C extension's own import
+(numpy importing ``datetime`` through ``PyCapsule_Import``) comes out as an ``ImportError``,
+which no handler could tell from a broken install.
 """
 
 from __future__ import annotations
 
 import sys
+
+TYPE_CHECKING = False  # not typing's: importing typing here would widen the unguarded first moments
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["main", "INTERRUPTED"]
 
@@ -23,8 +32,7 @@ INTERRUPTED = 130
 def main() -> int:
     """Import the command line and run it; a KeyboardInterrupt anywhere in that is one line and 130."""
     try:
-        from pipeplan.cli import main as run
-
+        run = _import_with_sigint_held()
         return run()
     except KeyboardInterrupt:
         try:
@@ -32,6 +40,25 @@ def main() -> int:
         except KeyboardInterrupt:  # a second Ctrl-C while saying so: the status is what matters
             pass
         return INTERRUPTED
+
+
+def _import_with_sigint_held() -> Callable[[], int]:
+    """Import the command line with SIGINT held back; one that came meanwhile is raised when it is done.
+
+    Imports only here, inside :func:`main`'s handler, so that importing this module stays as small
+    as its own ``sys``: a Ctrl-C before :func:`main` runs has nothing to catch it.
+    """
+    import signal
+
+    block = getattr(signal, "pthread_sigmask", None)  # Windows has none: nothing to block with
+    if block is not None:
+        block(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        from pipeplan.cli import main as run
+    finally:
+        if block is not None:
+            block(signal.SIG_UNBLOCK, {signal.SIGINT})
+    return run
 
 
 if __name__ == "__main__":  # pragma: no cover
