@@ -41,7 +41,7 @@ from ._names import LayerName
 from .deepspeed_config import (CONFIG_FILE, DEEPSPEED_SCHEDULES, INTERVAL_NAME, PARTS_NAME, PIPELINE_FILE,
                                PIPELINE_MAX_STAGE, TRAIN_FILE, read_deepspeed_config, zero_stage)
 from ..plan import RECOMPUTE_MODES
-from .record import Engine, Files, Knob, Knobs, NumberKnob, Pricing, Runs
+from .record import BUCKET_TAG, Engine, Files, Knob, Knobs, NumberKnob, Pricing, Runs
 
 __all__ = ["DEEPSPEED_SCHEDULES", "GRADIENT_CLIPPING", "zero_stage", "deepspeed_parts", "deepspeed_config",
            "deepspeed_snippet", "deepspeed_train_script", "deepspeed_files", "deepspeed_notes",
@@ -120,10 +120,13 @@ def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
         "zero_optimization": {"stage": zero_stage(plan.dp_mode)},
     }
     stage = config["zero_optimization"]["stage"]
-    if plan.grad_sync == "deepspeed-overlap" and stage < 3:  # priced with --overlap-comm on (default off at ZeRO 1-2)
+    sync, _, bucket = plan.grad_sync.partition(BUCKET_TAG)
+    if sync == "deepspeed-overlap" and stage < 3:  # priced with --overlap-comm on (default off at ZeRO 1-2)
         config["zero_optimization"]["overlap_comm"] = True
-    elif plan.grad_sync == "deepspeed" and stage == 3:  # priced with --overlap-comm off (default on at ZeRO-3)
+    elif sync == "deepspeed" and stage == 3:  # priced with --overlap-comm off (default on at ZeRO-3)
         config["zero_optimization"]["overlap_comm"] = False
+    if bucket:  # priced with --reduce-bucket-size (not DeepSpeed's default): the sync's name carries it
+        config["zero_optimization"]["reduce_bucket_size"] = int(bucket)
     if strongest_recompute(plan) != "none":
         config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                               "contiguous_memory_optimization": False}

@@ -243,6 +243,11 @@ class Knobs:
         return {knob.name: knob.default for knob in self.knobs}
 
 
+#: what follows an overlapping gradient sync's name when its bucket is not :attr:`Pricing.bucket_elements`'s
+#: default: ``deepspeed-overlap:bucket=100000000`` (a plan records which bucket it was timed with)
+BUCKET_TAG = ":bucket="
+
+
 @dataclass(frozen=True)
 class Pricing:
     """What an engine's knobs change in a step beyond the kernels, as plain numbers the planner prices.

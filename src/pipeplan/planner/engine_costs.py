@@ -41,6 +41,8 @@ from .. import data_parallel
 from ..costs import StageCosts
 from .step import GradientSync, gradient_sync, optimizer_ms
 
+from ..engines.record import BUCKET_TAG, Pricing
+
 if TYPE_CHECKING:
     from ..engines import Engine
 
@@ -107,8 +109,12 @@ class EngineCosts:
         if pricing is None:
             return None
         syncs: dict[str, GradientSync] = {}
+        # an overlapping sync with a bucket other than Pricing's default (DeepSpeed's own) carries it in its name, so
+        # a plan says which bucket it was timed with (DeepSpeed's export writes it: reduce_bucket_size)
+        default = Pricing.__dataclass_fields__["bucket_elements"].default
+        bucket = "" if pricing.bucket_elements == default else f"{BUCKET_TAG}{int(pricing.bucket_elements)}"
         for mode, overlap in pricing.overlap.items():
-            syncs[mode] = GradientSync(f"{pricing.sync}-overlap" if overlap else pricing.sync,
+            syncs[mode] = GradientSync(f"{pricing.sync}-overlap{bucket}" if overlap else pricing.sync,
                                        overlap_grad_reduce=overlap, bucket_first_stage_only=False,
                                        bucket_elements=pricing.bucket_elements,
                                        overlap_in_pipeline=pricing.overlap_in_pipeline)
