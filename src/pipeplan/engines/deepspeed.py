@@ -302,9 +302,11 @@ GPU_HOST_FACTOR = 1.0
 #:   ``optimizer.clear_lp_grads()`` before each non-last stage's backward (``torch._foreach_zero_`` of the
 #:   bf16 grads: 2 bytes written) and ``optimizer.update_hp_grads()`` after it (bf16_optimizer.py
 #:   ``_update_hp_grad``: ``hp_grad.add_(lp.grad.to(fp32))``: 2 read + 4 read + 4 written): 12 bytes. The last
-#:   stage runs ``DeepSpeedEngine.backward``, whose hooks do the same accumulation: charged alike.
-#: * stage 1 (``DeepSpeedZeroOptimizer``): the hooks do nothing until the accumulation boundary
-#:   (stage_1_and_2.py ``reduce_ready_partitions_and_remove_grads``: stage 1 reduces at the boundary only), so
+#:   stage runs ``DeepSpeedEngine.backward``, whose ``backward_prologue`` (``clear_lp_grads``) and
+#:   ``_backward_epilogue`` (``backward_epilogue``: ``update_hp_grads``) do the same: charged alike.
+#: * stage 1 (``DeepSpeedZeroOptimizer``): its gradient hooks (installed with ``overlap_comm`` only) do nothing
+#:   before the accumulation boundary (stage_1_and_2.py ``reduce_ready_partitions_and_remove_grads``: only
+#:   ``partition_gradients``, stage 2, or ``is_gradient_accumulation_boundary()`` reduce), so
 #:   autograd accumulates each microbatch's bf16 gradient into ``param.grad`` (torch's ``AccumulateGrad``:
 #:   ``grad += new``, 2 + 2 read, 2 written): 6 bytes (the first microbatch assigns instead: charged alike).
 ACCUMULATE_BYTES: dict[int, float] = {0: 12.0, 1: 6.0}
