@@ -57,7 +57,8 @@ Pinned per module, each layer is costed under its own module's mode and the
 planner labels every stage with the heaviest (:meth:`Workload.with_recompute`).
 Megatron-LM's ``block:N`` and ``uniform:N`` depend on where each stage starts:
 :meth:`Workload.stage_costs` prices a partition's stages under them (the planner's
-layouts read it), :meth:`Workload.profile` is a lower bound over partitions::
+layouts read it; :meth:`Workload.stage_profile` is its per-layer profile),
+:meth:`Workload.profile` is a lower bound over partitions::
 
     work.with_recompute("block:2").stage_costs(1, "block:2", (8, 8))   # the first 2 blocks of each stage
 
@@ -348,27 +349,35 @@ class Workload:
             self._cache[key] = cached
         return cached
 
-    def stage_costs(self, micro_batch_size: int, recompute: Recompute, sizes: Sequence[int]) -> StageCosts:
-        """Per-stage costs of layers per stage ``sizes`` under ``recompute`` (cached in :attr:`memo`).
+    def stage_profile(self, micro_batch_size: int, recompute: Recompute | None = None,
+                      sizes: Sequence[int] | None = None) -> LayerProfile:
+        """The per-layer profile of the layers of ``sizes`` per stage (``None``: the model as one stage).
 
-        :meth:`profile`'s :meth:`~pipeplan.layers.LayerProfile.stage_costs`, except for
-        Megatron-LM's ``block:N`` and ``uniform:N`` (:func:`pipeplan.plan.stage_recompute`):
-        which blocks recompute depends on where each stage starts, so a spec's workload
-        prices those stages themselves (:func:`~pipeplan.models.layer_costs.layer_costs`
-        with ``stage_sizes``). For those modes :meth:`profile` (what the partitioner and the
-        bounds read) is a lower bound over partitions in time and in bytes: the model as
-        one stage, and under ``block:N`` every block keeping no more than under ``full``.
+        :meth:`profile` itself, except for Megatron-LM's ``block:N`` and ``uniform:N``
+        (:func:`pipeplan.plan.stage_recompute`): which blocks recompute depends on where
+        each stage starts, so a spec's workload prices each layer in its stage
+        (:func:`~pipeplan.models.layer_costs.layer_costs` with ``stage_sizes``). For those
+        modes :meth:`profile` (what the partitioner and the bounds read) is a lower bound
+        over partitions in time and in bytes: the model as one stage, and under ``block:N``
+        no block keeping more than under ``full``. Cached in :attr:`memo`.
         """
+        if recompute is None:
+            recompute = self.lightest_recompute
         profile = self.profile(micro_batch_size, recompute)  # checks the mode and the size
         if stage_recompute(recompute) is None or self.tensor_source is None:
-            return profile.stage_costs(sizes)
-        shared = self.memo.setdefault("staged_costs", {})
-        key = (micro_batch_size, recompute, tuple(sizes))
-        costs = shared.get(key)
-        if costs is None:
-            staged = self.tensor_source(micro_batch_size, recompute, self.tensor_parallel, tuple(sizes))
-            costs = shared[key] = staged.stage_costs(sizes)
-        return costs
+            return profile
+        stages = (profile.num_layers,) if sizes is None else tuple(int(size) for size in sizes)
+        shared = self.memo.setdefault("stage_profiles", {})
+        key = (micro_batch_size, recompute, stages)
+        staged = shared.get(key)
+        if staged is None:
+            staged = shared[key] = self.tensor_source(micro_batch_size, recompute, self.tensor_parallel, stages)
+        return staged
+
+    def stage_costs(self, micro_batch_size: int, recompute: Recompute | None, sizes: Sequence[int]) -> StageCosts:
+        """Per-stage costs of layers per stage ``sizes`` under ``recompute`` (``None``: :attr:`lightest_recompute`):
+        :meth:`stage_profile`'s :meth:`~pipeplan.layers.LayerProfile.stage_costs`."""
+        return self.stage_profile(micro_batch_size, recompute, sizes).stage_costs(sizes)
 
     def with_tensor_parallel(self, tp: int) -> Workload:
         """The workload one GPU of a ``tp``-way tensor-parallel group sees (module doc).
