@@ -164,3 +164,10 @@ def test_simulate_and_model_price_the_stages_as_plan_does(run_cli):
     # one stage: decoders 0 and 1 (layers 1, 2) keep their input only, the rest all they keep without recompute
     assert kept["block:2"][1:3] == kept["uniform:1"][1:3] and kept["block:2"][3:] == kept["none"][3:]
     assert kept["block:2"][1] < kept["none"][1]
+
+
+def test_the_plan_table_names_the_method(run_cli):
+    status, out, err = run_cli("plan", "--preset", "gpt-1.5b", "--gpus", "8", "--global-batch", "32", "--pp", "2",
+                               "--schedules", "1f1b", "--recompute", "block:2", "--top", "1")
+    assert status == 0, err
+    assert "│        b2 │" in out and "bN block:N" in out
