@@ -181,7 +181,7 @@ class Workload:
         if unknown or not self.recompute_modes or ("none" not in self.recompute_modes and not pinned):
             raise InvalidInputError(
                 f"recompute_modes must include 'none' (or be one pinned mode) and be among "
-                f"{', '.join(RECOMPUTE_MODES)}, op, every:N, got {list(self.recompute_modes)}"
+                f"{', '.join(RECOMPUTE_MODES)}, op, every:N, block:N, uniform:N, got {list(self.recompute_modes)}"
             )
         if self.tp_comm_overlap not in TP_COMM_OVERLAPS:
             raise InvalidInputError(f"tp_comm_overlap must be one of {', '.join(TP_COMM_OVERLAPS)}, "
