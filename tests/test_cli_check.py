@@ -143,6 +143,10 @@ ROUND_TRIPS = [
     ("megatron", ["--tp", "2", "--pp", "1", "--dp-modes", "ddp", "--recompute", "full", "--sequence-parallel", "off"]),
     ("megatron", ["--tp", "2", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "zero1", "--recompute", "none",
                   "--tp-comm-overlap", "on"]),
+    # Megatron-LM's --recompute-method block / uniform with --recompute-num-layers N (priced per stage)
+    ("megatron", ["--tp", "2", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "zero1", "--recompute", "block:3"]),
+    ("megatron", ["--tp", "1", "--pp", "2", "--schedules", "interleaved", "--dp-modes", "ddp", "--recompute",
+                  "uniform:2"]),
     ("deepspeed", ["--tp", "1", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "zero1", "--recompute", "none"]),
     ("deepspeed", ["--tp", "1", "--pp", "1", "--dp-modes", "fsdp", "--recompute", "full"]),
     # --reduce-bucket-size is written to ds_config.json and read back (the bucket of the overlap it prices)

@@ -88,7 +88,9 @@ def test_defaults_are_todays_model():
     for mode in RECOMPUTE_MODES:
         assert plain.profile(2, mode).forward == pinned.profile(2, mode).forward
         assert plain.profile(2, mode).backward == pinned.profile(2, mode).backward
-    assert engines.get("megatron").knobs.get("recompute").choices == RECOMPUTE_MODES
+    recompute = engines.get("megatron").knobs.get("recompute")
+    assert recompute.choices == RECOMPUTE_MODES + ("block:N", "uniform:N")  # Megatron's --recompute-method
+    assert recompute.searched == RECOMPUTE_MODES
     assert engines.get("megatron").knobs.get("tp-comm-overlap").choices == TP_COMM_OVERLAPS
 
 
@@ -141,7 +143,7 @@ PLAN = ("plan", "--preset", "pi0", "--gpus", "8", "--global-batch", "64", "--tp"
 @pytest.mark.parametrize("argv, words", [
     (("--tp-comm-overlap", "maybe"), "--tp-comm-overlap for megatron must be one of off, backward, on, got 'maybe'"),
     (("--sequence-parallel", "yes"), "--sequence-parallel for megatron must be one of on, off, got 'yes'"),
-    (("--recompute", "op"), "--recompute for megatron must be one of none, selective, full, got 'op'"),
+    (("--recompute", "op"), "--recompute for megatron must be one of none, selective, full, block:N, uniform:N, got 'op'"),
     (("--engine", "torch", "--recompute", "full"), "--recompute: torch's knobs are not priced yet"),
     (("--engine", "jax"), "engine must be one of megatron, deepspeed, torchtitan, torch, got 'jax'"),
     (("--sequence-parallel", "off", "--tp-comm-overlap", "on"), "--tp-comm-overlap on needs --sequence-parallel on"),

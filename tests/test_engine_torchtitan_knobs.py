@@ -107,7 +107,7 @@ def test_torchtitan_knob_takes_its_modes_and_searches_none_op_full():
         with pytest.raises(InvalidInputError):
             knob.parse(value, "torchtitan")
     assert knob.default is None and knob.searched == ("none", "op", "full")
-    assert engines.get("megatron").knobs.get("recompute").searched is None
+    assert engines.get("megatron").knobs.get("recompute").searched == ("none", "selective", "full")  # not block:N, uniform:N
 
 
 # ------------------------------------------------------------------------------------------- CLI
@@ -139,7 +139,7 @@ def test_plan_engine_megatron_refuses_op_in_one_line(run_cli):
     status, out, err = run_cli(*PLAN, "--engine", "megatron", "--recompute", "op")
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
-    assert "--recompute for megatron must be one of none, selective, full, got 'op'" in err
+    assert "--recompute for megatron must be one of none, selective, full, block:N, uniform:N, got 'op'" in err
 
 
 def test_torchtitan_toml_writes_selective_layer_and_op():

@@ -176,6 +176,8 @@ _PLANS = {
     "interleaved, even": _gpt((6, 6, 6, 6), 2),
     "interleaved, any split": _gpt((5, 7, 6, 6), 2, recompute=("full",) * 4),
     "interleaved over 3 ranks": _gpt((3, 3, 2, 4, 4, 8), 3),
+    "block recompute": _gpt((4, 7, 7, 6), 4, recompute=("block:2",) * 4),
+    "uniform recompute, interleaved": _gpt((7, 6, 6, 5), 2, recompute=("uniform:2",) * 4),
     "no pipeline": _gpt((24,), 1, dp=8),
 }
 
@@ -210,3 +212,69 @@ def test_a_plain_gpt_spec_exports_and_megatron_core_builds_every_planned_split(r
         _check(plan, names, shlex.split(export["text"]), 4096, 32)
         checked += 1
     assert checked >= 1
+
+
+@pytest.mark.parametrize(("method", "count", "layers"), [("block", 2, 5), ("block", 7, 5), ("block", 1, 1),
+                                                         ("uniform", 2, 6), ("uniform", 3, 6), ("uniform", 1, 4),
+                                                         ("uniform", 4, 4)])
+def test_megatron_cores_checkpointed_forward_recomputes_what_the_step_model_prices(method, count, layers, monkeypatch):
+    """TransformerBlock._checkpointed_forward (megatron-core's own) on a stage of ``layers`` layers: which layers
+    run inside a checkpoint, and which keep their input (the first of each checkpoint), are
+    pipeplan.models.layer_costs.stage_layer_modes' for block:N / uniform:N."""
+    import types
+
+    from megatron.core.transformer import transformer_block
+
+    from pipeplan.models.layer_costs import stage_layer_modes
+    from pipeplan.models.modules import Embedding, LMHead, TransformerStack
+
+    group: list[int | None] = [None]
+    checkpoints: list[int] = []
+
+    def checkpoint(function, _distribute, *args):  # tensor_parallel.checkpoint: run the function, note the group
+        group[0] = len(checkpoints)
+        checkpoints.append(group[0])
+        try:
+            return function(*args)
+        finally:
+            group[0] = None
+
+    seen: list[int | None] = []
+
+    class Layer:
+        def __init__(self, index: int) -> None:
+            self.layer_number = index + 1
+
+        def __call__(self, hidden_states, **kwargs):
+            seen.append(group[0])
+            return hidden_states, kwargs.get("context")
+
+    monkeypatch.setattr(transformer_block.tensor_parallel, "checkpoint", checkpoint)
+    built = [Layer(i) for i in range(layers)]
+    config = types.SimpleNamespace(recompute_method=method, recompute_num_layers=count, fp8=False, fp4=False,
+                                   distribute_saved_activations=False)
+    block = types.SimpleNamespace(config=config, num_layers_per_pipeline_rank=layers, layers=built,
+                                  _get_layer=lambda index: built[index])
+    transformer_block.TransformerBlock._checkpointed_forward(block, torch.zeros(1), None, None, None, None, None,
+                                                             None, False)
+    ran = [("none", True) if g is None else ("full", i == 0 or seen[i - 1] != g) for i, g in enumerate(seen)]
+    spec = ModelSpec("gpt", (
+        Embedding(name="embedding", vocab_size=512, hidden_size=64, tokens=32),
+        TransformerStack(name="decoder", num_layers=layers, hidden_size=64, num_heads=4, seq_length=32,
+                         ffn_hidden_size=256),
+        LMHead(name="head", vocab_size=512, hidden_size=64, tokens=32),
+    ))
+    # the stage holds the embedding, the decoder layers and the loss; Megatron's block holds the decoders
+    priced = stage_layer_modes(spec, f"{method}:{count}", (layers + 2,))
+    assert priced is not None and priced[0] == priced[-1] == ("none", True)
+    assert priced[1:-1] == ran
+
+
+def test_megatron_core_016_cannot_run_uniform_groups_that_do_not_divide_a_stage():
+    """megatron-core 0.16.1 indexes past the stage's layers when N does not divide them (HEAD d98e8a64 shortens
+    the last group, megatron/core/recompute.py, as pipeplan prices it): the export says so."""
+    from pipeplan import engines
+
+    assert any("uniform:2" in note and "0.16.1" in note
+               for note in engines.get("megatron").notes(_PLANS["uniform recompute, interleaved"]))
+    assert not any("0.16.1" in note for note in engines.get("megatron").notes(_PLANS["block recompute"]))

@@ -96,6 +96,8 @@ _PLANS = {
     "interleaved pp 2, even": _gpt((6, 6, 6, 6), 2, dp_mode="zero1", recompute=("selective",) * 4),
     "interleaved pp 2, layout": _gpt((5, 7, 6, 6), 2, recompute=("full",) * 4, tp=2, sequence_parallel=True),
     "interleaved pp 4, even": _gpt((2,) * 12, 4, grad_sync="megatron-overlap"),
+    "1f1b pp 2, block 3": _gpt((13, 11), 2, recompute=("block:3",) * 2),
+    "interleaved pp 2, uniform 2": _gpt((6, 6, 6, 6), 2, recompute=("uniform:2",) * 4, tp=2, sequence_parallel=True),
     "interleaved pp 4, layout": _gpt((3, 3, 2, 4, 4, 2, 2, 4), 4, tp=2, sequence_parallel=True,
                                      tp_comm_overlap="on", dp_mode="zero1", grad_sync="megatron-overlap"),
 }
@@ -292,14 +294,21 @@ def test_older_spellings_read_as_the_new_ones(tmp_path):
     assert any("older spelling" in note for note in config.notes)
 
 
-def test_partial_and_grouped_full_recompute_is_read_as_full_with_a_note(tmp_path):
+def test_partial_and_grouped_full_recompute_are_read_as_their_own_modes(tmp_path):
+    # megatron/core/transformer/transformer_block.py _checkpointed_forward: block N checkpoints the first N
+    # layers of each stage, uniform N groups of N; uniform 1 is every layer alone, pipeplan's full
     block = read_megatron_args(_write(tmp_path, "--recompute-granularity full --recompute-method block "
                                                 "--recompute-num-layers 2"))
-    assert block.value("recompute") == "full"
-    assert any("first 2 layers of each stage" in note for note in block.notes)
+    assert block.value("recompute") == "block:2" and not any("recompute" in note for note in block.notes)
     grouped = read_megatron_args(_write(tmp_path, "--recompute-granularity full --recompute-method uniform "
                                                   "--recompute-num-layers 4", "g.sh"))
-    assert grouped.value("recompute") == "full" and grouped.notes
+    assert grouped.value("recompute") == "uniform:4" and not any("recompute" in note for note in grouped.notes)
+    single = read_megatron_args(_write(tmp_path, "--recompute-granularity full --recompute-method uniform "
+                                                 "--recompute-num-layers 1", "s.sh"))
+    assert single.value("recompute") == "full"
+    with pytest.raises(InvalidInputError, match=r"^--recompute-num-layers must be an integer >= 1, got 0$"):
+        read_megatron_args(_write(tmp_path, "--recompute-granularity full --recompute-method block "
+                                            "--recompute-num-layers 0", "z.sh"))
 
 
 def test_an_unknown_flag_is_listed_unless_it_is_a_near_miss(tmp_path):
@@ -378,13 +387,33 @@ def _in_megatron_sources(flag: str, texts: list[str]) -> bool:
     return any(re.search(rf"^\s+{re.escape(n.replace('-', '_'))}\s*:", text, re.M) for n in names for text in texts)
 
 
-@pytest.mark.skipif(not os.environ.get("PIPEPLAN_MEGATRON_ARGUMENTS"),
-                    reason="set PIPEPLAN_MEGATRON_ARGUMENTS to Megatron-LM's arguments.py (and its config files)")
+def _installed_megatron_sources() -> list[str]:
+    """_MEGATRON_SOURCES from an installed megatron-core that ships megatron/training (0.17.0 on: Megatron-LM
+    9088d4fb "Add training code to MCore wheel"; those wheels need Python >= 3.12, so the engines extra, pinned
+    for 3.11, installs 0.16.1, which has megatron/core only)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("megatron.training")
+    except (ImportError, ValueError):
+        return []
+    if found is None or not found.submodule_search_locations:
+        return []
+    root = Path(next(iter(found.submodule_search_locations))).parent.parent
+    return [str(root / path) for path in _MEGATRON_SOURCES if (root / path).exists()]
+
+
+@pytest.mark.skipif(not os.environ.get("PIPEPLAN_MEGATRON_ARGUMENTS") and not _installed_megatron_sources(),
+                    reason="no Megatron-LM parser: no PyPI release holds megatron/training for Python 3.11 "
+                           "(megatron-core >= 0.17 ships it, on Python >= 3.12); set PIPEPLAN_MEGATRON_ARGUMENTS "
+                           "to a checkout's arguments.py (and its config files)")
 def test_the_flag_lists_are_in_megatron_sources():
     """PIPEPLAN_MEGATRON_ARGUMENTS: Megatron-LM's megatron/training/arguments.py, or it and the config files of
     _MEGATRON_SOURCES joined by os.pathsep (``git -C CHECKOUT show HEAD:PATH > FILE`` each); the flags the
-    parser builds from config classes are found only with those files."""
-    paths = os.environ["PIPEPLAN_MEGATRON_ARGUMENTS"].split(os.pathsep)
+    parser builds from config classes are found only with those files. Without it, the files of an installed
+    megatron-core that ships megatron/training."""
+    given = os.environ.get("PIPEPLAN_MEGATRON_ARGUMENTS")
+    paths = given.split(os.pathsep) if given else _installed_megatron_sources()
     texts = [Path(path).read_text() for path in paths]
     listed = set(PRICED_FLAGS) | set(MODEL_FLAGS) | set(IGNORED_FLAGS) | set(REFUSED_FLAGS)
     missing = [flag for flag in sorted(listed) if not _in_megatron_sources(flag, texts)]

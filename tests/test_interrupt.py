@@ -39,16 +39,22 @@ def _run(code: str, *argv: str) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
-def test_interrupt_while_the_package_imports_is_one_line_and_130() -> None:
-    # KeyboardInterrupt where the package imports numpy: deep inside `import pipeplan`, before main exists
-    code = ("import builtins, sys\n"
+def _when_the_package_imports_numpy(*action: str) -> str:
+    """The console script, run with ACTION (lines of Python) done once where the package imports numpy."""
+    return ("import builtins, os, signal, sys, time\n"
             "real = builtins.__import__\n"
+            "done = []\n"
             "def fake(name, *args, **kwargs):\n"
-            "    if name == 'numpy' and 'pipeplan' in sys.modules:\n"
-            "        raise KeyboardInterrupt\n"
+            "    if name == 'numpy' and 'pipeplan' in sys.modules and not done:\n"
+            "        done.append(True)\n"
+            + "".join(f"        {line}\n" for line in action) +
             "    return real(name, *args, **kwargs)\n"
             "builtins.__import__ = fake\n" + CONSOLE_SCRIPT)
-    done = _run(code, "simulate", "--forward", "1,1")
+
+
+def test_interrupt_while_the_package_imports_is_one_line_and_130() -> None:
+    # KeyboardInterrupt where the package imports numpy: deep inside `import pipeplan`, before main exists
+    done = _run(_when_the_package_imports_numpy("raise KeyboardInterrupt"), "simulate", "--forward", "1,1")
     assert done.returncode == 130, done.stderr
     assert done.stderr == "pipeplan: interrupted\n"
     assert done.stdout == ""
@@ -59,19 +65,12 @@ def test_a_sigint_inside_a_c_extensions_import_waits_for_the_import_to_end() -> 
     # raised there into an ImportError (seen in CI: a SIGINT 0.03 s after start gave a traceback).
     # The fake import does the same: if the SIGINT became a KeyboardInterrupt during the import,
     # an ImportError would come out; held back until the import ends, it is one line and 130.
-    code = ("import builtins, os, signal, sys, time\n"
-            "real = builtins.__import__\n"
-            "fired = []\n"
-            "def fake(name, *args, **kwargs):\n"
-            "    if name == 'numpy' and 'pipeplan' in sys.modules and not fired:\n"
-            "        fired.append(True)\n"
-            "        try:\n"
-            "            os.kill(os.getpid(), signal.SIGINT)\n"
-            "            time.sleep(0.05)\n"
-            "        except KeyboardInterrupt:\n"
-            "            raise ImportError('PyCapsule_Import could not import module \"datetime\"') from None\n"
-            "    return real(name, *args, **kwargs)\n"
-            "builtins.__import__ = fake\n" + CONSOLE_SCRIPT)
+    code = _when_the_package_imports_numpy(
+        "try:",
+        "    os.kill(os.getpid(), signal.SIGINT)",
+        "    time.sleep(0.05)",
+        "except KeyboardInterrupt:",
+        "    raise ImportError('PyCapsule_Import could not import module \"datetime\"') from None")
     done = _run(code, "simulate", "--forward", "1,1")
     assert done.returncode == 130, done.stderr
     assert done.stderr == "pipeplan: interrupted\n"

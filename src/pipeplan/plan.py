@@ -34,37 +34,68 @@ from .errors import InvalidInputError
 from .schedules import schedule_label
 from .timeline import Timeline
 
-__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "TORCHTITAN_RECOMPUTE", "check_recompute",
-           "recompute_at", "recompute_rank", "TpCommOverlap", "TP_COMM_OVERLAPS", "as_plan"]
+__all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "TORCHTITAN_RECOMPUTE", "STAGE_RECOMPUTE",
+           "check_recompute", "recompute_at", "recompute_rank", "stage_recompute", "TpCommOverlap", "TP_COMM_OVERLAPS", "as_plan"]
 
-#: A recompute mode: one of :data:`RECOMPUTE_MODES` (Megatron-LM's), or torchtitan's ``"op"`` (its per-op
-#: selective checkpointing) and ``"every:N"`` (full recompute of every Nth block, the rest none):
-#: :func:`check_recompute` says which strings are modes.
+#: A recompute mode: one of :data:`RECOMPUTE_MODES` (Megatron-LM's), torchtitan's ``"op"`` (its per-op
+#: selective checkpointing) and ``"every:N"`` (full recompute of every Nth block, the rest none), or
+#: Megatron-LM's ``"block:N"`` and ``"uniform:N"`` (``--recompute-granularity full --recompute-method
+#: block|uniform --recompute-num-layers N``): :func:`check_recompute` says which strings are modes.
 Recompute = str
 #: Recompute modes from cheapest in time to cheapest in memory (Megatron-LM's; the planner's default search).
 RECOMPUTE_MODES: tuple[Recompute, ...] = ("none", "selective", "full")
 #: torchtitan's activation-checkpointing modes as pipeplan names them (``every:N`` for any N >= 1).
 TORCHTITAN_RECOMPUTE: tuple[str, ...] = ("none", "op", "every:N", "full")
+#: Megatron-LM's full-recompute methods whose cost depends on a layer's place in its stage
+#: (:func:`stage_recompute`): ``block:N`` and ``uniform:N`` for any N >= 1.
+STAGE_RECOMPUTE: tuple[str, ...] = ("block:N", "uniform:N")
+_COUNTED = ("every", "block", "uniform")
 
 
 def check_recompute(mode: object) -> Recompute:
-    """``mode`` when it is a recompute mode: ``none``, ``selective``, ``full``, ``op`` or ``every:N`` (N >= 1).
+    """``mode`` when it is a recompute mode: ``none``, ``selective``, ``full``, ``op``, ``every:N``, ``block:N``
+    or ``uniform:N`` (N >= 1).
 
     Raises:
         InvalidInputError: anything else (one line naming the modes).
     """
-    if isinstance(mode, str) and (mode in RECOMPUTE_MODES or mode == "op" or _every(mode) is not None):
+    if isinstance(mode, str) and (mode in RECOMPUTE_MODES or mode == "op" or _counted(mode) is not None):
         return mode
-    raise InvalidInputError(f"recompute must be 'none', 'selective', 'full', 'op' or 'every:N' (N >= 1), "
-                            f"got {mode!r}")
+    raise InvalidInputError(f"recompute must be 'none', 'selective', 'full', 'op', 'every:N', 'block:N' or "
+                            f"'uniform:N' (N >= 1), got {mode!r}")
+
+
+def _counted(mode: str) -> tuple[str, int] | None:
+    """``(kind, N)`` of ``"every:N"``, ``"block:N"`` or ``"uniform:N"`` (N a positive integer), else ``None``."""
+    head, _, count = mode.partition(":")
+    if head not in _COUNTED or not count.isdigit() or int(count) < 1:
+        return None
+    return head, int(count)
 
 
 def _every(mode: str) -> int | None:
     """N of ``"every:N"`` (a positive integer), else ``None``."""
-    head, _, count = mode.partition(":")
-    if head != "every" or not count.isdigit() or int(count) < 1:
-        return None
-    return int(count)
+    counted = _counted(mode)
+    return counted[1] if counted is not None and counted[0] == "every" else None
+
+
+def stage_recompute(mode: Recompute) -> tuple[str, int] | None:
+    """``("block", N)`` or ``("uniform", N)`` for Megatron-LM's positional full-recompute modes, else ``None``.
+
+    What Megatron-LM runs (megatron/core/transformer/transformer_block.py, ``_checkpointed_forward``,
+    megatron-core 0.16.1 and Megatron-LM d98e8a64), per pipeline stage, a virtual chunk included (its
+    ``TransformerBlock`` counts ``num_layers_per_pipeline_rank = len(self.layers)``, transformer layers
+    only: the embedding and the output layer are outside it):
+
+    * ``block:N`` (``--recompute-method block --recompute-num-layers N``): the first N transformer layers
+      of each stage are checkpointed one by one (each keeps only its input and runs its forward again
+      before its backward); the rest keep every activation and recompute nothing.
+    * ``uniform:N`` (``--recompute-method uniform``): the stage's layers in groups of N from its first,
+      each group checkpointed as one (only the group's input kept; every layer's forward runs again).
+      ``uniform:1`` is pipeplan's ``full``.
+    """
+    counted = _counted(mode)
+    return counted if counted is not None and counted[0] in ("block", "uniform") else None
 
 
 def recompute_at(mode: Recompute, index: int) -> Recompute:
@@ -74,7 +105,8 @@ def recompute_at(mode: Recompute, index: int) -> Recompute:
     torchtitan/parallelisms/parallelize_llama.py at 0413364, ``checkpoint_wrapper``): its counter
     wraps the ``N``-th, ``2N``-th, ... block in full checkpointing and leaves the others alone, so
     block ``index`` is ``"full"`` when ``(index + 1) % N == 0``, else ``"none"``. Every other mode
-    applies to every block alike.
+    applies to every block alike (``block:N`` and ``uniform:N`` depend on the stage instead:
+    :func:`stage_recompute`).
     """
     count = _every(mode)
     if count is None:
@@ -87,13 +119,17 @@ def recompute_rank(mode: Recompute) -> float:
 
     ``none`` 0, ``selective`` 1, ``op`` 2 (torchtitan's per-op: elementwise work and every second
     GEMM again), ``every:N`` ``2 + 1/N`` (a fraction ``1/N`` of the blocks fully recomputed),
-    ``full`` 3 (``every:1``). Only ``none``, ``selective`` and ``full`` are ordered in both time
-    and memory; the others are placed by the time they add.
+    ``block:N`` ``3 - 1/(N + 1)`` (the first N blocks of each stage fully recomputed), ``full`` 3
+    (``every:1``, ``uniform:1``), ``uniform:N`` ``4 - 1/N`` (full's time, one kept input per N
+    blocks). Only ``none``, ``selective`` and ``full`` are ordered in both time and memory; the
+    others are placed by the time they add, then the memory they keep.
     """
-    count = _every(check_recompute(mode))
-    if count is not None:
-        return 2.0 + 1.0 / count
+    counted = _counted(check_recompute(mode))
+    if counted is not None:
+        kind, count = counted
+        return {"every": 2.0 + 1.0 / count, "block": 3.0 - 1.0 / (count + 1), "uniform": 4.0 - 1.0 / count}[kind]
     return {"none": 0.0, "selective": 1.0, "op": 2.0, "full": 3.0}[mode]
+
 
 TpCommOverlap = Literal["off", "backward", "on"]
 #: What a tensor-parallel group's collectives hide behind, least hidden first: ``"off"`` nothing (forward and

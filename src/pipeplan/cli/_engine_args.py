@@ -17,7 +17,10 @@ they are Megatron-LM's, whose tensor parallelism the step model prices today. Th
 each flag takes are read from the engine's :class:`~pipeplan.engines.record.Knob`, so a
 mode an engine adds is taken here without a change. ``--recompute`` also takes
 ``reference`` (the spec's own recipe, per module) and a mode per module,
-``vision=full,llm=selective`` (a module left out: ``none``). A knob that is not given
+``vision=full,llm=selective`` (a module left out: ``none``). Megatron-LM's
+``--recompute-method block|uniform --recompute-num-layers N`` are ``block:N`` and
+``uniform:N`` (:func:`pipeplan.plan.stage_recompute`; one mode for the whole model, and
+``uniform:1`` is ``full``); an engine without them refuses them. A knob that is not given
 keeps its default; ``--recompute`` not given is searched by ``plan`` and the spec's
 reference recipe for the other verbs. A value the knob does not take, or a knob the
 engine lacks, is one line and exit 2. ``--sequence-parallel`` and ``--tp-comm-overlap``
@@ -36,7 +39,7 @@ from .. import engines
 from ..errors import InvalidInputError
 from ..engines import Engine
 from ..models.spec import ModelSpec
-from ..plan import RECOMPUTE_MODES, Recompute, TpCommOverlap
+from ..plan import RECOMPUTE_MODES, Recompute, TpCommOverlap, stage_recompute
 from ..planner import Workload
 from ..planner.engine_costs import EngineCosts
 
@@ -120,9 +123,10 @@ def _parse_recompute(text: str, engine: Engine) -> str:
         return text
     if "=" not in text:
         try:
-            return knob.parse(text, engine.name)
+            mode = knob.parse(text, engine.name)
         except InvalidInputError as error:
             raise InvalidInputError(f"{error} ({REFERENCE}: the spec's own recipe; {_PER_MODULE})") from None
+        return "full" if mode == "uniform:1" else mode  # one name for Megatron-LM's uniform 1: full
     seen: dict[str, str] = {}
     for part in text.split(","):
         name, _, mode = (piece.strip() for piece in part.partition("="))
@@ -134,6 +138,9 @@ def _parse_recompute(text: str, engine: Engine) -> str:
         except InvalidInputError:
             raise InvalidInputError(f"--recompute for {engine.name}: module {name!r} must take one of "
                                     f"{', '.join(knob.choices)}, got {mode!r}") from None
+        if stage_recompute(mode) is not None:
+            raise InvalidInputError(f"--recompute {text!r}: {mode} is Megatron-LM's method per pipeline stage; "
+                                    f"give it as the one mode (--recompute {mode}), not per module")
         if name in seen:
             raise InvalidInputError(f"--recompute {text!r}: module {name!r} is given twice")
         seen[name] = mode

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     device, link = device_from_args(args)
     options = layer_options(args, spec)
     workload = spec_workload(args, spec, device, link)  # priced as plan prices it (cli/_engine_args.py)
-    profile = workload.profile(args.micro_batch_size)
+    profile = workload.stage_profile(args.micro_batch_size)  # the model as one stage (Megatron's block:N too)
     options["tp_comm_overlap"] = workload.tp_comm_overlap
     assumptions = engine_assumptions(args, spec, unpinned=REFERENCE)
     defaults = defaults_assumption(args, spec)

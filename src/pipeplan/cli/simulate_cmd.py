@@ -501,9 +501,10 @@ def _run_spec(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     device, measured = device_from_args(args)
-    profile = spec_workload(args, spec, device, measured).profile(args.micro_batch_size)  # as plan prices it
+    workload = spec_workload(args, spec, device, measured)
+    profile = workload.profile(args.micro_batch_size)  # as plan prices it
     layers = _profile_partition(args, profile)
-    costs = profile.stage_costs(layers)
+    costs = workload.stage_costs(args.micro_batch_size, None, layers)  # Megatron's block:N per stage, as plan does
     link = measured or intra_node_link(device.name)
     comm = link.comm_model(list(profile.boundary_bytes(layers)) or 0.0, send_mode=args.send)
     args.microbatches = microbatches_of(args, costs.num_stages)

@@ -28,7 +28,9 @@ What Megatron-LM accepts, read from NVIDIA/Megatron-LM at commit d98e8a64 (2026-
   ``--use-distributed-optimizer``. Recompute applies to every transformer layer alike:
   ``--recompute-granularity selective --recompute-modules core_attn`` (attention,
   Korthikanti et al.'s selective recompute) or ``full`` with ``--recompute-method
-  uniform --recompute-num-layers 1``.
+  uniform --recompute-num-layers 1``; pipeplan's ``block:N`` and ``uniform:N``
+  (:func:`pipeplan.plan.stage_recompute`) are ``full`` with ``--recompute-method
+  block|uniform --recompute-num-layers N``.
 * Megatron-LM runs 1F1B and interleaved 1F1B (the zero-bubble schedules live in a
   fork, sail-sg/zero-bubble-pipeline-parallelism). It has no port of a model whose
   layers are not GPT layers (a vision tower, an action head): :func:`megatron_mapping`
@@ -43,7 +45,7 @@ from typing import cast
 
 from ..errors import InvalidInputError
 from ..models.spec import ModelSpec
-from ..plan import RECOMPUTE_MODES, TP_COMM_OVERLAPS, Plan
+from ..plan import RECOMPUTE_MODES, STAGE_RECOMPUTE, TP_COMM_OVERLAPS, Plan, stage_recompute
 from ..schedule import Schedule
 from ..schedules.patterns import loop_placement
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
@@ -236,10 +238,14 @@ def megatron_args(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
         if plan.dp_mode == "zero1":
             args.append("--overlap-param-gather")
     mode = strongest_recompute(plan)
+    method = stage_recompute(mode)
     if mode == "selective":
         args += ["--recompute-granularity", "selective", "--recompute-modules", "core_attn"]
     elif mode == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif method is not None:  # block:N or uniform:N, as the plan was priced (pipeplan.plan.stage_recompute)
+        args += ["--recompute-granularity", "full", "--recompute-method", method[0],
+                 "--recompute-num-layers", str(method[1])]
     args.append("--bf16")  # the step model prices bf16 mixed precision; without it Megatron-LM trains in fp32
     return args
 
@@ -250,9 +256,16 @@ def megatron_line(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
 
 
 def megatron_notes(plan: Plan | Sequence[int]) -> list[str]:
-    """What the Megatron export approximates of ``plan`` (recompute per stage or per module, tp-comm-overlap off)."""
+    """What the Megatron export approximates of ``plan`` (recompute per stage or per module, tp-comm-overlap off,
+    ``uniform:N``, which older Megatron-Core runs only on stages N divides)."""
     plan = to_plan(plan)
     notes = recompute_notes(plan, "Megatron-LM")
+    method = stage_recompute(strongest_recompute(plan))
+    if method is not None and method[0] == "uniform":
+        notes.append(f"recompute uniform:{method[1]}: megatron-core 0.16.1 runs it only where {method[1]} divides "
+                     "each stage's decoder layers (transformer_block.py _checkpointed_forward indexes past them "
+                     f"otherwise); Megatron-LM {MEGATRON_COMMIT[:8]} shortens a stage's last group "
+                     "(megatron/core/recompute.py), as priced")
     if plan.tp > 1 and plan.tp_comm_overlap == "off":
         notes.append("the plan was priced with tp-comm-overlap off (every tensor-parallel collective exposed); "
                      "Megatron-LM has no flag for that: it overlaps the backward's with the weight-gradient GEMMs "
@@ -320,9 +333,12 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
 
 #: Megatron-LM's knobs the step model prices (docs/engines.md; pipeplan.planner.workload prices them).
 MEGATRON_KNOBS = Knobs((
-    Knob("recompute", RECOMPUTE_MODES, None,
+    Knob("recompute", RECOMPUTE_MODES + STAGE_RECOMPUTE, None,
          "--recompute-granularity selective (the attention core) or full (every layer's forward again, "
-         "--recompute-method uniform); not given: the planner searches none, selective and full per stage"),
+         "--recompute-method uniform --recompute-num-layers 1); block:N (--recompute-method block: the first N "
+         "layers of each stage fully, the rest not at all), uniform:N (--recompute-method uniform: groups of N "
+         "layers, one kept input per group, every layer's forward again); not given: the planner searches none, "
+         "selective and full per stage", searched=RECOMPUTE_MODES),
     Knob("sequence-parallel", ("on", "off"), "on",
          "--sequence-parallel: norms, dropouts and residuals split over the tensor-parallel group "
          "(all-gather + reduce-scatter); off: all-reduces of the same volume and those activations "

@@ -813,15 +813,11 @@ def _recompute(flags: _Flags) -> Setting:
     if not how or not flags.given(count):  # TransformerConfig.__post_init__ refuses full without them
         raise InvalidInputError(f"{granularity} full needs {method} uniform or block and {count} "
                                 "(Megatron-LM refuses it)")
-    layers = flags.integer(count)
-    if how == "block":
-        flags.notes.append(f"{method} block {count} {layers}: Megatron-LM recomputes the first {layers} layers of "
-                           "each stage only; pipeplan prices full recompute of every layer (it cannot price a "
-                           "partial full recompute yet)")
-    elif layers > 1:
-        flags.notes.append(f"{method} uniform {count} {layers}: Megatron-LM checkpoints groups of {layers} layers "
-                           "(fewer saved inputs); pipeplan prices one checkpoint per layer")
-    return Setting("full", flags.source(granularity, method, count))
+    layers = flags.integer(count)  # at least 1, as TransformerConfig asks
+    # block N: the first N layers of each stage (each virtual chunk) checkpointed one by one, the rest not;
+    # uniform N: groups of N checkpointed whole (pipeplan.plan.stage_recompute; uniform 1 is pipeplan's full)
+    mode = "full" if how == "uniform" and layers == 1 else f"{how}:{layers}"
+    return Setting(mode, flags.source(granularity, method, count))
 
 
 # ---------------------------------------------------------------------------------------------- the model

@@ -46,7 +46,8 @@ FIELDS: Mapping[str, str] = {
     "dp_mode": "str: a data-parallel mode of pipeplan.data_parallel ('ddp', 'zero1', 'zero2', 'fsdp', 'hsdp')",
     "grad_sync": "str: how ddp/zero1/zero2 reduce gradients, one of pipeplan.planner.step.SYNCS",
     "recompute": "str: a mode of pipeplan.plan.check_recompute: 'none', 'selective' or 'full'; torchtitan's "
-                 "'op' (its per-op policy) and 'every:N' (full on every Nth block)",
+                 "'op' (its per-op policy) and 'every:N' (full on every Nth block); Megatron-LM's 'block:N' and "
+                 "'uniform:N' (--recompute-method block|uniform --recompute-num-layers N)",
     "sequence_parallel": "str: 'on' or 'off'",
     "tp_comm_overlap": "str: 'off', 'backward' or 'on'",
     "precision": "str: 'bf16', 'fp16' or 'fp32' (parameters and activations)",

@@ -49,7 +49,18 @@ Conventions (stated so tests can pin them):
   matmuls' outputs and the flash kernel's output, and B gains the other matmuls
   and the memory-bound kernels (``_layer_math._op_policy``; other layers run as
   ``"none"``); ``"every:N"`` is ``"full"`` on every Nth block of a stack and
-  ``"none"`` elsewhere, layer by layer.
+  ``"none"`` elsewhere, layer by layer. Megatron-LM's ``"block:N"`` and
+  ``"uniform:N"`` (:func:`pipeplan.plan.stage_recompute`) depend on a block's place
+  in its pipeline stage, so they take the stages (``stage_sizes``; none given: the
+  model is one stage). Counting the blocks of each stage from its first (the
+  other layers, an embedding or a head, run as ``"none"``: Megatron-LM's
+  ``TransformerBlock`` holds transformer layers only): under ``"block:N"`` the
+  first N are ``"full"`` and the rest ``"none"``; under ``"uniform:N"`` every
+  block is ``"full"`` in time (its forward runs again), and of each group of N
+  only the first keeps its input: the group's other blocks keep nothing. The
+  group's activations rebuilt during its backward (one microbatch's, N blocks'
+  worth under ``"none"``) are a transient not charged, as ``"full"`` does not
+  charge the one block it rebuilds.
 * ``tensor_parallel = t`` divides every matrix product's FLOPs and every
   parameter by ``t``.
 * Noise samples: a module's own tokens run ``repeats · noise_samples`` times per
@@ -69,7 +80,7 @@ Conventions (stated so tests can pin them):
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .._validation import positive_float
@@ -77,13 +88,14 @@ from ..errors import InvalidInputError
 from ..hardware import Device
 from ..layers import LayerProfile
 from ..operations import Op
-from ..plan import Recompute, recompute_at
+from ..plan import Recompute, recompute_at, stage_recompute
 from ._layer_math import Shape, apply_training, layer_part
 from ._layer_ops import PassOps, apply_training_ops, module_ops
 from .modules import ACTIVATION_BYTES, LMHead, Module, TransformerStack, VisionEncoder, layer_depth, runs_per_example
 from .spec import ModelSpec
 
-__all__ = ["LayerCost", "flops_per_sample", "layer_costs", "layer_profile", "tensor_parallel_traffic"]
+__all__ = ["LayerCost", "flops_per_sample", "layer_costs", "layer_profile", "stage_layer_modes",
+           "tensor_parallel_traffic"]
 
 
 @dataclass(frozen=True)
@@ -138,6 +150,7 @@ def layer_costs(
     recompute: Recompute | Mapping[str, Recompute] = "selective",
     tensor_parallel: int = 1,
     sequence_parallel: bool = False,
+    stage_sizes: Sequence[int] | None = None,
 ) -> list[LayerCost]:
     """Per pipeline layer F, B, W FLOPs and bytes of ``spec`` for one microbatch.
 
@@ -145,10 +158,13 @@ def layer_costs(
         spec: the model.
         micro_batch_size: examples per microbatch ``b`` (>= 1).
         recompute: ``"none"``, ``"selective"`` (default: the attention core is
-            recomputed, as flash attention does) or ``"full"``; or a mode per
-            module name (a module not named: ``"none"``).
+            recomputed, as flash attention does) or ``"full"``, or another mode of
+            :func:`~pipeplan.plan.check_recompute`; or a mode per module name (a
+            module not named: ``"none"``).
         tensor_parallel: tensor-parallel degree ``t`` (FLOPs and params per rank).
         sequence_parallel: with ``t > 1``, norms and dropouts are split too.
+        stage_sizes: pipeline layers per stage, for ``"block:N"`` and ``"uniform:N"``
+            (module doc); ``None``: the whole model is one stage. Other modes ignore it.
 
     Returns:
         One :class:`LayerCost` per pipeline layer, in order. A joint pair
@@ -159,6 +175,7 @@ def layer_costs(
             divide some module's heads or FFN width (the message names the module).
     """
     modes = spec.recompute_modes(recompute)
+    placed = stage_layer_modes(spec, recompute, stage_sizes)
     shape = Shape.checked(micro_batch_size, "none", tensor_parallel, sequence_parallel)
     _check_tensor_parallel(spec, shape.tensor_parallel)
     joint = {m.joint_with: m for m in spec.modules if isinstance(m, TransformerStack) and m.joint_with}
@@ -179,7 +196,7 @@ def layer_costs(
                     member is partner and spec.needs_grad(module.name)
                 )
                 trains = spec.trains(member.name)
-                mode = _layer_mode(member, index, modes[member.name])
+                mode = _layer_mode(member, index, modes[member.name]) if placed is None else placed[len(rows)][0]
                 # identical layers cost the same: compute one of each kind once per call
                 key = (member.name, _layer_kind(member, index), backward, mode)
                 if key not in seen:
@@ -196,6 +213,8 @@ def layer_costs(
                 trainable += part_params if trains else 0.0
                 kernels = PassOps(kernels.forward + run.forward, kernels.input_grad + run.input_grad,
                                   kernels.weight_grad + run.weight_grad)
+            if placed is not None and not placed[len(rows)][1]:  # inside a uniform:N group: its input is kept
+                totals["activation"] = totals["stash"] = 0.0
             label = "+".join(names)
             rows.append((f"{label}.{index}", names, totals, params, trainable, kernels))
             owners.append(names)
@@ -217,6 +236,7 @@ def layer_profile(
     recompute: Recompute | Mapping[str, Recompute] = "selective",
     tensor_parallel: int = 1,
     sequence_parallel: bool = False,
+    stage_sizes: Sequence[int] | None = None,
 ) -> LayerProfile:
     """The :class:`~pipeplan.layers.LayerProfile` of ``spec`` on ``hardware``.
 
@@ -231,11 +251,11 @@ def layer_profile(
         spec: the model.
         hardware: a :class:`~pipeplan.hardware.Device` (or anything with a
             positive ``achievable_flops`` in FLOP/s: the flat model).
-        micro_batch_size, recompute, tensor_parallel, sequence_parallel: as in
+        micro_batch_size, recompute, tensor_parallel, sequence_parallel, stage_sizes: as in
             :func:`layer_costs`.
     """
     layers = layer_costs(spec, micro_batch_size, recompute=recompute, tensor_parallel=tensor_parallel,
-                         sequence_parallel=sequence_parallel)
+                         sequence_parallel=sequence_parallel, stage_sizes=stage_sizes)
     if isinstance(hardware, Device) and not hardware.flat:
         forward = [hardware.ops_milliseconds(layer.forward_ops) for layer in layers]
         weight = [hardware.ops_milliseconds(layer.weight_grad_ops) for layer in layers]
@@ -262,6 +282,7 @@ def layer_profile(
 
 def tensor_parallel_traffic(
     spec: ModelSpec, micro_batch_size: int, *, recompute: Recompute | Mapping[str, Recompute] = "selective",
+    stage_sizes: Sequence[int] | None = None,
 ) -> list[tuple[int, int, float, float]]:
     """Per pipeline layer of ``spec``, the tensor-parallel collectives of one microbatch.
 
@@ -281,8 +302,11 @@ def tensor_parallel_traffic(
     patch embedding have one pass each way (the vocabulary-parallel
     embedding's all-reduce of its output, the head's all-gather of its input).
     A layer without a backward has no backward passes. Joint pairs add up.
+    ``stage_sizes``: as in :func:`layer_costs` (a block ``"full"`` under
+    ``"block:N"`` or ``"uniform:N"`` runs its forward's passes again).
     """
     modes = spec.recompute_modes(recompute)
+    placed = stage_layer_modes(spec, recompute, stage_sizes)
     shape = Shape.checked(micro_batch_size, "none", 1, False)
     joint = {m.joint_with: m for m in spec.modules if isinstance(m, TransformerStack) and m.joint_with}
     out: list[tuple[int, int, float, float]] = []
@@ -297,7 +321,7 @@ def tensor_parallel_traffic(
                 grads = spec.needs_grad(member.name) or (member is partner and spec.needs_grad(module.name))
                 block = isinstance(member, TransformerStack) or (isinstance(member, VisionEncoder) and index > 0)
                 passes = 4 if block else 1
-                mode = _layer_mode(member, index, modes[member.name])
+                mode = _layer_mode(member, index, modes[member.name]) if placed is None else placed[len(out)][0]
                 # full recompute runs the forward's 4 again; torchtitan's per-op policy its 2 all-gathers
                 # (the inputs of the recomputed wk and w3: reduce-scatter outputs are saved)
                 extra = (passes if mode == "full" else 2 if mode == "op" else 0) if block else 0
@@ -387,6 +411,61 @@ def _send_bytes(spec: ModelSpec, shape: Shape, owners: list[tuple[str, ...]]) ->
         sends.append(live / (shape.tensor_parallel if shape.sequence_parallel else 1))
     sends[-1] = 0.0
     return sends
+
+
+def stage_layer_modes(spec: ModelSpec, recompute: Recompute | Mapping[str, Recompute],
+                      stage_sizes: Sequence[int] | None = None) -> list[tuple[Recompute, bool]] | None:
+    """Per pipeline layer of ``spec``, ``(mode, keeps its input)`` under ``"block:N"`` or ``"uniform:N"``.
+
+    ``None`` for any other recompute (a layer's mode does not depend on its stage). The
+    rule is the module doc's: blocks counted from each stage's first; a layer that is not
+    a block runs ``"none"``. ``stage_sizes``: pipeline layers per stage (``None``: one stage).
+
+    Raises:
+        InvalidInputError: ``"block:N"`` or ``"uniform:N"`` given for one module among others
+            (Megatron-LM applies one method to every stage), or ``stage_sizes`` that are
+            not positive or do not add up to the model's layers.
+    """
+    if not isinstance(recompute, str):
+        staged = sorted({mode for mode in recompute.values() if stage_recompute(mode) is not None})
+        if staged:
+            raise InvalidInputError(f"recompute {staged[0]!r} is a method per pipeline stage (Megatron-LM's "
+                                    "--recompute-method); give it as the one mode of the model, not per module")
+        return None
+    method = stage_recompute(recompute)
+    if method is None:
+        return None
+    kind, count = method
+    blocks = _block_layers(spec)
+    sizes = [len(blocks)] if stage_sizes is None else [int(size) for size in stage_sizes]
+    if any(size < 1 for size in sizes) or sum(sizes) != len(blocks):
+        raise InvalidInputError(f"stage_sizes {list(sizes)} must be positive and add up to the model's "
+                                f"{len(blocks)} layers")
+    out: list[tuple[Recompute, bool]] = []
+    for size in sizes:
+        position = 0  # the block's place among its stage's blocks
+        for block in blocks[len(out):len(out) + size]:
+            if not block:
+                out.append(("none", True))
+                continue
+            if kind == "block":
+                out.append(("full" if position < count else "none", True))
+            else:
+                out.append(("full", position % count == 0))
+            position += 1
+    return out
+
+
+def _block_layers(spec: ModelSpec) -> list[bool]:
+    """Per pipeline layer, whether it is a transformer block (a stack's layer, a vision encoder's after its patch
+    embedding; a joint pair's layer is one block)."""
+    out: list[bool] = []
+    for module in spec.modules:
+        if isinstance(module, TransformerStack) and module.joint_with:
+            continue
+        for index in range(layer_depth(module)):
+            out.append(isinstance(module, TransformerStack) or (isinstance(module, VisionEncoder) and index > 0))
+    return out
 
 
 def _layer_mode(module: Module, index: int, mode: Recompute) -> Recompute:

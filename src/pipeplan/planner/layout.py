@@ -207,12 +207,13 @@ class Layouts:
         return Layout(tuple(sizes), tuple(placement), tuple(recompute), costs, boundary, static, tuple(bound))
 
     def _stage_costs(self, micro_batch_size: int, mode: Recompute, sizes: tuple[int, ...]) -> StageCosts:
-        """The profile's stage costs of ``sizes`` (shared by every Layouts of this workload: the modes ask alike)."""
+        """The stage costs of ``sizes`` (:meth:`Workload.stage_costs`: Megatron-LM's ``block:N`` per stage), shared
+        by every Layouts of this workload: the modes ask alike."""
         shared = self.workload.memo.setdefault("stage_costs", {})
         key = (micro_batch_size, mode, sizes)
         costs = shared.get(key)
         if costs is None:
-            costs = shared[key] = self.workload.profile(micro_batch_size, mode).stage_costs(sizes)
+            costs = shared[key] = self.workload.stage_costs(micro_batch_size, mode, sizes)
         return costs
 
     def fixed(self, config: Config, sizes: tuple[int, ...], recompute: tuple[Recompute, ...]) -> Layout:

@@ -55,6 +55,12 @@ planner then considers that mode only, on every stage::
 
 Pinned per module, each layer is costed under its own module's mode and the
 planner labels every stage with the heaviest (:meth:`Workload.with_recompute`).
+Megatron-LM's ``block:N`` and ``uniform:N`` depend on where each stage starts:
+:meth:`Workload.stage_costs` prices a partition's stages under them (the planner's
+layouts read it; :meth:`Workload.stage_profile` is its per-layer profile),
+:meth:`Workload.profile` is a lower bound over partitions::
+
+    work.with_recompute("block:2").stage_costs(1, "block:2", (8, 8))   # the first 2 blocks of each stage
 
 **An engine's kernels** (:meth:`Workload.with_compute_factor`): the device's
 kernel model times Megatron-style fused kernels; an engine whose kernels run
@@ -75,10 +81,12 @@ from typing import Any
 
 from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
+from ..costs import StageCosts
 from ..hardware import Link, intra_node_link
 from ..layers import LayerProfile
 from ..models.layer_costs import flops_per_sample, layer_costs, layer_profile, tensor_parallel_traffic
-from ..plan import RECOMPUTE_MODES, TP_COMM_OVERLAPS, Recompute, TpCommOverlap, check_recompute, recompute_rank
+from ..plan import (RECOMPUTE_MODES, TP_COMM_OVERLAPS, Recompute, TpCommOverlap, check_recompute, recompute_rank,
+                    stage_recompute)
 from .cluster import ring_pass_ms
 
 __all__ = ["Workload"]
@@ -93,8 +101,10 @@ def _is_mode(mode: object) -> bool:
     return True
 
 ProfileSource = Callable[[int, Recompute], LayerProfile]
-#: ``(micro_batch_size, recompute, tp)``: one mode for every module, or a mode per module (:meth:`Workload.with_recompute`)
-TensorSource = Callable[[int, "Recompute | Mapping[str, Recompute]", int], LayerProfile]
+#: ``(micro_batch_size, recompute, tp[, stage_sizes])``: one mode for every module, or a mode per module
+#: (:meth:`Workload.with_recompute`); ``stage_sizes`` (layers per stage) for ``block:N`` and ``uniform:N``
+#: (:meth:`Workload.stage_costs`)
+TensorSource = Callable[..., LayerProfile]
 #: tensor-parallel degrees a spec's workload is checked for (a node has at most 16 GPUs here)
 _TP_CANDIDATES = tuple(range(1, 17))
 
@@ -171,7 +181,7 @@ class Workload:
         if unknown or not self.recompute_modes or ("none" not in self.recompute_modes and not pinned):
             raise InvalidInputError(
                 f"recompute_modes must include 'none' (or be one pinned mode) and be among "
-                f"{', '.join(RECOMPUTE_MODES)}, op, every:N, got {list(self.recompute_modes)}"
+                f"{', '.join(RECOMPUTE_MODES)}, op, every:N, block:N, uniform:N, got {list(self.recompute_modes)}"
             )
         if self.tp_comm_overlap not in TP_COMM_OVERLAPS:
             raise InvalidInputError(f"tp_comm_overlap must be one of {', '.join(TP_COMM_OVERLAPS)}, "
@@ -229,16 +239,25 @@ class Workload:
             raise InvalidInputError(f"tp_comm_overlap must be one of {', '.join(TP_COMM_OVERLAPS)}, "
                                     f"got {tp_comm_overlap!r}")
 
-        def tensor_source(size: int, mode: Recompute | Mapping[str, Recompute], tp: int) -> LayerProfile:
+        def tensor_source(size: int, mode: Recompute | Mapping[str, Recompute], tp: int,
+                          stages: tuple[int, ...] | None = None) -> LayerProfile:
             profile = _scaled(layer_profile(spec, device, size, recompute=mode, tensor_parallel=tp,
-                                            sequence_parallel=sequence_parallel and tp > 1), compute_factor)
+                                            sequence_parallel=sequence_parallel and tp > 1, stage_sizes=stages),
+                              compute_factor)
+            if stages is None and isinstance(mode, str) and (stage_recompute(mode) or ("",))[0] == "block":
+                # no stages: a lower bound over them (module doc, Megatron's methods): the model as one
+                # stage recomputes the fewest blocks, and no block keeps less than under full recompute
+                full = layer_profile(spec, device, size, recompute="full", tensor_parallel=tp,
+                                     sequence_parallel=sequence_parallel and tp > 1)
+                profile = profile.replaced(activation_bytes=full.activation_bytes,
+                                           weight_stash_bytes=full.weight_stash_bytes)
             if tp == 1:
                 return profile
             latency = ring_pass_ms(link, 0.0, tp)  # ms per pass, and per byte of its buffer
             per_byte = (ring_pass_ms(link, 1e9, tp) - latency) / 1e9
             # with or without sequence parallelism the ring volume is the same (an all-reduce is an
             # all-gather plus a reduce-scatter: Korthikanti et al. 2022, §4.2.2)
-            traffic = tensor_parallel_traffic(spec, size, recompute=mode)
+            traffic = tensor_parallel_traffic(spec, size, recompute=mode, stage_sizes=stages)
             forward_comm = [n * latency + b * per_byte for n, _, b, _ in traffic]
             backward_comm = [n * latency + b * per_byte for _, n, _, b in traffic]
             if tp_comm_overlap == "on":
@@ -329,6 +348,36 @@ class Workload:
             cached = self.source(micro_batch_size, recompute)
             self._cache[key] = cached
         return cached
+
+    def stage_profile(self, micro_batch_size: int, recompute: Recompute | None = None,
+                      sizes: Sequence[int] | None = None) -> LayerProfile:
+        """The per-layer profile of the layers of ``sizes`` per stage (``None``: the model as one stage).
+
+        :meth:`profile` itself, except for Megatron-LM's ``block:N`` and ``uniform:N``
+        (:func:`pipeplan.plan.stage_recompute`): which blocks recompute depends on where
+        each stage starts, so a spec's workload prices each layer in its stage
+        (:func:`~pipeplan.models.layer_costs.layer_costs` with ``stage_sizes``). For those
+        modes :meth:`profile` (what the partitioner and the bounds read) is a lower bound
+        over partitions in time and in bytes: the model as one stage, and under ``block:N``
+        no block keeping more than under ``full``. Cached in :attr:`memo`.
+        """
+        if recompute is None:
+            recompute = self.lightest_recompute
+        profile = self.profile(micro_batch_size, recompute)  # checks the mode and the size
+        if stage_recompute(recompute) is None or self.tensor_source is None:
+            return profile
+        stages = (profile.num_layers,) if sizes is None else tuple(int(size) for size in sizes)
+        shared = self.memo.setdefault("stage_profiles", {})
+        key = (micro_batch_size, recompute, stages)
+        staged = shared.get(key)
+        if staged is None:
+            staged = shared[key] = self.tensor_source(micro_batch_size, recompute, self.tensor_parallel, stages)
+        return staged
+
+    def stage_costs(self, micro_batch_size: int, recompute: Recompute | None, sizes: Sequence[int]) -> StageCosts:
+        """Per-stage costs of layers per stage ``sizes`` under ``recompute`` (``None``: :attr:`lightest_recompute`):
+        :meth:`stage_profile`'s :meth:`~pipeplan.layers.LayerProfile.stage_costs`."""
+        return self.stage_profile(micro_batch_size, recompute, sizes).stage_costs(sizes)
 
     def with_tensor_parallel(self, tp: int) -> Workload:
         """The workload one GPU of a ``tp``-way tensor-parallel group sees (module doc).
@@ -496,7 +545,8 @@ class Workload:
 
         source, tensor = self.source, self.tensor_source
         return replace(self, source=lambda size, mode: floored(source(size, mode)),
-                       tensor_source=None if tensor is None else (lambda size, mode, tp: floored(tensor(size, mode, tp))),
+                       tensor_source=None if tensor is None else (
+                           lambda size, mode, tp, *stages: floored(tensor(size, mode, tp, *stages))),
                        _rebuild=None, _cache={}, memo={})
 
     @property

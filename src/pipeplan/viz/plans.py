@@ -64,8 +64,10 @@ _SHORT = {"none": "-", "selective": "s", "full": "f", "op": "o"}
 
 
 def _short(mode: str) -> str:
-    """A mode's letter: ``-``, ``s``, ``f``, ``o`` (torchtitan's per-op) or ``eN`` (``every:N``)."""
-    return _SHORT.get(mode) or "e" + mode.partition(":")[2]
+    """A mode's letter: ``-``, ``s``, ``f``, ``o`` (torchtitan's per-op), ``eN`` (``every:N``), ``bN`` / ``uN``
+    (Megatron-LM's ``block:N`` / ``uniform:N``)."""
+    head, _, count = mode.partition(":")
+    return _SHORT.get(mode) or head[:1] + count
 
 
 def recompute_legend(plan: Any) -> str:
@@ -74,7 +76,8 @@ def recompute_legend(plan: Any) -> str:
     if not units:
         return ""
     used = set(plan.recompute_by_module.values())
-    extra = (", o op" if "op" in used else "") + (", eN every:N" if any(m.startswith("every:") for m in used) else "")
+    extra = (", o op" if "op" in used else "") + "".join(
+        f", {head[0]}N {head}:N" for head in ("every", "block", "uniform") if any(m.startswith(head + ":") for m in used))
     return (f"recompute per module ({' / '.join(units)}): - none, s selective, f full{extra}; * differs between "
             "stages (per stage in --json)")
 
