@@ -348,7 +348,8 @@ class _Search:
                                   sync=self.options.sync if costs is None else costs.sync_for(config.dp_mode,
                                                                                              self.options.sync),
                                   hooks=None if costs is None else costs.hooks_for(config.dp_mode),
-                                  pipeline=None if costs is None else costs.pipeline_for(config.dp_mode))
+                                  pipeline=None if costs is None else costs.pipeline_for(config.dp_mode),
+                                  engine=self.options.engine)
             self._evaluators[key] = evaluator
         return evaluator
 
