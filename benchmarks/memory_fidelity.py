@@ -45,7 +45,8 @@ too; they stay in benchmarks/cost_model.py.
 **Fitting.** Nothing is fitted to these rows. The two mechanisms in
 pipeplan/planner/memory.py (the loss's fp32 logits per engine, a recomputed layer's
 activations during its backward) come from the engines' sources, not from these numbers;
-the table says what each row would be without them ("before": the memory model before them).
+the table gives their bytes per row ("loss + recompute": the loss's extra fp32 logits on the rank
+holding the head, and the largest recomputed layer's activations) so each row reads without them too.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from pipeplan.engines.torchtitan_config import llama3_spec  # noqa: E402
 from pipeplan.plan import Plan  # noqa: E402
 from pipeplan.planner import Cluster, Workload  # noqa: E402
 from pipeplan.planner.evaluate import evaluate_layout  # noqa: E402
+from pipeplan.planner.memory import MemoryModel  # noqa: E402
 from pipeplan.planner.space import Config  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cost_model.md"
@@ -168,13 +170,27 @@ def torchtitan_split(layers: int, pp: int, virtual: int) -> list[int]:
     return blocks
 
 
+def workload(run: MemoryRun) -> Workload:
+    """The run's llama3 flavour at its sequence length, recompute pinned."""
+    device = hardware.device(run.device)
+    spec = llama3_spec(run.flavour, run.seq)
+    return Workload.from_spec(spec, device, tp_link=hardware.link("nvlink-h100")).with_recompute(run.recompute)
+
+
+def transients_gib(run: MemoryRun) -> tuple[float, float]:
+    """GiB of the loss's extra fp32 logits (on the rank of the head) and of the largest recomputed layer."""
+    work = workload(run).with_tensor_parallel(run.tp)
+    loss, recompute = MemoryModel(work, "adam", None, "fsdp", engine="torchtitan").transient_bytes(
+        run.micro_batch, run.recompute)
+    return float(loss.sum()) / GIB, float(recompute.max()) / GIB
+
+
 def predict(run: MemoryRun, engine: str | None = "torchtitan") -> Plan:
     """The run's plan as ``plan --engine torchtitan`` evaluates it (``engine=None``: with Megatron-LM's loss)."""
     device = hardware.device(run.device)
     intra = hardware.link("nvlink-h100")
     cluster = Cluster(run.gpus, device, intra, hardware.link("ib-ndr"), 8)
-    spec = llama3_spec(run.flavour, run.seq)
-    work = Workload.from_spec(spec, device, tp_link=intra).with_recompute(run.recompute)
+    work = workload(run)
     config = Config(run.pp, run.dp, run.micro_batch, run.microbatches, run.schedule, run.virtual, run.recompute,
                     run.tp, "fsdp")
     sizes = torchtitan_split(work.num_layers - 2, run.pp, run.virtual)
@@ -187,7 +203,7 @@ def rows() -> list[tuple[MemoryRun, float]]:
 
 
 HEADER = ["| run | source | pinned (`plan --engine torchtitan`) | not priced | published GiB (reserved) | "
-          "predicted GiB (allocated) | error |", "|---|---|---|---|---:|---:|---:|"]
+          "predicted GiB (allocated) | error | of which loss + recompute GiB |", "|---|---|---|---|---:|---:|---:|---:|"]
 
 
 def table(results: Sequence[tuple[MemoryRun, float]]) -> str:
@@ -200,7 +216,8 @@ def table(results: Sequence[tuple[MemoryRun, float]]) -> str:
         if not run.unpriced:
             plain.append(abs(error))
         lines.append(f"| {run.label} | {run.source} | `{run.pins}` | {run.unpriced or '–'} | "
-                     f"{run.published_gib:g} | {predicted:.1f} | {signed(100 * error, '+.1f')}% |")
+                     f"{run.published_gib:g} | {predicted:.1f} | {signed(100 * error, '+.1f')}% | "
+                     "{:.1f} + {:.1f} |".format(*transients_gib(run)))
     lines.append("")
     within = sum(e <= TARGET for e in errors)
     lines.append(f"Mean |error| over {len(errors)} runs: **{100 * sum(errors) / len(errors):.1f}%** "
