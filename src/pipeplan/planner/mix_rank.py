@@ -180,6 +180,8 @@ class MixRanking:
         bounded: searched plans the branch and bound left untimed (their bound ruled them out).
         beyond_ms: a lower bound of the expected step of every plan of the space not among
             the rows (``None``: none given, or the rows hold the whole space).
+        listed: plans the search at the mix's mean sample listed (0: the plans were given,
+            :func:`rank_on_mix` alone); ``searches``: how many times it searched.
     """
 
     mix: Mix
@@ -189,6 +191,15 @@ class MixRanking:
     timed: int = 0
     bounded: int = 0
     beyond_ms: float | None = None
+    listed: int = 0
+    searches: int = 0
+
+    @property
+    def exact(self) -> bool:
+        """The best plan on the mix is the best of the space: no plan beyond the rows reaches its expected step."""
+        best = self.best
+        return best is not None and best.expected_ms is not None and (
+            self.beyond_ms is None or best.expected_ms <= self.beyond_ms)
 
     @property
     def plans(self) -> tuple[MixRow, ...]:
@@ -225,7 +236,8 @@ class MixRanking:
                 "best_planned_rank": None if best is None else best.planned_rank,
                 "best_changed": self.best_changed, "best_ties_plan_1": self.best_ties,
                 "cpu_seconds": self.cpu_seconds, "plans_timed": self.timed, "plans_bounded": self.bounded,
-                "beyond_ms": self.beyond_ms,
+                "beyond_ms": self.beyond_ms, "plans_listed": self.listed, "searches": self.searches,
+                "exact": self.exact,
                 "best_mean_rank": None if best is None else best.mean_rank}
 
 
@@ -307,7 +319,7 @@ class _Prepared:
                                                        _uniform(weights @ self.backward, b, m),
                                                        _uniform(weights @ self.weight, b, m))
         actions = 1 if self.one_rank else schedule.num_actions * (_ORDERS + 1)
-        self.draws = max(MIN_DRAWS, min(max_draws, WORK_PER_PLAN // actions))
+        self.draws = min(len(batches), max(MIN_DRAWS, min(max_draws, WORK_PER_PLAN // actions)))
         for drawn in batches[:self.draws]:
             if drawn.size < self.total:
                 raise InvalidInputError(f"{candidate.label}: {self.total} samples per step, more than the "

@@ -147,7 +147,7 @@ class MixSearch:
             planned shape where the list lacks it, then the baselines).
         listed: plans the search at the mean sample listed (the last list).
         searches: searches run (the list doubled ``searches - 1`` times).
-        cpu_seconds: CPU time of it all (searches and timing).
+        cpu_seconds: CPU time of it all (searches and timing; also the ranking's ``cpu_seconds``).
     """
 
     ranking: MixRanking
@@ -158,10 +158,7 @@ class MixSearch:
     @property
     def exact(self) -> bool:
         """The best expected step is no more than what a plan beyond the list can reach (module doc)."""
-        best = self.ranking.best
-        beyond = self.ranking.beyond_ms
-        return best is not None and best.expected_ms is not None and (
-            beyond is None or best.expected_ms <= beyond)
+        return self.ranking.exact
 
 
 def _at_mean(plan: Plan, mean: Workload, cluster: Cluster, options: SearchOptions) -> Plan | None:
@@ -228,5 +225,7 @@ def search_on_mix(mix: Mix, shape_workloads: Sequence[Workload], cluster: Cluste
         best = ranking.best
         done = beyond is None or (best is not None and best.expected_ms is not None and best.expected_ms <= beyond)
         if done or top >= max_top:
-            return MixSearch(ranking, len(found.plans), searches, time.process_time() - started)
+            ranking = replace(ranking, listed=len(found.plans), searches=searches,
+                              cpu_seconds=time.process_time() - started)
+            return MixSearch(ranking, len(found.plans), searches, ranking.cpu_seconds)
         top = min(max_top, top * 2)
