@@ -39,11 +39,11 @@ def _plans(pp: int, tp: int | None = None, cameras: int = 3) -> tuple:
     return search(_workload(cameras=cameras), CLUSTER, BATCH, options).plans
 
 
-def _rank(plans, rows, cameras: int = 3, draws: int = 16):
+def _rank(plans, rows, cameras: int = 3, draws: int = 16, **extra):
     mix = parse_mix(rows)
     shaped = [_workload(**{"cameras": cameras, **shape}) for shape in mix.shapes]
     candidates = [MixCandidate(f"plan {index}", plan, index) for index, plan in enumerate(plans, start=1)]
-    return rank_on_mix(candidates, mix, shaped, _workload(cameras=cameras), global_batch=BATCH, draws=draws)
+    return rank_on_mix(candidates, mix, shaped, _workload(cameras=cameras), global_batch=BATCH, draws=draws, **extra)
 
 
 def test_ranks_are_by_the_expected_step_and_it_is_the_slowest_replicas_balanced_load():
@@ -70,10 +70,12 @@ def test_ranks_are_by_the_expected_step_and_it_is_the_slowest_replicas_balanced_
     assert one.p95_ms == pytest.approx(float(np.percentile(steps, 95)), rel=1e-9)
 
 
-def test_a_mix_of_the_planned_shape_gives_back_the_planned_step_for_every_schedule():
+@pytest.mark.parametrize("priced", [False, True])
+def test_a_mix_of_the_planned_shape_gives_back_the_planned_step_for_every_schedule(priced):
+    # priced: the messages between stages priced per microbatch (the search's links and send mode)
     plans = _plans(1) + _plans(2) + _plans(4)
     assert {plan.schedule for plan in plans} - {"1f1b"}  # pipelines (interleaved, zero-bubble) among them
-    ranking = _rank(plans, [{"cameras": 3, "count": 1}], draws=4)
+    ranking = _rank(plans, [{"cameras": 3, "count": 1}], draws=4, **({"cluster": CLUSTER} if priced else {}))
     for row in ranking.rows:
         assert row.re_ranked, row.note
         for value in (row.mean_sample_ms, row.expected_ms, row.p95_ms, row.random_ms):
@@ -338,3 +340,33 @@ def test_the_mean_sample_workload_is_the_mix_mean_of_times_and_the_largest_memor
                           global_batch=BATCH, draws=4)
     row = ranking.plans[0]
     assert row.mean_sample_ms == pytest.approx(best.step_time, rel=1e-9)  # the search's step is the mean sample's
+
+
+# ---------------------------------------------------------------- messages per microbatch
+
+@pytest.mark.parametrize("mode", ["eager", "serialized"])
+def test_messages_are_priced_per_microbatch_from_its_samples_shapes(mode):
+    # Across a cut between two nodes (2 GPUs a node, pp = 4), a microbatch's message is the link's
+    # latency plus its samples' bytes: at the planned shape the b samples' shares add up to the
+    # evaluator's message time exactly, a four-camera sample carries more than a one-camera one,
+    # and a batch of the planned shape still gives back the planned step.
+    from pipeplan.planner.links import Links
+    from pipeplan.planner.mix_rank import _Costs, _timed_schedule
+
+    cluster = Cluster.of("h100-80g", 8, gpus_per_node=2)
+    options = SearchOptions(pp=4, top=2, dp_modes=("zero2",), send_mode=mode, schedules=["1f1b"])
+    plan = search(_workload(cameras=3), cluster, BATCH, options).best
+    schedule, _ = _timed_schedule(plan)
+    costs = _Costs([_workload(cameras=1), _workload(cameras=4)], _workload(cameras=3))
+    per_shape, planned = costs.messages(plan, schedule, cluster)
+    config = type("C", (), {"micro_batch_size": plan.micro_batch_size, "pp": plan.pp, "dp": plan.dp})()
+    boundary = Links(_workload(cameras=3).with_tensor_parallel(plan.tp), cluster.for_tensor_parallel(plan.tp),
+                     mode).boundary_times(config, plan.layers_per_stage, schedule.placement)
+    assert np.allclose(planned * plan.micro_batch_size, boundary) and min(boundary) > 0
+    assert np.all(per_shape[1] > per_shape[0])  # four cameras send more tokens across every cut
+    mix = [{"cameras": 1, "count": 1}, {"cameras": 4, "count": 1}]
+    priced = _rank([plan], mix, draws=4, cluster=cluster, send_mode=mode).rows[0]
+    held = _rank([plan], mix, draws=4).rows[0]
+    assert priced.expected_ms != held.expected_ms and priced.bound_ms <= priced.expected_ms
+    same = _rank([plan], [{"cameras": 3, "count": 1}], draws=2, cluster=cluster, send_mode=mode).rows[0]
+    assert same.expected_ms == pytest.approx(plan.step_time, rel=1e-9)

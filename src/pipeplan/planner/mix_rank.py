@@ -71,10 +71,12 @@ import numpy as np
 from ..batches.balance import balance, lower_bound, microbatch_stage_costs, pipeline_makespan, plan_microbatches
 from ..batches.mix import Mix
 from ..errors import InvalidInputError
+from ..costs import CommModel
 from ..plan import Plan, Recompute
 from ..schedule import Schedule
 from ..simulate import simulate
 from .resolution import resolution
+from .cluster import Cluster
 from .workload import Workload
 
 __all__ = ["MixCandidate", "MixRow", "MixRanking", "rank_on_mix", "DEFAULT_DRAWS", "MIN_DRAWS", "WORK_PER_PLAN",
@@ -275,6 +277,37 @@ class _Costs:
             cached = self._stages[key] = (forward, backward, weight)
         return cached
 
+    def messages(self, plan: Plan, schedule: Schedule, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+        """``[shape, boundary]`` and ``[boundary]`` (planned): one sample's share of each stage boundary's message.
+
+        A microbatch's message across boundary ``s`` takes the link's latency plus its bytes
+        (the sum of its samples' ``send_bytes`` after the boundary's last layer) over the link's
+        bandwidth, on the link :meth:`~pipeplan.planner.cluster.Cluster.pipeline_link` gives
+        (as :meth:`~pipeplan.planner.links.Links.boundary_times`); each of its ``b`` samples
+        carries ``latency / b`` plus its own bytes' time. Stages on one rank: 0. Profile time units.
+        """
+        none: Recompute = "none"
+        modes: tuple[Recompute, ...] = tuple(plan.recompute) or (none,) * len(plan.layers_per_stage)
+        b = plan.micro_batch_size
+        ends = np.cumsum(plan.layers_per_stage)[:-1] - 1
+        links = cluster.for_tensor_parallel(plan.tp)
+        rows = []
+        for index in [*range(len(self.workloads)), -1]:
+            workload = self._workload(index, plan.tp)
+            per_ms = 1e-3 / workload.time_unit
+            row = []
+            for s, layer in enumerate(ends):
+                a, c = schedule.placement[s], schedule.placement[s + 1]
+                if a == c:
+                    row.append(0.0)
+                    continue
+                link = links.pipeline_link(plan.pp, plan.dp, a, c)
+                sent = float(workload.profile(b, modes[s]).send_bytes[int(layer)])
+                row.append(link.milliseconds(sent) * per_ms / b)  # latency / b + the sample's bytes' time
+            rows.append(row)
+        table = np.asarray(rows, dtype=float).reshape(len(rows), len(ends))
+        return table[:-1], table[-1]
+
     def shapes(self, plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``[shape, stage]`` forward, backward and weight of one sample of each mix shape under ``plan``."""
         parts = [self.stage(index, plan) for index in range(len(self.workloads))]
@@ -303,21 +336,38 @@ class _Prepared:
     """One plan ready to time: its per-sample costs, offset, draws, and (for pipelines) its bound's parts."""
 
     def __init__(self, candidate: MixCandidate, plan: Plan, schedule: Schedule, costs: _Costs, mix: Mix,
-                 batches: list[np.ndarray], max_draws: int, splits: dict[tuple[Any, ...], np.ndarray]) -> None:
+                 batches: list[np.ndarray], max_draws: int, splits: dict[tuple[Any, ...], np.ndarray],
+                 cluster: Cluster | None = None, send_mode: str = "eager") -> None:
         self.candidate, self.plan, self.schedule, self.batches, self.splits = candidate, plan, schedule, batches, splits
         assert plan.step_time is not None
         self.b, self.m, self.dp = plan.micro_batch_size, plan.num_microbatches, plan.dp
         self.total = self.b * self.m * self.dp
         self.one_rank = schedule.num_ranks == 1
         self.forward, self.backward, self.weight = costs.shapes(plan)  # [shape, stage]
+        pf, pb, pw = costs.stage(-1, plan)
+        # messages per microbatch (module doc, *messages*): on the sender's timeline when serialized, else links
+        self.send_mode = "eager" if send_mode == "serialized" else send_mode
+        self.message: np.ndarray | None = None  # [shape, boundary]
+        planned_message: np.ndarray | None = None
+        if cluster is not None and not self.one_rank:
+            message, planned_message = costs.messages(plan, schedule, cluster)
+            if send_mode == "serialized":
+                self.forward, self.backward = _serialized(self.forward, self.backward, message)
+                folded = _serialized(pf[None, :], pb[None, :], planned_message[None, :])
+                pf, pb = folded[0][0], folded[1][0]
+                planned_message = None
+            else:
+                self.message = message
         self.sample_total = self.forward.sum(axis=1) + self.backward.sum(axis=1)  # [shape]
         weights = np.asarray(mix.weights)
         b, m = self.b, self.m
-        pf, pb, pw = costs.stage(-1, plan)
-        self.offset = plan.step_time - self.makespan(_uniform(pf, b, m), _uniform(pb, b, m), _uniform(pw, b, m))
-        self.mean_sample = self.offset + self.makespan(_uniform(weights @ self.forward, b, m),
-                                                       _uniform(weights @ self.backward, b, m),
-                                                       _uniform(weights @ self.weight, b, m))
+        planned_messages = None if planned_message is None else _uniform(planned_message, b, m)
+        self.offset = plan.step_time - self.makespan(_uniform(pf, b, m), _uniform(pb, b, m), _uniform(pw, b, m),
+                                                     planned_messages)
+        self.mean_sample = self.offset + self.makespan(
+            _uniform(weights @ self.forward, b, m), _uniform(weights @ self.backward, b, m),
+            _uniform(weights @ self.weight, b, m),
+            None if self.message is None else _uniform(weights @ self.message, b, m))
         actions = 1 if self.one_rank else schedule.num_actions * (_ORDERS + 1)
         self.draws = min(len(batches), max(MIN_DRAWS, min(max_draws, WORK_PER_PLAN // actions)))
         for drawn in batches[:self.draws]:
@@ -327,10 +377,10 @@ class _Prepared:
         self._bound: float | None = None
         self._row: MixRow | None = None
 
-    def makespan(self, f: np.ndarray, bw: np.ndarray, w: np.ndarray) -> float:
+    def makespan(self, f: np.ndarray, bw: np.ndarray, w: np.ndarray, messages: np.ndarray | None = None) -> float:
         if self.one_rank:
             return float(f.sum() + bw.sum())
-        return pipeline_makespan(f, bw, weight=w, schedule=self.schedule)
+        return pipeline_makespan(f, bw, weight=w, schedule=self.schedule, messages=messages, send_mode=self.send_mode)
 
     def slowest(self, index: int) -> np.ndarray:
         """Indices (into draw ``index``'s first ``total`` samples) of the most loaded balanced replica (cached)."""
@@ -357,8 +407,12 @@ class _Prepared:
         low_f = self.forward.min(axis=0)
         low_w = self.weight.min(axis=0)
         low_b = (self.backward - self.weight).min(axis=0) + low_w
+        comm = None
+        if self.message is not None and schedule.num_stages > 1:  # each message no shorter than the cheapest's
+            comm = CommModel(0.0, 1.0, send_mode=self.send_mode,  # type: ignore[arg-type]
+                             microbatch_bytes=_uniform(self.message.min(axis=0), b, m).tolist())
         timeline = simulate(schedule, microbatch_stage_costs(_uniform(low_f, b, m), _uniform(low_b, b, m),
-                                                             _uniform(low_w, b, m)))
+                                                             _uniform(low_w, b, m)), comm)
         starts, first = [], 0
         for order in schedule.orders:
             starts.append(float(timeline.start[first]) if order else 0.0)
@@ -397,17 +451,18 @@ class _Prepared:
             else:
                 mine = shapes[slow * m * b:(slow + 1) * m * b].reshape(m, b)
                 random_steps.append(self.makespan(forward[mine].sum(axis=1).T, backward[mine].sum(axis=1).T,
-                                                  weight[mine].sum(axis=1).T))
+                                                  weight[mine].sum(axis=1).T,
+                                                  None if self.message is None else self.message[mine].sum(axis=1).T))
             # balanced: the global batch over dp replicas, then the slowest replica's microbatches
             members = self.slowest(index)
             if one_rank:
                 balanced_steps.append(float(totals[members].sum()))
             else:
                 picked = shapes[members]
-                balanced_steps.append(plan_microbatches(totals[members], m, sample_forward=forward[picked],
-                                                        sample_backward=backward[picked],
-                                                        sample_weight=weight[picked],
-                                                        schedule=self.schedule).makespan)
+                balanced_steps.append(plan_microbatches(
+                    totals[members], m, sample_forward=forward[picked], sample_backward=backward[picked],
+                    sample_weight=weight[picked], schedule=self.schedule, send_mode=self.send_mode,
+                    sample_message=None if self.message is None else self.message[picked]).makespan)
         balanced = self.offset + np.asarray(balanced_steps)
         random = self.offset + np.asarray(random_steps)
         candidate, plan = self.candidate, self.plan
@@ -427,8 +482,21 @@ class _Prepared:
                       note=f"not timed: its bound {self._bound:.4g} is no less than the best expected {best:.4g}")
 
 
+def _serialized(forward: np.ndarray, backward: np.ndarray, message: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``[shape, stage]`` costs with each boundary's message on the sender's timeline (``serialized``).
+
+    As :meth:`~pipeplan.planner.links.Links.on_timelines`: stage ``s``'s forward pays the message
+    after it, its backward (the input-gradient part) the one before it.
+    """
+    forward, backward = forward.copy(), backward.copy()
+    forward[:, :-1] += message
+    backward[:, 1:] += message
+    return forward, backward
+
+
 def _prepare(candidate: MixCandidate, costs: _Costs, mix: Mix, batches: list[np.ndarray], max_draws: int,
-             splits: dict[tuple[Any, ...], np.ndarray]) -> MixRow | _Prepared:
+             splits: dict[tuple[Any, ...], np.ndarray], cluster: Cluster | None = None,
+             send_mode: str = "eager") -> MixRow | _Prepared:
     plan = candidate.plan
     planned_ms = None if plan is None else plan.step_time
     if plan is None:
@@ -437,12 +505,12 @@ def _prepare(candidate: MixCandidate, costs: _Costs, mix: Mix, batches: list[np.
     schedule, why = _timed_schedule(plan)
     if schedule is None or plan.step_time is None:
         return MixRow(candidate.label, candidate.planned_rank, plan, planned_ms, note=why, mean_rank=candidate.mean_rank)
-    return _Prepared(candidate, plan, schedule, costs, mix, batches, max_draws, splits)
+    return _Prepared(candidate, plan, schedule, costs, mix, batches, max_draws, splits, cluster, send_mode)
 
 
 def rank_on_mix(candidates: Sequence[MixCandidate], mix: Mix, shape_workloads: Sequence[Workload], planned: Workload,
                 *, global_batch: int, draws: int = DEFAULT_DRAWS, seed: int = 0, prune: bool = False,
-                beyond_ms: float | None = None) -> MixRanking:
+                beyond_ms: float | None = None, cluster: Cluster | None = None, send_mode: str = "eager") -> MixRanking:
     """Time each candidate on batches drawn from ``mix`` and rank the searched ones by the expected step.
 
     Args:
@@ -460,6 +528,9 @@ def rank_on_mix(candidates: Sequence[MixCandidate], mix: Mix, shape_workloads: S
             plan 1 (``planned_rank == 1``) are always timed. ``False``: every plan is timed.
         beyond_ms: a lower bound of the expected step of the plans of the space that are not
             among the candidates (:mod:`pipeplan.planner.mix_search`), kept in the ranking.
+        cluster, send_mode: the search's links and send mode: each microbatch's messages between
+            stages are then priced from its samples' bytes (module doc, *messages*); ``None``: the
+            messages stay in the offset, at the planned shape's bytes.
 
     Raises:
         InvalidInputError: ``shape_workloads`` not one per shape, ``draws < 1``, or a
@@ -474,7 +545,7 @@ def rank_on_mix(candidates: Sequence[MixCandidate], mix: Mix, shape_workloads: S
     batches = [rng.choice(len(mix.shapes), size=global_batch, p=np.asarray(mix.weights)) for _ in range(draws)]
     costs = _Costs(shape_workloads, planned)
     splits: dict[tuple[Any, ...], np.ndarray] = {}
-    prepared = [_prepare(candidate, costs, mix, batches, draws, splits) for candidate in candidates]
+    prepared = [_prepare(candidate, costs, mix, batches, draws, splits, cluster, send_mode) for candidate in candidates]
     rows: list[MixRow | None] = [item if isinstance(item, MixRow) else None for item in prepared]
     searched = [i for i, c in enumerate(candidates) if not _is_baseline(c)]
     always = [i for i, item in enumerate(prepared) if isinstance(item, _Prepared)

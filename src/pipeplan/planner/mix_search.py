@@ -219,7 +219,7 @@ def search_on_mix(mix: Mix, shape_workloads: Sequence[Workload], cluster: Cluste
         full = len(found.plans) >= top  # the space may hold more plans than the list
         beyond = found.plans[-1].step_time * (1 - JENSEN_SLACK) if full and found.plans[-1].step_time else None
         ranking = rank_on_mix(candidates, mix, shape_workloads, mean, global_batch=global_batch, draws=draws,
-                              seed=seed, prune=True, beyond_ms=beyond)
+                              seed=seed, prune=True, beyond_ms=beyond, cluster=cluster, send_mode=options.send_mode)
         # planned_ms is the step at the planned shape: the search's there, where it holds the plan
         ranking = replace(ranking, rows=tuple(replace(row, planned_ms=_planned_ms(row, main)) for row in ranking.rows))
         best = ranking.best
