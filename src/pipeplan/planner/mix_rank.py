@@ -417,6 +417,8 @@ class _Prepared:
         for order in schedule.orders:
             starts.append(float(timeline.start[first]) if order else 0.0)
             first += len(order)
+        lows = {"F": b * low_f, "B": b * low_b, "I": b * (low_b - low_w), "W": b * low_w}
+        tails = _tails(schedule, lows)
         per_rank = np.stack([(self.forward + self.backward)[:, list(schedule.stages_of(rank))].sum(axis=1)
                              for rank in range(schedule.num_ranks)], axis=1)  # [shape, rank]: one sample's work
         head = np.asarray(starts)
@@ -425,7 +427,7 @@ class _Prepared:
         for index in range(self.draws):
             shapes = self.batches[index][:self.total][self.slowest(index)]
             busy = np.bincount(shapes, minlength=shapes_count) @ per_rank
-            steps.append(max(timeline.makespan, float((head + busy).max())))
+            steps.append(max(timeline.makespan, float((head + busy + tails).max())))
         self._bound = self.offset + float(np.mean(steps))
         return self._bound
 
@@ -480,6 +482,41 @@ class _Prepared:
                       mean_sample_ms=float(self.mean_sample), draws=0, mean_rank=candidate.mean_rank,
                       bound_ms=self._bound,
                       note=f"not timed: its bound {self._bound:.4g} is no less than the best expected {best:.4g}")
+
+
+def _tails(schedule: Schedule, durations: dict[str, np.ndarray]) -> np.ndarray:
+    """Per rank, the longest chain of actions after its last one (``durations[kind][stage]``; messages free).
+
+    Every action of the chain waits for the one before it (its rank's next action or a consumer of
+    its output), so at any costs no smaller the step ends at least this long after the rank's last
+    action ends. Computed backwards over the actions (Kahn's order on the reversed graph).
+    """
+    successors: dict[Any, list[Any]] = {}
+    remaining: dict[Any, int] = {}
+    for order in schedule.orders:
+        for position, action in enumerate(order):
+            after = list(schedule.consumers(action))
+            if position + 1 < len(order):
+                after.append(order[position + 1])
+            successors[action] = after
+    for action, after in successors.items():
+        remaining[action] = len(after)
+    predecessors: dict[Any, list[Any]] = {action: [] for action in successors}
+    for action, after in successors.items():
+        for other in after:
+            predecessors.setdefault(other, []).append(action)
+    tail = dict.fromkeys(successors, 0.0)
+    ready = [action for action, count in remaining.items() if count == 0]
+    while ready:
+        action = ready.pop()
+        through = tail[action] + float(durations[action.kind][action.stage])
+        for before in predecessors.get(action, ()):
+            if through > tail[before]:
+                tail[before] = through
+            remaining[before] -= 1
+            if remaining[before] == 0:
+                ready.append(before)
+    return np.asarray([tail[order[-1]] if order else 0.0 for order in schedule.orders])
 
 
 def _serialized(forward: np.ndarray, backward: np.ndarray, message: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
