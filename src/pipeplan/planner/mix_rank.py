@@ -1,4 +1,4 @@
-"""Plans re-ranked by their expected step over global batches drawn from a shape mix.
+"""Plans ranked by their expected step over global batches drawn from a shape mix, with a bound for each.
 
     from pipeplan.batches import read_mix
     from pipeplan.planner.mix_rank import MixCandidate, rank_on_mix
@@ -6,14 +6,16 @@
     shaped = [Workload.from_spec(presets.get("pi0", **shape), device) for shape in mix.shapes]
     candidates = [MixCandidate(f"plan {i}", plan, i) for i, plan in enumerate(result.plans, start=1)]
     ranking = rank_on_mix(candidates, mix, shaped, planned=workload, global_batch=256)
-    ranking.rows[0].expected_ms, ranking.rows[0].p95_ms, ranking.best_changed
+    ranking.rows[0].expected_ms, ranking.rows[0].p95_ms, ranking.rows[0].bound_ms, ranking.best_changed
 
-The search ranks plans by one step at the planned shape (every sample alike).
-Here each plan is timed on ``draws`` global batches drawn from the mix (the same
-batches for every plan, so differences between plans are not sampling noise),
-its samples split as pipeplan's balancing splits them, and the plans are
-ranked by the mean of those steps; the 95th percentile and the step of a random
-split (what a distributed sampler does) are shown beside it.
+The search ranks plans by one step with every sample alike. Here each plan is
+timed on ``draws`` global batches drawn from the mix (the same batches for every
+plan, so differences between plans are not sampling noise), its samples split as
+pipeplan's balancing splits them, and the plans are ranked by the mean of those
+steps; the 95th percentile and the step of a random split (what a distributed
+sampler does) are shown beside it. ``plan --mix`` gives it the plans of a search at
+the mix's mean sample and lets it stop early (``prune``, *branch and bound* below;
+:mod:`pipeplan.planner.mix_search`).
 
 **One plan's step on one drawn batch** (ms, the plan's own time unit):
 
@@ -31,15 +33,44 @@ split (what a distributed sampler does) are shown beside it.
   simulated schedule (its timeline's action order: 1F1B, interleaved, zero-bubble,
   adaptive alike); random: replica ``r`` takes the ``r``-th run of ``m · b`` drawn
   samples, the most loaded one runs them as drawn;
+* *messages* (with ``cluster``): each microbatch's message across each stage
+  boundary takes the link's latency plus its own bytes (the sum of its samples'
+  ``send_bytes`` at that cut, each shape's) over the link's bandwidth, on the link
+  the search prices that boundary with (:meth:`_Costs.messages`); eager and
+  rendezvous messages are the simulator's per-microbatch messages, serialized ones
+  lengthen the sender's forward and backward as the search's do. Without ``cluster``
+  they stay in the offset, at the planned shape's bytes;
 * the rest of the step is the plan's own and held fixed: ``offset = step_time −
-  makespan at the planned shape`` (the same makespan model at the planned
-  workload's costs), so the offset holds the messages between stages, the exposed
-  gradient reduction and the optimizer step; a batch whose samples are all the
-  planned shape gives back ``step_time`` exactly.
+  makespan at the planned shape`` (the same makespan model, messages included where
+  priced, at ``planned``'s costs), so the offset holds the exposed gradient
+  reduction and the optimizer step (and the messages when not priced); a batch
+  whose samples are all the planned shape gives back ``step_time`` exactly.
 
 *Mean sample*: every sample costs the mix's mean on every stage (what planning on
-the mean shape would predict). With one replica (``pp = 1``) the pipeline is one
-rank and its step is its load, so no microbatch split is simulated.
+the mean shape would predict); with ``planned`` the mean-sample workload
+(:func:`~pipeplan.planner.mix_search.mean_sample_workload`) it is the plan's own
+``step_time``. With one replica (``pp = 1``) the pipeline is one rank and its step is
+its load, so no microbatch split is simulated.
+
+**Bound** (``bound_ms``, no drawn batch simulated; never above ``expected_ms``, per
+drawn batch, so also over the draws): every microbatch holds ``b`` samples, each at
+least the cheapest shape's cost on each stage and part (forward, input gradient,
+weight gradient, message), and the step only grows with any cost, so with ``L`` those
+cheapest costs: rank ``r``'s first action starts no sooner than at ``L`` (``head_r``),
+its actions take their drawn costs one after the other (``busy_r``, the slowest
+replica's samples' work on its stages, read off the draw without simulating it), and
+the longest chain after its last action lasts at least as long as at ``L``
+(``tail_r``); the bound is ``offset +`` the mean over draws of ``max(makespan at L,
+max_r head_r + busy_r + tail_r)``. With one rank: ``offset +`` the mean of
+:func:`~pipeplan.batches.balance.lower_bound` of each draw over the replicas.
+*Branch and bound* (``prune=True``): the searched plans are timed in order of their
+bound, and once the next bound is no less than the best expected step found the rest
+are not timed (``expected_ms = None``, their ``bound_ms`` kept): none of them can be
+faster. The mean-sample step is not such a bound: Jensen's inequality holds for a
+fixed split and order, but each drawn batch gets its own (the fastest of four orders:
+a cheap first microbatch fills the pipeline sooner), the mean is over a few draws, and
+only the most loaded replica is timed; tests/test_plan_mix.py shows plans expected
+below their mean-sample step.
 
 **Approximations, stated**: only the most loaded replica's pipeline is timed (a
 less loaded one could have a worse order; with balanced loads they differ by at
@@ -200,8 +231,8 @@ class MixRanking:
     def exact(self) -> bool:
         """The best plan on the mix is the best of the space: no plan beyond the rows reaches its expected step."""
         best = self.best
-        return best is not None and best.expected_ms is not None and (
-            self.beyond_ms is None or best.expected_ms <= self.beyond_ms)
+        return bool(best is not None and best.expected_ms is not None and (
+            self.beyond_ms is None or best.expected_ms <= self.beyond_ms))
 
     @property
     def plans(self) -> tuple[MixRow, ...]:

@@ -114,8 +114,12 @@ def mean_sample_workload(shape_workloads: Sequence[Workload], weights: Sequence[
     def source(size: int, mode: object) -> LayerProfile:
         return _combine([w.profile(size, mode) for w in shapes], share)  # type: ignore[arg-type]
 
+    at_tp: dict[int, list[Workload]] = {}  # each shape at each degree, once (their profiles cached in them)
+
     def tensor_source(size: int, mode: object, tp: int) -> LayerProfile:
-        return _combine([w.with_tensor_parallel(tp).profile(size, mode) for w in shapes], share)  # type: ignore[arg-type]
+        if tp not in at_tp:
+            at_tp[tp] = [w.with_tensor_parallel(tp) for w in shapes]
+        return _combine([w.profile(size, mode) for w in at_tp[tp]], share)  # type: ignore[arg-type]
 
     sizes = base.micro_batch_sizes
     for other in shapes[1:]:
@@ -217,7 +221,8 @@ def search_on_mix(mix: Mix, shape_workloads: Sequence[Workload], cluster: Cluste
         candidates += [MixCandidate(b.label, b.plan if b.fits else None, None, missing=b.note or "it does not fit")
                        for b in found.baselines]
         full = len(found.plans) >= top  # the space may hold more plans than the list
-        beyond = found.plans[-1].step_time * (1 - JENSEN_SLACK) if full and found.plans[-1].step_time else None
+        last = found.plans[-1].step_time
+        beyond = float(last) * (1 - JENSEN_SLACK) if full and last is not None else None
         ranking = rank_on_mix(candidates, mix, shape_workloads, mean, global_batch=global_batch, draws=draws,
                               seed=seed, prune=True, beyond_ms=beyond, cluster=cluster, send_mode=options.send_mode)
         # planned_ms is the step at the planned shape: the search's there, where it holds the plan
