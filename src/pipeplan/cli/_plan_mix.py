@@ -1,4 +1,4 @@
-"""``plan --mix FILE``: the searched plans re-ranked by their expected step over batches drawn from a shape mix.
+"""``plan --mix FILE``: the plan of the searched space with the smallest expected step over batches drawn from a shape mix.
 
     $ pipeplan plan --preset pi0 --gpus 8 --global-batch 256 --mix examples/mix_cameras.csv
 

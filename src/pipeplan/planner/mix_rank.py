@@ -205,8 +205,9 @@ class MixRanking:
 
     Attributes:
         mix: the mix.
-        rows: the searched plans by ``expected_ms`` (fastest first; those not re-ranked after them,
-            in search order), then the baselines in their given order.
+        rows: the searched plans by ``expected_ms`` (fastest first), then those the branch and
+            bound did not time by ``bound_ms``, then those not re-ranked (in the given order), then
+            the baselines in their given order.
         seed: the seed of the drawn batches.
         cpu_seconds: CPU time the ranking took.
         timed: searched plans timed on the drawn batches.
