@@ -252,15 +252,18 @@ def test_export_plot_and_trace_follow_the_mix_best_plan_and_say_so(run_cli, tmp_
 
 @settings(max_examples=12, deadline=None)
 @given(weights=st.lists(st.integers(min_value=0, max_value=9), min_size=4, max_size=4).filter(lambda w: sum(w) > 0),
-       draws=st.integers(min_value=1, max_value=12), seed=st.integers(min_value=0, max_value=2**16))
-def test_the_bound_never_exceeds_the_expected_step(weights, draws, seed):
-    # Random camera mixes, 1F1B, interleaved and zero-bubble pipelines and pp = 1 plans: the bound
-    # (no drawn batch simulated) is at most the expected step over the same drawn batches.
+       draws=st.integers(min_value=1, max_value=12), seed=st.integers(min_value=0, max_value=2**16),
+       priced=st.booleans())
+def test_the_bound_never_exceeds_the_expected_step(weights, draws, seed, priced):
+    # Random camera mixes, 1F1B, interleaved and zero-bubble pipelines and pp = 1 plans, messages
+    # priced per microbatch or not: the bound (no drawn batch simulated) is at most the expected
+    # step over the same drawn batches.
     mix = parse_mix([{"cameras": cameras, "count": count} for cameras, count in zip((1, 2, 3, 4), weights) if count])
     shaped = [_workload(**shape) for shape in mix.shapes]
     plans = _plans(1) + _plans(2) + _plans(4)
     candidates = [MixCandidate(f"plan {index}", plan, index) for index, plan in enumerate(plans, start=1)]
-    ranking = rank_on_mix(candidates, mix, shaped, _workload(cameras=3), global_batch=BATCH, draws=draws, seed=seed)
+    ranking = rank_on_mix(candidates, mix, shaped, _workload(cameras=3), global_batch=BATCH, draws=draws, seed=seed,
+                          cluster=CLUSTER if priced else None)
     rows = [row for row in ranking.plans if row.re_ranked]
     assert len(rows) == len(plans) and {row.plan.pp for row in rows} == {1, 2, 4}
     for row in rows:
@@ -370,3 +373,20 @@ def test_messages_are_priced_per_microbatch_from_its_samples_shapes(mode):
     assert priced.expected_ms != held.expected_ms and priced.bound_ms <= priced.expected_ms
     same = _rank([plan], [{"cameras": 3, "count": 1}], draws=2, cluster=cluster, send_mode=mode).rows[0]
     assert same.expected_ms == pytest.approx(plan.step_time, rel=1e-9)
+
+
+def test_plan_1_outside_the_list_is_timed_at_the_mean_sample_as_the_search_would():
+    # A plan of the main table that the mean-sample list lacks is simulated on the mean sample's
+    # workload; for plans of that search (pp = 1, 2 and 4; interleaved among them) this gives back
+    # the search's own step.
+    from pipeplan.planner.mix_search import _at_mean, mean_sample_workload
+
+    mean = mean_sample_workload([_workload(cameras=1), _workload(cameras=4)], [0.9, 0.1])
+    schedules = set()
+    for pp in (1, 2, 4):
+        options = SearchOptions(pp=pp, top=3)
+        for plan in search(mean, CLUSTER, BATCH, options).plans:
+            again = _at_mean(plan, mean, CLUSTER, options)
+            assert again is not None and again.step_time == pytest.approx(plan.step_time, rel=1e-12)
+            schedules.add(plan.schedule)
+    assert schedules - {"1f1b"}
