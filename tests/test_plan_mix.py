@@ -390,3 +390,20 @@ def test_plan_1_outside_the_list_is_timed_at_the_mean_sample_as_the_search_would
             assert again is not None and again.step_time == pytest.approx(plan.step_time, rel=1e-12)
             schedules.add(plan.schedule)
     assert schedules - {"1f1b"}
+
+
+def test_a_plan_1_that_cannot_hold_the_largest_samples_is_not_timed_and_says_why():
+    # Planned at one camera with the memory just above plan 1's peak: on a mix with four-camera
+    # samples, plan 1's layout cannot hold a microbatch of them (the mean-sample search keeps the
+    # largest shape's memory), so its row says so instead of timing it.
+    from pipeplan.planner.mix_search import search_on_mix
+
+    probe = search(_workload(cameras=1), CLUSTER, BATCH, SearchOptions(pp=2, top=1, dp_modes=("zero2",))).best
+    options = SearchOptions(pp=2, top=1, dp_modes=("zero2",), memory_capacity=max(probe.peak_memory) * 1.001,
+                            micro_batch_size=probe.micro_batch_size, tp=probe.tp)
+    main = search(_workload(cameras=1), CLUSTER, BATCH, options)
+    mix = parse_mix([{"cameras": 1, "count": 1}, {"cameras": 4, "count": 1}])
+    found = search_on_mix(mix, [_workload(cameras=1), _workload(cameras=4)], CLUSTER, BATCH, options, main=main,
+                          draws=4, max_top=1)
+    first = next(row for row in found.ranking.rows if row.planned_rank == 1)
+    assert not first.re_ranked and "does not fit a microbatch of the mix's largest samples" in first.note

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..batches.mix import Mix
-from ..errors import InvalidInputError, PipeplanError
+from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..layers import LayerProfile
 from ..plan import Plan
 from .evaluate import evaluate_layout
@@ -169,7 +169,7 @@ def _at_mean(plan: Plan, mean: Workload, cluster: Cluster, options: SearchOption
     """``plan``'s layout simulated on the mean-sample workload, as the search would (``None``: it cannot be)."""
     config = Config(plan.pp, plan.dp, plan.micro_batch_size, plan.num_microbatches, plan.schedule,
                     plan.virtual_stages, plan.recompute[0] if plan.recompute else "none", plan.tp, plan.dp_mode)
-    try:
+    try:  # a Plan whose ``fits`` says whether it holds the mean-sample workload's memory (the largest shape's)
         return evaluate_layout(mean, cluster, config, plan.layers_per_stage,
                                recompute=plan.recompute or None, memory_capacity=options.capacity(cluster),
                                optimizer=options.optimizer, send_mode=options.send_mode, sync=options.sync,
@@ -201,6 +201,9 @@ def search_on_mix(mix: Mix, shape_workloads: Sequence[Workload], cluster: Cluste
             search's own (the same rules on the mean sample's costs).
         draws, seed: as :func:`~pipeplan.planner.mix_rank.rank_on_mix`.
         max_top: the longest list.
+
+    Raises:
+        InfeasiblePlanError: no plan of the space holds a microbatch of the mix's largest samples.
     """
     started = time.process_time()
     mean = mean_sample_workload(shape_workloads, mix.weights)
@@ -208,7 +211,11 @@ def search_on_mix(mix: Mix, shape_workloads: Sequence[Workload], cluster: Cluste
     top = max(1, options.top)
     searches = 0
     while True:
-        found = search(mean, cluster, global_batch, replace(options, top=top, progress=None), advise=False)
+        try:
+            found = search(mean, cluster, global_batch, replace(options, top=top, progress=None), advise=False)
+        except InfeasiblePlanError as error:
+            raise InfeasiblePlanError(f"on the mix {mix.source}, no plan holds a microbatch of its largest samples "
+                                      f"({error})") from None
         searches += 1
         candidates = [MixCandidate(f"plan {planned[plan_identity(plan)]}" if plan_identity(plan) in planned
                                    else f"mean {rank}", plan, planned.get(plan_identity(plan)), mean_rank=rank)
@@ -216,8 +223,9 @@ def search_on_mix(mix: Mix, shape_workloads: Sequence[Workload], cluster: Cluste
         if main is not None and plan_identity(main.best) not in {plan_identity(c.plan) for c in candidates
                                                                  if c.plan is not None}:
             first = _at_mean(main.best, mean, cluster, options)
-            candidates.append(MixCandidate("plan 1", first, 1, missing="its layout does not fit the mix's largest "
-                                                                     "shape" if first is None else "no plan"))
+            fits = first is not None and first.fits
+            candidates.append(MixCandidate("plan 1", first if fits else None, 1,
+                                           missing="its layout does not fit a microbatch of the mix's largest samples"))
         candidates += [MixCandidate(b.label, b.plan if b.fits else None, None, missing=b.note or "it does not fit")
                        for b in found.baselines]
         full = len(found.plans) >= top  # the space may hold more plans than the list
