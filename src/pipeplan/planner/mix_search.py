@@ -212,7 +212,8 @@ def search_on_mix(mix: Mix, shape_workloads: Sequence[Workload], cluster: Cluste
     searches = 0
     while True:
         try:
-            found = search(mean, cluster, global_batch, replace(options, top=top, progress=None), advise=False)
+            found = search(mean, cluster, global_batch, replace(options, top=top, progress=None, summaries=False),
+                           advise=False)
         except InfeasiblePlanError as error:
             raise InfeasiblePlanError(f"on the mix {mix.source}, no plan holds a microbatch of its largest samples "
                                       f"({error})") from None
