@@ -163,8 +163,9 @@ def mix_lines(ranking: MixRanking, global_batch: int, planned_shape: str = "") -
                  "bound: a lower bound of the expected step that times no drawn batch (docs/uneven_batches.md); "
                  "expected and p95: mean and 95th percentile over the drawn batches, split over data-parallel "
                  "replicas and microbatches by pipeplan's balancing (only the most loaded replica's pipeline timed); "
-                 "random split: replicas take the batch as drawn; messages, exposed gradient reduction and the "
-                 f"optimizer step held at the plan's own at the mean sample (docs/uneven_batches.md); "
+                 "random split: replicas take the batch as drawn; messages between stages priced per microbatch from "
+                 "its samples' bytes; exposed gradient reduction and the optimizer step held at the plan's own at "
+                 "the mean sample (docs/uneven_batches.md); "
                  f"{ranking.cpu_seconds:.2f} CPU s")
     return lines
 
