@@ -41,3 +41,11 @@ def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str,
         return status, captured.out, captured.err
 
     return run
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``$PIPEPLAN_TEST_CLOCK=FILE``: time every test into FILE (tests/_test_clock.py)."""
+    if os.environ.get("PIPEPLAN_TEST_CLOCK"):
+        from _test_clock import SuiteClock
+
+        config.pluginmanager.register(SuiteClock(os.environ["PIPEPLAN_TEST_CLOCK"]), "pipeplan-test-clock")
