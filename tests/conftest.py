@@ -4,7 +4,7 @@ The hypothesis profile is ``$HYPOTHESIS_PROFILE`` when set (``.ci/run`` sets
 ``ci``: derandomised, so a CI failure replays on any machine), else ``ci`` when
 ``$CI`` is set, else ``default``::
 
-    HYPOTHESIS_PROFILE=ci .venv/bin/python -m pytest -q    # what .ci/run runs
+    HYPOTHESIS_PROFILE=ci .venv/bin/python -m pytest -q -n 2 --dist loadfile    # what .ci/run runs
 """
 
 from __future__ import annotations

@@ -105,6 +105,7 @@ def torch_differences(tmp_path_factory: pytest.TempPathFactory) -> dict[str, flo
 
     All cases run in one pair of forked processes, one after the other (starting the processes, each
     importing torch, was most of each case's time)."""
+    import torch.distributed.pipelining.schedules  # noqa: F401 - imported here once, not in each forked rank
     import torch.multiprocessing as mp
 
     root = tmp_path_factory.mktemp("torch_runs")
