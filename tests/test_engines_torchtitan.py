@@ -329,13 +329,15 @@ def _data(samples: int):
     return torch.randn(samples, _WIDTH, generator=generator), torch.randn(samples, _WIDTH, generator=generator)
 
 
-def _gloo_worker(rank: int, world: int, port: int, folder: str) -> None:
+def _gloo_worker(rank: int, world: int, folder: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    # a file rendezvous in the test's folder: no port another test (or xdist worker) could take first
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world)
     try:
         sys.path.insert(0, folder)
+        sys.modules.pop("torchtitan_config", None)  # forked: a config the test process imported is not this one
         config = ConfigManager().parse_args(["--module", "torchtitan_config", "--config", "pipeplan_config"])
         written = sys.modules["torchtitan_config"]
         par, training = config.parallelism, config.training
@@ -362,18 +364,13 @@ def _gloo_worker(rank: int, world: int, port: int, folder: str) -> None:
 @pytest.mark.slow
 def test_pi0_export_runs_one_step_in_torchtitans_pipeline_with_one_process_gradients(tmp_path):
     """torchtitan's stage split (through the written splitter) and schedule builder, interleaved on 2 ranks."""
-    import socket
-
     import torch.multiprocessing as mp
 
     plan = _plan("pi0", ("interleaved", 2, 2, 1, "ddp", 2, 4, "none"))
     names = layer_names_in_reference(presets.get("pi0"))
     folder = _write(export_files(plan, "torchtitan", names), tmp_path / "out")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    mp.start_processes(_gloo_worker, args=(plan.pp, port, str(folder)), nprocs=plan.pp, start_method="spawn",
-                       join=True)
+    # forked, not spawned: a spawned rank imported torch, torchtitan and this module again (about 9 CPU s each)
+    mp.start_processes(_gloo_worker, args=(plan.pp, str(folder)), nprocs=plan.pp, start_method="fork", join=True)
     got: dict = {}
     for rank in range(plan.pp):
         got.update(torch.load(folder / f"grads{rank}.pt"))
