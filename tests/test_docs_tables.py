@@ -124,6 +124,8 @@ COMPUTED = [
           lambda: [benchmark("engine_fidelity").checked_piece()]),
     Table("engines.md", "engine-fidelity-deepspeed", "python benchmarks/engine_fidelity.py --write",
           lambda: benchmark("engine_fidelity").deepspeed_block()),
+    Table("engines.md", "torchtitan-compile", "python benchmarks/torchtitan_compile.py --write",
+          lambda: [benchmark("torchtitan_compile").block()]),
     Table("schedules.md", "schedule-quality", "python benchmarks/schedule_quality.py --write --zb-checkout DIR",
           lambda: ["\n".join(benchmark("schedule_quality").paper_table()),
                    "\n".join(benchmark("schedule_quality").unequal_table())], frozenset({"seconds"})),
