@@ -58,7 +58,7 @@ _SPLITS: Mapping[str, Callable[[int, int], tuple[int, ...]]] = {"megatron": mega
 #: The planner fields, in the order the output lists them (``dp`` is derived, never read).
 ORDER = ("gpus", "tp", "pp", "dp", "dp_mode", "grad_sync", "schedule", "virtual_stages", "micro_batch_size",
          "num_microbatches", "global_batch", "layers_per_stage", "recompute", "sequence_parallel",
-         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "compile")
+         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "compile", "reshard_after_forward")
 
 
 def default_split(engine: str, num_layers: int, stages: int) -> tuple[int, ...]:
@@ -271,7 +271,8 @@ def _from_plan(plan: Plan, name: str) -> Any:
 
 
 #: RunConfig fields that are an engine's priced knobs (:class:`~pipeplan.engines.Knob`), by knob name.
-_ENGINE_KNOBS = {"overlap_comm": "overlap-comm", "reduce_bucket_size": "reduce-bucket-size", "compile": "compile"}
+_ENGINE_KNOBS = {"overlap_comm": "overlap-comm", "reduce_bucket_size": "reduce-bucket-size", "compile": "compile",
+                 "reshard_after_forward": "reshard-after-forward"}
 
 
 def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: list[str],
@@ -287,6 +288,8 @@ def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: l
     if "compile" in engine.knobs.names() and "compile" not in knobs:
         default = engine.knobs.get("compile").default
         values["compile"] = Filled(default, f"{engine.name} default (the files do not set it: eager kernels)")
+    if knobs.get("reshard-after-forward") == "never":  # FSDP2 keeps each layer gathered for its backward
+        workload = workload.with_reshard_after_forward(False)
     factor = engine.compute_factor(device, knobs)
     if factor != 1.0 and workload.spec is not None:
         workload = workload.with_compute_factor(factor)

@@ -160,6 +160,11 @@ def _given(args: argparse.Namespace) -> dict[str, str]:
             _refuse_absent(engine, flag)
         knob = engine.knobs.get(flag, engine.name)  # the engine has the knob (one line naming its knobs)
         given[flag] = _parse_recompute(value, engine) if flag == "recompute" else knob.parse(value, engine.name)
+    if given.get("reshard-after-forward") == "always" and getattr(args, "pp", None) != 1:
+        # torchtitan/distributed/fsdp.py: with a pipeline its default keeps the parameters gathered, which pipeplan
+        # prices; always would gather each layer twice a microbatch through the pipeline, not priced
+        raise InvalidInputError("--reshard-after-forward always is priced without a pipeline only: give --pp 1 "
+                                "(with a pipeline pipeplan prices torchtitan's default, parameters kept gathered)")
     if given.get("tp-comm-overlap") == "on" and given.get("sequence-parallel") == "off":
         # Megatron-LM's validate_args: the userbuffers overlap needs sequence parallelism
         raise InvalidInputError("--tp-comm-overlap on needs --sequence-parallel on (Megatron-LM overlaps the "
@@ -239,6 +244,8 @@ def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpi
         workload = workload.with_tensor_knobs(
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
             tp_comm_overlap=cast("TpCommOverlap | None", given.get("tp-comm-overlap")))
+    if given.get("reshard-after-forward") == "never":  # FSDP2 keeps each layer gathered for its backward
+        workload = workload.with_reshard_after_forward(False)
     pin = recompute_pin(args, workload.spec, unpinned)
     if pin is not None:
         workload = workload.with_recompute(pin)

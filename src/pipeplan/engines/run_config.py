@@ -56,6 +56,8 @@ FIELDS: Mapping[str, str] = {
     "reduce_bucket_size": "int: elements per gradient bucket: DeepSpeed's zero_optimization.reduce_bucket_size "
                           "(its knob --reduce-bucket-size)",
     "compile": "str: 'on' or 'off': torch.compile of the model (torchtitan's compile.enable; its knob --compile)",
+    "reshard_after_forward": "str: 'default', 'always' or 'never': FSDP2's reshard after forward (torchtitan's "
+                             "parallelism.fsdp_reshard_after_forward; its knob --reshard-after-forward)",
 }
 
 

@@ -100,13 +100,15 @@ def torchtitan_schedule_name(plan: Plan | Sequence[int]) -> tuple[str, bool]:
     )
 
 
-def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8) -> dict[str, Any]:
+def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8,
+                       reshard: str = "default") -> dict[str, Any]:
     """``data_parallel_shard_degree``, ``data_parallel_replicate_degree``, ``fsdp_reshard_after_forward``.
 
     ddp: shard 1, replicate dp; fsdp: shard dp; hsdp: shard over the data-parallel
     ranks inside a node (``gpus_per_node / tp``, at most dp), replicate across nodes;
     zero1/zero2 (no torchtitan mode): FSDP that keeps parameters gathered after the
-    forward (``"never"``), the closest (see :func:`torchtitan_notes`).
+    forward (``"never"``), the closest (see :func:`torchtitan_notes`). ``reshard``: the
+    ``--reshard-after-forward`` given for fsdp/hsdp (``"default"``: the key is not written).
     """
     plan = to_plan(plan)
     if plan.dp_mode == "ddp":
@@ -115,10 +117,14 @@ def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8) ->
         shard = max(1, min(plan.dp, gpus_per_node // plan.tp))
         if plan.dp % shard:
             raise InvalidInputError(f"hsdp: dp {plan.dp} does not divide into node groups of {shard} ranks")
-        return {"data_parallel_shard_degree": shard, "data_parallel_replicate_degree": plan.dp // shard}
-    degrees: dict[str, Any] = {"data_parallel_shard_degree": plan.dp, "data_parallel_replicate_degree": 1}
+        degrees: dict[str, Any] = {"data_parallel_shard_degree": shard,
+                                   "data_parallel_replicate_degree": plan.dp // shard}
+    else:
+        degrees = {"data_parallel_shard_degree": plan.dp, "data_parallel_replicate_degree": 1}
     if plan.dp_mode in ("zero1", "zero2"):
         degrees["fsdp_reshard_after_forward"] = "never"
+    elif reshard != "default" and plan.dp > 1:
+        degrees["fsdp_reshard_after_forward"] = reshard
     return degrees
 
 
@@ -215,7 +221,7 @@ def _instead(plan: Plan, *, toml: bool = False) -> list[str]:
 
 # ------------------------------------------------------------------ settings
 def torchtitan_settings(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
-                        gpus_per_node: int = 8) -> dict[str, dict[str, Any]]:
+                        gpus_per_node: int = 8, reshard: str = "default") -> dict[str, dict[str, Any]]:
     """The values the export sets, by torchtitan config section (``schedule.csv`` beside the config).
 
     ``parallelism``: what both Python releases name alike; ``batch``: the plan's batch
@@ -231,7 +237,7 @@ def torchtitan_settings(plan: Plan | Sequence[int], names: Sequence[LayerName] |
         "module_fqns_per_model_part": torchtitan_parts(plan, names),
         "tensor_parallel_degree": plan.tp,
         "enable_sequence_parallel": bool(plan.sequence_parallel and plan.tp > 1),
-        **torchtitan_degrees(plan, gpus_per_node=gpus_per_node),
+        **torchtitan_degrees(plan, gpus_per_node=gpus_per_node, reshard=reshard),
     }
     local = plan.micro_batch_size * (plan.num_microbatches if plan.pp > 1 else 1)
     tokens = plan.tokens_per_sample
@@ -410,11 +416,11 @@ def _model_line(plan: Plan, parts: list[list[str]], gpt: bool, nested: list[str]
 
 
 def torchtitan_config_py(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
-                         gpus_per_node: int = 8, compile: bool = False) -> str:
+                         gpus_per_node: int = 8, compile: bool = False, reshard: str = "default") -> str:
     """``torchtitan_config.py``: ``apply_plan(config)`` and ``pipeplan_config()`` for torchtitan's ``--module``
-    (``compile``: ``config.compile.enable``, torchtitan's default off)."""
+    (``compile``: ``config.compile.enable``, torchtitan's default off; ``reshard``: ``fsdp_reshard_after_forward``)."""
     plan = to_plan(plan)
-    settings = torchtitan_settings(plan, names, gpus_per_node=gpus_per_node)
+    settings = torchtitan_settings(plan, names, gpus_per_node=gpus_per_node, reshard=reshard)
     parts = settings["parallelism"]["module_fqns_per_model_part"]
     gpt = names is not None and _is_gpt(layer_names(plan, names))
     nested = nested_paths(parts)
@@ -439,16 +445,17 @@ def _py(value: Any) -> str:
 
 # ------------------------------------------------------------------ the TOML release
 def torchtitan_toml(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
-                    schedule_csv: str = _CSV, gpus_per_node: int = 8, compile: bool = False) -> str:
+                    schedule_csv: str = _CSV, gpus_per_node: int = 8, compile: bool = False,
+                    reshard: str = "default") -> str:
     """The last TOML release's sections for ``plan`` (``schedule_csv``: the path written when it needs one;
-    ``compile``: ``[compile] enable``).
+    ``compile``: ``[compile] enable``; ``reshard``: ``fsdp_reshard_after_forward``).
 
     Raises:
         InvalidInputError: a pipeline over module paths that nest deeper than that
             release's splitter reaches (it would build empty stages).
     """
     plan = to_plan(plan)
-    settings = torchtitan_settings(plan, names, gpus_per_node=gpus_per_node)
+    settings = torchtitan_settings(plan, names, gpus_per_node=gpus_per_node, reshard=reshard)
     par = settings["parallelism"]
     parts = torchtitan_parts(plan, names, toml=True)
     nested = nested_paths(parts)
@@ -489,15 +496,17 @@ def torchtitan_toml(plan: Plan | Sequence[int], names: Sequence[LayerName] | Non
 
 
 def torchtitan_files(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
-                     toml: bool = False, gpus_per_node: int = 8, compile: bool = False) -> list[ExportFile]:
+                     toml: bool = False, gpus_per_node: int = 8, compile: bool = False,
+                     reshard: str = "default") -> list[ExportFile]:
     """``torchtitan_config.py`` (or ``torchtitan.toml``) and, when the order needs one, ``schedule.csv``
-    (``compile``: ``torch.compile`` on, ``compile.enable``)."""
+    (``compile``: ``torch.compile`` on, ``compile.enable``; ``reshard``: ``fsdp_reshard_after_forward``, written
+    for fsdp/hsdp unless ``"default"``)."""
     plan = to_plan(plan)
     needs_csv = torchtitan_schedule_name(plan)[1]
     files = [ExportFile("torchtitan.toml", torchtitan_toml(plan, names, gpus_per_node=gpus_per_node,
-                                                           compile=compile)) if toml else
+                                                           compile=compile, reshard=reshard)) if toml else
              ExportFile("torchtitan_config.py", torchtitan_config_py(plan, names, gpus_per_node=gpus_per_node,
-                                                                     compile=compile))]
+                                                                     compile=compile, reshard=reshard))]
     if needs_csv:
         files.append(ExportFile(_CSV, torch_schedule_csv(plan_schedule(plan))))
     return files
@@ -511,9 +520,11 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
 
 def _write_knobs(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
                  gpus_per_node: int, knobs: Mapping[str, str]) -> list[ExportFile]:
-    """:func:`_write` with the knobs given: ``compile`` (``on``/``off``) written as ``compile.enable``."""
+    """:func:`_write` with the knobs given: ``compile`` (``on``/``off``) written as ``compile.enable``,
+    ``reshard-after-forward`` as ``fsdp_reshard_after_forward``."""
     files = torchtitan_files(plan, names, toml=target == "torchtitan-toml", gpus_per_node=gpus_per_node,
-                             compile=knobs.get("compile") == "on")
+                             compile=knobs.get("compile") == "on",
+                             reshard=knobs.get("reshard-after-forward", "default"))
     if schedule is None:
         return files
     return [ExportFile(f.name, torch_schedule_csv(schedule)) if f.name == _CSV else f for f in files]
@@ -529,6 +540,12 @@ TORCHTITAN_KNOBS = Knobs((
          "searches none, op and full per stage",
          searched=("none", "op", "full")),
     COMPILE_KNOB,
+    Knob("reshard-after-forward", ("default", "always", "never"), "default",
+         "FSDP2's reshard_after_forward (parallelism.fsdp_reshard_after_forward): default frees each layer's "
+         "gathered parameters after its forward without a pipeline (gathered again for its backward) and keeps "
+         "them with one (torchtitan/distributed/fsdp.py, 0.3.0); never keeps them gathered from the forward to "
+         "the backward (one all-gather a layer and microbatch, not two; every layer's bf16 parameters held at "
+         "the peak); always, priced without a pipeline only (--pp 1), as default there"),
 ))
 
 #: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode
@@ -539,7 +556,7 @@ ENGINE = Engine(
     "torchtitan",
     Runs(),
     Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes, read=read_torchtitan_config,
-          knobs=("compile",), write_knobs=_write_knobs),
+          knobs=("compile", "reshard-after-forward"), write_knobs=_write_knobs),
     knobs=TORCHTITAN_KNOBS,
     compute_factors=TORCHTITAN_EAGER_FACTORS,
     compile_speedup=TORCHTITAN_COMPILE_SPEEDUP,

@@ -165,7 +165,7 @@ _READ = frozenset({
     "training.max_context_length", "training.num_tokens_per_microbatch_per_dp_rank",
     "training.num_tokens_per_train_step", "training.mixed_precision_param",
     "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option", "model.name", "model.flavor",
-    "compile.enable",
+    "compile.enable", "parallelism.fsdp_reshard_after_forward",
 })
 
 Values = dict[str, tuple[Any, str]]
@@ -479,9 +479,12 @@ class _Reader:
         elif replicate_v > 1:
             self.set("dp_mode", "ddp", source)
         reshard = self.values.get("parallelism.fsdp_reshard_after_forward")
-        if reshard is not None and reshard[0] == "never" and shard_v > 1:
-            self.notes.append("fsdp_reshard_after_forward 'never' keeps parameters gathered after the forward "
-                              "(ZeRO-2's memory, how pipeplan exports zero1/zero2): priced as fsdp")
+        if reshard is not None and shard_v > 1:  # the --reshard-after-forward knob (FSDP/HSDP only)
+            self.set("reshard_after_forward", reshard[0], reshard[1])
+            if reshard[0] == "never":
+                self.notes.append("fsdp_reshard_after_forward 'never' keeps parameters gathered from each layer's "
+                                  "forward to its backward (how pipeplan exports zero1/zero2 too): priced as fsdp "
+                                  "that gathers once a microbatch")
         return shard_v * replicate_v
 
     def _pipeline(self, pp: int) -> None:
