@@ -106,3 +106,16 @@ def test_the_reader_reads_compile_from_toml_and_python_configs(tmp_path: Path) -
     python.write_text("c = Trainer.Config(compile=CompileConfig(enable=False), "
                       "parallelism=ParallelismConfig(tensor_parallel_degree=2))\n")
     assert read_torchtitan_config(python).value("compile") == "off"
+
+
+def test_checks_best_plans_keep_the_files_compile(run_cli) -> None:
+    """examples/check/llama3_8b.toml sets [compile] enable = true: read as --compile on, and its best plans' files in
+    torchtitan set it again."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "check" / "llama3_8b.toml"
+    status, out, err = run_cli("check", "--torchtitan-config", str(example), "--top", "1", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    assert data["config"]["pinned"]["compile"]["value"] == "on"
+    assert "compile.enable = true" not in " ".join(data["config"]["ignored"])
+    files = data["best"]["same_engine"][0]["files"]
+    assert "COMPILE = True" in files["torchtitan_config.py"]

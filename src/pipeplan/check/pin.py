@@ -42,7 +42,7 @@ from ..planner.space import Config
 from ..planner.step import SYNCS
 from ..schedules import schedule_info
 
-__all__ = ["Filled", "Pinned", "pin", "config_of", "default_split", "SEARCHED", "DEFAULT"]
+__all__ = ["Filled", "Pinned", "pin", "config_of", "default_split", "engine_knobs", "SEARCHED", "DEFAULT"]
 
 #: The source of a value the search filled.
 SEARCHED = "searched"
@@ -297,6 +297,12 @@ def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: l
         notes.append(f"{engine.name}'s kernels on {device}: each layer's compute x {factor:.3f}{compiled} "
                      "(docs/engines.md)")
     return workload, EngineCosts.of(engine, knobs)
+
+
+def engine_knobs(pinned: Pinned) -> dict[str, str]:
+    """The engine's knobs the configuration set (knob name → value: ``{"compile": "on"}``), what its best plans'
+    files carry again."""
+    return {knob: str(pinned.values[name].value) for name, knob in _ENGINE_KNOBS.items() if name in pinned.values}
 
 
 def _engine_sync(config: RunConfig, plan: Plan, costs: EngineCosts | None, values: dict[str, Filled]) -> None:

@@ -88,7 +88,8 @@ def by_target(target: str) -> Engine:
 
 
 def export_files(plan: Plan | Sequence[int], target: str, names: Sequence[LayerName] | None = None, *,
-                 schedule: Schedule | None = None, gpus_per_node: int = 8) -> list[ExportFile]:
+                 schedule: Schedule | None = None, gpus_per_node: int = 8,
+                 knobs: Mapping[str, str] | None = None) -> list[ExportFile]:
     """Every file the engine of ``target`` (one of :func:`targets`) needs to run ``plan``.
 
     Args:
@@ -98,11 +99,13 @@ def export_files(plan: Plan | Sequence[int], target: str, names: Sequence[LayerN
         schedule: the order the CSV files carry (default the plan's own: its timeline's,
             or its fixed schedule rebuilt).
         gpus_per_node: GPUs per node (torchtitan's HSDP shard degree).
+        knobs: the knobs given (name → value): those the engine's files carry are written.
 
     Raises:
         InvalidInputError: an unknown target, or a plan the engine cannot run.
     """
-    return by_target(target).export(plan, target, names, schedule=schedule, gpus_per_node=gpus_per_node)
+    return by_target(target).export(plan, target, names, schedule=schedule, gpus_per_node=gpus_per_node,
+                                    knobs=knobs)
 
 
 def _text(files: Sequence[ExportFile]) -> str:
