@@ -27,7 +27,12 @@ engine lacks, is one line and exit 2. ``--sequence-parallel`` and ``--tp-comm-ov
 take a value (``on|off``; the bare switch is gone). Every engine's knobs are flags (read off
 the records, the default engine's first); DeepSpeed's (``--overlap-comm``, ``--reduce-bucket-size``,
 ``--hook-cost``) change the step, not the layers: ``plan`` prices them (:func:`engine_costs`), the
-other verbs check them and report them.
+other verbs check them and report them. torchtitan's and plain torch's ``--compile on|off`` changes
+the layers' kernels on every verb (:meth:`pipeplan.engines.Engine.compute_factor`); Megatron-LM and
+DeepSpeed refuse it with the reason their :class:`~pipeplan.engines.record.Knob` gives
+(``elsewhere``). torchtitan's ``--reshard-after-forward never`` keeps FSDP's layers gathered
+(:meth:`pipeplan.planner.Workload.with_reshard_after_forward`); ``always`` is taken by ``plan`` only
+with ``--pp 1``. :func:`given_knobs` is what an export writes of them.
 """
 
 from __future__ import annotations
@@ -160,7 +165,7 @@ def _given(args: argparse.Namespace) -> dict[str, str]:
             _refuse_absent(engine, flag)
         knob = engine.knobs.get(flag, engine.name)  # the engine has the knob (one line naming its knobs)
         given[flag] = _parse_recompute(value, engine) if flag == "recompute" else knob.parse(value, engine.name)
-    if given.get("reshard-after-forward") == "always" and getattr(args, "pp", None) != 1:
+    if given.get("reshard-after-forward") == "always" and hasattr(args, "pp") and args.pp != 1:
         # torchtitan/distributed/fsdp.py: with a pipeline its default keeps the parameters gathered, which pipeplan
         # prices; always would gather each layer twice a microbatch through the pipeline, not priced
         raise InvalidInputError("--reshard-after-forward always is priced without a pipeline only: give --pp 1 "
