@@ -4,6 +4,7 @@
     python benchmarks/engine_fidelity.py --write      # also record it in docs/cost_model.md
                                                       # (and the DeepSpeed block in docs/engines.md)
     python benchmarks/engine_fidelity.py --fit-torchtitan   # refit torchtitan's eager factor (8B rows only)
+    python benchmarks/engine_fidelity.py --fit-deepspeed    # refit DeepSpeed's pipeline-engine factor (its 4 runs)
 
 The DeepSpeed block (its own runs, table and marker, at the end of this file: ``DEEPSPEED_RUNS``,
 ``deepspeed_table``, ``deepspeed_block``) predicts published Megatron-DeepSpeed runs as
@@ -59,13 +60,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _markers import computed_line, print_or_write, signed  # noqa: E402
 
 from pipeplan import engines, hardware  # noqa: E402
-from pipeplan.engines.deepspeed import HOOK_US  # noqa: E402
+from pipeplan.engines.deepspeed import HOOK_US, PIPELINE_FACTORS  # noqa: E402
 from pipeplan.models.modules import Embedding, LMHead, TransformerStack  # noqa: E402
 from pipeplan.models.spec import ModelSpec  # noqa: E402
 from pipeplan.plan import Plan, Recompute, TpCommOverlap  # noqa: E402
@@ -298,7 +300,10 @@ def checked_piece() -> str:
 # hooks' host time per trainable tensor (fitted to the CPU measurement of benchmarks/deepspeed_hooks.py, no
 # GPU run), blocking p2p (``--send serialized``), full recompute (``--checkpoint-activations``), no sequence
 # parallelism and TP collectives waited for (the Megatron-LM of 2021 these forks come from, as the Narayanan
-# rows above). No row is used for fitting. The table is in docs/engines.md ("DeepSpeed").
+# rows above); beside the pipeline, the engine's gradient accumulation per microbatch (ACCUMULATE_BYTES, from
+# its source) and its one fitted factor (PIPELINE_FACTORS, fitted to these four runs: ``--fit-deepspeed``).
+# The four runs are therefore fitting rows; each is also predicted with the factor fitted to the other three
+# (leave one out), the only held-out numbers here. The table is in docs/engines.md ("DeepSpeed").
 
 DEEPSPEED_DOC = Path(__file__).resolve().parent.parent / "docs" / "engines.md"
 DEEPSPEED_MARKER = "engine-fidelity-deepspeed"
@@ -333,8 +338,9 @@ class DeepSpeedRun:
 #: The runs, with the numbers as published (the source in each row):
 #: * BLOOM 176B: bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm (TP 4, PP 12, 48 nodes of
 #:   8 A100 80 GB, micro-batch 2, global batch 2048, 70 layers, hidden 14336, 112 heads, sequence 2048, vocabulary
-#:   padded to 250880, ALiBi, --checkpoint-activations, bf16, ZERO_STAGE=0 "bf16 ... implements its own zero stage 1
-#:   equivalent": pipeplan's zero1), and train/tr11-176B-ml/chronicles.md, 2022-03-18: "at full throttle of
+#:   padded to 250880, ALiBi, --checkpoint-activations, bf16, ZERO_STAGE=0: DeepSpeed's stage 0, which with bf16 runs
+#:   BF16_Optimizer, "its own zero stage 1 equivalent" for memory, priced here as stage 0 (pipeplan's ddp: its
+#:   per-microbatch accumulation and its all-reduce; the optimizer state's sharding changes memory, not compared), and train/tr11-176B-ml/chronicles.md, 2022-03-18: "at full throttle of
 #:   GBS=2048 and at 149-150 TFLOPs per GPU. A single train iteration is about 105 secs."
 #: * MT-NLG 530B: Smith et al. 2022 (arXiv 2201.11990) §2.4 as transcribed by cli99/llm-analysis
 #:   (examples/megatron-turing-nlg/README.md): 105 layers, hidden 20480, 128 heads, sequence 2048, vocabulary
@@ -344,7 +350,7 @@ class DeepSpeedRun:
 #:   two move the same gradient bytes).
 DEEPSPEED_RUNS = (
     DeepSpeedRun("BLOOM 176B", "BigScience tr11 (Jean Zay)", 70, 14336, 112, 250_880, False, 4, 12, 384, 2048, 2,
-                 "zero1", "omnipath", 105.0),
+                 "ddp", "omnipath", 105.0),
     *(DeepSpeedRun(f"MT-NLG 530B, {nodes} nodes", "Smith et al. 2022 §2.4 (Selene)", 105, 20480, 128, 51_200, True,
                    8, 35, 8 * nodes, 1920, 1, "zero1", "ib-hdr", seconds)
       for nodes, seconds in ((280, 60.1), (350, 50.2), (420, 44.4))),
@@ -363,8 +369,15 @@ def deepspeed_gpt(run: DeepSpeedRun) -> ModelSpec:
     ))
 
 
-def deepspeed_predict(run: DeepSpeedRun, knobs: dict[str, str] | None = None) -> Plan:
-    """The plan of ``run`` as ``plan --engine deepspeed`` prices it (``knobs``: DeepSpeed's, default none given)."""
+def deepspeed_predict(run: DeepSpeedRun, knobs: dict[str, str] | None = None, *, factor: float | None = None,
+                      accumulate: bool = True) -> Plan:
+    """The plan of ``run`` as ``plan --engine deepspeed`` prices it (``knobs``: DeepSpeed's, default none given).
+
+    ``factor``: the pipeline engine's factor on the A100 instead of the one in use (PIPELINE_FACTORS);
+    ``accumulate``: False leaves out the gradient accumulation's bytes (ACCUMULATE_BYTES), to measure its share.
+    """
+    from dataclasses import replace
+
     from pipeplan import engines
     from pipeplan.planner.engine_costs import EngineCosts
 
@@ -377,36 +390,104 @@ def deepspeed_predict(run: DeepSpeedRun, knobs: dict[str, str] | None = None) ->
     config = Config(run.pp, dp, run.micro_batch, run.global_batch // (dp * run.micro_batch), "1f1b", 1, "full",
                     run.tp, run.dp_mode)
     costs = EngineCosts.of(engines.get("deepspeed"), knobs or {})
+    assert costs is not None
+    if factor is not None:
+        costs = replace(costs, pipeline_factors={device.name: factor})
+    if not accumulate:
+        costs = replace(costs, accumulate={})
     return evaluate_layout(work, cluster, config, megatron_split(work.num_layers, run.pp),
                            memory_capacity=0.9 * device.memory_bytes, send_mode="serialized", sync="megatron",
                            engine_costs=costs)
 
 
-def deepspeed_rows() -> list[tuple[DeepSpeedRun, Plan, Plan]]:
-    """(run, its plan as DeepSpeed prices it, the same with the hooks off) per run."""
-    return [(run, deepspeed_predict(run), deepspeed_predict(run, {"hook-cost": "off"})) for run in DEEPSPEED_RUNS]
+@lru_cache(maxsize=None)
+def _deepspeed_seconds(run: DeepSpeedRun, factor: float) -> float:
+    """The predicted step of ``run`` with the pipeline factor ``factor`` (cached: the fits share their start)."""
+    return deepspeed_predict(run, factor=factor).step_seconds or 1.0
 
 
-DEEPSPEED_HEADER = ["| run | source | tp × pp × dp | ZeRO | published s/iteration | predicted | error | "
-                    "hooks' share of the step |", "|---|---|---|---|---:|---:|---:|---:|"]
+def fit_deepspeed_factor(runs: Sequence[DeepSpeedRun] = DEEPSPEED_RUNS, tolerance: float = 1e-6) -> float:
+    """The pipeline engine's factor on the A100 that makes the geometric mean of published / predicted step
+    over ``runs`` 1 (secant steps on the mean log ratio from 1.0 and 1.3: the step is close to linear in it)."""
+    import math
+
+    def log_ratio(factor: float) -> float:
+        return sum(math.log(run.seconds / _deepspeed_seconds(run, factor)) for run in runs) / len(runs)
+
+    a, b = 1.0, 1.3
+    fa, fb = log_ratio(a), log_ratio(b)
+    for _ in range(20):
+        if abs(b - a) < tolerance or fb == fa:
+            break
+        a, fa, b = b, fb, b - fb * (b - a) / (fb - fa)
+        fb = log_ratio(b)
+    return b
 
 
-def deepspeed_table(results: Sequence[tuple[DeepSpeedRun, Plan, Plan]]) -> str:
-    """Markdown: published vs predicted seconds per iteration, the throughput error, the hooks' share."""
-    lines = list(DEEPSPEED_HEADER)
-    errors = []
-    for run, plan, bare in results:
-        seconds, without = plan.step_seconds or 0.0, bare.step_seconds or 0.0
-        error = run.seconds / seconds - 1  # of the throughput
-        errors.append(abs(error))
-        lines.append(f"| {run.label} | {run.source} | {run.tp} × {run.pp} × {run.gpus // (run.tp * run.pp)} "
-                     f"(b {run.micro_batch}, m {plan.num_microbatches}) | {run.dp_mode} | {run.seconds:g} | "
-                     f"{seconds:.3g} | {signed(100 * error, '+.1f')}% | {100 * (seconds - without) / seconds:.2f}% |")
+@dataclass(frozen=True)
+class DeepSpeedRow:
+    """One run priced: in use (factor fitted to every run), left out of the fit, and each priced mechanism's share."""
+
+    run: DeepSpeedRun
+    plan: Plan
+    held_out: Plan
+    held_out_factor: float
+    without_factor: Plan
+    without_accumulation: Plan
+    without_hooks: Plan
+
+
+def deepspeed_rows() -> list[DeepSpeedRow]:
+    """Every run: its plan as DeepSpeed prices it, the same with the factor fitted to the other three runs,
+    with factor 1, without the gradient accumulation, and with the hooks off."""
+    out = []
+    for run in DEEPSPEED_RUNS:
+        factor = fit_deepspeed_factor([other for other in DEEPSPEED_RUNS if other is not run])
+        out.append(DeepSpeedRow(run, deepspeed_predict(run), deepspeed_predict(run, factor=factor), factor,
+                                deepspeed_predict(run, factor=1.0), deepspeed_predict(run, accumulate=False),
+                                deepspeed_predict(run, {"hook-cost": "off"})))
+    return out
+
+
+DEEPSPEED_HEADER = ["| run | source | tp × pp × dp | ZeRO | published s/iteration | predicted (fitted) | error | "
+                    "factor of the other 3 | predicted (left out) | error | accumulation's share | factor's share | "
+                    "hooks' share |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+
+def _summary(errors: Sequence[float]) -> str:
     within = sum(e <= 0.10 for e in errors)
+    return (f"**{100 * sum(errors) / len(errors):.1f}%** ({within} of {len(errors)} within 10%, worst "
+            f"{100 * max(errors):.1f}%)")
+
+
+def deepspeed_table(results: Sequence[DeepSpeedRow]) -> str:
+    """Markdown: published vs predicted seconds per iteration (fitted and left out), errors, each mechanism's share."""
+    lines = list(DEEPSPEED_HEADER)
+    fitted, held, bare = [], [], []
+    for row in results:
+        run = row.run
+        seconds = row.plan.step_seconds or 0.0
+        out = row.held_out.step_seconds or 0.0
+        error, out_error = run.seconds / seconds - 1, run.seconds / out - 1  # of the throughput
+        fitted.append(abs(error))
+        held.append(abs(out_error))
+        bare.append(abs(run.seconds / (row.without_factor.step_seconds or 1.0) - 1))
+
+        def share(other: Plan) -> str:
+            return f"{100 * (seconds - (other.step_seconds or 0.0)) / seconds:.1f}%"
+
+        lines.append(f"| {run.label} | {run.source} | {run.tp} × {run.pp} × {run.gpus // (run.tp * run.pp)} "
+                     f"(b {run.micro_batch}, m {row.plan.num_microbatches}) | {run.dp_mode} | {run.seconds:g} | "
+                     f"{seconds:.3g} | {signed(100 * error, '+.1f')}% | {row.held_out_factor:.3f} | {out:.3g} | "
+                     f"{signed(100 * out_error, '+.1f')}% | {share(row.without_accumulation)} | "
+                     f"{share(row.without_factor)} | {share(row.without_hooks)} |")
     lines.append("")
-    lines.append(f"Mean |error| of throughput over {len(errors)} runs: **{100 * sum(errors) / len(errors):.1f}%** "
-                 f"({within} within 10%, worst {100 * max(errors):.1f}%); none used for fitting. Errors are of the throughput "
-                 "(published s / predicted s − 1): + where the model is too fast.")
+    lines.append(f"Left out (each run predicted with the factor fitted to the other three): mean |error| of throughput "
+                 f"{_summary(held)}. Fitted (the factor in use, {PIPELINE_FACTORS['a100-80g']:.3f}, fitted to all four: "
+                 f"`python benchmarks/engine_fidelity.py --fit-deepspeed`): {_summary(fitted)}. With the source-priced "
+                 f"mechanisms alone (factor 1, nothing fitted): {_summary(bare)}. Errors are of the throughput "
+                 "(published s / predicted s − 1): + where the model is too fast. Shares: of the predicted step, what "
+                 "the gradient accumulation, the factor and the hooks add.")
     return "\n".join(lines)
 
 
@@ -628,6 +709,10 @@ def main(argv: list[str] | None = None) -> int:
     if "--fit-torchtitan" in args:  # the factor only: print it (pipeplan/engines/torchtitan.py records it)
         print(f"torchtitan eager factor on a100-80g, fitted to the Llama 3 8B rows: {fit_torchtitan_factor():.4f} "
               f"(in use: {torchtitan_factor():.3f})")
+        return 0
+    if "--fit-deepspeed" in args:  # the factor only: print it (pipeplan/engines/deepspeed.py records it)
+        print(f"DeepSpeed pipeline engine factor on a100-80g, fitted to the four Megatron-DeepSpeed runs: "
+              f"{fit_deepspeed_factor():.4f} (in use: {PIPELINE_FACTORS['a100-80g']:.3f})")
         return 0
     status = print_or_write(DOC, MARKER, block, __doc__.splitlines()[0], argv)
     return status or print_or_write(DEEPSPEED_DOC, DEEPSPEED_MARKER, deepspeed_block, __doc__.splitlines()[0], argv)

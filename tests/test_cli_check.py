@@ -149,6 +149,9 @@ ROUND_TRIPS = [
                   "uniform:2"]),
     ("deepspeed", ["--tp", "1", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "zero1", "--recompute", "none"]),
     ("deepspeed", ["--tp", "1", "--pp", "1", "--dp-modes", "fsdp", "--recompute", "full"]),
+    # --reduce-bucket-size is written to ds_config.json and read back (the bucket of the overlap it prices)
+    ("deepspeed", ["--tp", "1", "--pp", "1", "--dp-modes", "zero2", "--recompute", "none", "--overlap-comm", "on",
+                   "--reduce-bucket-size", "100000000"]),
     ("torchtitan", ["--tp", "1", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "fsdp", "--recompute", "none"]),
     ("torchtitan", ["--tp", "2", "--pp", "2", "--schedules", "interleaved", "--dp-modes", "ddp", "--recompute",
                     "full"]),

@@ -15,7 +15,8 @@ of two kinds:
 What each check costs on the shared 2-core machine (seconds, idle … loaded): cost-model 15 … 24 (its four
 blocks at once), schedule-quality 9 … 16, schedule-table 8 … 9 (the issue's exact command, in a fresh
 process), planner-clusters 3 … 6 (the smolvla rows), planner-walkthrough 2 … 4.5, preset-table,
-partition-quality and planner-comm under 0.5 each, uneven-batches 3 … 6, engine-fidelity's Korthikanti rows about 3;
+partition-quality and planner-comm under 0.5 each, uneven-batches 3 … 6, engine-fidelity's Korthikanti rows about 3,
+memory-fidelity about 1 (every row);
 the measured blocks nothing: about 50 s in all.
 """
 
@@ -126,6 +127,8 @@ COMPUTED = [
           lambda: benchmark("engine_fidelity").deepspeed_block()),
     Table("engines.md", "torchtitan-compile", "python benchmarks/torchtitan_compile.py --write",
           lambda: [benchmark("torchtitan_compile").block()]),
+    Table("cost_model.md", "memory-fidelity", "python benchmarks/memory_fidelity.py --write",
+          lambda: benchmark("memory_fidelity").block()),
     Table("schedules.md", "schedule-quality", "python benchmarks/schedule_quality.py --write --zb-checkout DIR",
           lambda: ["\n".join(benchmark("schedule_quality").paper_table()),
                    "\n".join(benchmark("schedule_quality").unequal_table())], frozenset({"seconds"})),

@@ -90,7 +90,8 @@ def test_overlap_comm_off_never_faster_than_on(mode):
     assert off.dp_exposed_time > on.dp_exposed_time
     assert off.pipeline_time == on.pipeline_time  # overlap is communication only
     if mode != "fsdp":  # an fsdp plan's grad_sync names the mode (it always gathers per layer)
-        assert on.grad_sync == "deepspeed-overlap" and off.grad_sync == "deepspeed"
+        # a bucket other than DeepSpeed's default is in the overlapping sync's name (the export writes it)
+        assert on.grad_sync == "deepspeed-overlap:bucket=10000000" and off.grad_sync == "deepspeed"
 
 
 def test_default_overlap_is_off_at_zero2_on_at_zero3():
@@ -216,3 +217,69 @@ def test_overlap_comm_on_reaches_the_ds_config(tmp_path):
         (tmp_path / file.name).write_text(file.text)
     read = DEEPSPEED.read(tmp_path)  # read back: overlap_comm is a key DeepSpeed has (listed, not refused)
     assert read.value("dp_mode") == "zero2"
+
+
+# ------------------------------------------------------------------ the pipeline engine (pp > 1)
+A100 = hardware.device("a100-80g")
+
+
+def _a100_plan(mode: str, *, pp: int, costs: EngineCosts | None, m: int = 8) -> Plan:
+    spec = gpt()
+    work = Workload.from_spec(spec, A100)
+    config = Config(pp, 2, 1, m, "1f1b", 1, "none", 1, mode)
+    layers = work.num_layers
+    sizes = [layers // pp + (1 if s < layers % pp else 0) for s in range(pp)]
+    return evaluate_layout(work, Cluster.of("a100-80g", 2 * pp), config, sizes, sync="megatron", engine_costs=costs)
+
+
+def _stripped(costs: EngineCosts, *, accumulate: bool = False, factor: bool = False) -> EngineCosts:
+    from dataclasses import replace
+
+    return replace(costs, accumulate=costs.accumulate if accumulate else {},
+                   pipeline_factors=costs.pipeline_factors if factor else {})
+
+
+def test_pipeline_engine_costs_come_from_the_source_and_one_fitted_factor():
+    from pipeplan.engines.deepspeed import ACCUMULATE_BYTES, PIPELINE_FACTORS
+
+    # BF16_Optimizer (stage 0 + bf16): clear_lp_grads (2 B written) + hp_grad.add_(lp.grad) (2 + 4 read, 4 written);
+    # ZeRO-1: autograd's grad += new in bf16 (2 + 2 read, 2 written); the pipeline engine runs no other stage
+    assert ACCUMULATE_BYTES == {0: 12.0, 1: 6.0}
+    pricing = deepspeed_pricing({})
+    assert pricing.accumulate_bytes == {"ddp": 12.0, "zero1": 6.0}
+    assert set(pricing.pipeline_factors) == {"a100-80g"} == set(PIPELINE_FACTORS)
+    assert pricing.pipeline_factors["a100-80g"] > 1.0  # the published runs are slower than the rest prices them
+
+
+def test_accumulation_adds_an_hbm_pass_per_microbatch_to_each_backward():
+    from pipeplan.costs import StageCosts
+    from pipeplan.planner.engine_costs import PipelineEngineCosts
+    from pipeplan.planner.step import optimizer_ms
+
+    costs = StageCosts(forward=[1.0, 1.0], backward=[2.0, 2.0])
+    params = [1e9, 3e8]
+    applied = PipelineEngineCosts(12.0, {"a100-80g": 1.5}).applied(costs, params, A100, 1e-3)
+    assert applied.forward == pytest.approx((1.5, 1.5))
+    assert applied.backward == pytest.approx(tuple(3.0 + optimizer_ms(12.0 * p, p, A100) for p in params))
+    assert applied.backward[0] - 3.0 > 10.0  # 12 GB of HBM traffic: milliseconds on an A100
+    # another device takes no factor; no bytes and no factor: the same costs
+    other = PipelineEngineCosts(0.0, {"a100-80g": 1.5}).applied(costs, params, H100, 1e-3)
+    assert other is costs
+
+
+def test_pipeline_engine_costs_apply_beside_a_pipeline_only():
+    costs = EngineCosts.of(DEEPSPEED, {"hook-cost": "off"})
+    assert costs is not None
+    for mode in ("ddp", "zero1"):
+        alone = _a100_plan(mode, pp=1, costs=costs)
+        assert alone.step_time == _a100_plan(mode, pp=1, costs=_stripped(costs)).step_time
+        piped = _a100_plan(mode, pp=2, costs=costs)
+        bare = _a100_plan(mode, pp=2, costs=_stripped(costs))
+        accumulated = _a100_plan(mode, pp=2, costs=_stripped(costs, accumulate=True))
+        assert bare.step_time < accumulated.step_time < piped.step_time
+        # without them (and hooks off, no overlap) the pipeline engine costs what Megatron-LM does
+        assert bare.step_time == _a100_plan(mode, pp=2, costs=None).step_time
+    # BF16_Optimizer (ddp: stage 0) moves twice ZeRO-1's bytes per microbatch
+    extra = {mode: _a100_plan(mode, pp=2, costs=_stripped(costs, accumulate=True)).pipeline_time
+             - _a100_plan(mode, pp=2, costs=_stripped(costs)).pipeline_time for mode in ("ddp", "zero1")}
+    assert extra["ddp"] > 1.5 * extra["zero1"] > 0

@@ -174,3 +174,42 @@ def test_a_fixed_partition_keeps_the_fallback_from_searching_without_a_pipeline(
                                "25,25", "--dp-modes", "zero2", "--export", "deepspeed", "--top", "1")
     assert status == 2 and len(err.strip().splitlines()) == 1
     assert "deepspeed runs only 1f1b" in err and "zero2" in err and "--partition has 2 stages" not in err
+
+
+def _train_schedule_makespan(micro_batches: int, stages: int, forward: float, backward: float) -> float:
+    """DeepSpeed's own TrainSchedule instruction streams, each send/receive a blocking rendezvous of its pair."""
+    from deepspeed.runtime.pipe import schedule as ds_schedule
+
+    streams = [[type(cmd).__name__ for step in ds_schedule.TrainSchedule(micro_batches=micro_batches, stages=stages,
+                                                                         stage_id=s).steps() for cmd in step]
+               for s in range(stages)]
+    channel = {"SendActivation": lambda s: ("act", s, s + 1), "RecvActivation": lambda s: ("act", s - 1, s),
+               "SendGrad": lambda s: ("grad", s, s - 1), "RecvGrad": lambda s: ("grad", s + 1, s)}
+    position, clock, waiting = [0] * stages, [0.0] * stages, {}
+    moved = True
+    while moved:
+        moved = False
+        for s in range(stages):
+            while position[s] < len(streams[s]):
+                op = streams[s][position[s]]
+                if op in channel:
+                    key = channel[op](s)
+                    other = waiting.get(key)
+                    if other is None or other[0] == s:  # its pair has not come yet: wait
+                        waiting[key] = (s, clock[s])
+                        break
+                    del waiting[key]
+                    clock[s] = clock[other[0]] = max(other[1], clock[s])
+                    position[other[0]] += 1
+                clock[s] += {"ForwardPass": forward, "BackwardPass": backward}.get(op, 0.0)
+                position[s] += 1
+                moved = True
+    assert all(p == len(ops) for p, ops in zip(position, streams))  # no deadlock
+    return max(clock)
+
+
+@pytest.mark.parametrize(("micro_batches", "stages"), [(8, 4), (128, 12), (240, 35)])
+def test_deepspeeds_train_schedule_costs_what_1f1b_costs(micro_batches, stages):
+    # docs/engines.md ("DeepSpeed", beside a pipeline): the schedule adds nothing over 1F1B on equal stages
+    pytest.importorskip("deepspeed")
+    assert _train_schedule_makespan(micro_batches, stages, 1.0, 3.0) == (micro_batches + stages - 1) * 4.0

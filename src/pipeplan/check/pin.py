@@ -105,6 +105,7 @@ class Pinned:
         engine_costs: what the engine's knobs change in the step beyond the workload
             (DeepSpeed's gradient sync and host hooks, :class:`~pipeplan.planner.engine_costs.EngineCosts`),
             as ``plan --engine`` prices them; ``None`` for the other engines.
+        engine: the engine the files are for (its loss's memory: :mod:`pipeplan.planner.memory`).
     """
 
     plan: Plan
@@ -116,6 +117,7 @@ class Pinned:
     batch_held: str
     notes: tuple[str, ...] = field(default=())
     engine_costs: EngineCosts | None = None
+    engine: str | None = None
 
     def value(self, name: str) -> Any:
         """The value of field ``name``."""
@@ -374,7 +376,7 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
               "layers_per_stage", "recompute")
     open_fields = tuple(name for name in needed if name not in values)
     if not open_fields:
-        plan = _evaluate(values, workload, cluster, sync, costs)
+        plan = _evaluate(values, workload, cluster, sync, costs, config.engine)
     else:
         plan = _search(config, values, knobbed if "recompute" in open_fields else workload, cluster, total, sync,
                        costs)
@@ -398,12 +400,13 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
                 values[name] = Filled(values[name].value, f"{DEFAULT} (no effect at tp 1)")
     ordered = {name: values[name] for name in ORDER if name in values}
     return Pinned(plan, ordered, tuple(n for n in ORDER if n in open_fields), workload, knobbed, sync, held,
-                  tuple(notes), costs)
+                  tuple(notes), costs, config.engine)
 
 
 def _evaluate(values: dict[str, Filled], workload: Workload, cluster: Cluster, sync: str,
-              costs: EngineCosts | None = None) -> Plan:
-    """The fully given configuration, priced as the search prices a layout, against the whole device."""
+              costs: EngineCosts | None = None, engine: str | None = None) -> Plan:
+    """The fully given configuration, priced as the search prices a layout (``engine``'s loss), against the whole
+    device."""
     v = {name: item.value for name, item in values.items()}
     sizes = tuple(int(n) for n in v["layers_per_stage"])
     stages = int(v["pp"]) * int(v["virtual_stages"])
@@ -416,7 +419,7 @@ def _evaluate(values: dict[str, Filled], workload: Workload, cluster: Cluster, s
                     str(v["dp_mode"]))
     data_parallel.get(config.dp_mode)  # an unknown mode: one line
     return evaluate_layout(workload, cluster, config, sizes, memory_capacity=cluster.memory_bytes, sync=sync,
-                           engine_costs=costs)
+                           engine_costs=costs, engine=engine)
 
 
 def _search(config: RunConfig, values: dict[str, Filled], workload: Workload, cluster: Cluster, total: int,

@@ -41,11 +41,11 @@ from ._names import LayerName
 from .deepspeed_config import (CONFIG_FILE, DEEPSPEED_SCHEDULES, INTERVAL_NAME, PARTS_NAME, PIPELINE_FILE,
                                PIPELINE_MAX_STAGE, TRAIN_FILE, read_deepspeed_config, zero_stage)
 from ..plan import RECOMPUTE_MODES
-from .record import Engine, Files, Knob, Knobs, NumberKnob, Pricing, Runs
+from .record import BUCKET_TAG, Engine, Files, Knob, Knobs, NumberKnob, Pricing, Runs
 
 __all__ = ["DEEPSPEED_SCHEDULES", "GRADIENT_CLIPPING", "zero_stage", "deepspeed_parts", "deepspeed_config",
            "deepspeed_snippet", "deepspeed_train_script", "deepspeed_files", "deepspeed_notes",
-           "REDUCE_BUCKET_SIZE", "HOOK_US", "GPU_HOST_FACTOR", "DEEPSPEED_KNOBS", "deepspeed_pricing", "ENGINE"]
+           "REDUCE_BUCKET_SIZE", "HOOK_US", "GPU_HOST_FACTOR", "ACCUMULATE_BYTES", "PIPELINE_FACTORS", "DEEPSPEED_KNOBS", "deepspeed_pricing", "ENGINE"]
 
 #: ``gradient_clipping``: the global gradient norm clipped to (Megatron-LM's ``--clip-grad`` default, 1.0)
 GRADIENT_CLIPPING = 1.0
@@ -120,10 +120,13 @@ def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
         "zero_optimization": {"stage": zero_stage(plan.dp_mode)},
     }
     stage = config["zero_optimization"]["stage"]
-    if plan.grad_sync == "deepspeed-overlap" and stage < 3:  # priced with --overlap-comm on (default off at ZeRO 1-2)
+    sync, _, bucket = plan.grad_sync.partition(BUCKET_TAG)
+    if sync == "deepspeed-overlap" and stage < 3:  # priced with --overlap-comm on (default off at ZeRO 1-2)
         config["zero_optimization"]["overlap_comm"] = True
-    elif plan.grad_sync == "deepspeed" and stage == 3:  # priced with --overlap-comm off (default on at ZeRO-3)
+    elif sync == "deepspeed" and stage == 3:  # priced with --overlap-comm off (default on at ZeRO-3)
         config["zero_optimization"]["overlap_comm"] = False
+    if bucket:  # priced with --reduce-bucket-size (not DeepSpeed's default): the sync's name carries it
+        config["zero_optimization"]["reduce_bucket_size"] = int(bucket)
     if strongest_recompute(plan) != "none":
         config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                               "contiguous_memory_optimization": False}
@@ -290,6 +293,33 @@ HOOK_US: dict[int, tuple[float, float]] = {0: (1.0, 21.0), 1: (39.0, 0.0), 2: (4
 #: Not fitted to any GPU run.
 GPU_HOST_FACTOR = 1.0
 
+#: Beside a pipeline (``pp > 1``), device-memory bytes DeepSpeed moves per trainable parameter in each
+#: microbatch's backward to accumulate gradients, by ZeRO stage (the configs pipeplan writes are bf16).
+#: Megatron-LM moves none: its weight-gradient GEMM accumulates into the fp32 ``main_grad`` in place
+#: (``--gradient-accumulation-fusion``, on by default), and pipeplan prices none for it. DeepSpeed 0.19.8:
+#: * stage 0 with bf16 runs ``BF16_Optimizer`` (runtime/engine.py ``_configure_optimizer``: no ZeRO and
+#:   ``bfloat16_enabled()``). ``PipelineEngine._exec_backward_pass`` (runtime/pipe/engine.py) calls
+#:   ``optimizer.clear_lp_grads()`` before each non-last stage's backward (``torch._foreach_zero_`` of the
+#:   bf16 grads: 2 bytes written) and ``optimizer.update_hp_grads()`` after it (bf16_optimizer.py
+#:   ``_update_hp_grad``: ``hp_grad.add_(lp.grad.to(fp32))``: 2 read + 4 read + 4 written): 12 bytes. The last
+#:   stage runs ``DeepSpeedEngine.backward``, whose ``backward_prologue`` (``clear_lp_grads``) and
+#:   ``_backward_epilogue`` (``backward_epilogue``: ``update_hp_grads``) do the same: charged alike.
+#: * stage 1 (``DeepSpeedZeroOptimizer``): its gradient hooks (installed with ``overlap_comm`` only) do nothing
+#:   before the accumulation boundary (stage_1_and_2.py ``reduce_ready_partitions_and_remove_grads``: only
+#:   ``partition_gradients``, stage 2, or ``is_gradient_accumulation_boundary()`` reduce), so
+#:   autograd accumulates each microbatch's bf16 gradient into ``param.grad`` (torch's ``AccumulateGrad``:
+#:   ``grad += new``, 2 + 2 read, 2 written): 6 bytes (the first microbatch assigns instead: charged alike).
+ACCUMULATE_BYTES: dict[int, float] = {0: 12.0, 1: 6.0}
+
+#: The one fitted constant of DeepSpeed's pipeline engine, per device preset: a factor on each stage's
+#: forward and backward time (its TP collectives included) beside a pipeline (``pp > 1``), for what the
+#: pipeline engine's runs pay beyond what is priced. Fitted by ``python benchmarks/engine_fidelity.py
+#: --fit-deepspeed`` to the four Megatron-DeepSpeed runs of docs/engines.md ("DeepSpeed": BLOOM 176B and
+#: MT-NLG 530B at 280/350/420 nodes; the geometric mean of published / predicted step is 1). Those runs are
+#: therefore fitted, not held out; the benchmark reports each one's error with the factor fitted to the other
+#: three (leave one out). A device not listed: 1.
+PIPELINE_FACTORS: dict[str, float] = {"a100-80g": 1.212}
+
 #: DeepSpeed's knobs the step model prices (docs/engines.md, "DeepSpeed").
 DEEPSPEED_KNOBS = Knobs((
     Knob("recompute", RECOMPUTE_MODES, None,
@@ -324,6 +354,9 @@ def deepspeed_pricing(knobs: Mapping[str, str]) -> Pricing:
     * ``reduce-bucket-size``: elements per bucket.
     * ``hook-cost``: :data:`HOOK_US` × :data:`GPU_HOST_FACTOR` per stage, 0, or the given µs per tensor
       per step split between backward and step as the stage's measurement splits it.
+    * beside a pipeline (``pp > 1``, the pipeline engine): the gradient accumulation's
+      :data:`ACCUMULATE_BYTES` per trainable parameter per microbatch (ZeRO 0 and 1, the stages it runs)
+      and the fitted :data:`PIPELINE_FACTORS` per device (no knob).
     """
     overlap = knobs.get("overlap-comm")
     hook = knobs.get("hook-cost", "measured")
@@ -347,6 +380,9 @@ def deepspeed_pricing(knobs: Mapping[str, str]) -> Pricing:
         overlap_in_pipeline=False,
         overlap_scatter={mode: overlap != "off" for mode in modes if data_parallel.get(mode).gathers_per_layer},
         hook_us=hooks,
+        accumulate_bytes={mode: ACCUMULATE_BYTES[zero_stage(mode) or 0] for mode in modes
+                          if (zero_stage(mode) or 0) in ACCUMULATE_BYTES},
+        pipeline_factors=dict(PIPELINE_FACTORS),
     )
 
 

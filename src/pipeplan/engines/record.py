@@ -261,6 +261,11 @@ class Knobs:
         return {knob.name: knob.default for knob in self.knobs}
 
 
+#: what follows an overlapping gradient sync's name when its bucket is not :attr:`Pricing.bucket_elements`'s
+#: default: ``deepspeed-overlap:bucket=100000000`` (a plan records which bucket it was timed with)
+BUCKET_TAG = ":bucket="
+
+
 @dataclass(frozen=True)
 class Pricing:
     """What an engine's knobs change in a step beyond the kernels, as plain numbers the planner prices.
@@ -281,6 +286,12 @@ class Pricing:
             gradient reduce-scatters overlap the backward (absent: they do).
         hook_us: per data-parallel mode, the host's extra time per trainable parameter tensor in
             microseconds: ``(each microbatch's backward, each optimizer step)``.
+        accumulate_bytes: per data-parallel mode, beside a pipeline (``pp > 1``), the device-memory
+            bytes the engine moves per trainable parameter in each microbatch's backward beyond the
+            kernels (its gradient accumulation; absent: none).
+        pipeline_factors: per device preset name, a factor on every stage's forward and backward
+            time beside a pipeline (``pp > 1``): what the engine's pipeline runtime costs beyond
+            what is priced (absent: 1). Each value is fitted to published runs named beside it.
     """
 
     sync: str
@@ -289,6 +300,8 @@ class Pricing:
     overlap_in_pipeline: bool = True
     overlap_scatter: Mapping[str, bool] = field(default_factory=dict)
     hook_us: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    accumulate_bytes: Mapping[str, float] = field(default_factory=dict)
+    pipeline_factors: Mapping[str, float] = field(default_factory=dict)
 
 
 def _no_pricing(knobs: Mapping[str, str]) -> Pricing | None:

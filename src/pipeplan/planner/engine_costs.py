@@ -22,21 +22,63 @@ stage), and the optimizer step lasts ``max(GPU step, step hooks × tensors on th
 The host's own kernel launches are not added: a kernel's time already has the launch
 overhead as its floor, so without hooks the host never falls behind and every other
 engine's step is unchanged.
+
+**Beside a pipeline** (``pp > 1``: DeepSpeed's ``PipelineEngine``) two more terms,
+:class:`PipelineEngineCosts` (:meth:`EngineCosts.pipeline_for`), applied to each stage's
+costs by :class:`~pipeplan.planner.layout.Layouts`: the engine's gradient accumulation
+(``accumulate_bytes`` per trainable parameter per microbatch, an HBM-bound pass added to
+the stage's backward, :func:`~pipeplan.planner.step.optimizer_ms`) and one factor per
+device on each stage's forward and backward (fitted; the engine's module says to what).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import data_parallel
-from .step import GradientSync, gradient_sync
+from ..costs import StageCosts
+from .step import GradientSync, gradient_sync, optimizer_ms
+
+from ..engines.record import BUCKET_TAG, Pricing
 
 if TYPE_CHECKING:
     from ..engines import Engine
 
-__all__ = ["EngineCosts"]
+__all__ = ["EngineCosts", "PipelineEngineCosts"]
+
+
+@dataclass(frozen=True)
+class PipelineEngineCosts:
+    """What an engine's pipeline runtime adds to each stage of a plan with ``pp > 1`` (module doc).
+
+    Attributes:
+        accumulate_bytes: device-memory bytes moved per trainable parameter in each
+            microbatch's backward (gradient accumulation beyond the kernels).
+        factors: per device preset name, the factor on each stage's forward and backward
+            time (absent: 1).
+    """
+
+    accumulate_bytes: float = 0.0
+    factors: Mapping[str, float] = field(default_factory=dict)
+
+    def applied(self, costs: StageCosts, stage_params: Sequence[float], device: Any, time_unit: float) -> StageCosts:
+        """``costs`` (in units of ``time_unit`` seconds) of stages holding ``stage_params`` trainable
+        parameters each, on ``device``: forward and backward × the device's factor, then each
+        backward + the accumulation pass over the stage's parameters (ms from
+        :func:`~pipeplan.planner.step.optimizer_ms`)."""
+        factor = float(self.factors.get(getattr(device, "name", ""), 1.0))
+        per_ms = 1e-3 / time_unit
+        extra = [optimizer_ms(self.accumulate_bytes * p, p, device) * per_ms if self.accumulate_bytes else 0.0
+                 for p in stage_params]
+        if factor == 1.0 and not any(extra):
+            return costs
+        split = costs.backward_input
+        return costs.replaced(forward=[f * factor for f in costs.forward],
+                              backward=[b * factor + e for b, e in zip(costs.backward, extra)],
+                              weight=[w * factor + e for w, e in zip(costs.weight, extra)],
+                              backward_input=None if split is None else [i * factor for i in split])
 
 
 @dataclass(frozen=True)
@@ -48,11 +90,17 @@ class EngineCosts:
         syncs: per data-parallel mode the engine prices, its gradient sync.
         hooks: per data-parallel mode, µs of host time per trainable parameter tensor:
             ``(each microbatch's backward, each optimizer step)``.
+        accumulate: per data-parallel mode, beside a pipeline, device-memory bytes per trainable
+            parameter per microbatch of the engine's gradient accumulation.
+        pipeline_factors: per device preset name, beside a pipeline, the factor on each stage's
+            forward and backward (:class:`PipelineEngineCosts`).
     """
 
     engine: str
     syncs: Mapping[str, GradientSync] = field(default_factory=dict)
     hooks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    accumulate: Mapping[str, float] = field(default_factory=dict)
+    pipeline_factors: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, engine: Engine, knobs: Mapping[str, str]) -> EngineCosts | None:
@@ -61,15 +109,20 @@ class EngineCosts:
         if pricing is None:
             return None
         syncs: dict[str, GradientSync] = {}
+        # an overlapping sync with a bucket other than Pricing's default (DeepSpeed's own) carries it in its name, so
+        # a plan says which bucket it was timed with (DeepSpeed's export writes it: reduce_bucket_size)
+        default = Pricing.__dataclass_fields__["bucket_elements"].default
+        bucket = "" if pricing.bucket_elements == default else f"{BUCKET_TAG}{int(pricing.bucket_elements)}"
         for mode, overlap in pricing.overlap.items():
-            syncs[mode] = GradientSync(f"{pricing.sync}-overlap" if overlap else pricing.sync,
+            syncs[mode] = GradientSync(f"{pricing.sync}-overlap{bucket}" if overlap else pricing.sync,
                                        overlap_grad_reduce=overlap, bucket_first_stage_only=False,
                                        bucket_elements=pricing.bucket_elements,
                                        overlap_in_pipeline=pricing.overlap_in_pipeline)
         for mode, overlap in pricing.overlap_scatter.items():
             syncs[mode] = GradientSync(f"{pricing.sync}-overlap" if overlap else pricing.sync,
                                        overlap_grad_reduce=True, overlap_scatter=overlap)
-        return cls(engine.name, syncs, dict(pricing.hook_us))
+        return cls(engine.name, syncs, dict(pricing.hook_us), dict(pricing.accumulate_bytes),
+                   dict(pricing.pipeline_factors))
 
     def sync_for(self, mode: str, default: GradientSync | str) -> GradientSync:
         """The gradient sync of ``mode`` (``default`` where the engine does not price it)."""
@@ -79,3 +132,10 @@ class EngineCosts:
     def hooks_for(self, mode: str) -> tuple[float, float]:
         """µs of host time per trainable tensor of ``mode``: (per microbatch backward, per step); (0, 0) if none."""
         return self.hooks.get(mode, (0.0, 0.0))
+
+    def pipeline_for(self, mode: str) -> PipelineEngineCosts | None:
+        """What the engine's pipeline runtime adds per stage with ``mode`` (``pp > 1``); ``None``: nothing."""
+        accumulate = float(self.accumulate.get(mode, 0.0))
+        if not accumulate and not self.pipeline_factors:
+            return None
+        return PipelineEngineCosts(accumulate, dict(self.pipeline_factors))

@@ -51,7 +51,7 @@ from .space import Config
 from .step import (GradientSync, RankRest, StepRest, exposed_reduction_ms, fsdp_exposed_ms, gradient_sync,
                    overlap_window, rank_optimizer_ms, reduction_ms, step_rest)
 from .workload import Workload
-from .engine_costs import EngineCosts
+from .engine_costs import EngineCosts, PipelineEngineCosts
 from ..models.tensor_counts import layer_tensor_counts
 
 __all__ = ["Evaluator", "evaluate_layout"]
@@ -83,6 +83,10 @@ class Evaluator:
             (:mod:`pipeplan.planner.engine_costs`: DeepSpeed's hooks); each layer's
             backward lasts at least its hooks' time, the optimizer step at least the
             rank's step hooks'. Needs a spec (tensor counts); ``None``: none.
+        pipeline: what the engine's pipeline runtime adds to each stage when ``pp > 1``
+            (:meth:`~pipeplan.planner.engine_costs.EngineCosts.pipeline_for`); ``None``: none.
+        engine: the engine the model runs in (``None``: Megatron-LM's knobs), for its loss's
+            memory (:data:`~pipeplan.planner.memory.LOSS_LOGIT_COPIES`).
 
     Attributes:
         stats: what was solved, simulated and reused.
@@ -94,7 +98,8 @@ class Evaluator:
                  rank_capacity: Literal["exact", "even"] = "even",
                  sync: GradientSync | str = "megatron", dp_mode: str = data_parallel.REPLICATED,
                  stats: SearchStats | None = None, shapes: dict[str, dict[tuple[Any, ...], Any]] | None = None,
-                 hooks: tuple[float, float] | None = None) -> None:
+                 hooks: tuple[float, float] | None = None, pipeline: PipelineEngineCosts | None = None,
+                 engine: str | None = None) -> None:
         hooked = hooks is not None and any(hooks) and workload.spec is not None
         self.tensors = layer_tensor_counts(workload.spec) if hooked else []  # trainable tensors per layer
         self.step_hook_ms = 0.0
@@ -119,10 +124,11 @@ class Evaluator:
                                      overlap_grad_reduce=True, bucket_bytes=math.inf,
                                      bucket_first_stage_only=False, overlap_param_gather=True,
                                      overlap_scatter=self.sync.overlap_scatter)
-        self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node)
+        self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node, engine)
         self.sharded = self.mode.shards_state or optimizer == "distributed"
         self.links = Links(workload, cluster, send_mode, distributed=self.sharded)
         self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity, shapes)
+        self.layouts.pipeline = pipeline
         self.bounds = SearchBounds(workload, self.memory, self.links, self.layouts)
         self.bounds.overlapped = self.sync.overlap_grad_reduce
         self.bounds.overlap_floor = self._overlap_floor
@@ -463,7 +469,8 @@ class Evaluator:
             else:
                 self.stats.cache_hits += 1
         peaks = timeline.peak_bytes
-        memory = tuple(replace(static, activations=float(peaks[r])) for r, static in enumerate(layout.static))
+        memory = tuple(replace(static, activations=static.activations + float(peaks[r]))  # the transients too
+                       for r, static in enumerate(layout.static))
         rest = self.rest(config, layout, timeline)
         per_ms = self._per_ms
         fits, reason = True, ""
@@ -523,19 +530,24 @@ def evaluate_layout(
     send_mode: str = "eager",
     sync: GradientSync | str = "megatron",
     engine_costs: EngineCosts | None = None,
+    engine: str | None = None,
 ) -> Plan:
     """Simulate one given layout (a baseline, a user's own split) as the search would.
 
     ``config.tp`` and ``config.dp_mode`` are honoured as in the search: the
     workload and cluster one GPU of a ``tp`` group sees, the mode's memory and
     communication. ``engine_costs`` (DeepSpeed's knobs: :mod:`pipeplan.planner.engine_costs`)
-    replaces ``sync`` for the modes it prices and adds its host hooks.
+    replaces ``sync`` for the modes it prices and adds its host hooks and, with ``pp > 1``, its pipeline runtime's costs.
+    ``engine`` (default ``engine_costs``' engine, else Megatron-LM's knobs) prices its loss's memory.
     """
-    hooks = None
+    hooks, pipeline = None, None
     if engine_costs is not None:
         sync, hooks = engine_costs.sync_for(config.dp_mode, sync), engine_costs.hooks_for(config.dp_mode)
+        pipeline = engine_costs.pipeline_for(config.dp_mode)
     evaluator = Evaluator(workload.with_tensor_parallel(config.tp), cluster.for_tensor_parallel(config.tp),
-                          memory_capacity, optimizer, send_mode, sync=sync, dp_mode=config.dp_mode, hooks=hooks)
+                          memory_capacity, optimizer, send_mode, sync=sync, dp_mode=config.dp_mode, hooks=hooks,
+                          pipeline=pipeline,
+                          engine=engine if engine is not None or engine_costs is None else engine_costs.engine)
     return evaluator.evaluate(config, tuple(layers_per_stage),
                               tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -55,6 +55,9 @@ from .memory import MemoryModel
 from .records import Rejection, SearchStats
 from .space import Config
 from .workload import Workload
+
+if TYPE_CHECKING:
+    from .engine_costs import PipelineEngineCosts
 
 __all__ = ["Layout", "Layouts"]
 
@@ -120,6 +123,9 @@ class Layouts:
         self._chunks: dict[tuple[Any, ...], tuple[int, ...]] = shared.setdefault("chunk_sizes", {})
         self._cuts: dict[tuple[Any, ...], tuple[int, ...]] = shared.setdefault("chunk_cuts", {})
         self._balanced: dict[tuple[Any, ...], Layout] = {}
+        #: what the engine's pipeline runtime adds to each stage when ``pp > 1`` (set by the evaluator:
+        #: :meth:`pipeplan.planner.engine_costs.EngineCosts.pipeline_for`); ``None``: nothing
+        self.pipeline: PipelineEngineCosts | None = None
 
     # ------------------------------------------------------------ schedule shapes
     @staticmethod
@@ -192,6 +198,11 @@ class Layouts:
         bound = [0.0] * config.pp
         for s, rank in enumerate(placement):
             bound[rank] += counts[s] * costs.activation_bytes[s]
+        if self.pipeline is not None and config.pp > 1:
+            trainable = self.workload.profile(micro_batch_size).trainable_params
+            ends = [0, *np.cumsum(sizes).tolist()]
+            costs = self.pipeline.applied(costs, [float(sum(trainable[ends[s]:ends[s + 1]])) for s in range(len(sizes))],
+                                          self.links.cluster.device, self.workload.time_unit)
         costs, boundary = self.links.on_timelines(costs, self.links.boundary_times(config, sizes, placement))
         return Layout(tuple(sizes), tuple(placement), tuple(recompute), costs, boundary, static, tuple(bound))
 

@@ -5,7 +5,7 @@
     OptimizerBytes.for_optimizer("18", dp=8).per_trainable          # 18.0 (bytes per parameter)
     OptimizerBytes.for_mode("adam", data_parallel.get("zero1"), 8).per_trainable   # 6 + 12/8 = 7.5
     memory = MemoryModel(workload, "adam", capacity=72e9)
-    memory.static_memory(config, sizes, placement)   # per rank: RankMemory, activations 0
+    memory.static_memory(config, sizes, placement)   # per rank: RankMemory, activations: its transients
 
 Per parameter (mixed-precision training, bf16 weights):
 
@@ -68,6 +68,29 @@ static bytes of a partition per rank, what some rank holds whatever the
 partition, whether a rank fits, and the cheapest recompute per stage that fits.
 A total fits when it is at most the capacity (less than a part in 10⁹ over
 counts as fitting, so rounding never rejects a plan).
+
+Two transients sit on top of the stored activations at a rank's peak (the first
+backward of a microbatch), priced here as fixed bytes of the rank that holds the layer
+(:meth:`MemoryModel.transient_bytes`; benchmarks/memory_fidelity.py checks them against
+published runs):
+
+* **the loss** (an :class:`~pipeplan.models.modules.LMHead`): its fp32 logits,
+  ``L = micro-batch × tokens × vocab / tp × 4`` bytes, live :data:`LOSS_LOGIT_COPIES`
+  times at once, by engine. PyTorch's ``F.cross_entropy(logits.float(), ...)``
+  (torchtitan's loss, ``train.py`` at 9dec370; plain torch) saves the log-softmax
+  output and, at the start of the backward, holds its gradient and the input's
+  gradient beside it: **3 L** (the forward's bf16 logits, fp32 copy and output are
+  2.5 L). Megatron-LM's fused ``vocab_parallel_cross_entropy``
+  (megatron/core/tensor_parallel/cross_entropy.py: ``.float()``, ``exp`` and the
+  softmax in place, the gradient written into the saved softmax) holds **1.5 L**: the
+  fp32 softmax and the bf16 gradient of the logits (DeepSpeed's Megatron-DeepSpeed uses
+  it too). The layer profile already stores ``L`` per microbatch in flight
+  (none, selective, op) or not at all (full: it keeps only the head's input,
+  while no engine checkpoints the loss); the rest is added once;
+* **recomputation**: a layer that stores less than everything reruns its forward just
+  before its backward and holds all of its activations for it, one layer at a time:
+  the largest ``activations(none) − activations(mode)`` over the rank's layers (the
+  head excepted: the loss above).
 """
 
 from __future__ import annotations
@@ -87,7 +110,43 @@ from ..units import format_gib
 from .space import Config
 from .workload import Workload
 
-__all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL", "MAX_BYTES_PER_PARAM"]
+__all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL", "MAX_BYTES_PER_PARAM",
+           "LOSS_LOGIT_COPIES", "loss_layers"]
+
+#: fp32 logits alive at once at the loss's peak, per engine (module doc; ``None``: no ``--engine``, Megatron-LM's
+#: knobs, so Megatron-LM's loss). PyTorch ``torch.nn.functional.cross_entropy`` on ``logits.float()``:
+#: log_softmax's saved output, nll_loss's gradient and log_softmax's input gradient (torchtitan train.py at
+#: 9dec370, ``cross_entropy(pred.flatten(0, 1).float(), ...)``; plain torch the same). Megatron-LM
+#: ``_VocabParallelCrossEntropy`` (megatron-core 0.16.1 tensor_parallel/cross_entropy.py): the fp32 softmax saved
+#: and its gradient computed in place, plus the bf16 gradient of the logits.
+LOSS_LOGIT_COPIES: dict[str | None, float] = {None: 1.5, "megatron": 1.5, "deepspeed": 1.5, "torchtitan": 3.0,
+                                              "torch": 3.0}
+
+#: Bytes of one fp32 logit.
+_FP32 = 4.0
+
+
+def loss_layers(workload: Workload) -> list[tuple[int, float]]:
+    """``(layer index, logits per example)`` of each LM head of ``workload``'s spec (none without a spec).
+
+    Logits per example are ``tokens × vocab_size / tp`` (Megatron-LM's vocab-parallel head and
+    torchtitan's ``loss_parallel`` shard the vocabulary over the tensor-parallel group).
+    """
+    from ..models.modules import LMHead  # layer 2, imported where needed (the planner takes any spec)
+
+    spec = workload.spec
+    if spec is None:
+        return []
+    heads = {m.name: float(m.tokens) * m.vocab_size for m in spec.modules if isinstance(m, LMHead)}
+    if not heads:
+        return []
+    names = workload.profile(workload.smallest_micro_batch).names
+    found = []
+    for index, name in enumerate(names):
+        module = name.rsplit(".", 1)[0] if "." in name else name
+        if module in heads:
+            found.append((index, heads[module] / workload.tensor_parallel))
+    return found
 
 #: The most bytes per parameter ``--optimizer BYTES`` takes: 64x mixed-precision Adam's 16, far above
 #: any optimizer; ``1e308`` overflowed every candidate's memory ("no candidate could be evaluated").
@@ -177,11 +236,15 @@ class MemoryModel:
             replicated one: as ``optimizer`` says).
         gpus_per_node: GPUs per node of the devices ``dp_mode`` runs on (GPUs
             of a tensor-parallel group count as one), for ``hsdp``'s shards.
+        engine: the engine the model runs in (``--engine``; ``None``: Megatron-LM's knobs), for
+            its loss's fp32 logits (:data:`LOSS_LOGIT_COPIES`).
     """
 
     def __init__(self, workload: Workload, optimizer: str | float, capacity: float | None,
-                 dp_mode: str = data_parallel.REPLICATED, gpus_per_node: int = 8) -> None:
+                 dp_mode: str = data_parallel.REPLICATED, gpus_per_node: int = 8, engine: str | None = None) -> None:
         self.workload = workload
+        self.engine = engine
+        self.loss_copies = LOSS_LOGIT_COPIES.get(engine, LOSS_LOGIT_COPIES[None])
         self.optimizer = optimizer
         self.capacity = capacity
         self.dp_mode = dp_mode
@@ -247,7 +310,7 @@ class MemoryModel:
         return cached
 
     def _memory_profile(self, micro_batch_size: int, mode: Recompute, dp: int, pp: int) -> tuple[LayerProfile, float]:
-        profile = self.workload.profile(micro_batch_size, mode)
+        profile = self._with_loss(self.workload.profile(micro_batch_size, mode), micro_batch_size, mode)
         per = self.bytes_per_param(dp, pp)
         if profile.trainable_params == profile.params:
             return profile, per.per_trainable
@@ -263,13 +326,57 @@ class MemoryModel:
             per.per_trainable,
         )
 
-    def static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[RankMemory, ...]:
-        """Per rank, the weights, gradients and optimizer state of its stages (activations 0).
-
-        ``sizes`` are layers per stage, ``placement`` each stage's rank. Cached per
-        ``(dp, pp, micro-batch size, sizes, placement)``, all it depends on.
+    def transient_bytes(self, micro_batch_size: int, mode: Recompute) -> tuple[np.ndarray, np.ndarray]:
+        """Per layer, ``(loss, recompute)``: the bytes its loss adds at once beyond what the profile stores, and the
+        bytes its recomputed forward holds during its backward (module doc). Cached per ``(micro-batch size, mode)``.
         """
-        key = (config.dp, config.pp, config.micro_batch_size, tuple(sizes), tuple(placement))
+        key = ("transient_bytes", micro_batch_size, mode)
+        cached = self._memo.get(key)
+        if cached is None:
+            cached = self._memo[key] = self._transient_bytes(micro_batch_size, mode)
+        return cached
+
+    def _transient_bytes(self, micro_batch_size: int, mode: Recompute) -> tuple[np.ndarray, np.ndarray]:
+        stored = np.asarray(self.workload.profile(micro_batch_size, mode).activation_bytes, dtype=float)
+        loss = np.zeros(len(stored))
+        recompute = np.zeros(len(stored))
+        if self.workload.spec is None:  # a measured profile: what it gives is all there is
+            return loss, recompute
+        heads = loss_layers(self.workload)
+        for index, logits in heads:
+            fp32 = _FP32 * micro_batch_size * logits
+            counted = fp32 if stored[index] >= fp32 else 0.0  # the profile stores the logits (none, selective) or not
+            loss[index] = max(self.loss_copies * fp32 - counted, 0.0)
+        if mode != "none":
+            whole = np.asarray(self.workload.source(micro_batch_size, "none").activation_bytes, dtype=float)
+            recompute = np.maximum(whole - stored, 0.0)
+            recompute[[index for index, _ in heads]] = 0.0
+        for array in (loss, recompute):
+            array.flags.writeable = False
+        return loss, recompute
+
+    def _with_loss(self, profile: LayerProfile, micro_batch_size: int, mode: Recompute) -> LayerProfile:
+        """``profile`` as the partitioner sees it: the loss's extra bytes on the last stage when the head is the
+        last layer, else on the head's activations (charged per microbatch in flight: an upper bound)."""
+        loss, _ = self.transient_bytes(micro_batch_size, mode)
+        if not loss.any():
+            return profile
+        last = len(loss) - 1
+        activations = np.asarray(profile.activation_bytes, dtype=float).copy()
+        activations[:last] += loss[:last]
+        return profile.replaced(activation_bytes=activations.tolist(),
+                                last_extra_bytes=profile.last_extra_bytes + float(loss[last]))
+
+    def static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[RankMemory, ...]:
+        """Per rank, the weights, gradients and optimizer state of its stages; ``activations``: its transients.
+
+        ``sizes`` are layers per stage, ``placement`` each stage's rank. ``parameters`` hold the
+        first and last stages' fixed bytes too; ``activations`` the loss's and the largest
+        recomputed layer's transient (:meth:`transient_bytes`, under ``config.recompute``), which
+        the evaluator adds to the simulated peak of the stored ones. Cached per
+        ``(dp, pp, micro-batch size, recompute, sizes, placement)``, all it depends on.
+        """
+        key = (config.dp, config.pp, config.micro_batch_size, config.recompute, tuple(sizes), tuple(placement))
         cached = self._static.get(key)
         if cached is None:
             cached = self._static[key] = self._static_memory(config, sizes, placement)
@@ -285,6 +392,7 @@ class MemoryModel:
         weights = [0.0] * config.pp
         grads = [0.0] * config.pp
         extras = [0.0] * config.pp
+        transients = [0.0] * config.pp  # the loss's and a recomputed layer's, beside the stored activations
         for s, rank in enumerate(placement):
             weights[rank] += float(params[bounds[s]:bounds[s + 1]].sum())
             grads[rank] += float(trainable_params[bounds[s]:bounds[s + 1]].sum())
@@ -297,6 +405,10 @@ class MemoryModel:
                 grads[rank] -= float(trainable_params[held].sum()) - trained_once
         extras[placement[0]] += profile.first_extra_bytes
         extras[placement[-1]] += profile.last_extra_bytes
+        loss, recompute = self.transient_bytes(config.micro_batch_size, config.recompute)
+        for rank in range(config.pp):
+            held = owner == rank
+            transients[rank] = float(loss[held].sum()) + float(recompute[held].max(initial=0.0))
         if self.unsharded_layers(config.pp):  # the gathered layer and the prefetched one, bf16 weights + gradients
             largest = np.sort(params)[::-1]
             if self.workload.reshard_after_forward:
@@ -304,7 +416,8 @@ class MemoryModel:
             else:  # not resharded after the forward: every layer's bf16 weights gathered at the backward's start
                 extras[0] += 2.0 * float(params.sum()) + 2.0 * float(largest[:2].sum())
         return tuple(
-            RankMemory(per.weights * weights[r] + extras[r], per.gradients * grads[r], per.optimizer * grads[r], 0.0)
+            RankMemory(per.weights * weights[r] + extras[r], per.gradients * grads[r], per.optimizer * grads[r],
+                       transients[r])
             for r in range(config.pp)
         )
 

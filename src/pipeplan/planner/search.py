@@ -347,7 +347,9 @@ class _Search:
                                   stats=self.stats, shapes=self._shapes,
                                   sync=self.options.sync if costs is None else costs.sync_for(config.dp_mode,
                                                                                              self.options.sync),
-                                  hooks=None if costs is None else costs.hooks_for(config.dp_mode))
+                                  hooks=None if costs is None else costs.hooks_for(config.dp_mode),
+                                  pipeline=None if costs is None else costs.pipeline_for(config.dp_mode),
+                                  engine=self.options.engine)
             self._evaluators[key] = evaluator
         return evaluator
 
