@@ -11,8 +11,13 @@ torch model with the preset's own paths), and torchtitan's ``_get_pp_rank_to_sta
 places the stages where the plan did; π0's export runs one interleaved step through torchtitan's
 ``_pipeline_module_split`` and ``_build_pipeline_schedule`` on 2 gloo processes. torchtitan HEAD
 (b5bcd76c, batches in tokens; not on PyPI) is run from a checkout named by
-``$PIPEPLAN_TORCHTITAN_HEAD`` (its config manager, grain stubbed), skipped without one; the TOML
-release (e347b1e5e) is not installed (tests/test_engines.py checks its field names).
+``$PIPEPLAN_TORCHTITAN_HEAD`` (its config manager, grain stubbed), skipped without one. The TOML
+release (e347b1e5e) is torchtitan 0.2.2's config and pipeline code, installed beside 0.3.0
+(``pip install --no-deps --target .venv/torchtitan-toml torchtitan==0.2.2``, tests/_torchtitan_toml.py)
+and run in subprocesses: its ``ConfigManager`` loads every ``torchtitan.toml`` as written, and its
+``pipeline_module_split`` and ``build_pipeline_schedule`` run one interleaved, one ZB-V and one ZB-H1
+(from ``schedule.csv``) step of the written file on 2 gloo processes with one process's gradients;
+skipped without it, failed under ``PIPEPLAN_REQUIRE_ENGINES=1``.
 
 Skipped where torchtitan is not installed (the main venv); run with the engines venv:
 ``PYTHONPATH=src /work/engvenv/bin/python -m pytest -q tests/test_engines_torchtitan.py``.
@@ -40,6 +45,8 @@ from pipeplan.engines.torchtitan import nested_paths, torchtitan_parts  # noqa: 
 from pipeplan.errors import InvalidInputError  # noqa: E402
 from pipeplan.plan import Plan  # noqa: E402
 from pipeplan.schedules.patterns import loop_placement, v_placement  # noqa: E402
+
+from _torchtitan_toml import toml_release  # noqa: E402
 
 
 # ----------------------------------------------------------------- plans
@@ -441,3 +448,152 @@ def test_torchtitan_head_config_manager_accepts_the_exports(tmp_path):
         assert got["step_tokens"] == plan.global_batch * 256  # the whole step, with or without a pipeline
         assert got["no_graphs"] == (plan.pp > 1)
         assert got["wrapped"] == wrapped  # π0 with a pipeline: its nested paths split by split_model_part
+
+
+# ----------------------------------------------------------------- the TOML release (0.2.2 = e347b1e5e)
+_TOML_LOAD = r'''
+import json, sys
+root, paths = sys.argv[1], sys.argv[2:]
+sys.path.insert(0, root)
+from torchtitan.config import manager
+assert manager.__file__.startswith(root), manager.__file__
+out = []
+for path in paths:
+    c = manager.ConfigManager().parse_args(["--job.config_file", path])
+    par, training = c.parallelism, c.training
+    out.append({"pp": par.pipeline_parallel_degree, "tp": par.tensor_parallel_degree,
+                "dp": par.data_parallel_shard_degree * par.data_parallel_replicate_degree,
+                "micro": par.pipeline_parallel_microbatch_size, "csv": par.pipeline_parallel_schedule_csv,
+                "parts": par.module_fqns_per_model_part, "local": training.local_batch_size,
+                "global": training.global_batch_size, "seq": training.seq_len, "ac": c.activation_checkpoint.mode})
+print(json.dumps(out))
+'''
+
+#: (preset, layout): every placement with a GPT (the TOML release splits top-level modules only), and
+#: plans without a pipeline (a VLA's nested paths are then no split's business)
+_TOML_CASES = [("gpt-1.5b", layout) for layout in LAYOUTS] + [
+    ("gpt-1.5b", ("1f1b", 1, 1, 8, "fsdp", 2, 4, "full")), ("pi0", ("1f1b", 1, 1, 8, "ddp", 2, 4, "selective"))]
+
+
+def test_toml_release_config_manager_loads_every_toml_export_as_written(tmp_path):
+    """torchtitan 0.2.2's ``ConfigManager`` (e347b1e5e's) on each written ``torchtitan.toml`` (--job.config_file)."""
+    import json
+    import subprocess
+
+    root = toml_release()
+    plans, names, paths = [], [], []
+    for index, (preset, layout) in enumerate(_TOML_CASES):
+        plans.append(_plan(preset, layout))
+        names.append(layer_names_in_reference(presets.get(preset)))
+        folder = _write(export_files(plans[-1], "torchtitan-toml", names[-1]), tmp_path / str(index))
+        paths.append(str(folder / "torchtitan.toml"))
+    result = subprocess.run([sys.executable, "-c", _TOML_LOAD, str(root), *paths], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    loaded = json.loads(result.stdout.splitlines()[-1])
+    for plan, layer_names, path, got, (_, layout) in zip(plans, names, paths, loaded, _TOML_CASES):
+        assert (got["pp"], got["tp"], got["micro"], got["seq"]) == (plan.pp, plan.tp, plan.micro_batch_size, 256)
+        assert got["global"] == plan.global_batch and got["ac"] == layout[-1]
+        # the TOML release's train.py: accumulation = global // (local × dp); the pipeline takes local // micro
+        accumulation = got["global"] // (got["local"] * got["dp"])
+        microbatches = got["local"] // got["micro"] if plan.pp > 1 else accumulation
+        assert got["dp"] == plan.dp and microbatches == plan.num_microbatches, path
+        assert accumulation == (1 if plan.pp > 1 else plan.num_microbatches), path
+        if plan.pp > 1:
+            assert got["parts"] == torchtitan_parts(plan, layer_names, toml=True)
+            assert len(got["parts"]) == plan.num_stages
+        assert (Path(path).parent / got["csv"]).is_file() if got["csv"] else layout[0] != "zb-h1"
+
+
+_TOML_STEP = r"""
+import os, sys
+root, tests, rank, world, port, *folders = sys.argv[1:]
+rank, world = int(rank), int(world)
+sys.path[:0] = [root, tests]
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torchtitan.config.manager import ConfigManager
+from torchtitan.distributed import pipeline_parallel
+assert pipeline_parallel.__file__.startswith(root), pipeline_parallel.__file__
+from _torchtitan_toml import WIDTH, llama3_shaped
+
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+try:
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("pp",))
+    for folder in folders:
+        os.chdir(folder)  # the file's schedule.csv is a path from where torchtitan starts
+        config = ConfigManager().parse_args(["--job.config_file", "torchtitan.toml"])
+        par = config.parallelism
+        layers = sum(path.startswith("layers.") for part in par.module_fqns_per_model_part for path in part)
+        stages, parts = pipeline_parallel.pipeline_module_split(llama3_shaped(layers), mesh,
+            par.pipeline_parallel_schedule, torch.device("cpu"), par.module_fqns_per_model_part)
+        loss = lambda output, target: torch.nn.functional.mse_loss(output, target, reduction="sum")
+        schedule = pipeline_parallel.build_pipeline_schedule(config, stages, loss)
+        generator = torch.Generator().manual_seed(1)
+        samples = config.training.local_batch_size
+        inputs = torch.randn(samples, WIDTH, generator=generator)
+        target = torch.randn(samples, WIDTH, generator=generator)
+        first, last = any(s.is_first for s in stages), any(s.is_last for s in stages)
+        schedule.step(inputs if first else None, target=target if last else None)
+        grads = {name: p.grad for part in parts for name, p in part.named_parameters()}
+        torch.save({"stages": [s.stage_index for s in stages], "grads": grads, "runtime": type(schedule).__name__},
+                   f"grads{rank}.pt")
+finally:
+    dist.destroy_process_group()
+"""
+
+#: (schedule, pp, stages per rank, dp, dp mode, b, m, recompute) on 2 ranks: a loop, a V, and an order
+#: torch has no class for, which the TOML release runs from the written schedule.csv
+_TOML_STEPS = [("interleaved", 2, 2, 1, "ddp", 2, 4, "none"), ("zb-v", 2, 2, 1, "ddp", 1, 4, "none"),
+               ("zb-h1", 2, 1, 1, "ddp", 1, 4, "none")]
+
+
+@pytest.mark.slow
+def test_toml_export_runs_one_step_in_the_toml_releases_pipeline_with_one_process_gradients(tmp_path):
+    """The TOML release's ``pipeline_module_split`` and ``build_pipeline_schedule`` on 2 gloo processes, from the file.
+
+    One pair of processes runs every layout in turn (one import of torch and torchtitan each).
+    """
+    import socket
+    import subprocess
+
+    from _torchtitan_toml import WIDTH, llama3_shaped
+
+    root = toml_release()
+    names = layer_names_in_reference(presets.get("gpt-1.5b"))
+    plans = [_plan("gpt-1.5b", layout) for layout in _TOML_STEPS]
+    folders = [_write(export_files(plan, "torchtitan-toml", names), tmp_path / layout[0])
+               for plan, layout in zip(plans, _TOML_STEPS)]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    ranks = [subprocess.Popen([sys.executable, "-c", _TOML_STEP, str(root), str(Path(__file__).parent), str(rank), "2",
+                               str(port), *map(str, folders)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for rank in range(2)]
+    try:
+        outputs = [process.communicate(timeout=300)[0] for process in ranks]
+    finally:
+        for process in ranks:
+            process.kill()
+    assert all(process.returncode == 0 for process in ranks), "\n".join(out[-2000:] for out in outputs)
+    layers = sum(name.role == "decoder" for name in names)
+    for plan, folder, layout in zip(plans, folders, _TOML_STEPS):
+        got: dict = {}
+        placed = {}
+        for rank in range(plan.pp):
+            saved = torch.load(folder / f"grads{rank}.pt")
+            got.update(saved["grads"])
+            placed.update({stage: rank for stage in saved["stages"]})
+        assert tuple(placed[s] for s in range(plan.num_stages)) == plan.placement, layout[0]
+        assert (saved["runtime"] == "_PipelineScheduleRuntime") == (layout[0] == "zb-h1")  # the CSV's order ran
+        model = llama3_shaped(layers)
+        generator = torch.Generator().manual_seed(1)
+        samples = plan.micro_batch_size * plan.num_microbatches
+        inputs = torch.randn(samples, WIDTH, generator=generator)
+        target = torch.randn(samples, WIDTH, generator=generator)
+        for x, y in zip(inputs.chunk(plan.num_microbatches), target.chunk(plan.num_microbatches)):
+            _loss(model(x), y).backward()
+        expected = {name: p.grad for name, p in model.named_parameters()}
+        assert set(got) == set(expected), layout[0]  # every parameter on exactly the stage the plan gave it
+        assert max(float((got[k] - expected[k]).abs().max()) for k in expected) < 1e-5, layout[0]

@@ -6,10 +6,12 @@ runs where torchtitan 0.3.0 is installed (the engines venv; skipped elsewhere):
 0.3.0 reads no TOML, so each TOML case goes to its ``ConfigManager`` as the same
 ``--section.key value`` overrides (tyro parses them against 0.3.0's ``ParallelismConfig`` /
 ``TrainingConfig``, the fields the TOML release shares); the schedule name goes to torch's
-``get_schedule_class``, where torchtitan looks it up. With ``$PIPEPLAN_TORCHTITAN_TOML`` naming a
-checkout of the TOML release (e347b1e5e) the cases also go, as files, to that release's own
-``ConfigManager`` (its ``torchtitan/config`` and ``tools/logging.py`` run in a subprocess), and
-benchmarks/torchtitan_toml_fields.py compares pipeplan's keys with it. The keys pipeplan knows are
+``get_schedule_class``, where torchtitan looks it up. The cases also go, as files, to the TOML
+release's own ``ConfigManager`` (its ``torchtitan/config`` and ``tools/logging.py`` run in a
+subprocess), and benchmarks/torchtitan_toml_fields.py compares pipeplan's keys with it: torchtitan
+0.2.2 installed beside the engines (``pip install --no-deps --target .venv/torchtitan-toml
+torchtitan==0.2.2``; its config is e347b1e5e's, tests/_torchtitan_toml.py) or a checkout named by
+``$PIPEPLAN_TORCHTITAN_TOML``; skipped without one, failed under ``PIPEPLAN_REQUIRE_ENGINES=1``. The keys pipeplan knows are
 its own hand-written lists; with torchtitan 0.3.0 installed each is checked to be a field of its
 config dataclasses with the type and default the reader applies, and no torchtitan field to be
 refused as a near miss of one.
@@ -31,12 +33,13 @@ import pytest
 
 from pipeplan import engines
 from pipeplan.engines._torchtitan_schedules import TORCH_SCHEDULE_CLASSES
-from pipeplan.engines.torchtitan_config import (IGNORED_KEYS, PYTHON_KEYS, SINGLE_STAGE_SCHEDULES, TOML_COMMIT,
-                                                TOML_KEYS, llama3_spec, read_torchtitan_config,
-                                                torchtitan_default_parts)
+from pipeplan.engines.torchtitan_config import (IGNORED_KEYS, PYTHON_KEYS, SINGLE_STAGE_SCHEDULES, TOML_KEYS,
+                                                llama3_spec, read_torchtitan_config, torchtitan_default_parts)
 from pipeplan.errors import InvalidInputError
 from pipeplan.plan import Plan
 from pipeplan.schedules.patterns import loop_placement, v_placement
+
+from _torchtitan_toml import toml_release
 
 # ----------------------------------------------------------------- round trips
 #: (schedule, pp, stages per rank): torch classes and one CSV order (zb-h1).
@@ -403,14 +406,12 @@ print(json.dumps(verdicts))
 def toml_release_verdicts(tmp_path_factory) -> dict[str, bool]:
     """Each case's verdict from the TOML release's own ConfigManager (one subprocess for all)."""
     pytest.importorskip("torchtitan", reason="torchtitan is not installed (pip install .[engines])")
-    tree = os.environ.get("PIPEPLAN_TORCHTITAN_TOML")
-    if not tree:
-        pytest.skip("$PIPEPLAN_TORCHTITAN_TOML names no checkout of torchtitan's TOML release (e347b1e5e)")
+    tree = toml_release()
     root = tmp_path_factory.mktemp("toml_release")
     package = root / "release" / "torchtitan"
-    shutil.copytree(Path(tree) / "torchtitan" / "config", package / "config")
+    shutil.copytree(tree / "torchtitan" / "config", package / "config")
     (package / "tools").mkdir()
-    shutil.copy(Path(tree) / "torchtitan" / "tools" / "logging.py", package / "tools" / "logging.py")
+    shutil.copy(tree / "torchtitan" / "tools" / "logging.py", package / "tools" / "logging.py")
     (package / "__init__.py").write_text("")
     paths = {case: _toml(root, text, f"case{index}.toml") for index, (case, (text, _)) in enumerate(CASES.items())}
     out = subprocess.run([sys.executable, "-c", _TOML_PROBE, str(package.parent), *map(str, paths.values())],
@@ -531,12 +532,10 @@ def test_no_key_of_torchtitan_is_refused_as_a_near_miss(tmp_path):
 
 
 def test_the_keys_pipeplan_knows_are_the_toml_releases(tmp_path):
-    """benchmarks/torchtitan_toml_fields.py on the checkout of e347b1e5e finds no difference."""
-    tree = os.environ.get("PIPEPLAN_TORCHTITAN_TOML")
-    if not tree:
-        pytest.skip(f"$PIPEPLAN_TORCHTITAN_TOML names no checkout of torchtitan's TOML release ({TOML_COMMIT})")
+    """benchmarks/torchtitan_toml_fields.py finds no difference on the TOML release (tests/_torchtitan_toml.py)."""
+    tree = toml_release()
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, str(root / "benchmarks" / "torchtitan_toml_fields.py"), tree],
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "torchtitan_toml_fields.py"), str(tree)],
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYTHONPATH": str(root / "src")})
     assert out.returncode == 0, out.stdout + out.stderr

@@ -39,11 +39,11 @@ def _plans(pp: int, tp: int | None = None, cameras: int = 3) -> tuple:
     return search(_workload(cameras=cameras), CLUSTER, BATCH, options).plans
 
 
-def _rank(plans, rows, cameras: int = 3, draws: int = 16):
+def _rank(plans, rows, cameras: int = 3, draws: int = 16, **extra):
     mix = parse_mix(rows)
     shaped = [_workload(**{"cameras": cameras, **shape}) for shape in mix.shapes]
     candidates = [MixCandidate(f"plan {index}", plan, index) for index, plan in enumerate(plans, start=1)]
-    return rank_on_mix(candidates, mix, shaped, _workload(cameras=cameras), global_batch=BATCH, draws=draws)
+    return rank_on_mix(candidates, mix, shaped, _workload(cameras=cameras), global_batch=BATCH, draws=draws, **extra)
 
 
 def test_ranks_are_by_the_expected_step_and_it_is_the_slowest_replicas_balanced_load():
@@ -70,10 +70,12 @@ def test_ranks_are_by_the_expected_step_and_it_is_the_slowest_replicas_balanced_
     assert one.p95_ms == pytest.approx(float(np.percentile(steps, 95)), rel=1e-9)
 
 
-def test_a_mix_of_the_planned_shape_gives_back_the_planned_step_for_every_schedule():
+@pytest.mark.parametrize("priced", [False, True])
+def test_a_mix_of_the_planned_shape_gives_back_the_planned_step_for_every_schedule(priced):
+    # priced: the messages between stages priced per microbatch (the search's links and send mode)
     plans = _plans(1) + _plans(2) + _plans(4)
     assert {plan.schedule for plan in plans} - {"1f1b"}  # pipelines (interleaved, zero-bubble) among them
-    ranking = _rank(plans, [{"cameras": 3, "count": 1}], draws=4)
+    ranking = _rank(plans, [{"cameras": 3, "count": 1}], draws=4, **({"cluster": CLUSTER} if priced else {}))
     for row in ranking.rows:
         assert row.re_ranked, row.note
         for value in (row.mean_sample_ms, row.expected_ms, row.p95_ms, row.random_ms):
@@ -167,10 +169,16 @@ def test_cli_prints_the_mix_table_and_json_has_a_mix_key(run_cli):
     assert mix["best_changed"] is True and mix["best_planned_rank"] == 2
     assert [shape["cameras"] for shape in mix["shapes"]] == [1, 4]
     plans = [row for row in mix["rows"] if row["planned_rank"] is not None]
-    assert len(plans) == len(payload["plans"])
-    assert [row["expected_ms"] for row in plans] == sorted(row["expected_ms"] for row in plans)
+    assert any(row["planned_rank"] == 1 and row["re_ranked"] for row in plans)  # plan 1 is always timed
     for row in plans:  # the planned step is the table's
         assert row["planned_ms"] == payload["plans"][row["planned_rank"] - 1]["step_time"]
+    searched = [row for row in mix["rows"] if row["planned_rank"] is not None or row["mean_rank"] is not None]
+    timed = [row for row in searched if row["re_ranked"]]
+    assert [row["expected_ms"] for row in timed] == sorted(row["expected_ms"] for row in timed)
+    assert len(timed) == mix["plans_timed"] and len(searched) - len(timed) == mix["plans_bounded"]
+    best = min(row["expected_ms"] for row in timed)
+    assert all(row["bound_ms"] >= best for row in searched if not row["re_ranked"])  # what the stopping rule says
+    assert mix["exact"] and mix["plans_listed"] >= 4
     status, out, _ = run_cli(*_argv("--json"))
     assert status == 0 and "mix" not in json.loads(out)
 
@@ -238,3 +246,164 @@ def test_export_plot_and_trace_follow_the_mix_best_plan_and_say_so(run_cli, tmp_
     assert not payload["mix"]["best_changed"]
     assert payload["export"]["plan_index"] == 0 and not payload["export"]["on_mix"]
     assert payload["mix"]["outputs_plan"] == 1
+
+
+# ---------------------------------------------------------------- the search on the mix (branch and bound)
+
+@settings(max_examples=12, deadline=None)
+@given(weights=st.lists(st.integers(min_value=0, max_value=9), min_size=4, max_size=4).filter(lambda w: sum(w) > 0),
+       draws=st.integers(min_value=1, max_value=12), seed=st.integers(min_value=0, max_value=2**16),
+       priced=st.booleans())
+def test_the_bound_never_exceeds_the_expected_step(weights, draws, seed, priced):
+    # Random camera mixes, 1F1B, interleaved and zero-bubble pipelines and pp = 1 plans, messages
+    # priced per microbatch or not: the bound (no drawn batch simulated) is at most the expected
+    # step over the same drawn batches.
+    mix = parse_mix([{"cameras": cameras, "count": count} for cameras, count in zip((1, 2, 3, 4), weights) if count])
+    shaped = [_workload(**shape) for shape in mix.shapes]
+    plans = _plans(1) + _plans(2) + _plans(4)
+    candidates = [MixCandidate(f"plan {index}", plan, index) for index, plan in enumerate(plans, start=1)]
+    ranking = rank_on_mix(candidates, mix, shaped, _workload(cameras=3), global_batch=BATCH, draws=draws, seed=seed,
+                          cluster=CLUSTER if priced else None)
+    rows = [row for row in ranking.plans if row.re_ranked]
+    assert len(rows) == len(plans) and {row.plan.pp for row in rows} == {1, 2, 4}
+    for row in rows:
+        assert row.bound_ms is not None and row.bound_ms <= row.expected_ms * (1 + 1e-12), row.label
+
+
+def test_the_mean_sample_step_is_not_a_lower_bound_of_the_expected_step():
+    # Why the bound is not the mean-sample step (Jensen's): the expected step is a mean over a few
+    # drawn batches, and each batch's split and order are chosen for it; on this mix some plans are
+    # expected below their mean-sample step, none below the bound.
+    mix = parse_mix([{"cameras": cameras, "count": count} for cameras, count in ((1, 4), (2, 3), (3, 2), (4, 1))])
+    shaped = [_workload(**shape) for shape in mix.shapes]
+    plans = _plans(1) + _plans(2)
+    candidates = [MixCandidate(f"plan {index}", plan, index) for index, plan in enumerate(plans, start=1)]
+    rows = rank_on_mix(candidates, mix, shaped, _workload(cameras=3), global_batch=BATCH, draws=8, seed=3).plans
+    assert any(row.expected_ms < row.mean_sample_ms for row in rows)
+    assert all(row.bound_ms <= row.expected_ms for row in rows)
+
+
+def _on_mix(rows, top: int, batch: int, **extra):
+    from pipeplan.planner.mix_search import search_on_mix
+
+    mix = parse_mix([{"cameras": cameras, "count": count} for cameras, count in rows])
+    options = SearchOptions(pp=1, top=top, dp_modes=("zero2",), sync="megatron-overlap")
+    main = search(_workload(cameras=3), CLUSTER, batch, options)
+    shaped = [_workload(**shape) for shape in mix.shapes]
+    return main, search_on_mix(mix, shaped, CLUSTER, batch, options, main=main, draws=16, **extra)
+
+
+def test_the_mix_best_can_lie_outside_the_plans_shown_and_be_no_mean_sample_best():
+    # 90% one camera, 10% four, 64 samples on 8 GPUs: the search at 3 cameras shows one plan
+    # (1×1×8); on the mix the best is a plan it does not show, and not the best at the mean sample
+    # either (a replica of 16 samples absorbs a four-camera sample better); the list at the mean
+    # sample doubled until the best expected step was below what any plan beyond it reaches.
+    main, found = _on_mix(((1, 90), (4, 10)), top=1, batch=64)
+    best = found.ranking.best
+    assert len(main.plans) == 1 and best.planned_rank is None and best.mean_rank > 1
+    assert found.searches > 1 and found.exact
+    assert best.expected_ms < next(row for row in found.ranking.plans if row.mean_rank == 1).expected_ms
+    first = next(row for row in found.ranking.plans if row.planned_rank == 1)
+    assert best.expected_ms < first.expected_ms and found.ranking.best_changed
+    assert (best.plan.tp, best.plan.dp) != (main.best.tp, main.best.dp)
+
+
+def test_branch_and_bound_finds_the_best_of_timing_every_listed_plan():
+    # The same list timed whole (no pruning): the same best plan and expected step, and fewer
+    # plans timed by the bound.
+    from pipeplan.planner.mix_search import mean_sample_workload
+
+    main, found = _on_mix(((1, 97), (4, 3)), top=8, batch=32)
+    mix = found.ranking.mix
+    shaped = [_workload(**shape) for shape in mix.shapes]
+    mean = mean_sample_workload(shaped, mix.weights)
+    listed = search(mean, CLUSTER, 32, SearchOptions(pp=1, top=found.listed, dp_modes=("zero2",),
+                                                     sync="megatron-overlap")).plans
+    every = rank_on_mix([MixCandidate(f"mean {i}", plan, None, mean_rank=i) for i, plan in enumerate(listed, 1)],
+                        mix, shaped, mean, global_batch=32, draws=16)
+    assert every.best.expected_ms == pytest.approx(found.ranking.best.expected_ms, rel=1e-12)
+    assert every.best.mean_rank == found.ranking.best.mean_rank
+    assert found.ranking.timed < every.timed == len(listed)
+
+
+def test_the_mean_sample_workload_is_the_mix_mean_of_times_and_the_largest_memory():
+    from pipeplan.planner.mix_search import mean_sample_workload
+
+    one, four = _workload(cameras=1), _workload(cameras=4)
+    mean = mean_sample_workload([one, four], [0.75, 0.25])
+    for tp in (1, 2):
+        low, high, mid = (w.with_tensor_parallel(tp).profile(2, "none") for w in (one, four, mean))
+        assert np.allclose(mid.forward, 0.75 * np.asarray(low.forward) + 0.25 * np.asarray(high.forward))
+        assert np.allclose(mid.backward, 0.75 * np.asarray(low.backward) + 0.25 * np.asarray(high.backward))
+        assert np.allclose(mid.send_bytes, 0.75 * np.asarray(low.send_bytes) + 0.25 * np.asarray(high.send_bytes))
+        assert np.allclose(mid.activation_bytes, np.maximum(low.activation_bytes, high.activation_bytes))
+    best = search(mean, CLUSTER, BATCH, SearchOptions(pp=2, top=1)).best
+    ranking = rank_on_mix([MixCandidate("p", best, None, mean_rank=1)],
+                          parse_mix([{"cameras": 1, "count": 3}, {"cameras": 4, "count": 1}]), [one, four], mean,
+                          global_batch=BATCH, draws=4)
+    row = ranking.plans[0]
+    assert row.mean_sample_ms == pytest.approx(best.step_time, rel=1e-9)  # the search's step is the mean sample's
+
+
+# ---------------------------------------------------------------- messages per microbatch
+
+@pytest.mark.parametrize("mode", ["eager", "serialized"])
+def test_messages_are_priced_per_microbatch_from_its_samples_shapes(mode):
+    # Across a cut between two nodes (2 GPUs a node, pp = 4), a microbatch's message is the link's
+    # latency plus its samples' bytes: at the planned shape the b samples' shares add up to the
+    # evaluator's message time exactly, a four-camera sample carries more than a one-camera one,
+    # and a batch of the planned shape still gives back the planned step.
+    from pipeplan.planner.links import Links
+    from pipeplan.planner.mix_rank import _Costs, _timed_schedule
+
+    cluster = Cluster.of("h100-80g", 8, gpus_per_node=2)
+    options = SearchOptions(pp=4, top=2, dp_modes=("zero2",), send_mode=mode, schedules=["1f1b"])
+    plan = search(_workload(cameras=3), cluster, BATCH, options).best
+    schedule, _ = _timed_schedule(plan)
+    costs = _Costs([_workload(cameras=1), _workload(cameras=4)], _workload(cameras=3))
+    per_shape, planned = costs.messages(plan, schedule, cluster)
+    config = type("C", (), {"micro_batch_size": plan.micro_batch_size, "pp": plan.pp, "dp": plan.dp})()
+    boundary = Links(_workload(cameras=3).with_tensor_parallel(plan.tp), cluster.for_tensor_parallel(plan.tp),
+                     mode).boundary_times(config, plan.layers_per_stage, schedule.placement)
+    assert np.allclose(planned * plan.micro_batch_size, boundary) and min(boundary) > 0
+    assert np.all(per_shape[1] > per_shape[0])  # four cameras send more tokens across every cut
+    mix = [{"cameras": 1, "count": 1}, {"cameras": 4, "count": 1}]
+    priced = _rank([plan], mix, draws=4, cluster=cluster, send_mode=mode).rows[0]
+    held = _rank([plan], mix, draws=4).rows[0]
+    assert priced.expected_ms != held.expected_ms and priced.bound_ms <= priced.expected_ms
+    same = _rank([plan], [{"cameras": 3, "count": 1}], draws=2, cluster=cluster, send_mode=mode).rows[0]
+    assert same.expected_ms == pytest.approx(plan.step_time, rel=1e-9)
+
+
+def test_plan_1_outside_the_list_is_timed_at_the_mean_sample_as_the_search_would():
+    # A plan of the main table that the mean-sample list lacks is simulated on the mean sample's
+    # workload; for plans of that search (pp = 1, 2 and 4; interleaved among them) this gives back
+    # the search's own step.
+    from pipeplan.planner.mix_search import _at_mean, mean_sample_workload
+
+    mean = mean_sample_workload([_workload(cameras=1), _workload(cameras=4)], [0.9, 0.1])
+    schedules = set()
+    for pp in (1, 2, 4):
+        options = SearchOptions(pp=pp, top=3)
+        for plan in search(mean, CLUSTER, BATCH, options).plans:
+            again = _at_mean(plan, mean, CLUSTER, options)
+            assert again is not None and again.step_time == pytest.approx(plan.step_time, rel=1e-12)
+            schedules.add(plan.schedule)
+    assert schedules - {"1f1b"}
+
+
+def test_a_plan_1_that_cannot_hold_the_largest_samples_is_not_timed_and_says_why():
+    # Planned at one camera with the memory just above plan 1's peak: on a mix with four-camera
+    # samples, plan 1's layout cannot hold a microbatch of them (the mean-sample search keeps the
+    # largest shape's memory), so its row says so instead of timing it.
+    from pipeplan.planner.mix_search import search_on_mix
+
+    probe = search(_workload(cameras=1), CLUSTER, BATCH, SearchOptions(pp=2, top=1, dp_modes=("zero2",))).best
+    options = SearchOptions(pp=2, top=1, dp_modes=("zero2",), memory_capacity=max(probe.peak_memory) * 1.001,
+                            micro_batch_size=probe.micro_batch_size, tp=probe.tp)
+    main = search(_workload(cameras=1), CLUSTER, BATCH, options)
+    mix = parse_mix([{"cameras": 1, "count": 1}, {"cameras": 4, "count": 1}])
+    found = search_on_mix(mix, [_workload(cameras=1), _workload(cameras=4)], CLUSTER, BATCH, options, main=main,
+                          draws=4, max_top=1)
+    first = next(row for row in found.ranking.rows if row.planned_rank == 1)
+    assert not first.re_ranked and "does not fit a microbatch of the mix's largest samples" in first.note

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..costs import StageCosts
+from ..costs import CommModel, StageCosts
 from ..errors import InvalidInputError, InvalidScheduleError
 from ..schedule import Schedule
 from ..schedules import schedule_info
@@ -227,7 +227,8 @@ def plan_microbatches(costs: Sequence[float] | np.ndarray, num_microbatches: int
                       sample_forward: np.ndarray | None = None, sample_backward: np.ndarray | None = None,
                       stage_share: Sequence[float] | np.ndarray | None = None,
                       schedule: str | Schedule = "1f1b", sample_weight: np.ndarray | None = None,
-                      refine: int | None = None) -> MicrobatchPlan:
+                      refine: int | None = None, sample_message: np.ndarray | None = None,
+                      send_mode: str = "eager") -> MicrobatchPlan:
     """Split one rank's samples into ``num_microbatches`` of equal counts, balanced, and order them.
 
     The split is :func:`balance` on ``costs`` with microbatches as ranks. The
@@ -241,6 +242,10 @@ def plan_microbatches(costs: Sequence[float] | np.ndarray, num_microbatches: int
     (``[sample, stage]``, the weight-gradient part of ``sample_backward``) is needed for a
     split-backward schedule (zero-bubble: ``I`` and ``W`` actions, see :func:`pipeline_makespan`).
     ``refine``: the split's refinement rounds (:func:`balance`; default its own).
+    ``sample_message`` (``[sample, boundary]``, ms): each sample's share of the message across
+    each stage boundary (its bytes over the link, plus the link's latency over the samples of
+    a microbatch); a microbatch's message is the sum of its samples' (:func:`pipeline_makespan`'s
+    ``messages``, with ``send_mode``).
     """
     values = _check(costs, num_microbatches)
     if values.size < num_microbatches:
@@ -267,6 +272,12 @@ def plan_microbatches(costs: Sequence[float] | np.ndarray, num_microbatches: int
         if wgt_samples.shape != fwd_samples.shape:
             raise InvalidInputError("sample_weight must be a [sample, stage] array like sample_forward")
         weight = np.stack([wgt_samples[g].sum(axis=0) for g in groups], axis=1)
+    messages = None
+    if sample_message is not None:
+        msg_samples = np.asarray(sample_message, dtype=float)
+        if msg_samples.ndim != 2 or msg_samples.shape != (values.size, forward.shape[0] - 1):
+            raise InvalidInputError("sample_message must be a [sample, boundary] array (one boundary fewer than stages)")
+        messages = np.stack([msg_samples[g].sum(axis=0) for g in groups], axis=1)  # [boundary, microbatch]
     built = _schedule(schedule, forward.shape[0], num_microbatches)
     descending = [int(m) for m in np.argsort(-totals, kind="stable")]
     ascending = descending[::-1]
@@ -276,7 +287,8 @@ def plan_microbatches(costs: Sequence[float] | np.ndarray, num_microbatches: int
     best_order, best_time = candidates[0], np.inf
     for candidate in candidates:
         time = pipeline_makespan(forward[:, candidate], backward[:, candidate], schedule=built,
-                                 weight=None if weight is None else weight[:, candidate])
+                                 weight=None if weight is None else weight[:, candidate],
+                                 messages=None if messages is None else messages[:, candidate], send_mode=send_mode)
         if time < best_time - 1e-12:
             best_order, best_time = candidate, time
     return MicrobatchPlan(microbatches=tuple(tuple(int(i) for i in groups[m]) for m in best_order),
@@ -316,7 +328,9 @@ def microbatch_stage_costs(forward: np.ndarray | Sequence[Sequence[float]],
 
 def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward: np.ndarray | Sequence[Sequence[float]],
                       *, schedule: str | Schedule = "1f1b",
-                      weight: np.ndarray | Sequence[Sequence[float]] | None = None) -> float:
+                      weight: np.ndarray | Sequence[Sequence[float]] | None = None,
+                      messages: np.ndarray | Sequence[Sequence[float]] | None = None,
+                      send_mode: str = "eager") -> float:
     """The step (ms) of a pipeline schedule where each (stage, microbatch) has its own cost.
 
     ``forward[s][m]``, ``backward[s][m]``: the forward and full backward of
@@ -328,7 +342,10 @@ def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward:
     ``backward - weight`` and ``W`` costs ``weight``, as
     :class:`~pipeplan.costs.StageCosts` splits an unmeasured backward. It is
     :func:`pipeplan.simulate.simulate` on :func:`microbatch_stage_costs` with free
-    messages (an action starts when its rank is free and its inputs are done).
+    messages (an action starts when its rank is free and its inputs are done), or, with
+    ``messages[b][m]`` (ms, ``P - 1`` boundaries), each microbatch's message across each
+    boundary taking its own time (:class:`~pipeplan.costs.CommModel`'s ``microbatch_bytes`` at
+    unit bandwidth; ``send_mode`` ``"eager"`` or ``"rendezvous"``).
     """
     costs = microbatch_stage_costs(forward, backward, weight)
     assert costs.microbatch_costs is not None
@@ -343,7 +360,15 @@ def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward:
     if built.present_kinds & {"I", "W"} and weight is None:
         raise InvalidInputError("a split-backward schedule (I and W actions) needs weight, the "
                                 "weight-gradient part of each backward")
+    comm = None
+    if messages is not None:
+        table = np.asarray(messages, dtype=float)
+        if table.shape != (stages - 1, count):
+            raise InvalidInputError(f"messages must be a [boundary, microbatch] array of shape {(stages - 1, count)}, "
+                                    f"got {table.shape}")
+        if stages > 1:
+            comm = CommModel(0.0, 1.0, send_mode=send_mode, microbatch_bytes=table.tolist())  # type: ignore[arg-type]
     try:
-        return simulate(built, costs).makespan
+        return simulate(built, costs, comm).makespan
     except InvalidScheduleError as error:
         raise InvalidInputError(f"the schedule cannot finish: {error}") from None

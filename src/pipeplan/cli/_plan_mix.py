@@ -1,13 +1,15 @@
-"""``plan --mix FILE``: the searched plans re-ranked by their expected step over batches drawn from a shape mix.
+"""``plan --mix FILE``: the plan of the searched space with the smallest expected step over batches drawn from a shape mix.
 
     $ pipeplan plan --preset pi0 --gpus 8 --global-batch 256 --mix examples/mix_cameras.csv
 
 :func:`add_mix_argument` registers the flag; :func:`plan_mix` reads and checks the
 mix before the search (one line, exit 2: a bad file, ``--spec`` or ``--profile``, a
 field the preset lacks, a shape it refuses) and builds the workload of each shape
-the way ``plan`` builds its own; :meth:`PlanMix.rank` times the plans shown and the
-baselines on the mix (:mod:`pipeplan.planner.mix_rank`); :func:`show_mix` prints the
-table and the note on the best plan. ``--json`` adds the ranking as ``mix``.
+the way ``plan`` builds its own; :meth:`PlanMix.rank` searches the space again at the
+mix's mean sample and times its plans on the mix by branch and bound, with plan 1 and the
+baselines (:mod:`pipeplan.planner.mix_search`, :mod:`pipeplan.planner.mix_rank`);
+:func:`show_mix` prints the table and the note on the best plan. ``--json`` adds the
+ranking as ``mix``.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from rich.table import Table
 
 from ..batches.mix import Mix, read_mix
 from ..errors import InvalidInputError
-from ..planner import SearchResult, Workload
-from ..planner.mix_rank import MixCandidate, MixRanking, MixRow, rank_on_mix
+from ..planner import Cluster, SearchOptions, SearchResult, Workload
+from ..planner.mix_rank import MixRanking, MixRow
+from ..planner.mix_search import JENSEN_SLACK, search_on_mix
 from ..units import format_figures
 from ..viz.plans import NO_PIPELINE
 from ._mix_model import check_mix_model, mix_model_shape, mix_namespace
@@ -35,8 +38,9 @@ def add_mix_argument(parser: Any) -> None:
     """Add ``--mix FILE``."""
     parser.add_argument("--mix", metavar="FILE", default=None,
                         help="with --preset or --spec: a shape mix (CSV or JSON: shape fields such as cameras, then count or "
-                             "weight); re-ranks the plans shown and the baselines by the expected step over global "
-                             "batches drawn from it, balanced over ranks and microbatches (docs/uneven_batches.md)")
+                             "weight); finds the plan with the smallest expected step over global batches drawn from it, "
+                             "balanced over ranks and microbatches (a search at the mix's mean sample, then branch and "
+                             "bound; docs/uneven_batches.md)")
 
 
 @dataclass(frozen=True)
@@ -47,12 +51,12 @@ class PlanMix:
     workloads: tuple[Workload, ...]
     global_batch: int
 
-    def rank(self, result: SearchResult, planned: Workload) -> MixRanking:
-        """The plans of ``result`` (as shown) and its baselines timed on the mix; ``planned``: the search's workload."""
-        candidates = [MixCandidate(f"plan {index}", plan, index) for index, plan in enumerate(result.plans, start=1)]
-        candidates += [MixCandidate(baseline.label, baseline.plan if baseline.fits else None, None,
-                                    missing=baseline.note or "it does not fit") for baseline in result.baselines]
-        return rank_on_mix(candidates, self.mix, self.workloads, planned, global_batch=self.global_batch)
+    def rank(self, result: SearchResult, cluster: Cluster, options: SearchOptions) -> MixRanking:
+        """The plan fastest on the mix (:func:`~pipeplan.planner.mix_search.search_on_mix`), beside ``result``'s plan 1.
+
+        ``result``, ``cluster``, ``options``: the search at the planned shape and how it ran.
+        """
+        return search_on_mix(self.mix, self.workloads, cluster, self.global_batch, options, main=result).ranking
 
 
 def plan_mix(args: argparse.Namespace, build: Callable[[argparse.Namespace], Workload]) -> PlanMix | None:
@@ -98,18 +102,18 @@ def _layout(row: MixRow) -> list[str]:
 def mix_table(ranking: MixRanking) -> Table:
     """The plans by expected step on the mix, then the baselines."""
     table = Table(title=f"on the mix {ranking.mix.source}: plans by the expected step over drawn batches (ms)")
-    for name in ("mix #", "plan #", "tp×pp×dp", "dp mode", "schedule", "b×m", "planned", "mean sample",
+    for name in ("mix #", "plan #", "tp×pp×dp", "dp mode", "schedule", "b×m", "planned", "mean sample", "bound",
                  "expected", "p95", "random split", "random p95"):
         table.add_column(name, justify="left" if name in ("dp mode", "schedule") else "right")
     baselines = False
     for row in ranking.rows:
-        if row.planned_rank is None and not baselines:
+        if row.baseline and not baselines:
             table.add_section()
             baselines = True
-        first = str(row.rank) if row.rank is not None else ("—" if row.planned_rank is not None else row.label)
+        first = str(row.rank) if row.rank is not None else ("—" if not row.baseline else row.label)
         table.add_row(first, "" if row.planned_rank is None else str(row.planned_rank), *_layout(row),
-                      _ms(row.planned_ms), _ms(row.mean_sample_ms), _ms(row.expected_ms), _ms(row.p95_ms),
-                      _ms(row.random_ms), _ms(row.random_p95_ms))
+                      _ms(row.planned_ms), _ms(row.mean_sample_ms), _ms(row.bound_ms), _ms(row.expected_ms),
+                      _ms(row.p95_ms), _ms(row.random_ms), _ms(row.random_p95_ms))
     return table
 
 
@@ -126,13 +130,25 @@ def mix_lines(ranking: MixRanking, global_batch: int, planned_shape: str = "") -
     drawn = (f"{draws[-1]}" if len(draws) == 1 else f"{draws[0]}–{draws[-1]} (fewer for long schedules)") if draws else "0"
     lines = [f"mix: {_shapes(ranking.mix)}; {drawn} global batches of {global_batch} samples drawn (seed "
              f"{ranking.seed}), the same for every plan"]
+    if ranking.listed:
+        beyond = ("the search listed every plan of the space" if ranking.beyond_ms is None else
+                  f"every plan beyond them steps {format_figures(ranking.beyond_ms / (1 - JENSEN_SLACK))} ms or more "
+                  f"at the mean sample, taken as {format_figures(ranking.beyond_ms)} ms or more on the mix (a "
+                  f"{JENSEN_SLACK:.0%} margin)")
+        lines.append(f"searched at the mix's mean sample: {ranking.listed} plans listed"
+                     f"{f' ({ranking.searches} searches, the list doubled)' if ranking.searches > 1 else ''}, "
+                     f"{ranking.timed} timed on the drawn batches, {ranking.bounded} ruled out by their bound "
+                     f"(timed in order of the bound until it reached the best expected step); {beyond}: "
+                     + ("the best plan on the mix is the best of the searched space" if ranking.exact else
+                        "not proven the best of the space (the list reached its longest)"))
     best = ranking.best
     first = next((row for row in ranking.plans if row.planned_rank == 1), None)
     if best is None:
         lines.append("best plan on the mix: none re-ranked")
     elif ranking.best_changed and first is not None and first.expected_ms is not None and best.expected_ms is not None:
         tie = " (a tie at 3 significant figures)" if ranking.best_ties else ""
-        lines.append(f"best plan changes on the mix: plan {best.planned_rank} ({' '.join(_layout(best))}) is expected "
+        which = f"plan {best.planned_rank}" if best.planned_rank is not None else "a plan not shown above"
+        lines.append(f"best plan changes on the mix: {which} ({' '.join(_layout(best))}) is expected "
                      f"{format_figures(best.expected_ms)} ms per step (p95 {_ms(best.p95_ms)}), plan 1 "
                      f"({' '.join(_layout(first))}) {format_figures(first.expected_ms)} ms (p95 {_ms(first.p95_ms)}): "
                      f"{first.expected_ms / best.expected_ms:.2f}× faster on the mix{tie}")
@@ -140,14 +156,17 @@ def mix_lines(ranking: MixRanking, global_batch: int, planned_shape: str = "") -
         lines.append(f"best plan on the mix: plan 1 still, expected {_ms(best.expected_ms)} ms per step "
                      f"(p95 {_ms(best.p95_ms)}; mean sample {_ms(best.mean_sample_ms)})")
     for row in ranking.rows:
-        if row.note:
+        if row.note and not row.note.startswith("not timed"):  # the bounded rows say so in their bound column
             lines.append(f"{row.label}: {row.note}")
     at = f" ({planned_shape})" if planned_shape else ""
     lines.append(f"planned: the search's step at the planned shape{at}; mean sample: every sample at the mix's mean cost; "
+                 "bound: a lower bound of the expected step that times no drawn batch (docs/uneven_batches.md); "
                  "expected and p95: mean and 95th percentile over the drawn batches, split over data-parallel "
                  "replicas and microbatches by pipeplan's balancing (only the most loaded replica's pipeline timed); "
-                 "random split: replicas take the batch as drawn; messages, exposed gradient reduction and the "
-                 f"optimizer step held at the plan's own (docs/uneven_batches.md); {ranking.cpu_seconds:.2f} CPU s")
+                 "random split: replicas take the batch as drawn; messages between stages priced per microbatch from "
+                 "its samples' bytes; exposed gradient reduction and the optimizer step held at the plan's own at "
+                 "the mean sample (docs/uneven_batches.md); "
+                 f"{ranking.cpu_seconds:.2f} CPU s")
     return lines
 
 

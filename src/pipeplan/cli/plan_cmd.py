@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"--schedules has an empty entry: {args.schedules!r}")
     headroom = DEFAULT_HEADROOM if args.headroom is None else args.headroom
     with progress(1.0, "searching plans") as advance:
-        result = search(workload, cluster, args.global_batch, SearchOptions(
+        result = search(workload, cluster, args.global_batch, options := SearchOptions(
             pp=args.pp, micro_batch_size=args.micro_batch_size,
             schedules=schedules, memory_capacity=args.memory, optimizer=args.optimizer, send_mode=args.send,
             top=args.top, budget=args.budget, progress=_search_progress(advance),
@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
             sync=args.grad_sync, engine=args.engine, engine_costs=engine_costs(args),
         ))
     ties = tie_leaders([plan.step_time for plan in result.plans])
-    ranking = mix.rank(result, workload) if mix is not None else None  # --mix: the plans timed on drawn batches
+    ranking = mix.rank(result, cluster, options) if mix is not None else None  # --mix: searched and timed on drawn batches
     # --mix: --export, --plot and --trace follow the mix's best plan where it is not plan 1 (_plan_mix.py)
     on_mix = mix_export_choice(ranking, result, args.export) if ranking is not None and args.export else None
     _write_files(args, result, None if ranking is None else mix_pick(ranking))

@@ -93,6 +93,9 @@ class SearchOptions:
             (:class:`~pipeplan.planner.engine_costs.EngineCosts`: DeepSpeed's gradient
             sync per ZeRO stage, replacing ``sync`` for the modes it prices, and its host
             hooks); ``None``: nothing.
+        summaries: compute the one-knob plans and the space's lower bounds (``False``: skipped,
+            ``SearchResult.one_knob`` empty and its bounds 0, for a caller that reads only the
+            plans and the baselines: ``plan --mix``'s search at the mix's mean sample).
     """
 
     pp: int | None = None
@@ -114,6 +117,7 @@ class SearchOptions:
     sync: str = "megatron-overlap"
     engine: str | None = None
     engine_costs: EngineCosts | None = None
+    summaries: bool = True
 
     def __post_init__(self) -> None:
         if self.dp_modes is not None:

@@ -378,8 +378,10 @@ class _Search:
         if megatron is None:
             megatron = megatron_default(self.evaluator_for(replace(configs[0], tp=plans[0].tp,
                                                                     dp_mode=plans[0].dp_mode)), plans[0])
-        knobs = {} if megatron is None else one_knob(self, megatron, deadline)
-        bounds = (self._space_bound(configs, deadline), self._space_bound(configs, deadline, chunked=False))
+        summaries = self.options.summaries  # False: plan --mix's search at the mean sample reads neither
+        knobs = {} if megatron is None or not summaries else one_knob(self, megatron, deadline)
+        bounds = ((self._space_bound(configs, deadline), self._space_bound(configs, deadline, chunked=False))
+                  if summaries else (0.0, 0.0))
         stats.seconds = time.perf_counter() - self.started
         skipped = tuple(Rejection(config, reason) for config, reason in self.space.skipped())
         notes = tuple(note for note in (batch_note(self.space), self.options.engine_note(),
