@@ -504,7 +504,7 @@ def test_toml_release_config_manager_loads_every_toml_export_as_written(tmp_path
 
 _TOML_STEP = r"""
 import os, sys
-root, tests, rank, world, port, *folders = sys.argv[1:]
+root, tests, rank, world, rendezvous, *folders = sys.argv[1:]
 rank, world = int(rank), int(world)
 sys.path[:0] = [root, tests]
 import torch
@@ -515,7 +515,7 @@ from torchtitan.distributed import pipeline_parallel
 assert pipeline_parallel.__file__.startswith(root), pipeline_parallel.__file__
 from _torchtitan_toml import WIDTH, llama3_shaped
 
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
 try:
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("pp",))
     for folder in folders:
@@ -552,7 +552,6 @@ def test_toml_export_runs_one_step_in_the_toml_releases_pipeline_with_one_proces
 
     One pair of processes runs every layout in turn (one import of torch and torchtitan each).
     """
-    import socket
     import subprocess
 
     from _torchtitan_toml import WIDTH, llama3_shaped
@@ -562,11 +561,9 @@ def test_toml_export_runs_one_step_in_the_toml_releases_pipeline_with_one_proces
     plans = [_plan("gpt-1.5b", layout) for layout in _TOML_STEPS]
     folders = [_write(export_files(plan, "torchtitan-toml", names), tmp_path / layout[0])
                for plan, layout in zip(plans, _TOML_STEPS)]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    rendezvous = tmp_path / "rendezvous"  # a file, not a port: no race with a parallel test worker
     ranks = [subprocess.Popen([sys.executable, "-c", _TOML_STEP, str(root), str(Path(__file__).parent), str(rank), "2",
-                               str(port), *map(str, folders)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               str(rendezvous), *map(str, folders)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for rank in range(2)]
     try:
         outputs = [process.communicate(timeout=300)[0] for process in ranks]
