@@ -158,6 +158,7 @@ def test_torchtitan_config_sets_only_fields_torchtitan_has(schedule, virtual, dp
     monkeypatch.setitem(sys.modules, "torchtitan.distributed.activation_checkpoint", ac)
     config = types.SimpleNamespace(parallelism=_standin("ParallelismConfig", TORCHTITAN["head"]["parallelism"])(),
                                    training=_standin("TrainingConfig", TORCHTITAN["head"]["training"])(),
+                                   compile=_standin("CompileConfig", TORCHTITAN["head"]["compile"])(),
                                    activation_checkpoint=None)
     config.training.max_context_length = 128
     namespace: dict = {"__file__": str(tmp_path / "torchtitan_config.py")}
@@ -169,6 +170,7 @@ def test_torchtitan_config_sets_only_fields_torchtitan_has(schedule, virtual, dp
     assert [len(part) for part in par.module_fqns_per_model_part] == [2] * stages
     assert config.training.num_tokens_per_microbatch_per_dp_rank == 2 * 128
     assert config.activation_checkpoint == "full-ac"
+    assert config.compile.enable is False  # torchtitan's default, what pipeplan priced without --compile
     if par.pipeline_parallel_schedule_csv:
         assert Path(par.pipeline_parallel_schedule_csv).exists()
     toml = tomllib.loads(export_files(plan, "torchtitan-toml", gpus_per_node=4)[0].text)
