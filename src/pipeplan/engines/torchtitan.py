@@ -511,6 +511,9 @@ TORCHTITAN_KNOBS = Knobs((
          "on every Nth block, the others none: selective_ac_option = N), full, none; not given: the planner "
          "searches none, op and full per stage",
          searched=("none", "op", "full")),
+    Knob("grad-reduce-dtype", ("fp32",), "fp32",
+         "training.mixed_precision_reduce: FSDP2's MixedPrecisionPolicy(reduce_dtype=float32) for fsdp/hsdp, "
+         "what pipeplan prices there; torchtitan 0.3.0 takes float32 only (Literal['float32']), so bf16 is refused"),
 ))
 
 #: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode
