@@ -127,6 +127,8 @@ def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
         config["zero_optimization"]["overlap_comm"] = False
     if bucket:  # priced with --reduce-bucket-size (not DeepSpeed's default): the sync's name carries it
         config["zero_optimization"]["reduce_bucket_size"] = int(bucket)
+    if plan.grad_reduce_dtype is not None:  # priced with --grad-reduce-dtype (runtime/config.py takes fp32, bf16)
+        config["communication_data_type"] = plan.grad_reduce_dtype
     if strongest_recompute(plan) != "none":
         config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                               "contiguous_memory_optimization": False}

@@ -75,6 +75,9 @@ MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 MEGATRON_SCHEDULES = ("1f1b", "interleaved")
 #: data-parallel modes with a Megatron-LM flag in this export (ZeRO-1: the distributed optimizer)
 _DP_FLAGS = {"ddp": [], "zero1": ["--use-distributed-optimizer"]}
+#: ``--grad-reduce-dtype`` → Megatron-LM's flag: megatron/training/arguments.py (validate_args under --bf16)
+#: and training.py (``grad_reduce_in_fp32=args.accumulate_allreduce_grads_in_fp32``)
+_GRAD_REDUCE_FLAGS = {"bf16": "--grad-reduce-in-bf16", "fp32": "--accumulate-allreduce-grads-in-fp32"}
 #: the roles of a model Megatron-LM runs as a GPT
 _MEGATRON_ROLES = ("embedding", "decoder", "loss")
 
@@ -237,6 +240,8 @@ def megatron_args(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
         args.append("--overlap-grad-reduce")
         if plan.dp_mode == "zero1":
             args.append("--overlap-param-gather")
+    if plan.grad_reduce_dtype is not None:  # priced with --grad-reduce-dtype: Megatron-LM's flag for that dtype
+        args.append(_GRAD_REDUCE_FLAGS[plan.grad_reduce_dtype])
     mode = strongest_recompute(plan)
     method = stage_recompute(mode)
     if mode == "selective":

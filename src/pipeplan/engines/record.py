@@ -35,7 +35,8 @@ from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note
 from .run_config import RunConfig
 
-__all__ = ["Engine", "Runs", "Files", "ExportWriter", "Knob", "NumberKnob", "Knobs", "Pricing", "GRAD_REDUCE_BYTES"]
+__all__ = ["Engine", "Runs", "Files", "ExportWriter", "Knob", "NumberKnob", "Knobs", "Pricing", "GRAD_REDUCE_BYTES",
+           "grad_reduce_dtype"]
 
 
 class ExportWriter(Protocol):
@@ -292,6 +293,13 @@ class Pricing:
 
 #: bytes per gradient element of each ``--grad-reduce-dtype`` value
 GRAD_REDUCE_BYTES: Mapping[str, float] = {"fp32": 4.0, "bf16": 2.0}
+
+
+def grad_reduce_dtype(reduce_bytes: float | None) -> str | None:
+    """The ``--grad-reduce-dtype`` value of ``reduce_bytes`` bytes per element (``None`` for ``None``)."""
+    if reduce_bytes is None:
+        return None
+    return next(name for name, size in GRAD_REDUCE_BYTES.items() if size == reduce_bytes)
 
 
 def _no_pricing(knobs: Mapping[str, str]) -> Pricing | None:

@@ -52,6 +52,7 @@ from .step import (GradientSync, RankRest, StepRest, exposed_reduction_ms, fsdp_
                    overlap_window, rank_optimizer_ms, reduction_ms, step_rest)
 from .workload import Workload
 from .engine_costs import EngineCosts, PipelineEngineCosts
+from ..engines.record import grad_reduce_dtype
 from ..models.tensor_counts import layer_tensor_counts
 
 __all__ = ["Evaluator", "evaluate_layout"]
@@ -515,6 +516,7 @@ class Evaluator:
             dp_mode=self.dp_mode if config.dp > 1 else data_parallel.REPLICATED,
             recompute_by_module=self._recompute_by_module(layout),
             grad_sync=self.sync.name,
+            grad_reduce_dtype=grad_reduce_dtype(self.memory.reduce_bytes),
         )
         self._plans[key] = plan
         return plan
