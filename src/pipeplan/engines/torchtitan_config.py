@@ -447,10 +447,13 @@ class _Reader:
         if (param := self.get("training.mixed_precision_param")) is not None and param[0] in _PRECISION:
             self.set("precision", _PRECISION[param[0]], param[1])
         if (reduce := self.get("training.mixed_precision_reduce")) is not None:  # FSDP2's reduce_dtype
-            if reduce[0] != "float32":  # 0.3.0 configs.py: mixed_precision_reduce: Literal["float32"]
+            if reduce[0] == "float32":
+                self.set("grad_reduce_dtype", "fp32", reduce[1])
+            elif isinstance(reduce[0], str):  # 0.3.0 configs.py: mixed_precision_reduce: Literal["float32"]
                 raise InvalidInputError(f"{reduce[1]}: torchtitan takes float32 only (pipeplan's --grad-reduce-dtype "
                                         "fp32)")
-            self.set("grad_reduce_dtype", "fp32", reduce[1])
+            else:
+                self.notes.append(f"{reduce[1]} is not a dtype: not priced")
         model, model_source = self._model()
         ignored = tuple(f"{key} = {json.dumps(value)}" + (f" {_NOT_A_KEY}" if key in self.unknown else "")
                         for key, (value, _) in self.values.items()
