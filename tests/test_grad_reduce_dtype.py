@@ -175,3 +175,34 @@ def test_torchtitan_reads_mixed_precision_reduce(tmp_path: Path):
     file.write_text('[training]\nmixed_precision_reduce = "bfloat16"\n')
     with pytest.raises(InvalidInputError, match="float32 only"):
         engines.get("torchtitan").read(file)
+
+
+# ------------------------------------------------------------------------------------ the exports
+def test_the_exports_write_each_engines_own_key():
+    from dataclasses import replace
+
+    from pipeplan.engines.deepspeed import deepspeed_config
+    from pipeplan.engines.megatron import megatron_args
+
+    plan = Plan(pp=1, dp=8, layers_per_stage=(4,), placement=(0,), schedule="1f1b", dp_mode="zero1")
+    assert "communication_data_type" not in deepspeed_config(plan)
+    megatron_flags = {line for line in (Path(__file__).parent / "data" / "megatron_args.txt").read_text().splitlines()
+                      if line.startswith("--")}  # Megatron-LM's parser's flags, vendored
+    for dtype, flag in (("bf16", "--grad-reduce-in-bf16"), ("fp32", "--accumulate-allreduce-grads-in-fp32")):
+        pinned = replace(plan, grad_reduce_dtype=dtype)
+        assert deepspeed_config(pinned)["communication_data_type"] == dtype
+        assert flag in megatron_args(pinned) and flag in megatron_flags
+    assert not {"--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"} & set(megatron_args(plan))
+
+
+def test_deepspeed_takes_the_exported_communication_data_type():
+    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (pip install .[engines])")
+    import torch
+    from deepspeed.runtime.config import get_communication_data_type
+
+    from pipeplan.engines.deepspeed import deepspeed_config
+
+    for dtype, torch_dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        plan = Plan(pp=1, dp=8, layers_per_stage=(4,), placement=(0,), schedule="1f1b", dp_mode="zero1",
+                    grad_reduce_dtype=dtype)
+        assert get_communication_data_type(deepspeed_config(plan)) == torch_dtype
