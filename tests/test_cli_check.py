@@ -166,8 +166,9 @@ ROUND_TRIPS = [
     ("torchtitan", ["--tp", "2", "--pp", "2", "--schedules", "interleaved", "--dp-modes", "ddp", "--recompute",
                     "full"]),
     ("torchtitan", ["--tp", "1", "--pp", "4", "--schedules", "zb-v", "--dp-modes", "ddp", "--recompute", "none"]),
-    ("torch", ["--tp", "1", "--pp", "4", "--schedules", "zb-v", "--dp-modes", "ddp", "--recompute", "none"]),
-    ("torch", ["--tp", "1", "--pp", "2", "--schedules", "interleaved", "--dp-modes", "fsdp", "--recompute", "none"]),
+    # plain torch prices no --recompute (--engine torch refuses it): the planner searches it
+    ("torch", ["--tp", "1", "--pp", "4", "--schedules", "zb-v", "--dp-modes", "ddp"]),
+    ("torch", ["--tp", "1", "--pp", "2", "--schedules", "interleaved", "--dp-modes", "fsdp"]),
 ]
 PLAN = ["--preset", "gpt-1.5b", "--gpus", "8", "--global-batch", "32"]
 #: What the round trip must give back: the plan's fields as plan --json writes them.
@@ -187,8 +188,8 @@ def test_plan_export_then_check_gives_the_same_plan_and_step(run_cli: RunCli, tm
     if not _reads(engine):
         pytest.skip(f"{engine}'s reader has not landed")
     out = tmp_path / engine
-    # --engine: plan prices the engine as check does (DeepSpeed's hooks and gradient sync, torchtitan's kernels);
-    # an engine with no priced knob (plain torch) is priced alike either way
+    # --engine: plan prices the engine as check does (DeepSpeed's hooks and gradient sync, torchtitan's and plain
+    # torch's eager kernels)
     from pipeplan import engines
 
     priced = ["--engine", engine] if engines.get(engine).knobs.knobs else []

@@ -16,7 +16,6 @@ that skip a failure (CI, where the engines extra is installed).
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -92,10 +91,8 @@ def test_zero1_pipeline_with_data_parallelism_trains_as_one_process(deepspeed, t
         (tmp_path / file.name).write_text(file.text)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds_config.json", "pipeline_module.py"]
     before = live_children()
-    started = time.monotonic()
     ranks = spawn(_pipeline_dp_rank, PLAN.pp * PLAN.dp, str(tmp_path), PLAN.pp, PLAN.micro_batch_size,
                   PLAN.num_microbatches, _STEPS, timeout=120)
-    assert time.monotonic() - started < 300
     assert live_children() <= before  # every rank ended
     # DeepSpeed's PipeDataParallelTopology: rank = stage · dp + replica
     assert [(r["stage"], r["replica"], r["dp"]) for r in ranks] == [(0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2)]

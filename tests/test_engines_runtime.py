@@ -9,7 +9,6 @@ running the same microbatches.
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -42,14 +41,14 @@ def _loss(output, target):
     return torch.nn.functional.mse_loss(output, target, reduction="sum")
 
 
-def _worker(rank: int, world: int, port: int, jobs: list[tuple[str, str, list[int], list[int], int]]) -> None:
+def _worker(rank: int, world: int, rendezvous: str, jobs: list[tuple[str, str, list[int], list[int], int]]) -> None:
     """Each job (case, folder, layers per stage, placement, m): this rank's stages run the folder's CSV; its
     gradients go to ``grads{rank}.pt`` there. One process group serves every job, one job after the other."""
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
     try:
         for case, folder, sizes, placement, m in jobs:
             try:
@@ -72,12 +71,6 @@ def _worker(rank: int, world: int, port: int, jobs: list[tuple[str, str, list[in
                 raise RuntimeError(f"case {case}: {error}") from error
     finally:
         dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _reference(num_layers: int, m: int) -> dict:
@@ -110,8 +103,9 @@ def _cases() -> dict[str, tuple[Plan, Schedule]]:
 def torch_differences(tmp_path_factory: pytest.TempPathFactory) -> dict[str, float]:
     """Every case's torch export run on its ranks: the largest gradient difference to one process, by case.
 
-    All cases run in one pair of spawned processes, one after the other (starting the processes, each
+    All cases run in one pair of forked processes, one after the other (starting the processes, each
     importing torch, was most of each case's time)."""
+    import torch.distributed.pipelining.schedules  # noqa: F401 - imported here once, not in each forked rank
     import torch.multiprocessing as mp
 
     root = tmp_path_factory.mktemp("torch_runs")
@@ -124,7 +118,9 @@ def torch_differences(tmp_path_factory: pytest.TempPathFactory) -> dict[str, flo
         for file in export_files(plan, "torch", schedule=schedule):
             (folder / file.name).write_text(file.text)
         jobs.append((case, str(folder), list(plan.layers_per_stage), list(plan.placement), schedule.num_microbatches))
-    mp.start_processes(_worker, args=(2, _free_port(), jobs), nprocs=2, start_method="spawn", join=True)
+    # forked, not spawned: a spawned rank imported torch and this module again (most of the test's time);
+    # a file rendezvous in this test's folder: no port another test (or xdist worker) could take first
+    mp.start_processes(_worker, args=(2, str(root / "rendezvous"), jobs), nprocs=2, start_method="fork", join=True)
     differences = {}
     for case, (plan, schedule) in cases.items():
         got: dict = {}

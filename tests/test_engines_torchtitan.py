@@ -329,13 +329,15 @@ def _data(samples: int):
     return torch.randn(samples, _WIDTH, generator=generator), torch.randn(samples, _WIDTH, generator=generator)
 
 
-def _gloo_worker(rank: int, world: int, port: int, folder: str) -> None:
+def _gloo_worker(rank: int, world: int, folder: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    # a file rendezvous in the test's folder: no port another test (or xdist worker) could take first
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world)
     try:
         sys.path.insert(0, folder)
+        sys.modules.pop("torchtitan_config", None)  # forked: a config the test process imported is not this one
         config = ConfigManager().parse_args(["--module", "torchtitan_config", "--config", "pipeplan_config"])
         written = sys.modules["torchtitan_config"]
         par, training = config.parallelism, config.training
@@ -362,18 +364,13 @@ def _gloo_worker(rank: int, world: int, port: int, folder: str) -> None:
 @pytest.mark.slow
 def test_pi0_export_runs_one_step_in_torchtitans_pipeline_with_one_process_gradients(tmp_path):
     """torchtitan's stage split (through the written splitter) and schedule builder, interleaved on 2 ranks."""
-    import socket
-
     import torch.multiprocessing as mp
 
     plan = _plan("pi0", ("interleaved", 2, 2, 1, "ddp", 2, 4, "none"))
     names = layer_names_in_reference(presets.get("pi0"))
     folder = _write(export_files(plan, "torchtitan", names), tmp_path / "out")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    mp.start_processes(_gloo_worker, args=(plan.pp, port, str(folder)), nprocs=plan.pp, start_method="spawn",
-                       join=True)
+    # forked, not spawned: a spawned rank imported torch, torchtitan and this module again (about 9 CPU s each)
+    mp.start_processes(_gloo_worker, args=(plan.pp, str(folder)), nprocs=plan.pp, start_method="fork", join=True)
     got: dict = {}
     for rank in range(plan.pp):
         got.update(torch.load(folder / f"grads{rank}.pt"))
@@ -507,7 +504,7 @@ def test_toml_release_config_manager_loads_every_toml_export_as_written(tmp_path
 
 _TOML_STEP = r"""
 import os, sys
-root, tests, rank, world, port, *folders = sys.argv[1:]
+root, tests, rank, world, rendezvous, *folders = sys.argv[1:]
 rank, world = int(rank), int(world)
 sys.path[:0] = [root, tests]
 import torch
@@ -518,7 +515,7 @@ from torchtitan.distributed import pipeline_parallel
 assert pipeline_parallel.__file__.startswith(root), pipeline_parallel.__file__
 from _torchtitan_toml import WIDTH, llama3_shaped
 
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
 try:
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("pp",))
     for folder in folders:
@@ -555,7 +552,6 @@ def test_toml_export_runs_one_step_in_the_toml_releases_pipeline_with_one_proces
 
     One pair of processes runs every layout in turn (one import of torch and torchtitan each).
     """
-    import socket
     import subprocess
 
     from _torchtitan_toml import WIDTH, llama3_shaped
@@ -565,11 +561,9 @@ def test_toml_export_runs_one_step_in_the_toml_releases_pipeline_with_one_proces
     plans = [_plan("gpt-1.5b", layout) for layout in _TOML_STEPS]
     folders = [_write(export_files(plan, "torchtitan-toml", names), tmp_path / layout[0])
                for plan, layout in zip(plans, _TOML_STEPS)]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    rendezvous = tmp_path / "rendezvous"  # a file, not a port: no race with a parallel test worker
     ranks = [subprocess.Popen([sys.executable, "-c", _TOML_STEP, str(root), str(Path(__file__).parent), str(rank), "2",
-                               str(port), *map(str, folders)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               str(rendezvous), *map(str, folders)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for rank in range(2)]
     try:
         outputs = [process.communicate(timeout=300)[0] for process in ranks]

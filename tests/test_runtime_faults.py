@@ -53,11 +53,17 @@ def _worker(rank: int, world_size: int, mode: str, bad_rank: int, dp: int) -> fl
     return runtime.step(torch.randn(8, 4), torch.randn(8, 4)).loss
 
 
-def _failure(mode: str, bad_rank: int, *, world_size: int = 2, dp: int = 1, timeout: float = 20) -> tuple[str, float]:
-    began = time.monotonic()
+#: A run timeout longer than any of these tests may take (their ``pytest.mark.timeout``): a run that ends
+#: within the test's own limit was ended by the failure, not by its timeout. No wall-clock bound of the
+#: test's own, which a loaded machine could break.
+LONGER_THAN_THE_TEST_S = 600.0
+
+
+def _failure(mode: str, bad_rank: int, *, world_size: int = 2, dp: int = 1,
+             timeout: float = LONGER_THAN_THE_TEST_S) -> str:
     with pytest.raises(RuntimeFailure) as info:
         spawn(_worker, world_size, mode, bad_rank, dp, timeout=timeout)
-    return str(info.value), time.monotonic() - began
+    return str(info.value)
 
 
 @pytest.mark.slow
@@ -71,23 +77,22 @@ def _failure(mode: str, bad_rank: int, *, world_size: int = 2, dp: int = 1, time
     ("kill9", 1, "rank 1 died with signal SIGKILL in F(stage 1, mb 2)"),
 ])
 def test_the_rank_that_raised_or_died_is_named_first(mode: str, bad_rank: int, headline: str) -> None:
-    message, elapsed = _failure(mode, bad_rank)
+    message = _failure(mode, bad_rank)  # ends within this test's 60 s: the peer fails at once, not at the timeout
     assert message.startswith(headline), message
     assert "\n" not in message
     # the healthy peer comes after, as a consequence, never as the headline
     healthy = 1 - bad_rank
     assert not message.startswith(f"rank {healthy}")
-    assert elapsed < 15, elapsed  # the peer fails at once (connection closed), far below the 20 s timeout
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("bad_rank", [0, 1])
 def test_a_hung_rank_is_blamed_not_the_peer_that_timed_out(bad_rank: int) -> None:
-    message, elapsed = _failure("hang", bad_rank, timeout=3)
+    # ends within this test's 60 s: the 3 s timeout, the launcher's grace to stop, start-up (no bound of its own)
+    message = _failure("hang", bad_rank, timeout=3)
     assert message.startswith(f"rank {bad_rank} hung in F(stage {bad_rank}, mb 2): no progress for "), message
     assert "(timeout 3 s)" in message
-    assert elapsed < 3 + 2 + 8, elapsed  # the timeout, the launcher's grace to stop, start-up
 
 
 @pytest.mark.slow
@@ -95,9 +100,8 @@ def test_a_hung_rank_is_blamed_not_the_peer_that_timed_out(bad_rank: int) -> Non
 def test_a_hung_rank_is_blamed_in_a_pp_by_dp_grid() -> None:
     # global rank 3 holds stage 1 of replica 1; rank 2 waits for it, ranks 0 and 1
     # wait in the data-parallel all-reduce (or are stopped earlier)
-    message, elapsed = _failure("hang", 3, world_size=4, dp=2, timeout=3)
+    message = _failure("hang", 3, world_size=4, dp=2, timeout=3)
     assert message.startswith("rank 3 hung in F(stage 1, mb 2): no progress for "), message
-    assert elapsed < 3 + 2 + 15, elapsed
 
 
 _children = live_children
@@ -118,10 +122,8 @@ def test_sigint_ends_every_rank_at_once(tmp_path: Path, monkeypatch: pytest.Monk
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_when_stuck, daemon=True).start()
-    began = time.monotonic()
-    with pytest.raises(RunInterrupted) as info:
-        spawn(_worker, 2, "hang", 1, 1, timeout=30)
-    assert time.monotonic() - began < 20  # ended at once, not after the 30 s timeout
+    with pytest.raises(RunInterrupted) as info:  # ended at once: within this test's 60 s, not at the run's timeout
+        spawn(_worker, 2, "hang", 1, 1, timeout=LONGER_THAN_THE_TEST_S)
     assert info.value.signum == signal.SIGINT
     # rank 1 hangs in its action; rank 0 is wherever it got to (waiting for rank 1 sooner or later)
     assert re.fullmatch(r"interrupted by SIGINT; ended rank 0 in .+, rank 1 in F\(stage 1, mb 2\)",

@@ -212,16 +212,16 @@ _children = live_children
 @pytest.mark.timeout(60)
 def test_a_microbatch_the_stage_cannot_take_stops_every_rank_in_one_line() -> None:
     before = _children()  # what earlier tests left running (multiprocessing's resource tracker) is not ours
-    began = time.monotonic()
+    # rank 0 is stopped at once: the run ends within this test's 60 s, long before its 600 s timeout
+    # (no wall-clock bound of the test's own, which a loaded machine could break)
     with pytest.raises(RuntimeFailure) as info:
-        spawn(_bad_worker, 2, timeout=20)
+        spawn(_bad_worker, 2, timeout=600)
     message = str(info.value)
     assert message.startswith(
         "rank 1 failed in F(stage 1, mb 2): ValueError: a sequence of 10 tokens, more than the head's 8 positions"
     ), message
     assert "\n" not in message
-    assert time.monotonic() - began < 15  # rank 0 is stopped at once, not at the 20 s timeout
-    deadline = time.monotonic() + 5  # the ranks are reaped as they exit: give a loaded machine a moment
+    deadline = time.monotonic() + 30  # the ranks are reaped as they exit: give a loaded machine a moment
     while _children() - before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _children() - before  # no process left behind

@@ -30,7 +30,7 @@ from ..errors import PipeplanError
 from ..plan import Plan
 from ..planner import Cluster, SearchOptions, search
 from ..planner.engine_choice import plan_changes
-from .pin import Pinned
+from .pin import Pinned, engine_knobs
 
 __all__ = ["BestPlan", "best_plans"]
 
@@ -69,10 +69,11 @@ def _names(spec: Any, plan: Plan) -> list[LayerName] | None:
     return list(names) if len(names) == plan.num_layers else None
 
 
-def _row(user: Plan, plan: Plan, engine: str | None = None, spec: Any = None) -> BestPlan:
+def _row(user: Plan, plan: Plan, engine: str | None = None, spec: Any = None,
+         knobs: dict[str, str] | None = None) -> BestPlan:
     runs = tuple(name for name in engines.names() if not engines.get(name).refusal(plan))
     ours, theirs = user.milliseconds(user.step_time), plan.milliseconds(plan.step_time)
-    files = tuple(engines.export_files(plan, engine, _names(spec, plan))) if engine is not None else ()
+    files = tuple(engines.export_files(plan, engine, _names(spec, plan), knobs=knobs)) if engine is not None else ()
     return BestPlan(plan, runs, tuple(plan_changes(user, plan)), ours / theirs if theirs else None, files)
 
 
@@ -96,4 +97,5 @@ def best_plans(pinned: Pinned, cluster: Cluster, engine: str, *,
         ran = [plan for plan in own.plans if not record.refusal(plan)][:top] or [own.best_for(engine)[0]]
     except PipeplanError as error:
         notes.append(f"no plan {engine} runs was found: {error}")
-    return [_row(user, plan, engine, pinned.workload.spec) for plan in ran], anywhere, notes
+    knobs = engine_knobs(pinned)  # the configuration's own knobs (compile), written again
+    return [_row(user, plan, engine, pinned.workload.spec, knobs) for plan in ran], anywhere, notes

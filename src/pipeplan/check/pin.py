@@ -42,7 +42,7 @@ from ..planner.space import Config
 from ..planner.step import SYNCS
 from ..schedules import schedule_info
 
-__all__ = ["Filled", "Pinned", "pin", "config_of", "default_split", "SEARCHED", "DEFAULT"]
+__all__ = ["Filled", "Pinned", "pin", "config_of", "default_split", "engine_knobs", "SEARCHED", "DEFAULT"]
 
 #: The source of a value the search filled.
 SEARCHED = "searched"
@@ -58,7 +58,8 @@ _SPLITS: Mapping[str, Callable[[int, int], tuple[int, ...]]] = {"megatron": mega
 #: The planner fields, in the order the output lists them (``dp`` is derived, never read).
 ORDER = ("gpus", "tp", "pp", "dp", "dp_mode", "grad_sync", "schedule", "virtual_stages", "micro_batch_size",
          "num_microbatches", "global_batch", "layers_per_stage", "recompute", "sequence_parallel",
-         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "grad_reduce_dtype")
+         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "compile", "reshard_after_forward",
+         "grad_reduce_dtype")
 
 
 def default_split(engine: str, num_layers: int, stages: int) -> tuple[int, ...]:
@@ -273,25 +274,38 @@ def _from_plan(plan: Plan, name: str) -> Any:
 
 
 #: RunConfig fields that are an engine's priced knobs (:class:`~pipeplan.engines.Knob`), by knob name.
-_ENGINE_KNOBS = {"overlap_comm": "overlap-comm", "reduce_bucket_size": "reduce-bucket-size",
-                 "grad_reduce_dtype": "grad-reduce-dtype"}
+_ENGINE_KNOBS = {"overlap_comm": "overlap-comm", "reduce_bucket_size": "reduce-bucket-size", "compile": "compile",
+                 "reshard_after_forward": "reshard-after-forward", "grad_reduce_dtype": "grad-reduce-dtype"}
 
 
 def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: list[str],
                     values: dict[str, Filled]) -> tuple[Workload, EngineCosts | None]:
     """The engine's kernels on ``device`` (its compute factor) and its priced knobs, as ``plan --engine`` prices them."""
     engine = engines.get(config.engine)
-    factor = engine.compute_factor(device)
-    if factor != 1.0 and workload.spec is not None:
-        workload = workload.with_compute_factor(factor)
-        notes.append(f"{engine.name}'s kernels on {device}: each layer's compute x {factor:.3f} (docs/engines.md)")
     knobs: dict[str, str] = {}
     for name, knob in _ENGINE_KNOBS.items():
         item = _given(config, name)
         if item is not None and knob in engine.knobs.names():
             knobs[knob] = str(item.value)
             values[name] = item
+    if "compile" in engine.knobs.names() and "compile" not in knobs:
+        default = engine.knobs.get("compile").default
+        values["compile"] = Filled(default, f"{engine.name} default (the files do not set it: eager kernels)")
+    if knobs.get("reshard-after-forward") == "never":  # FSDP2 keeps each layer gathered for its backward
+        workload = workload.with_reshard_after_forward(False)
+    factor = engine.compute_factor(device, knobs)
+    if factor != 1.0 and workload.spec is not None:
+        workload = workload.with_compute_factor(factor)
+        compiled = " (torch.compile)" if knobs.get("compile") == "on" else ""
+        notes.append(f"{engine.name}'s kernels on {device}: each layer's compute x {factor:.3f}{compiled} "
+                     "(docs/engines.md)")
     return workload, EngineCosts.of(engine, knobs)
+
+
+def engine_knobs(pinned: Pinned) -> dict[str, str]:
+    """The engine's knobs the configuration set (knob name → value: ``{"compile": "on"}``), what its best plans'
+    files carry again."""
+    return {knob: str(pinned.values[name].value) for name, knob in _ENGINE_KNOBS.items() if name in pinned.values}
 
 
 def _engine_sync(config: RunConfig, plan: Plan, costs: EngineCosts | None, values: dict[str, Filled]) -> None:

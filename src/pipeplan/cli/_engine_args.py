@@ -27,7 +27,12 @@ engine lacks, is one line and exit 2. ``--sequence-parallel`` and ``--tp-comm-ov
 take a value (``on|off``; the bare switch is gone). Every engine's knobs are flags (read off
 the records, the default engine's first); DeepSpeed's (``--overlap-comm``, ``--reduce-bucket-size``,
 ``--hook-cost``) change the step, not the layers: ``plan`` prices them (:func:`engine_costs`), the
-other verbs check them and report them.
+other verbs check them and report them. torchtitan's and plain torch's ``--compile on|off`` changes
+the layers' kernels on every verb (:meth:`pipeplan.engines.Engine.compute_factor`); Megatron-LM and
+DeepSpeed refuse it with the reason their :class:`~pipeplan.engines.record.Knob` gives
+(``elsewhere``). torchtitan's ``--reshard-after-forward never`` keeps FSDP's layers gathered
+(:meth:`pipeplan.planner.Workload.with_reshard_after_forward`); ``always`` is taken by ``plan`` only
+with ``--pp 1``. :func:`given_knobs` is what an export writes of them.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from ..plan import RECOMPUTE_MODES, Recompute, TpCommOverlap, stage_recompute
 from ..planner import Workload
 from ..planner.engine_costs import EngineCosts
 
-__all__ = ["add_engine_arguments", "engine_workload", "engine_costs", "engine_assumptions", "recompute_pin",
+__all__ = ["add_engine_arguments", "engine_workload", "given_knobs", "engine_costs", "engine_assumptions", "recompute_pin",
            "spec_workload", "layer_options", "DEFAULT_ENGINE", "KNOB_FLAGS", "REFERENCE", "SEARCHED", "Unpinned"]
 
 #: The engine whose knobs apply without ``--engine``: the step model prices Megatron-LM's tensor parallelism.
@@ -100,12 +105,13 @@ def add_engine_arguments(parser: Any, *, unpinned: Unpinned = SEARCHED) -> None:
 
 def _add_own_knob(parser: Any, flag: str, dest: str) -> None:
     """The flag of a knob only another engine than the default has (``--overlap-comm``: DeepSpeed's)."""
-    owner = next(engines.get(name) for name in engines.names() if flag in engines.get(name).knobs.names())
-    knob = owner.knobs.get(flag)
+    owners = [engines.get(name) for name in engines.names() if flag in engines.get(name).knobs.names()]
+    knob = owners[0].knobs.get(flag)
     default = knob.default if knob.default is not None else (getattr(knob, "assumed", "") or "searched")
     unit = (getattr(knob, "unit", "") or "").upper().replace(" ", "_")
+    engine_flags = " or ".join(f"--engine {owner.name}" for owner in owners)
     parser.add_argument(f"--{flag}", dest=dest, default=None, metavar="|".join(knob.choices + ((unit,) if unit else ())),
-                        help=f"pin it (--engine {owner.name}): {knob.doc} (default {default})".replace("%", "%%"))
+                        help=f"pin it ({engine_flags}): {knob.doc} (default {default})".replace("%", "%%"))
 
 
 def _engine(args: argparse.Namespace) -> Engine:
@@ -155,14 +161,36 @@ def _given(args: argparse.Namespace) -> dict[str, str]:
         value = getattr(args, dest, None)
         if value is None:
             continue
+        if flag not in engine.knobs.names():
+            _refuse_absent(engine, flag)
         knob = engine.knobs.get(flag, engine.name)  # the engine has the knob (one line naming its knobs)
         given[flag] = _parse_recompute(value, engine) if flag == "recompute" else knob.parse(value, engine.name)
+    if given.get("reshard-after-forward") == "always" and hasattr(args, "pp") and args.pp != 1:
+        # torchtitan/distributed/fsdp.py: with a pipeline its default keeps the parameters gathered, which pipeplan
+        # prices; always would gather each layer twice a microbatch through the pipeline, not priced
+        raise InvalidInputError("--reshard-after-forward always is priced without a pipeline only: give --pp 1 "
+                                "(with a pipeline pipeplan prices torchtitan's default, parameters kept gathered)")
     if given.get("tp-comm-overlap") == "on" and given.get("sequence-parallel") == "off":
         # Megatron-LM's validate_args: the userbuffers overlap needs sequence parallelism
         raise InvalidInputError("--tp-comm-overlap on needs --sequence-parallel on (Megatron-LM overlaps the "
                                 "all-gather and reduce-scatter of sequence parallelism); use --tp-comm-overlap "
                                 "backward or off without it")
     return given
+
+
+def _refuse_absent(engine: Engine, flag: str) -> None:
+    """One line for a knob ``engine`` lacks on purpose (another engine's knob says why: ``--compile``); else nothing
+    (:meth:`~pipeplan.engines.record.Knobs.get` says it has no such knob)."""
+    for name in engines.names():
+        other = engines.get(name).knobs
+        if flag in other.names() and other.get(flag).elsewhere:
+            raise InvalidInputError(f"--{flag}: {engine.name} has no such knob: {other.get(flag).elsewhere}")
+
+
+def given_knobs(args: argparse.Namespace) -> dict[str, str]:
+    """The knobs given on the command line (flag name → value), checked against ``--engine``'s: what an export
+    writes where its files carry them (:meth:`pipeplan.engines.Engine.export`, ``knobs``)."""
+    return _given(args)
 
 
 def _reference(spec: ModelSpec | None) -> dict[str, Recompute] | Recompute:
@@ -214,13 +242,15 @@ def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpi
             an unknown module, or a knob a measured profile cannot answer for.
     """
     given = _given(args)
-    factor = _engine(args).compute_factor(device)
+    factor = _engine(args).compute_factor(device, given)
     if factor != 1.0 and workload.spec is not None:  # a measured profile's times are its engine's already
         workload = workload.with_compute_factor(factor)
     if "sequence-parallel" in given or "tp-comm-overlap" in given:
         workload = workload.with_tensor_knobs(
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
             tp_comm_overlap=cast("TpCommOverlap | None", given.get("tp-comm-overlap")))
+    if given.get("reshard-after-forward") == "never":  # FSDP2 keeps each layer gathered for its backward
+        workload = workload.with_reshard_after_forward(False)
     pin = recompute_pin(args, workload.spec, unpinned)
     if pin is not None:
         workload = workload.with_recompute(pin)
@@ -344,10 +374,16 @@ def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
         name += ("; its knobs are not priced yet: the step prices Megatron-LM's tensor parallelism; the search "
                  "spans only what it runs")
     out = {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
-    factor = engine.compute_factor(device)
+    factor = engine.compute_factor(device, given)
+    compiled = given.get("compile") == "on"
     if factor != 1.0 and not getattr(args, "profile", None):
+        how = (f"torch.compile: the eager factor {engine.compute_factor(device):.3f} / its compile speedup "
+               f"{engine.compile_speedup:.3f}, " if compiled else "")
         out["kernels"] = (f"{engine.name}'s kernels on {device}: each layer's compute x {factor:.3f} beside the "
-                          "device's fused-kernel model (fitted to the engine's published runs: docs/engines.md)")
+                          f"device's fused-kernel model ({how}fitted to the engine's published runs: docs/engines.md)")
+    elif compiled and not getattr(args, "profile", None):
+        out["kernels"] = (f"{engine.name}'s kernels on {device}: torch.compile priced as the device's fused-kernel "
+                          "model (x 1: no eager factor is fitted on this device, so compile changes nothing here)")
     return out
 
 

@@ -42,7 +42,8 @@ from .. import units
 from ._common import gantt_width, make_console, memory_size, name_choice, output_path, positive, print_json, progress, renamed_flag, report_written
 from ._export_args import (add_export_arguments, check_export_args, check_export_model, emit_export,
                            model_refusal_of, reference_names)
-from ._engine_args import DEFAULT_ENGINE, add_engine_arguments, engine_assumptions, engine_costs, engine_workload
+from ._engine_args import (DEFAULT_ENGINE, add_engine_arguments, engine_assumptions, engine_costs, engine_workload,
+                           given_knobs)
 from ._plan_mix import (add_mix_argument, mix_export_choice, mix_outputs_note, mix_pick, plan_mix, show_mix,
                         show_mix_choice)
 from ..hardware.device_file import device_fields
@@ -225,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     on_mix = mix_export_choice(ranking, result, args.export) if ranking is not None and args.export else None
     _write_files(args, result, None if ranking is None else mix_pick(ranking))
     if args.json:
-        payload = _payload(result, reference_names(args, result.best.num_layers))
+        payload = _payload(result, reference_names(args, result.best.num_layers), knobs=given_knobs(args))
         if args.export:  # the plan the export is written for: plan 1, the one the engine runs instead, or the mix's
             payload["export"] = _choice_dict(args, result, on_mix)
         for entry, tie in zip(payload["plans"], ties):
@@ -326,17 +327,17 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
     }
 
 
-def _payload(result: SearchResult, names: Any = None) -> dict[str, Any]:
+def _payload(result: SearchResult, names: Any = None, knobs: Any = None) -> dict[str, Any]:
     from ..engines import plan_exports
 
     payload = result.to_dict()
     for entry, plan in zip(payload["plans"], result.plans):
-        entry["exports"] = plan_exports(plan, names)
+        entry["exports"] = plan_exports(plan, names, knobs=knobs)
     if result.baseline is not None:
-        payload["baseline"]["exports"] = plan_exports(result.baseline, names)
+        payload["baseline"]["exports"] = plan_exports(result.baseline, names, knobs=knobs)
     for entry, baseline in zip(payload["baselines"], result.baselines):
         if baseline.plan is not None:
-            entry["exports"] = plan_exports(baseline.plan, names)
+            entry["exports"] = plan_exports(baseline.plan, names, knobs=knobs)
     best = result.best_baseline
     if best is not None and best.plan is not None:
         from ..planner.explain import explain
@@ -358,7 +359,8 @@ def _choice_dict(args: argparse.Namespace, result: SearchResult, on_mix: Any = N
         return {"target": args.export, "plan_index": None, "plan": None, "why": refusal, "changes": []}
     choice = on_mix if on_mix is not None else engine_choice(result, args.export)
     entry = {**choice.to_dict(), "on_mix": on_mix is not None}
-    entry["plan"]["exports"] = plan_exports(choice.plan, reference_names(args, choice.plan.num_layers))
+    entry["plan"]["exports"] = plan_exports(choice.plan, reference_names(args, choice.plan.num_layers),
+                                            knobs=given_knobs(args))
     return entry
 
 
@@ -393,7 +395,7 @@ def _print(args: argparse.Namespace, result: SearchResult, ties: list[int | None
         choice = on_mix if on_mix is not None else engine_choice(result, args.export)
         plan = choice.plan
         files = engine.export(plan, args.export, reference_names(args, plan.num_layers),
-                              gpus_per_node=args.gpus_per_node)
+                              gpus_per_node=args.gpus_per_node, knobs=given_knobs(args))
     console = make_console()
     stats = result.stats
     best = result.best

@@ -24,7 +24,7 @@ and how to launch them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidInputError
@@ -88,7 +88,8 @@ def by_target(target: str) -> Engine:
 
 
 def export_files(plan: Plan | Sequence[int], target: str, names: Sequence[LayerName] | None = None, *,
-                 schedule: Schedule | None = None, gpus_per_node: int = 8) -> list[ExportFile]:
+                 schedule: Schedule | None = None, gpus_per_node: int = 8,
+                 knobs: Mapping[str, str] | None = None) -> list[ExportFile]:
     """Every file the engine of ``target`` (one of :func:`targets`) needs to run ``plan``.
 
     Args:
@@ -98,11 +99,13 @@ def export_files(plan: Plan | Sequence[int], target: str, names: Sequence[LayerN
         schedule: the order the CSV files carry (default the plan's own: its timeline's,
             or its fixed schedule rebuilt).
         gpus_per_node: GPUs per node (torchtitan's HSDP shard degree).
+        knobs: the knobs given (name → value): those the engine's files carry are written.
 
     Raises:
         InvalidInputError: an unknown target, or a plan the engine cannot run.
     """
-    return by_target(target).export(plan, target, names, schedule=schedule, gpus_per_node=gpus_per_node)
+    return by_target(target).export(plan, target, names, schedule=schedule, gpus_per_node=gpus_per_node,
+                                    knobs=knobs)
 
 
 def _text(files: Sequence[ExportFile]) -> str:
@@ -121,8 +124,11 @@ def export_plan(plan: Plan | Sequence[int], target: str, names: Sequence[LayerNa
     return _text(export_files(plan, target, names, schedule=schedule, gpus_per_node=gpus_per_node))
 
 
-def plan_exports(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None) -> dict[str, dict[str, Any]]:
+def plan_exports(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
+                 knobs: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Every engine's export of ``plan``: ``{"text", "files": {name: text}, "notes"}``, or ``{"error"}`` where it cannot.
+
+    ``knobs``: the knobs given (name → value); each engine writes those its files carry (torchtitan's ``compile``).
 
     Beside an error stands what the engine gives instead (:attr:`Files.instead`: Megatron-LM's
     ``"mapping"`` for a model it has no port of).
@@ -131,7 +137,7 @@ def plan_exports(plan: Plan | Sequence[int], names: Sequence[LayerName] | None =
     out: dict[str, dict[str, Any]] = {}
     for engine in _ENGINES:
         try:
-            files = engine.export(plan, names=names)
+            files = engine.export(plan, names=names, knobs=knobs)
         except InvalidInputError as error:
             out[engine.name] = {"error": str(error), **engine.files.instead(plan, names)}
             continue

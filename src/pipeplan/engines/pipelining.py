@@ -32,7 +32,8 @@ from ..plan import Plan
 from ..schedule import Schedule
 from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note, layer_names, stage_fqns
-from .record import Engine, Files, Runs
+from ._eager import COMPILE_KNOB, TORCHTITAN_COMPILE_SPEEDUP, TORCHTITAN_EAGER_FACTORS
+from .record import Engine, Files, Knobs, Runs
 from .pipelining_read import read_torch_export
 
 __all__ = ["torch_split_spec", "torch_split_snippet", "torch_actions", "torch_schedule_csv", "plan_schedule",
@@ -263,5 +264,9 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
     return torch_files(plan, names, schedule=schedule)
 
 
-#: plain torch: any order from the schedule CSV, any data-parallel mode (FSDP2 for fsdp and hsdp); exact.
-ENGINE = Engine("torch", Runs(), Files(targets=("torch",), write=_write, read=read_torch_export))
+#: plain torch: any order from the schedule CSV, any data-parallel mode (FSDP2 for fsdp and hsdp); exact. Its
+#: kernels are torch's eager ones unless the model is compiled (``--compile``): priced as torchtitan's, which runs
+#: the same eager kernels (torchtitan is plain torch with FSDP2), by the same fitted numbers (:mod:`._eager`).
+ENGINE = Engine("torch", Runs(), Files(targets=("torch",), write=_write, read=read_torch_export),
+                knobs=Knobs((COMPILE_KNOB,)), compute_factors=TORCHTITAN_EAGER_FACTORS,
+                compile_speedup=TORCHTITAN_COMPILE_SPEEDUP)

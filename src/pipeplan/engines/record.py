@@ -35,8 +35,8 @@ from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note
 from .run_config import RunConfig
 
-__all__ = ["Engine", "Runs", "Files", "ExportWriter", "Knob", "NumberKnob", "Knobs", "Pricing", "GRAD_REDUCE_BYTES",
-           "grad_reduce_dtype"]
+__all__ = ["Engine", "Runs", "Files", "ExportWriter", "KnobExportWriter", "Knob", "NumberKnob", "Knobs", "Pricing",
+           "GRAD_REDUCE_BYTES", "grad_reduce_dtype"]
 
 
 class ExportWriter(Protocol):
@@ -51,6 +51,14 @@ class ExportWriter(Protocol):
 
     def __call__(self, plan: Plan, target: str, names: Sequence[LayerName] | None, *,
                  schedule: Schedule | None, gpus_per_node: int) -> list[ExportFile]: ...
+
+
+class KnobExportWriter(Protocol):
+    """An :class:`ExportWriter` that also writes the engine's knobs given (``knobs``: name → value, only those of
+    :attr:`Files.knobs`): torchtitan's ``compile.enable``."""
+
+    def __call__(self, plan: Plan, target: str, names: Sequence[LayerName] | None, *,
+                 schedule: Schedule | None, gpus_per_node: int, knobs: Mapping[str, str]) -> list[ExportFile]: ...
 
 
 def _exact(plan: Plan) -> list[str]:
@@ -107,6 +115,10 @@ class Files:
             into a :class:`~pipeplan.engines.run_config.RunConfig`; raises
             :class:`~pipeplan.errors.InvalidInputError` with one line naming the key
             the engine does not have or the value it refuses.
+        knobs: the knobs (:class:`Knob` names) its files carry where given (torchtitan:
+            ``compile``); :attr:`write_knobs` writes them.
+        write_knobs: the export with those knobs (``None``: :attr:`write`, the knobs'
+            defaults left to the engine).
     """
 
     targets: tuple[str, ...]
@@ -115,6 +127,8 @@ class Files:
     instead: Callable[[Plan, Sequence[LayerName] | None], dict[str, str]] = _nothing_instead
     paths: bool = True
     read: Callable[[Path], RunConfig] = _no_reader
+    knobs: tuple[str, ...] = ()
+    write_knobs: KnobExportWriter | None = None
 
 
 def _numbered(choice: str, value: str) -> bool:
@@ -140,6 +154,9 @@ class Knob:
         doc: what each choice does in the engine and what it costs (one sentence or two).
         searched: with ``default=None``, the values the planner searches (``None``: every
             choice; torchtitan's recompute: ``none``, ``op``, ``full``).
+        elsewhere: why an engine without this knob has none (``--compile``: Megatron-LM and
+            DeepSpeed run fused kernels already), the refusal's reason; ``""``: the plain
+            "has no knob" line.
     """
 
     name: str
@@ -147,6 +164,7 @@ class Knob:
     default: str | None
     doc: str
     searched: tuple[str, ...] | None = None
+    elsewhere: str = ""
 
     def __post_init__(self) -> None:
         if self.default is not None and self.default not in self.choices:
@@ -324,6 +342,10 @@ class Engine:
             factor on every layer's compute time
             (:meth:`pipeplan.planner.Workload.with_compute_factor`); a device not
             listed: 1. Each value is fitted to published runs named beside it.
+        compile_speedup: with its knob ``compile`` at ``on`` (``torch.compile``), what
+            the compiled kernels gain over the eager ones the factors price: the factor
+            becomes ``max(1, factor / compile_speedup)`` (never below the device's fused
+            kernels); 1: the knob changes nothing.
     """
 
     name: str
@@ -332,14 +354,22 @@ class Engine:
     knobs: Knobs = Knobs()
     pricing: Callable[[Mapping[str, str]], Pricing | None] = _no_pricing
     compute_factors: Mapping[str, float] = field(default_factory=dict)
+    compile_speedup: float = 1.0
 
-    def compute_factor(self, device: str) -> float:
-        """The factor on a layer's compute time for this engine's kernels on ``device`` (a preset name; 1 if unfitted)."""
-        return float(self.compute_factors.get(device, 1.0))
+    def compute_factor(self, device: str, knobs: Mapping[str, str] | None = None) -> float:
+        """The factor on a layer's compute time for this engine's kernels on ``device`` (a preset name; 1 if unfitted).
+
+        ``knobs``: the knobs given (name → value); ``compile`` ``on`` divides the eager
+        factor by :attr:`compile_speedup`, down to 1 at least.
+        """
+        factor = float(self.compute_factors.get(device, 1.0))
+        if (knobs or {}).get("compile") == "on":
+            return max(1.0, factor / self.compile_speedup)
+        return factor
 
     def export(self, plan: Plan | Sequence[int], target: str | None = None,
                names: Sequence[LayerName] | None = None, *, schedule: Schedule | None = None,
-               gpus_per_node: int = 8) -> list[ExportFile]:
+               gpus_per_node: int = 8, knobs: Mapping[str, str] | None = None) -> list[ExportFile]:
         """Every file the engine needs to run ``plan``.
 
         Args:
@@ -349,6 +379,8 @@ class Engine:
             schedule: the order the CSV files carry (default the plan's own: its
                 timeline's, or its fixed schedule rebuilt).
             gpus_per_node: GPUs per node (torchtitan's HSDP shard degree).
+            knobs: the knobs given (name → value): those its files carry
+                (:attr:`Files.knobs`) are written, the others are priced only.
 
         Raises:
             InvalidInputError: a target the engine does not write, or a plan it cannot run.
@@ -356,6 +388,10 @@ class Engine:
         target = self.name if target is None else target
         if target not in self.files.targets:
             raise InvalidInputError(f"{self.name} writes {', '.join(self.files.targets)}, not {target!r}")
+        carried = {name: value for name, value in (knobs or {}).items() if name in self.files.knobs}
+        if carried and self.files.write_knobs is not None:
+            return self.files.write_knobs(to_plan(plan), target, names, schedule=schedule,
+                                          gpus_per_node=gpus_per_node, knobs=carried)
         return self.files.write(to_plan(plan), target, names, schedule=schedule, gpus_per_node=gpus_per_node)
 
     def notes(self, plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None) -> list[str]:

@@ -49,7 +49,7 @@ it cannot split nested paths, so that export refuses a pipeline over them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidInputError
@@ -61,6 +61,7 @@ from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, layer_names, stage_fqns
 from ._torchtitan_schedules import TORCH_SCHEDULE_CLASSES, TORCH_SCHEDULE_NAMES, pipeplan_schedule_name
 from .pipelining import plan_schedule, torch_schedule_csv
+from ._eager import COMPILE_KNOB, TORCHTITAN_COMPILE_SPEEDUP, TORCHTITAN_EAGER_FACTORS
 from .record import Engine, Files, Knob, Knobs, Runs
 from .torchtitan_config import TOML_COMMIT, read_torchtitan_config
 
@@ -99,13 +100,15 @@ def torchtitan_schedule_name(plan: Plan | Sequence[int]) -> tuple[str, bool]:
     )
 
 
-def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8) -> dict[str, Any]:
+def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8,
+                       reshard: str = "default") -> dict[str, Any]:
     """``data_parallel_shard_degree``, ``data_parallel_replicate_degree``, ``fsdp_reshard_after_forward``.
 
     ddp: shard 1, replicate dp; fsdp: shard dp; hsdp: shard over the data-parallel
     ranks inside a node (``gpus_per_node / tp``, at most dp), replicate across nodes;
     zero1/zero2 (no torchtitan mode): FSDP that keeps parameters gathered after the
-    forward (``"never"``), the closest (see :func:`torchtitan_notes`).
+    forward (``"never"``), the closest (see :func:`torchtitan_notes`). ``reshard``: the
+    ``--reshard-after-forward`` given for fsdp/hsdp (``"default"``: the key is not written).
     """
     plan = to_plan(plan)
     if plan.dp_mode == "ddp":
@@ -114,10 +117,14 @@ def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8) ->
         shard = max(1, min(plan.dp, gpus_per_node // plan.tp))
         if plan.dp % shard:
             raise InvalidInputError(f"hsdp: dp {plan.dp} does not divide into node groups of {shard} ranks")
-        return {"data_parallel_shard_degree": shard, "data_parallel_replicate_degree": plan.dp // shard}
-    degrees: dict[str, Any] = {"data_parallel_shard_degree": plan.dp, "data_parallel_replicate_degree": 1}
+        degrees: dict[str, Any] = {"data_parallel_shard_degree": shard,
+                                   "data_parallel_replicate_degree": plan.dp // shard}
+    else:
+        degrees = {"data_parallel_shard_degree": plan.dp, "data_parallel_replicate_degree": 1}
     if plan.dp_mode in ("zero1", "zero2"):
         degrees["fsdp_reshard_after_forward"] = "never"
+    elif reshard != "default" and plan.dp > 1:
+        degrees["fsdp_reshard_after_forward"] = reshard
     return degrees
 
 
@@ -214,7 +221,7 @@ def _instead(plan: Plan, *, toml: bool = False) -> list[str]:
 
 # ------------------------------------------------------------------ settings
 def torchtitan_settings(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
-                        gpus_per_node: int = 8) -> dict[str, dict[str, Any]]:
+                        gpus_per_node: int = 8, reshard: str = "default") -> dict[str, dict[str, Any]]:
     """The values the export sets, by torchtitan config section (``schedule.csv`` beside the config).
 
     ``parallelism``: what both Python releases name alike; ``batch``: the plan's batch
@@ -230,7 +237,7 @@ def torchtitan_settings(plan: Plan | Sequence[int], names: Sequence[LayerName] |
         "module_fqns_per_model_part": torchtitan_parts(plan, names),
         "tensor_parallel_degree": plan.tp,
         "enable_sequence_parallel": bool(plan.sequence_parallel and plan.tp > 1),
-        **torchtitan_degrees(plan, gpus_per_node=gpus_per_node),
+        **torchtitan_degrees(plan, gpus_per_node=gpus_per_node, reshard=reshard),
     }
     local = plan.micro_batch_size * (plan.num_microbatches if plan.pp > 1 else 1)
     tokens = plan.tokens_per_sample
@@ -287,6 +294,7 @@ LOCAL_BATCH_SIZE = {local}  # samples per data-parallel rank and accumulation st
 GLOBAL_BATCH_SIZE = {global_batch}  # samples per optimizer step, all data-parallel ranks
 TOKENS_PER_SAMPLE = {tokens}  # None: the base configuration's sequence length
 RECOMPUTE = {recompute!r}  # "none", "selective" or "op" (torchtitan's per-op policy), "every:N" or "full"
+COMPILE = {compile}  # torch.compile of the model and loss (compile.enable); pipeplan priced it (--compile)
 # The stage module lists nest deeper than torchtitan's splitter reaches (a top-level module or "layers.N"):
 # apply_plan() makes the model's pipelining function split with split_model_part() below.
 NESTED = {nested}
@@ -315,6 +323,7 @@ def apply_plan(config):
         training.num_tokens_per_microbatch_per_dp_rank = MICRO_BATCH_SIZE * tokens
         training.num_tokens_per_train_step = GLOBAL_BATCH_SIZE * tokens
         parallelism.num_pp_microbatches = MICROBATCHES  # ignored without a pipeline: accumulation then
+    config.compile.enable = COMPILE  # torchtitan's CompileConfig (0.3.0 and HEAD): default False
     if PARALLELISM["pipeline_parallel_degree"] > 1 and "disable_cuda_graphs" in have:
         training.disable_cuda_graphs = True  # torchtitan refuses CUDA graphs with pipeline parallelism
     if RECOMPUTE == "none":
@@ -407,10 +416,11 @@ def _model_line(plan: Plan, parts: list[list[str]], gpt: bool, nested: list[str]
 
 
 def torchtitan_config_py(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
-                         gpus_per_node: int = 8) -> str:
-    """``torchtitan_config.py``: ``apply_plan(config)`` and ``pipeplan_config()`` for torchtitan's ``--module``."""
+                         gpus_per_node: int = 8, compile: bool = False, reshard: str = "default") -> str:
+    """``torchtitan_config.py``: ``apply_plan(config)`` and ``pipeplan_config()`` for torchtitan's ``--module``
+    (``compile``: ``config.compile.enable``, torchtitan's default off; ``reshard``: ``fsdp_reshard_after_forward``)."""
     plan = to_plan(plan)
-    settings = torchtitan_settings(plan, names, gpus_per_node=gpus_per_node)
+    settings = torchtitan_settings(plan, names, gpus_per_node=gpus_per_node, reshard=reshard)
     parts = settings["parallelism"]["module_fqns_per_model_part"]
     gpt = names is not None and _is_gpt(layer_names(plan, names))
     nested = nested_paths(parts)
@@ -422,7 +432,8 @@ def torchtitan_config_py(plan: Plan | Sequence[int], names: Sequence[LayerName] 
         batch=_batch_line(plan), model=_model_line(plan, parts, gpt, nested), gpus=plan.num_gpus,
         parallelism=parallelism, layers_per_stage=list(plan.layers_per_stage), micro=batch["micro_batch_size"], microbatches=batch["num_microbatches"],
         local=batch["local_batch_size"], global_batch=batch["global_batch_size"], tokens=batch["tokens_per_sample"],
-        recompute=settings["activation_checkpoint"]["mode"], nested=bool(nested) and plan.pp > 1)
+        recompute=settings["activation_checkpoint"]["mode"], nested=bool(nested) and plan.pp > 1,
+        compile=bool(compile))
 
 
 def _py(value: Any) -> str:
@@ -434,15 +445,17 @@ def _py(value: Any) -> str:
 
 # ------------------------------------------------------------------ the TOML release
 def torchtitan_toml(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
-                    schedule_csv: str = _CSV, gpus_per_node: int = 8) -> str:
-    """The last TOML release's sections for ``plan`` (``schedule_csv``: the path written when it needs one).
+                    schedule_csv: str = _CSV, gpus_per_node: int = 8, compile: bool = False,
+                    reshard: str = "default") -> str:
+    """The last TOML release's sections for ``plan`` (``schedule_csv``: the path written when it needs one;
+    ``compile``: ``[compile] enable``; ``reshard``: ``fsdp_reshard_after_forward``).
 
     Raises:
         InvalidInputError: a pipeline over module paths that nest deeper than that
             release's splitter reaches (it would build empty stages).
     """
     plan = to_plan(plan)
-    settings = torchtitan_settings(plan, names, gpus_per_node=gpus_per_node)
+    settings = torchtitan_settings(plan, names, gpus_per_node=gpus_per_node, reshard=reshard)
     par = settings["parallelism"]
     parts = torchtitan_parts(plan, names, toml=True)
     nested = nested_paths(parts)
@@ -476,18 +489,24 @@ def torchtitan_toml(plan: Plan | Sequence[int], names: Sequence[LayerName] | Non
     elif mode.startswith("every:"):  # selective layer checkpointing: every Nth block
         lines[-1] = 'mode = "selective"'
         lines.append(f"selective_ac_option = {json.dumps(mode.split(':', 1)[1])}")
+    lines += ["", "[compile]", f"enable = {json.dumps(bool(compile))}"]
     header = [f"# pipeplan: {plan_row(plan)}", *(f"# {line}" for line in _instead(plan, toml=True)),
               f"# {_batch_line(plan)}", ""]
     return "\n".join(header + lines) + "\n"
 
 
 def torchtitan_files(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
-                     toml: bool = False, gpus_per_node: int = 8) -> list[ExportFile]:
-    """``torchtitan_config.py`` (or ``torchtitan.toml``) and, when the order needs one, ``schedule.csv``."""
+                     toml: bool = False, gpus_per_node: int = 8, compile: bool = False,
+                     reshard: str = "default") -> list[ExportFile]:
+    """``torchtitan_config.py`` (or ``torchtitan.toml``) and, when the order needs one, ``schedule.csv``
+    (``compile``: ``torch.compile`` on, ``compile.enable``; ``reshard``: ``fsdp_reshard_after_forward``, written
+    for fsdp/hsdp unless ``"default"``)."""
     plan = to_plan(plan)
     needs_csv = torchtitan_schedule_name(plan)[1]
-    files = [ExportFile("torchtitan.toml", torchtitan_toml(plan, names, gpus_per_node=gpus_per_node)) if toml else
-             ExportFile("torchtitan_config.py", torchtitan_config_py(plan, names, gpus_per_node=gpus_per_node))]
+    files = [ExportFile("torchtitan.toml", torchtitan_toml(plan, names, gpus_per_node=gpus_per_node,
+                                                           compile=compile, reshard=reshard)) if toml else
+             ExportFile("torchtitan_config.py", torchtitan_config_py(plan, names, gpus_per_node=gpus_per_node,
+                                                                     compile=compile, reshard=reshard))]
     if needs_csv:
         files.append(ExportFile(_CSV, torch_schedule_csv(plan_schedule(plan))))
     return files
@@ -496,7 +515,16 @@ def torchtitan_files(plan: Plan | Sequence[int], names: Sequence[LayerName] | No
 def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
            gpus_per_node: int) -> list[ExportFile]:
     """``torchtitan`` (the Python configuration) or ``torchtitan-toml``; ``schedule`` replaces the CSV's order."""
-    files = torchtitan_files(plan, names, toml=target == "torchtitan-toml", gpus_per_node=gpus_per_node)
+    return _write_knobs(plan, target, names, schedule=schedule, gpus_per_node=gpus_per_node, knobs={})
+
+
+def _write_knobs(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
+                 gpus_per_node: int, knobs: Mapping[str, str]) -> list[ExportFile]:
+    """:func:`_write` with the knobs given: ``compile`` (``on``/``off``) written as ``compile.enable``,
+    ``reshard-after-forward`` as ``fsdp_reshard_after_forward``."""
+    files = torchtitan_files(plan, names, toml=target == "torchtitan-toml", gpus_per_node=gpus_per_node,
+                             compile=knobs.get("compile") == "on",
+                             reshard=knobs.get("reshard-after-forward", "default"))
     if schedule is None:
         return files
     return [ExportFile(f.name, torch_schedule_csv(schedule)) if f.name == _CSV else f for f in files]
@@ -511,6 +539,13 @@ TORCHTITAN_KNOBS = Knobs((
          "on every Nth block, the others none: selective_ac_option = N), full, none; not given: the planner "
          "searches none, op and full per stage",
          searched=("none", "op", "full")),
+    COMPILE_KNOB,
+    Knob("reshard-after-forward", ("default", "always", "never"), "default",
+         "FSDP2's reshard_after_forward (parallelism.fsdp_reshard_after_forward): default frees each layer's "
+         "gathered parameters after its forward without a pipeline (gathered again for its backward) and keeps "
+         "them with one (torchtitan/distributed/fsdp.py, 0.3.0); never keeps them gathered from the forward to "
+         "the backward (one all-gather a layer and microbatch, not two; every layer's bf16 parameters held at "
+         "the peak); always, priced without a pipeline only (--pp 1), as default there"),
     Knob("grad-reduce-dtype", ("fp32",), "fp32",
          "training.mixed_precision_reduce: FSDP2's MixedPrecisionPolicy(reduce_dtype=float32) for fsdp/hsdp, "
          "what pipeplan prices there; torchtitan 0.3.0 takes float32 only (Literal['float32']), so bf16 is refused"),
@@ -519,18 +554,13 @@ TORCHTITAN_KNOBS = Knobs((
 #: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode
 #: (ZeRO-1/2 as FSDP that keeps parameters gathered); in its Python releases (0.3.0, HEAD) and its last
 #: TOML release (top-level module paths only).
-#: torchtitan's eager kernels (``compile = false``, its train configs' default at 0413364) beside the device
-#: kernel model's Megatron-style fused kernels: a factor on every layer's compute time, per device preset.
-#: a100-80g: fitted to the two Llama 3 8B rows of torchtitan's docs/performance.md at 0413364 (64 A100, FSDP2,
-#: "selective layer" and "selective op") and to nothing else, by ``python benchmarks/engine_fidelity.py
-#: --fit-torchtitan`` (the geometric mean of predicted / published WPS over those rows is 1); the held-out rows
-#: of the same file check it (docs/cost_model.md, "engine-fidelity").
-TORCHTITAN_EAGER_FACTORS: dict[str, float] = {"a100-80g": 1.335}
 
 ENGINE = Engine(
     "torchtitan",
     Runs(),
-    Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes, read=read_torchtitan_config),
+    Files(targets=("torchtitan", "torchtitan-toml"), write=_write, notes=torchtitan_notes, read=read_torchtitan_config,
+          knobs=("compile", "reshard-after-forward"), write_knobs=_write_knobs),
     knobs=TORCHTITAN_KNOBS,
     compute_factors=TORCHTITAN_EAGER_FACTORS,
+    compile_speedup=TORCHTITAN_COMPILE_SPEEDUP,
 )

@@ -100,6 +100,7 @@ TOML_KEYS: dict[str, tuple[str, Any]] = {
     "parallelism.pipeline_parallel_microbatch_size": ("int", 1),
     "activation_checkpoint.mode": ("Literal['selective', 'full', 'memory_budget', 'none']", "selective"),
     "activation_checkpoint.selective_ac_option": ("str", "2"),
+    "compile.enable": ("bool", False),  # [compile] enable (0.3.0 and HEAD: CompileConfig.enable): --compile
 }
 #: The keys of torchtitan's Python configs the reader reads that the TOML release does not have, and
 #: their types: 0.3.0 (PyPI) torchtitan/config/configs.py ParallelismConfig.enable_sequence_parallel;
@@ -136,7 +137,7 @@ IGNORED_KEYS: frozenset[str] = frozenset({
     "checkpoint.export_dtype", "checkpoint.async_mode", "checkpoint.keep_latest_k",
     "checkpoint.initial_load_path",
     "activation_checkpoint.memory_budget", "activation_checkpoint.debug", "activation_checkpoint.early_stop",
-    "compile.enable", "compile.components", "compile.backend",
+    "compile.components", "compile.backend",
     "comm.init_timeout_seconds", "comm.train_timeout_seconds", "debug.seed", "debug.deterministic",
     "validation.enable", "validation.freq", "validation.steps", "validation.dataset",
 })
@@ -151,7 +152,7 @@ _SECTIONS = frozenset(key.split(".", 1)[0] for key in (*TOML_KEYS, *IGNORED_KEYS
 #: the Megatron-LM reader's rule (:mod:`pipeplan.engines.megatron_args`).
 _NEAR_MISS_CUTOFF = 0.9
 _NOT_A_KEY = "(not a key pipeplan knows; not priced)"
-_CONFIG_CLASSES = {"ParallelismConfig": "parallelism", "TrainingConfig": "training"}
+_CONFIG_CLASSES = {"ParallelismConfig": "parallelism", "TrainingConfig": "training", "CompileConfig": "compile"}
 _PRECISION = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 #: The keys whose values become fields; every other key a file sets is listed as ignored.
 _READ = frozenset({
@@ -164,6 +165,7 @@ _READ = frozenset({
     "training.max_context_length", "training.num_tokens_per_microbatch_per_dp_rank",
     "training.num_tokens_per_train_step", "training.mixed_precision_param", "training.mixed_precision_reduce",
     "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option", "model.name", "model.flavor",
+    "compile.enable", "parallelism.fsdp_reshard_after_forward",
 })
 
 Values = dict[str, tuple[Any, str]]
@@ -377,6 +379,7 @@ def _python_values(path: Path, tree: ast.Module, unread: list[str], unknown: set
                               ("GLOBAL_BATCH_SIZE", "training.global_batch_size"),
                               ("TOKENS_PER_SAMPLE", "training.seq_len"),
                               ("RECOMPUTE", "pipeplan.recompute"),
+                              ("COMPILE", "compile.enable"),
                               ("LAYERS_PER_STAGE", "pipeplan.layers_per_stage")):
             if constant in literals and not (constant == "TOKENS_PER_SAMPLE" and _literal(literals[constant])[1] is None):
                 put(key, literals[constant], constant)
@@ -444,6 +447,8 @@ class _Reader:
         self._recompute()
         if tp is not None and tp[0] > 1 and (sp := self.get("parallelism.enable_sequence_parallel")) is not None:
             self.set("sequence_parallel", "on" if sp[0] else "off", sp[1])
+        if (compiled := self.get("compile.enable")) is not None:  # torch.compile: the --compile knob
+            self.set("compile", "on" if compiled[0] else "off", compiled[1])
         if (param := self.get("training.mixed_precision_param")) is not None and param[0] in _PRECISION:
             self.set("precision", _PRECISION[param[0]], param[1])
         if (reduce := self.get("training.mixed_precision_reduce")) is not None:  # FSDP2's reduce_dtype
@@ -482,9 +487,12 @@ class _Reader:
         elif replicate_v > 1:
             self.set("dp_mode", "ddp", source)
         reshard = self.values.get("parallelism.fsdp_reshard_after_forward")
-        if reshard is not None and reshard[0] == "never" and shard_v > 1:
-            self.notes.append("fsdp_reshard_after_forward 'never' keeps parameters gathered after the forward "
-                              "(ZeRO-2's memory, how pipeplan exports zero1/zero2): priced as fsdp")
+        if reshard is not None and shard_v > 1:  # the --reshard-after-forward knob (FSDP/HSDP only)
+            self.set("reshard_after_forward", reshard[0], reshard[1])
+            if reshard[0] == "never":
+                self.notes.append("fsdp_reshard_after_forward 'never' keeps parameters gathered from each layer's "
+                                  "forward to its backward (how pipeplan exports zero1/zero2 too): priced as fsdp "
+                                  "that gathers once a microbatch")
         return shard_v * replicate_v
 
     def _pipeline(self, pp: int) -> None:

@@ -365,11 +365,13 @@ class Evaluator:
         forward = [f * to_ms for f in profile.forward]
         backward = [b * to_ms for b in profile.backward]
         m = config.num_microbatches
+        again = self.workload.reshard_after_forward  # False: gathered once, kept from the forward to the backward
         if self.sync.overlap_scatter:
-            exposed = m * fsdp_exposed_ms(forward, backward, gathers, scatters)
+            exposed = m * fsdp_exposed_ms(forward, backward, gathers, scatters, backward_gathers=again)
         else:  # each reduce-scatter on the compute stream (DeepSpeed ZeRO-3 without overlap_comm): all exposed
-            exposed = m * (fsdp_exposed_ms(forward, backward, gathers, [0.0] * len(scatters)) + sum(scatters))
-        return m * sum(scatters), exposed, 2 * m * sum(gathers), 0.0, 0.0
+            exposed = m * (fsdp_exposed_ms(forward, backward, gathers, [0.0] * len(scatters), backward_gathers=again)
+                           + sum(scatters))
+        return m * sum(scatters), exposed, (2 if again else 1) * m * sum(gathers), 0.0, 0.0
 
     def _recompute_by_module(self, layout: Layout) -> dict[str, Recompute]:
         """Each recompute unit's mode (its layers' heaviest, where stages relaxed it apart), by module name."""

@@ -419,7 +419,10 @@ class MemoryModel:
             transients[rank] = float(loss[held].sum()) + float(recompute[held].max(initial=0.0))
         if self.unsharded_layers(config.pp):  # the gathered layer and the prefetched one, bf16 weights + gradients
             largest = np.sort(params)[::-1]
-            extras[0] += 4.0 * float(largest[:2].sum())
+            if self.workload.reshard_after_forward:
+                extras[0] += 4.0 * float(largest[:2].sum())
+            else:  # not resharded after the forward: every layer's bf16 weights gathered at the backward's start
+                extras[0] += 2.0 * float(params.sum()) + 2.0 * float(largest[:2].sum())
         return tuple(
             RankMemory(per.weights * weights[r] + extras[r], per.gradients * grads[r], per.optimizer * grads[r],
                        transients[r])

@@ -480,6 +480,8 @@ class _Search:
         """What a layer holds under ``config``'s mode: weights and the rest per parameter, and FSDP's gathered layers."""
         per = evaluator.memory.bytes_per_param(config.dp, config.pp)
         gathered = 1.0 if evaluator.memory.unsharded_layers(config.pp) else 0.0
+        if gathered and not evaluator.workload.reshard_after_forward:  # every layer's bf16 weights held gathered
+            return per.weights + 2.0, per.gradients + per.optimizer, gathered
         return per.weights, per.gradients + per.optimizer, gathered
 
     def _held_less(self, config: Config, evaluator: Evaluator) -> Rejection | None:

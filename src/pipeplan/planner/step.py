@@ -332,7 +332,7 @@ def step_rest(ranks: Sequence[RankRest], makespan: float | None, *, overlap_grad
 
 
 def fsdp_exposed_ms(forward_ms: Sequence[float], backward_ms: Sequence[float], gather_ms: Sequence[float],
-                    scatter_ms: Sequence[float]) -> float:
+                    scatter_ms: Sequence[float], *, backward_gathers: bool = True) -> float:
     """One microbatch's exposed FSDP communication, ms, with one layer prefetched (module doc).
 
     Args:
@@ -340,6 +340,8 @@ def fsdp_exposed_ms(forward_ms: Sequence[float], backward_ms: Sequence[float], g
         gather_ms: each layer's parameter all-gather (run before its forward and
             again before its backward).
         scatter_ms: each layer's gradient reduce-scatter (after its backward).
+        backward_gathers: the backward gathers each layer again (FSDP2's ``reshard_after_forward``);
+            ``False``: the parameters stayed gathered from the forward, the backward gathers nothing.
 
     Forward: the first layer's gather, then ``max(0, Σ gathers of layers 2..L −
     Σ forward of layers 1..L−1)``; backward (layers in reverse): the last
@@ -351,5 +353,7 @@ def fsdp_exposed_ms(forward_ms: Sequence[float], backward_ms: Sequence[float], g
         return 0.0
     forward = gather_ms[0] + max(0.0, sum(gather_ms[1:]) - sum(forward_ms[:-1]))
     hidden = sum(backward_ms[1:]) if len(backward_ms) > 1 else 0.0
+    if not backward_gathers:
+        return forward + max(0.0, sum(scatter_ms[1:]) - hidden) + scatter_ms[0]
     backward = gather_ms[-1] + max(0.0, sum(gather_ms[:-1]) + sum(scatter_ms[1:]) - hidden) + scatter_ms[0]
     return forward + backward

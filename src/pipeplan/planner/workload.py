@@ -152,6 +152,11 @@ class Workload:
             for every module, the one each profile is asked for.
         compute_factor: every layer's compute time as the device's kernel model
             gives it, times this (an engine's kernels on the device; module doc).
+        reshard_after_forward: FSDP/HSDP without a pipeline frees each layer's gathered
+            parameters after its forward and gathers them again for its backward (FSDP2's
+            ``reshard_after_forward=True``, torchtitan's default); ``False``: they stay
+            gathered until the layer's backward (one gather a microbatch, every layer's
+            bf16 parameters held at the peak) (:meth:`with_reshard_after_forward`).
     """
 
     source: ProfileSource
@@ -169,6 +174,7 @@ class Workload:
     tp_comm_overlap: TpCommOverlap = "backward"
     recompute_by_module: Mapping[str, Recompute] | None = field(default=None, compare=False)
     compute_factor: float = 1.0
+    reshard_after_forward: bool = True
     _rebuild: Callable[[bool, TpCommOverlap, float], Workload] | None = field(default=None, repr=False,
                                                                                compare=False)
     _cache: dict[tuple[int, str], LayerProfile] = field(default_factory=dict, repr=False, compare=False)
@@ -492,6 +498,7 @@ class Workload:
             raise InvalidInputError("sequence parallelism and TP communication overlap apply to tensor parallelism, "
                                     "which needs a model spec (--preset or --spec), not a measured profile")
         rebuilt = self._rebuild(sp, overlap, self.compute_factor).with_tensor_parallel(self.tensor_parallel)
+        rebuilt = replace(rebuilt, reshard_after_forward=self.reshard_after_forward)
         if self.recompute_by_module is not None:
             return rebuilt.with_recompute(self.recompute_by_module)
         return replace(rebuilt, recompute_modes=self.recompute_modes, _cache={}, memo={})
@@ -514,10 +521,23 @@ class Workload:
             raise InvalidInputError("an engine's kernel factor applies to a model spec (--preset or --spec); a "
                                     "measured profile's times are already its engine's")
         rebuilt = self._rebuild(self.sequence_parallel, self.tp_comm_overlap, factor)
-        rebuilt = rebuilt.with_tensor_parallel(self.tensor_parallel)
+        rebuilt = replace(rebuilt.with_tensor_parallel(self.tensor_parallel),
+                          reshard_after_forward=self.reshard_after_forward)
         if self.recompute_by_module is not None:
             return rebuilt.with_recompute(self.recompute_by_module)
         return replace(rebuilt, recompute_modes=self.recompute_modes, _cache={}, memo={})
+
+    def with_reshard_after_forward(self, reshard: bool) -> Workload:
+        """The workload with FSDP/HSDP's parameters freed after each layer's forward (``True``, the default) or
+        kept gathered until its backward (``False``: torchtitan's ``fsdp_reshard_after_forward = "never"``).
+
+        Only FSDP/HSDP without a pipeline reads it (:class:`~pipeplan.planner.evaluate.Evaluator`,
+        :class:`~pipeplan.planner.memory.MemoryModel`): behind a pipeline the stage's
+        parameters stay gathered across the step already. The profiles are kept.
+        """
+        if reshard == self.reshard_after_forward:
+            return self
+        return replace(self, reshard_after_forward=bool(reshard))
 
     def with_backward_floor(self, floor_ms: Sequence[float]) -> Workload:
         """The workload with each layer's backward lasting at least ``floor_ms[l]`` milliseconds per microbatch.

@@ -1,0 +1,45 @@
+"""torch's eager kernels and ``torch.compile``: what the two torch engines (torchtitan, plain torch) price alike.
+
+    from pipeplan.engines._eager import COMPILE_KNOB, TORCHTITAN_EAGER_FACTORS, TORCHTITAN_COMPILE_SPEEDUP
+    TORCHTITAN_EAGER_FACTORS["a100-80g"]          # 1.335: eager kernels beside the device's fused-kernel model
+    COMPILE_KNOB.default                          # 'off': torchtitan's compile.enable default
+    max(1.0, 1.335 / TORCHTITAN_COMPILE_SPEEDUP)  # each layer's compute factor with --compile on (A100)
+
+torchtitan runs a model in torch's eager kernels unless ``compile.enable`` is set; plain torch
+runs them unless the user wraps the model in ``torch.compile``. Both are priced by the same two
+numbers: the eager factor per device (fitted to torchtitan's published runs) and what compile
+gains over eager (fitted to torchtitan's published compile on/off pair). The engines' records
+(:mod:`.torchtitan`, :mod:`.pipelining`) take them from here
+(:meth:`pipeplan.engines.Engine.compute_factor`).
+"""
+
+from __future__ import annotations
+
+from .record import Knob
+
+__all__ = ["COMPILE_KNOB", "TORCHTITAN_COMPILE_SPEEDUP", "TORCHTITAN_EAGER_FACTORS"]
+
+#: torchtitan's eager kernels (``compile = false``, its train configs' default at 0413364) beside the device
+#: kernel model's Megatron-style fused kernels: a factor on every layer's compute time, per device preset.
+#: a100-80g: fitted to the two Llama 3 8B rows of torchtitan's docs/performance.md at 0413364 (64 A100, FSDP2,
+#: "selective layer" and "selective op") and to nothing else, by ``python benchmarks/engine_fidelity.py
+#: --fit-torchtitan`` (the geometric mean of predicted / published WPS over those rows is 1); the held-out rows
+#: of the same file check it (docs/cost_model.md, "engine-fidelity").
+TORCHTITAN_EAGER_FACTORS: dict[str, float] = {"a100-80g": 1.335}
+
+#: ``--compile``: torch.compile of the model (torchtitan ``compile.enable``; plain torch ``torch.compile(model)``).
+#: Megatron-LM and DeepSpeed have no such knob: their kernels are fused already (Transformer Engine, Megatron's
+#: fused kernels), which is what the device's kernel model prices.
+COMPILE_KNOB = Knob(
+    "compile", ("on", "off"), "off",
+    "torch.compile of the model (torchtitan: compile.enable, default false): fuses the memory-bound kernels (norms, "
+    "activations, residual adds, rotary) the eager ones run one by one; on: each layer's compute is the eager "
+    "factor divided by the published compile speedup (docs/engines.md), never below the device's fused kernels",
+    elsewhere="its kernels are fused already (Megatron-LM's fused kernels / Transformer Engine), which is what "
+              "the step model prices; --compile is torchtitan's and plain torch's")
+#: What torch.compile gains over torchtitan's eager kernels, a ratio of kernel time: fitted by ``python
+#: benchmarks/torchtitan_compile.py --fit`` to one published pair alone, torchtitan docs/performance.md at
+#: d4c86e375 Table 1 (Llama 3.1 8B, FSDP over 8 H100, local batch 2, per-op checkpointing: 5,762 → 6,667 TPS
+#: per GPU with ``training.compile``); Table 3 of the same file
+#: (128 H100: 5,605 → 6,514) checks it (docs/engines.md, "torchtitan-compile").
+TORCHTITAN_COMPILE_SPEEDUP = 1.160
