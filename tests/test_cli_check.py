@@ -152,6 +152,16 @@ ROUND_TRIPS = [
     # --reduce-bucket-size is written to ds_config.json and read back (the bucket of the overlap it prices)
     ("deepspeed", ["--tp", "1", "--pp", "1", "--dp-modes", "zero2", "--recompute", "none", "--overlap-comm", "on",
                    "--reduce-bucket-size", "100000000"]),
+    # --grad-reduce-dtype is written as Megatron-LM's --grad-reduce-in-bf16 / --accumulate-allreduce-grads-in-fp32 and
+    # DeepSpeed's communication_data_type, and read back (the reduction's bytes and the gradient buffer it prices)
+    ("megatron", ["--tp", "1", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "zero1", "--recompute", "none",
+                  "--grad-reduce-dtype", "bf16"]),
+    ("megatron", ["--tp", "2", "--pp", "1", "--dp-modes", "ddp", "--recompute", "none", "--grad-reduce-dtype",
+                  "fp32"]),
+    ("deepspeed", ["--tp", "1", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "zero1", "--recompute", "none",
+                   "--grad-reduce-dtype", "bf16"]),
+    ("deepspeed", ["--tp", "1", "--pp", "1", "--dp-modes", "fsdp", "--recompute", "none", "--grad-reduce-dtype",
+                   "bf16"]),
     ("torchtitan", ["--tp", "1", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "fsdp", "--recompute", "none"]),
     ("torchtitan", ["--tp", "2", "--pp", "2", "--schedules", "interleaved", "--dp-modes", "ddp", "--recompute",
                     "full"]),
@@ -197,11 +207,17 @@ def test_plan_export_then_check_gives_the_same_plan_and_step(run_cli: RunCli, tm
     given = [key for key in KEPT if key not in searched and not (key == "sequence_parallel" and "tp" in searched)]
     assert {key: got[key] for key in given} == {key: planned[key] for key in given}
     step = planned["step_time"] * 1e3 * planned["time_unit_seconds"]
+    assert got.get("grad_reduce_dtype") == planned.get("grad_reduce_dtype") == _pinned(pins, "--grad-reduce-dtype")
     if searched:  # what the files do not carry was searched within what they do: never slower than plan's pick
         assert checked["predicted"]["step_ms"] <= step * (1 + 1e-12), searched
         return
     assert got.get("tp_comm_overlap") == planned.get("tp_comm_overlap")
     assert checked["predicted"]["step_ms"] == pytest.approx(step, rel=1e-12)
+
+
+def _pinned(pins: list[str], flag: str) -> str | None:
+    """The value ``pins`` gives ``flag`` (``None``: not given)."""
+    return pins[pins.index(flag) + 1] if flag in pins else None
 
 
 # ---------------------------------------------------------------- real files, read by the engines' readers

@@ -82,7 +82,9 @@ def test_defaults_are_todays_model():
     """The knobs' defaults price what the step model priced before them (golden outputs stay)."""
     spec = gpt()
     knobs = engines.get("megatron").knobs.defaults()
-    assert knobs == {"recompute": None, "sequence-parallel": "on", "tp-comm-overlap": "backward"}
+    # grad-reduce-dtype None: each data-parallel mode's own dtype, as before the knob (test_grad_reduce_dtype.py)
+    assert knobs == {"recompute": None, "sequence-parallel": "on", "tp-comm-overlap": "backward",
+                     "grad-reduce-dtype": None}
     plain = Workload.from_spec(spec, H100).with_tensor_parallel(4)
     pinned = Workload.from_spec(spec, H100, sequence_parallel=True, tp_comm_overlap="backward").with_tensor_parallel(4)
     for mode in RECOMPUTE_MODES:

@@ -22,6 +22,14 @@ in bytes per trained parameter (docs/planner.md, "Data-parallel modes"):
 * ``hsdp``: as ``fsdp`` with ``d`` the replicas of a stage inside a node, the shard's
   reduction all-reduced across nodes.
 
+Those reduction dtypes are each mode's own default. An engine's knob
+(``--grad-reduce-dtype fp32|bf16``: Megatron-LM's ``--grad-reduce-in-bf16``, DeepSpeed's
+``communication_data_type``, FSDP2's ``reduce_dtype``) pins one dtype for every mode:
+``bytes_per_param(d, reduce_bytes=2.0)`` sends 2 bytes per parameter and holds the
+replicated gradient buffer (``ddp``, ``zero1``, ``fsdp`` behind a pipeline) in 2 bytes
+too, since the engine keeps that buffer in the reduction's dtype; a sharded gradient
+(``zero2``'s, ``fsdp``'s fp32 shard) keeps its own.
+
 What each collective can hide behind: the once-a-step reductions of ``ddp``
 and ``zero1`` overlap the last backward as ``--grad-sync`` says
 (:mod:`pipeplan.planner.step`), ``zero2``'s per-microbatch reductions each hide
@@ -90,10 +98,18 @@ class StateSplit:
     reduce: float
     gather: float
 
-    def at(self, shards: float) -> ParameterBytes:
-        """The split with ``shards`` ranks sharing the state."""
-        return ParameterBytes(self.weights.at(shards), self.gradients.at(shards), self.state.at(shards),
-                              self.reduce, self.gather)
+    def at(self, shards: float, reduce_bytes: float | None = None) -> ParameterBytes:
+        """The split with ``shards`` ranks sharing the state.
+
+        ``reduce_bytes``: bytes per gradient element of the reduction (4 fp32, 2 bf16; ``None``: the
+        mode's own); the replicated gradient buffer is then held in that dtype too (module doc).
+        """
+        if reduce_bytes is None:
+            return ParameterBytes(self.weights.at(shards), self.gradients.at(shards), self.state.at(shards),
+                                  self.reduce, self.gather)
+        gradients = Share(reduce_bytes if self.gradients.replicated else 0.0, self.gradients.sharded)
+        return ParameterBytes(self.weights.at(shards), gradients.at(shards), self.state.at(shards),
+                              reduce_bytes, self.gather)
 
 
 @dataclass(frozen=True)
@@ -129,10 +145,12 @@ class DataParallelMode:
     shards_within_node: bool = False
     fallback: str | None = None
 
-    def bytes_per_param(self, shards: float, *, pipelined: bool = False) -> ParameterBytes:
-        """Adam's bytes per trained parameter over ``shards`` ranks; ``pipelined``: behind a pipeline."""
+    def bytes_per_param(self, shards: float, *, pipelined: bool = False,
+                        reduce_bytes: float | None = None) -> ParameterBytes:
+        """Adam's bytes per trained parameter over ``shards`` ranks; ``pipelined``: behind a pipeline;
+        ``reduce_bytes``: the gradient reduction's bytes per element where an engine pins it (module doc)."""
         split = self.pipelined_split if pipelined and self.pipelined_split is not None else self.split
-        return split.at(shards)
+        return split.at(shards, reduce_bytes)
 
     def reductions_per_step(self, num_microbatches: int) -> int:
         """Gradient collectives per optimizer step: one, or one per microbatch (:attr:`reduces_every_microbatch`)."""

@@ -198,6 +198,10 @@ class Plan:
             ``zero1`` and ``zero2`` (:data:`pipeplan.planner.step.SYNCS`:
             ``"megatron"`` after the backward, ``"megatron-overlap"`` with
             ``--overlap-grad-reduce --overlap-param-gather``, ``"torch-ddp"``).
+        grad_reduce_dtype: the dtype the gradients were timed to be reduced in and their
+            replicated buffer held in, where the engine's ``--grad-reduce-dtype`` pinned it
+            (``"fp32"``, ``"bf16"``); ``None``: each data-parallel mode's own
+            (:mod:`pipeplan.data_parallel`). The exports write it.
         layers_per_stage: layers of each stage in model order (``pp · v`` stages).
         placement: ``placement[s]`` is the pipeline rank holding stage ``s``.
         schedule: registered schedule name (``"1f1b"``, ``"interleaved"``, ...).
@@ -262,6 +266,7 @@ class Plan:
     dp_mode: str = data_parallel.REPLICATED
     recompute_by_module: Mapping[str, Recompute] = field(default_factory=dict, hash=False)
     grad_sync: str = "megatron"
+    grad_reduce_dtype: str | None = None
 
     def __post_init__(self) -> None:
         sizes = self.layers_per_stage
@@ -411,6 +416,7 @@ class Plan:
             "dp_mode": self.dp_mode,
             "recompute_by_module": dict(self.recompute_by_module),
             "grad_sync": self.grad_sync,
+            **({"grad_reduce_dtype": self.grad_reduce_dtype} if self.grad_reduce_dtype is not None else {}),
             "schedule": self.schedule,
             "schedule_options": dict(self.schedule_options),
             "virtual_stages": self.virtual_stages,

@@ -58,7 +58,8 @@ _SPLITS: Mapping[str, Callable[[int, int], tuple[int, ...]]] = {"megatron": mega
 #: The planner fields, in the order the output lists them (``dp`` is derived, never read).
 ORDER = ("gpus", "tp", "pp", "dp", "dp_mode", "grad_sync", "schedule", "virtual_stages", "micro_batch_size",
          "num_microbatches", "global_batch", "layers_per_stage", "recompute", "sequence_parallel",
-         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "compile", "reshard_after_forward")
+         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "compile", "reshard_after_forward",
+         "grad_reduce_dtype")
 
 
 def default_split(engine: str, num_layers: int, stages: int) -> tuple[int, ...]:
@@ -274,7 +275,7 @@ def _from_plan(plan: Plan, name: str) -> Any:
 
 #: RunConfig fields that are an engine's priced knobs (:class:`~pipeplan.engines.Knob`), by knob name.
 _ENGINE_KNOBS = {"overlap_comm": "overlap-comm", "reduce_bucket_size": "reduce-bucket-size", "compile": "compile",
-                 "reshard_after_forward": "reshard-after-forward"}
+                 "reshard_after_forward": "reshard-after-forward", "grad_reduce_dtype": "grad-reduce-dtype"}
 
 
 def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: list[str],

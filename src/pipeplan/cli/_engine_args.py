@@ -90,7 +90,7 @@ def add_engine_arguments(parser: Any, *, unpinned: Unpinned = SEARCHED) -> None:
                     values.update(dict.fromkeys(theirs.choices))
                     others += f"; --engine {name}: {theirs.doc}"
         choices = "|".join(values)
-        default = "searched" if knob.default is None else knob.default
+        default = (getattr(knob, "assumed", "") or "searched") if knob.default is None else knob.default
         if flag == "recompute":
             choices += f"|{REFERENCE}|MODULE=MODE,..."
             default = ("searched: none, selective, full per stage" if unpinned == SEARCHED
@@ -264,8 +264,9 @@ def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpi
 def engine_costs(args: argparse.Namespace) -> EngineCosts | None:
     """What the engine's knobs (given, or its defaults) change in the step beyond the workload: DeepSpeed's gradient
     sync per ZeRO stage and its host hooks (:class:`~pipeplan.planner.engine_costs.EngineCosts`); ``None`` without
-    ``--engine`` or for an engine priced in the workload alone."""
-    if not getattr(args, "engine", None):
+    ``--engine`` or for an engine priced in the workload alone; ``--grad-reduce-dtype`` is priced without
+    ``--engine`` too, as Megatron-LM's)."""
+    if not getattr(args, "engine", None) and "grad-reduce-dtype" not in _given(args):
         return None
     return EngineCosts.of(_engine(args), _given(args))
 

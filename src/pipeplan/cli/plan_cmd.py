@@ -281,6 +281,19 @@ def _capacity(args: argparse.Namespace, cluster: Cluster) -> str:
     return capacity_text(args.memory or 0.0, cluster.memory_bytes, headroom, args.memory is not None)
 
 
+def _gradients_assumption(args: argparse.Namespace) -> str:
+    """The ``gradients`` line: how each mode reduces (the engine's syncs where it prices them) and in which dtype."""
+    costs = engine_costs(args)
+    if costs is not None and costs.syncs:
+        return (f"as {args.engine} reduces them (its knobs below; --grad-sync does not apply); fsdp gathers "
+                "per layer with one layer prefetched, without a pipeline every microbatch")
+    dtype = ("fp32/bf16" if costs is None or costs.reduce_bytes is None else
+             "bf16" if costs.reduce_bytes == 2 else "fp32")
+    return (f"ddp, zero1, zero2: {_SYNC_WORDS[args.grad_sync]} (zero1/zero2 reduce-scatter {dtype} gradients and "
+            "all-gather bf16 weights); fsdp, hsdp: per layer with one layer prefetched (FSDP2), without a pipeline "
+            "every microbatch")
+
+
 def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
     """What the plan's numbers assume, as printed and in ``--json``."""
     split = OptimizerBytes.for_optimizer(args.optimizer, 1)
@@ -301,11 +314,7 @@ def _assumptions(args: argparse.Namespace, cluster: Cluster) -> dict[str, str]:
                    "charged — simulate --profile and run --profile charge it"),
         "memory": f"{_capacity(args, cluster)} per GPU, in GiB (2^30 bytes) throughout",
         "optimizer": optimizer,
-        "gradients": (f"ddp, zero1, zero2: {_SYNC_WORDS[args.grad_sync]} (zero1/zero2 reduce-scatter "
-                      "fp32/bf16 gradients and all-gather bf16 weights); fsdp, hsdp: per layer with one layer "
-                      "prefetched (FSDP2), without a pipeline every microbatch") if engine_costs(args) is None else
-                     (f"as {args.engine} reduces them (its knobs below; --grad-sync does not apply); fsdp gathers "
-                      "per layer with one layer prefetched, without a pipeline every microbatch"),
+        "gradients": _gradients_assumption(args),
         "tensor parallel": engine.pop("tensor parallel"),  # the knobs' sentence (cli/_engine_args.py)
         "messages": _SENDS[args.send],
         "step": f"pipeline + exposed gradient reduction + optimizer step, {RESOLUTION_NOTE}",

@@ -41,7 +41,7 @@ from ._names import LayerName
 from .deepspeed_config import (CONFIG_FILE, DEEPSPEED_SCHEDULES, INTERVAL_NAME, PARTS_NAME, PIPELINE_FILE,
                                PIPELINE_MAX_STAGE, TRAIN_FILE, read_deepspeed_config, zero_stage)
 from ..plan import RECOMPUTE_MODES
-from .record import BUCKET_TAG, Engine, Files, Knob, Knobs, NumberKnob, Pricing, Runs
+from .record import BUCKET_TAG, GRAD_REDUCE_BYTES, Engine, Files, Knob, Knobs, NumberKnob, Pricing, Runs
 
 __all__ = ["DEEPSPEED_SCHEDULES", "GRADIENT_CLIPPING", "zero_stage", "deepspeed_parts", "deepspeed_config",
            "deepspeed_snippet", "deepspeed_train_script", "deepspeed_files", "deepspeed_notes",
@@ -127,6 +127,8 @@ def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
         config["zero_optimization"]["overlap_comm"] = False
     if bucket:  # priced with --reduce-bucket-size (not DeepSpeed's default): the sync's name carries it
         config["zero_optimization"]["reduce_bucket_size"] = int(bucket)
+    if plan.grad_reduce_dtype is not None:  # priced with --grad-reduce-dtype (runtime/config.py takes fp32, bf16)
+        config["communication_data_type"] = plan.grad_reduce_dtype
     if strongest_recompute(plan) != "none":
         config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                               "contiguous_memory_optimization": False}
@@ -340,6 +342,12 @@ DEEPSPEED_KNOBS = Knobs((
                "the host's time per trainable parameter tensor in DeepSpeed's gradient hooks and step: measured "
                "(benchmarks/deepspeed_hooks.py, by ZeRO stage), off, or µs per tensor per step; a layer's "
                "backward lasts the longer of its GPU time and its hooks' host time", unit="µs per tensor"),
+    NumberKnob("grad-reduce-dtype", tuple(GRAD_REDUCE_BYTES), None,
+               "communication_data_type: the dtype the gradients are all-reduced / reduce-scattered in "
+               "(bf16: half the bytes of fp32; the replicated gradient buffer priced in it too)",
+               assumed="each data-parallel mode's own: bf16 for ddp and zero2, fp32 for zero1 and fsdp "
+                       "(DeepSpeed's own default is the training dtype, bf16 under bf16: runtime/engine.py "
+                       "communication_data_type)"),
 ))
 
 
@@ -354,6 +362,8 @@ def deepspeed_pricing(knobs: Mapping[str, str]) -> Pricing:
     * ``reduce-bucket-size``: elements per bucket.
     * ``hook-cost``: :data:`HOOK_US` × :data:`GPU_HOST_FACTOR` per stage, 0, or the given µs per tensor
       per step split between backward and step as the stage's measurement splits it.
+    * ``grad-reduce-dtype``: ``communication_data_type``'s bytes per gradient element, every stage
+      (absent: each mode's own, :mod:`pipeplan.data_parallel`).
     * beside a pipeline (``pp > 1``, the pipeline engine): the gradient accumulation's
       :data:`ACCUMULATE_BYTES` per trainable parameter per microbatch (ZeRO 0 and 1, the stages it runs)
       and the fitted :data:`PIPELINE_FACTORS` per device (no knob).
@@ -383,6 +393,7 @@ def deepspeed_pricing(knobs: Mapping[str, str]) -> Pricing:
         accumulate_bytes={mode: ACCUMULATE_BYTES[zero_stage(mode) or 0] for mode in modes
                           if (zero_stage(mode) or 0) in ACCUMULATE_BYTES},
         pipeline_factors=dict(PIPELINE_FACTORS),
+        grad_reduce_bytes=GRAD_REDUCE_BYTES[knobs["grad-reduce-dtype"]] if "grad-reduce-dtype" in knobs else None,
     )
 
 

@@ -44,6 +44,7 @@ from typing import Any
 from .. import data_parallel
 from ..errors import InvalidInputError
 from .run_config import RunConfig, Setting
+from .record import GRAD_REDUCE_BYTES
 
 __all__ = ["CONFIG_FILE", "PIPELINE_FILE", "TRAIN_FILE", "PARTS_NAME", "INTERVAL_NAME", "DEEPSPEED_SCHEDULES",
            "PIPELINE_MAX_STAGE", "READ_KEYS", "IGNORED_KEYS", "DEFAULTS", "OFFLOAD_DEVICES", "REMOVED_KEYS",
@@ -73,7 +74,8 @@ PIPELINE_MAX_STAGE = 1
 #: The keys the reader turns into fields, or reads for a note.
 READ_KEYS: Mapping[str, frozenset[str]] = {
     "": frozenset({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                   "zero_optimization", "bf16", "bfloat16", "fp16", "activation_checkpointing", "torch_autocast"}),
+                   "zero_optimization", "bf16", "bfloat16", "fp16", "activation_checkpointing", "torch_autocast",
+                   "communication_data_type"}),
     "zero_optimization": frozenset({"stage", "overlap_comm", "reduce_bucket_size", "offload_param",
                                     "offload_optimizer", "cpu_offload", "cpu_offload_param",
                                     "zero_hpz_partition_size"}),
@@ -86,8 +88,7 @@ READ_KEYS: Mapping[str, frozenset[str]] = {
 IGNORED_KEYS: Mapping[str, frozenset[str]] = {
     "": frozenset({"gradient_clipping", "steps_per_print", "wall_clock_breakdown", "memory_breakdown",
                    "optimizer", "scheduler", "prescale_gradients", "gradient_predivide_factor",
-                   "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "communication_data_type",
-                   "data_types", "checkpoint", "dump_state", "flops_profiler", "tensorboard", "wandb",
+                   "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "data_types", "checkpoint", "dump_state", "flops_profiler", "tensorboard", "wandb",
                    "csv_monitor", "comms_logger", "aio", "data_efficiency", "compile", "pipeline"}),
     "zero_optimization": frozenset({
         "contiguous_gradients", "allgather_partitions", "allgather_bucket_size", "reduce_scatter",
@@ -229,6 +230,7 @@ class _Reader:
         self._batch(payload)
         stage = self._zero(payload)
         self._precision(payload)
+        self._communication(payload)
         self._rest(payload)
         if self.path.is_dir():
             self._pipeline(stage)
@@ -431,6 +433,23 @@ class _Reader:
         if isinstance(autocast, dict) and autocast.get("enabled") is True:
             self.notes.append(f"{self.name}: torch_autocast is enabled: pipeplan reads the precision from bf16 and "
                               "fp16 only (autocast's lower-precision matmuls are not priced)")
+
+    def _communication(self, payload: Mapping[str, Any]) -> None:
+        """``grad_reduce_dtype`` from ``communication_data_type`` where the file gives it (absent: left open).
+
+        deepspeed 0.19.8 runtime/config.py ``get_communication_data_type``: ``fp32``, ``fp16`` or ``bf16``, any
+        case; left out, the engine reduces in the training dtype (runtime/engine.py ``communication_data_type``).
+        pipeplan prices fp32 and bf16 (``--grad-reduce-dtype``); fp16 is refused in one line.
+        """
+        raw = payload.get("communication_data_type")
+        if raw is None:
+            return
+        value = raw.lower() if isinstance(raw, str) else raw
+        if value not in GRAD_REDUCE_BYTES:
+            why = ("pipeplan prices fp32 or bf16 gradient reduction (--grad-reduce-dtype), not fp16"
+                   if value == "fp16" else "DeepSpeed takes fp16, bf16 or fp32")
+            raise InvalidInputError(f"{self.name}: communication_data_type {_json(raw)}: {why}")
+        self._set("grad_reduce_dtype", value, "communication_data_type", raw)
 
     def _rest(self, payload: Mapping[str, Any]) -> None:
         if "activation_checkpointing" in payload:

@@ -40,7 +40,7 @@ What Megatron-LM accepts, read from NVIDIA/Megatron-LM at commit d98e8a64 (2026-
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 from ..errors import InvalidInputError
@@ -51,7 +51,7 @@ from ..schedules.patterns import loop_placement
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, Role, layer_names, layer_names_in_reference
 from .megatron_args import read_megatron_args
-from .record import Engine, Files, Knob, Knobs, Runs
+from .record import GRAD_REDUCE_BYTES, Engine, Files, Knob, Knobs, NumberKnob, Pricing, Runs
 
 __all__ = [
     "MEGATRON_COMMIT",
@@ -75,6 +75,9 @@ MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 MEGATRON_SCHEDULES = ("1f1b", "interleaved")
 #: data-parallel modes with a Megatron-LM flag in this export (ZeRO-1: the distributed optimizer)
 _DP_FLAGS = {"ddp": [], "zero1": ["--use-distributed-optimizer"]}
+#: ``--grad-reduce-dtype`` → Megatron-LM's flag: megatron/training/arguments.py (validate_args under --bf16)
+#: and training.py (``grad_reduce_in_fp32=args.accumulate_allreduce_grads_in_fp32``)
+_GRAD_REDUCE_FLAGS = {"bf16": "--grad-reduce-in-bf16", "fp32": "--accumulate-allreduce-grads-in-fp32"}
 #: the roles of a model Megatron-LM runs as a GPT
 _MEGATRON_ROLES = ("embedding", "decoder", "loss")
 
@@ -237,6 +240,8 @@ def megatron_args(plan: Plan | Sequence[int], names: Sequence[LayerName] | None 
         args.append("--overlap-grad-reduce")
         if plan.dp_mode == "zero1":
             args.append("--overlap-param-gather")
+    if plan.grad_reduce_dtype is not None:  # priced with --grad-reduce-dtype: Megatron-LM's flag for that dtype
+        args.append(_GRAD_REDUCE_FLAGS[plan.grad_reduce_dtype])
     mode = strongest_recompute(plan)
     method = stage_recompute(mode)
     if mode == "selective":
@@ -347,7 +352,28 @@ MEGATRON_KNOBS = Knobs((
          "what the tensor-parallel collectives hide behind: backward (Megatron-LM without "
          "--tp-comm-overlap: the backward's beside the weight-gradient GEMMs, the forward's exposed), "
          "on (--tp-comm-overlap: the forward's too), off (all exposed)"),
+    NumberKnob("grad-reduce-dtype", tuple(GRAD_REDUCE_BYTES), None,
+               "the data-parallel gradient reduction's dtype and the gradient buffer's: fp32 (Megatron-LM's "
+               "default under --bf16: DistributedDataParallelConfig.grad_reduce_in_fp32), bf16 "
+               "(--grad-reduce-in-bf16: half the all-reduce / reduce-scatter bytes and half the replicated "
+               "gradient buffer)",
+               assumed="each data-parallel mode's own: bf16 for ddp and zero2, fp32 for zero1 and fsdp/hsdp "
+                       "(docs/planner.md; Megatron-LM itself reduces in fp32 under --bf16)"),
 ))
+
+
+def megatron_pricing(knobs: Mapping[str, str]) -> Pricing | None:
+    """What Megatron-LM's knobs change beyond the workload: ``grad-reduce-dtype`` only (``None`` without it).
+
+    Source (megatron-core 0.16.1): ``DistributedDataParallelConfig.grad_reduce_in_fp32`` ("If true, reduce
+    grads in fp32"), and ``DistributedDataParallel`` allocates each parameter's gradient buffer in
+    ``torch.float if grad_reduce_in_fp32 else param.dtype`` (distributed_data_parallel.py): the buffer the
+    all-reduce / reduce-scatter sends. Megatron-LM's ``--grad-reduce-in-bf16`` turns it off under ``--bf16``.
+    """
+    dtype = knobs.get("grad-reduce-dtype")
+    if dtype is None:
+        return None
+    return Pricing(sync="megatron", grad_reduce_bytes=GRAD_REDUCE_BYTES[dtype])
 
 #: Megatron-LM: 1F1B and interleaved 1F1B, with DDP or its distributed optimizer (ZeRO-1).
 ENGINE = Engine(
@@ -357,4 +383,5 @@ ENGINE = Engine(
     Files(targets=("megatron",), write=_write, notes=megatron_notes, instead=megatron_instead, paths=False,
           read=read_megatron_args),
     knobs=MEGATRON_KNOBS,
+    pricing=megatron_pricing,
 )

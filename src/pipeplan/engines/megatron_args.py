@@ -78,6 +78,8 @@ PRICED_FLAGS: Mapping[str, str] = {
     "--use-distributed-optimizer": "flag",
     "--overlap-grad-reduce": "flag",
     "--overlap-param-gather": "flag",
+    "--grad-reduce-in-bf16": "flag",
+    "--accumulate-allreduce-grads-in-fp32": "flag",
     "--recompute-granularity": "str",
     "--recompute-method": "str",
     "--recompute-num-layers": "int",
@@ -176,7 +178,7 @@ IGNORED_FLAGS: tuple[str, ...] = (
     # optimizer hyper-parameters and loss scaling
     "--optimizer", "--adam-beta1", "--adam-beta2", "--adam-eps", "--sgd-momentum", "--weight-decay", "--clip-grad",
     "--loss-scale", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis",
-    "--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32", "--fp16-lm-cross-entropy",
+    "--attention-softmax-in-fp32", "--fp16-lm-cross-entropy",
     "--apply-query-key-layer-scaling",
     # initialisation and seeds
     "--seed", "--init-method-std", "--init-method-xavier-uniform", "--data-parallel-random-init",
@@ -191,7 +193,7 @@ IGNORED_FLAGS: tuple[str, ...] = (
     # distributed setup and communication details
     "--distributed-backend", "--distributed-timeout-minutes", "--local-rank", "--ddp-bucket-size",
     "--ddp-average-in-collective", "--no-align-grad-reduce", "--no-align-param-gather", "--no-overlap-p2p-communication",
-    "--overlap-p2p-communication-warmup-flush", "--grad-reduce-in-bf16", "--no-check-for-nan-in-loss-and-grad",
+    "--overlap-p2p-communication-warmup-flush", "--no-check-for-nan-in-loss-and-grad",
     "--tp-comm-overlap-cfg",
     "--no-tp-comm-overlap-ag", "--no-tp-comm-overlap-rs", "--disable-tp-comm-overlap-ag", "--disable-tp-comm-overlap-rs",
     "--tp-comm-overlap-rs-dgrad", "--no-tp-comm-bulk-dgrad", "--no-tp-comm-bulk-wgrad", "--no-tp-comm-split-ag",
@@ -769,6 +771,7 @@ def _knobs(flags: _Flags, tp: int, settings: dict[str, Setting]) -> None:
     else:
         settings["tp_comm_overlap"] = Setting("backward", flags.default(
             overlap_tp, "(the backward's tensor-parallel collectives overlap the weight-gradient GEMMs)"))
+    _grad_reduce(flags, settings)
     if flags.given("--bf16") and flags.given("--fp16"):
         raise InvalidInputError("--bf16 and --fp16 are given together; Megatron-LM takes one")
     if flags.given("--bf16") or flags.given("--fp16"):
@@ -782,6 +785,17 @@ def _knobs(flags: _Flags, tp: int, settings: dict[str, Setting]) -> None:
     if low:
         flags.notes.append(f"{' '.join(low)}: priced at {settings['precision'].value} (pipeplan does not price "
                            "FP8/FP4 matrix multiplies)")
+
+
+def _grad_reduce(flags: _Flags, settings: dict[str, Setting]) -> None:
+    """``grad_reduce_dtype`` where the line gives it: ``--grad-reduce-in-bf16`` (bf16; it wins, as
+    ``validate_args`` sets ``accumulate_allreduce_grads_in_fp32 = False`` then) or
+    ``--accumulate-allreduce-grads-in-fp32`` (fp32, which ``megatron/training/training.py`` passes on as
+    ``DistributedDataParallelConfig.grad_reduce_in_fp32``). Neither: left open (each mode's own dtype)."""
+    for flag, dtype in (("--grad-reduce-in-bf16", "bf16"), ("--accumulate-allreduce-grads-in-fp32", "fp32")):
+        if flags.given(flag):
+            settings["grad_reduce_dtype"] = Setting(dtype, flags.source(flag))
+            return
 
 
 def _recompute(flags: _Flags) -> Setting:

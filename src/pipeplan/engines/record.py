@@ -35,7 +35,8 @@ from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note
 from .run_config import RunConfig
 
-__all__ = ["Engine", "Runs", "Files", "ExportWriter", "KnobExportWriter", "Knob", "NumberKnob", "Knobs", "Pricing"]
+__all__ = ["Engine", "Runs", "Files", "ExportWriter", "KnobExportWriter", "Knob", "NumberKnob", "Knobs", "Pricing",
+           "GRAD_REDUCE_BYTES", "grad_reduce_dtype"]
 
 
 class ExportWriter(Protocol):
@@ -292,6 +293,9 @@ class Pricing:
         pipeline_factors: per device preset name, a factor on every stage's forward and backward
             time beside a pipeline (``pp > 1``): what the engine's pipeline runtime costs beyond
             what is priced (absent: 1). Each value is fitted to published runs named beside it.
+        grad_reduce_bytes: bytes per gradient element of the data-parallel reduction, for every
+            mode (``--grad-reduce-dtype``: 4 fp32, 2 bf16); the replicated gradient buffer is held
+            in it too (:mod:`pipeplan.data_parallel`). ``None``: each mode's own.
     """
 
     sync: str
@@ -302,6 +306,18 @@ class Pricing:
     hook_us: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     accumulate_bytes: Mapping[str, float] = field(default_factory=dict)
     pipeline_factors: Mapping[str, float] = field(default_factory=dict)
+    grad_reduce_bytes: float | None = None
+
+
+#: bytes per gradient element of each ``--grad-reduce-dtype`` value
+GRAD_REDUCE_BYTES: Mapping[str, float] = {"fp32": 4.0, "bf16": 2.0}
+
+
+def grad_reduce_dtype(reduce_bytes: float | None) -> str | None:
+    """The ``--grad-reduce-dtype`` value of ``reduce_bytes`` bytes per element (``None`` for ``None``)."""
+    if reduce_bytes is None:
+        return None
+    return next(name for name, size in GRAD_REDUCE_BYTES.items() if size == reduce_bytes)
 
 
 def _no_pricing(knobs: Mapping[str, str]) -> Pricing | None:

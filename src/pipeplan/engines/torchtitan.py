@@ -546,6 +546,9 @@ TORCHTITAN_KNOBS = Knobs((
          "them with one (torchtitan/distributed/fsdp.py, 0.3.0); never keeps them gathered from the forward to "
          "the backward (one all-gather a layer and microbatch, not two; every layer's bf16 parameters held at "
          "the peak); always, priced without a pipeline only (--pp 1), as default there"),
+    Knob("grad-reduce-dtype", ("fp32",), "fp32",
+         "training.mixed_precision_reduce: FSDP2's MixedPrecisionPolicy(reduce_dtype=float32) for fsdp/hsdp, "
+         "what pipeplan prices there; torchtitan 0.3.0 takes float32 only (Literal['float32']), so bf16 is refused"),
 ))
 
 #: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode

@@ -163,7 +163,7 @@ _READ = frozenset({
     "parallelism.enable_sequence_parallel", "parallelism.num_pp_microbatches",
     "training.local_batch_size", "training.global_batch_size", "training.batch_size", "training.seq_len",
     "training.max_context_length", "training.num_tokens_per_microbatch_per_dp_rank",
-    "training.num_tokens_per_train_step", "training.mixed_precision_param",
+    "training.num_tokens_per_train_step", "training.mixed_precision_param", "training.mixed_precision_reduce",
     "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option", "model.name", "model.flavor",
     "compile.enable", "parallelism.fsdp_reshard_after_forward",
 })
@@ -451,6 +451,14 @@ class _Reader:
             self.set("compile", "on" if compiled[0] else "off", compiled[1])
         if (param := self.get("training.mixed_precision_param")) is not None and param[0] in _PRECISION:
             self.set("precision", _PRECISION[param[0]], param[1])
+        if (reduce := self.get("training.mixed_precision_reduce")) is not None:  # FSDP2's reduce_dtype
+            if reduce[0] == "float32":
+                self.set("grad_reduce_dtype", "fp32", reduce[1])
+            elif isinstance(reduce[0], str):  # 0.3.0 configs.py: mixed_precision_reduce: Literal["float32"]
+                raise InvalidInputError(f"{reduce[1]}: torchtitan takes float32 only (pipeplan's --grad-reduce-dtype "
+                                        "fp32)")
+            else:
+                self.notes.append(f"{reduce[1]} is not a dtype: not priced")
         model, model_source = self._model()
         ignored = tuple(f"{key} = {json.dumps(value)}" + (f" {_NOT_A_KEY}" if key in self.unknown else "")
                         for key, (value, _) in self.values.items()

@@ -94,6 +94,9 @@ class EngineCosts:
             parameter per microbatch of the engine's gradient accumulation.
         pipeline_factors: per device preset name, beside a pipeline, the factor on each stage's
             forward and backward (:class:`PipelineEngineCosts`).
+        reduce_bytes: bytes per gradient element of the data-parallel reduction, every mode
+            (``--grad-reduce-dtype``; :attr:`~pipeplan.engines.Pricing.grad_reduce_bytes`);
+            ``None``: each mode's own (:mod:`pipeplan.data_parallel`).
     """
 
     engine: str
@@ -101,6 +104,7 @@ class EngineCosts:
     hooks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     accumulate: Mapping[str, float] = field(default_factory=dict)
     pipeline_factors: Mapping[str, float] = field(default_factory=dict)
+    reduce_bytes: float | None = None
 
     @classmethod
     def of(cls, engine: Engine, knobs: Mapping[str, str]) -> EngineCosts | None:
@@ -122,7 +126,7 @@ class EngineCosts:
             syncs[mode] = GradientSync(f"{pricing.sync}-overlap" if overlap else pricing.sync,
                                        overlap_grad_reduce=True, overlap_scatter=overlap)
         return cls(engine.name, syncs, dict(pricing.hook_us), dict(pricing.accumulate_bytes),
-                   dict(pricing.pipeline_factors))
+                   dict(pricing.pipeline_factors), pricing.grad_reduce_bytes)
 
     def sync_for(self, mode: str, default: GradientSync | str) -> GradientSync:
         """The gradient sync of ``mode`` (``default`` where the engine does not price it)."""

@@ -52,6 +52,7 @@ from .step import (GradientSync, RankRest, StepRest, exposed_reduction_ms, fsdp_
                    overlap_window, rank_optimizer_ms, reduction_ms, step_rest)
 from .workload import Workload
 from .engine_costs import EngineCosts, PipelineEngineCosts
+from ..engines.record import grad_reduce_dtype
 from ..models.tensor_counts import layer_tensor_counts
 
 __all__ = ["Evaluator", "evaluate_layout"]
@@ -87,6 +88,9 @@ class Evaluator:
             (:meth:`~pipeplan.planner.engine_costs.EngineCosts.pipeline_for`); ``None``: none.
         engine: the engine the model runs in (``None``: Megatron-LM's knobs), for its loss's
             memory (:data:`~pipeplan.planner.memory.LOSS_LOGIT_COPIES`).
+        reduce_bytes: bytes per gradient element of the data-parallel reduction and of the
+            replicated gradient buffer where the engine pins it (``--grad-reduce-dtype``:
+            :attr:`~pipeplan.planner.engine_costs.EngineCosts.reduce_bytes`); ``None``: the mode's own.
 
     Attributes:
         stats: what was solved, simulated and reused.
@@ -99,7 +103,7 @@ class Evaluator:
                  sync: GradientSync | str = "megatron", dp_mode: str = data_parallel.REPLICATED,
                  stats: SearchStats | None = None, shapes: dict[str, dict[tuple[Any, ...], Any]] | None = None,
                  hooks: tuple[float, float] | None = None, pipeline: PipelineEngineCosts | None = None,
-                 engine: str | None = None) -> None:
+                 engine: str | None = None, reduce_bytes: float | None = None) -> None:
         hooked = hooks is not None and any(hooks) and workload.spec is not None
         self.tensors = layer_tensor_counts(workload.spec) if hooked else []  # trainable tensors per layer
         self.step_hook_ms = 0.0
@@ -124,7 +128,8 @@ class Evaluator:
                                      overlap_grad_reduce=True, bucket_bytes=math.inf,
                                      bucket_first_stage_only=False, overlap_param_gather=True,
                                      overlap_scatter=self.sync.overlap_scatter)
-        self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node, engine)
+        self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node, engine,
+                                  reduce_bytes=reduce_bytes)
         self.sharded = self.mode.shards_state or optimizer == "distributed"
         self.links = Links(workload, cluster, send_mode, distributed=self.sharded)
         self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity, shapes)
@@ -513,6 +518,7 @@ class Evaluator:
             dp_mode=self.dp_mode if config.dp > 1 else data_parallel.REPLICATED,
             recompute_by_module=self._recompute_by_module(layout),
             grad_sync=self.sync.name,
+            grad_reduce_dtype=grad_reduce_dtype(self.memory.reduce_bytes),
         )
         self._plans[key] = plan
         return plan
@@ -540,13 +546,14 @@ def evaluate_layout(
     replaces ``sync`` for the modes it prices and adds its host hooks and, with ``pp > 1``, its pipeline runtime's costs.
     ``engine`` (default ``engine_costs``' engine, else Megatron-LM's knobs) prices its loss's memory.
     """
-    hooks, pipeline = None, None
+    hooks, pipeline, reduce_bytes = None, None, None
     if engine_costs is not None:
+        reduce_bytes = engine_costs.reduce_bytes
         sync, hooks = engine_costs.sync_for(config.dp_mode, sync), engine_costs.hooks_for(config.dp_mode)
         pipeline = engine_costs.pipeline_for(config.dp_mode)
     evaluator = Evaluator(workload.with_tensor_parallel(config.tp), cluster.for_tensor_parallel(config.tp),
                           memory_capacity, optimizer, send_mode, sync=sync, dp_mode=config.dp_mode, hooks=hooks,
-                          pipeline=pipeline,
+                          pipeline=pipeline, reduce_bytes=reduce_bytes,
                           engine=engine if engine is not None or engine_costs is None else engine_costs.engine)
     return evaluator.evaluate(config, tuple(layers_per_stage),
                               tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)

@@ -177,7 +177,7 @@ class OptimizerBytes:
 
     @classmethod
     def for_mode(cls, optimizer: str | float, mode: DataParallelMode, shards: int, *,
-                 pipelined: bool = False) -> OptimizerBytes:
+                 pipelined: bool = False, reduce_bytes: float | None = None) -> OptimizerBytes:
         """The split of ``optimizer`` under data-parallel ``mode`` over ``shards`` ranks (module doc).
 
         ``pipelined``: the model is cut into pipeline stages (FSDP then keeps its
@@ -185,12 +185,15 @@ class OptimizerBytes:
         is taken as it is, whatever the mode; ``"distributed"`` (the evaluator's
         shorthand, module doc) is Adam's split under Megatron's distributed
         optimizer (:data:`~pipeplan.data_parallel.DISTRIBUTED_OPTIMIZER`) over ``shards``.
+        ``reduce_bytes``: the gradient reduction's bytes per element an engine pins
+        (``--grad-reduce-dtype``; ``None``: the mode's own), for Adam's splits.
         """
         if optimizer == "distributed":
-            return cls(*data_parallel.get(data_parallel.DISTRIBUTED_OPTIMIZER).bytes_per_param(shards))
+            return cls(*data_parallel.get(data_parallel.DISTRIBUTED_OPTIMIZER).bytes_per_param(
+                shards, reduce_bytes=reduce_bytes))
         if optimizer != "adam":
             return cls.for_optimizer(optimizer, shards)
-        return cls(*mode.bytes_per_param(shards, pipelined=pipelined))
+        return cls(*mode.bytes_per_param(shards, pipelined=pipelined, reduce_bytes=reduce_bytes))
 
     @classmethod
     def for_optimizer(cls, optimizer: str | float, dp: int) -> OptimizerBytes:
@@ -238,11 +241,15 @@ class MemoryModel:
             of a tensor-parallel group count as one), for ``hsdp``'s shards.
         engine: the engine the model runs in (``--engine``; ``None``: Megatron-LM's knobs), for
             its loss's fp32 logits (:data:`LOSS_LOGIT_COPIES`).
+        reduce_bytes: bytes per gradient element of the data-parallel reduction where the engine's
+            ``--grad-reduce-dtype`` pins it (``None``: each mode's own, :mod:`pipeplan.data_parallel`).
     """
 
     def __init__(self, workload: Workload, optimizer: str | float, capacity: float | None,
-                 dp_mode: str = data_parallel.REPLICATED, gpus_per_node: int = 8, engine: str | None = None) -> None:
+                 dp_mode: str = data_parallel.REPLICATED, gpus_per_node: int = 8, engine: str | None = None,
+                 reduce_bytes: float | None = None) -> None:
         self.workload = workload
+        self.reduce_bytes = reduce_bytes
         self.engine = engine
         self.loss_copies = LOSS_LOGIT_COPIES.get(engine, LOSS_LOGIT_COPIES[None])
         self.optimizer = optimizer
@@ -280,7 +287,8 @@ class MemoryModel:
 
     def bytes_per_param(self, dp: int, pp: int = 1) -> OptimizerBytes:
         """Bytes per parameter at data-parallel degree ``dp`` and pipeline degree ``pp`` under the mode."""
-        return OptimizerBytes.for_mode(self.optimizer, self.mode, self.shards(dp, pp), pipelined=pp > 1)
+        return OptimizerBytes.for_mode(self.optimizer, self.mode, self.shards(dp, pp), pipelined=pp > 1,
+                                       reduce_bytes=self.reduce_bytes)
 
     def layer_static_bytes(self, micro_batch_size: int, dp: int, pp: int = 1) -> np.ndarray:
         """Bytes of weights, gradients and optimizer state per layer (cached; read-only)."""

@@ -349,7 +349,8 @@ class _Search:
                                                                                              self.options.sync),
                                   hooks=None if costs is None else costs.hooks_for(config.dp_mode),
                                   pipeline=None if costs is None else costs.pipeline_for(config.dp_mode),
-                                  engine=self.options.engine)
+                                  engine=self.options.engine,
+                                  reduce_bytes=None if costs is None else costs.reduce_bytes)
             self._evaluators[key] = evaluator
         return evaluator
 
