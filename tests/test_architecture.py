@@ -14,7 +14,7 @@ import pytest
 #: Each layer as the top-level names of ``pipeplan`` it holds (a name covers its submodules).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "_validation", "limits", "_files", "actions", "lowering", "schedule", "costs", "timeline",
-     "calibration", "simulate", "analytic", "variation", "profile_format", "operations", "units"),  # the core
+     "calibration", "simulate", "_simulate_compiled", "analytic", "variation", "profile_format", "operations", "units"),  # the core
     ("schedules", "viz"),                                           # generators; views of a Timeline
     ("layers", "hardware", "models", "presets", "plan", "data_parallel",
      "partition", "batches"),                                       # what a model costs; how to cut it
