@@ -36,7 +36,7 @@ the mix's mean sample and lets it stop early (``prune``, *branch and bound* belo
 * *messages* (with ``cluster``): each microbatch's message across each stage
   boundary takes the link's latency plus its own bytes (the sum of its samples'
   ``send_bytes`` at that cut, each shape's) over the link's bandwidth, on the link
-  the search prices that boundary with (:meth:`_Costs.messages`); eager and
+  the search prices that boundary with (:meth:`pipeplan.planner.mix_costs._Costs.messages`); eager and
   rendezvous messages are the simulator's per-microbatch messages, serialized ones
   lengthen the sender's forward and backward as the search's do. Without ``cluster``
   they stay in the offset, at the planned shape's bytes;
@@ -103,9 +103,10 @@ from ..batches.balance import balance, lower_bound, microbatch_stage_costs, pipe
 from ..batches.mix import Mix
 from ..errors import InvalidInputError
 from ..costs import CommModel
-from ..plan import Plan, Recompute
+from ..plan import Plan
 from ..schedule import Schedule
 from ..simulate import simulate
+from .mix_costs import _Costs, _serialized, _tails, _uniform
 from .resolution import resolution
 from .cluster import Cluster
 from .workload import Workload
@@ -275,83 +276,6 @@ class MixRanking:
                 "best_mean_rank": None if best is None else best.mean_rank}
 
 
-class _Costs:
-    """Per-sample stage costs of each shape, per (tp, micro-batch size, per-stage recompute, partition); cached."""
-
-    def __init__(self, shape_workloads: Sequence[Workload], planned: Workload) -> None:
-        self.workloads = list(shape_workloads)
-        self.planned = planned
-        self._tp: dict[tuple[int, int], Workload] = {}
-        self._stages: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-
-    def _workload(self, index: int, tp: int) -> Workload:
-        """Shape ``index`` (``-1``: the planned shape) at tensor-parallel degree ``tp``."""
-        key = (index, tp)
-        if key not in self._tp:
-            base = self.planned if index < 0 else self.workloads[index]
-            self._tp[key] = base.with_tensor_parallel(tp)
-        return self._tp[key]
-
-    def stage(self, index: int, plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(forward, backward, weight)`` per stage of one sample of shape ``index`` (``-1``: planned) under ``plan``."""
-        none: Recompute = "none"
-        modes: tuple[Recompute, ...] = tuple(plan.recompute) or (none,) * len(plan.layers_per_stage)
-        key = (index, plan.tp, plan.micro_batch_size, modes, tuple(plan.layers_per_stage))
-        cached = self._stages.get(key)
-        if cached is None:
-            workload = self._workload(index, plan.tp)
-            per_mode = {mode: workload.profile(plan.micro_batch_size, mode).stage_costs(plan.layers_per_stage)
-                        for mode in set(modes)}
-            scale = 1.0 / plan.micro_batch_size
-            forward, backward, weight = (
-                np.array([getattr(per_mode[mode], part)[s] for s, mode in enumerate(modes)]) * scale
-                for part in ("forward", "backward", "weight"))
-            cached = self._stages[key] = (forward, backward, weight)
-        return cached
-
-    def messages(self, plan: Plan, schedule: Schedule, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
-        """``[shape, boundary]`` and ``[boundary]`` (planned): one sample's share of each stage boundary's message.
-
-        A microbatch's message across boundary ``s`` takes the link's latency plus its bytes
-        (the sum of its samples' ``send_bytes`` after the boundary's last layer) over the link's
-        bandwidth, on the link :meth:`~pipeplan.planner.cluster.Cluster.pipeline_link` gives
-        (as :meth:`~pipeplan.planner.links.Links.boundary_times`); each of its ``b`` samples
-        carries ``latency / b`` plus its own bytes' time. Stages on one rank: 0. Profile time units.
-        """
-        none: Recompute = "none"
-        modes: tuple[Recompute, ...] = tuple(plan.recompute) or (none,) * len(plan.layers_per_stage)
-        b = plan.micro_batch_size
-        ends = np.cumsum(plan.layers_per_stage)[:-1] - 1
-        links = cluster.for_tensor_parallel(plan.tp)
-        rows = []
-        for index in [*range(len(self.workloads)), -1]:
-            workload = self._workload(index, plan.tp)
-            per_ms = 1e-3 / workload.time_unit
-            row = []
-            for s, layer in enumerate(ends):
-                a, c = schedule.placement[s], schedule.placement[s + 1]
-                if a == c:
-                    row.append(0.0)
-                    continue
-                link = links.pipeline_link(plan.pp, plan.dp, a, c)
-                sent = float(workload.profile(b, modes[s]).send_bytes[int(layer)])
-                row.append(link.milliseconds(sent) * per_ms / b)  # latency / b + the sample's bytes' time
-            rows.append(row)
-        table = np.asarray(rows, dtype=float).reshape(len(rows), len(ends))
-        return table[:-1], table[-1]
-
-    def shapes(self, plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``[shape, stage]`` forward, backward and weight of one sample of each mix shape under ``plan``."""
-        parts = [self.stage(index, plan) for index in range(len(self.workloads))]
-        forward, backward, weight = (np.stack([part[k] for part in parts]) for k in range(3))
-        return forward, backward, weight
-
-
-def _uniform(per_sample: np.ndarray, size: int, count: int) -> np.ndarray:
-    """``[stage, microbatch]``: ``size`` samples of cost ``per_sample[stage]`` in each of ``count`` microbatches."""
-    return np.repeat((size * per_sample)[:, None], count, axis=1)
-
-
 def _timed_schedule(plan: Plan) -> tuple[Schedule | None, str]:
     """The plan's simulated schedule, or ``None`` and why it cannot be timed here."""
     if plan.timeline is None or plan.step_time is None:
@@ -514,53 +438,6 @@ class _Prepared:
                       mean_sample_ms=float(self.mean_sample), draws=0, mean_rank=candidate.mean_rank,
                       bound_ms=self._bound,
                       note=f"not timed: its bound {self._bound:.4g} is no less than the best expected {best:.4g}")
-
-
-def _tails(schedule: Schedule, durations: dict[str, np.ndarray]) -> np.ndarray:
-    """Per rank, the longest chain of actions after its last one (``durations[kind][stage]``; messages free).
-
-    Every action of the chain waits for the one before it (its rank's next action or a consumer of
-    its output), so at any costs no smaller the step ends at least this long after the rank's last
-    action ends. Computed backwards over the actions (Kahn's order on the reversed graph).
-    """
-    successors: dict[Any, list[Any]] = {}
-    remaining: dict[Any, int] = {}
-    for order in schedule.orders:
-        for position, action in enumerate(order):
-            after = list(schedule.consumers(action))
-            if position + 1 < len(order):
-                after.append(order[position + 1])
-            successors[action] = after
-    for action, after in successors.items():
-        remaining[action] = len(after)
-    predecessors: dict[Any, list[Any]] = {action: [] for action in successors}
-    for action, after in successors.items():
-        for other in after:
-            predecessors.setdefault(other, []).append(action)
-    tail = dict.fromkeys(successors, 0.0)
-    ready = [action for action, count in remaining.items() if count == 0]
-    while ready:
-        action = ready.pop()
-        through = tail[action] + float(durations[action.kind][action.stage])
-        for before in predecessors.get(action, ()):
-            if through > tail[before]:
-                tail[before] = through
-            remaining[before] -= 1
-            if remaining[before] == 0:
-                ready.append(before)
-    return np.asarray([tail[order[-1]] if order else 0.0 for order in schedule.orders])
-
-
-def _serialized(forward: np.ndarray, backward: np.ndarray, message: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``[shape, stage]`` costs with each boundary's message on the sender's timeline (``serialized``).
-
-    As :meth:`~pipeplan.planner.links.Links.on_timelines`: stage ``s``'s forward pays the message
-    after it, its backward (the input-gradient part) the one before it.
-    """
-    forward, backward = forward.copy(), backward.copy()
-    forward[:, :-1] += message
-    backward[:, 1:] += message
-    return forward, backward
 
 
 def _prepare(candidate: MixCandidate, costs: _Costs, mix: Mix, batches: list[np.ndarray], max_draws: int,
