@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,136 +39,16 @@ import numpy as np
 from .._validation import positive_int
 from ..errors import InvalidInputError
 from ..schedule import Action, Kind, Schedule
-from ..timeline import Timeline
 from .checks import check_local, check_world, fingerprint
 from .faults import FaultMonitor
 from .grid import link_groups
+from .microbatches import _check_microbatches, _flatten, _signature, _split_batch
 from .p2p import LinkExchange, MessagePlan
 from .recorder import StepRecorder, assemble_timeline
 from .split import SplitBackward
+from .step_result import StepResult
 
 __all__ = ["PipelineRuntime", "StepResult"]
-
-
-@dataclass
-class StepResult:
-    """What one training step measured.
-
-    Attributes:
-        loss: the full-batch loss (mean over the batch; over all replicas with dp), on every rank.
-        timeline: the measured :class:`~pipeplan.timeline.Timeline` (ms, ``source="measured"``)
-            on the pipeline's rank 0, ``None`` elsewhere.
-        rank: this process's rank in the pipeline.
-        step_time: ms from the step's barrier to the end of the gradient all-reduce.
-        forward_time, backward_time, weight_time: ms of compute per stage of this rank,
-            summed over microbatches (``backward_time`` includes any recomputation).
-        saved_activation_bytes: per stage of this rank, the bytes its forward leaves
-            for the backward, per microbatch, as run (with checkpointing when on): measured
-            on the stage's first forward with this batch's shapes (microbatches of different
-            shapes, :meth:`PipelineRuntime.step_microbatches`: that microbatch's).
-        saved_activation_bytes_without_checkpoint: the same measured without
-            checkpointing (a probe forward of the same microbatch for checkpointed stages).
-        recompute_time: per checkpointed stage, the forward time the backward
-            repeats (ms, the measured forward time of those stages).
-        checkpoint: per stage of this rank, whether it was checkpointed.
-    """
-
-    loss: float
-    timeline: Timeline | None
-    rank: int
-    step_time: float
-    forward_time: dict[int, float] = field(default_factory=dict)
-    backward_time: dict[int, float] = field(default_factory=dict)
-    weight_time: dict[int, float] = field(default_factory=dict)
-    saved_activation_bytes: dict[int, float] = field(default_factory=dict)
-    saved_activation_bytes_without_checkpoint: dict[int, float] = field(default_factory=dict)
-    recompute_time: dict[int, float] = field(default_factory=dict)
-    checkpoint: dict[int, bool] = field(default_factory=dict)
-
-    @property
-    def activation_bytes_saved(self) -> float:
-        """Bytes per microbatch that checkpointing saved on this rank (summed over its stages)."""
-        return float(sum(self.saved_activation_bytes_without_checkpoint.values())
-                     - sum(self.saved_activation_bytes.values()))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-Python form (JSON-ready); the timeline as its summary."""
-        return {
-            "loss": self.loss,
-            "rank": self.rank,
-            "step_time": self.step_time,
-            "forward_time": self.forward_time,
-            "backward_time": self.backward_time,
-            "weight_time": self.weight_time,
-            "saved_activation_bytes": self.saved_activation_bytes,
-            "saved_activation_bytes_without_checkpoint": self.saved_activation_bytes_without_checkpoint,
-            "recompute_time": self.recompute_time,
-            "checkpoint": self.checkpoint,
-            "timeline": None if self.timeline is None else self.timeline.summary(),
-        }
-
-
-def _flatten(value: Any, where: str) -> tuple[list[Any], bool]:
-    """``(tensors, is_tuple)`` of a stage's input or output."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value], False
-    if isinstance(value, (tuple, list)) and value and all(isinstance(v, torch.Tensor) for v in value):
-        return list(value), True
-    raise InvalidInputError(
-        f"{where} must be a tensor or a tuple of tensors, got {type(value).__name__}"
-    )
-
-
-def _split_batch(value: Any, num_microbatches: int, field_name: str) -> tuple[list[Any], list[int]]:
-    """Cut a tensor (or a tuple of tensors) into microbatches along dim 0."""
-    tensors, is_tuple = _flatten(value, field_name)
-    size = int(tensors[0].shape[0]) if tensors[0].dim() else 0
-    for tensor in tensors:
-        if tensor.dim() == 0 or int(tensor.shape[0]) != size:
-            raise InvalidInputError(
-                f"{field_name} tensors must share dimension 0 (the batch), got shapes "
-                f"{[tuple(t.shape) for t in tensors]}"
-            )
-    if size < num_microbatches:
-        raise InvalidInputError(
-            f"{field_name} has a batch of {size}, fewer than the schedule's {num_microbatches} microbatches"
-        )
-    pieces = [t.tensor_split(num_microbatches) for t in tensors]
-    out = [tuple(p[i] for p in pieces) if is_tuple else pieces[0][i] for i in range(num_microbatches)]
-    return out, [int(p.shape[0]) for p in pieces[0]]
-
-
-def _signature(microbatches: Sequence[Any], sizes: Sequence[int]) -> tuple[Any, ...]:
-    """What fixes every message's shape: per microbatch its size and its input tensors' shapes and dtypes."""
-    out = []
-    for microbatch, size in zip(microbatches, sizes):
-        tensors, is_tuple = _flatten(microbatch, "inputs")
-        out.append((size, is_tuple, tuple((tuple(t.shape[1:]), str(t.dtype)) for t in tensors)))
-    return tuple(out)
-
-
-def _check_microbatches(inputs: Any, targets: Any, num_microbatches: int) -> list[int]:
-    """Samples per microbatch of per-microbatch ``inputs`` and ``targets``; raises on a mismatch."""
-    for name, value in (("inputs", inputs), ("targets", targets)):
-        if not isinstance(value, (list, tuple)) or len(value) != num_microbatches:
-            got = f"{len(value)} entries" if isinstance(value, (list, tuple)) else type(value).__name__
-            raise InvalidInputError(
-                f"{name} must be a list of the schedule's {num_microbatches} microbatches, got {got}"
-            )
-    sizes = []
-    for mb, (microbatch, target) in enumerate(zip(inputs, targets)):
-        tensors, _ = _flatten(microbatch, f"inputs[{mb}]")
-        target_tensors, _ = _flatten(target, f"targets[{mb}]")
-        firsts = {int(t.shape[0]) if t.dim() else 0 for t in tensors + target_tensors}
-        if len(firsts) != 1 or 0 in firsts:
-            raise InvalidInputError(
-                f"microbatch {mb}: its inputs and targets must share a dimension 0 of at least 1 (its samples), "
-                f"got shapes {[tuple(t.shape) for t in tensors]} and {[tuple(t.shape) for t in target_tensors]}"
-            )
-        sizes.append(firsts.pop())
-    return sizes
 
 
 class _Bounded(dict[Any, Any]):
