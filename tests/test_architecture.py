@@ -4,12 +4,19 @@ Layers, lowest first; a module may import its own layer and the layers below it,
 never one above. Inside a layer, packages may use each other only one way (no
 cycle between two top-level packages), and no module cycle exists anywhere.
 Imports inside functions count: they are edges of the architecture all the same.
+No module under src/ is longer than :data:`MAX_LINES` lines (small modules with one job).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grimp
 import pytest
+
+#: The most lines a module under src/ may have (issue 30: no file over 600 lines).
+MAX_LINES = 600
+SRC = Path(__file__).resolve().parent.parent / "src"
 
 #: Each layer as the top-level names of ``pipeplan`` it holds (a name covers its submodules).
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -128,6 +135,16 @@ def torch_leaks(graph: grimp.ImportGraph) -> list[str]:
     return leaks
 
 
+def long_files(root: Path, limit: int = MAX_LINES) -> list[str]:
+    """Every ``.py`` file under ``root`` with more than ``limit`` lines, as ``path: N lines`` (path from ``root``)."""
+    long = []
+    for path in sorted(root.rglob("*.py")):
+        count = len(path.read_text(encoding="utf-8").splitlines())
+        if count > limit:
+            long.append(f"{path.relative_to(root).as_posix()}: {count} lines")
+    return long
+
+
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
     return grimp.build_graph("pipeplan", include_external_packages=True, cache_dir=None)
@@ -150,6 +167,20 @@ def test_every_module_has_a_layer(graph):
     for module in graph.modules:
         if module.startswith("pipeplan."):
             _layer_of(module)  # raises for a module no layer names
+
+
+def test_no_module_is_longer_than_the_limit():
+    assert SRC.is_dir(), SRC
+    offenders = long_files(SRC)
+    assert not offenders, f"{len(offenders)} file(s) under src/ over {MAX_LINES} lines: " + "; ".join(offenders)
+
+
+def test_the_length_check_names_every_long_file(tmp_path: Path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "short.py").write_text("x = 1\n" * MAX_LINES)
+    (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "longer.py").write_text("x = 1\n" * (MAX_LINES + 50))
+    assert long_files(tmp_path) == [f"longer.py: {MAX_LINES + 50} lines", f"pkg/long.py: {MAX_LINES + 1} lines"]
 
 
 def test_the_checks_catch_planted_violations():
