@@ -24,11 +24,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
-from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from ..actions import Kind
 from ..costs import CommModel, StageCosts
 from ..errors import InfeasiblePlanError
 from ..partition.steptime import simulate_partition
@@ -37,6 +35,7 @@ from ..schedule import Schedule
 from ..schedules import build_schedule, schedule_info
 from ..simulate import simulate
 from ..timeline import Timeline
+from .backwards import _gradient_time, _gradient_work
 from .bounds import least_max_load, step_time_lower_bound
 from .. import data_parallel
 from ..hardware import Link
@@ -557,47 +556,3 @@ def evaluate_layout(
                           engine=engine if engine is not None or engine_costs is None else engine_costs.engine)
     return evaluator.evaluate(config, tuple(layers_per_stage),
                               tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)
-
-
-#: per timeline and rank, its backward actions read off once: the last-ending (start, end) of each stage's
-#: gradient work, and every ``B``/``W`` as (stage, start, end) in order (a fixed template's timeline is shared
-#: by every data-parallel mode, and each asks)
-_BACKWARDS: WeakKeyDictionary[Timeline, dict[int, tuple[dict[int, tuple[float, float]],
-                                                    list[tuple[int, float, float]]]]] = WeakKeyDictionary()
-
-
-def _rank_backwards(timeline: Timeline, rank: int) -> tuple[dict[int, tuple[float, float]],
-                                                          list[tuple[int, float, float]]]:
-    """``rank``'s backward actions in ``timeline`` (cached per timeline): see :data:`_BACKWARDS`."""
-    per_rank = _BACKWARDS.setdefault(timeline, {})
-    found = per_rank.get(rank)
-    if found is None:
-        last: dict[int, tuple[float, float]] = {}
-        spans: list[tuple[int, float, float]] = []
-        lo, hi = int(timeline.rank_offsets[rank]), int(timeline.rank_offsets[rank + 1])
-        # what timeline.records(rank) yields, read off its arrays at once (the same floats)
-        for action, start, end in zip(timeline.schedule.orders[rank], timeline.start[lo:hi].tolist(),
-                                      timeline.end[lo:hi].tolist()):
-            if action.kind in (Kind.B, Kind.W):
-                spans.append((action.stage, start, end))
-                if action.stage not in last or end > last[action.stage][1]:
-                    last[action.stage] = (start, end)
-        found = per_rank[rank] = (last, spans)
-    return found
-
-
-def _gradient_time(timeline: Timeline, rank: int, stages: set[int], to_ms: float) -> float:
-    """Milliseconds ``rank`` spends in the backward (``B``, ``W``) of ``stages`` over the whole step."""
-    return sum((end - start) * to_ms for stage, start, end in _rank_backwards(timeline, rank)[1] if stage in stages)
-
-
-def _gradient_work(timeline: Timeline, rank: int, stage_bytes: dict[int, float],
-                   to_ms: float) -> list[tuple[float, float, float]]:
-    """``(start, end, bytes)`` in ms of the action that finalises each stage's gradients on ``rank``.
-
-    A stage's gradients are final in its last-ending ``W`` (or ``B`` without a
-    split backward); that action produces the stage's ``stage_bytes``.
-    """
-    last = _rank_backwards(timeline, rank)[0]
-    return [(start * to_ms, end * to_ms, stage_bytes[stage]) for stage, (start, end) in last.items()
-            if stage in stage_bytes]
