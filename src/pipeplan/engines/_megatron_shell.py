@@ -1,10 +1,10 @@
 """A Megatron-LM launch script split into shell words, its launch line found, and the world size its launcher starts.
 
     from pipeplan.engines._megatron_shell import _launch_line, _parse_script, _world
-    script = _parse_script("N=8\ntorchrun --nproc-per-node $N pretrain_gpt.py --bf16\n", "train.sh")
+    script = _parse_script("N=8\\ntorchrun --nproc-per-node $N pretrain_gpt.py --bf16\\n", "train.sh")
     line = _launch_line(script)
     line.launcher, line.args                    # (['torchrun', '--nproc-per-node', '8'], ['--bf16'])
-    _world(line.launcher, "train.sh", [])       # {'gpus_per_node': Setting(value=8, ...), 'gpus': Setting(value=8, ...)}
+    _world(line.launcher, "train.sh", [])   # {'gpus_per_node': Setting(value=8, ...), 'gpus': Setting(value=8, ...)}
 
 The file is never run: :mod:`shlex` splits it. Comments, backslash-continued lines and the
 variables the file assigns (``X=...``, arrays ``X=(...)``, ``${X:-default}``) are handled

@@ -3,7 +3,8 @@
     import ast
     from pathlib import Path
     from pipeplan.engines._torchtitan_python import _python_values
-    tree = ast.parse("def cfg():\n    return Trainer.Config(parallelism=ParallelismConfig(tensor_parallel_degree=2))\n")
+    tree = ast.parse("def cfg():\\n    return Trainer.Config(\\n"
+                     "        parallelism=ParallelismConfig(tensor_parallel_degree=2))\\n")
     _python_values(Path("cfg.py"), tree, [], set())
     # {'parallelism.tensor_parallel_degree': (2, 'cfg.py: ParallelismConfig(tensor_parallel_degree) = 2')}
 

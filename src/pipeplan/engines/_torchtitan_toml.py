@@ -4,7 +4,7 @@
     from pathlib import Path
     from pipeplan.engines._torchtitan_toml import _toml_default, _toml_values
     unknown = set()
-    _toml_values(Path("run.toml"), tomllib.loads("[parallelism]\ntensor_parallel_degree = 2\n"), unknown)
+    _toml_values(Path("run.toml"), tomllib.loads("[parallelism]\\ntensor_parallel_degree = 2\\n"), unknown)
     # {'parallelism.tensor_parallel_degree': (2, 'run.toml: [parallelism] tensor_parallel_degree = 2')}
     _toml_default("parallelism.pipeline_parallel_degree", "run.toml")[0]   # 1
 
