@@ -5,7 +5,8 @@
     pipeplan_schedule_name("interleaved1f1b") # 'interleaved': what the torchtitan reader reads
     pipeplan_schedule_name("DualPipeV")       # None: a torch schedule pipeplan has no generator for
 
-The export (:mod:`.torchtitan`) and the reader (:mod:`.torchtitan_config`) both read this table.
+The export (:mod:`.torchtitan`) and the reader (:mod:`.torchtitan_config`, its fields in
+:mod:`._torchtitan_fields`) both read this table.
 """
 
 from __future__ import annotations

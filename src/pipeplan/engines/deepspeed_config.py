@@ -29,20 +29,25 @@ note; without the world size the batch keys are kept as given (DeepSpeed's rule
 data-parallel size`` derives a missing one from the data-parallel size, which the check
 supplies); and the file must be plain JSON (DeepSpeed parses it with hjson, which also
 takes comments).
+
+This module holds the file names, the ZeRO stage of each mode and the reader; the key
+lists are :mod:`._deepspeed_keys`, the value checks :mod:`._deepspeed_values`, the file
+loading :mod:`._deepspeed_files`.
 """
 
 from __future__ import annotations
 
-import ast
 import difflib
-import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import data_parallel
 from ..errors import InvalidInputError
+from ._deepspeed_files import _literals, _load, _parse_python
+from ._deepspeed_keys import (_ACCUMULATION, _AUTO, _BATCH, _FIELDS, _MICRO, _NEAR_MISS_CUTOFF, _NOT_A_KEY, _TRAIN,
+                              DEFAULTS, IGNORED_KEYS, OFFLOAD_DEVICES, READ_KEYS, REMOVED_KEYS, REMOVED_ZERO_KEYS)
+from ._deepspeed_values import _elements, _flag, _json, _positive, _stage
 from .run_config import RunConfig, Setting
 from .record import GRAD_REDUCE_BYTES
 
@@ -63,92 +68,6 @@ INTERVAL_NAME = "ACTIVATION_CHECKPOINT_INTERVAL"
 DEEPSPEED_SCHEDULES = ("1f1b",)
 #: the highest ZeRO stage DeepSpeed's pipeline engine runs (``PipelineEngine.__init__`` asserts ``stage < 2``)
 PIPELINE_MAX_STAGE = 1
-
-# pipeplan's own key lists, written by hand, by section ("" is the top level; "bf16" also stands for its
-# old name "bfloat16"). Names from DeepSpeed 0.19.8: deepspeed/runtime/constants.py (the top level),
-# runtime/zero/config.py DeepSpeedZeroConfig, zero/offload_config.py DeepSpeedZeroOffload*Config and
-# precision_config.py DeepSpeedBF16Config / DeepSpeedFP16Config. tests/test_engines_deepspeed_read.py
-# checks each against the installed DeepSpeed; DeepSpeed's complete key sets are not copied here: a key
-# of neither list is listed in ``ignored`` "(not a key pipeplan knows; not priced)" (DeepSpeed's pydantic
-# models refuse it inside a section when it runs), unless it is a near miss of a known one.
-#: The keys the reader turns into fields, or reads for a note.
-READ_KEYS: Mapping[str, frozenset[str]] = {
-    "": frozenset({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                   "zero_optimization", "bf16", "bfloat16", "fp16", "activation_checkpointing", "torch_autocast",
-                   "communication_data_type"}),
-    "zero_optimization": frozenset({"stage", "overlap_comm", "reduce_bucket_size", "offload_param",
-                                    "offload_optimizer", "cpu_offload", "cpu_offload_param",
-                                    "zero_hpz_partition_size"}),
-    "zero_optimization.offload_param": frozenset({"device"}),
-    "zero_optimization.offload_optimizer": frozenset({"device"}),
-    "bf16": frozenset({"enabled"}),
-    "fp16": frozenset({"enabled"}),
-}
-#: Common keys the reader reads and lists as ignored (not priced), without checking their values.
-IGNORED_KEYS: Mapping[str, frozenset[str]] = {
-    "": frozenset({"gradient_clipping", "steps_per_print", "wall_clock_breakdown", "memory_breakdown",
-                   "optimizer", "scheduler", "prescale_gradients", "gradient_predivide_factor",
-                   "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "data_types", "checkpoint", "dump_state", "flops_profiler", "tensorboard", "wandb",
-                   "csv_monitor", "comms_logger", "aio", "data_efficiency", "compile", "pipeline"}),
-    "zero_optimization": frozenset({
-        "contiguous_gradients", "allgather_partitions", "allgather_bucket_size", "reduce_scatter",
-        "round_robin_gradients", "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters",
-        "sub_group_size", "prefetch_bucket_size", "stage3_prefetch_bucket_size", "param_persistence_threshold",
-        "stage3_param_persistence_threshold", "model_persistence_threshold", "stage3_model_persistence_threshold",
-        "max_live_parameters", "stage3_max_live_parameters", "max_reuse_distance", "stage3_max_reuse_distance",
-        "gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
-        "stage3_gather_fp16_weights_on_model_save", "zero_quantized_weights", "zero_quantized_gradients"}),
-    "zero_optimization.offload_param": frozenset({"pin_memory", "nvme_path", "buffer_count", "buffer_size",
-                                                  "max_in_cpu"}),
-    "zero_optimization.offload_optimizer": frozenset({"pin_memory", "nvme_path", "buffer_count", "fast_init",
-                                                      "ratio", "pipeline_read", "pipeline_write"}),
-    "bf16": frozenset({"immediate_grad_update"}),
-    "fp16": frozenset({"auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
-                       "consecutive_hysteresis", "min_loss_scale"}),
-}
-#: The defaults the reader applies where the file leaves a key out (``"section.key"``), DeepSpeed's
-#: model defaults. ``zero_optimization.overlap_comm`` follows DeepSpeed's rule instead (runtime/zero/config.py
-#: ``overlap_comm_valid``: ``overlap_comm = stage == 3``); ``reduce_bucket_size`` has none here: the knob's
-#: default (``pipeplan.engines.deepspeed.REDUCE_BUCKET_SIZE``) applies.
-DEFAULTS: Mapping[str, Any] = {
-    "zero_optimization.stage": 0, "zero_optimization.offload_param.device": "none",
-    "zero_optimization.offload_optimizer.device": "none", "bf16.enabled": False, "fp16.enabled": False,
-}
-#: ``offload_*.device``: offload_config.py ``OffloadDeviceEnum``.
-OFFLOAD_DEVICES = ("none", "cpu", "nvme")
-#: Top-level keys of removed features DeepSpeed refuses, the common ones (deepspeed/runtime/config.py
-#: ``_REMOVED_TOP_LEVEL_CONFIG_KEYS`` has more; the rest are listed as unknown).
-REMOVED_KEYS: Mapping[str, str] = {
-    "amp": "NVIDIA Apex AMP (use bf16 or fp16)", "elasticity": "elastic training",
-    "sparse_attention": "Sparse Attention", "compression_training": "the compression library",
-    "curriculum_learning": "top-level curriculum_learning (use data_efficiency.data_sampling.curriculum_learning)",
-}
-#: ``zero_optimization`` keys of removed features DeepSpeed refuses (config.py ``_REMOVED_ZERO_CONFIG_KEYS``): MiCS.
-REMOVED_ZERO_KEYS: Mapping[str, str] = {
-    "mics_shard_size": "MiCS sharding", "mics_hierarchical_params_gather": "MiCS sharding",
-}
-
-#: The batch keys and the field each fills (DeepSpeed's ``gradient_accumulation_steps`` is the pipeline
-#: engine's number of microbatches, deepspeed/runtime/pipe/engine.py).
-_BATCH = {"train_batch_size": "global_batch", "train_micro_batch_size_per_gpu": "micro_batch_size",
-          "gradient_accumulation_steps": "num_microbatches"}
-_TRAIN, _MICRO, _ACCUMULATION = _BATCH
-#: The keys of each section that become fields (the reader lists every other key it reads as ignored).
-_FIELDS: Mapping[str, frozenset[str]] = {
-    "": frozenset({*_BATCH, "zero_optimization", "bf16", "bfloat16", "fp16"}),
-    "zero_optimization": frozenset({"stage", "overlap_comm", "reduce_bucket_size"}),
-    "bf16": frozenset({"enabled"}),
-    "fp16": frozenset({"enabled"}),
-}
-#: How alike (difflib's ratio) an unknown key must be to a known one of its section to be refused as its
-#: typo: the rule of the Megatron-LM and torchtitan readers (megatron_args.py, torchtitan_config.py).
-_NEAR_MISS_CUTOFF = 0.9
-_NOT_A_KEY = "(not a key pipeplan knows; not priced)"
-#: pydantic's lax bool, which DeepSpeed's models validate ``overlap_comm`` with: besides true and false, 0 and
-#: 1 and these strings in any case (pydantic 2 docs, "Standard Library Types": bool).
-_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
-_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
-_AUTO = "auto"
 
 
 def zero_stage(mode: str) -> int | None:
@@ -503,128 +422,3 @@ class _Reader:
             # PipelineModule checkpoints every `interval` layers whole (deepspeed/runtime/pipe/module.py forward)
             self.settings["recompute"] = Setting("full" if interval else "none",
                                                  f"{PIPELINE_FILE}: {INTERVAL_NAME} = {interval}")
-
-
-def _json(value: Any) -> str:
-    """``value`` as the JSON file spells it."""
-    return json.dumps(value)
-
-
-def _positive(where: str, raw: Any) -> int:
-    """A batch key's value: a positive whole number (DeepSpeed asserts each is > 0)."""
-    if isinstance(raw, float) and raw.is_integer():
-        raw = int(raw)
-    if not isinstance(raw, int) or isinstance(raw, bool):
-        raise InvalidInputError(f"{where} must be a whole number, got {_json(raw)}")
-    if raw <= 0:
-        raise InvalidInputError(f"{where} must be > 0, got {raw} (DeepSpeed asserts it)")
-    return raw
-
-
-def _stage(name: str, raw: Any) -> int:
-    """``zero_optimization.stage``: 0 to 3 (pydantic's ``ZeroStageEnum`` also takes ``"2"`` and ``2.0``)."""
-    value: Any = raw
-    if isinstance(raw, str) and raw.strip().isdigit():
-        value = int(raw)
-    elif isinstance(raw, float) and raw.is_integer():
-        value = int(raw)
-    if not isinstance(value, int) or isinstance(value, bool) or value not in (0, 1, 2, 3):
-        raise InvalidInputError(f"{name}: zero_optimization.stage must be 0, 1, 2 or 3, got {_json(raw)}")
-    return value
-
-
-def _flag(where: str, raw: Any) -> bool:
-    """A bool as DeepSpeed's pydantic models take it: true/false, 0/1, or one of pydantic's strings (``"on"``)."""
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, (int, float)) and raw in (0, 1):
-        return bool(raw)
-    if isinstance(raw, str) and raw.lower() in _TRUE | _FALSE:
-        return raw.lower() in _TRUE
-    raise InvalidInputError(f"{where} must be true or false, got {_json(raw)}")
-
-
-def _elements(where: str, raw: Any) -> int:
-    """A count of elements > 0 as DeepSpeed's pydantic models take an int: a whole number, ``5e8``, ``"500000000"``.
-
-    (pydantic also takes ``true`` as 1; pipeplan refuses it.)
-    """
-    value: Any = raw
-    if isinstance(raw, float) and raw.is_integer():
-        value = int(raw)
-    elif isinstance(raw, str):
-        try:
-            value = int(raw)
-        except ValueError:
-            pass
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidInputError(f"{where} must be a whole number of elements, got {_json(raw)}")
-    if value <= 0:
-        raise InvalidInputError(f"{where} must be > 0, got {_json(raw)} (DeepSpeed's model asks gt=0)")
-    return value
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refusing a key set twice (DeepSpeed's ``dict_raise_error_on_duplicate_keys``)."""
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise InvalidInputError(f"key {key!r} is set twice (DeepSpeed refuses duplicate keys)")
-        result[key] = value
-    return result
-
-
-def _load(file: Path) -> dict[str, Any]:
-    """The JSON object in ``file``; a file of another kind gets one line naming the option that takes it."""
-    try:
-        text = file.read_text()
-    except UnicodeDecodeError:
-        raise InvalidInputError(f"{file}: not a text file, so no DeepSpeed config (a ds_config.json)") from None
-    try:
-        payload = json.loads(text, object_pairs_hook=_no_duplicates)
-    except InvalidInputError as error:
-        raise InvalidInputError(f"{file}: {error}") from None
-    except json.JSONDecodeError as error:
-        raise InvalidInputError(f"{file}: {_other_kind(text) or f'not JSON ({error})'}") from None
-    if not isinstance(payload, dict):
-        raise InvalidInputError(f"{file}: a DeepSpeed config is a JSON object, got {type(payload).__name__}")
-    if isinstance(payload.get("modules"), list) and not any(key in payload for key in _BATCH):
-        raise InvalidInputError(f"{file} looks like a pipeplan model spec (its \"modules\" list), not a DeepSpeed "
-                                "config: give it to --spec")
-    return payload
-
-
-def _other_kind(text: str) -> str:
-    """What a non-JSON ``text`` looks like and the option that takes it (``""``: nothing known)."""
-    tables = re.findall(r"^\s*\[([A-Za-z_][\w.]*)\]\s*$", text, re.MULTILINE)
-    if tables and re.search(r"^\s*[\w.-]+\s*=", text, re.MULTILINE):
-        shown = ", ".join(f"[{table}]" for table in dict.fromkeys(tables))
-        return (f"looks like a TOML config ({shown}), not a DeepSpeed ds_config.json: a torchtitan config "
-                "goes to --torchtitan-config")
-    if "torchtitan" in text or "Trainer.Config" in text:
-        return "looks like a torchtitan config, not a DeepSpeed ds_config.json: give it to --torchtitan-config"
-    flags = ("--num-layers", "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size",
-             "--global-batch-size", "--hidden-size")
-    if any(flag in text for flag in flags):
-        return ("looks like a Megatron-LM launch line (its --flags), not a DeepSpeed ds_config.json: give it to "
-                "--megatron-args")
-    return ""
-
-
-def _parse_python(file: Path) -> ast.Module:
-    try:
-        return ast.parse(file.read_text(), filename=str(file))
-    except (SyntaxError, UnicodeDecodeError) as error:
-        raise InvalidInputError(f"{file}: not valid python ({error})") from None
-
-
-def _literals(module: ast.Module) -> dict[str, Any]:
-    """The module-level ``NAME = <literal>`` assignments of ``module`` (the export's machine-readable facts)."""
-    found: dict[str, Any] = {}
-    for node in module.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                found[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                continue
-    return found
