@@ -283,3 +283,24 @@ def test_pipeline_engine_costs_apply_beside_a_pipeline_only():
     extra = {mode: _a100_plan(mode, pp=2, costs=_stripped(costs, accumulate=True)).pipeline_time
              - _a100_plan(mode, pp=2, costs=_stripped(costs)).pipeline_time for mode in ("ddp", "zero1")}
     assert extra["ddp"] > 1.5 * extra["zero1"] > 0
+
+
+def test_two_modes_pipeline_costs_are_not_shared_through_the_workloads_caches():
+    # the search gives every data-parallel mode at one tp the same workload, whose timelines are cached:
+    # DeepSpeed's accumulation differs by mode (ddp 12 B, zero1 6 B per parameter), so the caches must
+    # tell them apart — a second evaluator on the shared workload gives what it gives on a fresh one
+    from pipeplan.planner import Cluster, Workload
+    from pipeplan.planner.engine_costs import PipelineEngineCosts
+    from pipeplan.planner.evaluate import Evaluator
+    from pipeplan.planner.space import Config
+
+    def step(workload, accumulate_bytes):
+        evaluator = Evaluator(workload, Cluster.of("a100-80g", 4), None, "adam", "eager", sync="megatron",
+                              dp_mode="ddp", pipeline=PipelineEngineCosts(accumulate_bytes, {}))
+        n = workload.num_layers
+        return evaluator.evaluate(Config(2, 2, 1, 8, "1f1b", 1, "none", 1, "ddp"), (n // 2, n - n // 2),
+                                  ("none", "none")).step_time
+
+    shared = Workload.from_spec(gpt(), A100)
+    with_accumulation = step(shared, 12.0)
+    assert step(shared, 0.0) == step(Workload.from_spec(gpt(), A100), 0.0) < with_accumulation

@@ -63,6 +63,11 @@ class PipelineEngineCosts:
     accumulate_bytes: float = 0.0
     factors: Mapping[str, float] = field(default_factory=dict)
 
+    @property
+    def key(self) -> tuple[float, tuple[tuple[str, float], ...]]:
+        """A hashable form, for caches of timings that these costs change (two modes' differ)."""
+        return self.accumulate_bytes, tuple(sorted(self.factors.items()))
+
     def applied(self, costs: StageCosts, stage_params: Sequence[float], device: Any, time_unit: float) -> StageCosts:
         """``costs`` (in units of ``time_unit`` seconds) of stages holding ``stage_params`` trainable
         parameters each, on ``device``: forward and backward × the device's factor, then each

@@ -463,10 +463,12 @@ class Evaluator:
         else:
             schedule = self.layouts.template(config if config.pp > 1 else replace(config, schedule="1f1b"))
             # a fixed order on the same layers and messages gives the same timeline whatever the
-            # data-parallel mode: shared by the evaluators of this workload
+            # data-parallel mode, but for what the engine's pipeline runtime adds to the stages (DeepSpeed's
+            # accumulation differs by mode): shared by the evaluators of this workload
             shared = self.workload.memo.setdefault("timelines", {})
             shape = (config.micro_batch_size, schedule.name, config.num_stages, config.num_microbatches,
-                     tuple(schedule.placement), layout.sizes, layout.recompute, layout.boundary)
+                     tuple(schedule.placement), layout.sizes, layout.recompute, layout.boundary,
+                     self.layouts.pipeline_key(config))
             timeline = shared.get(shape)
             if timeline is None:
                 timeline = shared[shape] = self._simulate(schedule, config, layout, comm)

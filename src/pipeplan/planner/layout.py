@@ -354,11 +354,16 @@ class Layouts:
         self._balanced[key] = best
         return best
 
+    def pipeline_key(self, config: Config) -> tuple[float, tuple[tuple[str, float], ...]] | None:
+        """What of :attr:`pipeline` reaches ``config``'s stage costs, as a cache key (``None``: nothing)."""
+        return self.pipeline.key if self.pipeline is not None and config.pp > 1 else None
+
     def _step_time(self, config: Config, layout: Layout) -> float:
         """The simulated step of ``layout`` under ``config``'s fixed schedule, the all-reduce included."""
-        shared = self.workload.memo.setdefault("balanced_makespans", {})  # the same whatever the mode
+        # the same whatever the mode, but for what the engine's pipeline runtime adds (DeepSpeed's differs by mode)
+        shared = self.workload.memo.setdefault("balanced_makespans", {})
         key = (config.micro_batch_size, config.schedule, config.num_stages, config.num_microbatches,
-               config.virtual_stages, layout.sizes, layout.recompute, layout.boundary)
+               config.virtual_stages, layout.sizes, layout.recompute, layout.boundary, self.pipeline_key(config))
         makespan = shared.get(key)
         if makespan is None:
             self.stats.simulated += 1
