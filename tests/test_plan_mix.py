@@ -183,6 +183,19 @@ def test_cli_prints_the_mix_table_and_json_has_a_mix_key(run_cli):
     assert status == 0 and "mix" not in json.loads(out)
 
 
+@pytest.mark.parametrize("recompute", ["full", "block:1"])
+def test_a_pinned_recompute_plans_on_the_mix(run_cli, recompute):
+    # a pinned mode leaves the others out of each shape's workload, while the memory model asks for
+    # `none` (a recomputed layer's transient) and block:N is priced per stage: both reach the mean sample
+    argv = ["plan", "--preset", "pi0", "--gpus", "8", "--global-batch", "64", "--pp", "2", "--top", "2",
+            "--engine", "megatron", "--recompute", recompute, "--mix", "examples/mix_cameras.csv", "--json"]
+    status, out, err = run_cli(*argv)
+    assert status == 0, err
+    payload = json.loads(out)
+    timed = [row for row in payload["mix"]["rows"] if row["re_ranked"]]
+    assert timed and all(row["bound_ms"] <= row["expected_ms"] for row in timed)
+
+
 def test_cli_refuses_a_bad_mix_and_a_model_it_cannot_vary_in_one_line(run_cli, tmp_path):
     def write(name: str, text: str) -> str:
         path = tmp_path / name

@@ -97,6 +97,14 @@ def _combine(profiles: Sequence[LayerProfile], weights: Sequence[float]) -> Laye
     return first.replaced(**changes)
 
 
+def _any_mode(workload: Workload, size: int, mode: object) -> LayerProfile:
+    """``workload``'s profile at ``mode``, also a mode its pinned recompute leaves out: a workload's ``source``
+    answers every mode, as the memory model's transients ask for ``none`` under a pinned ``full``."""
+    if mode in workload.recompute_modes:
+        return workload.profile(size, mode)
+    return workload.source(size, mode)  # type: ignore[arg-type]
+
+
 def mean_sample_workload(shape_workloads: Sequence[Workload], weights: Sequence[float]) -> Workload:
     """The workload of the mix's mean sample (module doc, step 1), answering every size, mode and degree the shapes do.
 
@@ -112,14 +120,16 @@ def mean_sample_workload(shape_workloads: Sequence[Workload], weights: Sequence[
     degrees = tuple(tp for tp in base.tensor_parallel_degrees if all(tp in w.tensor_parallel_degrees for w in shapes))
 
     def source(size: int, mode: object) -> LayerProfile:
-        return _combine([w.profile(size, mode) for w in shapes], share)  # type: ignore[arg-type]
+        return _combine([_any_mode(w, size, mode) for w in shapes], share)
 
     at_tp: dict[int, list[Workload]] = {}  # each shape at each degree, once (their profiles cached in them)
 
-    def tensor_source(size: int, mode: object, tp: int) -> LayerProfile:
+    def tensor_source(size: int, mode: object, tp: int, stages: Sequence[int] | None = None) -> LayerProfile:
         if tp not in at_tp:
             at_tp[tp] = [w.with_tensor_parallel(tp) for w in shapes]
-        return _combine([w.profile(size, mode) for w in at_tp[tp]], share)  # type: ignore[arg-type]
+        if stages is not None:  # Megatron's block:N / uniform:N, priced per stage (Workload.stage_profile)
+            return _combine([w.stage_profile(size, mode, stages) for w in at_tp[tp]], share)  # type: ignore[arg-type]
+        return _combine([_any_mode(w, size, mode) for w in at_tp[tp]], share)
 
     sizes = base.micro_batch_sizes
     for other in shapes[1:]:
