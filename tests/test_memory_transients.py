@@ -76,3 +76,44 @@ def test_a_measured_profile_has_no_transients():
     profile = LayerProfile.uniform(4, forward=1.0, params=1e6, activation_bytes=1e6)
     loss, recompute = MemoryModel(Workload.from_profile(profile), "adam", None).transient_bytes(1, "none")
     assert not loss.any() and not recompute.any()
+
+
+def _megatron_block(mode: str) -> Workload:
+    from pipeplan import presets
+    return Workload.from_spec(presets.get("gpt-1.5b"), hardware.device("h100-80g"), tensor_parallel=2).with_recompute(mode)
+
+
+def test_block_n_transients_are_the_staged_profiles_not_the_lower_bounds():
+    """Under ``block:N`` the head runs ``none`` in its stage and stores one microbatch's fp32 logits: the loss adds
+    only the copies beyond them, and only the blocks that recompute hold a recomputed forward (review)."""
+    mode, sizes, placement = "block:2", (6, 6, 6, 6), (0, 1, 2, 3)
+    work = _megatron_block(mode)
+    memory = MemoryModel(work, "adam", None, engine="megatron")
+    config = Config(4, 1, 1, 4, "1f1b", 1, mode, 2, "ddp")
+    static = memory.static_memory(config, sizes, placement)
+    staged = np.asarray(work.stage_profile(1, mode, sizes).activation_bytes)
+    whole = np.asarray(work.source(1, "none").activation_bytes)
+    head, logits = loss_layers(work)[0]
+    fp32 = 4.0 * logits
+    assert head == work.num_layers - 1 and staged[head] >= fp32  # the staged head keeps its logits
+    last = slice(18, head)  # the last stage's decoders: 18 and 19 recompute, 20 and 21 do not
+    expected = (LOSS_LOGIT_COPIES["megatron"] - 1.0) * fp32 + float((whole - staged)[last].max())
+    assert static[3].activations == pytest.approx(expected, rel=1e-12)
+    lower = memory.transient_bytes(1, mode)[0][head]  # the lower bound's head keeps its input only
+    assert lower == pytest.approx(LOSS_LOGIT_COPIES["megatron"] * fp32)
+    assert static[3].activations < lower
+
+
+def test_a_relaxed_stage_is_charged_its_own_modes_transients():
+    work = _work()
+    memory = MemoryModel(work, "adam", None, engine="megatron")
+    sizes, placement = (2, work.num_layers - 2), (0, 1)
+    config = Config(2, 1, 1, 4, "1f1b", 1, "full", 1, "ddp")
+    ceiling = memory.static_memory(config, sizes, placement)
+    relaxed = memory.static_memory(config, sizes, placement, ("full", "none"))
+    loss_full, recompute_full = memory.transient_bytes(1, "full")
+    loss_none, _ = memory.transient_bytes(1, "none")
+    assert relaxed[0].activations == ceiling[0].activations == pytest.approx(
+        float(loss_full[:2].sum()) + float(recompute_full[:2].max()))
+    assert relaxed[1].activations == pytest.approx(float(loss_none.sum()))  # no recomputed forward, the none loss
+    assert relaxed[1].activations < ceiling[1].activations

@@ -193,7 +193,7 @@ class Layouts:
             if costs is None:
                 per_mode = {mode: self._stage_costs(micro_batch_size, mode, sizes) for mode in modes}
                 costs = mixed[key] = StageCosts.stagewise([per_mode[mode] for mode in recompute])  # measured split kept
-        static = self.memory.static_memory(config, sizes, placement)
+        static = self.memory.static_memory(config, sizes, placement, recompute)
         counts, _ = self.inflight(config)
         bound = [0.0] * config.pp
         for s, rank in enumerate(placement):

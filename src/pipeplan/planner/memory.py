@@ -105,7 +105,7 @@ from .. import data_parallel
 from ..data_parallel import DataParallelMode
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from ..plan import RankMemory, Recompute, recompute_rank
+from ..plan import RankMemory, Recompute, recompute_rank, stage_recompute
 from ..units import format_gib
 from .space import Config
 from .workload import Workload
@@ -334,18 +334,30 @@ class MemoryModel:
             per.per_trainable,
         )
 
-    def transient_bytes(self, micro_batch_size: int, mode: Recompute) -> tuple[np.ndarray, np.ndarray]:
+    def transient_bytes(self, micro_batch_size: int, mode: Recompute,
+                        sizes: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Per layer, ``(loss, recompute)``: the bytes its loss adds at once beyond what the profile stores, and the
         bytes its recomputed forward holds during its backward (module doc). Cached per ``(micro-batch size, mode)``.
+
+        ``sizes``: layers per stage, for Megatron-LM's ``block:N`` / ``uniform:N``
+        (:func:`~pipeplan.plan.stage_recompute`), whose layers run by their place in
+        their stage: the transients are then read off
+        :meth:`~pipeplan.planner.workload.Workload.stage_profile` (what the layout and
+        the timeline store), not off the lower-bound :meth:`Workload.profile`. Other
+        modes ignore ``sizes``.
         """
-        key = ("transient_bytes", micro_batch_size, mode)
+        staged = None if sizes is None or stage_recompute(mode) is None else tuple(int(size) for size in sizes)
+        key = ("transient_bytes", micro_batch_size, mode, staged)
         cached = self._memo.get(key)
         if cached is None:
-            cached = self._memo[key] = self._transient_bytes(micro_batch_size, mode)
+            cached = self._memo[key] = self._transient_bytes(micro_batch_size, mode, staged)
         return cached
 
-    def _transient_bytes(self, micro_batch_size: int, mode: Recompute) -> tuple[np.ndarray, np.ndarray]:
-        stored = np.asarray(self.workload.profile(micro_batch_size, mode).activation_bytes, dtype=float)
+    def _transient_bytes(self, micro_batch_size: int, mode: Recompute,
+                         sizes: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        source = (self.workload.profile(micro_batch_size, mode) if sizes is None
+                  else self.workload.stage_profile(micro_batch_size, mode, sizes))
+        stored = np.asarray(source.activation_bytes, dtype=float)
         loss = np.zeros(len(stored))
         recompute = np.zeros(len(stored))
         if self.workload.spec is None:  # a measured profile: what it gives is all there is
@@ -375,22 +387,27 @@ class MemoryModel:
         return profile.replaced(activation_bytes=activations.tolist(),
                                 last_extra_bytes=profile.last_extra_bytes + float(loss[last]))
 
-    def static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[RankMemory, ...]:
+    def static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int],
+                      recompute: Sequence[Recompute] | None = None) -> tuple[RankMemory, ...]:
         """Per rank, the weights, gradients and optimizer state of its stages; ``activations``: its transients.
 
-        ``sizes`` are layers per stage, ``placement`` each stage's rank. ``parameters`` hold the
-        first and last stages' fixed bytes too; ``activations`` the loss's and the largest
-        recomputed layer's transient (:meth:`transient_bytes`, under ``config.recompute``), which
-        the evaluator adds to the simulated peak of the stored ones. Cached per
+        ``sizes`` are layers per stage, ``placement`` each stage's rank, ``recompute``
+        each stage's mode (``None``: ``config.recompute`` on every stage). ``parameters``
+        hold the first and last stages' fixed bytes too; ``activations`` the loss's and
+        the largest recomputed layer's transient (:meth:`transient_bytes`, each stage's
+        layers under its own mode, Megatron-LM's ``block:N`` / ``uniform:N`` per stage),
+        which the evaluator adds to the simulated peak of the stored ones. Cached per
         ``(dp, pp, micro-batch size, recompute, sizes, placement)``, all it depends on.
         """
-        key = (config.dp, config.pp, config.micro_batch_size, config.recompute, tuple(sizes), tuple(placement))
+        modes = (config.recompute,) * len(sizes) if recompute is None else tuple(recompute)
+        key = (config.dp, config.pp, config.micro_batch_size, modes, tuple(sizes), tuple(placement))
         cached = self._static.get(key)
         if cached is None:
-            cached = self._static[key] = self._static_memory(config, sizes, placement)
+            cached = self._static[key] = self._static_memory(config, sizes, placement, modes)
         return cached
 
-    def _static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int]) -> tuple[RankMemory, ...]:
+    def _static_memory(self, config: Config, sizes: Sequence[int], placement: Sequence[int],
+                       modes: tuple[Recompute, ...]) -> tuple[RankMemory, ...]:
         """:meth:`static_memory`, computed."""
         per = self.bytes_per_param(config.dp, config.pp)
         profile = self.workload.profile(config.micro_batch_size)
@@ -413,7 +430,13 @@ class MemoryModel:
                 grads[rank] -= float(trainable_params[held].sum()) - trained_once
         extras[placement[0]] += profile.first_extra_bytes
         extras[placement[-1]] += profile.last_extra_bytes
-        loss, recompute = self.transient_bytes(config.micro_batch_size, config.recompute)
+        loss = np.zeros(len(params))
+        recompute = np.zeros(len(params))
+        for mode in set(modes):  # each stage's layers under its own mode
+            mode_loss, mode_recompute = self.transient_bytes(config.micro_batch_size, mode, sizes)
+            for s in (s for s, m in enumerate(modes) if m == mode):
+                loss[bounds[s]:bounds[s + 1]] = mode_loss[bounds[s]:bounds[s + 1]]
+                recompute[bounds[s]:bounds[s + 1]] = mode_recompute[bounds[s]:bounds[s + 1]]
         for rank in range(config.pp):
             held = owner == rank
             transients[rank] = float(loss[held].sum()) + float(recompute[held].max(initial=0.0))
