@@ -420,3 +420,53 @@ def test_a_plan_1_that_cannot_hold_the_largest_samples_is_not_timed_and_says_why
                           draws=4, max_top=1)
     first = next(row for row in found.ranking.rows if row.planned_rank == 1)
     assert not first.re_ranked and "does not fit a microbatch of the mix's largest samples" in first.note
+
+
+# ---------------------------------------------------------------- per-stage recompute and the engine's pipeline costs
+
+def _stage_plan(**fields):
+    from types import SimpleNamespace
+    return SimpleNamespace(**{"tp": 1, "micro_batch_size": 2, "pp": 4, "dp_mode": "zero2", **fields})
+
+
+def test_block_n_shapes_are_timed_on_their_stages_not_the_lower_bound():
+    # Megatron-LM's block:N recomputes the first N blocks of each stage: the mix times each stage as the
+    # search's layouts do (Workload.stage_costs), not on the partitioner's lower-bound profile (review)
+    from pipeplan.planner.mix_costs import _Costs
+
+    work = Workload.from_spec(presets.get("gpt-1.5b"), DEVICE).with_recompute("block:2")
+    sizes = (6, 6, 6, 6)
+    plan = _stage_plan(layers_per_stage=sizes, recompute=("block:2",) * 4)
+    forward, backward, weight = _Costs([work], work).stage(0, plan)
+    staged = work.stage_costs(2, "block:2", sizes)
+    lower = work.profile(2, "block:2").stage_costs(sizes)
+    assert np.allclose(backward * 2, staged.backward, rtol=1e-12) and np.allclose(forward * 2, staged.forward)
+    assert np.allclose(weight * 2, staged.weight)
+    assert not np.allclose(staged.backward, lower.backward)
+
+
+def test_the_engines_pipeline_costs_are_in_each_shapes_stage_costs():
+    # DeepSpeed's pipeline engine (a factor on forward and backward, a gradient accumulation pass per
+    # microbatch) is applied per shape as the search's layouts apply it, not held in the offset (review)
+    from pipeplan.planner.engine_costs import EngineCosts
+    from pipeplan.planner.mix_costs import _Costs
+
+    work = _workload(cameras=3)
+    engine = EngineCosts("deepspeed", accumulate={"zero2": 4.0}, pipeline_factors={DEVICE.name: 1.5})
+    sizes = (10, 10, 10, work.num_layers - 30)
+    plan = _stage_plan(layers_per_stage=sizes, recompute=("none",) * 4)
+    plain = _Costs([work], work).stage(0, plan)
+    priced = _Costs([work], work, engine, DEVICE).stage(0, plan)
+    assert np.allclose(priced[0], 1.5 * plain[0], rtol=1e-12)
+    assert np.all(priced[1] > 1.5 * plain[1])  # the accumulation pass on top of the factor
+    trainable = work.profile(2).trainable_params
+    ends = np.cumsum((0, *sizes))
+    applied = engine.pipeline_for("zero2").applied(work.stage_costs(2, "none", sizes),
+                                                   [float(sum(trainable[ends[s]:ends[s + 1]])) for s in range(4)],
+                                                   DEVICE, work.time_unit)
+    assert np.allclose(priced[1] * 2, applied.backward, rtol=1e-12)
+    # no pipeline (pp = 1) or no device: nothing applied
+    assert np.allclose(_Costs([work], work, engine, DEVICE).stage(0, _stage_plan(
+        layers_per_stage=(work.num_layers,), recompute=("none",), pp=1))[0],
+        _Costs([work], work).stage(0, _stage_plan(layers_per_stage=(work.num_layers,), recompute=("none",), pp=1))[0])
+    assert np.allclose(_Costs([work], work, engine, None).stage(0, plan)[1], plain[1])

@@ -1,14 +1,15 @@
 """What one sample of each shape of a mix costs under a plan: per stage, per message, and the tails.
 
     from pipeplan.planner.mix_costs import _Costs, _tails
-    costs = _Costs(shaped, planned=workload)            # one workload per mix shape, the planned one
+    costs = _Costs(shaped, workload, options.engine_costs, cluster.device)  # per mix shape, the planned one
     forward, backward, weight = costs.shapes(plan)      # [shape, stage], one sample's share (profile units)
     message, planned_message = costs.messages(plan, schedule, cluster)   # [shape, boundary], [boundary]
     tails = _tails(schedule, {"F": f, "B": b, "I": i, "W": w})           # per rank: the chain after its last action
 
 The costs :func:`~pipeplan.planner.mix_rank.rank_on_mix` times plans with: each shape's
 workload at the plan's tensor-parallel degree, micro-batch size and per-stage recompute,
-divided by the micro-batch size (cached per plan shape); each stage boundary's message
+divided by the micro-batch size, with the engine's pipeline costs where it has them
+(cached per plan shape); each stage boundary's message
 on the link the search prices it with, one sample's share of it (:meth:`_Costs.messages`);
 messages folded onto the sender's timeline for ``serialized`` sends (:func:`_serialized`);
 and, for the bound, the longest chain of actions after each rank's last one
@@ -26,15 +27,19 @@ import numpy as np
 from ..plan import Plan, Recompute
 from ..schedule import Schedule
 from .cluster import Cluster
+from .engine_costs import EngineCosts
 from .workload import Workload
 
 
 class _Costs:
     """Per-sample stage costs of each shape, per (tp, micro-batch size, per-stage recompute, partition); cached."""
 
-    def __init__(self, shape_workloads: Sequence[Workload], planned: Workload) -> None:
+    def __init__(self, shape_workloads: Sequence[Workload], planned: Workload,
+                 engine_costs: EngineCosts | None = None, device: Any = None) -> None:
         self.workloads = list(shape_workloads)
         self.planned = planned
+        self.engine_costs = engine_costs
+        self.device = device
         self._tp: dict[tuple[int, int], Workload] = {}
         self._stages: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -47,15 +52,34 @@ class _Costs:
         return self._tp[key]
 
     def stage(self, index: int, plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(forward, backward, weight)`` per stage of one sample of shape ``index`` (``-1``: planned) under ``plan``."""
+        """``(forward, backward, weight)`` per stage of one sample of shape ``index`` (``-1``: planned) under ``plan``.
+
+        Each stage's costs are :meth:`~pipeplan.planner.workload.Workload.stage_costs` under its
+        own mode (Megatron-LM's ``block:N`` / ``uniform:N`` by the stage's place, as the
+        search's layouts); beside a pipeline (``pp > 1``) with the engine's pipeline costs
+        (:meth:`~pipeplan.planner.engine_costs.EngineCosts.pipeline_for` the plan's data-parallel
+        mode, applied as :class:`~pipeplan.planner.layout.Layouts` does, on ``device``): the
+        factor on forward and backward, and the accumulation pass, a per-microbatch cost,
+        carried as ``1/b`` of it per sample.
+        """
         none: Recompute = "none"
         modes: tuple[Recompute, ...] = tuple(plan.recompute) or (none,) * len(plan.layers_per_stage)
-        key = (index, plan.tp, plan.micro_batch_size, modes, tuple(plan.layers_per_stage))
+        pipeline = None
+        if self.engine_costs is not None and self.device is not None and plan.pp > 1:
+            pipeline = self.engine_costs.pipeline_for(plan.dp_mode)
+        key = (index, plan.tp, plan.micro_batch_size, modes, tuple(plan.layers_per_stage),
+               None if pipeline is None else pipeline.key)
         cached = self._stages.get(key)
         if cached is None:
             workload = self._workload(index, plan.tp)
-            per_mode = {mode: workload.profile(plan.micro_batch_size, mode).stage_costs(plan.layers_per_stage)
-                        for mode in set(modes)}
+            sizes = tuple(plan.layers_per_stage)
+            per_mode = {mode: workload.stage_costs(plan.micro_batch_size, mode, sizes) for mode in set(modes)}
+            if pipeline is not None:
+                trainable = workload.profile(plan.micro_batch_size).trainable_params
+                ends = [0, *np.cumsum(sizes).tolist()]
+                params = [float(sum(trainable[ends[s]:ends[s + 1]])) for s in range(len(sizes))]
+                per_mode = {mode: pipeline.applied(costs, params, self.device, workload.time_unit)
+                            for mode, costs in per_mode.items()}
             scale = 1.0 / plan.micro_batch_size
             forward, backward, weight = (
                 np.array([getattr(per_mode[mode], part)[s] for s, mode in enumerate(modes)]) * scale

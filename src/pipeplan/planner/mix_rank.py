@@ -23,7 +23,12 @@ the mix's mean sample and lets it stop early (``prune``, *branch and bound* belo
   sample of each shape on each stage, from the workload built at that shape
   (``shape_workloads``, built like the search's, so tensor-parallel collectives
   and the engine's knobs are in them) at the plan's tensor-parallel degree,
-  micro-batch size and per-stage recompute, divided by the micro-batch size;
+  micro-batch size and per-stage recompute (Megatron-LM's ``block:N`` / ``uniform:N``
+  by each stage's place, :meth:`~pipeplan.planner.workload.Workload.stage_costs`),
+  divided by the micro-batch size; beside a pipeline with ``engine_costs`` and
+  ``cluster``, the engine's pipeline costs per shape (DeepSpeed's factor on forward
+  and backward and its gradient accumulation, as the search's layouts; the
+  accumulation, a per-microbatch pass, carried as ``1/b`` of it per sample);
 * balanced: :func:`~pipeplan.batches.balance.balance` of the whole global batch's
   per-sample totals over the ``dp`` replicas (equal counts), then only the
   slowest replica (the largest load: the step waits for it) is split into the
@@ -109,6 +114,7 @@ from ..simulate import simulate
 from .mix_costs import _Costs, _serialized, _tails, _uniform
 from .resolution import resolution
 from .cluster import Cluster
+from .engine_costs import EngineCosts
 from .workload import Workload
 
 __all__ = ["MixCandidate", "MixRow", "MixRanking", "rank_on_mix", "DEFAULT_DRAWS", "MIN_DRAWS", "WORK_PER_PLAN",
@@ -456,7 +462,8 @@ def _prepare(candidate: MixCandidate, costs: _Costs, mix: Mix, batches: list[np.
 
 def rank_on_mix(candidates: Sequence[MixCandidate], mix: Mix, shape_workloads: Sequence[Workload], planned: Workload,
                 *, global_batch: int, draws: int = DEFAULT_DRAWS, seed: int = 0, prune: bool = False,
-                beyond_ms: float | None = None, cluster: Cluster | None = None, send_mode: str = "eager") -> MixRanking:
+                beyond_ms: float | None = None, cluster: Cluster | None = None, send_mode: str = "eager",
+                engine_costs: EngineCosts | None = None) -> MixRanking:
     """Time each candidate on batches drawn from ``mix`` and rank the searched ones by the expected step.
 
     Args:
@@ -477,6 +484,10 @@ def rank_on_mix(candidates: Sequence[MixCandidate], mix: Mix, shape_workloads: S
         cluster, send_mode: the search's links and send mode: each microbatch's messages between
             stages are then priced from its samples' bytes (module doc, *messages*); ``None``: the
             messages stay in the offset, at the planned shape's bytes.
+        engine_costs: the search's engine costs (:class:`~pipeplan.planner.engine_costs.EngineCosts`):
+            beside a pipeline, DeepSpeed's pipeline engine's factor and gradient accumulation are
+            applied to each shape's stage costs (on ``cluster``'s device; without ``cluster`` they
+            stay in the offset, at the planned shape's costs).
 
     Raises:
         InvalidInputError: ``shape_workloads`` not one per shape, ``draws < 1``, or a
@@ -489,7 +500,7 @@ def rank_on_mix(candidates: Sequence[MixCandidate], mix: Mix, shape_workloads: S
     started = time.process_time()
     rng = np.random.default_rng(seed)
     batches = [rng.choice(len(mix.shapes), size=global_batch, p=np.asarray(mix.weights)) for _ in range(draws)]
-    costs = _Costs(shape_workloads, planned)
+    costs = _Costs(shape_workloads, planned, engine_costs, None if cluster is None else cluster.device)
     splits: dict[tuple[Any, ...], np.ndarray] = {}
     prepared = [_prepare(candidate, costs, mix, batches, draws, splits, cluster, send_mode) for candidate in candidates]
     rows: list[MixRow | None] = [item if isinstance(item, MixRow) else None for item in prepared]

@@ -243,7 +243,8 @@ def search_on_mix(mix: Mix, shape_workloads: Sequence[Workload], cluster: Cluste
         last = found.plans[-1].step_time
         beyond = float(last) * (1 - JENSEN_SLACK) if full and last is not None else None
         ranking = rank_on_mix(candidates, mix, shape_workloads, mean, global_batch=global_batch, draws=draws,
-                              seed=seed, prune=True, beyond_ms=beyond, cluster=cluster, send_mode=options.send_mode)
+                              seed=seed, prune=True, beyond_ms=beyond, cluster=cluster, send_mode=options.send_mode,
+                              engine_costs=options.engine_costs)
         # planned_ms is the step at the planned shape: the search's there, where it holds the plan
         ranking = replace(ranking, rows=tuple(replace(row, planned_ms=_planned_ms(row, main)) for row in ranking.rows))
         best = ranking.best
