@@ -470,3 +470,17 @@ def test_the_engines_pipeline_costs_are_in_each_shapes_stage_costs():
         layers_per_stage=(work.num_layers,), recompute=("none",), pp=1))[0],
         _Costs([work], work).stage(0, _stage_plan(layers_per_stage=(work.num_layers,), recompute=("none",), pp=1))[0])
     assert np.allclose(_Costs([work], work, engine, None).stage(0, plan)[1], plain[1])
+
+
+def test_the_mean_sample_workload_prices_the_largest_shapes_loss_logits():
+    # Memory at the mean sample is the largest shape's: the loss's fp32 logits too, whichever shape is first (review)
+    from pipeplan.planner.memory import MemoryModel, loss_layers
+    from pipeplan.planner.mix_search import mean_sample_workload
+
+    short, long = (Workload.from_spec(presets.get("pi0-fast", text_tokens=t), DEVICE) for t in (50, 250))
+    assert loss_layers(short)[0][1] < loss_layers(long)[0][1]
+    for order in ([short, long], [long, short]):
+        mean = mean_sample_workload(order, [0.5, 0.5])
+        assert loss_layers(mean) == loss_layers(long)
+        loss, _ = MemoryModel(mean, "adam", None).transient_bytes(1, "full")
+        assert loss.tolist() == MemoryModel(long, "adam", None).transient_bytes(1, "full")[0].tolist()

@@ -50,6 +50,7 @@ from ..errors import InfeasiblePlanError, InvalidInputError, PipeplanError
 from ..layers import LayerProfile
 from ..plan import Plan
 from .evaluate import evaluate_layout
+from .memory import loss_layers
 from .mix_rank import DEFAULT_DRAWS, MixCandidate, MixRanking, MixRow, rank_on_mix
 from .options import SearchOptions
 from .search import SearchResult, search
@@ -108,6 +109,11 @@ def _any_mode(workload: Workload, size: int, mode: object) -> LayerProfile:
 def mean_sample_workload(shape_workloads: Sequence[Workload], weights: Sequence[float]) -> Workload:
     """The workload of the mix's mean sample (module doc, step 1), answering every size, mode and degree the shapes do.
 
+    Its :attr:`~pipeplan.planner.workload.Workload.spec` is the shape's with the most
+    logits per example at its LM heads (the first shape's without heads): the memory
+    model prices the loss's fp32 logits from it (:func:`~pipeplan.planner.memory.loss_layers`),
+    the largest shape's as every layer's memory is.
+
     Raises:
         InvalidInputError: no shapes, weights not one per shape, or shapes with different layer counts.
     """
@@ -139,7 +145,10 @@ def mean_sample_workload(shape_workloads: Sequence[Workload], weights: Sequence[
     tokens = [w.tokens_per_sample for w in shapes]
     mean_flops = None if any(f is None for f in flops) else sum(s * float(f or 0.0) for s, f in zip(share, flops))
     mean_tokens = None if any(t is None for t in tokens) else sum(s * float(t or 0.0) for s, t in zip(share, tokens))
-    return replace(base, source=source, tensor_source=None if base.tensor_source is None else tensor_source,
+    # the loss's fp32 logits are memory, the largest shape's as every layer's (MemoryModel reads the spec's heads)
+    heads = [sum(logits for _, logits in loss_layers(w)) for w in shapes]
+    spec = shapes[max(range(len(shapes)), key=lambda i: heads[i])].spec if any(heads) else base.spec
+    return replace(base, source=source, tensor_source=None if base.tensor_source is None else tensor_source, spec=spec,
                    micro_batch_sizes=sizes, tensor_parallel_degrees=degrees or (base.tensor_parallel,),
                    flops_per_sample=mean_flops, tokens_per_sample=mean_tokens,
                    name=f"{base.name} (mix mean sample)", _rebuild=None, _cache={}, memo={})
