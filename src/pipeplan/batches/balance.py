@@ -214,8 +214,8 @@ class MicrobatchPlan:
 
     Attributes:
         microbatches: per microbatch (in run order), the sample indices it holds.
-        costs: per microbatch (in run order), the sum of its samples' costs (ms).
-        makespan: the pipeline step of that order (ms), as :func:`pipeline_makespan` gives it.
+        costs: per microbatch (in run order), the sum of its samples' costs (the costs' time unit).
+        makespan: the pipeline step of that order (the same unit), as :func:`pipeline_makespan` gives it.
     """
 
     microbatches: tuple[tuple[int, ...], ...]
@@ -236,16 +236,21 @@ def plan_microbatches(costs: Sequence[float] | np.ndarray, num_microbatches: int
     rest costliest first, and the split's own order) are timed with
     :func:`pipeline_makespan` and the fastest kept (ties: the first). The stage
     costs of a microbatch are the sums of its samples' ``sample_forward`` and
-    ``sample_backward`` (``[sample, stage]`` arrays, ms) where given; otherwise
+    ``sample_backward`` (``[sample, stage]`` arrays) where given; otherwise
     ``cost · stage_share`` (the fraction of a sample's cost on each stage, default
     4 equal stages), a third of it forward and two thirds backward. ``sample_weight``
     (``[sample, stage]``, the weight-gradient part of ``sample_backward``) is needed for a
     split-backward schedule (zero-bubble: ``I`` and ``W`` actions, see :func:`pipeline_makespan`).
     ``refine``: the split's refinement rounds (:func:`balance`; default its own).
-    ``sample_message`` (``[sample, boundary]``, ms): each sample's share of the message across
+    ``sample_message`` (``[sample, boundary]``): each sample's share of the message across
     each stage boundary (its bytes over the link, plus the link's latency over the samples of
     a microbatch); a microbatch's message is the sum of its samples' (:func:`pipeline_makespan`'s
     ``messages``, with ``send_mode``).
+
+    Units: every time argument in one unit of the caller's (ms here and in
+    :func:`balance`'s example; :func:`~pipeplan.planner.mix_rank.rank_on_mix` passes the
+    profile's time unit, :attr:`~pipeplan.planner.workload.Workload.time_unit`), and the
+    makespan comes back in it.
     """
     values = _check(costs, num_microbatches)
     if values.size < num_microbatches:
@@ -331,7 +336,7 @@ def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward:
                       weight: np.ndarray | Sequence[Sequence[float]] | None = None,
                       messages: np.ndarray | Sequence[Sequence[float]] | None = None,
                       send_mode: str = "eager") -> float:
-    """The step (ms) of a pipeline schedule where each (stage, microbatch) has its own cost.
+    """The step of a pipeline schedule where each (stage, microbatch) has its own cost, in the costs' time unit.
 
     ``forward[s][m]``, ``backward[s][m]``: the forward and full backward of
     microbatch ``m`` on stage ``s`` (``P × m`` arrays). ``schedule``: a registered
@@ -343,9 +348,11 @@ def pipeline_makespan(forward: np.ndarray | Sequence[Sequence[float]], backward:
     :class:`~pipeplan.costs.StageCosts` splits an unmeasured backward. It is
     :func:`pipeplan.simulate.simulate` on :func:`microbatch_stage_costs` with free
     messages (an action starts when its rank is free and its inputs are done), or, with
-    ``messages[b][m]`` (ms, ``P - 1`` boundaries), each microbatch's message across each
+    ``messages[b][m]`` (``P - 1`` boundaries), each microbatch's message across each
     boundary taking its own time (:class:`~pipeplan.costs.CommModel`'s ``microbatch_bytes`` at
-    unit bandwidth; ``send_mode`` ``"eager"`` or ``"rendezvous"``).
+    unit bandwidth; ``send_mode`` ``"eager"`` or ``"rendezvous"``). Every time (costs,
+    messages, the step) is in one unit of the caller's: ms, or the profile's time unit
+    (:func:`~pipeplan.planner.mix_rank.rank_on_mix`).
     """
     costs = microbatch_stage_costs(forward, backward, weight)
     assert costs.microbatch_costs is not None

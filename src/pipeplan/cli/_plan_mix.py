@@ -139,7 +139,8 @@ def mix_lines(ranking: MixRanking, global_batch: int, planned_shape: str = "") -
                      f"{f' ({ranking.searches} searches, the list doubled)' if ranking.searches > 1 else ''}, "
                      f"{ranking.timed} timed on the drawn batches, {ranking.bounded} ruled out by their bound "
                      f"(timed in order of the bound until it reached the best expected step); {beyond}: "
-                     + ("the best plan on the mix is the best of the searched space" if ranking.exact else
+                     + ("the best plan on the mix is the best of the listed plans; beyond them, within the measured margin"
+                        if ranking.exact else
                         "not proven the best of the space (the list reached its longest)"))
     best = ranking.best
     first = next((row for row in ranking.plans if row.planned_rank == 1), None)

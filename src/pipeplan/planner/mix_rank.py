@@ -237,7 +237,10 @@ class MixRanking:
 
     @property
     def exact(self) -> bool:
-        """The best plan on the mix is the best of the space: no plan beyond the rows reaches its expected step."""
+        """The best plan on the mix is the best of the listed plans, and no plan beyond them reaches its expected
+        step within the measured margin: ``beyond_ms`` is the list's last mean-sample step less
+        :data:`~pipeplan.planner.mix_search.JENSEN_SLACK` (1%, the largest shortfall measured, not a proof;
+        :mod:`pipeplan.planner.mix_search`). ``True`` without ``beyond_ms`` (the whole space was listed)."""
         best = self.best
         return bool(best is not None and best.expected_ms is not None and (
             self.beyond_ms is None or best.expected_ms <= self.beyond_ms))

@@ -24,7 +24,8 @@
 4. the plans beyond the list have ``S(p) >= S(p_top)``, the list's last step; when the best
    expected step exceeds ``S(p_top) · (1 -`` :data:`JENSEN_SLACK` ``)`` the list doubles
    (``top`` × 2, at most :data:`MAX_TOP`) and 2–3 run again; otherwise the answer is the best
-   of the whole searched space (:attr:`MixSearch.exact`).
+   of the listed plans and, beyond them, within the measured margin (:attr:`MixSearch.exact`:
+   the margin is measured, not proven).
 
 **Why the mean-sample step bounds the plans beyond the list, and how far.** The step of
 one drawn batch is a max/sum of per-sample costs; with the microbatches' split and order
@@ -180,7 +181,8 @@ class MixSearch:
 
     @property
     def exact(self) -> bool:
-        """The best expected step is no more than what a plan beyond the list can reach (module doc)."""
+        """The best of the listed plans, and no more than a plan beyond the list can reach within the measured
+        margin (:data:`JENSEN_SLACK`, module doc)."""
         return self.ranking.exact
 
 
