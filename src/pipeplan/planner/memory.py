@@ -6,6 +6,7 @@
     OptimizerBytes.for_mode("adam", data_parallel.get("zero1"), 8).per_trainable   # 6 + 12/8 = 7.5
     memory = MemoryModel(workload, "adam", capacity=72e9)
     memory.static_memory(config, sizes, placement)   # per rank: RankMemory, activations: its transients
+    memory.static_memory(config, sizes, placement, ("full", "none"))   # each stage's transients at its own mode
 
 Per parameter (mixed-precision training, bf16 weights):
 
@@ -91,6 +92,12 @@ published runs):
   before its backward and holds all of its activations for it, one layer at a time:
   the largest ``activations(none) − activations(mode)`` over the rank's layers (the
   head excepted: the loss above).
+
+Both are read per stage at the stage's own mode (a stage that ``relax`` lowered is
+charged its lighter mode's), and for Megatron-LM's ``block:N`` / ``uniform:N`` off the
+staged profile (:meth:`~pipeplan.planner.workload.Workload.stage_profile`: the head runs
+``none`` there and stores ``L``, blocks past the first N recompute nothing), as the
+layout and the timeline store them.
 """
 
 from __future__ import annotations
