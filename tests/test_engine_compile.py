@@ -119,3 +119,12 @@ def test_checks_best_plans_keep_the_files_compile(run_cli) -> None:
     assert "compile.enable = true" not in " ".join(data["config"]["ignored"])
     files = data["best"]["same_engine"][0]["files"]
     assert "COMPILE = True" in files["torchtitan_config.py"]
+
+
+@pytest.mark.parametrize("value", ["on", "off"])
+def test_partition_export_writes_the_compile_it_priced(run_cli, value: str) -> None:
+    status, out, err = run_cli("partition", "--preset", "gpt-1.5b", "--stages", "2", "--engine", "torchtitan",
+                               "--compile", value, "--export", "torchtitan-toml", "--json")
+    assert status == 0, err
+    text = json.loads(out)["export"]["files"]["torchtitan.toml"]
+    assert f"enable = {'true' if value == 'on' else 'false'}" in text.split("[compile]")[1]
