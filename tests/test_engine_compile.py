@@ -146,3 +146,12 @@ def test_plan_torch_export_then_check_gives_the_same_step_with_compile(run_cli, 
     assert checked["config"]["settings"]["compile"]["value"] == value
     step = planned["step_time"] * 1e3 * planned["time_unit_seconds"]
     assert checked["predicted"]["step_ms"] == pytest.approx(step, rel=1e-12)
+
+
+@pytest.mark.parametrize("verb", [["model"], ["simulate", "--stages", "2"]])
+def test_model_and_simulate_name_the_device_in_the_kernels_line(run_cli, verb: list[str]) -> None:
+    status, out, err = run_cli(*verb, "--preset", "gpt-1.5b", "--gpu", "a100-80g", "--engine", "torchtitan",
+                               "--compile", "on", "--json")
+    assert status == 0, err
+    kernels = json.loads(out)["assumptions"]["kernels"]
+    assert kernels.startswith("torchtitan's kernels on a100-80g") and "no eager factor" not in kernels
