@@ -207,3 +207,17 @@ def test_deepspeed_takes_the_exported_communication_data_type():
         plan = Plan(pp=1, dp=8, layers_per_stage=(4,), placement=(0,), schedule="1f1b", dp_mode="zero1",
                     grad_reduce_dtype=dtype)
         assert get_communication_data_type(deepspeed_config(plan)) == torch_dtype
+
+
+def test_torchtitan_grad_reduce_dtype_assumption_says_which_modes_it_sets(run_cli):
+    base = ["plan", "--preset", "gpt-1.5b", "--gpus", "8", "--global-batch", "32", "--gpu", "a100-80g", "--tp", "1",
+            "--pp", "1", "--micro-batch-size", "2", "--top", "1", "--engine", "torchtitan", "--json"]
+    lines = {}
+    for name, extra in (("assumed", []), ("all", ["--grad-reduce-dtype", "fp32"]),
+                        ("fsdp", ["--grad-reduce-dtype", "fp32", "--dp-modes", "fsdp,hsdp"])):
+        status, out, err = run_cli(*base, *extra)
+        assert status == 0, err
+        lines[name] = json.loads(out)["assumptions"]["grad-reduce-dtype"]
+    assert lines["assumed"].startswith("fsdp/hsdp fp32") and "ddp, zero1, zero2: each mode's own" in lines["assumed"]
+    assert "it sets fsdp/hsdp only: ddp, zero1, zero2 priced in each mode's own dtype" in lines["all"]
+    assert lines["fsdp"] == "fp32 (given: --grad-reduce-dtype)"

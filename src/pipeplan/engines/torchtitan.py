@@ -62,7 +62,7 @@ from ._names import LayerName, layer_names, stage_fqns
 from ._torchtitan_schedules import TORCH_SCHEDULE_CLASSES, TORCH_SCHEDULE_NAMES, pipeplan_schedule_name
 from .pipelining import plan_schedule, torch_schedule_csv
 from ._eager import COMPILE_KNOB, TORCHTITAN_COMPILE_SPEEDUP, TORCHTITAN_EAGER_FACTORS
-from .record import Engine, Files, Knob, Knobs, Runs
+from .record import Engine, Files, Knob, Knobs, NumberKnob, Runs
 from .torchtitan_config import TOML_COMMIT, read_torchtitan_config
 
 __all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_EAGER_FACTORS", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT",
@@ -546,9 +546,13 @@ TORCHTITAN_KNOBS = Knobs((
          "them with one (torchtitan/distributed/fsdp.py, 0.3.0); never keeps them gathered from the forward to "
          "the backward (one all-gather a layer and microbatch, not two; every layer's bf16 parameters held at "
          "the peak); always, priced without a pipeline only (--pp 1), as default there"),
-    Knob("grad-reduce-dtype", ("fp32",), "fp32",
-         "training.mixed_precision_reduce: FSDP2's MixedPrecisionPolicy(reduce_dtype=float32) for fsdp/hsdp, "
-         "what pipeplan prices there; torchtitan 0.3.0 takes float32 only (Literal['float32']), so bf16 is refused"),
+    NumberKnob("grad-reduce-dtype", ("fp32",), None,
+               "training.mixed_precision_reduce: FSDP2's MixedPrecisionPolicy(reduce_dtype=float32) for fsdp/hsdp, "
+               "what pipeplan prices there; torchtitan 0.3.0 takes float32 only (Literal['float32']), so bf16 is "
+               "refused; ddp and zero1/2 are priced in each mode's own dtype",
+               modes=("fsdp", "hsdp"),
+               assumed="fsdp/hsdp fp32 (torchtitan's training.mixed_precision_reduce); ddp, zero1, zero2: each "
+                       "mode's own (docs/planner.md)"),
 ))
 
 #: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode
