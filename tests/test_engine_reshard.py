@@ -116,3 +116,15 @@ def test_check_notes_always_with_a_pipeline_prices_the_default_and_leaves_it_out
     status, out, err = run_cli("check", "--torchtitan-config", str(tmp_path / "t"), *ARGS, "--top", "0", "--json")
     assert status == 0, err
     assert json.loads(out)["predicted"]["step_ms"] == checked["predicted"]["step_ms"]
+
+
+@pytest.mark.parametrize("mode, tp, written", [("fsdp", 1, True), ("hsdp", 1, True), ("hsdp", 8, False),
+                                               ("ddp", 1, False)])
+def test_the_export_writes_reshard_only_where_fsdp_shards(mode: str, tp: int, written: bool) -> None:
+    from pipeplan.engines.torchtitan import torchtitan_degrees
+    from pipeplan.plan import Plan
+
+    plan = Plan(pp=1, dp=4, tp=tp, layers_per_stage=(8,), placement=(0,), micro_batch_size=2, num_microbatches=4,
+                dp_mode=mode)
+    degrees = torchtitan_degrees(plan, reshard="never", gpus_per_node=8)
+    assert ("fsdp_reshard_after_forward" in degrees) == written == (degrees["data_parallel_shard_degree"] > 1)

@@ -108,7 +108,8 @@ def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8,
     ranks inside a node (``gpus_per_node / tp``, at most dp), replicate across nodes;
     zero1/zero2 (no torchtitan mode): FSDP that keeps parameters gathered after the
     forward (``"never"``), the closest (see :func:`torchtitan_notes`). ``reshard``: the
-    ``--reshard-after-forward`` given for fsdp/hsdp (``"default"``: the key is not written).
+    ``--reshard-after-forward`` given for fsdp/hsdp, written where they shard (shard degree > 1; ``"default"``:
+    the key is not written).
     """
     plan = to_plan(plan)
     if plan.dp_mode == "ddp":
@@ -123,7 +124,9 @@ def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8,
         degrees = {"data_parallel_shard_degree": plan.dp, "data_parallel_replicate_degree": 1}
     if plan.dp_mode in ("zero1", "zero2"):
         degrees["fsdp_reshard_after_forward"] = "never"
-    elif reshard != "default" and plan.dp > 1:
+    elif reshard != "default" and degrees["data_parallel_shard_degree"] > 1:
+        # shard 1 (hsdp with one rank per node group) is torchtitan's DDP (parallelize: FSDP only where
+        # dp_shard > 1, else replicate): no FSDP to reshard
         degrees["fsdp_reshard_after_forward"] = reshard
     return degrees
 
