@@ -173,8 +173,13 @@ def test_torchtitan_reads_mixed_precision_reduce(tmp_path: Path):
     file = tmp_path / "train.toml"
     file.write_text('[training]\nmixed_precision_reduce = "float32"\n')
     assert engines.get("torchtitan").read(file).value("grad_reduce_dtype") == "fp32"
+    assert not any("mixed_precision_reduce" in key for key in engines.get("torchtitan").read(file).ignored)
+    from pipeplan.engines.torchtitan_config import IGNORED_KEYS, TOML_KEYS
+    assert "training.mixed_precision_reduce" in TOML_KEYS and "training.mixed_precision_reduce" not in IGNORED_KEYS
+    file.write_text('[training]\nseq_len = 2048\n')  # left out: the release's default, float32
+    assert engines.get("torchtitan").read(file).value("grad_reduce_dtype") == "fp32"
     file.write_text('[training]\nmixed_precision_reduce = "bfloat16"\n')
-    with pytest.raises(InvalidInputError, match="float32 only"):
+    with pytest.raises(InvalidInputError, match=r"is not Literal\['float32'\]"):
         engines.get("torchtitan").read(file)
 
 

@@ -266,9 +266,10 @@ def engine_costs(args: argparse.Namespace) -> EngineCosts | None:
     sync per ZeRO stage and its host hooks (:class:`~pipeplan.planner.engine_costs.EngineCosts`); ``None`` without
     ``--engine`` or for an engine priced in the workload alone; ``--grad-reduce-dtype`` is priced without
     ``--engine`` too, as Megatron-LM's)."""
-    if not getattr(args, "engine", None) and "grad-reduce-dtype" not in _given(args):
+    given = _given(args)
+    if not getattr(args, "engine", None) and "grad-reduce-dtype" not in given:
         return None
-    return EngineCosts.of(_engine(args), _given(args))
+    return EngineCosts.of(_engine(args), given)
 
 
 def _searched_recompute(engine: Engine) -> tuple[Recompute, ...] | None:
