@@ -51,13 +51,12 @@ def _import_with_sigint_held() -> Callable[[], int]:
     import signal
 
     block = getattr(signal, "pthread_sigmask", None)  # Windows has none: nothing to block with
-    if block is not None:
-        block(signal.SIG_BLOCK, {signal.SIGINT})
+    held = block(signal.SIG_BLOCK, {signal.SIGINT}) if block is not None else None  # the mask before
     try:
         from pipeplan.cli import main as run
     finally:
-        if block is not None:
-            block(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if block is not None and held is not None:
+            block(signal.SIG_SETMASK, held)  # as it was: a caller's own block of SIGINT stays
     return run
 
 

@@ -333,3 +333,17 @@ def test_a_torch_export_needs_a_model(run_cli: RunCli, tmp_path: Path) -> None:
     assert status == 0, err
     line = _one_line(*run_cli("check", "--torch-export", str(tmp_path / "t"), "--gpus", "8")[::2])
     assert "give --preset" in line, line
+
+
+def test_the_grad_sync_row_leaves_out_the_bucket_tag(run_cli, tmp_path):
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2,
+                                  "gradient_accumulation_steps": 2, "bf16": {"enabled": True},
+                                  "zero_optimization": {"stage": 1, "overlap_comm": True,
+                                                        "reduce_bucket_size": 1000000}}))
+    status, out, err = run_cli("check", "--deepspeed-config", str(config), "--preset", "gpt-1.5b", "--gpus", "8",
+                               "--gpu", "a100-80g", "--top", "0")
+    assert status == 0, err
+    sync = next(line for line in out.splitlines() if "grad sync" in line)
+    assert "deepspeed-overlap " in sync and "bucket=" not in sync
+    assert "1000000" in next(line for line in out.splitlines() if "reduce bucket size" in line)

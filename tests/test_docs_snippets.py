@@ -120,3 +120,11 @@ def test_pipeplan_lines_run(where, lines, tmp_path):
         assert status == 0, f"{where}: {line}\n{stderr[-3000:]}"
         assert "Traceback" not in stderr, f"{where}: {line}\n{stderr[-3000:]}"
     assert len(results) == len(lines), f"{where}: ran {len(results)} of {len(lines)} lines"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda path: path.name)
+def test_no_table_cell_has_an_unescaped_pipe_in_code(doc: Path) -> None:
+    """A ``|`` inside a table row ends the cell, in backticks too: tables write ``\\|`` (``block\\|uniform``)."""
+    bad = [f"{doc.name}:{number}: `{code}`" for number, line in enumerate(doc.read_text().splitlines(), 1)
+           if line.startswith("|") for code in re.findall(r"`([^`]*)`", line) if re.search(r"(?<!\\)\|", code)]
+    assert not bad, bad

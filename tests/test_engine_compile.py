@@ -119,3 +119,39 @@ def test_checks_best_plans_keep_the_files_compile(run_cli) -> None:
     assert "compile.enable = true" not in " ".join(data["config"]["ignored"])
     files = data["best"]["same_engine"][0]["files"]
     assert "COMPILE = True" in files["torchtitan_config.py"]
+
+
+@pytest.mark.parametrize("value", ["on", "off"])
+def test_partition_export_writes_the_compile_it_priced(run_cli, value: str) -> None:
+    status, out, err = run_cli("partition", "--preset", "gpt-1.5b", "--stages", "2", "--engine", "torchtitan",
+                               "--compile", value, "--export", "torchtitan-toml", "--json")
+    assert status == 0, err
+    text = json.loads(out)["export"]["files"]["torchtitan.toml"]
+    assert f"enable = {'true' if value == 'on' else 'false'}" in text.split("[compile]")[1]
+
+
+@pytest.mark.parametrize("value", ["on", "off"])
+def test_plan_torch_export_then_check_gives_the_same_step_with_compile(run_cli, tmp_path: Path, value: str) -> None:
+    plan = [*PLAN, "--pp", "2", "--schedules", "1f1b", "--engine", "torch", "--compile", value, "--export", "torch"]
+    status, out, err = run_cli(*plan, "--json")
+    assert status == 0, err
+    planned = json.loads(out)["export"]["plan"]
+    status, _, err = run_cli(*plan, "--out", str(tmp_path / "t"))
+    assert status == 0, err
+    assert f"COMPILE = {value == 'on'}" in (tmp_path / "t" / "split_spec.py").read_text()
+    status, out, err = run_cli("check", "--torch-export", str(tmp_path / "t"), "--preset", "gpt-1.5b", "--gpus", "8",
+                               "--global-batch", "32", "--gpu", "a100-80g", "--top", "0", "--json")
+    assert status == 0, err
+    checked = json.loads(out)
+    assert checked["config"]["settings"]["compile"]["value"] == value
+    step = planned["step_time"] * 1e3 * planned["time_unit_seconds"]
+    assert checked["predicted"]["step_ms"] == pytest.approx(step, rel=1e-12)
+
+
+@pytest.mark.parametrize("verb", [["model"], ["simulate", "--stages", "2"]])
+def test_model_and_simulate_name_the_device_in_the_kernels_line(run_cli, verb: list[str]) -> None:
+    status, out, err = run_cli(*verb, "--preset", "gpt-1.5b", "--gpu", "a100-80g", "--engine", "torchtitan",
+                               "--compile", "on", "--json")
+    assert status == 0, err
+    kernels = json.loads(out)["assumptions"]["kernels"]
+    assert kernels.startswith("torchtitan's kernels on a100-80g") and "no eager factor" not in kernels

@@ -94,3 +94,37 @@ def test_plan_export_then_check_gives_the_same_step_and_memory(run_cli, tmp_path
     step = planned["step_time"] * 1e3 * planned["time_unit_seconds"]
     assert checked["predicted"]["step_ms"] == pytest.approx(step, rel=1e-12)
     assert checked["predicted"]["peak_memory_bytes"] == planned["peak_memory"]
+
+
+def test_check_notes_always_with_a_pipeline_prices_the_default_and_leaves_it_out_of_best_files(run_cli,
+                                                                                              tmp_path: Path) -> None:
+    pins = ["--tp", "1", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "fsdp", "--micro-batch-size", "2",
+            "--recompute", "full", "--engine", "torchtitan", "--top", "1"]
+    status, _, err = run_cli("plan", *ARGS, *pins, "--reshard-after-forward", "never", "--export", "torchtitan-toml",
+                             "--out", str(tmp_path / "t"))
+    assert status == 0, err
+    config = tmp_path / "t" / "torchtitan.toml"
+    text = config.read_text()
+    config.write_text(text.replace('fsdp_reshard_after_forward = "never"', 'fsdp_reshard_after_forward = "always"'))
+    status, out, err = run_cli("check", "--torchtitan-config", str(tmp_path / "t"), *ARGS, "--top", "1", "--json")
+    assert status == 0, err
+    checked = json.loads(out)
+    assert any("always is priced without a pipeline only (pp 2 here)" in note for note in checked["notes"])
+    files = "".join(text for row in checked["best"]["same_engine"] for text in row["files"].values())
+    assert files and "always" not in files
+    config.write_text(text.replace('fsdp_reshard_after_forward = "never"\n', ""))
+    status, out, err = run_cli("check", "--torchtitan-config", str(tmp_path / "t"), *ARGS, "--top", "0", "--json")
+    assert status == 0, err
+    assert json.loads(out)["predicted"]["step_ms"] == checked["predicted"]["step_ms"]
+
+
+@pytest.mark.parametrize("mode, tp, written", [("fsdp", 1, True), ("hsdp", 1, True), ("hsdp", 8, False),
+                                               ("ddp", 1, False)])
+def test_the_export_writes_reshard_only_where_fsdp_shards(mode: str, tp: int, written: bool) -> None:
+    from pipeplan.engines.torchtitan import torchtitan_degrees
+    from pipeplan.plan import Plan
+
+    plan = Plan(pp=1, dp=4, tp=tp, layers_per_stage=(8,), placement=(0,), micro_batch_size=2, num_microbatches=4,
+                dp_mode=mode)
+    degrees = torchtitan_degrees(plan, reshard="never", gpus_per_node=8)
+    assert ("fsdp_reshard_after_forward" in degrees) == written == (degrees["data_parallel_shard_degree"] > 1)

@@ -598,3 +598,10 @@ def test_no_key_deepspeed_has_is_refused_as_a_near_miss(ds_config, sections, tmp
             assert f"{prefix}{key} (not a key pipeplan knows; not priced)" in config.ignored
             checked += 1
     assert checked > 30       # the top level and ZeRO's model hold many keys pipeplan does not know
+
+
+def test_communication_data_type_is_a_priced_field_not_listed_as_ignored(tmp_path):
+    config = read_deepspeed_config(_config(tmp_path, {"train_batch_size": 8, "communication_data_type": "fp32",
+                                                      "zero_optimization": {"stage": 1}}))
+    assert config.value("grad_reduce_dtype") == "fp32"
+    assert not any(key.split(" ")[0] == "communication_data_type" for key in config.ignored)

@@ -173,8 +173,13 @@ def test_torchtitan_reads_mixed_precision_reduce(tmp_path: Path):
     file = tmp_path / "train.toml"
     file.write_text('[training]\nmixed_precision_reduce = "float32"\n')
     assert engines.get("torchtitan").read(file).value("grad_reduce_dtype") == "fp32"
+    assert not any("mixed_precision_reduce" in key for key in engines.get("torchtitan").read(file).ignored)
+    from pipeplan.engines.torchtitan_config import IGNORED_KEYS, TOML_KEYS
+    assert "training.mixed_precision_reduce" in TOML_KEYS and "training.mixed_precision_reduce" not in IGNORED_KEYS
+    file.write_text('[training]\nseq_len = 2048\n')  # left out: the release's default, float32
+    assert engines.get("torchtitan").read(file).value("grad_reduce_dtype") == "fp32"
     file.write_text('[training]\nmixed_precision_reduce = "bfloat16"\n')
-    with pytest.raises(InvalidInputError, match="float32 only"):
+    with pytest.raises(InvalidInputError, match=r"is not Literal\['float32'\]"):
         engines.get("torchtitan").read(file)
 
 
@@ -207,3 +212,17 @@ def test_deepspeed_takes_the_exported_communication_data_type():
         plan = Plan(pp=1, dp=8, layers_per_stage=(4,), placement=(0,), schedule="1f1b", dp_mode="zero1",
                     grad_reduce_dtype=dtype)
         assert get_communication_data_type(deepspeed_config(plan)) == torch_dtype
+
+
+def test_torchtitan_grad_reduce_dtype_assumption_says_which_modes_it_sets(run_cli):
+    base = ["plan", "--preset", "gpt-1.5b", "--gpus", "8", "--global-batch", "32", "--gpu", "a100-80g", "--tp", "1",
+            "--pp", "1", "--micro-batch-size", "2", "--top", "1", "--engine", "torchtitan", "--json"]
+    lines = {}
+    for name, extra in (("assumed", []), ("all", ["--grad-reduce-dtype", "fp32"]),
+                        ("fsdp", ["--grad-reduce-dtype", "fp32", "--dp-modes", "fsdp,hsdp"])):
+        status, out, err = run_cli(*base, *extra)
+        assert status == 0, err
+        lines[name] = json.loads(out)["assumptions"]["grad-reduce-dtype"]
+    assert lines["assumed"].startswith("fsdp/hsdp fp32") and "ddp, zero1, zero2: each mode's own" in lines["assumed"]
+    assert "it sets fsdp/hsdp only: ddp, zero1, zero2 priced in each mode's own dtype" in lines["all"]
+    assert lines["fsdp"] == "fp32 (given: --grad-reduce-dtype)"

@@ -127,3 +127,17 @@ def test_sigint_at_any_moment_exits_130_without_a_traceback() -> None:
     # last SIGINT, seconds into the work, surely lands in pipeplan's code
     assert endings[-1][1] == 130, [(delay, status) for delay, status, _err in endings]
     print("SIGINT after (s) -> exit:", [(delay, status) for delay, status, _err in endings])
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="no signal masks on this platform")
+def test_the_import_restores_the_callers_mask_and_leaves_a_blocked_sigint_blocked() -> None:
+    from pipeplan_entry import _import_with_sigint_held
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        _import_with_sigint_held()
+        assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    _import_with_sigint_held()
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before

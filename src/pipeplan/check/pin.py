@@ -283,8 +283,17 @@ def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: l
     """The engine's kernels on ``device`` (its compute factor) and its priced knobs, as ``plan --engine`` prices them."""
     engine = engines.get(config.engine)
     knobs: dict[str, str] = {}
+    pp = _given(config, "pp")
     for name, knob in _ENGINE_KNOBS.items():
         item = _given(config, name)
+        if (item is not None and knob == "reshard-after-forward" and item.value == "always" and pp is not None
+                and pp.value != 1):
+            # as plan refuses it (cli/_engine_args.py): torchtitan/distributed/fsdp.py keeps the parameters gathered
+            # with a pipeline by default, which pipeplan prices; always through the pipeline is not priced
+            notes.append(f"{item.source}: reshard after forward always is priced without a pipeline only "
+                         f"(pp {pp.value} here): priced as torchtitan's default with a pipeline, parameters kept "
+                         "gathered, and left out of the best plans' files")
+            continue
         if item is not None and knob in engine.knobs.names():
             knobs[knob] = str(item.value)
             values[name] = item

@@ -40,9 +40,9 @@ from __future__ import annotations
 import argparse
 from typing import Any, Final, Literal, cast
 
-from .. import engines
+from .. import data_parallel, engines
 from ..errors import InvalidInputError
-from ..engines import Engine
+from ..engines import Engine, Knob
 from ..models.spec import ModelSpec
 from ..plan import RECOMPUTE_MODES, Recompute, TpCommOverlap, stage_recompute
 from ..planner import Workload
@@ -266,9 +266,10 @@ def engine_costs(args: argparse.Namespace) -> EngineCosts | None:
     sync per ZeRO stage and its host hooks (:class:`~pipeplan.planner.engine_costs.EngineCosts`); ``None`` without
     ``--engine`` or for an engine priced in the workload alone; ``--grad-reduce-dtype`` is priced without
     ``--engine`` too, as Megatron-LM's)."""
-    if not getattr(args, "engine", None) and "grad-reduce-dtype" not in _given(args):
+    given = _given(args)
+    if not getattr(args, "engine", None) and "grad-reduce-dtype" not in given:
         return None
-    return EngineCosts.of(_engine(args), _given(args))
+    return EngineCosts.of(_engine(args), given)
 
 
 def _searched_recompute(engine: Engine) -> tuple[Recompute, ...] | None:
@@ -362,7 +363,7 @@ def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
         if flag == "recompute":
             values[flag] = _recompute_assumption(args, spec, given, unpinned)
         elif flag in given:
-            values[flag] = f"{given[flag]} (given: --{flag})"
+            values[flag] = f"{given[flag]} (given: --{flag}{_outside_modes(args, knob)})"
         elif default is None and assumed:
             values[flag] = f"{assumed} (assumed: give --{flag} to pin it)"
         else:
@@ -385,6 +386,19 @@ def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
         out["kernels"] = (f"{engine.name}'s kernels on {device}: torch.compile priced as the device's fused-kernel "
                           "model (x 1: no eager factor is fitted on this device, so compile changes nothing here)")
     return out
+
+
+def _outside_modes(args: argparse.Namespace, knob: Knob) -> str:
+    """``"; ..."`` where ``knob`` sets some data-parallel modes only and others are searched or pinned (all searched
+    without ``--dp-modes``); ``""`` otherwise."""
+    if not knob.modes:
+        return ""
+    text = getattr(args, "dp_modes", None)
+    modes = data_parallel.parse_modes(text) if text else list(data_parallel.names())
+    others = [mode for mode in modes if mode not in knob.modes]
+    if not others:
+        return ""
+    return f"; it sets {'/'.join(knob.modes)} only: {', '.join(others)} priced in each mode's own dtype"
 
 
 def _recompute_assumption(args: argparse.Namespace, spec: ModelSpec | None, given: dict[str, str],

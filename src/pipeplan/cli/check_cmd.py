@@ -25,6 +25,7 @@ from ..check import CheckResult, check
 from ..check.breakdown import PARTS
 from ..check.measured import format_time
 from ..engines import RunConfig
+from ..engines.record import BUCKET_TAG
 from ..errors import InvalidInputError
 from .._validation import positive_int
 from ..hardware.device_file import device_fields
@@ -220,6 +221,8 @@ def _print(args: argparse.Namespace, result: CheckResult, cluster: Cluster, mode
     table.add_column("from", overflow="fold")
     for name, filled in pinned.values.items():
         value = ",".join(map(str, filled.value)) if isinstance(filled.value, tuple) else str(filled.value)
+        if name == "grad_sync":  # the sync's internal bucket tag (deepspeed-overlap:bucket=N): the bucket has its row
+            value = value.partition(BUCKET_TAG)[0]
         table.add_row(name.replace("_", " "), value, filled.source)
     console.print(table)
     capacity = units.format_gib(cluster.memory_bytes)

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     workload = spec_workload(args, spec, device, link)  # priced as plan prices it (cli/_engine_args.py)
     profile = workload.stage_profile(args.micro_batch_size)  # the model as one stage (Megatron's block:N too)
     options["tp_comm_overlap"] = workload.tp_comm_overlap
-    assumptions = engine_assumptions(args, spec, unpinned=REFERENCE)
+    assumptions = engine_assumptions(args, spec, unpinned=REFERENCE, device=device.name)
     defaults = defaults_assumption(args, spec)
     notes = {"source": "shapes", "model": spec.name, "device": device.name, "microbatch_size": args.micro_batch_size,
              **options, **({"spec": args.spec} if args.spec else {"preset": args.preset})}

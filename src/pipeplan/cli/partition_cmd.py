@@ -35,6 +35,7 @@ from ..partition.steptime import partition_schedule, simulate_partition
 from ..schedules import SCHEDULES, backward_mode, check_schedule_size, schedule_info
 from ..units import format_gib
 from ._common import check_scaled, default_microbatches, make_console, memory_size, byte_size, print_json, progress, renamed_flag
+from ._engine_args import given_knobs
 from ._export_args import add_export_arguments, check_export_args, emit_export, reference_names
 from ._spec_args import add_spec_arguments, profile_from_spec_args, settle_spec_options, uses_spec
 
@@ -355,7 +356,8 @@ def _export(args: argparse.Namespace, plan: Plan, micro: int, built: Schedule | 
         costs = plan.profile.stage_costs(plan.layers_per_stage) if isinstance(plan, PartitionResult) and \
             plan.profile is not None else None
         built = partition_schedule(plan.schedule, plan.num_stages, micro, costs, options=plan.schedule_options)
-    return export_files(plan, args.export, reference_names(args, plan.num_layers), schedule=built)
+    return export_files(plan, args.export, reference_names(args, plan.num_layers), schedule=built,
+                        knobs=given_knobs(args))
 
 
 def _export_payload(engine: str, files: list[ExportFile]) -> dict[str, Any]:

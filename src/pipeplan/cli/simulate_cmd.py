@@ -521,7 +521,8 @@ def _run_spec(args: argparse.Namespace) -> int:
     if args.json:
         extra = {} if mix is None or batch is None else {"mix": {**mix.to_dict(), "batch": batch.to_dict()}}
         print_json(timeline_payload(timeline, args, layers_per_stage=layers, device=device_fields(device),
-                                    link=link.name, assumptions=engine_assumptions(args, spec, REFERENCE), **extra))
+                                    link=link.name,
+                                    assumptions=engine_assumptions(args, spec, REFERENCE, device=device.name), **extra))
         return 0
     make_console().print(f"{spec.name}: layers per stage {layers}; cost model: {device.summary()}; messages over "
                          f"{link.name} ({link.latency_ms:g} ms + bytes / {units.format_bandwidth(link.bandwidth / 1e3)})",

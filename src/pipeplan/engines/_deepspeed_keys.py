@@ -89,7 +89,7 @@ _BATCH = {"train_batch_size": "global_batch", "train_micro_batch_size_per_gpu": 
 _TRAIN, _MICRO, _ACCUMULATION = _BATCH
 #: The keys of each section that become fields (the reader lists every other key it reads as ignored).
 _FIELDS: Mapping[str, frozenset[str]] = {
-    "": frozenset({*_BATCH, "zero_optimization", "bf16", "bfloat16", "fp16"}),
+    "": frozenset({*_BATCH, "zero_optimization", "bf16", "bfloat16", "fp16", "communication_data_type"}),
     "zero_optimization": frozenset({"stage", "overlap_comm", "reduce_bucket_size"}),
     "bf16": frozenset({"enabled"}),
     "fp16": frozenset({"enabled"}),

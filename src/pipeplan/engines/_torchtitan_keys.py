@@ -39,6 +39,7 @@ TOML_KEYS: dict[str, tuple[str, Any]] = {
     "training.global_batch_size": ("int", -1),
     "training.seq_len": ("int", 2048),
     "training.mixed_precision_param": ("Literal['bfloat16', 'float32']", "bfloat16"),
+    "training.mixed_precision_reduce": ("Literal['float32']", "float32"),  # FSDP2's reduce_dtype: --grad-reduce-dtype
     "parallelism.data_parallel_replicate_degree": ("int", 1),
     "parallelism.data_parallel_shard_degree": ("int", -1),
     "parallelism.fsdp_reshard_after_forward": ("Literal['default', 'always', 'never']", "default"),
@@ -82,7 +83,7 @@ IGNORED_KEYS: frozenset[str] = frozenset({
     "lr_scheduler.warmup_steps", "lr_scheduler.decay_ratio", "lr_scheduler.decay_type",
     "lr_scheduler.min_lr_factor",
     "training.dataset", "training.dataset_path", "training.max_norm", "training.steps", "training.dtype",
-    "training.mixed_precision_reduce", "training.gc_freq", "training.enable_cpu_offload",
+    "training.gc_freq", "training.enable_cpu_offload",
     "parallelism.enable_async_tensor_parallel", "parallelism.disable_loss_parallel",
     "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree",
     "parallelism.expert_tensor_parallel_degree",

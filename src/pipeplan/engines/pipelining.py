@@ -25,7 +25,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..errors import InvalidInputError
 from ..plan import Plan
@@ -139,8 +139,12 @@ def _adjacent_on_one_rank(plan: Plan) -> int | None:
     return next((s for s in range(len(placement) - 1) if placement[s] == placement[s + 1]), None)
 
 
-def torch_split_snippet(plan: Plan | Sequence[int], names: Sequence[str | LayerName] | None = None) -> str:
+def torch_split_snippet(plan: Plan | Sequence[int], names: Sequence[str | LayerName] | None = None, *,
+                        compile: bool = False) -> str:
     """``split_spec.py``: every stage's module paths, ``build_stages`` / ``build_schedule``, the tracer's split, FSDP2.
+
+    ``compile``: what pipeplan priced (``--compile on``), written as ``COMPILE = True/False``
+    for ``pipeplan check`` to read back; the user wraps the model in ``torch.compile`` themselves.
 
     ``build_stages(model, rank, device)`` makes this rank's ``PipelineStage`` from the listed
     modules (every placement); the tracer's ``split_spec`` is kept where it works (no rank
@@ -168,6 +172,8 @@ def torch_split_snippet(plan: Plan | Sequence[int], names: Sequence[str | LayerN
         "",
         f"STAGE_TO_RANK = {list(plan.placement)}",
         f"LAYERS_PER_STAGE = {list(plan.layers_per_stage)}  # pipeplan's layers per stage (pipeplan check reads it)",
+        "# torch.compile as pipeplan priced it (--compile): with True, wrap the model in torch.compile yourself",
+        f"COMPILE = {compile}",
         "MODULE_FQNS_PER_STAGE = [",
         *[f"    {json.dumps(stage)}," for stage in fqns],
         "]",
@@ -249,13 +255,14 @@ def plan_schedule(plan: Plan | Sequence[int]) -> Schedule:
 
 
 def torch_files(plan: Plan | Sequence[int], names: Sequence[str | LayerName] | None = None, *,
-                schedule: Schedule | None = None) -> list[ExportFile]:
-    """``split_spec.py`` and ``schedule.csv`` (``schedule``: the order to write, default the plan's)."""
+                schedule: Schedule | None = None, compile: bool = False) -> list[ExportFile]:
+    """``split_spec.py`` and ``schedule.csv`` (``schedule``: the order to write, default the plan's; ``compile``:
+    ``--compile on`` priced, written as ``COMPILE = True``)."""
     plan = to_plan(plan)
     order = schedule if schedule is not None else plan_schedule(plan)
     if tuple(order.placement) != tuple(plan.placement):
         raise InvalidInputError(f"the schedule places stages {list(order.placement)}, the plan {list(plan.placement)}")
-    return [ExportFile("split_spec.py", torch_split_snippet(plan, names)),
+    return [ExportFile("split_spec.py", torch_split_snippet(plan, names, compile=compile)),
             ExportFile("schedule.csv", torch_schedule_csv(order))]
 
 
@@ -264,9 +271,16 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
     return torch_files(plan, names, schedule=schedule)
 
 
+def _write_knobs(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
+                 gpus_per_node: int, knobs: Mapping[str, str]) -> list[ExportFile]:
+    """:func:`_write` with the knobs given: ``compile`` written as ``COMPILE = True/False`` in ``split_spec.py``."""
+    return torch_files(plan, names, schedule=schedule, compile=knobs.get("compile") == "on")
+
+
 #: plain torch: any order from the schedule CSV, any data-parallel mode (FSDP2 for fsdp and hsdp); exact. Its
 #: kernels are torch's eager ones unless the model is compiled (``--compile``): priced as torchtitan's, which runs
 #: the same eager kernels (torchtitan is plain torch with FSDP2), by the same fitted numbers (:mod:`._eager`).
-ENGINE = Engine("torch", Runs(), Files(targets=("torch",), write=_write, read=read_torch_export),
+ENGINE = Engine("torch", Runs(), Files(targets=("torch",), write=_write, read=read_torch_export,
+                                       knobs=("compile",), write_knobs=_write_knobs),
                 knobs=Knobs((COMPILE_KNOB,)), compute_factors=TORCHTITAN_EAGER_FACTORS,
                 compile_speedup=TORCHTITAN_COMPILE_SPEEDUP)

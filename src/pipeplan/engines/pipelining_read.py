@@ -9,7 +9,8 @@
 placement: pp = its largest rank + 1, virtual stages = stages ÷ pp), ``LAYERS_PER_STAGE``
 (pipeplan's layer counts, written by the export for this reader), ``MODULE_FQNS_PER_STAGE``
 (one layer per path where ``LAYERS_PER_STAGE`` is absent) and ``DATA_PARALLEL`` (the mode the
-stages are wrapped for: ``fully_shard`` for fsdp/hsdp). ``schedule.csv`` is torch's
+stages are wrapped for: ``fully_shard`` for fsdp/hsdp), ``COMPILE`` (``True``: torch.compile
+priced, read as the ``compile`` knob ``on``). ``schedule.csv`` is torch's
 ``_PipelineScheduleRuntime._load_csv`` format (one row per rank, ``{stage}{F|B|I|W}{microbatch}``):
 its microbatches give ``num_microbatches``, and :func:`recognise_schedule` compares it with
 every fixed generator of :mod:`pipeplan.schedules` for the same ranks, stages and
@@ -144,6 +145,11 @@ def read_torch_export(path: Path) -> RunConfig:
         notes.append("layers per stage counted as one layer per module path (split_spec.py has no LAYERS_PER_STAGE)")
     if "DATA_PARALLEL" in facts:
         settings["dp_mode"] = Setting(facts["DATA_PARALLEL"][0], facts["DATA_PARALLEL"][1])
+    if "COMPILE" in facts:
+        compiled, source = facts["COMPILE"]
+        if not isinstance(compiled, bool):
+            raise InvalidInputError(f"{spec_path}: COMPILE must be True or False, got {compiled!r}")
+        settings["compile"] = Setting("on" if compiled else "off", source)
     order = read_schedule_csv(csv_path)
     if tuple(order.placement) != tuple(placement):
         raise InvalidInputError(f"{csv_path}: its rows place stages {list(order.placement)}, split_spec.py's "

@@ -157,6 +157,9 @@ class Knob:
         elsewhere: why an engine without this knob has none (``--compile``: Megatron-LM and
             DeepSpeed run fused kernels already), the refusal's reason; ``""``: the plain
             "has no knob" line.
+        modes: the data-parallel modes the knob sets (torchtitan's ``grad-reduce-dtype``:
+            fsdp and hsdp); the others are priced as without it, and the assumptions say
+            so where it is given with them. Empty: every mode.
     """
 
     name: str
@@ -165,6 +168,7 @@ class Knob:
     doc: str
     searched: tuple[str, ...] | None = None
     elsewhere: str = ""
+    modes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.default is not None and self.default not in self.choices:

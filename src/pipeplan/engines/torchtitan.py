@@ -62,7 +62,7 @@ from ._names import LayerName, layer_names, stage_fqns
 from ._torchtitan_schedules import TORCH_SCHEDULE_CLASSES, TORCH_SCHEDULE_NAMES, pipeplan_schedule_name
 from .pipelining import plan_schedule, torch_schedule_csv
 from ._eager import COMPILE_KNOB, TORCHTITAN_COMPILE_SPEEDUP, TORCHTITAN_EAGER_FACTORS
-from .record import Engine, Files, Knob, Knobs, Runs
+from .record import Engine, Files, Knob, Knobs, NumberKnob, Runs
 from .torchtitan_config import TOML_COMMIT, read_torchtitan_config
 
 __all__ = ["TORCHTITAN_COMMIT", "TORCHTITAN_EAGER_FACTORS", "TORCHTITAN_RELEASE", "TORCHTITAN_TOML_COMMIT",
@@ -108,7 +108,8 @@ def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8,
     ranks inside a node (``gpus_per_node / tp``, at most dp), replicate across nodes;
     zero1/zero2 (no torchtitan mode): FSDP that keeps parameters gathered after the
     forward (``"never"``), the closest (see :func:`torchtitan_notes`). ``reshard``: the
-    ``--reshard-after-forward`` given for fsdp/hsdp (``"default"``: the key is not written).
+    ``--reshard-after-forward`` given for fsdp/hsdp, written where they shard (shard degree > 1; ``"default"``:
+    the key is not written).
     """
     plan = to_plan(plan)
     if plan.dp_mode == "ddp":
@@ -123,7 +124,9 @@ def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8,
         degrees = {"data_parallel_shard_degree": plan.dp, "data_parallel_replicate_degree": 1}
     if plan.dp_mode in ("zero1", "zero2"):
         degrees["fsdp_reshard_after_forward"] = "never"
-    elif reshard != "default" and plan.dp > 1:
+    elif reshard != "default" and degrees["data_parallel_shard_degree"] > 1:
+        # shard 1 (hsdp with one rank per node group) is torchtitan's DDP (parallelize: FSDP only where
+        # dp_shard > 1, else replicate): no FSDP to reshard
         degrees["fsdp_reshard_after_forward"] = reshard
     return degrees
 
@@ -546,9 +549,13 @@ TORCHTITAN_KNOBS = Knobs((
          "them with one (torchtitan/distributed/fsdp.py, 0.3.0); never keeps them gathered from the forward to "
          "the backward (one all-gather a layer and microbatch, not two; every layer's bf16 parameters held at "
          "the peak); always, priced without a pipeline only (--pp 1), as default there"),
-    Knob("grad-reduce-dtype", ("fp32",), "fp32",
-         "training.mixed_precision_reduce: FSDP2's MixedPrecisionPolicy(reduce_dtype=float32) for fsdp/hsdp, "
-         "what pipeplan prices there; torchtitan 0.3.0 takes float32 only (Literal['float32']), so bf16 is refused"),
+    NumberKnob("grad-reduce-dtype", ("fp32",), None,
+               "training.mixed_precision_reduce: FSDP2's MixedPrecisionPolicy(reduce_dtype=float32) for fsdp/hsdp, "
+               "what pipeplan prices there; torchtitan 0.3.0 takes float32 only (Literal['float32']), so bf16 is "
+               "refused; ddp and zero1/2 are priced in each mode's own dtype",
+               modes=("fsdp", "hsdp"),
+               assumed="fsdp/hsdp fp32 (torchtitan's training.mixed_precision_reduce); ddp, zero1, zero2: each "
+                       "mode's own (docs/planner.md)"),
 ))
 
 #: torchtitan: any order (torch's classes, or a schedule CSV) on a loop or a V, every data-parallel mode
