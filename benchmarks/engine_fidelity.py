@@ -401,6 +401,22 @@ def deepspeed_gpt(run: DeepSpeedRun) -> ModelSpec:
     ))
 
 
+def deepspeed_workload(run: DeepSpeedRun) -> Workload:
+    """The run's model on the A100 80 GB as the DeepSpeed rows price it: full recompute, no sequence parallelism,
+    TP collectives waited for (Megatron-DeepSpeed's Megatron-LM of 2021)."""
+    return Workload.from_spec(deepspeed_gpt(run), hardware.device("a100-80g"), tp_link=hardware.link("nvlink-a100"),
+                              sequence_parallel=False, tp_comm_overlap="off").with_recompute("full")
+
+
+def last_stage_ratio(run: DeepSpeedRun) -> float:
+    """The last pipeline stage's forward + backward per microbatch over a middle stage's, as priced (even split of the
+    pipeline layers, the run's tp and micro batch): above 1 where the head's stage is the pipeline's slowest."""
+    work = deepspeed_workload(run).with_tensor_parallel(run.tp)
+    costs = work.stage_costs(run.micro_batch, None, megatron_split(work.num_layers, run.pp))
+    totals = [forward + backward for forward, backward in zip(costs.forward, costs.backward, strict=True)]
+    return totals[-1] / totals[len(totals) // 2]
+
+
 def deepspeed_predict(run: DeepSpeedRun, knobs: dict[str, str] | None = None, *, factor: float | None = None,
                       accumulate: bool = True) -> Plan:
     """The plan of ``run`` as ``plan --engine deepspeed`` prices it (``knobs``: DeepSpeed's, default none given).
@@ -416,8 +432,7 @@ def deepspeed_predict(run: DeepSpeedRun, knobs: dict[str, str] | None = None, *,
     device = hardware.device("a100-80g")
     inter = OMNIPATH if run.inter_node == "omnipath" else hardware.link(run.inter_node)
     cluster = Cluster(run.gpus, device, hardware.link("nvlink-a100"), inter, 8)
-    work = Workload.from_spec(deepspeed_gpt(run), device, tp_link=hardware.link("nvlink-a100"),
-                              sequence_parallel=False, tp_comm_overlap="off").with_recompute("full")
+    work = deepspeed_workload(run)
     dp = run.gpus // (run.tp * run.pp)
     config = Config(run.pp, dp, run.micro_batch, run.global_batch // (dp * run.micro_batch), "1f1b", 1, "full",
                     run.tp, run.dp_mode)
@@ -541,8 +556,8 @@ def deepspeed_held_out_rows() -> list[HeldOutRow]:
 
 
 HELD_OUT_HEADER = ["| held-out run | source | tp × pp × dp | ZeRO | published s/iteration | predicted | error | "
-                   "factor 1 | error | accumulation's share | factor's share |",
-                   "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+                   "factor 1 | error | accumulation's share | factor's share | last stage ÷ middle |",
+                   "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
 
 def deepspeed_held_out_table(results: Sequence[HeldOutRow]) -> str:
@@ -561,12 +576,13 @@ def deepspeed_held_out_table(results: Sequence[HeldOutRow]) -> str:
                      f"{seconds:.4g} | {signed(100 * error, '+.1f')}% | {plain:.4g} | "
                      f"{signed(100 * plain_error, '+.1f')}% | "
                      f"{100 * (seconds - (row.without_accumulation.step_seconds or 0.0)) / seconds:.1f}% | "
-                     f"{100 * (seconds - plain) / seconds:.1f}% |")
+                     f"{100 * (seconds - plain) / seconds:.1f}% | {last_stage_ratio(run):.2f} |")
     lines.append("")
     lines.append(f"Held out (not in the factor's fit; the factor in use, {PIPELINE_FACTORS['a100-80g']:.3f}): mean "
                  f"|error| of throughput {_summary(errors)}. With factor 1: {_summary(bare)}. Source: "
                  "bigscience-workshop/bigscience train/tr11-176B-ml/reshaping-log.md at c352f83 (BLOOM 176B resumed on "
-                 "24 and 36 nodes).")
+                 "24 and 36 nodes). Last stage ÷ middle: the last pipeline stage's forward + backward per microbatch "
+                 "over a middle stage's, as priced (the head's stage; above 1: the pipeline's slowest).")
     return "\n".join(lines)
 
 
