@@ -274,8 +274,8 @@ class Workload:
                 # torch's async TP (torchtitan's enable_async_tensor_parallel): compile's micro-pipelining
                 # splits each all-gather / reduce-scatter beside its matmul, which hides a fitted share of
                 # it (ASYNC_TP_HIDDEN, pipeplan.engines._eager), never more than the layer's own pass
-                forward = [f + c - min(hidden * c, f) for f, c in zip(profile.forward, forward_comm)]
-                backward = [g + c - min(hidden * c, g) for g, c in zip(profile.backward, backward_comm)]
+                forward = [f + (c - min(hidden * c, f)) for f, c in zip(profile.forward, forward_comm)]
+                backward = [g + (c - min(hidden * c, g)) for g, c in zip(profile.backward, backward_comm)]
             elif tp_comm_overlap == "on":
                 # --tp-comm-overlap (Transformer Engine's userbuffers) pipelines the forward's
                 # all-gathers and reduce-scatters with the GEMMs beside them, and the backward's with
