@@ -296,7 +296,8 @@ def test_torchtitans_toml_release_round_trip(run_cli: RunCli, tmp_path: Path) ->
     """``plan --export torchtitan-toml --out DIR`` (torchtitan's TOML release) read back by check."""
     if not _reads("torchtitan"):
         pytest.skip("torchtitan's reader has not landed")
-    pins = ["--tp", "2", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "fsdp", "--recompute", "full"]
+    pins = ["--engine", "torchtitan", "--tp", "2", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "fsdp",
+            "--recompute", "full"]
     status, text, err = run_cli("plan", *PLAN, *pins, "--export", "torchtitan-toml", "--json", "--top", "1")
     assert status == 0, err
     planned = json.loads(text)["export"]["plan"]

@@ -33,11 +33,25 @@ def test_the_torchtitan_band_is_the_held_out_summary() -> None:
                       r"torchtitan` prices them \(worst ([\d.]+)%", text)
     assert found, "the torchtitan summary line moved"
     runs, mean, worst = int(found[1]), float(found[2]) / 100, float(found[3]) / 100
-    (row,) = [row for row in CHECKED if row.engine == "torchtitan"]
-    assert row.command == "python benchmarks/engine_fidelity.py" and row.device == "a100-80g"
+    (row,) = [row for row in CHECKED if row.engine == "torchtitan" and row.device == "a100-80g"]
+    assert row.command == "python benchmarks/engine_fidelity.py"
     assert (row.runs, row.mean, row.worst) == (runs, pytest.approx(mean), pytest.approx(worst))
     band = error_band("a100-80g", "torchtitan", gpt=True)
     assert band.checked and f"±{found[2]}%" in band.line() and "torchtitan runs" in band.line()
+
+
+def test_the_torchtitan_h100_band_is_its_held_out_summary() -> None:
+    """torchtitan on h100-96g: the held-out summary line benchmarks/torchtitan_h100.py wrote in docs/engines.md."""
+    text = (DOC.parent / "engines.md").read_text()
+    found = re.search(r"(\d+) held-out runs: mean \|error\| \*\*([\d.]+)%\*\* \(\d+ within 10%, worst ([\d.]+)%\)",
+                      text)
+    assert found, "the torchtitan-h100 summary line moved"
+    (row,) = [row for row in CHECKED if row.device == "h100-96g"]
+    assert row.engine == "torchtitan" and row.command == "python benchmarks/torchtitan_h100.py"
+    assert (row.runs, row.mean, row.worst) == (int(found[1]), pytest.approx(float(found[2]) / 100),
+                                                pytest.approx(float(found[3]) / 100))
+    assert error_band("h100-96g", "torchtitan", gpt=True).checked
+    assert not error_band("h100-80g", "torchtitan", gpt=True).checked
 
 
 def test_a_checked_question_has_no_caveat() -> None:

@@ -33,7 +33,7 @@ from .. import data_parallel, engines
 from ..engines import RunConfig
 from ..errors import InvalidInputError
 from ..partition.solver import even_split
-from ..plan import Plan, Recompute, TpCommOverlap
+from ..plan import MEGATRON_TP_COMM_OVERLAPS, Plan, Recompute, TpCommOverlap
 from ..planner import Cluster, SearchOptions, Workload, search
 from ..planner.baselines import megatron_split
 from ..planner.engine_costs import EngineCosts
@@ -142,8 +142,10 @@ def _knobs(config: RunConfig, workload: Workload, values: dict[str, Filled]) -> 
     sp, overlap = given["sequence_parallel"], given["tp_comm_overlap"]
     for name, item, default in (("sequence_parallel", sp, "on" if workload.sequence_parallel else "off"),
                                 ("tp_comm_overlap", overlap, workload.tp_comm_overlap)):
+        if item is None and name in values:  # the engine's own (_engine_pricing)
+            continue
         if item is not None and item.value not in (("on", "off") if name == "sequence_parallel"
-                                                   else ("off", "backward", "on")):
+                                                   else MEGATRON_TP_COMM_OVERLAPS):
             raise InvalidInputError(f"{config.path}: {name.replace('_', ' ')} {item.value!r} is not one pipeplan "
                                     f"prices ({item.source})")
         values[name] = item if item is not None else Filled(
@@ -275,7 +277,8 @@ def _from_plan(plan: Plan, name: str) -> Any:
 
 #: RunConfig fields that are an engine's priced knobs (:class:`~pipeplan.engines.Knob`), by knob name.
 _ENGINE_KNOBS = {"overlap_comm": "overlap-comm", "reduce_bucket_size": "reduce-bucket-size", "compile": "compile",
-                 "reshard_after_forward": "reshard-after-forward", "grad_reduce_dtype": "grad-reduce-dtype"}
+                 "reshard_after_forward": "reshard-after-forward", "grad_reduce_dtype": "grad-reduce-dtype",
+                 "async_tp": "async-tp"}
 
 
 def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: list[str],
@@ -302,6 +305,13 @@ def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: l
         values["compile"] = Filled(default, f"{engine.name} default (the files do not set it: eager kernels)")
     if knobs.get("reshard-after-forward") == "never":  # FSDP2 keeps each layer gathered for its backward
         workload = workload.with_reshard_after_forward(False)
+    overlap = engine.tp_overlap(knobs)
+    if overlap is not None and _given(config, "tp_comm_overlap") is None:  # the engine's own TP (torch's DTensor)
+        given = _given(config, "async_tp")
+        values["tp_comm_overlap"] = Filled(overlap, given.source if given is not None else (
+            f"{engine.name} default (torch's DTensor tensor parallelism: every collective waited for; "
+            "docs/engines.md)"))
+        workload = workload.with_tensor_knobs(tp_comm_overlap=overlap)
     factor = engine.compute_factor(device, knobs)
     if factor != 1.0 and workload.spec is not None:
         workload = workload.with_compute_factor(factor)

@@ -165,6 +165,9 @@ def _given(args: argparse.Namespace) -> dict[str, str]:
             _refuse_absent(engine, flag)
         knob = engine.knobs.get(flag, engine.name)  # the engine has the knob (one line naming its knobs)
         given[flag] = _parse_recompute(value, engine) if flag == "recompute" else knob.parse(value, engine.name)
+    if given.get("async-tp") == "on" and given.get("compile") != "on":
+        # torchtitan/distributed/tensor_parallel.py (0.3.0): "Async TP requires 'model' in --compile.components"
+        raise InvalidInputError("--async-tp on needs --compile on (torchtitan refuses async TP without torch.compile)")
     if given.get("reshard-after-forward") == "always" and hasattr(args, "pp") and args.pp != 1:
         # torchtitan/distributed/fsdp.py: with a pipeline its default keeps the parameters gathered, which pipeplan
         # prices; always would gather each layer twice a microbatch through the pipeline, not priced
@@ -245,10 +248,12 @@ def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpi
     factor = _engine(args).compute_factor(device, given)
     if factor != 1.0 and workload.spec is not None:  # a measured profile's times are its engine's already
         workload = workload.with_compute_factor(factor)
-    if "sequence-parallel" in given or "tp-comm-overlap" in given:
+    # the engine's own TP (torch's DTensor: nothing hidden, or async TP) where --tp-comm-overlap is not given
+    overlap = given.get("tp-comm-overlap") or _engine(args).tp_overlap(given)
+    if "sequence-parallel" in given or overlap is not None:
         workload = workload.with_tensor_knobs(
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
-            tp_comm_overlap=cast("TpCommOverlap | None", given.get("tp-comm-overlap")))
+            tp_comm_overlap=cast("TpCommOverlap | None", overlap))
     if given.get("reshard-after-forward") == "never":  # FSDP2 keeps each layer gathered for its backward
         workload = workload.with_reshard_after_forward(False)
     pin = recompute_pin(args, workload.spec, unpinned)

@@ -32,7 +32,7 @@ from ..plan import Plan
 from ..schedule import Schedule
 from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note, layer_names, stage_fqns
-from ._eager import COMPILE_KNOB, TORCHTITAN_COMPILE_SPEEDUP, TORCHTITAN_EAGER_FACTORS
+from ._eager import COMPILE_KNOB, TORCHTITAN_COMPILE_SPEEDUP, TORCHTITAN_EAGER_FACTORS, torch_tp_overlap
 from .record import Engine, Files, Knobs, Runs
 from .pipelining_read import read_torch_export
 
@@ -283,4 +283,4 @@ def _write_knobs(plan: Plan, target: str, names: Sequence[LayerName] | None, *, 
 ENGINE = Engine("torch", Runs(), Files(targets=("torch",), write=_write, read=read_torch_export,
                                        knobs=("compile",), write_knobs=_write_knobs),
                 knobs=Knobs((COMPILE_KNOB,)), compute_factors=TORCHTITAN_EAGER_FACTORS,
-                compile_speedup=TORCHTITAN_COMPILE_SPEEDUP)
+                compile_speedup=TORCHTITAN_COMPILE_SPEEDUP, tp_overlap=torch_tp_overlap)

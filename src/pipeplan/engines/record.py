@@ -29,7 +29,7 @@ from typing import Protocol
 
 from ..errors import InvalidInputError
 from ..models.spec import ModelSpec
-from ..plan import Plan
+from ..plan import Plan, TpCommOverlap
 from ..schedule import Schedule
 from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note
@@ -328,6 +328,10 @@ def _no_pricing(knobs: Mapping[str, str]) -> Pricing | None:
     return None
 
 
+def _megatron_tp(knobs: Mapping[str, str]) -> TpCommOverlap | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Engine:
     """One training engine pipeplan plans for.
@@ -350,6 +354,10 @@ class Engine:
             the compiled kernels gain over the eager ones the factors price: the factor
             becomes ``max(1, factor / compile_speedup)`` (never below the device's fused
             kernels); 1: the knob changes nothing.
+        tp_overlap: the knobs given (name → value) → what its tensor-parallel collectives hide
+            behind (:data:`~pipeplan.plan.TP_COMM_OVERLAPS`: torch's DTensor ``"off"``, its async
+            TP ``"async"``); ``None``: the ``tp-comm-overlap`` knob or the step model's default
+            (Megatron-LM's ``"backward"``).
     """
 
     name: str
@@ -359,6 +367,7 @@ class Engine:
     pricing: Callable[[Mapping[str, str]], Pricing | None] = _no_pricing
     compute_factors: Mapping[str, float] = field(default_factory=dict)
     compile_speedup: float = 1.0
+    tp_overlap: Callable[[Mapping[str, str]], TpCommOverlap | None] = _megatron_tp
 
     def compute_factor(self, device: str, knobs: Mapping[str, str] | None = None) -> float:
         """The factor on a layer's compute time for this engine's kernels on ``device`` (a preset name; 1 if unfitted).

@@ -56,6 +56,8 @@ FIELDS: Mapping[str, str] = {
     "reduce_bucket_size": "int: elements per gradient bucket: DeepSpeed's zero_optimization.reduce_bucket_size "
                           "(its knob --reduce-bucket-size)",
     "compile": "str: 'on' or 'off': torch.compile of the model (torchtitan's compile.enable; its knob --compile)",
+    "async_tp": "str: 'on' or 'off': torch's async tensor parallelism (torchtitan's enable_async_tensor_parallel; "
+                "its knob --async-tp)",
     "reshard_after_forward": "str: 'default', 'always' or 'never': FSDP2's reshard after forward (torchtitan's "
                              "parallelism.fsdp_reshard_after_forward; its knob --reshard-after-forward)",
     "grad_reduce_dtype": "str: 'fp32' or 'bf16': the data-parallel gradient reduction's dtype (its knob "

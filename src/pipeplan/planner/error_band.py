@@ -49,8 +49,8 @@ class Checked:
 #: Every checked device and engine. The numbers are the summary lines of the command's tables in
 #: docs/cost_model.md ("Mean |error| of throughput over 18 runs: **7.0%** ... worst 15.1%" for Megatron-LM;
 #: "torchtitan, 6 held-out runs: mean |error| of WPS **4.8%** ... worst 10.8%" for torchtitan, its held-out
-#: rows only: its eager-kernel factor was fitted to the two others), kept equal to them by
-#: tests/test_error_band.py.
+#: rows only: its eager-kernel factor was fitted to the two others), and of ``benchmarks/torchtitan_h100.py``'s table
+#: in docs/engines.md ("5 held-out runs: mean |error| **6.1%**"), kept equal to them by tests/test_error_band.py.
 CHECKED: tuple[Checked, ...] = (
     Checked("a100-80g", "megatron", 0.070, 0.151, 18,
             "GPT runs of Narayanan et al. 2021 Table 1 and Korthikanti et al. 2022 Table 5, 1.7B to 1T parameters "
@@ -60,6 +60,11 @@ CHECKED: tuple[Checked, ...] = (
             "Llama 3 70B, Llama 2 13B and 70B runs of torchtitan's docs/performance.md (0413364), FSDP2 over 64 "
             "GPUs, each run's checkpointing pinned; held out from the eager-kernel factor's fit (Llama 3 8B)",
             "python benchmarks/engine_fidelity.py"),
+    Checked("h100-96g", "torchtitan", 0.061, 0.141, 5,
+            "Llama 3.1 8B and 70B runs of torchtitan's H100 benchmark files (llama3_h100_202412 Table 3, "
+            "asyncTP_llama3_h100_2025-06), FSDP2 over 64 to 256 GPUs, TP 8 vanilla and async, each run's knobs "
+            "pinned; held out from the three fits (docs/engines.md, torchtitan-h100)",
+            "python benchmarks/torchtitan_h100.py"),
 )
 
 
