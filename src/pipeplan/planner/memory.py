@@ -85,9 +85,8 @@ published runs):
   (megatron/core/tensor_parallel/cross_entropy.py: ``.float()``, ``exp`` and the
   softmax in place, the gradient written into the saved softmax) holds **1.5 L**: the
   fp32 softmax and the bf16 gradient of the logits (DeepSpeed's Megatron-DeepSpeed uses
-  it too). The layer profile already stores ``L`` per microbatch in flight
-  (none, selective, op) or not at all (full: it keeps only the head's input,
-  while no engine checkpoints the loss); the rest is added once;
+  it too). The layer profile already stores ``L`` per microbatch in flight under
+  every mode (no engine checkpoints the head, ``full`` included); the rest is added once;
 * **recomputation**: a layer that stores less than everything reruns its forward just
   before its backward and holds all of its activations for it, one layer at a time:
   the largest ``activations(none) − activations(mode)`` over the rank's layers (the
