@@ -58,6 +58,10 @@ FIELDS: Mapping[str, str] = {
     "compile": "str: 'on' or 'off': torch.compile of the model (torchtitan's compile.enable; its knob --compile)",
     "reshard_after_forward": "str: 'default', 'always' or 'never': FSDP2's reshard after forward (torchtitan's "
                              "parallelism.fsdp_reshard_after_forward; its knob --reshard-after-forward)",
+    "bucket_cap_mb": "float: MiB per gradient bucket: DistributedDataParallel's bucket_cap_mb (plain torch's "
+                     "knob --bucket-cap-mb)",
+    "find_unused_parameters": "str: 'on' or 'off': DistributedDataParallel's find_unused_parameters (plain torch's "
+                              "knob --find-unused-parameters)",
     "grad_reduce_dtype": "str: 'fp32' or 'bf16': the data-parallel gradient reduction's dtype (its knob "
                          "--grad-reduce-dtype: Megatron-LM's --grad-reduce-in-bf16, DeepSpeed's "
                          "communication_data_type, torchtitan's training.mixed_precision_reduce)",
