@@ -58,7 +58,8 @@ _SPLITS: Mapping[str, Callable[[int, int], tuple[int, ...]]] = {"megatron": mega
 #: The planner fields, in the order the output lists them (``dp`` is derived, never read).
 ORDER = ("gpus", "tp", "pp", "dp", "dp_mode", "grad_sync", "schedule", "virtual_stages", "micro_batch_size",
          "num_microbatches", "global_batch", "layers_per_stage", "recompute", "sequence_parallel",
-         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "bucket_cap_mb", "find_unused_parameters",
+         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "contiguous_gradients",
+         "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "bucket_cap_mb", "find_unused_parameters",
          "compile", "reshard_after_forward", "grad_reduce_dtype")
 
 
@@ -276,7 +277,10 @@ def _from_plan(plan: Plan, name: str) -> Any:
 #: RunConfig fields that are an engine's priced knobs (:class:`~pipeplan.engines.Knob`), by knob name.
 _ENGINE_KNOBS = {"overlap_comm": "overlap-comm", "reduce_bucket_size": "reduce-bucket-size", "compile": "compile",
                  "reshard_after_forward": "reshard-after-forward", "grad_reduce_dtype": "grad-reduce-dtype",
-                 "bucket_cap_mb": "bucket-cap-mb", "find_unused_parameters": "find-unused-parameters"}
+                 "bucket_cap_mb": "bucket-cap-mb", "find_unused_parameters": "find-unused-parameters",
+                 "contiguous_gradients": "contiguous-gradients",
+                 "stage3_prefetch_bucket_size": "stage3-prefetch-bucket-size",
+                 "stage3_max_live_parameters": "stage3-max-live-parameters"}
 
 
 def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: list[str],

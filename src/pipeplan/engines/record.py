@@ -307,6 +307,12 @@ class Pricing:
         walk_us: per data-parallel mode, the host's time once per step on each rank before its
             last backward, µs ``(per trainable parameter tensor, per autograd node)`` of the rank's
             graph, exposed (DDP's ``find_unused_parameters``; absent: none).
+        buffer_bytes: per data-parallel mode, device bytes each rank holds for the reduction's
+            buckets (DeepSpeed's ``contiguous_gradients`` buffers; absent: none).
+        gather_ahead: per data-parallel mode that gathers per layer, ``(prefetch elements, most
+            elements live)``: what is gathered beside the layer running (DeepSpeed ZeRO-3's
+            ``stage3_prefetch_bucket_size`` and ``stage3_max_live_parameters``; absent: the next
+            layer, FSDP2's).
     """
 
     sync: str
@@ -321,6 +327,8 @@ class Pricing:
     bucket_bytes: float | None = None
     bucket_calls: bool = False
     walk_us: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    buffer_bytes: Mapping[str, float] = field(default_factory=dict)
+    gather_ahead: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
 #: bytes per gradient element of each ``--grad-reduce-dtype`` value

@@ -150,6 +150,12 @@ class EngineCosts:
         for mode, overlap in pricing.overlap_scatter.items():
             syncs[mode] = GradientSync(f"{pricing.sync}-overlap" if overlap else pricing.sync,
                                        overlap_grad_reduce=True, overlap_scatter=overlap)
+        for mode, size in pricing.buffer_bytes.items():  # the buckets' buffers (DeepSpeed's contiguous_gradients)
+            if mode in syncs:
+                syncs[mode] = replace(syncs[mode], buffer_bytes=size)
+        for mode, limits in pricing.gather_ahead.items():  # ZeRO-3's prefetch and live-parameter cap
+            if mode in syncs:
+                syncs[mode] = replace(syncs[mode], gather_ahead=limits)
         return cls(engine.name, syncs, dict(pricing.hook_us), dict(pricing.accumulate_bytes),
                    dict(pricing.pipeline_factors), pricing.grad_reduce_bytes, dict(pricing.walk_us))
 

@@ -126,9 +126,11 @@ class Evaluator:
             self.sync = GradientSync(dp_mode if self.sync.overlap_scatter else self.sync.name,
                                      overlap_grad_reduce=True, bucket_bytes=math.inf,
                                      bucket_first_stage_only=False, overlap_param_gather=True,
-                                     overlap_scatter=self.sync.overlap_scatter)
+                                     overlap_scatter=self.sync.overlap_scatter, buffer_bytes=self.sync.buffer_bytes,
+                                     gather_ahead=self.sync.gather_ahead)
         self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node, engine,
                                   reduce_bytes=reduce_bytes)
+        self.memory.engine_buffers(self.sync.buffer_bytes, self.sync.gather_ahead)
         self.sharded = self.mode.shards_state or optimizer == "distributed"
         self.links = Links(workload, cluster, send_mode, distributed=self.sharded)
         self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity, shapes)

@@ -132,6 +132,11 @@ class GradientSync:
         walk_us: the host's time once per step on each rank before its last
             backward, µs ``(per trainable parameter tensor, per autograd node)``
             of the rank's graph, exposed (DDP's ``find_unused_parameters``).
+        buffer_bytes: device bytes each rank holds for the buckets (DeepSpeed's
+            ``contiguous_gradients`` buffers), priced in its memory.
+        gather_ahead: for the modes that gather per layer, ``(prefetch elements,
+            most elements live)`` gathered beside the layer running (DeepSpeed
+            ZeRO-3's ``stage3_*`` knobs); ``None``: the next layer (FSDP2).
     """
 
     name: str = "megatron"
@@ -144,6 +149,8 @@ class GradientSync:
     overlap_scatter: bool = True
     bucket_calls: bool = False
     walk_us: tuple[float, float] = (0.0, 0.0)
+    buffer_bytes: float = 0.0
+    gather_ahead: tuple[float, float] | None = None
 
     def overlaps(self, pp: int) -> bool:
         """Whether the reduction overlaps the backward in a plan with ``pp`` pipeline ranks."""
