@@ -123,6 +123,30 @@ def test_bad_values_are_one_line(tmp_path, zero, words):
     assert words in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("zero, refused", [
+    ({"contiguous_gradients": "yes"}, False), ({"contiguous_gradients": "sometimes"}, True),
+    ({"stage3_prefetch_bucket_size": 0}, False), ({"stage3_prefetch_bucket_size": -1}, True),
+    ({"stage3_max_live_parameters": "lots"}, True), ({"max_live_parameters": 5, "stage3_max_live_parameters": 6}, True),
+])
+def test_verdicts_are_deepspeeds(tmp_path, zero, refused):
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    try:
+        DeepSpeedZeroConfig(**zero)
+        theirs = False
+    except Exception:  # noqa: BLE001 - pydantic's ValidationError: DeepSpeed refuses the value
+        theirs = True
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps({"train_batch_size": 32, "zero_optimization": {"stage": 3, **zero}}))
+    try:
+        DEEPSPEED.read(path)
+        ours = False
+    except InvalidInputError:
+        ours = True
+    assert ours == theirs == refused
+
+
 def test_yes_is_deepspeeds_true(tmp_path):
     # DeepSpeed's pydantic models take "yes" as true (pydantic's lax bool), as for overlap_comm: read, not refused
     path = tmp_path / "ds_config.json"

@@ -155,6 +155,22 @@ def test_the_benchmark_counts_nodes_as_autograd_has_them():
     assert count_nodes(loss) == 3 * 6 + 1
 
 
+def test_the_constants_are_the_recorded_fit():
+    import re
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    from _markers import read_between
+
+    block = read_between(root / "docs" / "engines.md", "ddp-find-unused")
+    tensor = re.search(r"\*\*([\d.]+) µs per parameter tensor\*\*", block)
+    node = re.search(r"\*\*([\d.]+) µs per autograd node\*\*", block)
+    assert tensor and node, block[-400:]
+    assert FIND_UNUSED_US == (float(tensor[1]), float(node[1]))
+
+
 # ------------------------------------------------------------------------------------ export and check
 def _written(plan: Plan, knobs: dict[str, str]) -> str:
     files = {file.name: file.text for file in TORCH.export(plan, knobs=knobs)}
