@@ -191,6 +191,23 @@ def test_export_writes_ddp_options_and_reads_them_back(tmp_path):
     assert "DDP_OPTIONS" not in _written(_plan(None, mode="fsdp"), {"bucket-cap-mb": "50"})
 
 
+def test_torchs_ddp_takes_the_written_options(tmp_path):
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    plan = _plan({"bucket-cap-mb": "5"}, pp=2)
+    namespace: dict[str, object] = {"__file__": str(tmp_path / "split_spec.py")}
+    exec(_written(plan, {"bucket-cap-mb": "5", "find-unused-parameters": "on"}), namespace)  # noqa: S102 - our file
+    options = namespace["DDP_OPTIONS"]
+    assert isinstance(options, dict)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4), **options)
+        assert ddp.bucket_bytes_cap == 5 * 2 ** 20 and ddp.find_unused_parameters is True
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("options, words", [
     ("{'bucket_cap_mb': -1}", "bucket_cap_mb must be a number of MiB > 0, got -1"),
     ("{'bucket_cap_mb': True}", "bucket_cap_mb must be a number of MiB > 0"),
