@@ -169,6 +169,12 @@ ROUND_TRIPS = [
     # plain torch prices no --recompute (--engine torch refuses it): the planner searches it
     ("torch", ["--tp", "1", "--pp", "4", "--schedules", "zb-v", "--dp-modes", "ddp"]),
     ("torch", ["--tp", "1", "--pp", "2", "--schedules", "interleaved", "--dp-modes", "fsdp"]),
+    # plain torch's DDP knobs are written as DDP_OPTIONS in split_spec.py and read back (the buckets and the walk)
+    ("torch", ["--tp", "1", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "ddp", "--bucket-cap-mb", "5",
+               "--find-unused-parameters", "on"]),
+    # DeepSpeed's contiguous_gradients and ZeRO-3 sizes are written to ds_config.json and read back (their memory)
+    ("deepspeed", ["--tp", "1", "--pp", "1", "--dp-modes", "fsdp", "--recompute", "none", "--contiguous-gradients",
+                   "on", "--stage3-prefetch-bucket-size", "1000000", "--stage3-max-live-parameters", "200000000"]),
 ]
 PLAN = ["--preset", "gpt-1.5b", "--gpus", "8", "--global-batch", "32"]
 #: What the round trip must give back: the plan's fields as plan --json writes them.

@@ -168,6 +168,7 @@ MEASURED_TABLES = [
     ("uneven_batches.md", "uneven-pipeline", "uneven_batches.py"),
     ("uneven_batches.md", "plan-mix-cost", "plan_mix.py"),
     ("engines.md", "deepspeed-hooks", "deepspeed_hooks.py"),
+    ("engines.md", "ddp-find-unused", "ddp_find_unused.py"),
 ]
 
 

@@ -146,7 +146,8 @@ PLAN = ("plan", "--preset", "pi0", "--gpus", "8", "--global-batch", "64", "--tp"
     (("--tp-comm-overlap", "maybe"), "--tp-comm-overlap for megatron must be one of off, backward, on, got 'maybe'"),
     (("--sequence-parallel", "yes"), "--sequence-parallel for megatron must be one of on, off, got 'yes'"),
     (("--recompute", "op"), "--recompute for megatron must be one of none, selective, full, block:N, uniform:N, got 'op'"),
-    (("--engine", "torch", "--recompute", "full"), "torch has no knob --recompute (its knobs: --compile)"),
+    (("--engine", "torch", "--recompute", "full"),
+     "torch has no knob --recompute (its knobs: --compile, --bucket-cap-mb, --find-unused-parameters)"),
     (("--engine", "jax"), "engine must be one of megatron, deepspeed, torchtitan, torch, got 'jax'"),
     (("--sequence-parallel", "off", "--tp-comm-overlap", "on"), "--tp-comm-overlap on needs --sequence-parallel on"),
 ])

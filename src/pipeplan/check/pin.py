@@ -58,8 +58,9 @@ _SPLITS: Mapping[str, Callable[[int, int], tuple[int, ...]]] = {"megatron": mega
 #: The planner fields, in the order the output lists them (``dp`` is derived, never read).
 ORDER = ("gpus", "tp", "pp", "dp", "dp_mode", "grad_sync", "schedule", "virtual_stages", "micro_batch_size",
          "num_microbatches", "global_batch", "layers_per_stage", "recompute", "sequence_parallel",
-         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "compile", "reshard_after_forward",
-         "grad_reduce_dtype")
+         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "contiguous_gradients",
+         "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "bucket_cap_mb", "find_unused_parameters",
+         "compile", "reshard_after_forward", "grad_reduce_dtype")
 
 
 def default_split(engine: str, num_layers: int, stages: int) -> tuple[int, ...]:
@@ -278,7 +279,11 @@ def _from_plan(plan: Plan, name: str) -> Any:
 #: RunConfig fields that are an engine's priced knobs (:class:`~pipeplan.engines.Knob`), by knob name.
 _ENGINE_KNOBS = {"overlap_comm": "overlap-comm", "reduce_bucket_size": "reduce-bucket-size", "compile": "compile",
                  "reshard_after_forward": "reshard-after-forward", "grad_reduce_dtype": "grad-reduce-dtype",
-                 "async_tp": "async-tp"}
+                 "async_tp": "async-tp",
+                 "bucket_cap_mb": "bucket-cap-mb", "find_unused_parameters": "find-unused-parameters",
+                 "contiguous_gradients": "contiguous-gradients",
+                 "stage3_prefetch_bucket_size": "stage3-prefetch-bucket-size",
+                 "stage3_max_live_parameters": "stage3-max-live-parameters"}
 
 
 def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: list[str],
@@ -331,9 +336,10 @@ def _engine_sync(config: RunConfig, plan: Plan, costs: EngineCosts | None, value
     """The gradient sync row as the engine prices it, where it does (DeepSpeed's ``overlap_comm`` per ZeRO stage)."""
     if costs is None or plan.dp == 1 or plan.dp_mode not in costs.syncs:
         return
-    given = _given(config, "overlap_comm")
+    key = "bucket_cap_mb" if config.engine == "torch" else "overlap_comm"  # the knob that sets the engine's sync
+    given = _given(config, key)
     why = given.source if given is not None else f"{config.engine} default for {plan.dp_mode} (the file sets none)"
-    values["grad_sync"] = Filled(costs.syncs[plan.dp_mode].name, f"{config.engine} overlap_comm: {why}")
+    values["grad_sync"] = Filled(costs.syncs[plan.dp_mode].name, f"{config.engine} {key}: {why}")
 
 
 def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch: int | None = None) -> Pinned:

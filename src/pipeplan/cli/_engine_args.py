@@ -26,8 +26,10 @@ reference recipe for the other verbs. A value the knob does not take, or a knob 
 engine lacks, is one line and exit 2. ``--sequence-parallel`` and ``--tp-comm-overlap``
 take a value (``on|off``; the bare switch is gone). Every engine's knobs are flags (read off
 the records, the default engine's first); DeepSpeed's (``--overlap-comm``, ``--reduce-bucket-size``,
-``--hook-cost``) change the step, not the layers: ``plan`` prices them (:func:`engine_costs`), the
-other verbs check them and report them. torchtitan's and plain torch's ``--compile on|off`` changes
+``--hook-cost``, ``--contiguous-gradients``, ``--stage3-prefetch-bucket-size``,
+``--stage3-max-live-parameters``) and plain torch's DDP knobs (``--bucket-cap-mb``,
+``--find-unused-parameters``) change the step, not the layers: ``plan`` prices them
+(:func:`engine_costs`), the other verbs check them and report them. torchtitan's and plain torch's ``--compile on|off`` changes
 the layers' kernels on every verb (:meth:`pipeplan.engines.Engine.compute_factor`); Megatron-LM and
 DeepSpeed refuse it with the reason their :class:`~pipeplan.engines.record.Knob` gives
 (``elsewhere``). torchtitan's ``--reshard-after-forward never`` keeps FSDP's layers gathered

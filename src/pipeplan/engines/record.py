@@ -300,6 +300,19 @@ class Pricing:
         grad_reduce_bytes: bytes per gradient element of the data-parallel reduction, for every
             mode (``--grad-reduce-dtype``: 4 fp32, 2 bf16); the replicated gradient buffer is held
             in it too (:mod:`pipeplan.data_parallel`). ``None``: each mode's own.
+        bucket_bytes: bytes per bucket when it overlaps (DDP's ``bucket_cap_mb``); overrides
+            :attr:`bucket_elements`. ``None``: :attr:`bucket_elements`.
+        bucket_calls: each bucket is its own collective call, paying the collective's latency
+            (DDP: one all-reduce per bucket); ``False``: the reduction is priced as one call.
+        walk_us: per data-parallel mode, the host's time once per step on each rank before its
+            last backward, µs ``(per trainable parameter tensor, per autograd node)`` of the rank's
+            graph, exposed (DDP's ``find_unused_parameters``; absent: none).
+        buffer_bytes: per data-parallel mode, device bytes each rank holds for the reduction's
+            buckets (DeepSpeed's ``contiguous_gradients`` buffers; absent: none).
+        gather_ahead: per data-parallel mode that gathers per layer, ``(prefetch elements, most
+            elements live)``: what is gathered beside the layer running (DeepSpeed ZeRO-3's
+            ``stage3_prefetch_bucket_size`` and ``stage3_max_live_parameters``; absent: the next
+            layer, FSDP2's).
     """
 
     sync: str
@@ -311,6 +324,11 @@ class Pricing:
     accumulate_bytes: Mapping[str, float] = field(default_factory=dict)
     pipeline_factors: Mapping[str, float] = field(default_factory=dict)
     grad_reduce_bytes: float | None = None
+    bucket_bytes: float | None = None
+    bucket_calls: bool = False
+    walk_us: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    buffer_bytes: Mapping[str, float] = field(default_factory=dict)
+    gather_ahead: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
 #: bytes per gradient element of each ``--grad-reduce-dtype`` value

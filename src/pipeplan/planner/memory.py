@@ -265,6 +265,23 @@ class MemoryModel:
         self.gpus_per_node = gpus_per_node
         self._static: dict[tuple[Any, ...], tuple[RankMemory, ...]] = {}
         self._memo: dict[tuple[Any, ...], Any] = {}  # what depends on (micro-batch size, [mode,] dp, pp) alone
+        self.buffer_bytes = 0.0  # the engine's reduction buffers per rank (engine_buffers)
+        self.gather_ahead: tuple[float, float] | None = None  # ZeRO-3's prefetch and live cap (engine_buffers)
+
+    def engine_buffers(self, buffer_bytes: float, gather_ahead: tuple[float, float] | None) -> None:
+        """What the engine's gradient sync holds beyond the model's bytes (before any layout is sized).
+
+        ``buffer_bytes``: device bytes every rank holds for the reduction's buckets (DeepSpeed's
+        ``contiguous_gradients`` buffers; priced with the parameters). ``gather_ahead``: for a mode
+        that gathers per layer without a pipeline, ``(prefetch elements, most elements live)``:
+        beside the largest layer gathered, ``min(prefetch, max(0, live − that layer))`` bf16
+        elements gathered ahead (DeepSpeed ZeRO-3's ``stage3_prefetch_bucket_size`` and
+        ``stage3_max_live_parameters``) instead of the next layer's weights and gradients (FSDP2's);
+        ``None``: FSDP2's.
+        """
+        self.buffer_bytes = float(buffer_bytes)
+        self.gather_ahead = gather_ahead
+        self._static.clear()
 
     def shards(self, dp: int, pp: int) -> int:
         """Ranks the optimizer state is sharded over: ``dp`` (ZeRO, FSDP, the distributed optimizer), HSDP's
@@ -446,7 +463,13 @@ class MemoryModel:
         for rank in range(config.pp):
             held = owner == rank
             transients[rank] = float(loss[held].sum()) + float(recompute[held].max(initial=0.0))
-        if self.unsharded_layers(config.pp):  # the gathered layer and the prefetched one, bf16 weights + gradients
+        for rank in range(config.pp):
+            extras[rank] += self.buffer_bytes
+        if self.unsharded_layers(config.pp) and self.gather_ahead is not None:  # DeepSpeed ZeRO-3's own prefetch
+            prefetch, live = self.gather_ahead
+            largest_layer = float(params.max(initial=0.0))
+            extras[0] += 4.0 * largest_layer + 2.0 * min(prefetch, max(0.0, live - largest_layer))
+        elif self.unsharded_layers(config.pp):  # the gathered layer and the prefetched one, bf16 weights + gradients
             largest = np.sort(params)[::-1]
             if self.workload.reshard_after_forward:
                 extras[0] += 4.0 * float(largest[:2].sum())
