@@ -36,13 +36,17 @@ def test_defaults_are_deepspeeds_own():
     assert deepspeed.__version__
 
 
-def test_not_given_they_price_nothing():
-    pricing = deepspeed_pricing({})
-    assert pricing.buffer_bytes == {} and pricing.gather_ahead == {}
+def test_not_given_the_knobs_are_deepspeeds_defaults():
+    """runtime/zero/config.py: contiguous_gradients = True, stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters
+    1e9: priced as such unless the file or the flags say otherwise."""
+    assert deepspeed_pricing({}).buffer_bytes == deepspeed_pricing({"contiguous-gradients": "on"}).buffer_bytes != {}
+    given = {"stage3-prefetch-bucket-size": str(STAGE3_PREFETCH_BUCKET_SIZE),
+             "stage3-max-live-parameters": str(STAGE3_MAX_LIVE_PARAMETERS)}
+    assert deepspeed_pricing({}).gather_ahead == deepspeed_pricing(given).gather_ahead != {}
     assert deepspeed_pricing({"contiguous-gradients": "off"}).buffer_bytes == {}
     spec = gpt()
     for mode in ("zero2", "fsdp"):
-        assert _plan(spec, mode, knobs={}).memory == _plan(spec, mode, knobs={"contiguous-gradients": "off"}).memory
+        assert _plan(spec, mode, knobs={}).memory == _plan(spec, mode, knobs={"contiguous-gradients": "on"}).memory
 
 
 @pytest.mark.parametrize("mode, overlap, buffers", [("zero1", "off", 1), ("zero2", "off", 1), ("zero2", "on", 2),
@@ -50,7 +54,8 @@ def test_not_given_they_price_nothing():
 def test_contiguous_gradients_holds_the_bucket_buffers(mode, overlap, buffers):
     spec = gpt()
     knobs = {"overlap-comm": overlap}
-    off, on = _plan(spec, mode, knobs=knobs), _plan(spec, mode, knobs={**knobs, "contiguous-gradients": "on"})
+    off = _plan(spec, mode, knobs={**knobs, "contiguous-gradients": "off"})
+    on = _plan(spec, mode, knobs={**knobs, "contiguous-gradients": "on"})
     extra = buffers * REDUCE_BUCKET_SIZE * BUCKET_BUFFER_BYTES
     assert on.memory[0].parameters - off.memory[0].parameters == pytest.approx(extra, rel=1e-12)
     assert on.step_time == off.step_time  # a copy per gradient either way: no time priced
@@ -59,9 +64,10 @@ def test_contiguous_gradients_holds_the_bucket_buffers(mode, overlap, buffers):
 def test_the_buffer_follows_the_bucket_and_stage_0_has_none():
     spec = gpt()
     small = _plan(spec, "zero2", knobs={"contiguous-gradients": "on", "reduce-bucket-size": "1e6"})
-    none = _plan(spec, "zero2", knobs={})
+    none = _plan(spec, "zero2", knobs={"contiguous-gradients": "off"})
     assert small.memory[0].parameters - none.memory[0].parameters == pytest.approx(1e6 * BUCKET_BUFFER_BYTES)
-    assert _plan(spec, "ddp", knobs={"contiguous-gradients": "on"}).memory == _plan(spec, "ddp", knobs={}).memory
+    assert _plan(spec, "ddp", knobs={"contiguous-gradients": "on"}).memory == \
+        _plan(spec, "ddp", knobs={"contiguous-gradients": "off"}).memory
 
 
 def test_stage3_sizes_set_what_is_gathered_beside_the_layer():

@@ -375,21 +375,18 @@ DEEPSPEED_KNOBS = Knobs((
                "reduce-bucket-size elements (bf16) held on every rank from the first backward, two with overlap-comm "
                "at ZeRO 1-2; off, no buffer (the bucket is flattened for its reduction instead, a copy either way: "
                "no time priced)",
-               assumed="DeepSpeed's default on (runtime/zero/config.py contiguous_gradients = True); not given, its "
-                       "bucket buffers are not priced, as before the knob (give --contiguous-gradients on to price "
-                       "them)"),
+               assumed="DeepSpeed's default on (runtime/zero/config.py contiguous_gradients = True): its bucket "
+                       "buffers are priced"),
     NumberKnob("stage3-prefetch-bucket-size", (), None,
                "zero_optimization.stage3_prefetch_bucket_size, ZeRO-3 (fsdp) only: the parameter elements gathered "
                "ahead of the layer running (0: none), held in bf16 beside it",
                unit="elements",
-               assumed="not given: FSDP2's prefetch of the next layer, as before the knob (DeepSpeed's default is "
-                       f"{STAGE3_PREFETCH_BUCKET_SIZE} elements)"),
+               assumed=f"DeepSpeed's default, {STAGE3_PREFETCH_BUCKET_SIZE:g} elements (runtime/zero/config.py)"),
     NumberKnob("stage3-max-live-parameters", (), None,
                "zero_optimization.stage3_max_live_parameters, ZeRO-3 (fsdp) only: the prefetch stops where the "
                "gathered elements would pass it (the layer running is gathered whatever it says)",
                unit="elements",
-               assumed=f"not given: no cap priced, as before the knob (DeepSpeed's default is "
-                       f"{STAGE3_MAX_LIVE_PARAMETERS} elements)"),
+               assumed=f"DeepSpeed's default, {STAGE3_MAX_LIVE_PARAMETERS:g} elements (runtime/zero/config.py)"),
     NumberKnob("grad-reduce-dtype", tuple(GRAD_REDUCE_BYTES), None,
                "communication_data_type: the dtype the gradients are all-reduced / reduce-scattered in "
                "(bf16: half the bytes of fp32; the replicated gradient buffer priced in it too)",
@@ -412,10 +409,10 @@ def deepspeed_pricing(knobs: Mapping[str, str]) -> Pricing:
       per step split between backward and step as the stage's measurement splits it.
     * ``grad-reduce-dtype``: ``communication_data_type``'s bytes per gradient element, every stage
       (absent: each mode's own, :mod:`pipeplan.data_parallel`).
-    * ``contiguous-gradients on``: its bucket buffers' bytes per rank (:func:`_bucket_buffers`); not given or
-      off: none (before the knob they were not priced).
-    * ``stage3-prefetch-bucket-size`` / ``stage3-max-live-parameters`` (either given): ZeRO-3's parameters
-      gathered ahead of the layer running (:func:`_gather_ahead`); not given: FSDP2's next layer.
+    * ``contiguous-gradients``: on (given, or DeepSpeed's default) its bucket buffers' bytes per rank
+      (:func:`_bucket_buffers`); off: none.
+    * ``stage3-prefetch-bucket-size`` / ``stage3-max-live-parameters`` (given, or DeepSpeed's defaults): ZeRO-3's
+      parameters gathered ahead of the layer running (:func:`_gather_ahead`).
     * beside a pipeline (``pp > 1``, the pipeline engine): the gradient accumulation's
       :data:`ACCUMULATE_BYTES` per trainable parameter per microbatch (ZeRO 0 and 1, the stages it runs)
       and the fitted :data:`PIPELINE_FACTORS` per device (no knob).
@@ -453,11 +450,12 @@ def deepspeed_pricing(knobs: Mapping[str, str]) -> Pricing:
 
 
 def _bucket_buffers(knobs: Mapping[str, str], modes: Sequence[str], bucket: float) -> dict[str, float]:
-    """Per mode, the bytes of ``contiguous_gradients``' bucket buffers on each rank, where given ``on`` (deepspeed
+    """Per mode, the bytes of ``contiguous_gradients``' bucket buffers on each rank, where ``on`` (given, or DeepSpeed's
+    default; deepspeed
     0.19.8: stage_1_and_2.py ``setup_buckets``, from the first gradient hook, which ZeRO 1 and 2 install whenever
     ``contiguous_gradients`` is on: one buffer of ``reduce_bucket_size`` elements per communication dtype, a second
     with ``overlap_comm``; stage3.py: one, whatever ``overlap_comm``). Stage 0 (``BF16_Optimizer``) has none."""
-    if knobs.get("contiguous-gradients") != "on":
+    if knobs.get("contiguous-gradients", "on") != "on":  # runtime/zero/config.py: contiguous_gradients = True
         return {}
     overlap = knobs.get("overlap-comm")
     buffers = {}
@@ -471,11 +469,9 @@ def _bucket_buffers(knobs: Mapping[str, str], modes: Sequence[str], bucket: floa
 
 
 def _gather_ahead(knobs: Mapping[str, str], modes: Sequence[str]) -> dict[str, tuple[float, float]]:
-    """Per ZeRO-3 mode, ``(prefetch elements, max live elements)`` where either knob is given (the other at
-    DeepSpeed's default): partitioned_param_coordinator.py ``fetch_sub_module`` gathers the module running, then
-    prefetches ``min(max_live − available, prefetch_bucket_size)`` elements of the next ones."""
-    if "stage3-prefetch-bucket-size" not in knobs and "stage3-max-live-parameters" not in knobs:
-        return {}
+    """Per ZeRO-3 mode, ``(prefetch elements, max live elements)``, each given or DeepSpeed's default:
+    partitioned_param_coordinator.py ``fetch_sub_module`` gathers the module running, then prefetches
+    ``min(max_live − available, prefetch_bucket_size)`` elements of the next ones."""
     limits = (float(knobs.get("stage3-prefetch-bucket-size", STAGE3_PREFETCH_BUCKET_SIZE)),
               float(knobs.get("stage3-max-live-parameters", STAGE3_MAX_LIVE_PARAMETERS)))
     return {mode: limits for mode in modes if zero_stage(mode) == 3}
