@@ -197,3 +197,11 @@ def test_cli_refuses_in_one_line(run_cli, argv, words):
     status, out, err = run_cli(*PLAN, *argv)
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+def test_zero3s_buffer_is_in_the_communication_dtype():
+    """stage3.py allocates its reduce buffer in communication_data_type: fp32 doubles it (ZeRO 1-2 keep the
+    parameters' dtype)."""
+    bf16 = deepspeed_pricing({}).buffer_bytes
+    fp32 = deepspeed_pricing({"grad-reduce-dtype": "fp32"}).buffer_bytes
+    assert fp32["fsdp"] == 2 * bf16["fsdp"] and fp32["zero2"] == bf16["zero2"]

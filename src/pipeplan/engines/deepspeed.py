@@ -163,7 +163,10 @@ def deepspeed_snippet(plan: Plan | Sequence[int], *, offset: int = 0, trailing: 
         "        self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])\n\n\n"
         "# deepspeed.init_distributed()  # before the PipelineModule is built\n"
         f"# model = PlannedPipelineModule(layers=specs, num_stages={len(parts) - 1}, loss_fn=loss_fn,\n"
-        "#                                activation_checkpoint_interval=ACTIVATION_CHECKPOINT_INTERVAL)\n"
+        "#                                activation_checkpoint_interval=ACTIVATION_CHECKPOINT_INTERVAL,\n"
+        "#                                checkpointable_layers=[\"YourBlock\"])  # pipeplan prices transformer blocks\n"
+        "#     recomputed only, as Megatron-DeepSpeed's GPTModelPipe: without it DeepSpeed checkpoints every layer\n"
+        "#     with parameters, the embedding and the head too (runtime/pipe/module.py _is_checkpointable)\n"
         '# engine, *_ = deepspeed.initialize(model=model, config="ds_config.json", model_parameters=...)\n'
         "# loss = engine.train_batch(data_iter)  # gradient_accumulation_steps (inputs, labels) microbatches, bf16\n"
     )
@@ -259,6 +262,9 @@ def deepspeed_notes(plan: Plan | Sequence[int]) -> list[str]:
     notes = recompute_notes(plan, "DeepSpeed")
     if strongest_recompute(plan) == "selective":
         notes.append("DeepSpeed checkpoints whole layers: selective recompute is exported as full")
+    if plan.pp > 1 and strongest_recompute(plan) != "none":
+        notes.append("pipeline_module.py: give PlannedPipelineModule checkpointable_layers (your transformer block's "
+                     "class) or DeepSpeed recomputes the embedding and the head too, which pipeplan does not price")
     if plan.pp == 1 and strongest_recompute(plan) != "none":
         notes.append("without a pipeline DeepSpeed recomputes only where your model calls "
                      "deepspeed.checkpointing.checkpoint on each layer (ds_config.json configures it)")
@@ -463,8 +469,8 @@ def _bucket_buffers(knobs: Mapping[str, str], modes: Sequence[str], bucket: floa
         stage = zero_stage(mode) or 0
         if stage in (1, 2):
             buffers[mode] = bucket * BUCKET_BUFFER_BYTES * (2 if overlap == "on" else 1)
-        elif stage == 3:
-            buffers[mode] = bucket * BUCKET_BUFFER_BYTES
+        elif stage == 3:  # stage3.py allocates it in communication_data_type (the training dtype unless given)
+            buffers[mode] = bucket * GRAD_REDUCE_BYTES[knobs.get("grad-reduce-dtype", "bf16")]
     return buffers
 
 

@@ -275,6 +275,10 @@ def megatron_notes(plan: Plan | Sequence[int]) -> list[str]:
         notes.append("the plan was priced with tp-comm-overlap off (every tensor-parallel collective exposed); "
                      "Megatron-LM has no flag for that: it overlaps the backward's with the weight-gradient GEMMs "
                      "(tp-comm-overlap backward), never slower than priced")
+    if plan.tp > 1 and plan.tp_comm_overlap == "async":
+        notes.append("the plan was priced with torch's async TP (a share of each tensor-parallel collective hidden); "
+                     "Megatron-LM runs tp-comm-overlap backward (the forward's collectives exposed) or, with "
+                     "--tp-comm-overlap, Transformer Engine's overlap: price it with --engine megatron to compare")
     return notes
 
 

@@ -338,8 +338,7 @@ TORCH_KNOBS = Knobs((
                "N MiB during the last microbatch's backward, one all-reduce call (and its latency) per bucket, the "
                "last bucket exposed after the backward",
                unit="MiB", zero=False,
-               assumed=f"--grad-sync's buckets (torch-ddp: DDP's own {DDP_BUCKET_CAP_MB} MiB; give --bucket-cap-mb "
-                       "to price DDP's buckets and their calls)"),
+               assumed=f"DDP's own {DDP_BUCKET_CAP_MB} MiB (torch.nn.parallel.DistributedDataParallel)"),
     Knob("find-unused-parameters", ("on", "off"), "off",
          "DistributedDataParallel(find_unused_parameters=True), ddp/zero1/zero2: DDP walks the autograd graph from "
          "the outputs once per step before the backward that synchronises, host time per parameter tensor and "
@@ -347,15 +346,15 @@ TORCH_KNOBS = Knobs((
 ))
 
 
-def torch_pricing(knobs: Mapping[str, str]) -> Pricing | None:
+def torch_pricing(knobs: Mapping[str, str]) -> Pricing:
     """What plain torch's DDP knobs (``name → value`` as given, DDP's defaults otherwise) change in a step.
 
     * ``bucket-cap-mb`` (default DDP's :data:`DDP_BUCKET_CAP_MB`): ``ddp``/``zero1``/``zero2`` reduce in buckets
-      of that many MiB overlapping the
-      last microbatch's backward on every pipeline rank (torch.distributed.pipelining reduces at each stage's
-      last backward), each bucket its own all-reduce call paying the collective's latency.
+      of that many MiB overlapping the last microbatch's backward on every pipeline rank
+      (torch.distributed.pipelining reduces at each stage's last backward), each bucket its own all-reduce
+      call paying the collective's latency; ``--grad-sync`` does not apply.
     * ``find-unused-parameters on``: :data:`FIND_UNUSED_US` per trainable tensor and per autograd node of each
-      rank's graph, once per step, exposed (the modes' sync is the given bucket's, else ``--grad-sync``'s).
+      rank's graph, once per step, exposed.
     """
     bucket = float(knobs.get("bucket-cap-mb", DDP_BUCKET_CAP_MB))
     walk = knobs.get("find-unused-parameters") == "on"

@@ -49,7 +49,8 @@ H100_80G = DeviceRecord(
 #: SXM's compute record is kept; what the 500 W clocks cost is in the engines' factors fitted on this device
 #: (pipeplan.engines._eager), not in the device.
 H100_96G = DeviceRecord(
-    replace(H100_80G.device, name="h100-96g", memory_bytes=96 * 10**9, memory_bandwidth=2.4e12,
+    # memory: 96 GiB of HBM2e less what nvidia-smi keeps back on the H100 80GB (81,559 of 81,920 MiB), an estimate
+    replace(H100_80G.device, name="h100-96g", memory_bytes=97_871 * _MIB, memory_bandwidth=2.4e12,
             sources={**H100_80G.device.sources,
                      "memory_bandwidth": "torchtitan benchmarks/llama3_h100_202412_torchtitan.md: 96GB HBM2e, "
                                          "2.4 TB/s, 500 W power limit (Grand Teton)"},
