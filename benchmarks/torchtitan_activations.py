@@ -1,0 +1,310 @@
+"""Measurement: the bytes torchtitan's llama3 block and loss keep for their backward, on CPU, against pipeplan's.
+
+    PYTHONPATH=src:.venv/torchtitan-toml python benchmarks/torchtitan_activations.py          # the table
+    PYTHONPATH=src:.venv/torchtitan-toml python benchmarks/torchtitan_activations.py --loss   # the loss too
+
+Needs torch and torchtitan 0.2.2 (the TOML release, ``tests/_torchtitan_toml.py``: the side install
+``.venv/torchtitan-toml``); runs in one process on CPU in about a minute (no GPU, no second process:
+tensor parallelism runs on PyTorch's fake process group, which returns buffers of the right shapes).
+
+**What is run.** torchtitan's own ``TransformerBlock`` (torchtitan/models/llama3/model/model.py) at
+small, Llama-proportioned dimensions (:data:`SHAPE`: dim 1024, 32 heads, 8 KV heads, torchtitan's
+SwiGLU width rule with multiplier 1.3 and ``multiple_of`` 256, as the 8B flavour; seq 256, batch 2,
+bf16, SDPA), wrapped by torchtitan's own ``_apply_ac_to_transformer_block``
+(torchtitan/distributed/activation_checkpoint.py) under ``mode = "none"`` (not wrapped), ``selective``
+with ``selective_ac_option = "op"`` (torchtitan's ``_op_sac_save_list`` of
+models/llama3/infra/parallelize.py, plus CPU's flash kernel ``_scaled_dot_product_flash_attention_for_cpu``,
+the counterpart of the CUDA ``_scaled_dot_product_flash_attention`` the list names) and ``full``; at
+``tp > 1`` after torchtitan's own ``apply_tp`` (models/llama3/infra/parallelize.py: DTensor
+sequence parallelism, ``SequenceParallel`` norms, ``PrepareModuleInput`` to ``Replicate``,
+``ColwiseParallel`` wq/wk/wv/w1/w3, ``RowwiseParallel`` wo/w2 to ``Shard(1)``) on a device mesh of
+the fake process group.
+
+**What is counted** (:func:`kept_bytes`): a ``TorchDispatchMode`` keeps a weak reference to the
+storage of every tensor an op returns during the block's forward (a DTensor's local tensor), so
+tensors saved by autograd and tensors selective checkpointing caches outside autograd's hooks are
+both seen; after the forward (and a ``gc.collect()``) the bytes of the storages still alive, less
+the block's output (the next block's input, counted there), plus the block's input (which every
+mode keeps: the first norm's input, or the checkpoint's) are what the block keeps for its backward,
+per microbatch. pipeplan's number is the same block's ``activation_bytes`` of
+``Workload.from_spec(spec).with_tensor_parallel(tp).profile(batch, mode)`` (``op``: torchtitan's
+per-op policy; ``none``; ``full``). ``--loss``: the live bytes after the forward of
+``cross_entropy(logits.float(), labels)`` on bf16 logits, eager and ``torch.compile``\\ d (inductor on
+CPU), and the peak of live bytes from the forward through the backward, in units of
+``L`` = the fp32 logits' bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+MODES = ("none", "op", "full")
+DEBUG = False
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A llama3 block's dimensions and a microbatch (torchtitan's ``TransformerModelArgs`` names)."""
+
+    dim: int = 1024
+    n_heads: int = 32
+    n_kv_heads: int = 8
+    ffn_dim_multiplier: float = 1.3
+    multiple_of: int = 256
+    seq: int = 256
+    batch: int = 2
+    vocab: int = 4096
+
+
+SHAPE = Shape()
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The tensor holding ``t``'s bytes: a DTensor's shard, an ``AsyncCollectiveTensor``'s result, or ``t``."""
+    for inner in ("_local_tensor", "elem"):
+        if isinstance(getattr(t, inner, None), torch.Tensor):
+            return _local(getattr(t, inner))
+    return t
+
+
+class _Storages(TorchDispatchMode):
+    """Weak references to the storage of every tensor an op returns, and the live bytes at each op."""
+
+    def __init__(self, before: tuple[torch.Tensor, ...] = ()) -> None:
+        super().__init__()
+        self.before = {_local(t).untyped_storage().data_ptr() for t in before}  # parameters, buffers, inputs
+        self.refs: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.peak = 0
+        self.made: dict[int, str] = {}
+
+    def track(self, t: torch.Tensor, label: str) -> None:
+        try:
+            storage = _local(t).untyped_storage()
+            key = storage.data_ptr()
+        except RuntimeError:  # a wrapper without storage of its own
+            return
+        if not key or key in self.before:
+            return
+        if key not in self.refs or self.refs[key][0].expired():  # a new storage (maybe at a freed one's address)
+            self.refs[key] = (StorageWeakRef(storage), storage.nbytes())
+            self.made[key] = label
+
+    def live(self, exclude: tuple[torch.Tensor, ...] = ()) -> int:
+        gone = {_local(t).untyped_storage().data_ptr() for t in exclude}
+        return sum(n for key, (ref, n) in self.refs.items() if not ref.expired() and key not in gone)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.track(t, f"{func} {tuple(_local(t).shape)} {t.dtype}")
+        self.peak = max(self.peak, self.live())
+        return out
+
+
+def _torchtitan() -> Any:
+    try:
+        import torchtitan.distributed.activation_checkpoint as ac  # noqa: F401
+        from torchtitan.config.job_config import ActivationCheckpoint  # noqa: F401
+    except ImportError as error:  # not the TOML release, or none
+        raise SystemExit(f"needs torchtitan 0.2.2 on PYTHONPATH (.venv/torchtitan-toml): {error}") from None
+    return ac
+
+
+def build_block(shape: Shape, mode: str, tp: int, mesh: Any = None) -> tuple[torch.nn.Module, torch.Tensor]:
+    """torchtitan's llama3 block at ``shape`` in bf16 and its RoPE table: a one-layer ``Transformer`` through
+    torchtitan's ``apply_tp`` (``tp > 1``, on ``mesh``; loss parallel, bf16 linears) and ``apply_ac`` (``mode``)."""
+    from torchtitan.config.job_config import ActivationCheckpoint
+    from torchtitan.distributed.activation_checkpoint import apply_ac
+    from torchtitan.models.llama3.infra import parallelize
+    from torchtitan.models.llama3.model.args import TransformerModelArgs
+    from torchtitan.models.llama3.model.model import Transformer
+
+    args = TransformerModelArgs(dim=shape.dim, n_layers=1, n_heads=shape.n_heads, n_kv_heads=shape.n_kv_heads,
+                                ffn_dim_multiplier=shape.ffn_dim_multiplier, multiple_of=shape.multiple_of,
+                                vocab_size=shape.vocab, max_seq_len=shape.seq)
+    torch.manual_seed(0)
+    model = Transformer(args)
+    with torch.no_grad():
+        model.init_weights()
+    for param in model.parameters():  # bf16 weights (FSDP's bf16 compute); the complex RoPE table stays
+        param.data = param.data.to(torch.bfloat16)
+    if tp > 1:
+        parallelize.apply_tp(model, mesh, loss_parallel=True, enable_float8_tensorwise_tp=False)
+    if mode != "none":
+        config = ActivationCheckpoint(mode="full" if mode == "full" else "selective", selective_ac_option="op")
+        # the CPU flash kernel, where CUDA's _scaled_dot_product_flash_attention is in torchtitan's list
+        save = set(parallelize._op_sac_save_list) | {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
+        apply_ac(model, config, op_sac_save_list=save)
+    return model.layers["0"], model.freqs_cis[: shape.seq]
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One block's bytes, measured: kept after the forward, and the most alive during its backward."""
+
+    kept: int
+    backward_peak: int
+    ops: tuple[str, ...]
+
+
+def kept_bytes(shape: Shape, mode: str, tp: int = 1, mesh: Any = None) -> Kept:
+    """Bytes the block keeps for its backward per microbatch (module doc), and the peak of live bytes created from
+    the forward's start to the backward's end beyond the parameters (the kept bytes, the recomputed forward's,
+    the gradients' working set, the parameter gradients)."""
+    block, freqs = build_block(shape, mode, tp, mesh)
+    x0 = torch.randn(shape.batch, shape.seq // tp, shape.dim, dtype=torch.bfloat16, requires_grad=True)
+    gc.collect()
+    tracker = _Storages((x0, freqs, *block.parameters(), *block.buffers()))
+    with tracker:
+        x = x0.clone()  # the block's input as the previous block's output: alive after the forward if kept
+        out = block(x, freqs, None)
+        del x
+    gc.collect()
+    kept = tracker.live(exclude=(out,))
+    if DEBUG:
+        for key, (ref, n) in tracker.refs.items():
+            if not ref.expired():
+                print(f"    {n / 2**20:8.3f} MiB {tracker.made.get(key)}", file=sys.stderr)
+    ops = tuple(sorted(_ops_seen(block, x0, freqs)))
+    tracker.peak = 0
+    grad = torch.ones_like(out)
+    with tracker:
+        out.backward(grad)
+    return Kept(kept, tracker.peak, ops)
+
+
+def _ops_seen(block: torch.nn.Module, x: torch.Tensor, freqs: torch.Tensor) -> set[str]:
+    """The attention kernels the forward runs (to say which SDPA backend ran)."""
+    names: set[str] = set()
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if "attention" in str(func):
+                names.add(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Ops():
+        block(x.detach(), freqs, None)
+    return names
+
+
+def pipeplan_bytes(shape: Shape, mode: str, tp: int) -> float:
+    """pipeplan's ``activation_bytes`` of the same block (torchtitan's llama3 as ``llama3_spec`` builds it)."""
+    from pipeplan import hardware
+    from pipeplan.models.modules import Embedding, LMHead, TransformerStack
+    from pipeplan.models.spec import ModelSpec
+    from pipeplan.planner import Workload
+
+    ffn = _ffn(shape)
+    spec = ModelSpec("llama3-small", (
+        Embedding(name="tok_embeddings", vocab_size=shape.vocab, hidden_size=shape.dim, tokens=shape.seq),
+        TransformerStack(name="layers", num_layers=1, hidden_size=shape.dim, num_heads=shape.n_heads,
+                         seq_length=shape.seq, ffn_hidden_size=ffn, num_kv_heads=shape.n_kv_heads, gated_mlp=True,
+                         norm="rmsnorm", causal=True, attention="flash", final_norm=True),
+        LMHead(name="output", vocab_size=shape.vocab, hidden_size=shape.dim, tokens=shape.seq),
+    ), "torchtitan llama3 block, benchmarks/torchtitan_activations.py")
+    work = Workload.from_spec(spec, hardware.device("h100-80g")).with_tensor_parallel(tp).with_recompute(mode)
+    profile = work.profile(shape.batch, mode)
+    return float(profile.activation_bytes[profile.names.index("layers.0")])
+
+
+def _ffn(shape: Shape) -> int:
+    hidden = int(shape.ffn_dim_multiplier * int(2 * 4 * shape.dim / 3))
+    return shape.multiple_of * -(-hidden // shape.multiple_of)
+
+
+@contextmanager
+def fake_mesh(tp: int) -> Iterator[Any]:
+    """A one-dimensional device mesh of ``tp`` CPU ranks on PyTorch's fake process group (this process is rank 0)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
+    try:
+        yield init_device_mesh("cpu", (tp,))
+    finally:
+        dist.destroy_process_group()
+
+
+def loss_bytes(tokens: int, vocab: int, compiled: bool) -> tuple[float, float]:
+    """``(kept after the forward, peak through the backward)`` of ``cross_entropy(logits.float(), labels)`` on bf16
+    logits that require a gradient, in units of the fp32 logits' bytes ``L`` (the bf16 logits themselves excluded:
+    the head's output, which pipeplan counts apart)."""
+    torch.manual_seed(0)
+    logits = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, vocab, (tokens,))
+
+    def loss_fn(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(pred.float(), target)
+
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.compile(loss_fn) if compiled else loss_fn
+    if compiled:  # compile and run once outside the count
+        fn(logits, labels).backward()
+        logits.grad = None
+    unit = tokens * vocab * 4
+    gc.collect()
+    tracker = _Storages((logits, labels))
+    with tracker:
+        loss = fn(logits, labels)
+    gc.collect()
+    kept = tracker.live(exclude=(loss,))
+    tracker.peak = 0
+    with tracker:
+        loss.backward()
+    return kept / unit, tracker.peak / unit
+
+
+def table(shape: Shape, tps: tuple[int, ...]) -> list[str]:
+    lines = [f"llama3 block: dim {shape.dim}, heads {shape.n_heads}/{shape.n_kv_heads}, ffn {_ffn(shape)}, "
+             f"seq {shape.seq}, batch {shape.batch}, bf16",
+             "| tp | mode | measured kept MiB | pipeplan MiB | pipeplan / measured | measured backward peak MiB |",
+             "|---:|---|---:|---:|---:|---:|"]
+    for tp in tps:
+        with (fake_mesh(tp) if tp > 1 else _nothing()) as mesh:
+            for mode in MODES:
+                got = kept_bytes(shape, mode, tp, mesh)
+                ours = pipeplan_bytes(shape, mode, tp)
+                lines.append(f"| {tp} | {mode} | {got.kept / 2**20:.2f} | {ours / 2**20:.2f} | "
+                             f"{ours / got.kept:.3f} | {got.backward_peak / 2**20:.2f} |")
+                print(lines[-1], " ", ", ".join(got.ops), file=sys.stderr, flush=True)
+    return lines
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tp", default="1,2,4,8", help="tensor-parallel degrees, comma-separated")
+    parser.add_argument("--loss", action="store_true", help="also measure the loss, eager and compiled")
+    args = parser.parse_args(argv)
+    _torchtitan()
+    print("\n".join(table(SHAPE, tuple(int(t) for t in args.tp.split(",")))))
+    if args.loss:
+        print("\n| loss | kept after forward (L) | peak through backward (L) |\n|---|---:|---:|")
+        for compiled in (False, True):
+            kept, peak = loss_bytes(1024, 8192, compiled)
+            print(f"| {'torch.compile' if compiled else 'eager'} | {kept:.2f} | {peak:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
