@@ -242,32 +242,45 @@ def fake_mesh(tp: int) -> Iterator[Any]:
         dist.destroy_process_group()
 
 
-def loss_bytes(tokens: int, vocab: int, compiled: bool) -> tuple[float, float]:
-    """``(kept after the forward, peak through the backward)`` of ``cross_entropy(logits.float(), labels)`` on bf16
-    logits that require a gradient, in units of the fp32 logits' bytes ``L`` (the bf16 logits themselves excluded:
-    the head's output, which pipeplan counts apart)."""
+def _allocated(run: Callable[[], Any]) -> tuple[Any, int, int]:
+    """``run()``'s result, the bytes it left allocated and the most it had allocated at once (CPU allocator events
+    of ``torch.profiler``: they see a compiled graph's buffers, which a dispatch mode does not)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = run()
+    # each op's own allocations at its start, its own frees (a node releasing what it saved) at its end
+    changes = sorted((e.time_range.start if e.self_cpu_memory_usage > 0 else e.time_range.end, e.self_cpu_memory_usage)
+                     for e in prof.events() if e.self_cpu_memory_usage)
+    live = peak = 0
+    for _, change in changes:
+        live += change
+        peak = max(peak, live)
+    return result, live, peak
+
+
+def loss_bytes(tokens: int, vocab: int, compiled: bool, dim: int = 32) -> tuple[float, float]:
+    """``(kept after the forward, peak through the backward)`` of ``cross_entropy(logits.float(), labels)``, in units
+    of the fp32 logits' bytes ``L``, the bf16 logits made by an output projection from ``dim`` features (so they are
+    counted if the loss keeps them); the projection's own gradients (``(tokens + vocab) × dim`` bf16, 1% of ``L`` at
+    the defaults) are in the peak."""
     torch.manual_seed(0)
-    logits = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
+    hidden = torch.randn(tokens, dim, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.randn(vocab, dim, dtype=torch.bfloat16, requires_grad=True)
     labels = torch.randint(0, vocab, (tokens,))
 
     def loss_fn(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(pred.float(), target)
 
     fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.compile(loss_fn) if compiled else loss_fn
-    if compiled:  # compile and run once outside the count
-        fn(logits, labels).backward()
-        logits.grad = None
+    for _ in range(2):  # compile (and warm the allocator) outside the count
+        fn(hidden @ weight.t(), labels).backward()
+        hidden.grad = weight.grad = None
     unit = tokens * vocab * 4
     gc.collect()
-    tracker = _Storages((logits, labels))
-    with tracker:
-        loss = fn(logits, labels)
-    gc.collect()
-    kept = tracker.live(exclude=(loss,))
-    tracker.peak = 0
-    with tracker:
-        loss.backward()
-    return kept / unit, tracker.peak / unit
+    loss, kept, _ = _allocated(lambda: fn(hidden @ weight.t(), labels))
+    _, _, peak = _allocated(loss.backward)
+    return kept / unit, (kept + peak) / unit
 
 
 def table(shape: Shape, tps: tuple[int, ...]) -> list[str]:

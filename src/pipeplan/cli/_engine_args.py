@@ -376,7 +376,7 @@ def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
                  "spans only what it runs")
     out = {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
     factor = engine.compute_factor(device, given)
-    compiled = given.get("compile") == "on"
+    compiled = given.get("compile") in ("on", "model")
     if factor != 1.0 and not getattr(args, "profile", None):
         how = (f"torch.compile: the eager factor {engine.compute_factor(device):.3f} / its compile speedup "
                f"{engine.compile_speedup:.3f}, " if compiled else "")

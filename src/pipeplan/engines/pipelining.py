@@ -274,7 +274,7 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
 def _write_knobs(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
                  gpus_per_node: int, knobs: Mapping[str, str]) -> list[ExportFile]:
     """:func:`_write` with the knobs given: ``compile`` written as ``COMPILE = True/False`` in ``split_spec.py``."""
-    return torch_files(plan, names, schedule=schedule, compile=knobs.get("compile") == "on")
+    return torch_files(plan, names, schedule=schedule, compile=knobs.get("compile") in ("on", "model"))
 
 
 #: plain torch: any order from the schedule CSV, any data-parallel mode (FSDP2 for fsdp and hsdp); exact. Its

@@ -88,10 +88,19 @@ published runs):
   it too). The layer profile already stores ``L`` per microbatch in flight
   (none, selective, op) or not at all (full: it keeps only the head's input,
   while no engine checkpoints the loss); the rest is added once;
+  A loss compiled with the model (``--compile on`` under torchtitan or plain torch:
+  ``compiled_loss``) holds **0.5 L**, the bf16 logits it saves and their gradient written
+  into them (:data:`COMPILED_LOSS_COPIES`); the profile's stored ``L`` stands for it
+  (0.5 L over under none and op), and under full 0.5 L is added;
 * **recomputation**: a layer that stores less than everything reruns its forward just
   before its backward and holds all of its activations for it, one layer at a time:
   the largest ``activations(none) − activations(mode)`` over the rank's layers (the
-  head excepted: the loss above).
+  head excepted: the loss above). Under a torch engine's tensor parallelism with
+  sequence parallelism (:data:`GATHERED_INPUT_ENGINES`) the recomputed block holds its
+  column-parallel GEMMs' gathered inputs whole, not their ``1/t`` shards: ``(1 − 1/t)`` of
+  :func:`~pipeplan.models.layer_costs.gathered_input_bytes` more per recomputed layer. (The
+  same inputs stored under ``none`` are not added to the stored activations, which are
+  the engine-agnostic profile's.)
 
 Both are read per stage at the stage's own mode (a stage that ``relax`` lowered is
 charged its lighter mode's), and for Megatron-LM's ``block:N`` / ``uniform:N`` off the
@@ -118,7 +127,7 @@ from .space import Config
 from .workload import Workload
 
 __all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL", "MAX_BYTES_PER_PARAM",
-           "LOSS_LOGIT_COPIES", "loss_layers"]
+           "LOSS_LOGIT_COPIES", "COMPILED_LOSS_COPIES", "GATHERED_INPUT_ENGINES", "loss_layers"]
 
 #: fp32 logits alive at once at the loss's peak, per engine (module doc; ``None``: no ``--engine``, Megatron-LM's
 #: knobs, so Megatron-LM's loss). PyTorch ``torch.nn.functional.cross_entropy`` on ``logits.float()``:
@@ -128,6 +137,21 @@ __all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL",
 #: and its gradient computed in place, plus the bf16 gradient of the logits.
 LOSS_LOGIT_COPIES: dict[str | None, float] = {None: 1.5, "megatron": 1.5, "deepspeed": 1.5, "torchtitan": 3.0,
                                               "torch": 3.0}
+
+#: fp32-logit units a ``torch.compile``\ d cross entropy holds at its peak (``--compile on`` under a torch engine:
+#: torchtitan compiles its loss with the model, components/loss.py ``build_cross_entropy_loss``): the bf16 logits it
+#: saves (0.5), its backward writing their gradient into that buffer (AOTAutograd's donated buffers), nothing in
+#: fp32. Measured on CPU, ``python benchmarks/torchtitan_activations.py --loss`` (eager: 1 kept, 3 at the peak,
+#: as :data:`LOSS_LOGIT_COPIES` prices it; compiled: 0.5 and 0.5).
+COMPILED_LOSS_COPIES = 0.5
+
+#: Engines whose tensor parallelism saves a column-parallel GEMM's gathered input: DTensor's ``ColwiseParallel``
+#: under sequence parallelism (torchtitan ``apply_tp``, models/llama3/infra/parallelize.py; plain torch's
+#: ``parallelize_module`` the same) keeps the all-gathered, whole-sequence input of wq/wk/wv and w1/w3 for their
+#: weight gradients, where Megatron-LM keeps its ``1/t`` shard and gathers it again in the backward
+#: (tensor_parallel/layers.py ``LinearWithGradAccumulationAndAsyncCommunication``). Measured on CPU with
+#: torchtitan's own block and ``apply_tp`` (``python benchmarks/torchtitan_activations.py``).
+GATHERED_INPUT_ENGINES = ("torchtitan", "torch")
 
 #: Bytes of one fp32 logit.
 _FP32 = 4.0
@@ -250,15 +274,19 @@ class MemoryModel:
             its loss's fp32 logits (:data:`LOSS_LOGIT_COPIES`).
         reduce_bytes: bytes per gradient element of the data-parallel reduction where the engine's
             ``--grad-reduce-dtype`` pins it (``None``: each mode's own, :mod:`pipeplan.data_parallel`).
+        compiled_loss: the engine compiles its loss (``--compile on`` under torchtitan or plain torch):
+            :data:`COMPILED_LOSS_COPIES` for a torch engine; ignored for the others.
     """
 
     def __init__(self, workload: Workload, optimizer: str | float, capacity: float | None,
                  dp_mode: str = data_parallel.REPLICATED, gpus_per_node: int = 8, engine: str | None = None,
-                 reduce_bytes: float | None = None) -> None:
+                 reduce_bytes: float | None = None, compiled_loss: bool = False) -> None:
         self.workload = workload
         self.reduce_bytes = reduce_bytes
         self.engine = engine
-        self.loss_copies = LOSS_LOGIT_COPIES.get(engine, LOSS_LOGIT_COPIES[None])
+        self.compiled_loss = compiled_loss and engine in GATHERED_INPUT_ENGINES
+        self.loss_copies = (COMPILED_LOSS_COPIES if self.compiled_loss
+                            else LOSS_LOGIT_COPIES.get(engine, LOSS_LOGIT_COPIES[None]))
         self.optimizer = optimizer
         self.capacity = capacity
         self.dp_mode = dp_mode
@@ -378,9 +406,26 @@ class MemoryModel:
             whole = np.asarray(self.workload.source(micro_batch_size, "none").activation_bytes, dtype=float)
             recompute = np.maximum(whole - stored, 0.0)
             recompute[[index for index, _ in heads]] = 0.0
+            recompute += self.gathered_bytes(micro_batch_size) * (recompute > 0)
         for array in (loss, recompute):
             array.flags.writeable = False
         return loss, recompute
+
+    def gathered_bytes(self, micro_batch_size: int) -> np.ndarray:
+        """Per layer, the bytes a torch engine's tensor parallelism keeps beyond the profile's ``1/t`` shards of the
+        column-parallel inputs: ``(1 − 1/t)`` of their whole-sequence bytes (:data:`GATHERED_INPUT_ENGINES`; zeros
+        for other engines, ``tp = 1``, without sequence parallelism or without a spec)."""
+        from ..models.layer_costs import gathered_input_bytes  # layer 2, imported where needed
+
+        t = self.workload.tensor_parallel
+        spec = self.workload.spec
+        layers = self.workload.num_layers
+        if self.engine not in GATHERED_INPUT_ENGINES or t == 1 or not self.workload.sequence_parallel or spec is None:
+            return np.zeros(layers)
+        gathered = np.asarray(gathered_input_bytes(spec, micro_batch_size), dtype=float)
+        if len(gathered) != layers:  # a profile not laid out as the spec's layers
+            return np.zeros(layers)
+        return gathered * (1.0 - 1.0 / t)
 
     def _with_loss(self, profile: LayerProfile, micro_batch_size: int, mode: Recompute) -> LayerProfile:
         """``profile`` as the partitioner sees it: the loss's extra bytes on the last stage when the head is the
