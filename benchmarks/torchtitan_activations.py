@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -90,6 +91,7 @@ class _Storages(TorchDispatchMode):
         self.refs: dict[int, tuple[StorageWeakRef, int]] = {}
         self.peak = 0
         self.made: dict[int, str] = {}
+        self.shapes: dict[int, tuple[int, ...]] = {}
 
     def track(self, t: torch.Tensor, label: str) -> None:
         try:
@@ -102,10 +104,13 @@ class _Storages(TorchDispatchMode):
         if key not in self.refs or self.refs[key][0].expired():  # a new storage (maybe at a freed one's address)
             self.refs[key] = (StorageWeakRef(storage), storage.nbytes())
             self.made[key] = label
+            self.shapes[key] = tuple(_local(t).shape)
 
-    def live(self, exclude: tuple[torch.Tensor, ...] = ()) -> int:
+    def live(self, exclude: tuple[torch.Tensor, ...] = (), shape: tuple[int, ...] | None = None) -> int:
+        """Bytes of the tracked storages still alive, less ``exclude``'s (only those first made at ``shape``)."""
         gone = {_local(t).untyped_storage().data_ptr() for t in exclude}
-        return sum(n for key, (ref, n) in self.refs.items() if not ref.expired() and key not in gone)
+        return sum(n for key, (ref, n) in self.refs.items() if not ref.expired() and key not in gone
+                   and (shape is None or self.shapes.get(key) == shape))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
@@ -160,6 +165,7 @@ class Kept:
     kept: int
     backward_peak: int
     ops: tuple[str, ...]
+    full_sequence: int = 0  # of ``kept``, tensors of the whole sequence's (batch, seq, dim): at tp > 1, gathered
 
 
 def kept_bytes(shape: Shape, mode: str, tp: int = 1, mesh: Any = None) -> Kept:
@@ -176,6 +182,7 @@ def kept_bytes(shape: Shape, mode: str, tp: int = 1, mesh: Any = None) -> Kept:
         del x
     gc.collect()
     kept = tracker.live(exclude=(out,))
+    full_sequence = tracker.live(exclude=(out,), shape=(shape.batch, shape.seq, shape.dim))
     if DEBUG:
         for key, (ref, n) in tracker.refs.items():
             if not ref.expired():
@@ -185,7 +192,7 @@ def kept_bytes(shape: Shape, mode: str, tp: int = 1, mesh: Any = None) -> Kept:
     grad = torch.ones_like(out)
     with tracker:
         out.backward(grad)
-    return Kept(kept, tracker.peak, ops)
+    return Kept(kept, tracker.peak, ops, full_sequence)
 
 
 def _ops_seen(block: torch.nn.Module, x: torch.Tensor, freqs: torch.Tensor) -> set[str]:
@@ -206,21 +213,26 @@ def _ops_seen(block: torch.nn.Module, x: torch.Tensor, freqs: torch.Tensor) -> s
 def pipeplan_bytes(shape: Shape, mode: str, tp: int) -> float:
     """pipeplan's ``activation_bytes`` of the same block (torchtitan's llama3 as ``llama3_spec`` builds it)."""
     from pipeplan import hardware
-    from pipeplan.models.modules import Embedding, LMHead, TransformerStack
-    from pipeplan.models.spec import ModelSpec
     from pipeplan.planner import Workload
 
+    work = Workload.from_spec(_spec(shape), hardware.device("h100-80g")).with_tensor_parallel(tp).with_recompute(mode)
+    profile = work.profile(shape.batch, mode)
+    return float(profile.activation_bytes[profile.names.index("layers.0")])
+
+
+def _spec(shape: Shape) -> Any:
+    """pipeplan's spec of a one-block torchtitan llama3 at ``shape`` (as ``llama3_spec`` builds the flavours)."""
+    from pipeplan.models.modules import Embedding, LMHead, TransformerStack
+    from pipeplan.models.spec import ModelSpec
+
     ffn = _ffn(shape)
-    spec = ModelSpec("llama3-small", (
+    return ModelSpec("llama3-small", (
         Embedding(name="tok_embeddings", vocab_size=shape.vocab, hidden_size=shape.dim, tokens=shape.seq),
         TransformerStack(name="layers", num_layers=1, hidden_size=shape.dim, num_heads=shape.n_heads,
                          seq_length=shape.seq, ffn_hidden_size=ffn, num_kv_heads=shape.n_kv_heads, gated_mlp=True,
                          norm="rmsnorm", causal=True, attention="flash", final_norm=True),
         LMHead(name="output", vocab_size=shape.vocab, hidden_size=shape.dim, tokens=shape.seq),
     ), "torchtitan llama3 block, benchmarks/torchtitan_activations.py")
-    work = Workload.from_spec(spec, hardware.device("h100-80g")).with_tensor_parallel(tp).with_recompute(mode)
-    profile = work.profile(shape.batch, mode)
-    return float(profile.activation_bytes[profile.names.index("layers.0")])
 
 
 def _ffn(shape: Shape) -> int:
@@ -260,7 +272,8 @@ def _allocated(run: Callable[[], Any]) -> tuple[Any, int, int]:
 
 
 def loss_bytes(tokens: int, vocab: int, compiled: bool, dim: int = 32) -> tuple[float, float]:
-    """``(kept after the forward, peak through the backward)`` of ``cross_entropy(logits.float(), labels)``, in units
+    """``(kept after the forward, peak through the backward)`` of torchtitan's ``cross_entropy_loss``
+    (components/loss.py: ``cross_entropy(pred.flatten(0, 1).float(), ...)``), eager or compiled, in units
     of the fp32 logits' bytes ``L``, the bf16 logits made by an output projection from ``dim`` features (so they are
     counted if the loss keeps them); the projection's own gradients (``(tokens + vocab) × dim`` bf16, 1% of ``L`` at
     the defaults) are in the peak."""
@@ -269,33 +282,55 @@ def loss_bytes(tokens: int, vocab: int, compiled: bool, dim: int = 32) -> tuple[
     weight = torch.randn(vocab, dim, dtype=torch.bfloat16, requires_grad=True)
     labels = torch.randint(0, vocab, (tokens,))
 
-    def loss_fn(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(pred.float(), target)
+    from torchtitan.components.loss import cross_entropy_loss  # (pred.flatten(0, 1).float(), ..., reduction="sum")
 
-    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.compile(loss_fn) if compiled else loss_fn
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = (torch.compile(cross_entropy_loss) if compiled
+                                                                 else cross_entropy_loss)
+    labels = labels.unsqueeze(0)
     for _ in range(2):  # compile (and warm the allocator) outside the count
-        fn(hidden @ weight.t(), labels).backward()
+        fn((hidden @ weight.t()).unsqueeze(0), labels).backward()
         hidden.grad = weight.grad = None
     unit = tokens * vocab * 4
     gc.collect()
-    loss, kept, _ = _allocated(lambda: fn(hidden @ weight.t(), labels))
+    loss, kept, _ = _allocated(lambda: fn((hidden @ weight.t()).unsqueeze(0), labels))
     _, _, peak = _allocated(loss.backward)
     return kept / unit, (kept + peak) / unit
 
 
-def table(shape: Shape, tps: tuple[int, ...]) -> list[str]:
-    lines = [f"llama3 block: dim {shape.dim}, heads {shape.n_heads}/{shape.n_kv_heads}, ffn {_ffn(shape)}, "
-             f"seq {shape.seq}, batch {shape.batch}, bf16",
-             "| tp | mode | measured kept MiB | pipeplan MiB | pipeplan / measured | measured backward peak MiB |",
-             "|---:|---|---:|---:|---:|---:|"]
+def gathered_bytes(shape: Shape, tp: int) -> float:
+    """What pipeplan's memory model adds per recomputed block under a torch engine at ``tp``: ``(1 − 1/t)`` of
+    :func:`~pipeplan.models.layer_costs.gathered_input_bytes` (the whole-sequence bytes less the profile's shard)."""
+    from pipeplan.models.layer_costs import gathered_input_bytes
+
+    return gathered_input_bytes(_spec(shape), shape.batch)[1] * (1 - 1 / tp)
+
+
+def rows(shape: Shape, tps: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Per tp and mode: the measured bytes (kept, of which whole-sequence, backward peak) and pipeplan's."""
+    out = []
     for tp in tps:
         with (fake_mesh(tp) if tp > 1 else _nothing()) as mesh:
             for mode in MODES:
                 got = kept_bytes(shape, mode, tp, mesh)
-                ours = pipeplan_bytes(shape, mode, tp)
-                lines.append(f"| {tp} | {mode} | {got.kept / 2**20:.2f} | {ours / 2**20:.2f} | "
-                             f"{ours / got.kept:.3f} | {got.backward_peak / 2**20:.2f} |")
-                print(lines[-1], " ", ", ".join(got.ops), file=sys.stderr, flush=True)
+                out.append({"tp": tp, "mode": mode, "kept": got.kept, "full_sequence": got.full_sequence,
+                            "backward_peak": got.backward_peak, "pipeplan": pipeplan_bytes(shape, mode, tp),
+                            "gathered_extra": gathered_bytes(shape, tp) if tp > 1 else 0.0, "ops": list(got.ops)})
+    return out
+
+
+def table(shape: Shape, results: list[dict[str, Any]]) -> list[str]:
+    """The rows as Markdown, in MiB."""
+    mib = 2**20
+    lines = [f"llama3 block: dim {shape.dim}, heads {shape.n_heads}/{shape.n_kv_heads}, ffn {_ffn(shape)}, "
+             f"seq {shape.seq}, batch {shape.batch}, bf16 (attention kernels: {', '.join(results[0]['ops'])})", "",
+             "| tp | mode | measured kept | of which (batch, seq, dim) | pipeplan stored | pipeplan / measured | "
+             "torch engines' gathered extra | measured backward peak |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(f"| {r['tp']} | {r['mode']} | {r['kept'] / mib:.2f} | "
+                     f"{r['full_sequence'] / mib if r['tp'] > 1 else float('nan'):.2f} | {r['pipeplan'] / mib:.2f} | "
+                     f"{r['pipeplan'] / r['kept']:.3f} | {r['gathered_extra'] / mib:.2f} | "
+                     f"{r['backward_peak'] / mib:.2f} |")
     return lines
 
 
@@ -304,15 +339,27 @@ def _nothing() -> Iterator[None]:
     yield None
 
 
+#: The small shape ``--small`` measures (tests/test_torchtitan_activations.py: a few seconds).
+SMALL = Shape(dim=256, n_heads=8, n_kv_heads=2, seq=64, batch=2)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tp", default="1,2,4,8", help="tensor-parallel degrees, comma-separated")
     parser.add_argument("--loss", action="store_true", help="also measure the loss, eager and compiled")
+    parser.add_argument("--small", action="store_true", help="the small shape (SMALL) instead of SHAPE")
+    parser.add_argument("--json", action="store_true", help="print the block rows as JSON")
     args = parser.parse_args(argv)
     _torchtitan()
-    print("\n".join(table(SHAPE, tuple(int(t) for t in args.tp.split(",")))))
+    shape = SMALL if args.small else SHAPE
+    results = rows(shape, tuple(int(t) for t in args.tp.split(",")))
+    if args.json:
+        print(json.dumps(results))
+        return 0
+    print("\n".join(table(shape, results)))
     if args.loss:
-        print("\n| loss | kept after forward (L) | peak through backward (L) |\n|---|---:|---:|")
+        print("\n| loss (torchtitan's cross_entropy_loss) | kept after forward (L) | peak through backward (L) |\n"
+              "|---|---:|---:|")
         for compiled in (False, True):
             kept, peak = loss_bytes(1024, 8192, compiled)
             print(f"| {'torch.compile' if compiled else 'eager'} | {kept:.2f} | {peak:.2f} |")
