@@ -18,10 +18,11 @@ peak, with ``PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"`` (run_llama_tra
 buffers (not the caching allocator's). pipeplan predicts the bytes of live tensors, an
 **allocated** peak: every row compares pipeplan's allocated peak with a published reserved one.
 
-**What the runs use that pipeplan does not price** (named per row): ``torch.compile`` (fused
-element-wise kernels save fewer intermediates: the published rows with and without it differ
-by 5.0–5.4 GiB), Float8 linears (fp8 copies of weights and inputs for the backward), async TP,
-and a compiled loss (e7c0cae compiles the loss with the model; 9dec370 does not).
+**What the runs use that pipeplan does not price** (named per row): ``torch.compile``'s fused
+element-wise kernels in the blocks (they save fewer intermediates: the published rows with and
+without it differ by 5.0–5.4 GiB), Float8 linears (fp8 copies of weights and inputs for the
+backward) and async TP. A compiled loss is priced (``--compile on``: e7c0cae compiles the loss with
+the model; ``--compile model``: 9dec370 compiles the blocks only), each row pinned as its commit ran.
 
 Runs (numbers as published, the source beside each group):
 
@@ -42,11 +43,13 @@ Runs (numbers as published, the source beside each group):
 The cost model's Table 4 rows (Qi et al. 2024, Megatron-LM, docs/cost_model.md) compare memory
 too; they stay in benchmarks/cost_model.py.
 
-**Fitting.** Nothing is fitted to these rows. The two mechanisms in
-pipeplan/planner/memory.py (the loss's fp32 logits per engine, a recomputed layer's
-activations during its backward) come from the engines' sources, not from these numbers;
-the table gives their bytes per row ("loss + recompute": the loss's extra fp32 logits on the rank
-holding the head, and the largest recomputed layer's activations) so each row reads without them too.
+**Fitting.** Nothing is fitted to these rows. The mechanisms in pipeplan/planner/memory.py (the
+loss's fp32 logits per engine, or a compiled loss's bf16 ones; a recomputed layer's activations;
+under a torch engine's tensor parallelism, DTensor's gathered whole-sequence inputs in it) come
+from the engines' sources and a CPU measurement of torchtitan's own block and loss
+(``benchmarks/torchtitan_activations.py``), not from these numbers; the table gives their bytes per
+row ("loss + recompute": the loss's extra logits on the rank holding the head, and the largest
+recomputed layer's activations) so each row reads without them too.
 """
 
 from __future__ import annotations

@@ -166,6 +166,7 @@ class Kept:
     backward_peak: int
     ops: tuple[str, ...]
     full_sequence: int = 0  # of ``kept``, tensors of the whole sequence's (batch, seq, dim): at tp > 1, gathered
+    weight_grads: int = 0  # the block's parameter gradients (bf16, this rank's shards), in ``backward_peak``
 
 
 def kept_bytes(shape: Shape, mode: str, tp: int = 1, mesh: Any = None) -> Kept:
@@ -192,7 +193,8 @@ def kept_bytes(shape: Shape, mode: str, tp: int = 1, mesh: Any = None) -> Kept:
     grad = torch.ones_like(out)
     with tracker:
         out.backward(grad)
-    return Kept(kept, tracker.peak, ops, full_sequence)
+    weight_grads = sum(_local(p.grad).untyped_storage().nbytes() for p in block.parameters() if p.grad is not None)
+    return Kept(kept, tracker.peak, ops, full_sequence, weight_grads)
 
 
 def _ops_seen(block: torch.nn.Module, x: torch.Tensor, freqs: torch.Tensor) -> set[str]:
@@ -312,9 +314,12 @@ def rows(shape: Shape, tps: tuple[int, ...]) -> list[dict[str, Any]]:
         with (fake_mesh(tp) if tp > 1 else _nothing()) as mesh:
             for mode in MODES:
                 got = kept_bytes(shape, mode, tp, mesh)
+                stored, extra = pipeplan_bytes(shape, mode, tp), gathered_bytes(shape, tp) if tp > 1 else 0.0
+                # what pipeplan holds at the block's backward: stored, and a recomputed block's transient
+                held = stored if mode == "none" else pipeplan_bytes(shape, "none", tp) + extra
                 out.append({"tp": tp, "mode": mode, "kept": got.kept, "full_sequence": got.full_sequence,
-                            "backward_peak": got.backward_peak, "pipeplan": pipeplan_bytes(shape, mode, tp),
-                            "gathered_extra": gathered_bytes(shape, tp) if tp > 1 else 0.0, "ops": list(got.ops)})
+                            "backward_peak": got.backward_peak, "pipeplan": stored, "gathered_extra": extra,
+                            "pipeplan_backward": held, "weight_grads": got.weight_grads, "ops": list(got.ops)})
     return out
 
 
@@ -324,13 +329,15 @@ def table(shape: Shape, results: list[dict[str, Any]]) -> list[str]:
     lines = [f"llama3 block: dim {shape.dim}, heads {shape.n_heads}/{shape.n_kv_heads}, ffn {_ffn(shape)}, "
              f"seq {shape.seq}, batch {shape.batch}, bf16 (attention kernels: {', '.join(results[0]['ops'])})", "",
              "| tp | mode | measured kept | of which (batch, seq, dim) | pipeplan stored | pipeplan / measured | "
-             "torch engines' gathered extra | measured backward peak |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "torch engines' gathered extra | measured backward peak less weight gradients | pipeplan at the "
+             "backward | pipeplan / measured |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         lines.append(f"| {r['tp']} | {r['mode']} | {r['kept'] / mib:.2f} | "
                      f"{r['full_sequence'] / mib if r['tp'] > 1 else float('nan'):.2f} | {r['pipeplan'] / mib:.2f} | "
                      f"{r['pipeplan'] / r['kept']:.3f} | {r['gathered_extra'] / mib:.2f} | "
-                     f"{r['backward_peak'] / mib:.2f} |")
+                     f"{(r['backward_peak'] - r['weight_grads']) / mib:.2f} | {r['pipeplan_backward'] / mib:.2f} | "
+                     f"{r['pipeplan_backward'] / (r['backward_peak'] - r['weight_grads']):.3f} |")
     return lines
 
 
