@@ -7,31 +7,36 @@ Needs torch and torchtitan 0.2.2 (the TOML release, ``tests/_torchtitan_toml.py`
 ``.venv/torchtitan-toml``); runs in one process on CPU in about a minute (no GPU, no second process:
 tensor parallelism runs on PyTorch's fake process group, which returns buffers of the right shapes).
 
-**What is run.** torchtitan's own ``TransformerBlock`` (torchtitan/models/llama3/model/model.py) at
-small, Llama-proportioned dimensions (:data:`SHAPE`: dim 1024, 32 heads, 8 KV heads, torchtitan's
-SwiGLU width rule with multiplier 1.3 and ``multiple_of`` 256, as the 8B flavour; seq 256, batch 2,
-bf16, SDPA), wrapped by torchtitan's own ``_apply_ac_to_transformer_block``
-(torchtitan/distributed/activation_checkpoint.py) under ``mode = "none"`` (not wrapped), ``selective``
-with ``selective_ac_option = "op"`` (torchtitan's ``_op_sac_save_list`` of
-models/llama3/infra/parallelize.py, plus CPU's flash kernel ``_scaled_dot_product_flash_attention_for_cpu``,
-the counterpart of the CUDA ``_scaled_dot_product_flash_attention`` the list names) and ``full``; at
-``tp > 1`` after torchtitan's own ``apply_tp`` (models/llama3/infra/parallelize.py: DTensor
-sequence parallelism, ``SequenceParallel`` norms, ``PrepareModuleInput`` to ``Replicate``,
-``ColwiseParallel`` wq/wk/wv/w1/w3, ``RowwiseParallel`` wo/w2 to ``Shard(1)``) on a device mesh of
-the fake process group.
+**What is run.** torchtitan's own llama3 ``Transformer`` with one block (torchtitan/models/llama3/
+model/model.py) at small, Llama-proportioned dimensions (:data:`SHAPE`: dim 1024, 32 heads, 8 KV
+heads, torchtitan's SwiGLU width rule with multiplier 1.3 and ``multiple_of`` 256, as the 8B
+flavour; seq 256, batch 2, bf16 weights, SDPA), through torchtitan's own ``apply_tp`` at ``tp > 1``
+(models/llama3/infra/parallelize.py: DTensor sequence parallelism, ``SequenceParallel`` norms,
+``PrepareModuleInput`` to ``Replicate``, ``ColwiseParallel`` wq/wk/wv/w1/w3, ``RowwiseParallel``
+wo/w2 to ``Shard(1)``) on a device mesh of the fake process group, and its own ``apply_ac``
+(distributed/activation_checkpoint.py) under ``mode = "none"`` (not applied), ``selective`` with
+``selective_ac_option = "op"`` (its ``_op_sac_save_list``, plus CPU's flash kernel
+``_scaled_dot_product_flash_attention_for_cpu``, the counterpart of the CUDA
+``_scaled_dot_product_flash_attention`` the list names) and ``full``.
 
 **What is counted** (:func:`kept_bytes`): a ``TorchDispatchMode`` keeps a weak reference to the
-storage of every tensor an op returns during the block's forward (a DTensor's local tensor), so
-tensors saved by autograd and tensors selective checkpointing caches outside autograd's hooks are
-both seen; after the forward (and a ``gc.collect()``) the bytes of the storages still alive, less
-the block's output (the next block's input, counted there), plus the block's input (which every
-mode keeps: the first norm's input, or the checkpoint's) are what the block keeps for its backward,
-per microbatch. pipeplan's number is the same block's ``activation_bytes`` of
-``Workload.from_spec(spec).with_tensor_parallel(tp).profile(batch, mode)`` (``op``: torchtitan's
-per-op policy; ``none``; ``full``). ``--loss``: the live bytes after the forward of
-``cross_entropy(logits.float(), labels)`` on bf16 logits, eager and ``torch.compile``\\ d (inductor on
-CPU), and the peak of live bytes from the forward through the backward, in units of
-``L`` = the fp32 logits' bytes.
+storage of every tensor an op returns from the block's input (a copy made inside, as the previous
+block's output is) through its forward (a DTensor's local tensor), so tensors saved by autograd and
+tensors selective checkpointing caches outside autograd's hooks are both seen; after the forward
+(and a ``gc.collect()``) the bytes of the storages still alive, less the block's output (the next
+block's input, counted there), are what the block keeps for its backward per microbatch ("of which
+(batch, seq, dim)": those of the whole sequence, at ``tp > 1`` the gathered inputs); then the peak
+of live bytes through its backward, less its weight gradients. pipeplan's numbers: the same
+block's ``activation_bytes`` of ``Workload.from_spec(spec).with_tensor_parallel(tp).profile(batch,
+mode)``, the torch engines' gathered extra of pipeplan/planner/memory.py, and what pipeplan holds at
+the block's backward (stored; for a recomputed block the ``none`` bytes plus that extra).
+
+``--loss``: torchtitan's ``cross_entropy_loss`` (components/loss.py) on bf16 logits made by a
+projection, eager and ``torch.compile``\ d (inductor on CPU), in units of ``L`` = the fp32 logits'
+bytes: kept after the forward and the peak through the backward, from ``torch.profiler``'s CPU
+allocator events (a dispatch mode does not see inside a compiled graph).
+
+``--small --json`` (:data:`SMALL`, a few seconds) is what tests/test_torch_engine_memory.py runs.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from torch.utils._pytree import tree_flatten
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 MODES = ("none", "op", "full")
+#: Print each kept storage (the op that made it, its shape) to stderr.
 DEBUG = False
 
 
