@@ -135,3 +135,20 @@ def test_the_cpu_measurement_of_torchtitans_block_agrees_with_pipeplan() -> None
     none = rows[(2, "none")]
     assert none["full_sequence"] == pytest.approx(none["gathered_extra"] / (1 - 1 / 2))
     assert rows[(2, "full")]["full_sequence"] == 0
+
+
+def test_plan_prices_the_compiled_loss_under_compile_on_only(run_cli) -> None:
+    """``plan --engine torchtitan --compile on`` holds less at the peak than ``model`` (the loss eager) and ``off``;
+    ``model`` compiles the kernels as ``on`` does (the same step time)."""
+    def planned(compile: str) -> tuple[float, float]:
+        status, out, err = run_cli("plan", "--preset", "gpt-1.5b", "--gpus", "8", "--global-batch", "32", "--gpu",
+                                   "a100-80g", "--tp", "2", "--pp", "1", "--dp-modes", "fsdp", "--micro-batch-size",
+                                   "4", "--recompute", "full", "--engine", "torchtitan", "--compile", compile,
+                                   "--top", "1", "--json")
+        assert status == 0, err
+        plan = json.loads(out)["plans"][0]
+        return plan["memory"][0]["total"], plan["step_time"]
+
+    off, model, on = planned("off"), planned("model"), planned("on")
+    assert on[0] < model[0] == off[0]
+    assert on[1] == model[1] < off[1]

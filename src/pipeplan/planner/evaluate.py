@@ -90,6 +90,8 @@ class Evaluator:
         reduce_bytes: bytes per gradient element of the data-parallel reduction and of the
             replicated gradient buffer where the engine pins it (``--grad-reduce-dtype``:
             :attr:`~pipeplan.planner.engine_costs.EngineCosts.reduce_bytes`); ``None``: the mode's own.
+        compiled_loss: a torch engine compiles its loss with the model (``--compile on``): its loss's
+            memory (:data:`~pipeplan.planner.memory.COMPILED_LOSS_COPIES`).
 
     Attributes:
         stats: what was solved, simulated and reused.
