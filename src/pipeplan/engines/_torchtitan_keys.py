@@ -56,8 +56,8 @@ TOML_KEYS: dict[str, tuple[str, Any]] = {
     "activation_checkpoint.selective_ac_option": ("str", "2"),
     "compile.enable": ("bool", False),  # [compile] enable (0.3.0 and HEAD: CompileConfig.enable): --compile
     # [compile] components: torch.compile's targets; without "loss", --compile model (0.2.2 job_config.py Compile,
-    # 0.3.0 configs.py CompileConfig: a default_factory, ["model", "loss"]; None here: that factory's, loss included)
-    "compile.components": ("list[str]", None),
+    # 0.3.0 configs.py CompileConfig: default_factory=lambda: ["model", "loss"])
+    "compile.components": ("list[str]", ["model", "loss"]),
 }
 #: The keys of torchtitan's Python configs the reader reads that the TOML release does not have, and
 #: their types: 0.3.0 (PyPI) torchtitan/config/configs.py ParallelismConfig.enable_sequence_parallel;
