@@ -3,8 +3,8 @@
     PYTHONPATH=src:.venv/torchtitan-toml python benchmarks/torchtitan_activations.py          # the table
     PYTHONPATH=src:.venv/torchtitan-toml python benchmarks/torchtitan_activations.py --loss   # the loss too
 
-Needs torch and torchtitan 0.2.2 (the TOML release, ``tests/_torchtitan_toml.py``: the side install
-``.venv/torchtitan-toml``); runs in one process on CPU in about a minute (no GPU, no second process:
+Needs the engines' Python (torch, torchtitan's dependencies) and torchtitan 0.2.2 first on the path (the
+TOML release, ``tests/_torchtitan_toml.py``: the side install ``.venv/torchtitan-toml``); runs in one process on CPU in about a minute (no GPU, no second process:
 tensor parallelism runs on PyTorch's fake process group, which returns buffers of the right shapes).
 
 **What is run.** torchtitan's own llama3 ``Transformer`` with one block (torchtitan/models/llama3/
