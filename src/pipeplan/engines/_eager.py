@@ -40,9 +40,9 @@ TORCHTITAN_EAGER_FACTORS: dict[str, float] = {"a100-80g": 1.335}
 #: ``--compile``: torch.compile of the model (torchtitan ``compile.enable``; plain torch ``torch.compile(model)``)
 #: and of its loss: ``on`` compiles both (torchtitan's ``compile.components`` default ``["model", "loss"]``,
 #: torchtitan 0.2.2 config/job_config.py ``Compile`` and 0.3.0 config/configs.py; components/loss.py
-#: ``build_cross_entropy_loss`` wraps the loss in ``torch.compile`` when ``"loss"`` is among them), ``model``
-#: the model alone (``components = ["model"]``; torchtitan before ``compile.components``, e.g. 9dec370, compiled
-#: the model's blocks only). Megatron-LM and DeepSpeed have no such knob: their kernels are fused already
+#: ``build_cross_entropy_loss`` wraps the loss in ``torch.compile`` when ``"loss"`` is among them; the field came
+#: with pytorch/torchtitan#1608, 2025-08; before it ``training.compile`` compiled the loss too, e7c0cae), ``model``
+#: the model alone (``components = ["model"]``; torchtitan 9dec370, Dec 2024, compiled the blocks only). Megatron-LM and DeepSpeed have no such knob: their kernels are fused already
 #: (Transformer Engine, Megatron's fused kernels), which is what the device's kernel model prices.
 COMPILE_KNOB = Knob(
     "compile", ("on", "model", "off"), "off",
