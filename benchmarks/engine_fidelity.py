@@ -6,8 +6,9 @@
     python benchmarks/engine_fidelity.py --fit-torchtitan   # refit torchtitan's eager factor (8B rows only)
     python benchmarks/engine_fidelity.py --fit-deepspeed    # refit DeepSpeed's pipeline-engine factor (its 4 runs)
 
-The DeepSpeed block (its own runs, table and marker, at the end of this file: ``DEEPSPEED_RUNS``,
-``deepspeed_table``, ``deepspeed_block``) predicts published Megatron-DeepSpeed runs as
+The DeepSpeed block (its own runs, tables and marker, at the end of this file: ``DEEPSPEED_RUNS``, the
+pipeline factor's four fitting runs, ``DEEPSPEED_HELD_OUT``, runs the factor never saw, ``deepspeed_table``,
+``deepspeed_held_out_table``, ``deepspeed_block``) predicts published Megatron-DeepSpeed runs as
 ``plan --engine deepspeed`` prices them; its comments give each run's source.
 
 Each run is predicted by the planner's own evaluation of its published configuration
@@ -302,8 +303,10 @@ def checked_piece() -> str:
 # parallelism and TP collectives waited for (the Megatron-LM of 2021 these forks come from, as the Narayanan
 # rows above); beside the pipeline, the engine's gradient accumulation per microbatch (ACCUMULATE_BYTES, from
 # its source) and its one fitted factor (PIPELINE_FACTORS, fitted to these four runs: ``--fit-deepspeed``).
-# The four runs are therefore fitting rows; each is also predicted with the factor fitted to the other three
-# (leave one out), the only held-out numbers here. The table is in docs/engines.md ("DeepSpeed").
+# The four runs (DEEPSPEED_RUNS) are therefore fitting rows; each is also predicted with the factor fitted to the
+# other three (leave one out). DEEPSPEED_HELD_OUT holds runs the factor never saw (BLOOM's own training on 24 nodes
+# and the reshaping trials beside it), priced exactly as the fitting rows with the factor in use. The tables are in
+# docs/engines.md ("DeepSpeed").
 
 DEEPSPEED_DOC = Path(__file__).resolve().parent.parent / "docs" / "engines.md"
 DEEPSPEED_MARKER = "engine-fidelity-deepspeed"
@@ -357,6 +360,35 @@ DEEPSPEED_RUNS = (
 )
 
 
+#: Runs held out of the factor's fit (never in DEEPSPEED_RUNS, so never in ``fit_deepspeed_factor``): BLOOM 176B
+#: itself after its allocation shrank, from bigscience-workshop/bigscience train/tr11-176B-ml/reshaping-log.md at
+#: commit c352f83 (2022-07-05): training resumed from the universal checkpoint ``global_step94767_universal`` on 24
+#: and 36 nodes of Jean Zay's 8 A100 80 GB, each layout's Megatron-DeepSpeed log lines ("elapsed time per iteration
+#: (s)", global batch size 2048). The shape, sequence, vocabulary, bf16 with ZERO_STAGE=0 (BF16_Optimizer), ALiBi,
+#: --embed-layernorm, --checkpoint-activations and --pp-partition-method 'type:transformer|embedding' are the tr11
+#: slurm script's at the same commit (train/tr11-176B-ml/tr11-176B-ml.slurm: --nodes=24, TP_SIZE=4, PP_SIZE=12,
+#: MICRO_BATCH_SIZE=2, GLOBAL_BATCH_SIZE=2048), so each row is the BLOOM fitting row's model on another layout;
+#: the log names TP, PP, MBS and nodes, and the data parallelism is what is left: nodes × 8 / (TP × PP). The time
+#: recorded is each layout's last logged iteration (the first after a resume is often slower: 261 then 220 s at
+#: TP 4 / PP 24); "TP=4/PP=12/MBS=1" logs one iteration only (the first), recorded as it is (at MBS=2 the first
+#: and the next agree within 0.1 %). The first row is not a trial: BLOOM trained on that layout from 2022-07-04
+#: (train/tr11-176B-ml/chronicles.md, "2022-07-04 switched from 48 to 24 nodes"). ALiBi (a bias on the scores,
+#: heads × s² additions per layer) and the embedding LayerNorm (one LayerNorm over s × h) add under 1e-4 of a
+#: layer's FLOPs; the spec has neither (no learned positions, as the fitting row).
+DEEPSPEED_HELD_OUT = tuple(
+    DeepSpeedRun(f"BLOOM 176B, {nodes} nodes", source, 70, 14336, 112, 250_880, False,
+                 tp, pp, 8 * nodes, 2048, micro, "ddp", "omnipath", seconds)
+    for nodes, tp, pp, micro, seconds, source in (
+        (24, 4, 12, 2, 215.99, "BLOOM's training from 2022-07-04"),  # 215.82, then 215.99 after a restart
+        (24, 4, 12, 1, 234.72, "reshaping trial (first iteration)"),
+        (24, 4, 24, 1, 220.30, "reshaping trial"),                     # 261.08, 220.73, 220.30
+        (24, 2, 24, 1, 199.82, "reshaping trial"),                     # 221.87, 199.82
+        (36, 4, 36, 1, 155.71, "reshaping trial"),                     # 219.17, 155.71
+        (36, 2, 36, 1, 141.22, "reshaping trial"),                     # 178.44, 141.94, 141.22
+        (36, 1, 72, 1, 141.69, "reshaping trial"),                     # 168.97, 140.37, 141.69
+    ))
+
+
 def deepspeed_gpt(run: DeepSpeedRun) -> ModelSpec:
     """The run's GPT: 4h GeLU MLP with biases, LayerNorm, dropout, a tied head; learned positions unless ALiBi."""
     return ModelSpec(run.label, (
@@ -367,6 +399,22 @@ def deepspeed_gpt(run: DeepSpeedRun) -> ModelSpec:
                          final_norm=True),
         LMHead(name="head", vocab_size=run.vocab, hidden_size=run.hidden, tokens=SEQ, tied_to="embedding"),
     ))
+
+
+def deepspeed_workload(run: DeepSpeedRun) -> Workload:
+    """The run's model on the A100 80 GB as the DeepSpeed rows price it: full recompute, no sequence parallelism,
+    TP collectives waited for (Megatron-DeepSpeed's Megatron-LM of 2021)."""
+    return Workload.from_spec(deepspeed_gpt(run), hardware.device("a100-80g"), tp_link=hardware.link("nvlink-a100"),
+                              sequence_parallel=False, tp_comm_overlap="off").with_recompute("full")
+
+
+def last_stage_ratio(run: DeepSpeedRun) -> float:
+    """The last pipeline stage's forward + backward per microbatch over a middle stage's, as priced (even split of the
+    pipeline layers, the run's tp and micro batch): above 1 where the head's stage is the pipeline's slowest."""
+    work = deepspeed_workload(run).with_tensor_parallel(run.tp)
+    costs = work.stage_costs(run.micro_batch, None, megatron_split(work.num_layers, run.pp))
+    totals = [forward + backward for forward, backward in zip(costs.forward, costs.backward, strict=True)]
+    return totals[-1] / totals[len(totals) // 2]
 
 
 def deepspeed_predict(run: DeepSpeedRun, knobs: dict[str, str] | None = None, *, factor: float | None = None,
@@ -384,8 +432,7 @@ def deepspeed_predict(run: DeepSpeedRun, knobs: dict[str, str] | None = None, *,
     device = hardware.device("a100-80g")
     inter = OMNIPATH if run.inter_node == "omnipath" else hardware.link(run.inter_node)
     cluster = Cluster(run.gpus, device, hardware.link("nvlink-a100"), inter, 8)
-    work = Workload.from_spec(deepspeed_gpt(run), device, tp_link=hardware.link("nvlink-a100"),
-                              sequence_parallel=False, tp_comm_overlap="off").with_recompute("full")
+    work = deepspeed_workload(run)
     dp = run.gpus // (run.tp * run.pp)
     config = Config(run.pp, dp, run.micro_batch, run.global_batch // (dp * run.micro_batch), "1f1b", 1, "full",
                     run.tp, run.dp_mode)
@@ -491,6 +538,54 @@ def deepspeed_table(results: Sequence[DeepSpeedRow]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class HeldOutRow:
+    """One held-out run priced with the factor in use, with factor 1, and without the gradient accumulation."""
+
+    run: DeepSpeedRun
+    plan: Plan
+    without_factor: Plan
+    without_accumulation: Plan
+
+
+def deepspeed_held_out_rows() -> list[HeldOutRow]:
+    """Every run of :data:`DEEPSPEED_HELD_OUT` as ``plan --engine deepspeed`` prices it (the factor in use, fitted to
+    :data:`DEEPSPEED_RUNS` alone), with factor 1 and without the gradient accumulation."""
+    return [HeldOutRow(run, deepspeed_predict(run), deepspeed_predict(run, factor=1.0),
+                       deepspeed_predict(run, accumulate=False)) for run in DEEPSPEED_HELD_OUT]
+
+
+HELD_OUT_HEADER = ["| held-out run | source | tp × pp × dp | ZeRO | published s/iteration | predicted | error | "
+                   "factor 1 | error | accumulation's share | factor's share | last stage ÷ middle |",
+                   "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+
+def deepspeed_held_out_table(results: Sequence[HeldOutRow]) -> str:
+    """Markdown: the held-out runs, published vs predicted seconds per iteration, with the summary line."""
+    lines = list(HELD_OUT_HEADER)
+    errors, bare = [], []
+    for row in results:
+        run = row.run
+        seconds = row.plan.step_seconds or 0.0
+        plain = row.without_factor.step_seconds or 0.0
+        error, plain_error = run.seconds / seconds - 1, run.seconds / plain - 1
+        errors.append(abs(error))
+        bare.append(abs(plain_error))
+        lines.append(f"| {run.label} | {run.source} | {run.tp} × {run.pp} × {run.gpus // (run.tp * run.pp)} "
+                     f"(b {run.micro_batch}, m {row.plan.num_microbatches}) | {run.dp_mode} | {run.seconds:g} | "
+                     f"{seconds:.4g} | {signed(100 * error, '+.1f')}% | {plain:.4g} | "
+                     f"{signed(100 * plain_error, '+.1f')}% | "
+                     f"{100 * (seconds - (row.without_accumulation.step_seconds or 0.0)) / seconds:.1f}% | "
+                     f"{100 * (seconds - plain) / seconds:.1f}% | {last_stage_ratio(run):.2f} |")
+    lines.append("")
+    lines.append(f"Held out (not in the factor's fit; the factor in use, {PIPELINE_FACTORS['a100-80g']:.3f}): mean "
+                 f"|error| of throughput {_summary(errors)}. With factor 1: {_summary(bare)}. Source: "
+                 "bigscience-workshop/bigscience train/tr11-176B-ml/reshaping-log.md at c352f83 (BLOOM 176B resumed on "
+                 "24 and 36 nodes). Last stage ÷ middle: the last pipeline stage's forward + backward per microbatch "
+                 "over a middle stage's, as priced (the head's stage; above 1: the pipeline's slowest).")
+    return "\n".join(lines)
+
+
 # The published GPU measurement of DeepSpeed's hooks: TensorAuto/OpenTau issue #177 (2026-04-23; PR #176), pi05 on
 # LIBERO, one node of 8 A100 80 GB, no recompute (backward about 1.7x the forward), measured per optimizer step:
 # (label, engine, ZeRO mode, GPUs, samples per rank, published backward ms, published step ms). "ZeRO-2 8x
@@ -559,7 +654,8 @@ def opentau_tensors() -> int:
 
 def deepspeed_block() -> str:
     """What ``--write`` records between the ``engine-fidelity-deepspeed`` markers in docs/engines.md."""
-    return f"{deepspeed_table(deepspeed_rows())}\n\n{opentau_table()}\n\n{computed_line(COMMAND)}"
+    return (f"{deepspeed_table(deepspeed_rows())}\n\n{deepspeed_held_out_table(deepspeed_held_out_rows())}\n\n"
+            f"{opentau_table()}\n\n{computed_line(COMMAND)}")
 
 
 # ------------------------------------------------------------------ torchtitan (FSDP2) runs

@@ -169,6 +169,12 @@ ROUND_TRIPS = [
     # plain torch prices no --recompute (--engine torch refuses it): the planner searches it
     ("torch", ["--tp", "1", "--pp", "4", "--schedules", "zb-v", "--dp-modes", "ddp"]),
     ("torch", ["--tp", "1", "--pp", "2", "--schedules", "interleaved", "--dp-modes", "fsdp"]),
+    # plain torch's DDP knobs are written as DDP_OPTIONS in split_spec.py and read back (the buckets and the walk)
+    ("torch", ["--tp", "1", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "ddp", "--bucket-cap-mb", "5",
+               "--find-unused-parameters", "on"]),
+    # DeepSpeed's contiguous_gradients and ZeRO-3 sizes are written to ds_config.json and read back (their memory)
+    ("deepspeed", ["--tp", "1", "--pp", "1", "--dp-modes", "fsdp", "--recompute", "none", "--contiguous-gradients",
+                   "on", "--stage3-prefetch-bucket-size", "1000000", "--stage3-max-live-parameters", "200000000"]),
 ]
 PLAN = ["--preset", "gpt-1.5b", "--gpus", "8", "--global-batch", "32"]
 #: What the round trip must give back: the plan's fields as plan --json writes them.
@@ -296,7 +302,8 @@ def test_torchtitans_toml_release_round_trip(run_cli: RunCli, tmp_path: Path) ->
     """``plan --export torchtitan-toml --out DIR`` (torchtitan's TOML release) read back by check."""
     if not _reads("torchtitan"):
         pytest.skip("torchtitan's reader has not landed")
-    pins = ["--tp", "2", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "fsdp", "--recompute", "full"]
+    pins = ["--engine", "torchtitan", "--tp", "2", "--pp", "2", "--schedules", "1f1b", "--dp-modes", "fsdp",
+            "--recompute", "full"]
     status, text, err = run_cli("plan", *PLAN, *pins, "--export", "torchtitan-toml", "--json", "--top", "1")
     assert status == 0, err
     planned = json.loads(text)["export"]["plan"]

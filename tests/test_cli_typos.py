@@ -38,7 +38,7 @@ def test_unknown_flags_get_one_line_with_the_closest_flag(argv: str, line: str, 
     ("plan --preset pi0 --gpus 8 --global-batch 8 --top 0", "pipeplan plan: error: --top must be >= 1, got 0"),
     ("plan --preset pi0 --gpus 8 --global-batch 8 --budget -1", "pipeplan plan: error: --budget must be > 0, got -1"),
     ("model --preset pi0 --gpu h100", "pipeplan model: error: --gpu 'h100' is not one of a100-40g, a100-80g, "
-                                      "h100-80g, h200-141g, l40s, cpu (did you mean h100-80g?)"),
+                                      "h100-80g, h100-96g, h200-141g, l40s, cpu (did you mean h100-80g or h100-96g?)"),
     ("plan --preset openvla --gpus 8 --global-batch 8", "(did you mean openvla-7b or openvla-oft?)"),
     ("plan --preset pi0 --gpus 8 --global-batch 8 --dp-modes zero3", "--dp-modes: zero3 is not a data-parallel mode"),
     ("simulate --forward 1,2 --plot x.txt", "pipeplan simulate: error: --plot 'x.txt' must end in .png, .svg, .pdf"),

@@ -127,6 +127,8 @@ COMPUTED = [
           lambda: benchmark("engine_fidelity").deepspeed_block()),
     Table("engines.md", "torchtitan-compile", "python benchmarks/torchtitan_compile.py --write",
           lambda: [benchmark("torchtitan_compile").block()]),
+    Table("engines.md", "torchtitan-h100", "python benchmarks/torchtitan_h100.py --write",
+          lambda: [benchmark("torchtitan_h100").block()]),
     Table("cost_model.md", "memory-fidelity", "python benchmarks/memory_fidelity.py --write",
           lambda: benchmark("memory_fidelity").block()),
     Table("schedules.md", "schedule-quality", "python benchmarks/schedule_quality.py --write --zb-checkout DIR",
@@ -166,6 +168,7 @@ MEASURED_TABLES = [
     ("uneven_batches.md", "uneven-pipeline", "uneven_batches.py"),
     ("uneven_batches.md", "plan-mix-cost", "plan_mix.py"),
     ("engines.md", "deepspeed-hooks", "deepspeed_hooks.py"),
+    ("engines.md", "ddp-find-unused", "ddp_find_unused.py"),
 ]
 
 

@@ -19,7 +19,7 @@ from pipeplan.errors import InvalidInputError
 from pipeplan.layers import LayerProfile
 from pipeplan.models.modules import Embedding, LMHead, TransformerStack
 from pipeplan.models.spec import ModelSpec
-from pipeplan.plan import RECOMPUTE_MODES, TP_COMM_OVERLAPS
+from pipeplan.plan import MEGATRON_TP_COMM_OVERLAPS, RECOMPUTE_MODES, TP_COMM_OVERLAPS
 from pipeplan.planner import Cluster, SearchOptions, Workload, search
 
 H100 = hardware.device("h100-80g")
@@ -93,7 +93,7 @@ def test_defaults_are_todays_model():
     recompute = engines.get("megatron").knobs.get("recompute")
     assert recompute.choices == RECOMPUTE_MODES + ("block:N", "uniform:N")  # Megatron's --recompute-method
     assert recompute.searched == RECOMPUTE_MODES
-    assert engines.get("megatron").knobs.get("tp-comm-overlap").choices == TP_COMM_OVERLAPS
+    assert engines.get("megatron").knobs.get("tp-comm-overlap").choices == MEGATRON_TP_COMM_OVERLAPS
 
 
 def test_with_tensor_knobs_keeps_degree_and_recompute():
@@ -146,7 +146,8 @@ PLAN = ("plan", "--preset", "pi0", "--gpus", "8", "--global-batch", "64", "--tp"
     (("--tp-comm-overlap", "maybe"), "--tp-comm-overlap for megatron must be one of off, backward, on, got 'maybe'"),
     (("--sequence-parallel", "yes"), "--sequence-parallel for megatron must be one of on, off, got 'yes'"),
     (("--recompute", "op"), "--recompute for megatron must be one of none, selective, full, block:N, uniform:N, got 'op'"),
-    (("--engine", "torch", "--recompute", "full"), "torch has no knob --recompute (its knobs: --compile)"),
+    (("--engine", "torch", "--recompute", "full"),
+     "torch has no knob --recompute (its knobs: --compile, --bucket-cap-mb, --find-unused-parameters)"),
     (("--engine", "jax"), "engine must be one of megatron, deepspeed, torchtitan, torch, got 'jax'"),
     (("--sequence-parallel", "off", "--tp-comm-overlap", "on"), "--tp-comm-overlap on needs --sequence-parallel on"),
 ])

@@ -241,14 +241,15 @@ def test_zero_tuning_keys_are_read_and_listed_as_ignored_and_offload_gets_a_note
         "stage": 3, "overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": 5e8,
         "allgather_bucket_size": 5e8, "stage3_prefetch_bucket_size": 1e7,
         "offload_optimizer": {"device": "cpu", "pin_memory": True}, "offload_param": {"device": "none"}}}))
-    for key in ("contiguous_gradients", "allgather_bucket_size", "stage3_prefetch_bucket_size", "offload_optimizer",
-                "offload_param"):
+    for key in ("allgather_bucket_size", "offload_optimizer", "offload_param"):
         assert f"zero_optimization.{key}" in config.ignored
     # the priced knobs are fields, not ignored
     assert config.value("overlap_comm") == "on" and config.value("reduce_bucket_size") == 500_000_000
+    assert config.value("contiguous_gradients") == "on" and config.value("stage3_prefetch_bucket_size") == 10_000_000
     listed = {key.split(" ")[0] for key in config.ignored}
     assert listed.isdisjoint({"zero_optimization.overlap_comm", "zero_optimization.reduce_bucket_size",
-                              "zero_optimization.stage"})
+                              "zero_optimization.stage", "zero_optimization.contiguous_gradients",
+                              "zero_optimization.stage3_prefetch_bucket_size"})
     assert "steps_per_print" in config.ignored
     offload = [note for note in config.notes if "offload" in note]
     assert len(offload) == 1 and "offload_optimizer.device = cpu" in offload[0]

@@ -25,6 +25,7 @@ Skipped where torchtitan is not installed (the main venv); run with the engines 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -462,7 +463,8 @@ for path in paths:
                 "dp": par.data_parallel_shard_degree * par.data_parallel_replicate_degree,
                 "micro": par.pipeline_parallel_microbatch_size, "csv": par.pipeline_parallel_schedule_csv,
                 "parts": par.module_fqns_per_model_part, "local": training.local_batch_size,
-                "global": training.global_batch_size, "seq": training.seq_len, "ac": c.activation_checkpoint.mode})
+                "global": training.global_batch_size, "seq": training.seq_len, "ac": c.activation_checkpoint.mode,
+                "async": par.enable_async_tensor_parallel, "compile": c.compile.enable})
 print(json.dumps(out))
 '''
 
@@ -500,6 +502,31 @@ def test_toml_release_config_manager_loads_every_toml_export_as_written(tmp_path
             assert got["parts"] == torchtitan_parts(plan, layer_names, toml=True)
             assert len(got["parts"]) == plan.num_stages
         assert (Path(path).parent / got["csv"]).is_file() if got["csv"] else layout[0] != "zb-h1"
+
+
+def test_async_tp_is_written_where_each_release_reads_it(tmp_path, monkeypatch):
+    """A plan priced with async TP (--async-tp on, --compile on): the TOML release's ConfigManager reads
+    ``parallelism.enable_async_tensor_parallel`` from the TOML export and 0.3.0's reads
+    ``compile.enable_async_tensor_parallel`` from the Python export; without async TP neither is set."""
+    import json
+    import subprocess
+
+    root = toml_release()
+    base = _plan("gpt-1.5b", ("1f1b", 1, 1, 4, "fsdp", 2, 4, "full"))
+    paths, expected = [], []
+    for index, overlap in enumerate(("async", "off")):
+        plan = dataclasses.replace(base, tp=2, tp_comm_overlap=overlap)
+        files = export_files(plan, "torchtitan-toml", knobs={"compile": "on"})
+        paths.append(str(_write(files, tmp_path / f"toml{index}") / "torchtitan.toml"))
+        expected.append(overlap == "async")
+        config = _parse(_write(export_files(plan, "torchtitan", knobs={"compile": "on"}), tmp_path / f"py{index}"),
+                        monkeypatch)
+        assert config.compile.enable and config.compile.enable_async_tensor_parallel == (overlap == "async")
+    result = subprocess.run([sys.executable, "-c", _TOML_LOAD, str(root), *paths], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    loaded = json.loads(result.stdout.splitlines()[-1])
+    assert [(got["async"], got["compile"], got["tp"]) for got in loaded] == [(e, True, 2) for e in expected]
 
 
 _TOML_STEP = r"""

@@ -468,6 +468,8 @@ DIFFERS_IN_030 = {
     # 0.3.0 picks a class (FullAC, SelectiveAC, MemoryBudgetAC; default SelectiveAC.Config, per-op)
     # where the TOML release has a mode string and a layer option
     "activation_checkpoint.mode": "a class, not a mode", "activation_checkpoint.selective_ac_option": "no layer option",
+    # 0.3.0 moved it to CompileConfig (PYTHON_KEYS' compile.enable_async_tensor_parallel)
+    "parallelism.enable_async_tensor_parallel": "in compile",
 }
 
 

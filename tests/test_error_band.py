@@ -33,11 +33,38 @@ def test_the_torchtitan_band_is_the_held_out_summary() -> None:
                       r"torchtitan` prices them \(worst ([\d.]+)%", text)
     assert found, "the torchtitan summary line moved"
     runs, mean, worst = int(found[1]), float(found[2]) / 100, float(found[3]) / 100
-    (row,) = [row for row in CHECKED if row.engine == "torchtitan"]
-    assert row.command == "python benchmarks/engine_fidelity.py" and row.device == "a100-80g"
+    (row,) = [row for row in CHECKED if row.engine == "torchtitan" and row.device == "a100-80g"]
+    assert row.command == "python benchmarks/engine_fidelity.py"
     assert (row.runs, row.mean, row.worst) == (runs, pytest.approx(mean), pytest.approx(worst))
     band = error_band("a100-80g", "torchtitan", gpt=True)
     assert band.checked and f"±{found[2]}%" in band.line() and "torchtitan runs" in band.line()
+
+
+def test_the_torchtitan_h100_band_is_its_held_out_summary() -> None:
+    """torchtitan on h100-96g: the held-out summary line benchmarks/torchtitan_h100.py wrote in docs/engines.md."""
+    text = (DOC.parent / "engines.md").read_text()
+    found = re.search(r"(\d+) held-out runs: mean \|error\| \*\*([\d.]+)%\*\* \(\d+ within 10%, worst ([\d.]+)%\)",
+                      text)
+    assert found, "the torchtitan-h100 summary line moved"
+    (row,) = [row for row in CHECKED if row.device == "h100-96g"]
+    assert row.engine == "torchtitan" and row.command == "python benchmarks/torchtitan_h100.py"
+    assert (row.runs, row.mean, row.worst) == (int(found[1]), pytest.approx(float(found[2]) / 100),
+                                                pytest.approx(float(found[3]) / 100))
+    assert error_band("h100-96g", "torchtitan", gpt=True).checked
+    assert not error_band("h100-80g", "torchtitan", gpt=True).checked
+
+
+def test_the_deepspeed_band_is_its_held_out_summary() -> None:
+    """DeepSpeed's pipeline engine on the A100: the held-out line benchmarks/engine_fidelity.py wrote in docs/engines.md
+    (the BLOOM runs its factor's fit did not see), not the fitted rows'."""
+    text = (DOC.parent / "engines.md").read_text()
+    found = re.search(r"Held out \(not in the factor's fit; the factor in use, [\d.]+\): mean \|error\| of throughput "
+                      r"\*\*([\d.]+)%\*\* \((\d+) of (\d+) within 10%, worst ([\d.]+)%\)", text)
+    assert found, "the DeepSpeed held-out summary line moved"
+    (row,) = [row for row in CHECKED if row.engine == "deepspeed"]
+    assert (row.device, row.runs, row.mean, row.worst) == ("a100-80g", int(found[3]), pytest.approx(float(found[1]) / 100),
+                                                           pytest.approx(float(found[4]) / 100))
+    assert error_band("a100-80g", "deepspeed", gpt=True).checked
 
 
 def test_a_checked_question_has_no_caveat() -> None:
@@ -48,7 +75,7 @@ def test_a_checked_question_has_no_caveat() -> None:
 
 @pytest.mark.parametrize("device, engine, gpt, profile, missing", [
     ("h100-80g", "megatron", True, False, "h100-80g"),
-    ("a100-80g", "deepspeed", True, False, "DeepSpeed"),
+    ("h100-80g", "deepspeed", True, False, "h100-80g"),
     ("a100-80g", "megatron", False, False, "beyond a GPT"),
     ("a100-80g", "megatron", True, True, "--profile"),
 ])

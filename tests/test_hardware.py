@@ -11,7 +11,7 @@ from pipeplan.schedules import build_schedule
 
 
 def test_devices_have_memory_and_dense_bf16_peaks():
-    assert hardware.device_names() == ["a100-40g", "a100-80g", "h100-80g", "h200-141g", "l40s", "cpu"]
+    assert hardware.device_names() == ["a100-40g", "a100-80g", "h100-80g", "h100-96g", "h200-141g", "l40s", "cpu"]
     h100 = hardware.device("h100-80g")
     assert h100.peak_flops == 989.4e12 and h100.memory_bytes == 81_559 * 2**20
     assert h100.achievable_flops == pytest.approx(h100.gemm_efficiency * 989.4e12)  # no flat fraction set

@@ -117,6 +117,6 @@ def test_every_cluster_defaults_to_its_records_intra_node_link(name: str) -> Non
 def test_the_intra_node_links_of_the_records() -> None:
     assert {name: hardware.get(name).intra_node for name in hardware.device_names()} == {
         "a100-40g": "nvlink-a100", "a100-80g": "nvlink-a100", "h100-80g": "nvlink-h100",
-        "h200-141g": "nvlink-h100", "l40s": "pcie-gen4", "cpu": "pcie-gen4"}
+        "h100-96g": "nvlink-h100", "h200-141g": "nvlink-h100", "l40s": "pcie-gen4", "cpu": "pcie-gen4"}
     # A device no record names (a device file of another GPU) keeps NVLink 4.
     assert hardware.intra_node_link("amd-instinct-mi300x").name == hardware.FALLBACK_INTRA_NODE == "nvlink-h100"

@@ -89,6 +89,12 @@ def test_enough_blocks_is_uniform_1_and_the_split_moves_what_block_costs(work):
     single = work.with_recompute("uniform:1").stage_costs(2, "uniform:1", sizes)
     assert every.backward == pytest.approx(single.backward, rel=1e-12)
     assert every.activation_bytes == pytest.approx(single.activation_bytes, rel=1e-12)
+    # Megatron-LM's uniform 1 is pipeplan's full: the embedding and the head are outside its TransformerBlock,
+    # and outside full's checkpointing too (no engine checkpoints them)
+    whole = work.with_recompute("full").stage_costs(2, "full", sizes)
+    assert single.forward == pytest.approx(whole.forward, rel=1e-12)
+    assert single.backward == pytest.approx(whole.backward, rel=1e-12)
+    assert single.activation_bytes == pytest.approx(whole.activation_bytes, rel=1e-12)
     # block:2 on 4 stages recomputes 8 decoders, on 2 stages 4: more stages, more backward time in all
     four = sum(work.with_recompute("block:2").stage_costs(2, "block:2", sizes).backward)
     two = sum(work.with_recompute("block:2").stage_costs(2, "block:2", (12, 12)).backward)

@@ -35,7 +35,8 @@ from .schedules import schedule_label
 from .timeline import Timeline
 
 __all__ = ["Plan", "RankMemory", "Recompute", "RECOMPUTE_MODES", "TORCHTITAN_RECOMPUTE", "STAGE_RECOMPUTE",
-           "check_recompute", "recompute_at", "recompute_rank", "stage_recompute", "TpCommOverlap", "TP_COMM_OVERLAPS", "as_plan"]
+           "check_recompute", "recompute_at", "recompute_rank", "stage_recompute", "TpCommOverlap", "TP_COMM_OVERLAPS",
+           "MEGATRON_TP_COMM_OVERLAPS", "as_plan"]
 
 #: A recompute mode: one of :data:`RECOMPUTE_MODES` (Megatron-LM's), torchtitan's ``"op"`` (its per-op
 #: selective checkpointing) and ``"every:N"`` (full recompute of every Nth block, the rest none), or
@@ -131,11 +132,15 @@ def recompute_rank(mode: Recompute) -> float:
     return {"none": 0.0, "selective": 1.0, "op": 2.0, "full": 3.0}[mode]
 
 
-TpCommOverlap = Literal["off", "backward", "on"]
-#: What a tensor-parallel group's collectives hide behind, least hidden first: ``"off"`` nothing (forward and
-#: backward exposed), ``"backward"`` the backward's behind the weight-gradient GEMMs (Megatron-LM without
-#: ``--tp-comm-overlap``), ``"on"`` the forward's behind the forward GEMMs too (``--tp-comm-overlap``).
-TP_COMM_OVERLAPS: tuple[TpCommOverlap, ...] = ("off", "backward", "on")
+TpCommOverlap = Literal["off", "backward", "on", "async"]
+#: What a tensor-parallel group's collectives hide behind: ``"off"`` nothing (forward and backward exposed:
+#: torch's DTensor tensor parallelism, torchtitan's vanilla TP), ``"backward"`` the backward's behind the
+#: weight-gradient GEMMs (Megatron-LM without ``--tp-comm-overlap``), ``"on"`` the forward's behind the forward
+#: GEMMs too (``--tp-comm-overlap``), ``"async"`` a fitted share of each collective behind its layer's GEMMs
+#: (torch's async TP, torchtitan's ``enable_async_tensor_parallel``: pipeplan.engines._eager.ASYNC_TP_HIDDEN).
+TP_COMM_OVERLAPS: tuple[TpCommOverlap, ...] = ("off", "backward", "on", "async")
+#: Megatron-LM's ``--tp-comm-overlap`` knob's values (``async`` is torch's, not Megatron-LM's).
+MEGATRON_TP_COMM_OVERLAPS: tuple[TpCommOverlap, ...] = ("off", "backward", "on")
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from .. import data_parallel, engines
 from ..engines import RunConfig
 from ..errors import InvalidInputError
 from ..partition.solver import even_split
-from ..plan import Plan, Recompute, TpCommOverlap
+from ..plan import MEGATRON_TP_COMM_OVERLAPS, Plan, Recompute, TpCommOverlap
 from ..planner import Cluster, SearchOptions, Workload, search
 from ..planner.baselines import megatron_split
 from ..planner.engine_costs import EngineCosts
@@ -58,8 +58,9 @@ _SPLITS: Mapping[str, Callable[[int, int], tuple[int, ...]]] = {"megatron": mega
 #: The planner fields, in the order the output lists them (``dp`` is derived, never read).
 ORDER = ("gpus", "tp", "pp", "dp", "dp_mode", "grad_sync", "schedule", "virtual_stages", "micro_batch_size",
          "num_microbatches", "global_batch", "layers_per_stage", "recompute", "sequence_parallel",
-         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "compile", "reshard_after_forward",
-         "grad_reduce_dtype")
+         "tp_comm_overlap", "overlap_comm", "reduce_bucket_size", "contiguous_gradients",
+         "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "bucket_cap_mb", "find_unused_parameters",
+         "compile", "reshard_after_forward", "grad_reduce_dtype")
 
 
 def default_split(engine: str, num_layers: int, stages: int) -> tuple[int, ...]:
@@ -142,8 +143,10 @@ def _knobs(config: RunConfig, workload: Workload, values: dict[str, Filled]) -> 
     sp, overlap = given["sequence_parallel"], given["tp_comm_overlap"]
     for name, item, default in (("sequence_parallel", sp, "on" if workload.sequence_parallel else "off"),
                                 ("tp_comm_overlap", overlap, workload.tp_comm_overlap)):
+        if item is None and name in values:  # the engine's own (_engine_pricing)
+            continue
         if item is not None and item.value not in (("on", "off") if name == "sequence_parallel"
-                                                   else ("off", "backward", "on")):
+                                                   else MEGATRON_TP_COMM_OVERLAPS):
             raise InvalidInputError(f"{config.path}: {name.replace('_', ' ')} {item.value!r} is not one pipeplan "
                                     f"prices ({item.source})")
         values[name] = item if item is not None else Filled(
@@ -275,7 +278,12 @@ def _from_plan(plan: Plan, name: str) -> Any:
 
 #: RunConfig fields that are an engine's priced knobs (:class:`~pipeplan.engines.Knob`), by knob name.
 _ENGINE_KNOBS = {"overlap_comm": "overlap-comm", "reduce_bucket_size": "reduce-bucket-size", "compile": "compile",
-                 "reshard_after_forward": "reshard-after-forward", "grad_reduce_dtype": "grad-reduce-dtype"}
+                 "reshard_after_forward": "reshard-after-forward", "grad_reduce_dtype": "grad-reduce-dtype",
+                 "async_tp": "async-tp",
+                 "bucket_cap_mb": "bucket-cap-mb", "find_unused_parameters": "find-unused-parameters",
+                 "contiguous_gradients": "contiguous-gradients",
+                 "stage3_prefetch_bucket_size": "stage3-prefetch-bucket-size",
+                 "stage3_max_live_parameters": "stage3-max-live-parameters"}
 
 
 def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: list[str],
@@ -302,6 +310,13 @@ def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: l
         values["compile"] = Filled(default, f"{engine.name} default (the files do not set it: eager kernels)")
     if knobs.get("reshard-after-forward") == "never":  # FSDP2 keeps each layer gathered for its backward
         workload = workload.with_reshard_after_forward(False)
+    overlap = engine.tp_overlap(knobs)
+    if overlap is not None and _given(config, "tp_comm_overlap") is None:  # the engine's own TP (torch's DTensor)
+        given = _given(config, "async_tp")
+        values["tp_comm_overlap"] = Filled(overlap, given.source if given is not None else (
+            f"{engine.name} default (torch's DTensor tensor parallelism: every collective waited for; "
+            "docs/engines.md)"))
+        workload = workload.with_tensor_knobs(tp_comm_overlap=overlap)
     factor = engine.compute_factor(device, knobs)
     if factor != 1.0 and workload.spec is not None:
         workload = workload.with_compute_factor(factor)
@@ -321,9 +336,10 @@ def _engine_sync(config: RunConfig, plan: Plan, costs: EngineCosts | None, value
     """The gradient sync row as the engine prices it, where it does (DeepSpeed's ``overlap_comm`` per ZeRO stage)."""
     if costs is None or plan.dp == 1 or plan.dp_mode not in costs.syncs:
         return
-    given = _given(config, "overlap_comm")
+    key = "bucket_cap_mb" if config.engine == "torch" else "overlap_comm"  # the knob that sets the engine's sync
+    given = _given(config, key)
     why = given.source if given is not None else f"{config.engine} default for {plan.dp_mode} (the file sets none)"
-    values["grad_sync"] = Filled(costs.syncs[plan.dp_mode].name, f"{config.engine} overlap_comm: {why}")
+    values["grad_sync"] = Filled(costs.syncs[plan.dp_mode].name, f"{config.engine} {key}: {why}")
 
 
 def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch: int | None = None) -> Pinned:

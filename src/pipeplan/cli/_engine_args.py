@@ -26,8 +26,10 @@ reference recipe for the other verbs. A value the knob does not take, or a knob 
 engine lacks, is one line and exit 2. ``--sequence-parallel`` and ``--tp-comm-overlap``
 take a value (``on|off``; the bare switch is gone). Every engine's knobs are flags (read off
 the records, the default engine's first); DeepSpeed's (``--overlap-comm``, ``--reduce-bucket-size``,
-``--hook-cost``) change the step, not the layers: ``plan`` prices them (:func:`engine_costs`), the
-other verbs check them and report them. torchtitan's and plain torch's ``--compile on|off`` changes
+``--hook-cost``, ``--contiguous-gradients``, ``--stage3-prefetch-bucket-size``,
+``--stage3-max-live-parameters``) and plain torch's DDP knobs (``--bucket-cap-mb``,
+``--find-unused-parameters``) change the step, not the layers: ``plan`` prices them
+(:func:`engine_costs`), the other verbs check them and report them. torchtitan's and plain torch's ``--compile on|off`` changes
 the layers' kernels on every verb (:meth:`pipeplan.engines.Engine.compute_factor`); Megatron-LM and
 DeepSpeed refuse it with the reason their :class:`~pipeplan.engines.record.Knob` gives
 (``elsewhere``). torchtitan's ``--reshard-after-forward never`` keeps FSDP's layers gathered
@@ -165,6 +167,10 @@ def _given(args: argparse.Namespace) -> dict[str, str]:
             _refuse_absent(engine, flag)
         knob = engine.knobs.get(flag, engine.name)  # the engine has the knob (one line naming its knobs)
         given[flag] = _parse_recompute(value, engine) if flag == "recompute" else knob.parse(value, engine.name)
+    if given.get("async-tp") == "on" and given.get("compile") not in ("on", "model"):
+        # torchtitan/distributed/tensor_parallel.py (0.3.0): "Async TP requires 'model' in --compile.components"
+        raise InvalidInputError("--async-tp on needs --compile on or model (torchtitan refuses async TP without "
+                                "torch.compile)")
     if given.get("reshard-after-forward") == "always" and hasattr(args, "pp") and args.pp != 1:
         # torchtitan/distributed/fsdp.py: with a pipeline its default keeps the parameters gathered, which pipeplan
         # prices; always would gather each layer twice a microbatch through the pipeline, not priced
@@ -245,10 +251,12 @@ def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpi
     factor = _engine(args).compute_factor(device, given)
     if factor != 1.0 and workload.spec is not None:  # a measured profile's times are its engine's already
         workload = workload.with_compute_factor(factor)
-    if "sequence-parallel" in given or "tp-comm-overlap" in given:
+    # the engine's own TP (torch's DTensor: nothing hidden, or async TP) where --tp-comm-overlap is not given
+    overlap = given.get("tp-comm-overlap") or _engine(args).tp_overlap(given)
+    if "sequence-parallel" in given or overlap is not None:
         workload = workload.with_tensor_knobs(
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
-            tp_comm_overlap=cast("TpCommOverlap | None", given.get("tp-comm-overlap")))
+            tp_comm_overlap=cast("TpCommOverlap | None", overlap))
     if given.get("reshard-after-forward") == "never":  # FSDP2 keeps each layer gathered for its backward
         workload = workload.with_reshard_after_forward(False)
     pin = recompute_pin(args, workload.spec, unpinned)

@@ -32,7 +32,9 @@ READ_KEYS: Mapping[str, frozenset[str]] = {
                    "communication_data_type"}),
     "zero_optimization": frozenset({"stage", "overlap_comm", "reduce_bucket_size", "offload_param",
                                     "offload_optimizer", "cpu_offload", "cpu_offload_param",
-                                    "zero_hpz_partition_size"}),
+                                    "zero_hpz_partition_size", "contiguous_gradients", "prefetch_bucket_size",
+                                    "stage3_prefetch_bucket_size", "max_live_parameters",
+                                    "stage3_max_live_parameters"}),
     "zero_optimization.offload_param": frozenset({"device"}),
     "zero_optimization.offload_optimizer": frozenset({"device"}),
     "bf16": frozenset({"enabled"}),
@@ -45,11 +47,11 @@ IGNORED_KEYS: Mapping[str, frozenset[str]] = {
                    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "data_types", "checkpoint", "dump_state", "flops_profiler", "tensorboard", "wandb",
                    "csv_monitor", "comms_logger", "aio", "data_efficiency", "compile", "pipeline"}),
     "zero_optimization": frozenset({
-        "contiguous_gradients", "allgather_partitions", "allgather_bucket_size", "reduce_scatter",
+        "allgather_partitions", "allgather_bucket_size", "reduce_scatter",
         "round_robin_gradients", "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters",
-        "sub_group_size", "prefetch_bucket_size", "stage3_prefetch_bucket_size", "param_persistence_threshold",
+        "sub_group_size", "param_persistence_threshold",
         "stage3_param_persistence_threshold", "model_persistence_threshold", "stage3_model_persistence_threshold",
-        "max_live_parameters", "stage3_max_live_parameters", "max_reuse_distance", "stage3_max_reuse_distance",
+        "max_reuse_distance", "stage3_max_reuse_distance",
         "gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
         "stage3_gather_fp16_weights_on_model_save", "zero_quantized_weights", "zero_quantized_gradients"}),
     "zero_optimization.offload_param": frozenset({"pin_memory", "nvme_path", "buffer_count", "buffer_size",
@@ -90,7 +92,9 @@ _TRAIN, _MICRO, _ACCUMULATION = _BATCH
 #: The keys of each section that become fields (the reader lists every other key it reads as ignored).
 _FIELDS: Mapping[str, frozenset[str]] = {
     "": frozenset({*_BATCH, "zero_optimization", "bf16", "bfloat16", "fp16", "communication_data_type"}),
-    "zero_optimization": frozenset({"stage", "overlap_comm", "reduce_bucket_size"}),
+    "zero_optimization": frozenset({"stage", "overlap_comm", "reduce_bucket_size", "contiguous_gradients",
+                                    "prefetch_bucket_size", "stage3_prefetch_bucket_size", "max_live_parameters",
+                                    "stage3_max_live_parameters"}),
     "bf16": frozenset({"enabled"}),
     "fp16": frozenset({"enabled"}),
 }

@@ -61,8 +61,9 @@ def _flag(where: str, raw: Any) -> bool:
     raise InvalidInputError(f"{where} must be true or false, got {_json(raw)}")
 
 
-def _elements(where: str, raw: Any) -> int:
-    """A count of elements > 0 as DeepSpeed's pydantic models take an int: a whole number, ``5e8``, ``"500000000"``.
+def _elements(where: str, raw: Any, *, zero: bool = False) -> int:
+    """A count of elements > 0 (``zero``: ≥ 0, as ZeRO-3's ``stage3_*`` sizes, ``ge=0``) as DeepSpeed's pydantic
+    models take an int: a whole number, ``5e8``, ``"500000000"``.
 
     (pydantic also takes ``true`` as 1; pipeplan refuses it.)
     """
@@ -76,6 +77,7 @@ def _elements(where: str, raw: Any) -> int:
             pass
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidInputError(f"{where} must be a whole number of elements, got {_json(raw)}")
-    if value <= 0:
-        raise InvalidInputError(f"{where} must be > 0, got {_json(raw)} (DeepSpeed's model asks gt=0)")
+    if value < 0 or (value == 0 and not zero):
+        raise InvalidInputError(f"{where} must be {'>= 0' if zero else '> 0'}, got {_json(raw)} (DeepSpeed's model "
+                                f"asks {'ge' if zero else 'gt'}=0)")
     return value

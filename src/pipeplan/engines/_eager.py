@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..plan import TpCommOverlap
 from .record import Knob
 
-__all__ = ["COMPILE_KNOB", "COMPILED", "TORCH_ENGINES", "TORCHTITAN_COMPILE_SPEEDUP", "TORCHTITAN_EAGER_FACTORS",
-           "compiled", "compiles_loss"]
+__all__ = ["ASYNC_TP_HIDDEN", "COMPILE_KNOB", "COMPILED", "TORCH_ENGINES", "TORCHTITAN_COMPILE_SPEEDUP",
+           "TORCHTITAN_EAGER_FACTORS", "compiled", "compiles_loss", "torch_tp_overlap"]
 
 #: The engines that run a model in torch's own kernels, eager or compiled (the ``--compile`` knob's).
 TORCH_ENGINES = ("torchtitan", "torch")
@@ -35,7 +36,11 @@ COMPILED = ("on", "model")
 #: "selective layer" and "selective op") and to nothing else, by ``python benchmarks/engine_fidelity.py
 #: --fit-torchtitan`` (the geometric mean of predicted / published WPS over those rows is 1); the held-out rows
 #: of the same file check it (docs/cost_model.md, "engine-fidelity").
-TORCHTITAN_EAGER_FACTORS: dict[str, float] = {"a100-80g": 1.335}
+#: h100-96g (Meta's Grand Teton H100, 500 W: its clocks are in this factor too): fitted by ``python
+#: benchmarks/torchtitan_h100.py --fit`` to Table 1's eager row alone (Llama 3.1 8B, FSDP over 8 GPUs, local batch
+#: 2, per-op checkpointing: 5,762 tokens/s per GPU; torchtitan benchmarks/llama3_h100_202412_torchtitan.md); the
+#: same file's other bf16 rows and the async TP file's check it (docs/engines.md, "torchtitan-h100").
+TORCHTITAN_EAGER_FACTORS: dict[str, float] = {"a100-80g": 1.335, "h100-96g": 1.614}
 
 #: ``--compile``: torch.compile of the model (torchtitan ``compile.enable``; plain torch ``torch.compile(model)``)
 #: and of its loss: ``on`` compiles both (torchtitan's ``compile.components`` default ``["model", "loss"]``,
@@ -60,6 +65,23 @@ COMPILE_KNOB = Knob(
 #: per GPU with ``training.compile``); Table 3 of the same file
 #: (128 H100: 5,605 → 6,514) checks it (docs/engines.md, "torchtitan-compile").
 TORCHTITAN_COMPILE_SPEEDUP = 1.160
+
+#: torch's async tensor parallelism (torchtitan ``parallelism.enable_async_tensor_parallel``, which needs
+#: ``torch.compile``: inductor's micro-pipeline TP pass splits each all-gather / reduce-scatter into per-rank
+#: chunks beside its matmul's): the share of each tensor-parallel collective it hides behind the layer's own
+#: pass (``tp_comm_overlap = "async"``, pipeplan.planner.workload). Fitted by ``python benchmarks/torchtitan_h100.py
+#: --fit`` to one published pair alone (torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, Llama 3.1
+#: 8B, FSDP 8 x TP 8, per-op checkpointing, compile: 4,378 -> 4,809.4 tokens/s per GPU, vanilla -> async TP); the
+#: 70B pair of the same file checks it (docs/engines.md, "torchtitan-h100").
+ASYNC_TP_HIDDEN = 0.382
+
+
+def torch_tp_overlap(knobs: Mapping[str, str]) -> TpCommOverlap:
+    """What torch's tensor parallelism hides, by the knobs given: ``"async"`` with ``async-tp`` ``on``, else
+    ``"off"``: DTensor's ``ColwiseParallel`` / ``RowwiseParallel`` issue each all-gather / reduce-scatter as the
+    layer needs its result and wait for it there (torch/distributed/tensor/parallel/style.py), so nothing of
+    them hides behind the matmuls (torchtitan's vanilla TP, plain torch)."""
+    return "async" if knobs.get("async-tp") == "on" else "off"
 
 
 def compiled(knobs: Mapping[str, str] | None) -> bool:

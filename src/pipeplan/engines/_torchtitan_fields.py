@@ -69,11 +69,12 @@ class _Reader:
         if tp is not None and tp[0] > 1 and (sp := self.get("parallelism.enable_sequence_parallel")) is not None:
             self.set("sequence_parallel", "on" if sp[0] else "off", sp[1])
         if (compiled := self.get("compile.enable")) is not None:  # torch.compile: the --compile knob
-            components = self.get("compile.components")  # torchtitan's default (None here): ["model", "loss"]
+            components = self.get("compile.components")  # torchtitan's default ["model", "loss"]
             if compiled[0] and components is not None and components[0] is not None and "loss" not in components[0]:
                 self.set("compile", "model", f"{compiled[1]}; {components[1]}")
             else:
                 self.set("compile", "on" if compiled[0] else "off", compiled[1])
+        self._async_tp(tp[0] if tp is not None else 1, bool(compiled and compiled[0]))
         if (param := self.get("training.mixed_precision_param")) is not None and param[0] in _PRECISION:
             self.set("precision", _PRECISION[param[0]], param[1])
         if (reduce := self.get("training.mixed_precision_reduce")) is not None:  # FSDP2's reduce_dtype
@@ -90,6 +91,18 @@ class _Reader:
                         if key not in _READ and not key.startswith("pipeplan."))
         return RunConfig(engine="torchtitan", path=str(self.path), settings=self.settings, model=model,
                          model_source=model_source, ignored=ignored, notes=tuple(self.notes))
+
+    def _async_tp(self, tp: int, compiled: bool) -> None:
+        """async_tp (the --async-tp knob) from either release's key, at tp > 1; torchtitan refuses it without
+        compile (0.3.0 configs.py CompileConfig.__post_init__), and so does pipeplan."""
+        item = self.get("compile.enable_async_tensor_parallel") or self.get("parallelism.enable_async_tensor_parallel")
+        if item is None or not isinstance(item[0], bool):
+            return
+        if item[0] and not compiled:
+            raise InvalidInputError(f"{item[1]}: async TP needs compile.enable (torchtitan refuses it without "
+                                    "torch.compile)")
+        if tp > 1:
+            self.set("async_tp", "on" if item[0] else "off", item[1])
 
     def _data_parallel(self) -> int | None:
         """Sets dp_mode from the shard and replicate degrees; the data-parallel width where they fix it."""

@@ -58,6 +58,8 @@ TOML_KEYS: dict[str, tuple[str, Any]] = {
     # [compile] components: torch.compile's targets; without "loss", --compile model (0.2.2 job_config.py Compile,
     # 0.3.0 configs.py CompileConfig: default_factory=lambda: ["model", "loss"])
     "compile.components": ("list[str]", ["model", "loss"]),
+    # the TOML release's Parallelism.enable_async_tensor_parallel (0.3.0 moved it to CompileConfig): --async-tp
+    "parallelism.enable_async_tensor_parallel": ("bool", False),
 }
 #: The keys of torchtitan's Python configs the reader reads that the TOML release does not have, and
 #: their types: 0.3.0 (PyPI) torchtitan/config/configs.py ParallelismConfig.enable_sequence_parallel;
@@ -65,6 +67,7 @@ TOML_KEYS: dict[str, tuple[str, Any]] = {
 #: num_tokens_per_microbatch_per_dp_rank, num_tokens_per_train_step). No default is applied.
 PYTHON_KEYS: dict[str, str] = {
     "parallelism.enable_sequence_parallel": "bool",
+    "compile.enable_async_tensor_parallel": "bool",  # 0.3.0 configs.py CompileConfig: --async-tp
     "parallelism.num_pp_microbatches": "int | None",
     "training.max_context_length": "int",
     "training.num_tokens_per_microbatch_per_dp_rank": "int",
@@ -87,7 +90,7 @@ IGNORED_KEYS: frozenset[str] = frozenset({
     "lr_scheduler.min_lr_factor",
     "training.dataset", "training.dataset_path", "training.max_norm", "training.steps", "training.dtype",
     "training.gc_freq", "training.enable_cpu_offload",
-    "parallelism.enable_async_tensor_parallel", "parallelism.disable_loss_parallel",
+    "parallelism.disable_loss_parallel",
     "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree",
     "parallelism.expert_tensor_parallel_degree",
     "checkpoint.enable", "checkpoint.folder", "checkpoint.interval", "checkpoint.last_save_model_only",
@@ -123,6 +126,7 @@ _READ = frozenset({
     "training.num_tokens_per_train_step", "training.mixed_precision_param", "training.mixed_precision_reduce",
     "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option", "model.name", "model.flavor",
     "compile.enable", "compile.components", "parallelism.fsdp_reshard_after_forward",
+    "parallelism.enable_async_tensor_parallel", "compile.enable_async_tensor_parallel",
 })
 
 Values = dict[str, tuple[Any, str]]

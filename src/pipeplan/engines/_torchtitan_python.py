@@ -94,6 +94,7 @@ def _python_values(path: Path, tree: ast.Module, unread: list[str], unknown: set
                               ("TOKENS_PER_SAMPLE", "training.seq_len"),
                               ("RECOMPUTE", "pipeplan.recompute"),
                               ("COMPILE", "compile.enable"),
+                              ("ASYNC_TP", "compile.enable_async_tensor_parallel"),
                               ("LAYERS_PER_STAGE", "pipeplan.layers_per_stage")):
             if constant in literals and not (constant == "TOKENS_PER_SAMPLE" and _literal(literals[constant])[1] is None):
                 put(key, literals[constant], constant)

@@ -45,7 +45,8 @@ from .record import BUCKET_TAG, GRAD_REDUCE_BYTES, Engine, Files, Knob, Knobs, N
 
 __all__ = ["DEEPSPEED_SCHEDULES", "GRADIENT_CLIPPING", "zero_stage", "deepspeed_parts", "deepspeed_config",
            "deepspeed_snippet", "deepspeed_train_script", "deepspeed_files", "deepspeed_notes",
-           "REDUCE_BUCKET_SIZE", "HOOK_US", "GPU_HOST_FACTOR", "ACCUMULATE_BYTES", "PIPELINE_FACTORS", "DEEPSPEED_KNOBS", "deepspeed_pricing", "ENGINE"]
+           "REDUCE_BUCKET_SIZE", "STAGE3_PREFETCH_BUCKET_SIZE", "STAGE3_MAX_LIVE_PARAMETERS", "BUCKET_BUFFER_BYTES",
+           "FILE_KNOBS", "HOOK_US", "GPU_HOST_FACTOR", "ACCUMULATE_BYTES", "PIPELINE_FACTORS", "DEEPSPEED_KNOBS", "deepspeed_pricing", "ENGINE"]
 
 #: ``gradient_clipping``: the global gradient norm clipped to (Megatron-LM's ``--clip-grad`` default, 1.0)
 GRADIENT_CLIPPING = 1.0
@@ -98,12 +99,13 @@ def _check_runs(plan: Plan) -> None:
     one_stage_per_rank(plan, "DeepSpeed")
 
 
-def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
+def deepspeed_config(plan: Plan | Sequence[int], knobs: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The DeepSpeed config JSON entries for ``plan``: batch, bf16, clipping, ZeRO stage and recompute.
 
     ``train_batch_size`` is the plan's global batch, ``train_micro_batch_size_per_gpu`` its
     ``b`` and ``gradient_accumulation_steps`` its ``m`` (DeepSpeed checks
-    ``b × m × dp = train_batch_size``).
+    ``b × m × dp = train_batch_size``). ``knobs``: the knobs given (name → value): ``contiguous-gradients``
+    is written as ``zero_optimization.contiguous_gradients`` at ZeRO 1–3, the ``stage3-*`` sizes at ZeRO-3.
 
     Raises:
         InvalidInputError: a schedule other than 1F1B, a mode DeepSpeed has no stage for, or a
@@ -127,6 +129,12 @@ def deepspeed_config(plan: Plan | Sequence[int]) -> dict[str, Any]:
         config["zero_optimization"]["overlap_comm"] = False
     if bucket:  # priced with --reduce-bucket-size (not DeepSpeed's default): the sync's name carries it
         config["zero_optimization"]["reduce_bucket_size"] = int(bucket)
+    knobs = knobs or {}
+    if "contiguous-gradients" in knobs and stage > 0:  # priced as given (its buffers with on)
+        config["zero_optimization"]["contiguous_gradients"] = knobs["contiguous-gradients"] == "on"
+    for knob in ("stage3-prefetch-bucket-size", "stage3-max-live-parameters"):
+        if knob in knobs and stage == 3:
+            config["zero_optimization"][knob.replace("-", "_")] = int(float(knobs[knob]))
     if plan.grad_reduce_dtype is not None:  # priced with --grad-reduce-dtype (runtime/config.py takes fp32, bf16)
         config["communication_data_type"] = plan.grad_reduce_dtype
     if strongest_recompute(plan) != "none":
@@ -260,10 +268,11 @@ def deepspeed_notes(plan: Plan | Sequence[int]) -> list[str]:
     return notes
 
 
-def deepspeed_files(plan: Plan | Sequence[int]) -> list[ExportFile]:
-    """``ds_config.json``, then ``pipeline_module.py`` (pp > 1: the boundaries) or ``deepspeed_train.py`` (pp 1)."""
+def deepspeed_files(plan: Plan | Sequence[int], knobs: Mapping[str, str] | None = None) -> list[ExportFile]:
+    """``ds_config.json`` (with the ``knobs`` given it carries), then ``pipeline_module.py`` (pp > 1: the boundaries)
+    or ``deepspeed_train.py`` (pp 1)."""
     plan = to_plan(plan)
-    config = ExportFile(CONFIG_FILE, json.dumps(deepspeed_config(plan), indent=2) + "\n")
+    config = ExportFile(CONFIG_FILE, json.dumps(deepspeed_config(plan, knobs), indent=2) + "\n")
     if plan.pp == 1:
         return [config, ExportFile(TRAIN_FILE, deepspeed_train_script(plan))]
     return [config, ExportFile(PIPELINE_FILE, deepspeed_snippet(plan))]
@@ -272,6 +281,17 @@ def deepspeed_files(plan: Plan | Sequence[int]) -> list[ExportFile]:
 def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
            gpus_per_node: int) -> list[ExportFile]:
     return deepspeed_files(plan)
+
+
+def _write_knobs(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
+                 gpus_per_node: int, knobs: Mapping[str, str]) -> list[ExportFile]:
+    """:func:`_write` with the knobs given that ``ds_config.json`` carries (:data:`FILE_KNOBS`)."""
+    return deepspeed_files(plan, knobs)
+
+
+#: the knobs ``ds_config.json`` carries where given (the others reach it through the plan: overlap_comm and
+#: reduce_bucket_size through its gradient sync's name, communication_data_type through its reduce dtype)
+FILE_KNOBS = ("contiguous-gradients", "stage3-prefetch-bucket-size", "stage3-max-live-parameters")
 
 
 #: ``zero_optimization.reduce_bucket_size``'s default, in gradient **elements** (not bytes):
@@ -320,7 +340,15 @@ ACCUMULATE_BYTES: dict[int, float] = {0: 12.0, 1: 6.0}
 #: MT-NLG 530B at 280/350/420 nodes; the geometric mean of published / predicted step is 1). Those runs are
 #: therefore fitted, not held out; the benchmark reports each one's error with the factor fitted to the other
 #: three (leave one out). A device not listed: 1.
-PIPELINE_FACTORS: dict[str, float] = {"a100-80g": 1.212}
+PIPELINE_FACTORS: dict[str, float] = {"a100-80g": 1.233}
+
+#: ``zero_optimization.stage3_prefetch_bucket_size`` / ``stage3_max_live_parameters`` defaults, elements:
+#: ``Field(pp_int(5e7), ge=0)`` and ``Field(pp_int(1e9), ge=0)``, deepspeed 0.19.8 runtime/zero/config.py
+STAGE3_PREFETCH_BUCKET_SIZE = 50_000_000
+STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
+#: bytes per element of DeepSpeed's contiguous gradient bucket (``_gradient_reduction_buffer_dtype``: the
+#: parameters' dtype, bf16 in the configs pipeplan writes; stage3.py: the communication dtype, bf16 too)
+BUCKET_BUFFER_BYTES = 2.0
 
 #: DeepSpeed's knobs the step model prices (docs/engines.md, "DeepSpeed").
 DEEPSPEED_KNOBS = Knobs((
@@ -342,6 +370,23 @@ DEEPSPEED_KNOBS = Knobs((
                "the host's time per trainable parameter tensor in DeepSpeed's gradient hooks and step: measured "
                "(benchmarks/deepspeed_hooks.py, by ZeRO stage), off, or µs per tensor per step; a layer's "
                "backward lasts the longer of its GPU time and its hooks' host time", unit="µs per tensor"),
+    NumberKnob("contiguous-gradients", ("on", "off"), None,
+               "zero_optimization.contiguous_gradients: on, each gradient is copied into a bucket buffer of "
+               "reduce-bucket-size elements (bf16) held on every rank from the first backward, two with overlap-comm "
+               "at ZeRO 1-2; off, no buffer (the bucket is flattened for its reduction instead, a copy either way: "
+               "no time priced)",
+               assumed="DeepSpeed's default on (runtime/zero/config.py contiguous_gradients = True): its bucket "
+                       "buffers are priced"),
+    NumberKnob("stage3-prefetch-bucket-size", (), None,
+               "zero_optimization.stage3_prefetch_bucket_size, ZeRO-3 (fsdp) only: the parameter elements gathered "
+               "ahead of the layer running (0: none), held in bf16 beside it",
+               unit="elements",
+               assumed=f"DeepSpeed's default, {STAGE3_PREFETCH_BUCKET_SIZE:g} elements (runtime/zero/config.py)"),
+    NumberKnob("stage3-max-live-parameters", (), None,
+               "zero_optimization.stage3_max_live_parameters, ZeRO-3 (fsdp) only: the prefetch stops where the "
+               "gathered elements would pass it (the layer running is gathered whatever it says)",
+               unit="elements",
+               assumed=f"DeepSpeed's default, {STAGE3_MAX_LIVE_PARAMETERS:g} elements (runtime/zero/config.py)"),
     NumberKnob("grad-reduce-dtype", tuple(GRAD_REDUCE_BYTES), None,
                "communication_data_type: the dtype the gradients are all-reduced / reduce-scattered in "
                "(bf16: half the bytes of fp32; the replicated gradient buffer priced in it too)",
@@ -364,12 +409,17 @@ def deepspeed_pricing(knobs: Mapping[str, str]) -> Pricing:
       per step split between backward and step as the stage's measurement splits it.
     * ``grad-reduce-dtype``: ``communication_data_type``'s bytes per gradient element, every stage
       (absent: each mode's own, :mod:`pipeplan.data_parallel`).
+    * ``contiguous-gradients``: on (given, or DeepSpeed's default) its bucket buffers' bytes per rank
+      (:func:`_bucket_buffers`); off: none.
+    * ``stage3-prefetch-bucket-size`` / ``stage3-max-live-parameters`` (given, or DeepSpeed's defaults): ZeRO-3's
+      parameters gathered ahead of the layer running (:func:`_gather_ahead`).
     * beside a pipeline (``pp > 1``, the pipeline engine): the gradient accumulation's
       :data:`ACCUMULATE_BYTES` per trainable parameter per microbatch (ZeRO 0 and 1, the stages it runs)
       and the fitted :data:`PIPELINE_FACTORS` per device (no knob).
     """
     overlap = knobs.get("overlap-comm")
     hook = knobs.get("hook-cost", "measured")
+    bucket = float(knobs.get("reduce-bucket-size", REDUCE_BUCKET_SIZE))
     modes = [mode for mode in data_parallel.names() if zero_stage(mode) is not None]
     hooks = {}
     for mode in modes:
@@ -394,7 +444,37 @@ def deepspeed_pricing(knobs: Mapping[str, str]) -> Pricing:
                           if (zero_stage(mode) or 0) in ACCUMULATE_BYTES},
         pipeline_factors=dict(PIPELINE_FACTORS),
         grad_reduce_bytes=GRAD_REDUCE_BYTES[knobs["grad-reduce-dtype"]] if "grad-reduce-dtype" in knobs else None,
+        buffer_bytes=_bucket_buffers(knobs, modes, bucket),
+        gather_ahead=_gather_ahead(knobs, modes),
     )
+
+
+def _bucket_buffers(knobs: Mapping[str, str], modes: Sequence[str], bucket: float) -> dict[str, float]:
+    """Per mode, the bytes of ``contiguous_gradients``' bucket buffers on each rank, where ``on`` (given, or DeepSpeed's
+    default; deepspeed
+    0.19.8: stage_1_and_2.py ``setup_buckets``, from the first gradient hook, which ZeRO 1 and 2 install whenever
+    ``contiguous_gradients`` is on: one buffer of ``reduce_bucket_size`` elements per communication dtype, a second
+    with ``overlap_comm``; stage3.py: one, whatever ``overlap_comm``). Stage 0 (``BF16_Optimizer``) has none."""
+    if knobs.get("contiguous-gradients", "on") != "on":  # runtime/zero/config.py: contiguous_gradients = True
+        return {}
+    overlap = knobs.get("overlap-comm")
+    buffers = {}
+    for mode in modes:
+        stage = zero_stage(mode) or 0
+        if stage in (1, 2):
+            buffers[mode] = bucket * BUCKET_BUFFER_BYTES * (2 if overlap == "on" else 1)
+        elif stage == 3:
+            buffers[mode] = bucket * BUCKET_BUFFER_BYTES
+    return buffers
+
+
+def _gather_ahead(knobs: Mapping[str, str], modes: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """Per ZeRO-3 mode, ``(prefetch elements, max live elements)``, each given or DeepSpeed's default:
+    partitioned_param_coordinator.py ``fetch_sub_module`` gathers the module running, then prefetches
+    ``min(max_live − available, prefetch_bucket_size)`` elements of the next ones."""
+    limits = (float(knobs.get("stage3-prefetch-bucket-size", STAGE3_PREFETCH_BUCKET_SIZE)),
+              float(knobs.get("stage3-max-live-parameters", STAGE3_MAX_LIVE_PARAMETERS)))
+    return {mode: limits for mode in modes if zero_stage(mode) == 3}
 
 
 #: DeepSpeed: its pipeline engine's 1F1B with ZeRO stage 0 or 1; without a pipeline every ZeRO stage.
@@ -403,7 +483,8 @@ ENGINE = Engine(
     Runs(schedules=DEEPSPEED_SCHEDULES,
          dp_modes_with_pipeline=_modes(PIPELINE_MAX_STAGE),
          dp_modes_without_pipeline=_modes(3)),
-    Files(targets=("deepspeed",), write=_write, notes=deepspeed_notes, read=read_deepspeed_config),
+    Files(targets=("deepspeed",), write=_write, notes=deepspeed_notes, read=read_deepspeed_config,
+          knobs=FILE_KNOBS, write_knobs=_write_knobs),
     knobs=DEEPSPEED_KNOBS,
     pricing=deepspeed_pricing,
 )

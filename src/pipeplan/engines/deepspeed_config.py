@@ -115,7 +115,9 @@ def read_deepspeed_config(path: Path) -> RunConfig:
     fp32), ``overlap_comm`` (``"on"``/``"off"``) from ``zero_optimization.overlap_comm``
     (default DeepSpeed's: on at ZeRO-3 only), ``reduce_bucket_size`` (elements) from
     ``zero_optimization.reduce_bucket_size`` (left out: absent, the knob's default
-    applies). Keys pipeplan does not know are listed in ``ignored``. From the folder also
+    applies), ``contiguous_gradients`` (``"on"``/``"off"``), ``stage3_prefetch_bucket_size`` and
+    ``stage3_max_live_parameters`` (elements; DeepSpeed's field names without ``stage3_`` too), each
+    where given. Keys pipeplan does not know are listed in ``ignored``. From the folder also
     ``pp`` (``pipeline_module.py``'s ``PIPEPLAN_PARTS``, or 1 beside ``deepspeed_train.py``),
     ``layers_per_stage`` and ``schedule`` (``1f1b``) for pp > 1, and ``recompute`` (``ACTIVATION_CHECKPOINT_INTERVAL``: 0 none, else full).
 
@@ -263,6 +265,7 @@ class _Reader:
             self._set("dp_mode", data_parallel_mode(stage), "zero_optimization.stage", raw)
         self._overlap(zero, stage)
         self._bucket(zero)
+        self._zero_knobs(zero, stage)
         for key, value in zero.items():
             if key in ("offload_param", "offload_optimizer") and value is not None:
                 self._offload(key, value)
@@ -303,6 +306,34 @@ class _Reader:
             self.auto.append(key)
             return
         self._set("reduce_bucket_size", _elements(f"{self.name}: {key}", raw), key, raw)
+
+    def _zero_knobs(self, zero: Mapping[str, Any], stage: int) -> None:
+        """``contiguous_gradients`` (``"on"``/``"off"``) and ZeRO-3's ``stage3_prefetch_bucket_size`` /
+        ``stage3_max_live_parameters`` (elements ≥ 0; DeepSpeed's field names without ``stage3_`` too), where the
+        file gives them (absent: the knobs' defaults apply). The stage-3 sizes at another stage are read and noted:
+        DeepSpeed uses them at ZeRO-3 only."""
+        key = "zero_optimization.contiguous_gradients"
+        raw = zero.get("contiguous_gradients")
+        if raw == _AUTO:
+            self.auto.append(key)
+        elif raw is not None:
+            self._set("contiguous_gradients", "on" if _flag(f"{self.name}: {key}", raw) else "off", key, raw)
+        for field_name, alias in (("prefetch_bucket_size", "stage3_prefetch_bucket_size"),
+                                  ("max_live_parameters", "stage3_max_live_parameters")):
+            given = [name for name in (alias, field_name) if name in zero]
+            if not given:
+                continue
+            if len(given) > 1:
+                raise InvalidInputError(f"{self.name}: zero_optimization sets both {alias} and {field_name} (one "
+                                        "field of DeepSpeed's): keep one")
+            key = f"zero_optimization.{given[0]}"
+            raw = zero[given[0]]
+            if raw == _AUTO:
+                self.auto.append(key)
+                continue
+            self._set(alias, _elements(f"{self.name}: {key}", raw, zero=True), key, raw)
+            if stage != 3:
+                self.notes.append(f"{self.name}: {key} applies at ZeRO-3 only (stage {stage} here): not priced")
 
     def _offload(self, key: str, value: Any) -> None:
         where = f"{self.name}: zero_optimization.{key}"

@@ -45,7 +45,7 @@ from typing import cast
 
 from ..errors import InvalidInputError
 from ..models.spec import ModelSpec
-from ..plan import RECOMPUTE_MODES, STAGE_RECOMPUTE, TP_COMM_OVERLAPS, Plan, stage_recompute
+from ..plan import MEGATRON_TP_COMM_OVERLAPS, RECOMPUTE_MODES, STAGE_RECOMPUTE, Plan, stage_recompute
 from ..schedule import Schedule
 from ..schedules.patterns import loop_placement
 from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
@@ -348,7 +348,7 @@ MEGATRON_KNOBS = Knobs((
          "--sequence-parallel: norms, dropouts and residuals split over the tensor-parallel group "
          "(all-gather + reduce-scatter); off: all-reduces of the same volume and those activations "
          "held whole on every GPU of the group (Megatron-LM's own default is off)"),
-    Knob("tp-comm-overlap", TP_COMM_OVERLAPS, "backward",
+    Knob("tp-comm-overlap", MEGATRON_TP_COMM_OVERLAPS, "backward",
          "what the tensor-parallel collectives hide behind: backward (Megatron-LM without "
          "--tp-comm-overlap: the backward's beside the weight-gradient GEMMs, the forward's exposed), "
          "on (--tp-comm-overlap: the forward's too), off (all exposed)"),

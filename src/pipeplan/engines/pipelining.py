@@ -17,7 +17,18 @@ joint layer (two module paths at one depth, π0's Gemma and action-expert layers
 one split point cannot name, and not where a rank holds two adjacent stages (ZB-V's V:
 torch's P2P warm-up of the tracer's stages fails, gloo "Pair is not connected"). With
 ``fsdp``/``hsdp`` data parallelism each listed module is wrapped with ``fully_shard``
-(FSDP2), then the stage (``build_stages(..., prepare=...)``).
+(FSDP2), then the stage (``build_stages(..., prepare=...)``). With ``ddp``/``zero1``/``zero2`` and
+the DDP knobs given (``--bucket-cap-mb``, ``--find-unused-parameters``), ``DDP_OPTIONS`` carries
+the keyword arguments ``DistributedDataParallel`` takes for them (``pipeplan check`` reads them back).
+
+The DDP knobs (torch 2.13, torch/nn/parallel/distributed.py): ``bucket_cap_mb`` (default
+:data:`DDP_BUCKET_CAP_MB`, MiB) caps each gradient bucket, whose all-reduce starts as soon as its
+gradients are ready in the backward, one collective call per bucket; ``find_unused_parameters``
+(default off) makes DDP walk the autograd graph from the outputs before every backward that
+synchronises (``_post_forward`` → ``reducer.prepare_for_backward(outputs)``; skipped under
+``no_sync``; torch.distributed.pipelining calls it once per step, before each stage's last backward,
+``PipelineStage.backward_maybe_with_nosync``): host time per autograd node,
+:data:`FIND_UNUSED_US_PER_NODE` (``benchmarks/ddp_find_unused.py``).
 """
 
 from __future__ import annotations
@@ -32,12 +43,30 @@ from ..plan import Plan
 from ..schedule import Schedule
 from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note, layer_names, stage_fqns
-from ._eager import COMPILE_KNOB, TORCHTITAN_COMPILE_SPEEDUP, TORCHTITAN_EAGER_FACTORS
-from .record import Engine, Files, Knobs, Runs
+from ._eager import COMPILE_KNOB, TORCHTITAN_COMPILE_SPEEDUP, TORCHTITAN_EAGER_FACTORS, torch_tp_overlap
+from .record import Engine, Files, Knob, Knobs, NumberKnob, Pricing, Runs
 from .pipelining_read import read_torch_export
 
 __all__ = ["torch_split_spec", "torch_split_snippet", "torch_actions", "torch_schedule_csv", "plan_schedule",
-           "torch_files", "ENGINE"]
+           "torch_files", "DDP_BUCKET_CAP_MB", "FIND_UNUSED_US", "DDP_MODES", "TORCH_KNOBS", "torch_pricing",
+           "ENGINE"]
+
+#: the data-parallel modes the torch export runs with ``DistributedDataParallel`` (fsdp/hsdp: ``fully_shard``)
+DDP_MODES: tuple[str, ...] = ("ddp", "zero1", "zero2")
+
+#: ``DistributedDataParallel(bucket_cap_mb=None)``'s bucket cap, MiB: ``_DEFAULT_BUCKET_CAP_MB = 25``
+#: (torch/nn/parallel/distributed.py, torch 2.13). The one owner: the planner's ``torch-ddp`` sync takes it.
+DDP_BUCKET_CAP_MB = 25
+
+#: DDP's host time with ``find_unused_parameters=True``, µs, once per step on each rank (before the backward that
+#: synchronises; module doc): ``(per trainable parameter tensor, per autograd node)`` of the rank's graph (the walk
+#: visits every node; then every parameter is looked up among those seen). Fitted by ``python
+#: benchmarks/ddp_find_unused.py --write`` (docs/engines.md, "DDP's find_unused_parameters, measured"): the
+#: least-squares plane ``a + b·tensors + c·nodes`` of the extra CPU time per forward + backward of chains of
+#: Linear(8, 8) layers with 1, 4 or 10 autograd ops each (64 to 4096 layers), real DDP on 2 gloo processes,
+#: torch 2.13 CPU, a shared 2-core x86_64 host; ``a`` (a constant per step: gloo's all-reduce of the map of used
+#: parameters on CPU) is not priced. The walk is the same C++ on a GPU server's host; not checked on a GPU run.
+FIND_UNUSED_US: tuple[float, float] = (0.32, 1.35)
 
 
 def _names_arg(plan: Plan, names: Sequence[str | LayerName] | None) -> list[LayerName] | None:
@@ -140,11 +169,13 @@ def _adjacent_on_one_rank(plan: Plan) -> int | None:
 
 
 def torch_split_snippet(plan: Plan | Sequence[int], names: Sequence[str | LayerName] | None = None, *,
-                        compile: bool = False) -> str:
+                        compile: bool = False, ddp: Mapping[str, float | bool] | None = None) -> str:
     """``split_spec.py``: every stage's module paths, ``build_stages`` / ``build_schedule``, the tracer's split, FSDP2.
 
     ``compile``: what pipeplan priced (``--compile on``), written as ``COMPILE = True/False``
     for ``pipeplan check`` to read back; the user wraps the model in ``torch.compile`` themselves.
+    ``ddp``: ``DistributedDataParallel``'s keyword arguments pipeplan priced (``bucket_cap_mb``,
+    ``find_unused_parameters``), written as ``DDP_OPTIONS`` where the mode runs DDP (:data:`DDP_MODES`).
 
     ``build_stages(model, rank, device)`` makes this rank's ``PipelineStage`` from the listed
     modules (every placement); the tracer's ``split_spec`` is kept where it works (no rank
@@ -194,13 +225,18 @@ def torch_split_snippet(plan: Plan | Sequence[int], names: Sequence[str | LayerN
                       "split_spec = {"]
             lines += [f"    {name!r}: SplitPoint.BEGINNING," for name in spec]
             lines.append("}")
-    lines += _fsdp_lines(plan)
+    lines += _fsdp_lines(plan, ddp or {})
     return "\n".join(lines) + "\n"
 
 
-def _fsdp_lines(plan: Plan) -> list[str]:
+def _fsdp_lines(plan: Plan, ddp: Mapping[str, float | bool]) -> list[str]:
     if plan.dp_mode not in ("fsdp", "hsdp"):
-        return ["", f"DATA_PARALLEL = {plan.dp_mode!r}  # {plan.dp} replicas; DDP/ZeRO wrap the stage modules whole"]
+        lines = ["", f"DATA_PARALLEL = {plan.dp_mode!r}  # {plan.dp} replicas; DDP/ZeRO wrap the stage modules whole"]
+        if ddp and plan.dp_mode in DDP_MODES:
+            options = ", ".join(f"{key!r}: {value!r}" for key, value in ddp.items())
+            lines += ["# DistributedDataParallel(stage_module, **DDP_OPTIONS): as pipeplan priced it "
+                      "(--bucket-cap-mb, --find-unused-parameters)", f"DDP_OPTIONS = {{{options}}}"]
+        return lines
     mesh = "a 2-D mesh (replicate across nodes, shard inside)" if plan.dp_mode == "hsdp" else "a 1-D mesh of dp ranks"
     return [
         "",
@@ -255,14 +291,16 @@ def plan_schedule(plan: Plan | Sequence[int]) -> Schedule:
 
 
 def torch_files(plan: Plan | Sequence[int], names: Sequence[str | LayerName] | None = None, *,
-                schedule: Schedule | None = None, compile: bool = False) -> list[ExportFile]:
+                schedule: Schedule | None = None, compile: bool = False,
+                ddp: Mapping[str, float | bool] | None = None) -> list[ExportFile]:
     """``split_spec.py`` and ``schedule.csv`` (``schedule``: the order to write, default the plan's; ``compile``:
-    ``--compile on`` priced, written as ``COMPILE = True``)."""
+    ``--compile on`` priced, written as ``COMPILE = True``; ``ddp``: DDP's keyword arguments priced,
+    ``DDP_OPTIONS``)."""
     plan = to_plan(plan)
     order = schedule if schedule is not None else plan_schedule(plan)
     if tuple(order.placement) != tuple(plan.placement):
         raise InvalidInputError(f"the schedule places stages {list(order.placement)}, the plan {list(plan.placement)}")
-    return [ExportFile("split_spec.py", torch_split_snippet(plan, names, compile=compile)),
+    return [ExportFile("split_spec.py", torch_split_snippet(plan, names, compile=compile, ddp=ddp)),
             ExportFile("schedule.csv", torch_schedule_csv(order))]
 
 
@@ -271,16 +309,70 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
     return torch_files(plan, names, schedule=schedule)
 
 
+def _ddp_options(knobs: Mapping[str, str]) -> dict[str, float | bool]:
+    """DDP's keyword arguments of the knobs given: ``bucket_cap_mb`` (MiB, an int where whole) and
+    ``find_unused_parameters``."""
+    options: dict[str, float | bool] = {}
+    if "bucket-cap-mb" in knobs:
+        value = float(knobs["bucket-cap-mb"])
+        options["bucket_cap_mb"] = int(value) if value.is_integer() else value
+    if "find-unused-parameters" in knobs:
+        options["find_unused_parameters"] = knobs["find-unused-parameters"] == "on"
+    return options
+
+
 def _write_knobs(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
                  gpus_per_node: int, knobs: Mapping[str, str]) -> list[ExportFile]:
-    """:func:`_write` with the knobs given: ``compile`` written as ``COMPILE = True/False`` in ``split_spec.py``."""
-    return torch_files(plan, names, schedule=schedule, compile=knobs.get("compile") in ("on", "model"))
+    """:func:`_write` with the knobs given: ``compile`` written as ``COMPILE = True/False`` in ``split_spec.py``, the
+    DDP knobs as ``DDP_OPTIONS``."""
+    return torch_files(plan, names, schedule=schedule, compile=knobs.get("compile") in ("on", "model"),
+                       ddp=_ddp_options(knobs))
+
+
+#: plain torch's knobs: ``torch.compile`` (:mod:`._eager`) and DistributedDataParallel's bucket cap and
+#: ``find_unused_parameters`` (docs/engines.md, "plain torch").
+TORCH_KNOBS = Knobs((
+    COMPILE_KNOB,
+    NumberKnob("bucket-cap-mb", (), None,
+               "DistributedDataParallel(bucket_cap_mb=N), ddp/zero1/zero2: the gradients all-reduce in buckets of "
+               "N MiB during the last microbatch's backward, one all-reduce call (and its latency) per bucket, the "
+               "last bucket exposed after the backward",
+               unit="MiB", zero=False,
+               assumed=f"--grad-sync's buckets (torch-ddp: DDP's own {DDP_BUCKET_CAP_MB} MiB; give --bucket-cap-mb "
+                       "to price DDP's buckets and their calls)"),
+    Knob("find-unused-parameters", ("on", "off"), "off",
+         "DistributedDataParallel(find_unused_parameters=True), ddp/zero1/zero2: DDP walks the autograd graph from "
+         "the outputs once per step before the backward that synchronises, host time per parameter tensor and "
+         "per autograd node (benchmarks/ddp_find_unused.py), exposed"),
+))
+
+
+def torch_pricing(knobs: Mapping[str, str]) -> Pricing | None:
+    """What plain torch's DDP knobs (``name → value`` as given) change in a step; ``None`` where neither is given
+    (or ``find-unused-parameters off`` alone): the planner's ``--grad-sync`` prices the reduction, as before them.
+
+    * ``bucket-cap-mb``: ``ddp``/``zero1``/``zero2`` reduce in buckets of that many MiB overlapping the
+      last microbatch's backward on every pipeline rank (torch.distributed.pipelining reduces at each stage's
+      last backward), each bucket its own all-reduce call paying the collective's latency.
+    * ``find-unused-parameters on``: :data:`FIND_UNUSED_US` per trainable tensor and per autograd node of each
+      rank's graph, once per step, exposed (the modes' sync is the given bucket's, else ``--grad-sync``'s).
+    """
+    bucket = knobs.get("bucket-cap-mb")
+    walk = knobs.get("find-unused-parameters") == "on"
+    if bucket is None and not walk:
+        return None
+    return Pricing(sync="torch-ddp",
+                   overlap={mode: True for mode in DDP_MODES} if bucket is not None else {},
+                   bucket_bytes=None if bucket is None else float(bucket) * 2 ** 20,
+                   bucket_calls=bucket is not None,
+                   walk_us={mode: FIND_UNUSED_US for mode in DDP_MODES} if walk else {})
 
 
 #: plain torch: any order from the schedule CSV, any data-parallel mode (FSDP2 for fsdp and hsdp); exact. Its
 #: kernels are torch's eager ones unless the model is compiled (``--compile``): priced as torchtitan's, which runs
 #: the same eager kernels (torchtitan is plain torch with FSDP2), by the same fitted numbers (:mod:`._eager`).
 ENGINE = Engine("torch", Runs(), Files(targets=("torch",), write=_write, read=read_torch_export,
-                                       knobs=("compile",), write_knobs=_write_knobs),
-                knobs=Knobs((COMPILE_KNOB,)), compute_factors=TORCHTITAN_EAGER_FACTORS,
-                compile_speedup=TORCHTITAN_COMPILE_SPEEDUP)
+                                       knobs=("compile", "bucket-cap-mb", "find-unused-parameters"),
+                                       write_knobs=_write_knobs),
+                knobs=TORCH_KNOBS, pricing=torch_pricing, compute_factors=TORCHTITAN_EAGER_FACTORS,
+                compile_speedup=TORCHTITAN_COMPILE_SPEEDUP, tp_overlap=torch_tp_overlap)

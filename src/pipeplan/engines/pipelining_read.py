@@ -10,7 +10,9 @@ placement: pp = its largest rank + 1, virtual stages = stages ÷ pp), ``LAYERS_P
 (pipeplan's layer counts, written by the export for this reader), ``MODULE_FQNS_PER_STAGE``
 (one layer per path where ``LAYERS_PER_STAGE`` is absent) and ``DATA_PARALLEL`` (the mode the
 stages are wrapped for: ``fully_shard`` for fsdp/hsdp), ``COMPILE`` (``True``: torch.compile
-priced, read as the ``compile`` knob ``on``). ``schedule.csv`` is torch's
+priced, read as the ``compile`` knob ``on``) and ``DDP_OPTIONS`` (``DistributedDataParallel``'s keyword
+arguments: ``bucket_cap_mb`` and ``find_unused_parameters``, the knobs ``--bucket-cap-mb`` and
+``--find-unused-parameters``; absent: torch's defaults, 25 MiB and off). ``schedule.csv`` is torch's
 ``_PipelineScheduleRuntime._load_csv`` format (one row per rank, ``{stage}{F|B|I|W}{microbatch}``):
 its microbatches give ``num_microbatches``, and :func:`recognise_schedule` compares it with
 every fixed generator of :mod:`pipeplan.schedules` for the same ranks, stages and
@@ -150,6 +152,7 @@ def read_torch_export(path: Path) -> RunConfig:
         if not isinstance(compiled, bool):
             raise InvalidInputError(f"{spec_path}: COMPILE must be True or False, got {compiled!r}")
         settings["compile"] = Setting("on" if compiled else "off", source)
+    ignored = _ddp_options(spec_path, facts, settings)
     order = read_schedule_csv(csv_path)
     if tuple(order.placement) != tuple(placement):
         raise InvalidInputError(f"{csv_path}: its rows place stages {list(order.placement)}, split_spec.py's "
@@ -162,4 +165,35 @@ def read_torch_export(path: Path) -> RunConfig:
     settings["schedule"] = Setting(name or CSV_SCHEDULE, csv_source + (f" (the order pipeplan's {name} writes)"
                                                                         if name else " (an order of its own)"))
     notes.append("split_spec.py names module paths, not a model: give --preset or --spec")
-    return RunConfig(engine="torch", path=str(path), settings=settings, notes=tuple(notes))
+    return RunConfig(engine="torch", path=str(path), settings=settings, notes=tuple(notes), ignored=ignored)
+
+
+def _ddp_options(spec_path: Path, facts: dict[str, tuple[Any, str]], settings: dict[str, Setting]) -> tuple[str, ...]:
+    """``DDP_OPTIONS``' priced keys into ``settings`` (``bucket_cap_mb``, ``find_unused_parameters``: the knobs
+    ``--bucket-cap-mb`` and ``--find-unused-parameters``); its other keys, returned, are read but not priced.
+
+    Raises:
+        InvalidInputError: ``DDP_OPTIONS`` is no dict, ``bucket_cap_mb`` no number > 0, or
+            ``find_unused_parameters`` not ``True``/``False`` (one line naming it).
+    """
+    if "DDP_OPTIONS" not in facts:
+        return ()
+    options, source = facts["DDP_OPTIONS"]
+    if not isinstance(options, dict):
+        raise InvalidInputError(f"{spec_path}: DDP_OPTIONS must be a dict of DistributedDataParallel's keyword "
+                                f"arguments, got {options!r}")
+    ignored = []
+    for key, value in options.items():
+        if key == "bucket_cap_mb":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise InvalidInputError(f"{spec_path}: DDP_OPTIONS bucket_cap_mb must be a number of MiB > 0, "
+                                        f"got {value!r}")
+            settings["bucket_cap_mb"] = Setting(value, source)
+        elif key == "find_unused_parameters":
+            if not isinstance(value, bool):
+                raise InvalidInputError(f"{spec_path}: DDP_OPTIONS find_unused_parameters must be True or False, "
+                                        f"got {value!r}")
+            settings["find_unused_parameters"] = Setting("on" if value else "off", source)
+        else:
+            ignored.append(f"DDP_OPTIONS {key}")
+    return tuple(ignored)

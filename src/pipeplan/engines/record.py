@@ -29,7 +29,7 @@ from typing import Protocol
 
 from ..errors import InvalidInputError
 from ..models.spec import ModelSpec
-from ..plan import Plan
+from ..plan import Plan, TpCommOverlap
 from ..schedule import Schedule
 from ._common import ExportFile, to_plan
 from ._names import LayerName, invented_note
@@ -300,6 +300,19 @@ class Pricing:
         grad_reduce_bytes: bytes per gradient element of the data-parallel reduction, for every
             mode (``--grad-reduce-dtype``: 4 fp32, 2 bf16); the replicated gradient buffer is held
             in it too (:mod:`pipeplan.data_parallel`). ``None``: each mode's own.
+        bucket_bytes: bytes per bucket when it overlaps (DDP's ``bucket_cap_mb``); overrides
+            :attr:`bucket_elements`. ``None``: :attr:`bucket_elements`.
+        bucket_calls: each bucket is its own collective call, paying the collective's latency
+            (DDP: one all-reduce per bucket); ``False``: the reduction is priced as one call.
+        walk_us: per data-parallel mode, the host's time once per step on each rank before its
+            last backward, µs ``(per trainable parameter tensor, per autograd node)`` of the rank's
+            graph, exposed (DDP's ``find_unused_parameters``; absent: none).
+        buffer_bytes: per data-parallel mode, device bytes each rank holds for the reduction's
+            buckets (DeepSpeed's ``contiguous_gradients`` buffers; absent: none).
+        gather_ahead: per data-parallel mode that gathers per layer, ``(prefetch elements, most
+            elements live)``: what is gathered beside the layer running (DeepSpeed ZeRO-3's
+            ``stage3_prefetch_bucket_size`` and ``stage3_max_live_parameters``; absent: the next
+            layer, FSDP2's).
     """
 
     sync: str
@@ -311,6 +324,11 @@ class Pricing:
     accumulate_bytes: Mapping[str, float] = field(default_factory=dict)
     pipeline_factors: Mapping[str, float] = field(default_factory=dict)
     grad_reduce_bytes: float | None = None
+    bucket_bytes: float | None = None
+    bucket_calls: bool = False
+    walk_us: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    buffer_bytes: Mapping[str, float] = field(default_factory=dict)
+    gather_ahead: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
 #: bytes per gradient element of each ``--grad-reduce-dtype`` value
@@ -325,6 +343,10 @@ def grad_reduce_dtype(reduce_bytes: float | None) -> str | None:
 
 
 def _no_pricing(knobs: Mapping[str, str]) -> Pricing | None:
+    return None
+
+
+def _megatron_tp(knobs: Mapping[str, str]) -> TpCommOverlap | None:
     return None
 
 
@@ -350,6 +372,10 @@ class Engine:
             the compiled kernels gain over the eager ones the factors price: the factor
             becomes ``max(1, factor / compile_speedup)`` (never below the device's fused
             kernels); 1: the knob changes nothing.
+        tp_overlap: the knobs given (name → value) → what its tensor-parallel collectives hide
+            behind (:data:`~pipeplan.plan.TP_COMM_OVERLAPS`: torch's DTensor ``"off"``, its async
+            TP ``"async"``); ``None``: the ``tp-comm-overlap`` knob or the step model's default
+            (Megatron-LM's ``"backward"``).
     """
 
     name: str
@@ -359,6 +385,7 @@ class Engine:
     pricing: Callable[[Mapping[str, str]], Pricing | None] = _no_pricing
     compute_factors: Mapping[str, float] = field(default_factory=dict)
     compile_speedup: float = 1.0
+    tp_overlap: Callable[[Mapping[str, str]], TpCommOverlap | None] = _megatron_tp
 
     def compute_factor(self, device: str, knobs: Mapping[str, str] | None = None) -> float:
         """The factor on a layer's compute time for this engine's kernels on ``device`` (a preset name; 1 if unfitted).

@@ -56,8 +56,20 @@ FIELDS: Mapping[str, str] = {
     "reduce_bucket_size": "int: elements per gradient bucket: DeepSpeed's zero_optimization.reduce_bucket_size "
                           "(its knob --reduce-bucket-size)",
     "compile": "str: 'on', 'model' or 'off': torch.compile of the model and loss, the model alone, or neither (torchtitan's compile.enable and compile.components; its knob --compile)",
+    "async_tp": "str: 'on' or 'off': torch's async tensor parallelism (torchtitan's enable_async_tensor_parallel; "
+                "its knob --async-tp)",
     "reshard_after_forward": "str: 'default', 'always' or 'never': FSDP2's reshard after forward (torchtitan's "
                              "parallelism.fsdp_reshard_after_forward; its knob --reshard-after-forward)",
+    "contiguous_gradients": "str: 'on' or 'off': DeepSpeed's zero_optimization.contiguous_gradients (its knob "
+                            "--contiguous-gradients)",
+    "stage3_prefetch_bucket_size": "int: elements ZeRO-3 gathers ahead: DeepSpeed's "
+                                   "zero_optimization.stage3_prefetch_bucket_size (its knob --stage3-prefetch-bucket-size)",
+    "stage3_max_live_parameters": "int: elements ZeRO-3 keeps gathered at most: DeepSpeed's "
+                                  "zero_optimization.stage3_max_live_parameters (its knob --stage3-max-live-parameters)",
+    "bucket_cap_mb": "float: MiB per gradient bucket: DistributedDataParallel's bucket_cap_mb (plain torch's "
+                     "knob --bucket-cap-mb)",
+    "find_unused_parameters": "str: 'on' or 'off': DistributedDataParallel's find_unused_parameters (plain torch's "
+                              "knob --find-unused-parameters)",
     "grad_reduce_dtype": "str: 'fp32' or 'bf16': the data-parallel gradient reduction's dtype (its knob "
                          "--grad-reduce-dtype: Megatron-LM's --grad-reduce-in-bf16, DeepSpeed's "
                          "communication_data_type, torchtitan's training.mixed_precision_reduce)",

@@ -61,7 +61,7 @@ from ._common import ExportFile, recompute_notes, strongest_recompute, to_plan
 from ._names import LayerName, layer_names, stage_fqns
 from ._torchtitan_schedules import TORCH_SCHEDULE_CLASSES, TORCH_SCHEDULE_NAMES, pipeplan_schedule_name
 from .pipelining import plan_schedule, torch_schedule_csv
-from ._eager import COMPILE_KNOB, TORCHTITAN_COMPILE_SPEEDUP, TORCHTITAN_EAGER_FACTORS
+from ._eager import COMPILE_KNOB, TORCHTITAN_COMPILE_SPEEDUP, TORCHTITAN_EAGER_FACTORS, torch_tp_overlap
 from .record import Engine, Files, Knob, Knobs, NumberKnob, Runs
 from .torchtitan_config import TOML_COMMIT, read_torchtitan_config
 
@@ -129,6 +129,11 @@ def torchtitan_degrees(plan: Plan | Sequence[int], *, gpus_per_node: int = 8,
         # dp_shard > 1, else replicate): no FSDP to reshard
         degrees["fsdp_reshard_after_forward"] = reshard
     return degrees
+
+
+def async_tp(plan: Plan) -> bool:
+    """Whether ``plan`` was priced with torch's async TP (``--async-tp on``): its files enable it."""
+    return plan.tp > 1 and plan.tp_comm_overlap == "async"
 
 
 # ------------------------------------------------------------------ module lists
@@ -298,6 +303,7 @@ GLOBAL_BATCH_SIZE = {global_batch}  # samples per optimizer step, all data-paral
 TOKENS_PER_SAMPLE = {tokens}  # None: the base configuration's sequence length
 RECOMPUTE = {recompute!r}  # "none", "selective" or "op" (torchtitan's per-op policy), "every:N" or "full"
 COMPILE = {compile}  # torch.compile of the model and loss (compile.enable); pipeplan priced it (--compile)
+ASYNC_TP = {async_tp}  # async tensor parallelism (compile.enable_async_tensor_parallel); pipeplan priced it (--async-tp)
 # The stage module lists nest deeper than torchtitan's splitter reaches (a top-level module or "layers.N"):
 # apply_plan() makes the model's pipelining function split with split_model_part() below.
 NESTED = {nested}
@@ -327,7 +333,9 @@ def apply_plan(config):
         training.num_tokens_per_train_step = GLOBAL_BATCH_SIZE * tokens
         parallelism.num_pp_microbatches = MICROBATCHES  # ignored without a pipeline: accumulation then
     config.compile.enable = COMPILE  # torchtitan's CompileConfig (0.3.0 and HEAD): default False
-{components}    if PARALLELISM["pipeline_parallel_degree"] > 1 and "disable_cuda_graphs" in have:
+{components}    if ASYNC_TP:  # 0.3.0's CompileConfig.enable_async_tensor_parallel (it needs compile.enable)
+        config.compile.enable_async_tensor_parallel = True
+    if PARALLELISM["pipeline_parallel_degree"] > 1 and "disable_cuda_graphs" in have:
         training.disable_cuda_graphs = True  # torchtitan refuses CUDA graphs with pipeline parallelism
     if RECOMPUTE == "none":
         config.activation_checkpoint = None
@@ -437,7 +445,7 @@ def torchtitan_config_py(plan: Plan | Sequence[int], names: Sequence[LayerName] 
         parallelism=parallelism, layers_per_stage=list(plan.layers_per_stage), micro=batch["micro_batch_size"], microbatches=batch["num_microbatches"],
         local=batch["local_batch_size"], global_batch=batch["global_batch_size"], tokens=batch["tokens_per_sample"],
         recompute=settings["activation_checkpoint"]["mode"], nested=bool(nested) and plan.pp > 1,
-        compile=bool(compile), components=_MODEL_ONLY_PY if compile == "model" else "")
+        compile=bool(compile), async_tp=async_tp(plan), components=_MODEL_ONLY_PY if compile == "model" else "")
 
 
 #: What ``--compile model`` adds to ``apply_plan``: torchtitan's ``compile.components`` without ``"loss"``.
@@ -483,6 +491,8 @@ def torchtitan_toml(plan: Plan | Sequence[int], names: Sequence[LayerName] | Non
         lines.append(f"{key} = {par[key]}")
     if "fsdp_reshard_after_forward" in par:
         lines.append(f"fsdp_reshard_after_forward = {json.dumps(par['fsdp_reshard_after_forward'])}")
+    if async_tp(plan):  # the TOML release's key (job_config.py Parallelism); 0.3.0 moved it to compile
+        lines.append("enable_async_tensor_parallel = true")
     lines.append("module_fqns_per_model_part = [")
     lines += [f"    {json.dumps(part)}," for part in parts]
     mode = settings["activation_checkpoint"]["mode"]
@@ -558,6 +568,10 @@ TORCHTITAN_KNOBS = Knobs((
          "them with one (torchtitan/distributed/fsdp.py, 0.3.0); never keeps them gathered from the forward to "
          "the backward (one all-gather a layer and microbatch, not two; every layer's bf16 parameters held at "
          "the peak); always, priced without a pipeline only (--pp 1), as default there"),
+    Knob("async-tp", ("on", "off"), "off",
+         "parallelism.enable_async_tensor_parallel (needs --compile on, as torchtitan does): off, vanilla TP, "
+         "torch's DTensor collectives waited for beside the matmuls, every one exposed; on, async TP hides a "
+         "fitted share of each behind its layer's own pass (docs/engines.md, torchtitan-h100); no effect at tp 1"),
     NumberKnob("grad-reduce-dtype", ("fp32",), None,
                "training.mixed_precision_reduce: FSDP2's MixedPrecisionPolicy(reduce_dtype=float32) for fsdp/hsdp, "
                "what pipeplan prices there; torchtitan 0.3.0 takes float32 only (Literal['float32']), so bf16 is "
@@ -579,4 +593,5 @@ ENGINE = Engine(
     knobs=TORCHTITAN_KNOBS,
     compute_factors=TORCHTITAN_EAGER_FACTORS,
     compile_speedup=TORCHTITAN_COMPILE_SPEEDUP,
+    tp_overlap=torch_tp_overlap,
 )

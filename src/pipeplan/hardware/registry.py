@@ -30,6 +30,7 @@ DEVICES: dict[str, DeviceRecord] = {record.name: record for record in (
     ampere.A100_40G,
     ampere.A100_80G,
     hopper.H100_80G,
+    hopper.H100_96G,
     hopper.H200_141G,
     ada.L40S,
     cpu.CPU,

@@ -7,8 +7,8 @@
     costs.hooks_for("zero2")                      # (41.0, 0.0): µs per trainable tensor per backward, per step
 
 An engine whose knobs change more than the kernels (:class:`pipeplan.engines.Pricing`:
-DeepSpeed's ``overlap_comm``, ``reduce_bucket_size`` and the host cost of its hooks) is
-priced here; the search gives each data-parallel mode's evaluator its sync and hooks
+DeepSpeed's ``overlap_comm``, ``reduce_bucket_size`` and the host cost of its hooks; plain
+torch's DDP ``bucket_cap_mb`` and ``find_unused_parameters``) is priced here; the search gives each data-parallel mode's evaluator its sync and hooks
 (:class:`~pipeplan.planner.evaluate.Evaluator`). Megatron-LM's knobs change the kernels
 and collectives of the layers and are priced in :class:`~pipeplan.planner.Workload`.
 
@@ -34,19 +34,27 @@ device on each stage's forward and backward (fitted; the engine's module says to
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .. import data_parallel
 from ..costs import StageCosts
+from ..models.layer_costs import layer_costs
+from ..models.spec import ModelSpec
+from ..models.tensor_counts import layer_tensor_counts
 from .step import GradientSync, gradient_sync, optimizer_ms
 
+from ..engines.pipelining import DDP_BUCKET_CAP_MB
 from ..engines.record import BUCKET_TAG, Pricing
 
 if TYPE_CHECKING:
     from ..engines import Engine
 
-__all__ = ["EngineCosts", "PipelineEngineCosts"]
+__all__ = ["EngineCosts", "PipelineEngineCosts", "autograd_nodes", "DDP_BUCKET_TAG"]
+
+#: what follows DDP's sync's name (``torch-ddp``) when its bucket is not torch's 25 MiB: ``torch-ddp:bucket_cap_mb=50``
+#: (not :data:`~pipeplan.engines.record.BUCKET_TAG`, DeepSpeed's bucket in elements, which its export reads)
+DDP_BUCKET_TAG = ":bucket_cap_mb="
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,9 @@ class EngineCosts:
         reduce_bytes: bytes per gradient element of the data-parallel reduction, every mode
             (``--grad-reduce-dtype``; :attr:`~pipeplan.engines.Pricing.grad_reduce_bytes`);
             ``None``: each mode's own (:mod:`pipeplan.data_parallel`).
+        walks: per data-parallel mode, the host's µs ``(per trainable tensor, per autograd node)``
+            once per step on each rank before its last backward (DDP's ``find_unused_parameters``),
+            carried by the mode's sync (:attr:`~pipeplan.planner.step.GradientSync.walk_us`).
     """
 
     engine: str
@@ -110,6 +121,7 @@ class EngineCosts:
     accumulate: Mapping[str, float] = field(default_factory=dict)
     pipeline_factors: Mapping[str, float] = field(default_factory=dict)
     reduce_bytes: float | None = None
+    walks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, engine: Engine, knobs: Mapping[str, str]) -> EngineCosts | None:
@@ -123,6 +135,14 @@ class EngineCosts:
         default = Pricing.__dataclass_fields__["bucket_elements"].default
         bucket = "" if pricing.bucket_elements == default else f"{BUCKET_TAG}{int(pricing.bucket_elements)}"
         for mode, overlap in pricing.overlap.items():
+            if pricing.bucket_bytes is not None:  # a bucket in bytes (DDP's bucket_cap_mb): named where not 25 MiB
+                mib = pricing.bucket_bytes / 2 ** 20
+                tag = "" if mib == DDP_BUCKET_CAP_MB else f"{DDP_BUCKET_TAG}{mib:g}"
+                syncs[mode] = GradientSync(f"{pricing.sync}{tag}", overlap_grad_reduce=overlap,
+                                           bucket_bytes=pricing.bucket_bytes, bucket_first_stage_only=False,
+                                           overlap_in_pipeline=pricing.overlap_in_pipeline,
+                                           bucket_calls=pricing.bucket_calls)
+                continue
             syncs[mode] = GradientSync(f"{pricing.sync}-overlap{bucket}" if overlap else pricing.sync,
                                        overlap_grad_reduce=overlap, bucket_first_stage_only=False,
                                        bucket_elements=pricing.bucket_elements,
@@ -130,13 +150,22 @@ class EngineCosts:
         for mode, overlap in pricing.overlap_scatter.items():
             syncs[mode] = GradientSync(f"{pricing.sync}-overlap" if overlap else pricing.sync,
                                        overlap_grad_reduce=True, overlap_scatter=overlap)
+        for mode, size in pricing.buffer_bytes.items():  # the buckets' buffers (DeepSpeed's contiguous_gradients)
+            if mode in syncs:
+                syncs[mode] = replace(syncs[mode], buffer_bytes=size)
+        for mode, limits in pricing.gather_ahead.items():  # ZeRO-3's prefetch and live-parameter cap
+            if mode in syncs:
+                syncs[mode] = replace(syncs[mode], gather_ahead=limits)
         return cls(engine.name, syncs, dict(pricing.hook_us), dict(pricing.accumulate_bytes),
-                   dict(pricing.pipeline_factors), pricing.grad_reduce_bytes)
+                   dict(pricing.pipeline_factors), pricing.grad_reduce_bytes, dict(pricing.walk_us))
 
     def sync_for(self, mode: str, default: GradientSync | str) -> GradientSync:
-        """The gradient sync of ``mode`` (``default`` where the engine does not price it)."""
+        """The gradient sync of ``mode`` (``default`` where the engine does not price it), with the engine's host
+        walk before each rank's last backward where it has one (:attr:`walks`)."""
         data_parallel.get(mode)
-        return self.syncs.get(mode) or gradient_sync(default)
+        sync = self.syncs.get(mode) or gradient_sync(default)
+        walk = self.walks.get(mode)
+        return sync if walk is None else replace(sync, walk_us=walk)
 
     def hooks_for(self, mode: str) -> tuple[float, float]:
         """µs of host time per trainable tensor of ``mode``: (per microbatch backward, per step); (0, 0) if none."""
@@ -148,3 +177,14 @@ class EngineCosts:
         if not accumulate and not self.pipeline_factors:
             return None
         return PipelineEngineCosts(accumulate, dict(self.pipeline_factors))
+
+
+def autograd_nodes(spec: ModelSpec) -> list[int]:
+    """Autograd nodes per pipeline layer of ``spec`` in one forward, what DDP's ``find_unused_parameters`` walks:
+    the layer's forward kernels where it has a backward (:func:`~pipeplan.models.layer_costs.layer_costs`, one
+    node each; a frozen layer no input gradient flows through has none) plus one ``AccumulateGrad`` per trainable
+    parameter tensor (:func:`~pipeplan.models.tensor_counts.layer_tensor_counts`). An estimate: a fused kernel
+    (flash attention) is one node, as it is in torch; a view or reshape that launches nothing is not counted."""
+    tensors = layer_tensor_counts(spec)
+    costs = layer_costs(spec, 1, recompute="none")
+    return [(len(cost.forward_ops) if cost.backward_flops > 0 else 0) + count for cost, count in zip(costs, tensors)]

@@ -47,10 +47,10 @@ from .memory import MemoryModel, OptimizerBytes
 from .pruning import SearchBounds
 from .records import SearchStats
 from .space import Config
-from .step import (GradientSync, RankRest, StepRest, exposed_reduction_ms, fsdp_exposed_ms, gradient_sync,
-                   overlap_window, rank_optimizer_ms, reduction_ms, step_rest)
+from .step import (GradientSync, RankRest, StepRest, bucket_calls, exposed_reduction_ms, fsdp_exposed_ms,
+                   gradient_sync, overlap_window, rank_optimizer_ms, reduction_ms, step_rest)
 from .workload import Workload
-from .engine_costs import EngineCosts, PipelineEngineCosts
+from .engine_costs import EngineCosts, PipelineEngineCosts, autograd_nodes
 from ..engines.record import grad_reduce_dtype
 from ..models.tensor_counts import layer_tensor_counts
 
@@ -128,9 +128,11 @@ class Evaluator:
             self.sync = GradientSync(dp_mode if self.sync.overlap_scatter else self.sync.name,
                                      overlap_grad_reduce=True, bucket_bytes=math.inf,
                                      bucket_first_stage_only=False, overlap_param_gather=True,
-                                     overlap_scatter=self.sync.overlap_scatter)
+                                     overlap_scatter=self.sync.overlap_scatter, buffer_bytes=self.sync.buffer_bytes,
+                                     gather_ahead=self.sync.gather_ahead)
         self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node, engine,
                                   reduce_bytes=reduce_bytes, compiled_loss=compiled_loss)
+        self.memory.engine_buffers(self.sync.buffer_bytes, self.sync.gather_ahead)
         self.sharded = self.mode.shards_state or optimizer == "distributed"
         self.links = Links(workload, cluster, send_mode, distributed=self.sharded)
         self.layouts = Layouts(workload, self.memory, self.links, self.stats, rank_capacity, shapes)
@@ -141,6 +143,7 @@ class Evaluator:
         self.bounds.tail_bound = self._tail_bound
         self._plans: dict[tuple[Any, ...], Plan] = {}
         self._held: dict[tuple[Any, ...], list[float]] = {}
+        self._walk_counts: tuple[list[int], list[int]] | None = None  # DDP's walk: tensors and nodes per layer
 
     def lower_bound(self, config: Config, layout: Layout) -> float:
         """A step time no order of ``layout``'s actions beats, the rest of the step included.
@@ -189,8 +192,8 @@ class Evaluator:
             stages = [s for s, r in enumerate(layout.placement) if r == rank]
             params = held[rank]
             grads = params * per.reduce
-            reduction = self._reduction_ms(dp_link, grads, config) * self._reductions(config)
             bucket = self.sync.bucket(config.dp, per.reduce, pipeline_rank=rank)
+            reduction = self._bucketed_ms(dp_link, grads, bucket, config) * self._reductions(config)
             last = self._reduction_ms(dp_link, min(bucket, grads), config)
             end = 0.0
             exposed = reduction
@@ -216,9 +219,30 @@ class Evaluator:
             if self.step_hook_ms:  # the engine's per-tensor step on the host, beside the fused step on the GPU
                 tensors = sum(self.tensors[i] for s in stages for i in range(bounds[s], bounds[s + 1]))
                 optimizer = max(optimizer, self.step_hook_ms * tensors)
-            ranks.append(RankRest(end, reduction, exposed, gather, gather_exposed, optimizer))
+            walk = self._walk_ms(config, [i for s in stages for i in range(bounds[s], bounds[s + 1])])
+            ranks.append(RankRest(end, reduction, exposed, gather, gather_exposed, optimizer, walk))
         makespan = None if timeline is None else float(timeline.makespan) * to_ms
         return step_rest(ranks, makespan, overlap_grad_reduce=overlap)
+
+    def _bucketed_ms(self, dp_link: Link, num_bytes: float, bucket: float, config: Config) -> float:
+        """The gradient collective of ``num_bytes``, ms; with :attr:`~pipeplan.planner.step.GradientSync.bucket_calls`
+        each bucket is its own call, paying the collective's latency (the time of ``0`` bytes) once more per bucket."""
+        total = self._reduction_ms(dp_link, num_bytes, config)
+        if not self.sync.bucket_calls:
+            return total
+        return total + (bucket_calls(num_bytes, bucket) - 1) * self._reduction_ms(dp_link, 0.0, config)
+
+    def _walk_ms(self, config: Config, layers: Sequence[int]) -> float:
+        """The host's graph walk before a rank's last backward over its ``layers``, ms (DDP's
+        ``find_unused_parameters``: :attr:`~pipeplan.planner.step.GradientSync.walk_us`); 0 without data
+        parallelism, without a walk or without a spec to count nodes on."""
+        per_tensor, per_node = self.sync.walk_us
+        if config.dp == 1 or not (per_tensor or per_node) or self.workload.spec is None:
+            return 0.0
+        if self._walk_counts is None:
+            self._walk_counts = (layer_tensor_counts(self.workload.spec), autograd_nodes(self.workload.spec))
+        tensors, nodes = self._walk_counts
+        return 1e-3 * sum(per_tensor * tensors[i] + per_node * nodes[i] for i in layers)
 
     def _held_trainable(self, micro_batch_size: int, layout: Layout) -> list[float]:
         """Per rank, the trainable parameters it holds, a tied table held twice (embedding and head) once (cached)."""
@@ -325,13 +349,14 @@ class Evaluator:
         if grads <= 0:
             return 0.0
         count = self._reductions(config)
-        total = self._reduction_ms(dp_link, grads, config) * count
         bucket = self.sync.bucket(config.dp, per.reduce, pipeline_rank=0)
+        total = self._bucketed_ms(dp_link, grads, bucket, config) * count
         last = self._reduction_ms(dp_link, min(bucket, grads), config)
         # the one stage's backward as simulated: its layers and the first/last extras (LayerProfile.stage_costs)
         duration = float(profile.stage_costs((profile.num_layers,)).backward[0]) * 1e3 * self.workload.time_unit
         window = overlap_window([(0.0, duration, grads)], bucket) + (count - 1) * duration
         exposed = exposed_reduction_ms(total, window_ms=window, last_bucket_ms=last)
+        exposed += self._walk_ms(config, range(profile.num_layers))
         if self.sharded and self.sync.overlap_param_gather:
             params = profile.held_params()[1]
             share = min(1.0, self.sync.bucket(config.dp, per.reduce) / (params * per.reduce))

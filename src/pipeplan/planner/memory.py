@@ -85,13 +85,12 @@ published runs):
   (megatron/core/tensor_parallel/cross_entropy.py: ``.float()``, ``exp`` and the
   softmax in place, the gradient written into the saved softmax) holds **1.5 L**: the
   fp32 softmax and the bf16 gradient of the logits (DeepSpeed's Megatron-DeepSpeed uses
-  it too). The layer profile already stores ``L`` per microbatch in flight
-  (none, selective, op) or not at all (full: it keeps only the head's input,
-  while no engine checkpoints the loss); the rest is added once;
+  it too). The layer profile already stores ``L`` per microbatch in flight under
+  every mode (no engine checkpoints the head, ``full`` included); the rest is added once.
   A loss compiled with the model (``--compile on`` under torchtitan or plain torch:
   ``compiled_loss``) holds **0.5 L**, the bf16 logits it saves and their gradient written
   into them (:data:`COMPILED_LOSS_COPIES`); the profile's stored ``L`` stands for it
-  (0.5 L over under none and op), and under full 0.5 L is added;
+  (0.5 L over), so nothing is added;
 * **recomputation**: a layer that stores less than everything reruns its forward just
   before its backward and holds all of its activations for it, one layer at a time:
   the largest ``activations(none) − activations(mode)`` over the rank's layers (the
@@ -123,61 +122,19 @@ from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..plan import RankMemory, Recompute, recompute_rank, stage_recompute
 from ..units import format_gib
+from .engine_memory import (
+    _FP32,
+    COMPILED_LOSS_COPIES,
+    GATHERED_INPUT_ENGINES,
+    LOSS_LOGIT_COPIES,
+    gathered_bytes,
+    loss_layers,
+)
 from .space import Config
 from .workload import Workload
 
 __all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL", "MAX_BYTES_PER_PARAM",
            "LOSS_LOGIT_COPIES", "COMPILED_LOSS_COPIES", "GATHERED_INPUT_ENGINES", "loss_layers"]
-
-#: fp32 logits alive at once at the loss's peak, per engine (module doc; ``None``: no ``--engine``, Megatron-LM's
-#: knobs, so Megatron-LM's loss). PyTorch ``torch.nn.functional.cross_entropy`` on ``logits.float()``:
-#: log_softmax's saved output, nll_loss's gradient and log_softmax's input gradient (torchtitan train.py at
-#: 9dec370, ``cross_entropy(pred.flatten(0, 1).float(), ...)``; plain torch the same). Megatron-LM
-#: ``_VocabParallelCrossEntropy`` (megatron-core 0.16.1 tensor_parallel/cross_entropy.py): the fp32 softmax saved
-#: and its gradient computed in place, plus the bf16 gradient of the logits.
-LOSS_LOGIT_COPIES: dict[str | None, float] = {None: 1.5, "megatron": 1.5, "deepspeed": 1.5, "torchtitan": 3.0,
-                                              "torch": 3.0}
-
-#: fp32-logit units a ``torch.compile``\ d cross entropy holds at its peak (``--compile on`` under a torch engine:
-#: torchtitan compiles its loss with the model, components/loss.py ``build_cross_entropy_loss``): the bf16 logits it
-#: saves (0.5), its backward writing their gradient into that buffer (AOTAutograd's donated buffers), nothing in
-#: fp32. Measured on CPU, ``python benchmarks/torchtitan_activations.py --loss`` (eager: 1 kept, 3 at the peak,
-#: as :data:`LOSS_LOGIT_COPIES` prices it; compiled: 0.5 and 0.5).
-COMPILED_LOSS_COPIES = 0.5
-
-#: Engines whose tensor parallelism saves a column-parallel GEMM's gathered input: DTensor's ``ColwiseParallel``
-#: under sequence parallelism (torchtitan ``apply_tp``, models/llama3/infra/parallelize.py; plain torch's
-#: ``parallelize_module`` the same) keeps the all-gathered, whole-sequence input of wq/wk/wv and w1/w3 for their
-#: weight gradients, where Megatron-LM keeps its ``1/t`` shard and gathers it again in the backward
-#: (tensor_parallel/layers.py ``LinearWithGradAccumulationAndAsyncCommunication``). Measured on CPU with
-#: torchtitan's own block and ``apply_tp`` (``python benchmarks/torchtitan_activations.py``).
-GATHERED_INPUT_ENGINES = ("torchtitan", "torch")
-
-#: Bytes of one fp32 logit.
-_FP32 = 4.0
-
-
-def loss_layers(workload: Workload) -> list[tuple[int, float]]:
-    """``(layer index, logits per example)`` of each LM head of ``workload``'s spec (none without a spec).
-
-    Logits per example are ``tokens × vocab_size / tp`` (Megatron-LM's vocab-parallel head and
-    torchtitan's ``loss_parallel`` shard the vocabulary over the tensor-parallel group).
-    """
-    from ..models.modules import LMHead  # layer 2, imported where needed (the planner takes any spec)
-
-    spec = workload.spec
-    if spec is None:
-        return []
-    heads = {m.name: float(m.tokens) * m.vocab_size for m in spec.modules if isinstance(m, LMHead)}
-    if not heads:
-        return []
-    names = workload.profile(workload.smallest_micro_batch).names
-    found = []
-    for index, name in enumerate(names):
-        module = name.rsplit(".", 1)[0] if "." in name else name
-        if module in heads:
-            found.append((index, heads[module] / workload.tensor_parallel))
-    return found
 
 #: The most bytes per parameter ``--optimizer BYTES`` takes: 64x mixed-precision Adam's 16, far above
 #: any optimizer; ``1e308`` overflowed every candidate's memory ("no candidate could be evaluated").
@@ -294,6 +251,23 @@ class MemoryModel:
         self.gpus_per_node = gpus_per_node
         self._static: dict[tuple[Any, ...], tuple[RankMemory, ...]] = {}
         self._memo: dict[tuple[Any, ...], Any] = {}  # what depends on (micro-batch size, [mode,] dp, pp) alone
+        self.buffer_bytes = 0.0  # the engine's reduction buffers per rank (engine_buffers)
+        self.gather_ahead: tuple[float, float] | None = None  # ZeRO-3's prefetch and live cap (engine_buffers)
+
+    def engine_buffers(self, buffer_bytes: float, gather_ahead: tuple[float, float] | None) -> None:
+        """What the engine's gradient sync holds beyond the model's bytes (before any layout is sized).
+
+        ``buffer_bytes``: device bytes every rank holds for the reduction's buckets (DeepSpeed's
+        ``contiguous_gradients`` buffers; priced with the parameters). ``gather_ahead``: for a mode
+        that gathers per layer without a pipeline, ``(prefetch elements, most elements live)``:
+        beside the largest layer gathered, ``min(prefetch, max(0, live − that layer))`` bf16
+        elements gathered ahead (DeepSpeed ZeRO-3's ``stage3_prefetch_bucket_size`` and
+        ``stage3_max_live_parameters``) instead of the next layer's weights and gradients (FSDP2's);
+        ``None``: FSDP2's.
+        """
+        self.buffer_bytes = float(buffer_bytes)
+        self.gather_ahead = gather_ahead
+        self._static.clear()
 
     def shards(self, dp: int, pp: int) -> int:
         """Ranks the optimizer state is sharded over: ``dp`` (ZeRO, FSDP, the distributed optimizer), HSDP's
@@ -412,20 +386,9 @@ class MemoryModel:
         return loss, recompute
 
     def gathered_bytes(self, micro_batch_size: int) -> np.ndarray:
-        """Per layer, the bytes a torch engine's tensor parallelism keeps beyond the profile's ``1/t`` shards of the
-        column-parallel inputs: ``(1 − 1/t)`` of their whole-sequence bytes (:data:`GATHERED_INPUT_ENGINES`; zeros
-        for other engines, ``tp = 1``, without sequence parallelism or without a spec)."""
-        from ..models.layer_costs import gathered_input_bytes  # layer 2, imported where needed
-
-        t = self.workload.tensor_parallel
-        spec = self.workload.spec
-        layers = self.workload.num_layers
-        if self.engine not in GATHERED_INPUT_ENGINES or t == 1 or not self.workload.sequence_parallel or spec is None:
-            return np.zeros(layers)
-        gathered = np.asarray(gathered_input_bytes(spec, micro_batch_size), dtype=float)
-        if len(gathered) != layers:  # a profile not laid out as the spec's layers
-            return np.zeros(layers)
-        return gathered * (1.0 - 1.0 / t)
+        """Per layer, the bytes a torch engine's tensor parallelism keeps beyond the profile's ``1/t`` shards
+        (:func:`~pipeplan.planner.engine_memory.gathered_bytes`)."""
+        return gathered_bytes(self.workload, self.engine, micro_batch_size)
 
     def _with_loss(self, profile: LayerProfile, micro_batch_size: int, mode: Recompute) -> LayerProfile:
         """``profile`` as the partitioner sees it: the loss's extra bytes on the last stage when the head is the
@@ -492,7 +455,13 @@ class MemoryModel:
         for rank in range(config.pp):
             held = owner == rank
             transients[rank] = float(loss[held].sum()) + float(recompute[held].max(initial=0.0))
-        if self.unsharded_layers(config.pp):  # the gathered layer and the prefetched one, bf16 weights + gradients
+        for rank in range(config.pp):
+            extras[rank] += self.buffer_bytes
+        if self.unsharded_layers(config.pp) and self.gather_ahead is not None:  # DeepSpeed ZeRO-3's own prefetch
+            prefetch, live = self.gather_ahead
+            largest_layer = float(params.max(initial=0.0))
+            extras[0] += 4.0 * largest_layer + 2.0 * min(prefetch, max(0.0, live - largest_layer))
+        elif self.unsharded_layers(config.pp):  # the gathered layer and the prefetched one, bf16 weights + gradients
             largest = np.sort(params)[::-1]
             if self.workload.reshard_after_forward:
                 extras[0] += 4.0 * float(largest[:2].sum())

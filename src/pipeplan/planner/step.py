@@ -61,7 +61,8 @@ reduce-scatter, which nothing follows.
 Step = pipeline makespan + exposed data-parallel time + optimizer time (the
 slowest rank's; the optimizer waits for every rank's gradients, since the
 gradient-norm clip reduces over all of them). Not modelled: collectives slowing
-the compute they overlap (SM and memory contention), per-bucket latencies.
+the compute they overlap (SM and memory contention), per-bucket latencies (but
+for a sync with :attr:`GradientSync.bucket_calls`: PyTorch DDP with ``--bucket-cap-mb``).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..engines.pipelining import DDP_BUCKET_CAP_MB
 from ..errors import InvalidInputError
 from ..hardware import Link
 from .cluster import allreduce_ms, ring_pass_ms
@@ -84,6 +86,7 @@ __all__ = [
     "optimizer_ms",
     "rank_optimizer_ms",
     "reduction_ms",
+    "bucket_calls",
     "overlap_window",
     "exposed_reduction_ms",
     "RankRest",
@@ -96,8 +99,8 @@ __all__ = [
 #: (apex ``csrc/multi_tensor_apply.cuh``: ``depth_to_max_blocks = 320``, ``chunk_size = 2048 * 32``).
 ELEMENTS_PER_LAUNCH = 320 * 65536
 
-#: PyTorch DDP's default bucket: ``bucket_cap_mb=25`` (MiB; torch.nn.parallel.DistributedDataParallel).
-_TORCH_DDP_BUCKET_BYTES = 25 * 2**20
+#: PyTorch DDP's default bucket, bytes: ``bucket_cap_mb=25`` MiB (its owner: :data:`pipeplan.engines.pipelining.DDP_BUCKET_CAP_MB`).
+_TORCH_DDP_BUCKET_BYTES = DDP_BUCKET_CAP_MB * 2**20
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,17 @@ class GradientSync:
         overlap_scatter: for the modes that gather per layer (FSDP, ZeRO-3), the
             gradient reduce-scatters overlap the backward (``False``: DeepSpeed
             ZeRO-3 with ``overlap_comm`` off, each on the compute stream, exposed).
+        bucket_calls: each bucket is its own collective call and pays the
+            collective's latency (PyTorch DDP with ``--bucket-cap-mb``:
+            :func:`bucket_calls`); ``False``: the reduction is priced as one call.
+        walk_us: the host's time once per step on each rank before its last
+            backward, µs ``(per trainable parameter tensor, per autograd node)``
+            of the rank's graph, exposed (DDP's ``find_unused_parameters``).
+        buffer_bytes: device bytes each rank holds for the buckets (DeepSpeed's
+            ``contiguous_gradients`` buffers), priced in its memory.
+        gather_ahead: for the modes that gather per layer, ``(prefetch elements,
+            most elements live)`` gathered beside the layer running (DeepSpeed
+            ZeRO-3's ``stage3_*`` knobs); ``None``: the next layer (FSDP2).
     """
 
     name: str = "megatron"
@@ -133,6 +147,10 @@ class GradientSync:
     bucket_elements: float | None = None
     overlap_in_pipeline: bool = True
     overlap_scatter: bool = True
+    bucket_calls: bool = False
+    walk_us: tuple[float, float] = (0.0, 0.0)
+    buffer_bytes: float = 0.0
+    gather_ahead: tuple[float, float] | None = None
 
     def overlaps(self, pp: int) -> bool:
         """Whether the reduction overlaps the backward in a plan with ``pp`` pipeline ranks."""
@@ -222,6 +240,14 @@ def reduction_ms(link: Link, gradient_bytes: float, dp: int, *, distributed: boo
     return allreduce_ms(link, gradient_bytes, dp)
 
 
+def bucket_calls(num_bytes: float, bucket_bytes: float) -> int:
+    """Collective calls that reduce ``num_bytes`` in buckets of ``bucket_bytes``: ``ceil(bytes / bucket)``, at
+    least 1 (one for an infinite bucket)."""
+    if not math.isfinite(bucket_bytes) or bucket_bytes <= 0 or num_bytes <= bucket_bytes:
+        return 1
+    return math.ceil(num_bytes / bucket_bytes)
+
+
 def overlap_window(gradient_work: Sequence[tuple[float, float, float]], bucket_bytes: float) -> float:
     """Time a rank's gradient collective can run behind its last microbatch's gradient work.
 
@@ -267,6 +293,8 @@ class RankRest:
         param_gather: the distributed optimizer's parameter all-gather in full (else 0).
         param_gather_exposed: what of that is not hidden behind the next forward.
         optimizer: its optimizer step.
+        walk: the host's time before its last backward that the step waits for
+            (DDP's ``find_unused_parameters`` graph walk; 0 without).
     """
 
     end: float
@@ -275,6 +303,7 @@ class RankRest:
     param_gather: float
     param_gather_exposed: float
     optimizer: float
+    walk: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -284,7 +313,8 @@ class StepRest:
     Attributes:
         dp_comm: the slowest rank's data-parallel communication in full
             (gradient collective + parameter all-gather).
-        dp_exposed: the part of it that lengthens the step.
+        dp_exposed: the part of it that lengthens the step, with the ranks' DDP
+            graph walks (:attr:`RankRest.walk`, summed).
         optimizer: the slowest rank's optimizer step.
         ranks: each rank's parts.
     """
@@ -307,7 +337,10 @@ def step_rest(ranks: Sequence[RankRest], makespan: float | None, *, overlap_grad
     (an upper bound; Megatron starts a rank's reduction when its own schedule
     returns). With overlap each rank's exposed tail starts at its own ``end``:
     ``max(0, max_r (end_r + exposed_r) − makespan)``. Then the parameter
-    all-gather's exposed part and the optimizer, the slowest rank's each.
+    all-gather's exposed part and the optimizer, the slowest rank's each. The
+    ranks' DDP graph walks (:attr:`RankRest.walk`) add up: each runs after the
+    rank has received its last output gradient (``PipelineStage.backward_maybe_with_nosync``
+    calls ``prepare_for_backward`` there), on the drain's chain of last backwards.
 
     ``makespan=None`` (timing unknown) gives the least the rest can add: with
     overlap, the rank that ends the pipeline pays at least its own exposed tail,
@@ -323,9 +356,10 @@ def step_rest(ranks: Sequence[RankRest], makespan: float | None, *, overlap_grad
     else:
         reduce = max(0.0, max(rank.end + rank.exposed for rank in ranks) - makespan)
     gather = max(rank.param_gather_exposed for rank in ranks)
+    walk = sum(rank.walk for rank in ranks)
     return StepRest(
         dp_comm=max(rank.reduction + rank.param_gather for rank in ranks),
-        dp_exposed=reduce + gather,
+        dp_exposed=reduce + gather + walk,
         optimizer=max(rank.optimizer for rank in ranks),
         ranks=tuple(ranks),
     )

@@ -83,6 +83,7 @@ from .._validation import positive_float, positive_int
 from ..errors import InvalidInputError
 from ..costs import StageCosts
 from ..hardware import Link, intra_node_link
+from ..engines._eager import ASYNC_TP_HIDDEN
 from ..layers import LayerProfile
 from ..models.layer_costs import flops_per_sample, layer_costs, layer_profile, tensor_parallel_traffic
 from ..plan import (RECOMPUTE_MODES, TP_COMM_OVERLAPS, Recompute, TpCommOverlap, check_recompute, recompute_rank,
@@ -215,7 +216,7 @@ class Workload:
     @classmethod
     def from_spec(cls, spec: Any, device: Any, *, tensor_parallel: int = 1, tp_link: Link | None = None,
                   sequence_parallel: bool = True, tp_comm_overlap: TpCommOverlap = "backward",
-                  compute_factor: float = 1.0) -> Workload:
+                  compute_factor: float = 1.0, async_tp_hidden: float | None = None) -> Workload:
         """Every micro-batch size and recompute mode of a :class:`~pipeplan.models.spec.ModelSpec` on ``device``.
 
         Times are ``layer_profile`` milliseconds (each layer's kernels
@@ -234,6 +235,8 @@ class Workload:
                 too, the backward's behind its whole backward) or ``"off"`` (all exposed).
             compute_factor: each layer's kernel times (not its TP collectives) times this
                 (:meth:`with_compute_factor`).
+            async_tp_hidden: under ``tp_comm_overlap="async"``, the share of each collective
+                hidden (default :data:`~pipeplan.engines._eager.ASYNC_TP_HIDDEN`; a benchmark fits it).
 
         Raises:
             InvalidInputError: ``tensor_parallel`` does not divide a module's heads or FFN width,
@@ -241,6 +244,7 @@ class Workload:
         """
         link = tp_link if tp_link is not None else intra_node_link(getattr(device, "name", ""))
         positive_float("compute_factor", compute_factor)
+        hidden = ASYNC_TP_HIDDEN if async_tp_hidden is None else async_tp_hidden
         if tp_comm_overlap not in TP_COMM_OVERLAPS:
             raise InvalidInputError(f"tp_comm_overlap must be one of {', '.join(TP_COMM_OVERLAPS)}, "
                                     f"got {tp_comm_overlap!r}")
@@ -266,7 +270,13 @@ class Workload:
             traffic = tensor_parallel_traffic(spec, size, recompute=mode, stage_sizes=stages)
             forward_comm = [n * latency + b * per_byte for n, _, b, _ in traffic]
             backward_comm = [n * latency + b * per_byte for _, n, _, b in traffic]
-            if tp_comm_overlap == "on":
+            if tp_comm_overlap == "async":
+                # torch's async TP (torchtitan's enable_async_tensor_parallel): compile's micro-pipelining
+                # splits each all-gather / reduce-scatter beside its matmul, which hides a fitted share of
+                # it (ASYNC_TP_HIDDEN, pipeplan.engines._eager), never more than the layer's own pass
+                forward = [f + (c - min(hidden * c, f)) for f, c in zip(profile.forward, forward_comm)]
+                backward = [g + (c - min(hidden * c, g)) for g, c in zip(profile.backward, backward_comm)]
+            elif tp_comm_overlap == "on":
                 # --tp-comm-overlap (Transformer Engine's userbuffers) pipelines the forward's
                 # all-gathers and reduce-scatters with the GEMMs beside them, and the backward's with
                 # the input- and weight-gradient GEMMs: only what the layer's own passes cannot cover shows
@@ -310,7 +320,8 @@ class Workload:
             compute_factor=compute_factor,
             _rebuild=lambda sp, overlap, factor: cls.from_spec(spec, device, tensor_parallel=tensor_parallel,
                                                                tp_link=link, sequence_parallel=sp,
-                                                               tp_comm_overlap=overlap, compute_factor=factor),
+                                                               tp_comm_overlap=overlap, compute_factor=factor,
+                                                               async_tp_hidden=async_tp_hidden),
         )
 
     @classmethod
