@@ -164,6 +164,11 @@ def zero3_rows() -> list[tuple[str, float, float]]:
         seconds = plan.step_seconds or 0.0
         rows.append((f"GPT-3 175B ZeRO-3, {gpus} A100, micro-batch {micro}: TFLOP/s per GPU", published,
                      flops / seconds / gpus / 1e12))
+        # the step their TFLOP/s give, and how much of pipeplan's step is data-parallel communication left exposed
+        rows.append((f"GPT-3 175B ZeRO-3, {gpus} A100: step s (from the published TFLOP/s)",
+                     flops / (published * 1e12 * gpus), seconds))
+        rows.append((f"GPT-3 175B ZeRO-3, {gpus} A100: exposed data-parallel communication s (not published)",
+                     float("nan"), plan.exposed_dp_time * plan.time_unit))
     return rows
 
 

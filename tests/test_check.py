@@ -277,3 +277,17 @@ def test_the_scaling_rows_price_the_engine_as_the_check_does(workload: Workload,
     result = check(config, workload, cluster, scaling_gpus=(cluster.num_gpus, 2 * cluster.num_gpus), top=0)
     first = result.to_dict()["scaling"]["rows"][0]
     assert first["step_ms"] == pytest.approx(result.to_dict()["predicted"]["step_ms"], rel=1e-12)
+
+
+def test_the_tp_share_is_the_collectives_alone_whatever_the_kernels_cost(workload: Workload, cluster: Cluster) -> None:
+    """With every TP collective exposed (``off``) its share of the step does not depend on the engine's kernel
+    factor: the free-link step keeps the factor (review: it dropped it and counted the kernels' extra as TP)."""
+    from pipeplan.check.breakdown import tp_exposed_ms
+
+    exposed = []
+    for factor in (1.0, 2.0):
+        work = workload.with_tensor_knobs(tp_comm_overlap="off").with_compute_factor(factor)
+        pinned = pin(_config(**FULL), work, cluster)
+        exposed.append(tp_exposed_ms(pinned.plan, pinned.workload, cluster, pinned.sync, pinned.engine_costs))
+    assert exposed[0] is not None and exposed[0] > 0
+    assert exposed[1] == pytest.approx(exposed[0], rel=1e-6)

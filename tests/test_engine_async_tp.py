@@ -115,3 +115,23 @@ def test_a_toml_with_async_tp_and_no_compile_is_refused(tmp_path: Path) -> None:
     path.write_text("[parallelism]\ntensor_parallel_degree = 2\nenable_async_tensor_parallel = true\n"
                     "[compile]\nenable = true\n")
     assert read_torchtitan_config(path).value("async_tp") == "on"
+
+
+def test_a_measured_profile_plans_with_the_torch_engines(run_cli: RunCli, tmp_path: Path) -> None:
+    """A --profile has no spec to price TP on: the engine's own TP is not applied (review: it raised)."""
+    from pipeplan.layers import LayerProfile
+
+    path = tmp_path / "prof.json"
+    LayerProfile.uniform(8, forward=1.0, params=1e8, activation_bytes=1e8).to_file(str(path))
+    for engine in ("torchtitan", "torch"):
+        status, _, err = run_cli("plan", "--profile", str(path), "--gpus", "4", "--global-batch", "16",
+                                 "--engine", engine)
+        assert status == 0, err
+
+
+def test_the_assumptions_name_the_engines_tp(run_cli: RunCli) -> None:
+    status, out, err = run_cli("plan", *PLAN, "--engine", "torchtitan", "--compile", "on")
+    assert status == 0, err
+    said = json.loads(out)["assumptions"]
+    assert said["tp-comm-overlap"].startswith("off (torchtitan: torch's DTensor")
+    assert said["tensor parallel"].startswith("torch DTensor TP") and "all exposed" in said["tensor parallel"]

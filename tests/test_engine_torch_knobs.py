@@ -67,11 +67,12 @@ def test_defaults_are_torchs_own():
     assert TORCH.knobs.get("find-unused-parameters").default == "off"
 
 
-def test_not_given_they_price_nothing():
-    # the defaults price exactly as before the knobs: the planner's --grad-sync, no walk
-    assert torch_pricing({}) is None and torch_pricing({"find-unused-parameters": "off"}) is None
-    assert torch_pricing({"compile": "on"}) is None
-    assert _plan({}).step_time == _plan(None).step_time
+def test_not_given_they_are_ddps_defaults():
+    """torch.nn.parallel.DistributedDataParallel: bucket_cap_mb=25, find_unused_parameters=False."""
+    assert torch_pricing({}) == torch_pricing({"bucket-cap-mb": "25", "find-unused-parameters": "off"})
+    assert torch_pricing({"compile": "on"}) == torch_pricing({})
+    assert _plan({}).step_time == _plan({"bucket-cap-mb": "25"}).step_time
+    assert _plan({}).grad_sync == "torch-ddp"
 
 
 # ------------------------------------------------------------------------------------ bucket_cap_mb
@@ -127,13 +128,13 @@ def test_find_unused_adds_each_ranks_walk(pp):
 
 def test_find_unused_grows_with_the_graph():
     small, large = gpt(layers=4), gpt(layers=16)
-    extra = [_plan({"find-unused-parameters": "on"}, spec=s).step_time - _plan(None, spec=s).step_time
+    extra = [_plan({"find-unused-parameters": "on"}, spec=s).step_time - _plan({}, spec=s).step_time
              for s in (small, large)]
     assert 0 < extra[0] < extra[1]
 
 
 def test_find_unused_needs_data_parallelism():
-    assert _plan({"find-unused-parameters": "on"}, dp=1).step_time == _plan(None, dp=1).step_time
+    assert _plan({"find-unused-parameters": "on"}, dp=1).step_time == _plan({}, dp=1).step_time
 
 
 def test_autograd_nodes_count_tensors_and_kernels():

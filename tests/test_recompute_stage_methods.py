@@ -177,3 +177,19 @@ def test_the_plan_table_names_the_method(run_cli):
                                "--schedules", "1f1b", "--recompute", "block:2", "--top", "1")
     assert status == 0, err
     assert "│        b2 │" in out and "bN block:N" in out
+
+
+@pytest.mark.parametrize("preset", ["pi0", "openvla-7b", "gr00t-n1"])
+def test_full_is_uniform_1_and_every_1_on_a_vla(preset):
+    """full recomputes transformer blocks only, as Megatron-LM's uniform 1 and torchtitan's every:1 do: a VLA's
+    projectors, linear layers, embeddings and heads run none under all three (review: full recomputed them)."""
+    from pipeplan import hardware, presets
+
+    work = Workload.from_spec(presets.get(preset), hardware.device("h100-80g"))
+    full = work.with_recompute("full").profile(2, "full")
+    uniform = work.with_recompute("uniform:1").stage_costs(2, "uniform:1", (work.num_layers,))
+    every = work.with_recompute("every:1").profile(2, "every:1")
+    assert full.backward == pytest.approx(list(every.backward), rel=1e-12)
+    assert full.activation_bytes == pytest.approx(list(every.activation_bytes), rel=1e-12)
+    assert sum(full.backward) == pytest.approx(sum(uniform.backward), rel=1e-12)
+    assert sum(full.activation_bytes) == pytest.approx(sum(uniform.activation_bytes), rel=1e-12)

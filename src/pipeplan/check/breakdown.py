@@ -94,9 +94,15 @@ def tp_exposed_ms(plan: Plan, workload: Workload, cluster: Cluster, sync: str,
     """
     if plan.tp == 1 or workload.spec is None or plan.step_time is None:
         return None
+    # the same workload but for the link: its engine's kernels, TP overlap, resharding and recompute pins kept
     free = Workload.from_spec(workload.spec, cluster.device, tensor_parallel=plan.tp, tp_link=_FREE,
-                              sequence_parallel=workload.sequence_parallel, tp_comm_overlap=workload.tp_comm_overlap)
-    if workload.recompute_modes != free.recompute_modes:
+                              sequence_parallel=workload.sequence_parallel, tp_comm_overlap=workload.tp_comm_overlap,
+                              compute_factor=workload.compute_factor)
+    if not workload.reshard_after_forward:
+        free = free.with_reshard_after_forward(False)
+    if workload.recompute_by_module:
+        free = free.with_recompute(dict(workload.recompute_by_module))
+    elif workload.recompute_modes != free.recompute_modes:
         free = free.with_recompute(workload.recompute_modes[0])
     again = evaluate_layout(free, cluster, config_of(plan), plan.layers_per_stage, recompute=plan.recompute,
                             memory_capacity=plan.memory_capacity, sync=sync, engine_costs=engine_costs)

@@ -45,6 +45,7 @@ from typing import Any, Final, Literal, cast
 from .. import data_parallel, engines
 from ..errors import InvalidInputError
 from ..engines import Engine, Knob
+from ..engines._eager import ASYNC_TP_HIDDEN
 from ..models.spec import ModelSpec
 from ..plan import RECOMPUTE_MODES, Recompute, TpCommOverlap, stage_recompute
 from ..planner import Workload
@@ -252,7 +253,7 @@ def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpi
     if factor != 1.0 and workload.spec is not None:  # a measured profile's times are its engine's already
         workload = workload.with_compute_factor(factor)
     # the engine's own TP (torch's DTensor: nothing hidden, or async TP) where --tp-comm-overlap is not given
-    overlap = given.get("tp-comm-overlap") or _engine(args).tp_overlap(given)
+    overlap = given.get("tp-comm-overlap") or (_engine(args).tp_overlap(given) if workload.spec is not None else None)
     if "sequence-parallel" in given or overlap is not None:
         workload = workload.with_tensor_knobs(
             sequence_parallel=None if "sequence-parallel" not in given else given["sequence-parallel"] == "on",
@@ -318,9 +319,10 @@ _TENSOR_PARALLEL = {
 }
 
 
-def _tensor_parallel(sequence_parallel: str, overlap: str) -> str:
-    """The ``tensor parallel`` assumption for the knobs' values (the defaults: today's sentence, word for word)."""
-    known = _TENSOR_PARALLEL.get((sequence_parallel, overlap))
+def _tensor_parallel(sequence_parallel: str, overlap: str, who: str = "Megatron TP") -> str:
+    """The ``tensor parallel`` assumption for the knobs' values (the defaults: today's sentence, word for word);
+    ``who``: whose tensor parallelism (torch's DTensor for the torch engines)."""
+    known = _TENSOR_PARALLEL.get((sequence_parallel, overlap)) if who == "Megatron TP" else None
     if known is not None:
         return known
     how = ("with sequence parallelism (all-gathers and reduce-scatters; norms and dropouts split)"
@@ -332,8 +334,11 @@ def _tensor_parallel(sequence_parallel: str, overlap: str) -> str:
                           "and 4 in its backward beside the weight-gradient GEMMs (what they cannot cover shows)",
               "on": "4 ring passes of a block's activation in its forward behind its forward GEMMs "
                     "(--tp-comm-overlap) and 4 in its backward behind its backward GEMMs (what they cannot "
-                    "cover shows)"}[overlap]
-    return f"Megatron TP {how} inside a node: {hidden}; GEMMs divided by tp and timed at their own efficiency"
+                    "cover shows)",
+              "async": f"4 ring passes of a block's activation in its forward and 4 in its backward, "
+                       f"{ASYNC_TP_HIDDEN:g} of each hidden behind the layer's own pass (--async-tp on, torch's "
+                       "async TP)"}[overlap]
+    return f"{who} {how} inside a node: {hidden}; GEMMs divided by tp and timed at their own efficiency"
 
 
 def _modes_text(pin: Recompute | dict[str, Recompute], spec: ModelSpec | None) -> str:
@@ -377,12 +382,18 @@ def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
         else:
             values[flag] = f"{default} (assumed: give --{flag} to pin it)"
     sequence_parallel = given.get("sequence-parallel", megatron["sequence-parallel"] or "on")
-    overlap = given.get("tp-comm-overlap", megatron["tp-comm-overlap"] or "backward")
+    own = engine.tp_overlap(given)  # the torch engines' DTensor tensor parallelism
+    if own is not None and "tp-comm-overlap" not in given:
+        values["tp-comm-overlap"] = (f"{own} ({engine.name}: torch's DTensor tensor parallelism, "
+                                     + ("async TP: --async-tp on)" if own == "async" else
+                                        "every collective waited for where its result is used)"))
+    overlap = given.get("tp-comm-overlap") or own or megatron["tp-comm-overlap"] or "backward"
     name = engine.name if getattr(args, "engine", None) else f"{engine.name} (assumed: give --engine to choose)"
     if not engine.knobs.knobs:
         name += ("; its knobs are not priced yet: the step prices Megatron-LM's tensor parallelism; the search "
                  "spans only what it runs")
-    out = {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap)}
+    who = "Megatron TP" if own is None else "torch DTensor TP"
+    out = {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap, who)}
     factor = engine.compute_factor(device, given)
     compiled = given.get("compile") in ("on", "model")
     if factor != 1.0 and not getattr(args, "profile", None):

@@ -348,23 +348,19 @@ TORCH_KNOBS = Knobs((
 
 
 def torch_pricing(knobs: Mapping[str, str]) -> Pricing | None:
-    """What plain torch's DDP knobs (``name → value`` as given) change in a step; ``None`` where neither is given
-    (or ``find-unused-parameters off`` alone): the planner's ``--grad-sync`` prices the reduction, as before them.
+    """What plain torch's DDP knobs (``name → value`` as given, DDP's defaults otherwise) change in a step.
 
-    * ``bucket-cap-mb``: ``ddp``/``zero1``/``zero2`` reduce in buckets of that many MiB overlapping the
+    * ``bucket-cap-mb`` (default DDP's :data:`DDP_BUCKET_CAP_MB`): ``ddp``/``zero1``/``zero2`` reduce in buckets
+      of that many MiB overlapping the
       last microbatch's backward on every pipeline rank (torch.distributed.pipelining reduces at each stage's
       last backward), each bucket its own all-reduce call paying the collective's latency.
     * ``find-unused-parameters on``: :data:`FIND_UNUSED_US` per trainable tensor and per autograd node of each
       rank's graph, once per step, exposed (the modes' sync is the given bucket's, else ``--grad-sync``'s).
     """
-    bucket = knobs.get("bucket-cap-mb")
+    bucket = float(knobs.get("bucket-cap-mb", DDP_BUCKET_CAP_MB))
     walk = knobs.get("find-unused-parameters") == "on"
-    if bucket is None and not walk:
-        return None
-    return Pricing(sync="torch-ddp",
-                   overlap={mode: True for mode in DDP_MODES} if bucket is not None else {},
-                   bucket_bytes=None if bucket is None else float(bucket) * 2 ** 20,
-                   bucket_calls=bucket is not None,
+    return Pricing(sync="torch-ddp", overlap={mode: True for mode in DDP_MODES}, bucket_bytes=bucket * 2 ** 20,
+                   bucket_calls=True,
                    walk_us={mode: FIND_UNUSED_US for mode in DDP_MODES} if walk else {})
 
 

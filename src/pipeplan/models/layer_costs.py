@@ -44,11 +44,12 @@ Conventions (stated so tests can pin them):
   patch embedding, an embedding) has B = 0.
 * Recompute: ``"selective"`` recomputes the attention core (scores, softmax,
   dropout) in the backward, so B gains the core's forward FLOPs; ``"full"`` keeps
-  only each layer's input and B gains the whole forward, except an embedding, a
-  vision encoder's patch embedding and an LM head, which run as ``"none"`` (no
-  engine checkpoints them: Megatron-LM's ``TransformerBlock``, DeepSpeed's
-  ``PipelineModule._is_checkpointable``, torchtitan's per-``TransformerBlock``
-  ``checkpoint_wrapper``). torchtitan's modes:
+  only each block's input and B gains the whole forward; the other layers (an
+  embedding, a vision encoder's patch embedding, a projector, a linear layer, an
+  LM head) run as ``"none"``, as under ``"block:N"`` and ``"every:N"`` (engines
+  checkpoint transformer blocks only: Megatron-LM's ``TransformerBlock``,
+  Megatron-DeepSpeed's ``GPTModelPipe`` through ``PipelineModule._is_checkpointable``,
+  torchtitan's per-``TransformerBlock`` ``checkpoint_wrapper``). torchtitan's modes:
   ``"op"`` (its per-op policy) keeps a block's input, its 1st, 3rd, ... weight
   matmuls' outputs and the flash kernel's output, and B gains the other matmuls
   and the memory-bound kernels (``_layer_math._op_policy``; other layers run as
@@ -95,7 +96,7 @@ from ..operations import Op
 from ..plan import Recompute, recompute_at, stage_recompute
 from ._layer_math import Shape, apply_training, layer_part
 from ._layer_ops import PassOps, apply_training_ops, module_ops
-from .modules import ACTIVATION_BYTES, Embedding, LMHead, Module, TransformerStack, VisionEncoder, layer_depth, runs_per_example
+from .modules import ACTIVATION_BYTES, LMHead, Module, TransformerStack, VisionEncoder, layer_depth, runs_per_example
 from .spec import ModelSpec
 
 __all__ = ["LayerCost", "flops_per_sample", "gathered_input_bytes", "layer_costs", "layer_profile",
@@ -499,15 +500,16 @@ def _block_layers(spec: ModelSpec) -> list[bool]:
 
 
 def _layer_mode(module: Module, index: int, mode: Recompute) -> Recompute:
-    """The mode layer ``index`` of ``module`` runs under ``mode``: ``every:N`` resolved per block, ``full`` not on an
-    embedding, a patch embedding or a head (module doc).
+    """The mode layer ``index`` of ``module`` runs under ``mode``: ``every:N`` resolved per block, ``full`` on
+    transformer blocks only (an embedding, a patch embedding, a projector, a linear layer or a head runs ``none``:
+    module doc).
 
     torchtitan checkpoints transformer blocks only: under ``every:N`` block ``i`` of a stack (of a
     vision encoder, its blocks after the patch embedding) is ``"full"`` when ``(i + 1) % N == 0``
     (:func:`pipeplan.plan.recompute_at`), every other layer ``"none"``. Other modes pass through.
     """
-    if mode == "full" and (isinstance(module, (Embedding, LMHead)) or (isinstance(module, VisionEncoder) and index == 0)):
-        return "none"  # no engine checkpoints an embedding, a patch embedding or the head with its loss
+    if mode == "full" and not (isinstance(module, TransformerStack) or (isinstance(module, VisionEncoder) and index > 0)):
+        return "none"  # engines checkpoint transformer blocks only: no embedding, projector, linear or head
     if not mode.startswith("every:"):
         return mode
     if isinstance(module, TransformerStack):
