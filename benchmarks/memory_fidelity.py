@@ -18,10 +18,11 @@ peak, with ``PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"`` (run_llama_tra
 buffers (not the caching allocator's). pipeplan predicts the bytes of live tensors, an
 **allocated** peak: every row compares pipeplan's allocated peak with a published reserved one.
 
-**What the runs use that pipeplan does not price** (named per row): ``torch.compile`` (fused
-element-wise kernels save fewer intermediates: the published rows with and without it differ
-by 5.0–5.4 GiB), Float8 linears (fp8 copies of weights and inputs for the backward), async TP,
-and a compiled loss (e7c0cae compiles the loss with the model; 9dec370 does not).
+**What the runs use that pipeplan does not price** (named per row): ``torch.compile``'s fused
+element-wise kernels in the blocks (they save fewer intermediates: the published rows with and
+without it differ by 5.0–5.4 GiB), Float8 linears (fp8 copies of weights and inputs for the
+backward) and async TP. A compiled loss is priced (``--compile on``: e7c0cae compiles the loss with
+the model; ``--compile model``: 9dec370 compiles the blocks only), each row pinned as its commit ran.
 
 Runs (numbers as published, the source beside each group):
 
@@ -42,11 +43,13 @@ Runs (numbers as published, the source beside each group):
 The cost model's Table 4 rows (Qi et al. 2024, Megatron-LM, docs/cost_model.md) compare memory
 too; they stay in benchmarks/cost_model.py.
 
-**Fitting.** Nothing is fitted to these rows. The two mechanisms in
-pipeplan/planner/memory.py (the loss's fp32 logits per engine, a recomputed layer's
-activations during its backward) come from the engines' sources, not from these numbers;
-the table gives their bytes per row ("loss + recompute": the loss's extra fp32 logits on the rank
-holding the head, and the largest recomputed layer's activations) so each row reads without them too.
+**Fitting.** Nothing is fitted to these rows. The mechanisms in pipeplan/planner/memory.py (the
+loss's fp32 logits per engine, or a compiled loss's bf16 ones; a recomputed layer's activations;
+under a torch engine's tensor parallelism, DTensor's gathered whole-sequence inputs in it) come
+from the engines' sources and a CPU measurement of torchtitan's own block and loss
+(``benchmarks/torchtitan_activations.py``), not from these numbers; the table gives their bytes per
+row ("loss + recompute": the loss's extra logits on the rank holding the head, and the largest
+recomputed layer's activations) so each row reads without them too.
 """
 
 from __future__ import annotations
@@ -80,7 +83,9 @@ class MemoryRun:
 
     ``micro_batch``: samples per microbatch (the local batch over torchtitan's microbatches);
     ``microbatches``: per step (``pp`` by torchtitan's default with a pipeline, else 1);
-    ``unpriced``: what the run used that pipeplan does not price.
+    ``unpriced``: what the run used that pipeplan does not price;
+    ``compile``: ``--compile`` as the run used it (``off``; ``model``: torchtitan 9dec370 compiles each block, not
+    the loss; ``on``: e7c0cae compiles the loss with the model, ``compile.components`` ``["model", "loss"]``).
     """
 
     label: str
@@ -98,6 +103,7 @@ class MemoryRun:
     unpriced: str
     device: str
     published_gib: float
+    compile: str = "off"
 
     @property
     def dp(self) -> int:
@@ -108,47 +114,47 @@ class MemoryRun:
         """The ``plan`` flags that pin it."""
         schedule = self.schedule if self.virtual == 1 else f"{self.schedule} --virtual-stages {self.virtual}"
         return (f"--gpus {self.gpus} --tp {self.tp} --pp {self.pp} --dp-modes fsdp --micro-batch-size "
-                f"{self.micro_batch} --recompute {self.recompute} --schedules {schedule}")
+                f"{self.micro_batch} --recompute {self.recompute} --schedules {schedule} --compile {self.compile}")
 
 
 _DEC24 = "torchtitan llama3_h100_202412"
 _H200 = "torchtitan llama3-8b_h200_202506"
 #: (label, source, flavour, seq, GPUs, tp, pp, micro-batch, microbatches, recompute, schedule, v, unpriced,
-#: device, GiB) as published: the files' tables (module doc).
+#: device, GiB, compile) as published: the files' tables (module doc); compile as each commit ran it.
 RUNS = (
     # Table 1: Llama 3.1 8B, 8 GPUs, local batch 2, selective (op) AC
-    MemoryRun("8B FSDP", _DEC24 + " T1", "8B", 8192, 8, 1, 1, 2, 1, "op", "1f1b", 1, "", "h100-80g", 82.4),
+    MemoryRun("8B FSDP", _DEC24 + " T1", "8B", 8192, 8, 1, 1, 2, 1, "op", "1f1b", 1, "", "h100-80g", 82.4, "off"),
     MemoryRun("8B FSDP + compile", _DEC24 + " T1", "8B", 8192, 8, 1, 1, 2, 1, "op", "1f1b", 1, "compile",
-              "h100-80g", 77.0),
+              "h100-80g", 77.0, "model"),
     MemoryRun("8B FSDP + compile + Float8", _DEC24 + " T1", "8B", 8192, 8, 1, 1, 2, 1, "op", "1f1b", 1,
-              "compile, float8", "h100-80g", 76.8),
+              "compile, float8", "h100-80g", 76.8, "model"),
     # Table 3: the same on 128 GPUs
-    MemoryRun("8B FSDP", _DEC24 + " T3", "8B", 8192, 128, 1, 1, 2, 1, "op", "1f1b", 1, "", "h100-80g", 67.0),
+    MemoryRun("8B FSDP", _DEC24 + " T3", "8B", 8192, 128, 1, 1, 2, 1, "op", "1f1b", 1, "", "h100-80g", 67.0, "off"),
     MemoryRun("8B FSDP + compile", _DEC24 + " T3", "8B", 8192, 128, 1, 1, 2, 1, "op", "1f1b", 1, "compile",
-              "h100-80g", 62.0),
+              "h100-80g", 62.0, "model"),
     MemoryRun("8B FSDP + compile + Float8", _DEC24 + " T3", "8B", 8192, 128, 1, 1, 2, 1, "op", "1f1b", 1,
-              "compile, float8", "h100-80g", 61.8),
+              "compile, float8", "h100-80g", 61.8, "model"),
     # Table 2, FSDP 8 CP 1: seq 32768, local batch 1, full AC, compile + Float8
     MemoryRun("8B FSDP, seq 32k", _DEC24 + " T2", "8B", 32768, 8, 1, 1, 1, 1, "full", "1f1b", 1,
-              "compile, float8", "h100-80g", 83.9),
+              "compile, float8", "h100-80g", 83.9, "model"),
     # Table 4: Llama 3.1 70B, FSDP 32 x TP 8, local batch 16, full AC, compile + Float8
     MemoryRun("70B FSDP + TP", _DEC24 + " T4", "70B", 8192, 256, 8, 1, 16, 1, "full", "1f1b", 1,
-              "compile, float8", "h100-80g", 71.9),
+              "compile, float8", "h100-80g", 71.9, "model"),
     MemoryRun("70B FSDP + TP + async TP", _DEC24 + " T4", "70B", 8192, 256, 8, 1, 16, 1, "full", "1f1b", 1,
-              "compile, float8, async TP", "h100-80g", 67.6),
+              "compile, float8, async TP", "h100-80g", 67.6, "model"),
     # Table 5: Llama 3.1 405B, FSDP 8 x TP 8 x PP 8, local batch 32 in 8 microbatches, full AC
     MemoryRun("405B 3D, 1F1B", _DEC24 + " T5", "405B", 8192, 512, 8, 8, 4, 8, "full", "1f1b", 1,
-              "compile, float8, async TP", "h100-80g", 82.5),
+              "compile, float8, async TP", "h100-80g", 82.5, "model"),
     MemoryRun("405B 3D, interleaved 1F1B", _DEC24 + " T5", "405B", 8192, 512, 8, 8, 4, 8, "full", "interleaved", 2,
-              "compile, float8, async TP", "h100-80g", 72.7),
+              "compile, float8, async TP", "h100-80g", 72.7, "model"),
     # Table 6, FSDP 8 CP 1: seq 32768, local batch 8 in 8 microbatches, 1F1B, full AC
     MemoryRun("405B 3D, seq 32k", _DEC24 + " T6", "405B", 32768, 512, 8, 8, 1, 8, "full", "1f1b", 1,
-              "compile, float8, async TP", "h100-80g", 75.3),
+              "compile, float8, async TP", "h100-80g", 75.3, "model"),
     # Trainy on WhiteFiber, H200: 4 and 8 nodes, local batch 2, compile (the loss too) + Float8
     MemoryRun("8B FSDP + compile + Float8", _H200, "8B", 8192, 32, 1, 1, 2, 1, "op", "1f1b", 1,
-              "compile (loss too), float8", "h200-141g", 47.96),
+              "compile, float8", "h200-141g", 47.96, "on"),
     MemoryRun("8B FSDP + compile + Float8", _H200, "8B", 8192, 64, 1, 1, 2, 1, "op", "1f1b", 1,
-              "compile (loss too), float8", "h200-141g", 46.97),
+              "compile, float8", "h200-141g", 46.97, "on"),
 )
 
 
@@ -180,8 +186,8 @@ def workload(run: MemoryRun) -> Workload:
 def transients_gib(run: MemoryRun) -> tuple[float, float]:
     """GiB of the loss's extra fp32 logits (on the rank of the head) and of the largest recomputed layer."""
     work = workload(run).with_tensor_parallel(run.tp)
-    loss, recompute = MemoryModel(work, "adam", None, "fsdp", engine="torchtitan").transient_bytes(
-        run.micro_batch, run.recompute)
+    loss, recompute = MemoryModel(work, "adam", None, "fsdp", engine="torchtitan",
+                                  compiled_loss=run.compile == "on").transient_bytes(run.micro_batch, run.recompute)
     return float(loss.sum()) / GIB, float(recompute.max()) / GIB
 
 
@@ -194,7 +200,8 @@ def predict(run: MemoryRun, engine: str | None = "torchtitan") -> Plan:
     config = Config(run.pp, run.dp, run.micro_batch, run.microbatches, run.schedule, run.virtual, run.recompute,
                     run.tp, "fsdp")
     sizes = torchtitan_split(work.num_layers - 2, run.pp, run.virtual)
-    return evaluate_layout(work, cluster, config, sizes, sync="megatron-overlap", engine=engine)
+    return evaluate_layout(work, cluster, config, sizes, sync="megatron-overlap", engine=engine,
+                           compiled_loss=run.compile == "on")
 
 
 def rows() -> list[tuple[MemoryRun, float]]:

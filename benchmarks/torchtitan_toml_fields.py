@@ -37,8 +37,13 @@ def _classes(tree: ast.Module) -> dict[str, list[tuple[str, str, object]]]:
         rows = []
         for item in node.body:
             if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                value = item.value
+                if (isinstance(value, ast.Call) and getattr(value.func, "id", "") == "field"
+                        and value.keywords and value.keywords[0].arg == "default_factory"
+                        and isinstance(value.keywords[0].value, ast.Lambda)):
+                    value = value.keywords[0].value.body  # field(default_factory=lambda: [...]): the literal
                 try:
-                    default = ast.literal_eval(item.value) if item.value is not None else None
+                    default = ast.literal_eval(value) if value is not None else None
                 except ValueError:
                     default = None
                 rows.append((item.target.id, ast.unparse(item.annotation), default))

@@ -63,7 +63,7 @@ def test_engines_with_fused_kernels_refuse_compile_in_one_line(run_cli, engine: 
 
 def test_a_value_compile_does_not_take_is_one_line(run_cli) -> None:
     status, _, err = run_cli(*PLAN, "--engine", "torchtitan", "--compile", "yes")
-    assert status == 2 and "--compile for torchtitan must be one of on, off, got 'yes'" in err
+    assert status == 2 and "--compile for torchtitan must be one of on, model, off, got 'yes'" in err
 
 
 @pytest.mark.parametrize("target", ["torchtitan", "torchtitan-toml"])

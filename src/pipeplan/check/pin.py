@@ -320,7 +320,7 @@ def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: l
     factor = engine.compute_factor(device, knobs)
     if factor != 1.0 and workload.spec is not None:
         workload = workload.with_compute_factor(factor)
-        compiled = " (torch.compile)" if knobs.get("compile") == "on" else ""
+        compiled = " (torch.compile)" if knobs.get("compile") in ("on", "model") else ""
         notes.append(f"{engine.name}'s kernels on {device}: each layer's compute x {factor:.3f}{compiled} "
                      "(docs/engines.md)")
     return workload, EngineCosts.of(engine, knobs)

@@ -168,9 +168,10 @@ def _given(args: argparse.Namespace) -> dict[str, str]:
             _refuse_absent(engine, flag)
         knob = engine.knobs.get(flag, engine.name)  # the engine has the knob (one line naming its knobs)
         given[flag] = _parse_recompute(value, engine) if flag == "recompute" else knob.parse(value, engine.name)
-    if given.get("async-tp") == "on" and given.get("compile") != "on":
+    if given.get("async-tp") == "on" and given.get("compile") not in ("on", "model"):
         # torchtitan/distributed/tensor_parallel.py (0.3.0): "Async TP requires 'model' in --compile.components"
-        raise InvalidInputError("--async-tp on needs --compile on (torchtitan refuses async TP without torch.compile)")
+        raise InvalidInputError("--async-tp on needs --compile on or model (torchtitan refuses async TP without "
+                                "torch.compile)")
     if given.get("reshard-after-forward") == "always" and hasattr(args, "pp") and args.pp != 1:
         # torchtitan/distributed/fsdp.py: with a pipeline its default keeps the parameters gathered, which pipeplan
         # prices; always would gather each layer twice a microbatch through the pipeline, not priced
@@ -394,7 +395,7 @@ def engine_assumptions(args: argparse.Namespace, spec: ModelSpec | None = None,
     who = "Megatron TP" if own is None else "torch DTensor TP"
     out = {"engine": name, **values, "tensor parallel": _tensor_parallel(sequence_parallel, overlap, who)}
     factor = engine.compute_factor(device, given)
-    compiled = given.get("compile") == "on"
+    compiled = given.get("compile") in ("on", "model")
     if factor != 1.0 and not getattr(args, "profile", None):
         how = (f"torch.compile: the eager factor {engine.compute_factor(device):.3f} / its compile speedup "
                f"{engine.compile_speedup:.3f}, " if compiled else "")

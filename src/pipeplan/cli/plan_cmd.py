@@ -35,6 +35,7 @@ from ..partition.choice import parse_partition
 from ..planner import DEFAULT_HEADROOM, Cluster, SearchOptions, SearchResult, Workload, search
 from ..planner.error_band import ErrorBand, error_band
 from ..planner.memory import OptimizerBytes
+from ..engines._eager import compiles_loss
 from ..planner.resolution import RESOLUTION_NOTE, tie_leaders
 from ..planner.step import SYNCS
 from ..schedules import planned_schedules
@@ -219,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
             partition=None if args.partition is None else parse_partition(args.partition),
             tp=args.tp, dp_modes=None if args.dp_modes is None else data_parallel.parse_modes(args.dp_modes),
             sync=args.grad_sync, engine=args.engine, engine_costs=engine_costs(args),
+            compiled_loss=compiles_loss(args.engine, given_knobs(args)),
         ))
     ties = tie_leaders([plan.step_time for plan in result.plans])
     ranking = mix.rank(result, cluster, options) if mix is not None else None  # --mix: searched and timed on drawn batches

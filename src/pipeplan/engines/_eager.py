@@ -3,6 +3,8 @@
     from pipeplan.engines._eager import COMPILE_KNOB, TORCHTITAN_EAGER_FACTORS, TORCHTITAN_COMPILE_SPEEDUP
     TORCHTITAN_EAGER_FACTORS["a100-80g"]          # 1.335: eager kernels beside the device's fused-kernel model
     COMPILE_KNOB.default                          # 'off': torchtitan's compile.enable default
+    compiles_loss("torchtitan", {"compile": "on"})  # True: the loss is compiled with the model
+    compiled({"compile": "model"})                # True: the model's kernels are compiled (the loss is not)
     max(1.0, 1.335 / TORCHTITAN_COMPILE_SPEEDUP)  # each layer's compute factor with --compile on (A100)
 
 torchtitan runs a model in torch's eager kernels unless ``compile.enable`` is set; plain torch
@@ -20,8 +22,13 @@ from collections.abc import Mapping
 from ..plan import TpCommOverlap
 from .record import Knob
 
-__all__ = ["ASYNC_TP_HIDDEN", "COMPILE_KNOB", "TORCHTITAN_COMPILE_SPEEDUP", "TORCHTITAN_EAGER_FACTORS",
-           "torch_tp_overlap"]
+__all__ = ["ASYNC_TP_HIDDEN", "COMPILE_KNOB", "COMPILED", "TORCH_ENGINES", "TORCHTITAN_COMPILE_SPEEDUP",
+           "TORCHTITAN_EAGER_FACTORS", "compiled", "compiles_loss", "torch_tp_overlap"]
+
+#: The engines that run a model in torch's own kernels, eager or compiled (the ``--compile`` knob's).
+TORCH_ENGINES = ("torchtitan", "torch")
+#: The ``--compile`` values under which the model's kernels are compiled.
+COMPILED = ("on", "model")
 
 #: torchtitan's eager kernels (``compile = false``, its train configs' default at 0413364) beside the device
 #: kernel model's Megatron-style fused kernels: a factor on every layer's compute time, per device preset.
@@ -35,14 +42,21 @@ __all__ = ["ASYNC_TP_HIDDEN", "COMPILE_KNOB", "TORCHTITAN_COMPILE_SPEEDUP", "TOR
 #: same file's other bf16 rows and the async TP file's check it (docs/engines.md, "torchtitan-h100").
 TORCHTITAN_EAGER_FACTORS: dict[str, float] = {"a100-80g": 1.335, "h100-96g": 1.614}
 
-#: ``--compile``: torch.compile of the model (torchtitan ``compile.enable``; plain torch ``torch.compile(model)``).
-#: Megatron-LM and DeepSpeed have no such knob: their kernels are fused already (Transformer Engine, Megatron's
-#: fused kernels), which is what the device's kernel model prices.
+#: ``--compile``: torch.compile of the model (torchtitan ``compile.enable``; plain torch ``torch.compile(model)``)
+#: and of its loss: ``on`` compiles both (torchtitan's ``compile.components`` default ``["model", "loss"]``,
+#: torchtitan 0.2.2 config/job_config.py ``Compile`` and 0.3.0 config/configs.py; components/loss.py
+#: ``build_cross_entropy_loss`` wraps the loss in ``torch.compile`` when ``"loss"`` is among them; the field came
+#: with pytorch/torchtitan#1608, 2025-08; before it ``training.compile`` compiled the loss too, e7c0cae), ``model``
+#: the model alone (``components = ["model"]``; torchtitan 9dec370, Dec 2024, compiled the blocks only). Megatron-LM and DeepSpeed have no such knob: their kernels are fused already
+#: (Transformer Engine, Megatron's fused kernels), which is what the device's kernel model prices.
 COMPILE_KNOB = Knob(
-    "compile", ("on", "off"), "off",
-    "torch.compile of the model (torchtitan: compile.enable, default false): fuses the memory-bound kernels (norms, "
-    "activations, residual adds, rotary) the eager ones run one by one; on: each layer's compute is the eager "
-    "factor divided by the published compile speedup (docs/engines.md), never below the device's fused kernels",
+    "compile", ("on", "model", "off"), "off",
+    "torch.compile of the model and its loss (torchtitan: compile.enable, default false, with compile.components "
+    "[\"model\", \"loss\"]; model: the model alone, the loss eager): fuses the memory-bound kernels (norms, "
+    "activations, residual adds, rotary) the eager ones run one by one; on or model: each layer's compute is the "
+    "eager factor divided by the published compile speedup (docs/engines.md), never below the device's fused "
+    "kernels; on: the compiled loss holds the bf16 logits instead of eager PyTorch's fp32 copies "
+    "(docs/cost_model.md, peak memory)",
     elsewhere="its kernels are fused already (Megatron-LM's fused kernels / Transformer Engine), which is what "
               "the step model prices; --compile is torchtitan's and plain torch's")
 #: What torch.compile gains over torchtitan's eager kernels, a ratio of kernel time: fitted by ``python
@@ -68,3 +82,13 @@ def torch_tp_overlap(knobs: Mapping[str, str]) -> TpCommOverlap:
     layer needs its result and wait for it there (torch/distributed/tensor/parallel/style.py), so nothing of
     them hides behind the matmuls (torchtitan's vanilla TP, plain torch)."""
     return "async" if knobs.get("async-tp") == "on" else "off"
+
+
+def compiled(knobs: Mapping[str, str] | None) -> bool:
+    """Whether ``--compile`` (in ``knobs``, name → value) compiles the model's kernels: ``on`` or ``model``."""
+    return (knobs or {}).get("compile") in COMPILED
+
+
+def compiles_loss(engine: str | None, knobs: Mapping[str, str] | None) -> bool:
+    """Whether ``engine`` runs its loss compiled: a torch engine under ``--compile on``."""
+    return engine in TORCH_ENGINES and (knobs or {}).get("compile") == "on"

@@ -69,7 +69,11 @@ class _Reader:
         if tp is not None and tp[0] > 1 and (sp := self.get("parallelism.enable_sequence_parallel")) is not None:
             self.set("sequence_parallel", "on" if sp[0] else "off", sp[1])
         if (compiled := self.get("compile.enable")) is not None:  # torch.compile: the --compile knob
-            self.set("compile", "on" if compiled[0] else "off", compiled[1])
+            components = self.get("compile.components")  # torchtitan's default ["model", "loss"]
+            if compiled[0] and components is not None and components[0] is not None and "loss" not in components[0]:
+                self.set("compile", "model", f"{compiled[1]}; {components[1]}")
+            else:
+                self.set("compile", "on" if compiled[0] else "off", compiled[1])
         self._async_tp(tp[0] if tp is not None else 1, bool(compiled and compiled[0]))
         if (param := self.get("training.mixed_precision_param")) is not None and param[0] in _PRECISION:
             self.set("precision", _PRECISION[param[0]], param[1])

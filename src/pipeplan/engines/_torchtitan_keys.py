@@ -55,6 +55,9 @@ TOML_KEYS: dict[str, tuple[str, Any]] = {
     "activation_checkpoint.mode": ("Literal['selective', 'full', 'memory_budget', 'none']", "selective"),
     "activation_checkpoint.selective_ac_option": ("str", "2"),
     "compile.enable": ("bool", False),  # [compile] enable (0.3.0 and HEAD: CompileConfig.enable): --compile
+    # [compile] components: torch.compile's targets; without "loss", --compile model (0.2.2 job_config.py Compile,
+    # 0.3.0 configs.py CompileConfig: default_factory=lambda: ["model", "loss"])
+    "compile.components": ("list[str]", ["model", "loss"]),
     # the TOML release's Parallelism.enable_async_tensor_parallel (0.3.0 moved it to CompileConfig): --async-tp
     "parallelism.enable_async_tensor_parallel": ("bool", False),
 }
@@ -94,7 +97,7 @@ IGNORED_KEYS: frozenset[str] = frozenset({
     "checkpoint.export_dtype", "checkpoint.async_mode", "checkpoint.keep_latest_k",
     "checkpoint.initial_load_path",
     "activation_checkpoint.memory_budget", "activation_checkpoint.debug", "activation_checkpoint.early_stop",
-    "compile.components", "compile.backend",
+    "compile.backend",
     "comm.init_timeout_seconds", "comm.train_timeout_seconds", "debug.seed", "debug.deterministic",
     "validation.enable", "validation.freq", "validation.steps", "validation.dataset",
 })
@@ -122,7 +125,7 @@ _READ = frozenset({
     "training.max_context_length", "training.num_tokens_per_microbatch_per_dp_rank",
     "training.num_tokens_per_train_step", "training.mixed_precision_param", "training.mixed_precision_reduce",
     "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option", "model.name", "model.flavor",
-    "compile.enable", "parallelism.fsdp_reshard_after_forward",
+    "compile.enable", "compile.components", "parallelism.fsdp_reshard_after_forward",
     "parallelism.enable_async_tensor_parallel", "compile.enable_async_tensor_parallel",
 })
 

@@ -325,7 +325,7 @@ def _write_knobs(plan: Plan, target: str, names: Sequence[LayerName] | None, *, 
                  gpus_per_node: int, knobs: Mapping[str, str]) -> list[ExportFile]:
     """:func:`_write` with the knobs given: ``compile`` written as ``COMPILE = True/False`` in ``split_spec.py``, the
     DDP knobs as ``DDP_OPTIONS``."""
-    return torch_files(plan, names, schedule=schedule, compile=knobs.get("compile") == "on",
+    return torch_files(plan, names, schedule=schedule, compile=knobs.get("compile") in ("on", "model"),
                        ddp=_ddp_options(knobs))
 
 

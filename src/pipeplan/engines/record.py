@@ -394,7 +394,7 @@ class Engine:
         factor by :attr:`compile_speedup`, down to 1 at least.
         """
         factor = float(self.compute_factors.get(device, 1.0))
-        if (knobs or {}).get("compile") == "on":
+        if (knobs or {}).get("compile") in ("on", "model"):  # the model compiled (the loss too or not)
             return max(1.0, factor / self.compile_speedup)
         return factor
 

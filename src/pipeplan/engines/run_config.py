@@ -55,7 +55,7 @@ FIELDS: Mapping[str, str] = {
     "overlap_comm": "str: 'on' or 'off': DeepSpeed's zero_optimization.overlap_comm (its knob --overlap-comm)",
     "reduce_bucket_size": "int: elements per gradient bucket: DeepSpeed's zero_optimization.reduce_bucket_size "
                           "(its knob --reduce-bucket-size)",
-    "compile": "str: 'on' or 'off': torch.compile of the model (torchtitan's compile.enable; its knob --compile)",
+    "compile": "str: 'on', 'model' or 'off': torch.compile of the model and loss, the model alone, or neither (torchtitan's compile.enable and compile.components; its knob --compile)",
     "async_tp": "str: 'on' or 'off': torch's async tensor parallelism (torchtitan's enable_async_tensor_parallel; "
                 "its knob --async-tp)",
     "reshard_after_forward": "str: 'default', 'always' or 'never': FSDP2's reshard after forward (torchtitan's "

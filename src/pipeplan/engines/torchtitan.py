@@ -333,7 +333,7 @@ def apply_plan(config):
         training.num_tokens_per_train_step = GLOBAL_BATCH_SIZE * tokens
         parallelism.num_pp_microbatches = MICROBATCHES  # ignored without a pipeline: accumulation then
     config.compile.enable = COMPILE  # torchtitan's CompileConfig (0.3.0 and HEAD): default False
-    if ASYNC_TP:  # 0.3.0's CompileConfig.enable_async_tensor_parallel (it needs compile.enable)
+{components}    if ASYNC_TP:  # 0.3.0's CompileConfig.enable_async_tensor_parallel (it needs compile.enable)
         config.compile.enable_async_tensor_parallel = True
     if PARALLELISM["pipeline_parallel_degree"] > 1 and "disable_cuda_graphs" in have:
         training.disable_cuda_graphs = True  # torchtitan refuses CUDA graphs with pipeline parallelism
@@ -427,9 +427,10 @@ def _model_line(plan: Plan, parts: list[list[str]], gpt: bool, nested: list[str]
 
 
 def torchtitan_config_py(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
-                         gpus_per_node: int = 8, compile: bool = False, reshard: str = "default") -> str:
+                         gpus_per_node: int = 8, compile: bool | str = False, reshard: str = "default") -> str:
     """``torchtitan_config.py``: ``apply_plan(config)`` and ``pipeplan_config()`` for torchtitan's ``--module``
-    (``compile``: ``config.compile.enable``, torchtitan's default off; ``reshard``: ``fsdp_reshard_after_forward``)."""
+    (``compile``: ``config.compile.enable``, torchtitan's default off, ``"model"``: with ``compile.components``
+    ``["model"]``, the loss eager; ``reshard``: ``fsdp_reshard_after_forward``)."""
     plan = to_plan(plan)
     settings = torchtitan_settings(plan, names, gpus_per_node=gpus_per_node, reshard=reshard)
     parts = settings["parallelism"]["module_fqns_per_model_part"]
@@ -444,7 +445,11 @@ def torchtitan_config_py(plan: Plan | Sequence[int], names: Sequence[LayerName] 
         parallelism=parallelism, layers_per_stage=list(plan.layers_per_stage), micro=batch["micro_batch_size"], microbatches=batch["num_microbatches"],
         local=batch["local_batch_size"], global_batch=batch["global_batch_size"], tokens=batch["tokens_per_sample"],
         recompute=settings["activation_checkpoint"]["mode"], nested=bool(nested) and plan.pp > 1,
-        compile=bool(compile), async_tp=async_tp(plan))
+        compile=bool(compile), async_tp=async_tp(plan), components=_MODEL_ONLY_PY if compile == "model" else "")
+
+
+#: What ``--compile model`` adds to ``apply_plan``: torchtitan's ``compile.components`` without ``"loss"``.
+_MODEL_ONLY_PY = '    config.compile.components = ["model"]  # --compile model: the loss stays eager\n'
 
 
 def _py(value: Any) -> str:
@@ -456,10 +461,11 @@ def _py(value: Any) -> str:
 
 # ------------------------------------------------------------------ the TOML release
 def torchtitan_toml(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
-                    schedule_csv: str = _CSV, gpus_per_node: int = 8, compile: bool = False,
+                    schedule_csv: str = _CSV, gpus_per_node: int = 8, compile: bool | str = False,
                     reshard: str = "default") -> str:
     """The last TOML release's sections for ``plan`` (``schedule_csv``: the path written when it needs one;
-    ``compile``: ``[compile] enable``; ``reshard``: ``fsdp_reshard_after_forward``).
+    ``compile``: ``[compile] enable``, ``"model"``: with ``components = ["model"]``; ``reshard``:
+    ``fsdp_reshard_after_forward``).
 
     Raises:
         InvalidInputError: a pipeline over module paths that nest deeper than that
@@ -503,16 +509,18 @@ def torchtitan_toml(plan: Plan | Sequence[int], names: Sequence[LayerName] | Non
         lines[-1] = 'mode = "selective"'
         lines.append(f"selective_ac_option = {json.dumps(mode.split(':', 1)[1])}")
     lines += ["", "[compile]", f"enable = {json.dumps(bool(compile))}"]
+    if compile == "model":  # the model alone, the loss eager (torchtitan's default components: model and loss)
+        lines.append('components = ["model"]')
     header = [f"# pipeplan: {plan_row(plan)}", *(f"# {line}" for line in _instead(plan, toml=True)),
               f"# {_batch_line(plan)}", ""]
     return "\n".join(header + lines) + "\n"
 
 
 def torchtitan_files(plan: Plan | Sequence[int], names: Sequence[LayerName] | None = None, *,
-                     toml: bool = False, gpus_per_node: int = 8, compile: bool = False,
+                     toml: bool = False, gpus_per_node: int = 8, compile: bool | str = False,
                      reshard: str = "default") -> list[ExportFile]:
     """``torchtitan_config.py`` (or ``torchtitan.toml``) and, when the order needs one, ``schedule.csv``
-    (``compile``: ``torch.compile`` on, ``compile.enable``; ``reshard``: ``fsdp_reshard_after_forward``, written
+    (``compile``: ``torch.compile`` on, ``compile.enable``, ``"model"``: the model alone; ``reshard``: ``fsdp_reshard_after_forward``, written
     for fsdp/hsdp unless ``"default"``)."""
     plan = to_plan(plan)
     needs_csv = torchtitan_schedule_name(plan)[1]
@@ -533,10 +541,11 @@ def _write(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedu
 
 def _write_knobs(plan: Plan, target: str, names: Sequence[LayerName] | None, *, schedule: Schedule | None,
                  gpus_per_node: int, knobs: Mapping[str, str]) -> list[ExportFile]:
-    """:func:`_write` with the knobs given: ``compile`` (``on``/``off``) written as ``compile.enable``,
+    """:func:`_write` with the knobs given: ``compile`` (``on``/``model``/``off``) written as ``compile.enable``
+    (``model``: and ``compile.components = ["model"]``),
     ``reshard-after-forward`` as ``fsdp_reshard_after_forward``."""
     files = torchtitan_files(plan, names, toml=target == "torchtitan-toml", gpus_per_node=gpus_per_node,
-                             compile=knobs.get("compile") == "on",
+                             compile="model" if knobs.get("compile") == "model" else knobs.get("compile") == "on",
                              reshard=knobs.get("reshard-after-forward", "default"))
     if schedule is None:
         return files

@@ -51,6 +51,9 @@ class Part:
     layer_input: float = 0.0  # what full recompute keeps
     op_saved: float | None = None  # what torchtitan's per-op recompute keeps (a block's; None: not a block)
     op_flops: float = 0.0  # the forward FLOPs per-op recompute runs again in the backward
+    # the column-parallel GEMMs' inputs over the whole sequence (a block's QKV and first MLP inputs, in ``act_w``
+    # as ``1/t`` of it under sequence parallelism): what DTensor's ColwiseParallel saves gathered instead
+    gathered: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,7 @@ def block_part(
         layer_input=n * s * two * h / rep_div,
         op_saved=op_saved,
         op_flops=op_flops,
+        gathered=act_w_rep,
     )
 
 

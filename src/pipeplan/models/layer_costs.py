@@ -99,8 +99,8 @@ from ._layer_ops import PassOps, apply_training_ops, module_ops
 from .modules import ACTIVATION_BYTES, LMHead, Module, TransformerStack, VisionEncoder, layer_depth, runs_per_example
 from .spec import ModelSpec
 
-__all__ = ["LayerCost", "flops_per_sample", "layer_costs", "layer_profile", "stage_layer_modes",
-           "tensor_parallel_traffic"]
+__all__ = ["LayerCost", "flops_per_sample", "gathered_input_bytes", "layer_costs", "layer_profile",
+           "stage_layer_modes", "tensor_parallel_traffic"]
 
 
 @dataclass(frozen=True)
@@ -231,6 +231,32 @@ def layer_costs(
                   tied_to=tied.get(names[0]))
         for (name, names, c, p, tp, k), send in zip(rows, sends)
     ]
+
+
+def gathered_input_bytes(spec: ModelSpec, micro_batch_size: int) -> list[float]:
+    """Per pipeline layer, the bytes of its trained blocks' column-parallel GEMM inputs over the whole sequence.
+
+    A transformer block's QKV and first MLP GEMMs read the norms' outputs, ``2·n·s·h`` 16-bit
+    values per microbatch (Korthikanti et al. 2022's ``4sbh`` of the ``act_w`` terms); under
+    sequence parallelism Megatron-LM saves each one's ``1/t`` shard and gathers it again in the
+    backward (what :func:`layer_costs` stores), while an engine that saves the gathered input
+    (DTensor's ``ColwiseParallel``) keeps all of it. Layers without blocks, frozen ones and those
+    that run no backward: 0. Independent of ``t`` (the whole sequence's bytes).
+    """
+    shape = Shape.checked(micro_batch_size, "none", 1, False)
+    joint = {m.joint_with: m for m in spec.modules if isinstance(m, TransformerStack) and m.joint_with}
+    out: list[float] = []
+    for module in spec.modules:
+        if isinstance(module, TransformerStack) and module.joint_with:
+            continue
+        partner = joint.get(module.name)
+        for index in range(layer_depth(module)):
+            total = 0.0
+            for member in ((module,) if partner is None else (module, partner)):
+                if spec.trains(member.name) and spec.needs_grad(member.name):
+                    total += layer_part(member, shape, index, spec.module).gathered
+            out.append(total)
+    return out
 
 
 def layer_profile(

@@ -90,6 +90,8 @@ class Evaluator:
         reduce_bytes: bytes per gradient element of the data-parallel reduction and of the
             replicated gradient buffer where the engine pins it (``--grad-reduce-dtype``:
             :attr:`~pipeplan.planner.engine_costs.EngineCosts.reduce_bytes`); ``None``: the mode's own.
+        compiled_loss: a torch engine compiles its loss with the model (``--compile on``): its loss's
+            memory (:data:`~pipeplan.planner.memory.COMPILED_LOSS_COPIES`).
 
     Attributes:
         stats: what was solved, simulated and reused.
@@ -102,7 +104,7 @@ class Evaluator:
                  sync: GradientSync | str = "megatron", dp_mode: str = data_parallel.REPLICATED,
                  stats: SearchStats | None = None, shapes: dict[str, dict[tuple[Any, ...], Any]] | None = None,
                  hooks: tuple[float, float] | None = None, pipeline: PipelineEngineCosts | None = None,
-                 engine: str | None = None, reduce_bytes: float | None = None) -> None:
+                 engine: str | None = None, reduce_bytes: float | None = None, compiled_loss: bool = False) -> None:
         hooked = hooks is not None and any(hooks) and workload.spec is not None
         self.tensors = layer_tensor_counts(workload.spec) if hooked else []  # trainable tensors per layer
         self.step_hook_ms = 0.0
@@ -129,7 +131,7 @@ class Evaluator:
                                      overlap_scatter=self.sync.overlap_scatter, buffer_bytes=self.sync.buffer_bytes,
                                      gather_ahead=self.sync.gather_ahead)
         self.memory = MemoryModel(workload, optimizer, capacity, dp_mode, cluster.gpus_per_node, engine,
-                                  reduce_bytes=reduce_bytes)
+                                  reduce_bytes=reduce_bytes, compiled_loss=compiled_loss)
         self.memory.engine_buffers(self.sync.buffer_bytes, self.sync.gather_ahead)
         self.sharded = self.mode.shards_state or optimizer == "distributed"
         self.links = Links(workload, cluster, send_mode, distributed=self.sharded)
@@ -563,6 +565,7 @@ def evaluate_layout(
     sync: GradientSync | str = "megatron",
     engine_costs: EngineCosts | None = None,
     engine: str | None = None,
+    compiled_loss: bool = False,
 ) -> Plan:
     """Simulate one given layout (a baseline, a user's own split) as the search would.
 
@@ -570,7 +573,9 @@ def evaluate_layout(
     workload and cluster one GPU of a ``tp`` group sees, the mode's memory and
     communication. ``engine_costs`` (DeepSpeed's knobs: :mod:`pipeplan.planner.engine_costs`)
     replaces ``sync`` for the modes it prices and adds its host hooks and, with ``pp > 1``, its pipeline runtime's costs.
-    ``engine`` (default ``engine_costs``' engine, else Megatron-LM's knobs) prices its loss's memory.
+    ``engine`` (default ``engine_costs``' engine, else Megatron-LM's knobs) prices its loss's memory;
+    ``compiled_loss``: a torch engine's loss compiled with the model (``--compile on``,
+    :class:`~pipeplan.planner.memory.MemoryModel`).
     """
     hooks, pipeline, reduce_bytes = None, None, None
     if engine_costs is not None:
@@ -580,6 +585,7 @@ def evaluate_layout(
     evaluator = Evaluator(workload.with_tensor_parallel(config.tp), cluster.for_tensor_parallel(config.tp),
                           memory_capacity, optimizer, send_mode, sync=sync, dp_mode=config.dp_mode, hooks=hooks,
                           pipeline=pipeline, reduce_bytes=reduce_bytes,
-                          engine=engine if engine is not None or engine_costs is None else engine_costs.engine)
+                          engine=engine if engine is not None or engine_costs is None else engine_costs.engine,
+                          compiled_loss=compiled_loss)
     return evaluator.evaluate(config, tuple(layers_per_stage),
                               tuple(recompute) if recompute is not None else (config.recompute,) * config.num_stages)

@@ -86,11 +86,20 @@ published runs):
   softmax in place, the gradient written into the saved softmax) holds **1.5 L**: the
   fp32 softmax and the bf16 gradient of the logits (DeepSpeed's Megatron-DeepSpeed uses
   it too). The layer profile already stores ``L`` per microbatch in flight under
-  every mode (no engine checkpoints the head, ``full`` included); the rest is added once;
+  every mode (no engine checkpoints the head, ``full`` included); the rest is added once.
+  A loss compiled with the model (``--compile on`` under torchtitan or plain torch:
+  ``compiled_loss``) holds **0.5 L**, the bf16 logits it saves and their gradient written
+  into them (:data:`COMPILED_LOSS_COPIES`); the profile's stored ``L`` stands for it
+  (0.5 L over), so nothing is added;
 * **recomputation**: a layer that stores less than everything reruns its forward just
   before its backward and holds all of its activations for it, one layer at a time:
   the largest ``activations(none) − activations(mode)`` over the rank's layers (the
-  head excepted: the loss above).
+  head excepted: the loss above). Under a torch engine's tensor parallelism with
+  sequence parallelism (:data:`GATHERED_INPUT_ENGINES`) the recomputed block holds its
+  column-parallel GEMMs' gathered inputs whole, not their ``1/t`` shards: ``(1 − 1/t)`` of
+  :func:`~pipeplan.models.layer_costs.gathered_input_bytes` more per recomputed layer. (The
+  same inputs stored under ``none`` are not added to the stored activations, which are
+  the engine-agnostic profile's.)
 
 Both are read per stage at the stage's own mode (a stage that ``relax`` lowered is
 charged its lighter mode's), and for Megatron-LM's ``block:N`` / ``uniform:N`` off the
@@ -113,46 +122,19 @@ from ..errors import InvalidInputError
 from ..layers import LayerProfile
 from ..plan import RankMemory, Recompute, recompute_rank, stage_recompute
 from ..units import format_gib
+from .engine_memory import (
+    _FP32,
+    COMPILED_LOSS_COPIES,
+    GATHERED_INPUT_ENGINES,
+    LOSS_LOGIT_COPIES,
+    gathered_bytes,
+    loss_layers,
+)
 from .space import Config
 from .workload import Workload
 
 __all__ = ["OptimizerBytes", "OPTIMIZERS", "MemoryModel", "DISTRIBUTED_REFUSAL", "MAX_BYTES_PER_PARAM",
-           "LOSS_LOGIT_COPIES", "loss_layers"]
-
-#: fp32 logits alive at once at the loss's peak, per engine (module doc; ``None``: no ``--engine``, Megatron-LM's
-#: knobs, so Megatron-LM's loss). PyTorch ``torch.nn.functional.cross_entropy`` on ``logits.float()``:
-#: log_softmax's saved output, nll_loss's gradient and log_softmax's input gradient (torchtitan train.py at
-#: 9dec370, ``cross_entropy(pred.flatten(0, 1).float(), ...)``; plain torch the same). Megatron-LM
-#: ``_VocabParallelCrossEntropy`` (megatron-core 0.16.1 tensor_parallel/cross_entropy.py): the fp32 softmax saved
-#: and its gradient computed in place, plus the bf16 gradient of the logits.
-LOSS_LOGIT_COPIES: dict[str | None, float] = {None: 1.5, "megatron": 1.5, "deepspeed": 1.5, "torchtitan": 3.0,
-                                              "torch": 3.0}
-
-#: Bytes of one fp32 logit.
-_FP32 = 4.0
-
-
-def loss_layers(workload: Workload) -> list[tuple[int, float]]:
-    """``(layer index, logits per example)`` of each LM head of ``workload``'s spec (none without a spec).
-
-    Logits per example are ``tokens × vocab_size / tp`` (Megatron-LM's vocab-parallel head and
-    torchtitan's ``loss_parallel`` shard the vocabulary over the tensor-parallel group).
-    """
-    from ..models.modules import LMHead  # layer 2, imported where needed (the planner takes any spec)
-
-    spec = workload.spec
-    if spec is None:
-        return []
-    heads = {m.name: float(m.tokens) * m.vocab_size for m in spec.modules if isinstance(m, LMHead)}
-    if not heads:
-        return []
-    names = workload.profile(workload.smallest_micro_batch).names
-    found = []
-    for index, name in enumerate(names):
-        module = name.rsplit(".", 1)[0] if "." in name else name
-        if module in heads:
-            found.append((index, heads[module] / workload.tensor_parallel))
-    return found
+           "LOSS_LOGIT_COPIES", "COMPILED_LOSS_COPIES", "GATHERED_INPUT_ENGINES", "loss_layers"]
 
 #: The most bytes per parameter ``--optimizer BYTES`` takes: 64x mixed-precision Adam's 16, far above
 #: any optimizer; ``1e308`` overflowed every candidate's memory ("no candidate could be evaluated").
@@ -249,15 +231,19 @@ class MemoryModel:
             its loss's fp32 logits (:data:`LOSS_LOGIT_COPIES`).
         reduce_bytes: bytes per gradient element of the data-parallel reduction where the engine's
             ``--grad-reduce-dtype`` pins it (``None``: each mode's own, :mod:`pipeplan.data_parallel`).
+        compiled_loss: the engine compiles its loss (``--compile on`` under torchtitan or plain torch):
+            :data:`COMPILED_LOSS_COPIES` for a torch engine; ignored for the others.
     """
 
     def __init__(self, workload: Workload, optimizer: str | float, capacity: float | None,
                  dp_mode: str = data_parallel.REPLICATED, gpus_per_node: int = 8, engine: str | None = None,
-                 reduce_bytes: float | None = None) -> None:
+                 reduce_bytes: float | None = None, compiled_loss: bool = False) -> None:
         self.workload = workload
         self.reduce_bytes = reduce_bytes
         self.engine = engine
-        self.loss_copies = LOSS_LOGIT_COPIES.get(engine, LOSS_LOGIT_COPIES[None])
+        self.compiled_loss = compiled_loss and engine in GATHERED_INPUT_ENGINES
+        self.loss_copies = (COMPILED_LOSS_COPIES if self.compiled_loss
+                            else LOSS_LOGIT_COPIES.get(engine, LOSS_LOGIT_COPIES[None]))
         self.optimizer = optimizer
         self.capacity = capacity
         self.dp_mode = dp_mode
@@ -394,9 +380,15 @@ class MemoryModel:
             whole = np.asarray(self.workload.source(micro_batch_size, "none").activation_bytes, dtype=float)
             recompute = np.maximum(whole - stored, 0.0)
             recompute[[index for index, _ in heads]] = 0.0
+            recompute += self.gathered_bytes(micro_batch_size) * (recompute > 0)
         for array in (loss, recompute):
             array.flags.writeable = False
         return loss, recompute
+
+    def gathered_bytes(self, micro_batch_size: int) -> np.ndarray:
+        """Per layer, the bytes a torch engine's tensor parallelism keeps beyond the profile's ``1/t`` shards
+        (:func:`~pipeplan.planner.engine_memory.gathered_bytes`)."""
+        return gathered_bytes(self.workload, self.engine, micro_batch_size)
 
     def _with_loss(self, profile: LayerProfile, micro_batch_size: int, mode: Recompute) -> LayerProfile:
         """``profile`` as the partitioner sees it: the loss's extra bytes on the last stage when the head is the

@@ -93,6 +93,8 @@ class SearchOptions:
             (:class:`~pipeplan.planner.engine_costs.EngineCosts`: DeepSpeed's gradient
             sync per ZeRO stage, replacing ``sync`` for the modes it prices, and its host
             hooks); ``None``: nothing.
+        compiled_loss: :attr:`engine` (a torch engine) compiles its loss with the model (``--compile on``):
+            its memory (:class:`~pipeplan.planner.memory.MemoryModel`).
         summaries: compute the one-knob plans and the space's lower bounds (``False``: skipped,
             ``SearchResult.one_knob`` empty and its bounds 0, for a caller that reads only the
             plans and the baselines: ``plan --mix``'s search at the mix's mean sample).
@@ -118,6 +120,7 @@ class SearchOptions:
     engine: str | None = None
     engine_costs: EngineCosts | None = None
     summaries: bool = True
+    compiled_loss: bool = False
 
     def __post_init__(self) -> None:
         if self.dp_modes is not None:

@@ -350,7 +350,8 @@ class _Search:
                                   hooks=None if costs is None else costs.hooks_for(config.dp_mode),
                                   pipeline=None if costs is None else costs.pipeline_for(config.dp_mode),
                                   engine=self.options.engine,
-                                  reduce_bytes=None if costs is None else costs.reduce_bytes)
+                                  reduce_bytes=None if costs is None else costs.reduce_bytes,
+                                  compiled_loss=self.options.compiled_loss)
             self._evaluators[key] = evaluator
         return evaluator
 
