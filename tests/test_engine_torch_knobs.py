@@ -280,7 +280,7 @@ def test_cli_names_the_knobs(run_cli):
     status, out, err = run_cli(*PLAN, "--json", "--engine", "torch")
     assert status == 0, err
     assumed = json.loads(out)["assumptions"]
-    assert assumed["bucket-cap-mb"].startswith("--grad-sync's buckets")
+    assert assumed["bucket-cap-mb"].startswith("DDP's own 25 MiB")
     assert assumed["find-unused-parameters"].startswith("off (assumed")
     status, out, err = run_cli(*PLAN, "--json", "--engine", "torch", "--bucket-cap-mb", "10")
     assert status == 0, err

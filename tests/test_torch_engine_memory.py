@@ -111,7 +111,7 @@ def test_the_reader_says_model_when_the_loss_is_not_among_the_compiled_component
 
 def test_the_toml_export_of_compile_model_names_its_components() -> None:
     assert 'components = ["model"]' in torchtitan_toml([2, 2], compile="model")
-    assert "components" not in torchtitan_toml([2, 2], compile=True)
+    assert "components" not in torchtitan_toml([2, 2], compile=True)  # the TOML keeps its default
 
 
 def test_the_cpu_measurement_of_torchtitans_block_agrees_with_pipeplan() -> None:
@@ -150,3 +150,51 @@ def test_plan_prices_the_compiled_loss_under_compile_on_only(run_cli) -> None:
     off, model, on = planned("off"), planned("model"), planned("on")
     assert on[0] < model[0] == off[0]
     assert on[1] == model[1] < off[1]
+
+
+def test_components_without_the_model_price_eager_blocks_and_refuse_async_tp(tmp_path: Path) -> None:
+    """torchtitan compiles what compile.components lists: the loss alone leaves the blocks eager (review), and its
+    async TP needs the model compiled ("Async TP requires 'model' in --compile.components")."""
+    from pipeplan.errors import InvalidInputError
+
+    loss_only = read_torchtitan_config(_toml(tmp_path, '[compile]\nenable = true\ncomponents = ["loss"]\n'))
+    assert loss_only.settings["compile"].value == "off" and any("compiles no model" in n for n in loss_only.notes)
+    with pytest.raises(InvalidInputError, match="async TP needs compile.enable"):
+        read_torchtitan_config(_toml(tmp_path, '[parallelism]\ntensor_parallel_degree = 2\n'
+                                               'enable_async_tensor_parallel = true\n'
+                                               '[compile]\nenable = true\ncomponents = ["loss"]\n'))
+
+
+@pytest.mark.parametrize("compile", ["on", "model"])
+@pytest.mark.parametrize("target, name", [("torchtitan", "torchtitan_config.py"), ("torchtitan-toml", "torchtitan.toml")])
+def test_check_of_the_export_gives_plans_memory_and_compile(run_cli, tmp_path: Path, compile: str, target: str,
+                                                              name: str) -> None:
+    """plan --export, then check of what was written: the same compile value, step and memory per rank (review:
+    check priced the eager loss, and the Python export read `model` back as `on`)."""
+    args = ["--preset", "gpt-1.5b", "--gpus", "8", "--global-batch", "32", "--gpu", "a100-80g", "--tp", "2", "--pp",
+            "1", "--dp-modes", "fsdp", "--micro-batch-size", "4", "--recompute", "full", "--engine", "torchtitan",
+            "--compile", compile, "--top", "1"]
+    status, out, err = run_cli("plan", *args, "--json")
+    assert status == 0, err
+    planned = json.loads(out)["plans"][0]
+    status, _, err = run_cli("plan", *args, "--export", target, "--out", str(tmp_path / "out"))
+    assert status == 0, err
+    status, out, err = run_cli("check", "--torchtitan-config", str(tmp_path / "out" / name), "--preset", "gpt-1.5b",
+                               "--gpu", "a100-80g", "--top", "0", "--json")
+    assert status == 0, err
+    checked = json.loads(out)
+    assert checked["config"]["pinned"]["compile"]["value"] == compile
+    assert checked["predicted"]["peak_memory_bytes"] == pytest.approx([m["total"] for m in planned["memory"]])
+    assert checked["predicted"]["step_ms"] == pytest.approx(planned["step_time"] * 1e3 * planned["time_unit_seconds"])
+
+
+def test_plain_torchs_loss_is_its_own_code_not_compiled(run_cli) -> None:
+    """--engine torch --compile on wraps the model in torch.compile; the loss is the user's (review)."""
+    def total(compile: str) -> float:
+        status, out, err = run_cli("plan", "--preset", "gpt-1.5b", "--gpus", "8", "--global-batch", "32", "--gpu",
+                                   "a100-80g", "--tp", "1", "--pp", "2", "--dp-modes", "ddp", "--micro-batch-size",
+                                   "4", "--engine", "torch", "--compile", compile, "--top", "1", "--json")
+        assert status == 0, err
+        return max(m["total"] for m in json.loads(out)["plans"][0]["memory"])
+
+    assert total("on") == total("model")

@@ -93,7 +93,8 @@ def best_plans(pinned: Pinned, cluster: Cluster, engine: str, *,
     try:
         own = search(pinned.knobbed, cluster, user.global_batch, SearchOptions(sync=pinned.sync, top=top,
                                                                                 engine=engine,
-                                                                                engine_costs=pinned.engine_costs))
+                                                                                engine_costs=pinned.engine_costs,
+                                                                                compiled_loss=pinned.compiled_loss))
         ran = [plan for plan in own.plans if not record.refusal(plan)][:top] or [own.best_for(engine)[0]]
     except PipeplanError as error:
         notes.append(f"no plan {engine} runs was found: {error}")

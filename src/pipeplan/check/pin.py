@@ -31,6 +31,7 @@ from typing import Any, cast
 
 from .. import data_parallel, engines
 from ..engines import RunConfig
+from ..engines._eager import compiles_loss
 from ..errors import InvalidInputError
 from ..partition.solver import even_split
 from ..plan import MEGATRON_TP_COMM_OVERLAPS, Plan, Recompute, TpCommOverlap
@@ -108,6 +109,8 @@ class Pinned:
             (DeepSpeed's gradient sync and host hooks, :class:`~pipeplan.planner.engine_costs.EngineCosts`),
             as ``plan --engine`` prices them; ``None`` for the other engines.
         engine: the engine the files are for (its loss's memory: :mod:`pipeplan.planner.memory`).
+        compiled_loss: the engine compiles its loss (torchtitan's ``compile.components`` with the loss), priced
+            as ``plan`` prices it.
     """
 
     plan: Plan
@@ -120,6 +123,7 @@ class Pinned:
     notes: tuple[str, ...] = field(default=())
     engine_costs: EngineCosts | None = None
     engine: str | None = None
+    compiled_loss: bool = False
 
     def value(self, name: str) -> Any:
         """The value of field ``name``."""
@@ -401,11 +405,12 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
     needed = ("tp", "pp", "dp", "dp_mode", "schedule", "virtual_stages", "micro_batch_size", "num_microbatches",
               "layers_per_stage", "recompute")
     open_fields = tuple(name for name in needed if name not in values)
+    compiled = compiles_loss(config.engine, {"compile": str(values["compile"].value)} if "compile" in values else {})
     if not open_fields:
-        plan = _evaluate(values, workload, cluster, sync, costs, config.engine)
+        plan = _evaluate(values, workload, cluster, sync, costs, config.engine, compiled)
     else:
         plan = _search(config, values, knobbed if "recompute" in open_fields else workload, cluster, total, sync,
-                       costs)
+                       costs, compiled)
         for name in open_fields:
             values[name] = Filled(_from_plan(plan, name), SEARCHED)
     if config.value("precision", "bf16") != "bf16":
@@ -426,13 +431,13 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
                 values[name] = Filled(values[name].value, f"{DEFAULT} (no effect at tp 1)")
     ordered = {name: values[name] for name in ORDER if name in values}
     return Pinned(plan, ordered, tuple(n for n in ORDER if n in open_fields), workload, knobbed, sync, held,
-                  tuple(notes), costs, config.engine)
+                  tuple(notes), costs, config.engine, compiled)
 
 
 def _evaluate(values: dict[str, Filled], workload: Workload, cluster: Cluster, sync: str,
-              costs: EngineCosts | None = None, engine: str | None = None) -> Plan:
-    """The fully given configuration, priced as the search prices a layout (``engine``'s loss), against the whole
-    device."""
+              costs: EngineCosts | None = None, engine: str | None = None, compiled_loss: bool = False) -> Plan:
+    """The fully given configuration, priced as the search prices a layout (``engine``'s loss, compiled or not),
+    against the whole device."""
     v = {name: item.value for name, item in values.items()}
     sizes = tuple(int(n) for n in v["layers_per_stage"])
     stages = int(v["pp"]) * int(v["virtual_stages"])
@@ -445,11 +450,11 @@ def _evaluate(values: dict[str, Filled], workload: Workload, cluster: Cluster, s
                     str(v["dp_mode"]))
     data_parallel.get(config.dp_mode)  # an unknown mode: one line
     return evaluate_layout(workload, cluster, config, sizes, memory_capacity=cluster.memory_bytes, sync=sync,
-                           engine_costs=costs, engine=engine)
+                           engine_costs=costs, engine=engine, compiled_loss=compiled_loss)
 
 
 def _search(config: RunConfig, values: dict[str, Filled], workload: Workload, cluster: Cluster, total: int,
-            sync: str, costs: EngineCosts | None = None) -> Plan:
+            sync: str, costs: EngineCosts | None = None, compiled_loss: bool = False) -> Plan:
     """The fastest plan with every given value, the search filling the rest (within what the engine runs)."""
     v = {name: item.value for name, item in values.items()}
     virtual = v.get("virtual_stages")
@@ -458,7 +463,7 @@ def _search(config: RunConfig, values: dict[str, Filled], workload: Workload, cl
         schedules=(v["schedule"],) if "schedule" in v else None,
         dp_modes=(v["dp_mode"],) if "dp_mode" in v else None, sync=sync, engine=config.engine,
         partition=v.get("layers_per_stage"), max_virtual_stages=max(4, int(virtual or 1)), top=20,
-        engine_costs=costs)
+        engine_costs=costs, compiled_loss=compiled_loss)
     result = search(workload, cluster, total, options)
     matching = [plan for plan in result.plans
                 if (virtual is None or plan.virtual_stages == virtual)

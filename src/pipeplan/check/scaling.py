@@ -93,7 +93,8 @@ def _at(pinned: Pinned, cluster: Cluster, gpus: int) -> Plan | str:
         sized = replace(cluster, num_gpus=gpus)
         return evaluate_layout(pinned.workload, sized, config, plan.layers_per_stage, recompute=plan.recompute,
                                memory_capacity=cluster.memory_bytes, sync=pinned.sync,
-                               engine_costs=pinned.engine_costs, engine=pinned.engine)
+                               engine_costs=pinned.engine_costs, engine=pinned.engine,
+                               compiled_loss=pinned.compiled_loss)
     except PipeplanError as error:
         return str(error)
 

@@ -90,5 +90,7 @@ def compiled(knobs: Mapping[str, str] | None) -> bool:
 
 
 def compiles_loss(engine: str | None, knobs: Mapping[str, str] | None) -> bool:
-    """Whether ``engine`` runs its loss compiled: a torch engine under ``--compile on``."""
-    return engine in TORCH_ENGINES and (knobs or {}).get("compile") == "on"
+    """Whether ``engine`` runs its loss compiled: torchtitan under ``--compile on`` (its ``compile.components``
+    default, the model and the loss). Plain torch's loss is the user's own code, which ``--compile`` (the model
+    wrapped in ``torch.compile``) does not reach."""
+    return engine == "torchtitan" and (knobs or {}).get("compile") == "on"

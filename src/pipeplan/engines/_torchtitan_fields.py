@@ -70,11 +70,18 @@ class _Reader:
             self.set("sequence_parallel", "on" if sp[0] else "off", sp[1])
         if (compiled := self.get("compile.enable")) is not None:  # torch.compile: the --compile knob
             components = self.get("compile.components")  # torchtitan's default ["model", "loss"]
-            if compiled[0] and components is not None and components[0] is not None and "loss" not in components[0]:
-                self.set("compile", "model", f"{compiled[1]}; {components[1]}")
+            listed = components[0] if components is not None and isinstance(components[0], list) else None
+            if compiled[0] and listed is not None and "model" not in listed:
+                # the blocks run eager (the loss alone compiled: no knob value says so): priced as eager kernels
+                self.set("compile", "off", f"{compiled[1]}; {components[1] if components else ''}")
+                self.notes.append(f"{components[1] if components else 'compile.components'} compiles no model: the "
+                                  "blocks are priced as eager kernels and the loss as eager")
+            elif compiled[0] and listed is not None and "loss" not in listed:
+                self.set("compile", "model", f"{compiled[1]}; {components[1] if components else ''}")
             else:
                 self.set("compile", "on" if compiled[0] else "off", compiled[1])
-        self._async_tp(tp[0] if tp is not None else 1, bool(compiled and compiled[0]))
+        model_compiled = self.settings.get("compile") is not None and self.settings["compile"].value in ("on", "model")
+        self._async_tp(tp[0] if tp is not None else 1, model_compiled)
         if (param := self.get("training.mixed_precision_param")) is not None and param[0] in _PRECISION:
             self.set("precision", _PRECISION[param[0]], param[1])
         if (reduce := self.get("training.mixed_precision_reduce")) is not None:  # FSDP2's reduce_dtype

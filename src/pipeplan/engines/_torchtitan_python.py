@@ -95,6 +95,7 @@ def _python_values(path: Path, tree: ast.Module, unread: list[str], unknown: set
                               ("RECOMPUTE", "pipeplan.recompute"),
                               ("COMPILE", "compile.enable"),
                               ("ASYNC_TP", "compile.enable_async_tensor_parallel"),
+                              ("COMPILE_COMPONENTS", "compile.components"),
                               ("LAYERS_PER_STAGE", "pipeplan.layers_per_stage")):
             if constant in literals and not (constant == "TOKENS_PER_SAMPLE" and _literal(literals[constant])[1] is None):
                 put(key, literals[constant], constant)

@@ -302,7 +302,8 @@ LOCAL_BATCH_SIZE = {local}  # samples per data-parallel rank and accumulation st
 GLOBAL_BATCH_SIZE = {global_batch}  # samples per optimizer step, all data-parallel ranks
 TOKENS_PER_SAMPLE = {tokens}  # None: the base configuration's sequence length
 RECOMPUTE = {recompute!r}  # "none", "selective" or "op" (torchtitan's per-op policy), "every:N" or "full"
-COMPILE = {compile}  # torch.compile of the model and loss (compile.enable); pipeplan priced it (--compile)
+COMPILE = {compile}  # torch.compile (compile.enable); pipeplan priced it (--compile)
+COMPILE_COMPONENTS = {components}  # what is compiled (compile.components): torchtitan's default is the model and loss
 ASYNC_TP = {async_tp}  # async tensor parallelism (compile.enable_async_tensor_parallel); pipeplan priced it (--async-tp)
 # The stage module lists nest deeper than torchtitan's splitter reaches (a top-level module or "layers.N"):
 # apply_plan() makes the model's pipelining function split with split_model_part() below.
@@ -333,7 +334,8 @@ def apply_plan(config):
         training.num_tokens_per_train_step = GLOBAL_BATCH_SIZE * tokens
         parallelism.num_pp_microbatches = MICROBATCHES  # ignored without a pipeline: accumulation then
     config.compile.enable = COMPILE  # torchtitan's CompileConfig (0.3.0 and HEAD): default False
-{components}    if ASYNC_TP:  # 0.3.0's CompileConfig.enable_async_tensor_parallel (it needs compile.enable)
+    config.compile.components = list(COMPILE_COMPONENTS)
+    if ASYNC_TP:  # 0.3.0's CompileConfig.enable_async_tensor_parallel (it needs compile.enable)
         config.compile.enable_async_tensor_parallel = True
     if PARALLELISM["pipeline_parallel_degree"] > 1 and "disable_cuda_graphs" in have:
         training.disable_cuda_graphs = True  # torchtitan refuses CUDA graphs with pipeline parallelism
@@ -445,11 +447,10 @@ def torchtitan_config_py(plan: Plan | Sequence[int], names: Sequence[LayerName] 
         parallelism=parallelism, layers_per_stage=list(plan.layers_per_stage), micro=batch["micro_batch_size"], microbatches=batch["num_microbatches"],
         local=batch["local_batch_size"], global_batch=batch["global_batch_size"], tokens=batch["tokens_per_sample"],
         recompute=settings["activation_checkpoint"]["mode"], nested=bool(nested) and plan.pp > 1,
-        compile=bool(compile), async_tp=async_tp(plan), components=_MODEL_ONLY_PY if compile == "model" else "")
+        compile=bool(compile), async_tp=async_tp(plan),
+        components='["model"]' if compile == "model" else '["model", "loss"]')
 
 
-#: What ``--compile model`` adds to ``apply_plan``: torchtitan's ``compile.components`` without ``"loss"``.
-_MODEL_ONLY_PY = '    config.compile.components = ["model"]  # --compile model: the loss stays eager\n'
 
 
 def _py(value: Any) -> str:

@@ -194,7 +194,8 @@ def _at_mean(plan: Plan, mean: Workload, cluster: Cluster, options: SearchOption
         return evaluate_layout(mean, cluster, config, plan.layers_per_stage,
                                recompute=plan.recompute or None, memory_capacity=options.capacity(cluster),
                                optimizer=options.optimizer, send_mode=options.send_mode, sync=options.sync,
-                               engine_costs=options.engine_costs, engine=options.engine)
+                               engine_costs=options.engine_costs, engine=options.engine,
+                               compiled_loss=options.compiled_loss)
     except PipeplanError:
         return None
 
