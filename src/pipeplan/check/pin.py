@@ -38,6 +38,7 @@ from ..plan import MEGATRON_TP_COMM_OVERLAPS, Plan, Recompute, TpCommOverlap
 from ..planner import Cluster, SearchOptions, Workload, search
 from ..planner.baselines import megatron_split
 from ..planner.engine_costs import EngineCosts
+from ..planner.engine_memory import GATHERED_INPUT_ENGINES
 from ..planner.evaluate import evaluate_layout
 from ..planner.space import Config
 from ..planner.step import SYNCS
@@ -314,6 +315,8 @@ def _engine_pricing(config: RunConfig, workload: Workload, device: str, notes: l
         values["compile"] = Filled(default, f"{engine.name} default (the files do not set it: eager kernels)")
     if knobs.get("reshard-after-forward") == "never":  # FSDP2 keeps each layer gathered for its backward
         workload = workload.with_reshard_after_forward(False)
+    if engine.name in GATHERED_INPUT_ENGINES:  # DTensor saves a none block's gathered inputs whole
+        workload = workload.with_saved_gathered_inputs()
     overlap = engine.tp_overlap(knobs)
     if overlap is not None and _given(config, "tp_comm_overlap") is None:  # the engine's own TP (torch's DTensor)
         given = _given(config, "async_tp")

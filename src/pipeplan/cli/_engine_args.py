@@ -50,6 +50,7 @@ from ..models.spec import ModelSpec
 from ..plan import RECOMPUTE_MODES, Recompute, TpCommOverlap, stage_recompute
 from ..planner import Workload
 from ..planner.engine_costs import EngineCosts
+from ..planner.engine_memory import GATHERED_INPUT_ENGINES
 
 __all__ = ["add_engine_arguments", "engine_workload", "given_knobs", "engine_costs", "engine_assumptions", "recompute_pin",
            "spec_workload", "layer_options", "DEFAULT_ENGINE", "KNOB_FLAGS", "REFERENCE", "SEARCHED", "Unpinned"]
@@ -260,6 +261,8 @@ def engine_workload(args: argparse.Namespace, workload: Workload, unpinned: Unpi
             tp_comm_overlap=cast("TpCommOverlap | None", overlap))
     if given.get("reshard-after-forward") == "never":  # FSDP2 keeps each layer gathered for its backward
         workload = workload.with_reshard_after_forward(False)
+    if _engine(args).name in GATHERED_INPUT_ENGINES:  # DTensor saves a none block's gathered inputs whole
+        workload = workload.with_saved_gathered_inputs()
     pin = recompute_pin(args, workload.spec, unpinned)
     if pin is not None:
         workload = workload.with_recompute(pin)

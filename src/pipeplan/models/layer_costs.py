@@ -99,7 +99,7 @@ from ._layer_ops import PassOps, apply_training_ops, module_ops
 from .modules import ACTIVATION_BYTES, LMHead, Module, TransformerStack, VisionEncoder, layer_depth, runs_per_example
 from .spec import ModelSpec
 
-__all__ = ["LayerCost", "flops_per_sample", "gathered_input_bytes", "layer_costs", "layer_profile",
+__all__ = ["LayerCost", "flops_per_sample", "gathered_input_bytes", "layer_costs", "layer_profile", "stored_gathered_input_bytes",
            "stage_layer_modes", "tensor_parallel_traffic"]
 
 
@@ -254,6 +254,31 @@ def gathered_input_bytes(spec: ModelSpec, micro_batch_size: int) -> list[float]:
             total = 0.0
             for member in ((module,) if partner is None else (module, partner)):
                 if spec.trains(member.name) and spec.needs_grad(member.name):
+                    total += layer_part(member, shape, index, spec.module).gathered
+            out.append(total)
+    return out
+
+
+def stored_gathered_input_bytes(spec: ModelSpec, micro_batch_size: int,
+                                recompute: Recompute | Mapping[str, Recompute],
+                                stage_sizes: Sequence[int] | None = None) -> list[float]:
+    """Per pipeline layer, :func:`gathered_input_bytes` of the blocks that run ``"none"`` under ``recompute``: what
+    an engine that saves the gathered input keeps for every microbatch in flight (a recomputed block holds it only
+    while it reruns: :mod:`pipeplan.planner.engine_memory`). Modes resolve as :func:`layer_costs` resolves them."""
+    modes = spec.recompute_modes(recompute)
+    placed = stage_layer_modes(spec, recompute, stage_sizes)
+    shape = Shape.checked(micro_batch_size, "none", 1, False)
+    joint = {m.joint_with: m for m in spec.modules if isinstance(m, TransformerStack) and m.joint_with}
+    out: list[float] = []
+    for module in spec.modules:
+        if isinstance(module, TransformerStack) and module.joint_with:
+            continue
+        partner = joint.get(module.name)
+        for index in range(layer_depth(module)):
+            total = 0.0
+            for member in ((module,) if partner is None else (module, partner)):
+                mode = _layer_mode(member, index, modes[member.name]) if placed is None else placed[len(out)][0]
+                if mode == "none" and spec.trains(member.name) and spec.needs_grad(member.name):
                     total += layer_part(member, shape, index, spec.module).gathered
             out.append(total)
     return out

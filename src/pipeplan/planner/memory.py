@@ -98,8 +98,8 @@ published runs):
   sequence parallelism (:data:`GATHERED_INPUT_ENGINES`) the recomputed block holds its
   column-parallel GEMMs' gathered inputs whole, not their ``1/t`` shards: ``(1 − 1/t)`` of
   :func:`~pipeplan.models.layer_costs.gathered_input_bytes` more per recomputed layer. (The
-  same inputs stored under ``none`` are not added to the stored activations, which are
-  the engine-agnostic profile's.)
+  same inputs a ``none`` block stores are in the workload's stored activations, where the
+  engine's workload says so: :meth:`~pipeplan.planner.workload.Workload.with_saved_gathered_inputs`.)
 
 Both are read per stage at the stage's own mode (a stage that ``relax`` lowered is
 charged its lighter mode's), and for Megatron-LM's ``block:N`` / ``uniform:N`` off the

@@ -85,7 +85,8 @@ from ..costs import StageCosts
 from ..hardware import Link, intra_node_link
 from ..engines._eager import ASYNC_TP_HIDDEN
 from ..layers import LayerProfile
-from ..models.layer_costs import flops_per_sample, layer_costs, layer_profile, tensor_parallel_traffic
+from ..models.layer_costs import (flops_per_sample, layer_costs, layer_profile, stored_gathered_input_bytes,
+                                  tensor_parallel_traffic)
 from ..plan import (RECOMPUTE_MODES, TP_COMM_OVERLAPS, Recompute, TpCommOverlap, check_recompute, recompute_rank,
                     stage_recompute)
 from .cluster import ring_pass_ms
@@ -158,6 +159,9 @@ class Workload:
             ``reshard_after_forward=True``, torchtitan's default); ``False``: they stay
             gathered until the layer's backward (one gather a microbatch, every layer's
             bf16 parameters held at the peak) (:meth:`with_reshard_after_forward`).
+        saves_gathered_inputs: at ``tp > 1`` with sequence parallelism, a block that runs ``none``
+            stores its column-parallel GEMMs' gathered whole-sequence inputs, not their ``1/t``
+            shards (torch's DTensor, the torch engines; :meth:`with_saved_gathered_inputs`).
     """
 
     source: ProfileSource
@@ -176,6 +180,7 @@ class Workload:
     recompute_by_module: Mapping[str, Recompute] | None = field(default=None, compare=False)
     compute_factor: float = 1.0
     reshard_after_forward: bool = True
+    saves_gathered_inputs: bool = False
     _rebuild: Callable[[bool, TpCommOverlap, float], Workload] | None = field(default=None, repr=False,
                                                                                compare=False)
     _cache: dict[tuple[int, str], LayerProfile] = field(default_factory=dict, repr=False, compare=False)
@@ -510,6 +515,8 @@ class Workload:
                                     "which needs a model spec (--preset or --spec), not a measured profile")
         rebuilt = self._rebuild(sp, overlap, self.compute_factor).with_tensor_parallel(self.tensor_parallel)
         rebuilt = replace(rebuilt, reshard_after_forward=self.reshard_after_forward)
+        if self.saves_gathered_inputs:
+            rebuilt = rebuilt.with_saved_gathered_inputs()
         if self.recompute_by_module is not None:
             return rebuilt.with_recompute(self.recompute_by_module)
         return replace(rebuilt, recompute_modes=self.recompute_modes, _cache={}, memo={})
@@ -534,6 +541,8 @@ class Workload:
         rebuilt = self._rebuild(self.sequence_parallel, self.tp_comm_overlap, factor)
         rebuilt = replace(rebuilt.with_tensor_parallel(self.tensor_parallel),
                           reshard_after_forward=self.reshard_after_forward)
+        if self.saves_gathered_inputs:
+            rebuilt = rebuilt.with_saved_gathered_inputs()
         if self.recompute_by_module is not None:
             return rebuilt.with_recompute(self.recompute_by_module)
         return replace(rebuilt, recompute_modes=self.recompute_modes, _cache={}, memo={})
@@ -549,6 +558,33 @@ class Workload:
         if reshard == self.reshard_after_forward:
             return self
         return replace(self, reshard_after_forward=bool(reshard))
+
+    def with_saved_gathered_inputs(self) -> Workload:
+        """The workload with each ``none`` block storing its column-parallel GEMMs' gathered inputs at ``tp > 1`` under
+        sequence parallelism: ``(1 − 1/t)`` of their whole-sequence bytes beyond the profile's shards, per microbatch
+        in flight (torch's DTensor ``ColwiseParallel`` saves the all-gathered input for its weight gradient, where
+        Megatron-LM saves its shard; measured on CPU with torchtitan's own block,
+        ``benchmarks/torchtitan_activations.py``). A workload without a spec: unchanged. Set the tensor knobs and the
+        kernel factor before or after: they keep it."""
+        if self.saves_gathered_inputs or self.spec is None or self.tensor_source is None:
+            return self
+        spec, base = self.spec, self.tensor_source
+        sequence_parallel = self.sequence_parallel
+
+        def saved(size: int, mode: Recompute | Mapping[str, Recompute], tp: int, *stages: Any) -> LayerProfile:
+            profile = base(size, mode, tp, *stages)
+            if tp == 1 or not sequence_parallel:
+                return profile
+            kept = stored_gathered_input_bytes(spec, size, mode, stages[0] if stages else None)
+            if len(kept) != profile.num_layers or not any(kept):
+                return profile
+            share = 1.0 - 1.0 / tp
+            return profile.replaced(activation_bytes=[float(a) + share * g
+                                                      for a, g in zip(profile.activation_bytes, kept)])
+
+        tp = self.tensor_parallel
+        return replace(self, source=lambda size, mode: saved(size, mode, tp), tensor_source=saved,
+                       saves_gathered_inputs=True, _cache={}, memo={})
 
     def with_backward_floor(self, floor_ms: Sequence[float]) -> Workload:
         """The workload with each layer's backward lasting at least ``floor_ms[l]`` milliseconds per microbatch.
