@@ -354,3 +354,21 @@ def test_the_grad_sync_row_leaves_out_the_bucket_tag(run_cli, tmp_path):
     sync = next(line for line in out.splitlines() if "grad sync" in line)
     assert "deepspeed-overlap " in sync and "bucket=" not in sync
     assert "1000000" in next(line for line in out.splitlines() if "reduce bucket size" in line)
+
+
+def test_a_torch_export_of_an_adaptive_plan_checks(run_cli: RunCli, tmp_path: Path) -> None:
+    """adaptive's order is no fixed schedule's ('csv' to the reader): check searches the schedule over the files'
+    layout and finds the plan's own step, where it stopped with 'schedule must be one of ...' (review)."""
+    pins = ["--engine", "torch", "--tp", "1", "--pp", "2", "--schedules", "adaptive", "--dp-modes", "ddp"]
+    status, text, err = run_cli("plan", *PLAN, *pins, "--export", "torch", "--json", "--top", "1")
+    assert status == 0, err
+    planned = json.loads(text)["export"]["plan"]
+    status, _, err = run_cli("plan", *PLAN, *pins, "--export", "torch", "--out", str(tmp_path / "t"), "--top", "1")
+    assert status == 0, err
+    status, text, err = run_cli("check", "--torch-export", str(tmp_path / "t"), "--preset", "gpt-1.5b", "--gpus", "8",
+                                "--global-batch", "32", "--top", "0", "--json")
+    assert status == 0, err
+    checked = json.loads(text)
+    assert checked["predicted"]["plan"]["schedule"] == "adaptive"
+    assert checked["predicted"]["step_ms"] == pytest.approx(planned["step_time"] * 1e3 * planned["time_unit_seconds"],
+                                                            rel=1e-9)

@@ -31,6 +31,7 @@ from typing import Any, cast
 
 from .. import data_parallel, engines
 from ..engines import RunConfig
+from ..engines.pipelining_read import CSV_SCHEDULE
 from ..engines._eager import compiles_loss
 from ..errors import InvalidInputError
 from ..partition.solver import even_split
@@ -242,9 +243,14 @@ def _batch(config: RunConfig, global_batch: int | None, dp: int | None, values: 
     return total, held
 
 
-def _schedule(config: RunConfig, pp: int | None, values: dict[str, Filled]) -> None:
-    """Schedule and v as given, or what they must be (no pipeline: none; one stage per rank: v = 1)."""
+def _schedule(config: RunConfig, pp: int | None, values: dict[str, Filled], notes: list[str]) -> None:
+    """Schedule and v as given, or what they must be (no pipeline: none; one stage per rank: v = 1). An order no
+    fixed schedule writes (``"csv"``: adaptive's, or the user's own) is left to the search, and a note says so."""
     schedule, virtual = _given(config, "schedule"), _given(config, "virtual_stages")
+    if schedule is not None and schedule.value == CSV_SCHEDULE:
+        notes.append("that order (adaptive's, or your own) is not priced as written: the schedule is searched over "
+                     "the files' layout")
+        schedule = None
     if pp == 1:
         values["schedule"] = schedule or Filled("1f1b", "derived: pp 1 runs no pipeline schedule")
         values["virtual_stages"] = virtual or Filled(1, "derived: pp 1")
@@ -390,7 +396,7 @@ def pin(config: RunConfig, workload: Workload, cluster: Cluster, *, global_batch
     total, held = _batch(config, global_batch, dp, values, notes,
                          files_gpus is not None and files_gpus.value != gpus, files_dp)
     sync = _sync(config, values)
-    _schedule(config, None if pp is None else int(pp.value), values)
+    _schedule(config, None if pp is None else int(pp.value), values, notes)
     mode = _given(config, "dp_mode")
     if mode is not None:
         values["dp_mode"] = mode
