@@ -47,8 +47,12 @@ def test_a_torch_engines_recomputed_block_holds_its_gathered_inputs_whole(tp: in
     assert blocks.sum() == 6  # debugmodel's six blocks; the embedding and the head hold none
     # two bf16 inputs of width h over the whole sequence (2 x b x s x h x 2 bytes), less the 1/t shard stored
     assert whole[blocks] == pytest.approx(2 * 2 * 2048 * 256 * 2)
-    assert extra == pytest.approx(whole * (1 - 1 / tp))
+    # rerun: the gathered inputs whole; every block's backward: their whole-sequence gradients, as much again
+    assert extra == pytest.approx(2 * whole * (1 - 1 / tp))
     assert np.array_equal(_recompute(work, "torch"), _recompute(work, "torchtitan"))
+    # the workload that stores a none block's gathered inputs counts them once in the rerun, not twice
+    saved = work.with_saved_gathered_inputs()
+    assert _recompute(saved, "torchtitan") == pytest.approx(_recompute(work, "torchtitan"))
 
 
 def test_the_gathered_inputs_scale_with_the_sequence_and_micro_batch() -> None:
@@ -69,9 +73,13 @@ def test_no_gathered_inputs_at_tp_1_or_without_sequence_parallelism() -> None:
         assert not MemoryModel(work, "adam", None, "fsdp", engine="torchtitan").gathered_bytes(2).any()
 
 
-def test_a_layer_that_is_not_recomputed_adds_nothing() -> None:
+def test_a_layer_that_is_not_recomputed_holds_the_gradients_only() -> None:
+    """Under none nothing reruns: the block's backward holds its gathered inputs' whole-sequence gradients alone
+    (their inputs are stored, Workload.with_saved_gathered_inputs); Megatron-LM's engine none of it."""
     work = _work(tp=4)
-    assert not _recompute(work, "torchtitan", mode="none").any()
+    whole = np.asarray(gathered_input_bytes(work.spec, 2))
+    assert _recompute(work, "torchtitan", mode="none") == pytest.approx(whole * (1 - 1 / 4))
+    assert not _recompute(work, None, mode="none").any()
 
 
 def _loss(engine: str | None, mode: str, compiled: bool) -> float:

@@ -97,7 +97,11 @@ published runs):
   head excepted: the loss above). Under a torch engine's tensor parallelism with
   sequence parallelism (:data:`GATHERED_INPUT_ENGINES`) the recomputed block holds its
   column-parallel GEMMs' gathered inputs whole, not their ``1/t`` shards: ``(1 − 1/t)`` of
-  :func:`~pipeplan.models.layer_costs.gathered_input_bytes` more per recomputed layer. (The
+  :func:`~pipeplan.models.layer_costs.gathered_input_bytes` more per recomputed layer, and every
+  block's backward (recomputed or not) holds those inputs' gradients over the whole sequence
+  before their reduce-scatter, as much again (measured with torchtitan's own block on CPU: the
+  peak through a block's backward at tp 8 was 1.7 ``b · s · h · 2`` above the stored and rerun
+  bytes, ``(1 − 1/t) · 2 b · s · h · 2`` = 1.75). (The
   same inputs a ``none`` block stores are in the workload's stored activations, where the
   engine's workload says so: :meth:`~pipeplan.planner.workload.Workload.with_saved_gathered_inputs`.)
 
@@ -376,11 +380,16 @@ class MemoryModel:
             fp32 = _FP32 * micro_batch_size * logits
             counted = fp32 if stored[index] >= fp32 else 0.0  # the profile stores the logits (none, selective) or not
             loss[index] = max(self.loss_copies * fp32 - counted, 0.0)
+        gathered = self.gathered_bytes(micro_batch_size)
         if mode != "none":
             whole = np.asarray(self.workload.source(micro_batch_size, "none").activation_bytes, dtype=float)
             recompute = np.maximum(whole - stored, 0.0)
             recompute[[index for index, _ in heads]] = 0.0
-            recompute += self.gathered_bytes(micro_batch_size) * (recompute > 0)
+            if not self.workload.saves_gathered_inputs:  # else ``whole`` (none's stored bytes) holds them already
+                recompute += gathered * (recompute > 0)
+        # every block's backward under a torch engine's sequence parallelism: its gathered inputs' gradients over the
+        # whole sequence before their reduce-scatter (measured: benchmarks/torchtitan_activations.py, module doc)
+        recompute = recompute + gathered
         for array in (loss, recompute):
             array.flags.writeable = False
         return loss, recompute
