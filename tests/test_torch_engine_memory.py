@@ -248,3 +248,23 @@ def test_plan_and_check_store_the_gathered_inputs_alike(run_cli, tmp_path: Path)
                                "gpt-1.5b", "--gpu", "a100-80g", "--top", "0", "--json")
     assert status == 0, err
     assert json.loads(out)["predicted"]["peak_memory_bytes"] == pytest.approx([totals["torchtitan"]])
+
+
+def test_selective_keeps_the_gathered_inputs_as_none_does() -> None:
+    """selective reruns the attention core only: its GEMMs' gathered inputs are stored as under none (review: plain
+    torch, which searches selective, saw it as free memory)."""
+    spec = llama3_spec("8B", 2048)
+    saved = Workload.from_spec(spec, hardware.device("h100-80g")).with_tensor_parallel(8).with_saved_gathered_inputs()
+    none = sum(saved.profile(2, "none").activation_bytes)
+    selective = sum(saved.profile(2, "selective").activation_bytes)
+    assert selective == pytest.approx(none, rel=0.02)  # flash attention: selective stores what none stores
+
+
+def test_a_per_module_pin_keeps_its_rerun_transient() -> None:
+    """The memory model reruns a layer from its none profile: a workload pinned per module answers none as none
+    (review: it answered its pins, so layers=full held no rerun transient)."""
+    work = _work(tp=2)
+    modules = {module.name: "full" for module in work.spec.modules}
+    whole = MemoryModel(work.with_recompute("full"), "adam", None, engine="megatron").transient_bytes(2, "full")[1]
+    pinned = MemoryModel(work.with_recompute(modules), "adam", None, engine="megatron").transient_bytes(2, "full")[1]
+    assert whole.any() and pinned == pytest.approx(whole)

@@ -248,8 +248,8 @@ def _schedule(config: RunConfig, pp: int | None, values: dict[str, Filled], note
     fixed schedule writes (``"csv"``: adaptive's, or the user's own) is left to the search, and a note says so."""
     schedule, virtual = _given(config, "schedule"), _given(config, "virtual_stages")
     if schedule is not None and schedule.value == CSV_SCHEDULE:
-        notes.append("that order (adaptive's, or your own) is not priced as written: the schedule is searched over "
-                     "the files' layout")
+        notes.append("that order (adaptive's, or your own) is not priced as written: priced as the best schedule "
+                     "over the files' stages and microbatches")
         schedule = None
     if pp == 1:
         values["schedule"] = schedule or Filled("1f1b", "derived: pp 1 runs no pipeline schedule")

@@ -106,8 +106,8 @@ class _Reader:
         if item is None or not isinstance(item[0], bool):
             return
         if item[0] and not compiled:
-            raise InvalidInputError(f"{item[1]}: async TP needs compile.enable (torchtitan refuses it without "
-                                    "torch.compile)")
+            raise InvalidInputError(f"{item[1]}: async TP needs compile.enable with \"model\" in compile.components "
+                                    "(torchtitan refuses it without the model compiled)")
         if tp > 1:
             self.set("async_tp", "on" if item[0] else "off", item[1])
 

@@ -278,7 +278,8 @@ def stored_gathered_input_bytes(spec: ModelSpec, micro_batch_size: int,
             total = 0.0
             for member in ((module,) if partner is None else (module, partner)):
                 mode = _layer_mode(member, index, modes[member.name]) if placed is None else placed[len(out)][0]
-                if mode == "none" and spec.trains(member.name) and spec.needs_grad(member.name):
+                # selective reruns the attention core only: the GEMMs' inputs are kept as under none
+                if mode in ("none", "selective") and spec.trains(member.name) and spec.needs_grad(member.name):
                     total += layer_part(member, shape, index, spec.module).gathered
             out.append(total)
     return out

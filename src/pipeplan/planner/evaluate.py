@@ -90,7 +90,7 @@ class Evaluator:
         reduce_bytes: bytes per gradient element of the data-parallel reduction and of the
             replicated gradient buffer where the engine pins it (``--grad-reduce-dtype``:
             :attr:`~pipeplan.planner.engine_costs.EngineCosts.reduce_bytes`); ``None``: the mode's own.
-        compiled_loss: a torch engine compiles its loss with the model (``--compile on``): its loss's
+        compiled_loss: torchtitan compiles its loss with the model (``--compile on``): its loss's
             memory (:data:`~pipeplan.planner.memory.COMPILED_LOSS_COPIES`).
 
     Attributes:
@@ -574,7 +574,7 @@ def evaluate_layout(
     communication. ``engine_costs`` (DeepSpeed's knobs: :mod:`pipeplan.planner.engine_costs`)
     replaces ``sync`` for the modes it prices and adds its host hooks and, with ``pp > 1``, its pipeline runtime's costs.
     ``engine`` (default ``engine_costs``' engine, else Megatron-LM's knobs) prices its loss's memory;
-    ``compiled_loss``: a torch engine's loss compiled with the model (``--compile on``,
+    ``compiled_loss``: torchtitan's loss compiled with the model (``--compile on``,
     :class:`~pipeplan.planner.memory.MemoryModel`).
     """
     hooks, pipeline, reduce_bytes = None, None, None

@@ -87,7 +87,7 @@ published runs):
   fp32 softmax and the bf16 gradient of the logits (DeepSpeed's Megatron-DeepSpeed uses
   it too). The layer profile already stores ``L`` per microbatch in flight under
   every mode (no engine checkpoints the head, ``full`` included); the rest is added once.
-  A loss compiled with the model (``--compile on`` under torchtitan or plain torch:
+  A loss compiled with the model (``--compile on`` under torchtitan:
   ``compiled_loss``) holds **0.5 L**, the bf16 logits it saves and their gradient written
   into them (:data:`COMPILED_LOSS_COPIES`); the profile's stored ``L`` stands for it
   (0.5 L over), so nothing is added;
@@ -235,7 +235,7 @@ class MemoryModel:
             its loss's fp32 logits (:data:`LOSS_LOGIT_COPIES`).
         reduce_bytes: bytes per gradient element of the data-parallel reduction where the engine's
             ``--grad-reduce-dtype`` pins it (``None``: each mode's own, :mod:`pipeplan.data_parallel`).
-        compiled_loss: the engine compiles its loss (``--compile on`` under torchtitan or plain torch):
+        compiled_loss: the engine compiles its loss (``--compile on`` under torchtitan):
             :data:`COMPILED_LOSS_COPIES` for a torch engine; ignored for the others.
     """
 

@@ -93,7 +93,7 @@ class SearchOptions:
             (:class:`~pipeplan.planner.engine_costs.EngineCosts`: DeepSpeed's gradient
             sync per ZeRO stage, replacing ``sync`` for the modes it prices, and its host
             hooks); ``None``: nothing.
-        compiled_loss: :attr:`engine` (a torch engine) compiles its loss with the model (``--compile on``):
+        compiled_loss: :attr:`engine` (torchtitan) compiles its loss with the model (``--compile on``):
             its memory (:class:`~pipeplan.planner.memory.MemoryModel`).
         summaries: compute the one-knob plans and the space's lower bounds (``False``: skipped,
             ``SearchResult.one_knob`` empty and its bounds 0, for a caller that reads only the

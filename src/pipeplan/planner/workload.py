@@ -490,10 +490,11 @@ class Workload:
         base = self.tensor_source
         tp = self.tensor_parallel
 
-        def pinned(size: int, _mode: Recompute | Mapping[str, Recompute], degree: int) -> LayerProfile:
-            return base(size, modes, degree)
+        def pinned(size: int, mode: Recompute | Mapping[str, Recompute], degree: int) -> LayerProfile:
+            # "none" is every module's none (what the memory model reruns a layer from); any other: the pins
+            return base(size, "none" if mode == "none" else modes, degree)
 
-        return replace(self, source=lambda size, _mode: pinned(size, modes, tp), tensor_source=pinned,
+        return replace(self, source=lambda size, mode: pinned(size, mode, tp), tensor_source=pinned,
                        recompute_modes=(label,), recompute_by_module=modes, _cache={}, memo={})
 
     def with_tensor_knobs(self, *, sequence_parallel: bool | None = None,
