@@ -130,6 +130,7 @@ def test_the_cpu_measurement_of_torchtitans_block_agrees_with_pipeplan() -> None
     sequence the block keeps are its two gathered inputs, pipeplan's ``gathered_input_bytes``.
     """
     pytest.importorskip("torch")
+    pytest.importorskip("tyro", reason="torchtitan's dependencies are not installed (pip install .[engines])")
     tree = toml_release()
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "torchtitan_activations.py"), "--small", "--json",
                           "--tp", "1,2"], capture_output=True, text=True, timeout=600,

@@ -233,7 +233,9 @@ def layer_costs(
     ]
 
 
-def gathered_input_bytes(spec: ModelSpec, micro_batch_size: int) -> list[float]:
+def gathered_input_bytes(spec: ModelSpec, micro_batch_size: int,
+                         recompute: Recompute | Mapping[str, Recompute] | None = None,
+                         stage_sizes: Sequence[int] | None = None) -> list[float]:
     """Per pipeline layer, the bytes of its trained blocks' column-parallel GEMM inputs over the whole sequence.
 
     A transformer block's QKV and first MLP GEMMs read the norms' outputs, ``2·n·s·h`` 16-bit
@@ -241,8 +243,13 @@ def gathered_input_bytes(spec: ModelSpec, micro_batch_size: int) -> list[float]:
     sequence parallelism Megatron-LM saves each one's ``1/t`` shard and gathers it again in the
     backward (what :func:`layer_costs` stores), while an engine that saves the gathered input
     (DTensor's ``ColwiseParallel``) keeps all of it. Layers without blocks, frozen ones and those
-    that run no backward: 0. Independent of ``t`` (the whole sequence's bytes).
+    that run no backward: 0. Independent of ``t`` (the whole sequence's bytes). ``recompute``
+    given: only the blocks it leaves storing them (``"none"``, or ``"selective"``, which reruns the
+    attention core only), modes resolved as :func:`layer_costs` resolves them (``stage_sizes`` for
+    ``block:N`` / ``uniform:N``).
     """
+    modes = None if recompute is None else spec.recompute_modes(recompute)
+    placed = None if recompute is None else stage_layer_modes(spec, recompute, stage_sizes)
     shape = Shape.checked(micro_batch_size, "none", 1, False)
     joint = {m.joint_with: m for m in spec.modules if isinstance(m, TransformerStack) and m.joint_with}
     out: list[float] = []
@@ -253,7 +260,9 @@ def gathered_input_bytes(spec: ModelSpec, micro_batch_size: int) -> list[float]:
         for index in range(layer_depth(module)):
             total = 0.0
             for member in ((module,) if partner is None else (module, partner)):
-                if spec.trains(member.name) and spec.needs_grad(member.name):
+                stored = modes is None or (_layer_mode(member, index, modes[member.name]) if placed is None
+                                           else placed[len(out)][0]) in ("none", "selective")
+                if stored and spec.trains(member.name) and spec.needs_grad(member.name):
                     total += layer_part(member, shape, index, spec.module).gathered
             out.append(total)
     return out
@@ -262,27 +271,9 @@ def gathered_input_bytes(spec: ModelSpec, micro_batch_size: int) -> list[float]:
 def stored_gathered_input_bytes(spec: ModelSpec, micro_batch_size: int,
                                 recompute: Recompute | Mapping[str, Recompute],
                                 stage_sizes: Sequence[int] | None = None) -> list[float]:
-    """Per pipeline layer, :func:`gathered_input_bytes` of the blocks that run ``"none"`` under ``recompute``: what
-    an engine that saves the gathered input keeps for every microbatch in flight (a recomputed block holds it only
-    while it reruns: :mod:`pipeplan.planner.engine_memory`). Modes resolve as :func:`layer_costs` resolves them."""
-    modes = spec.recompute_modes(recompute)
-    placed = stage_layer_modes(spec, recompute, stage_sizes)
-    shape = Shape.checked(micro_batch_size, "none", 1, False)
-    joint = {m.joint_with: m for m in spec.modules if isinstance(m, TransformerStack) and m.joint_with}
-    out: list[float] = []
-    for module in spec.modules:
-        if isinstance(module, TransformerStack) and module.joint_with:
-            continue
-        partner = joint.get(module.name)
-        for index in range(layer_depth(module)):
-            total = 0.0
-            for member in ((module,) if partner is None else (module, partner)):
-                mode = _layer_mode(member, index, modes[member.name]) if placed is None else placed[len(out)][0]
-                # selective reruns the attention core only: the GEMMs' inputs are kept as under none
-                if mode in ("none", "selective") and spec.trains(member.name) and spec.needs_grad(member.name):
-                    total += layer_part(member, shape, index, spec.module).gathered
-            out.append(total)
-    return out
+    """:func:`gathered_input_bytes` of the blocks ``recompute`` leaves storing them: what an engine that saves the
+    gathered input keeps for every microbatch in flight (a recomputed block holds it only while it reruns)."""
+    return gathered_input_bytes(spec, micro_batch_size, recompute, stage_sizes)
 
 
 def layer_profile(

@@ -85,11 +85,11 @@ from ..costs import StageCosts
 from ..hardware import Link, intra_node_link
 from ..engines._eager import ASYNC_TP_HIDDEN
 from ..layers import LayerProfile
-from ..models.layer_costs import (flops_per_sample, layer_costs, layer_profile, stored_gathered_input_bytes,
-                                  tensor_parallel_traffic)
+from ..models.layer_costs import flops_per_sample, layer_costs, layer_profile, tensor_parallel_traffic
 from ..plan import (RECOMPUTE_MODES, TP_COMM_OVERLAPS, Recompute, TpCommOverlap, check_recompute, recompute_rank,
                     stage_recompute)
 from .cluster import ring_pass_ms
+from .profile_wrappers import backward_floor, gathered_source
 
 __all__ = ["Workload"]
 
@@ -561,41 +561,19 @@ class Workload:
         return replace(self, reshard_after_forward=bool(reshard))
 
     def with_saved_gathered_inputs(self) -> Workload:
-        """The workload with each ``none`` block storing its column-parallel GEMMs' gathered inputs at ``tp > 1`` under
-        sequence parallelism: ``(1 − 1/t)`` of their whole-sequence bytes beyond the profile's shards, per microbatch
-        in flight (torch's DTensor ``ColwiseParallel`` saves the all-gathered input for its weight gradient, where
-        Megatron-LM saves its shard; measured on CPU with torchtitan's own block,
-        ``benchmarks/torchtitan_activations.py``). A workload without a spec: unchanged. Set the tensor knobs and the
-        kernel factor before or after: they keep it."""
+        """The workload with each stored block keeping its column-parallel GEMMs' gathered inputs at ``tp > 1`` under
+        sequence parallelism, for every microbatch in flight (torch's DTensor: :mod:`.profile_wrappers`). A workload
+        without a spec: unchanged. The tensor knobs and the kernel factor keep it."""
         if self.saves_gathered_inputs or self.spec is None or self.tensor_source is None:
             return self
-        spec, base = self.spec, self.tensor_source
-        sequence_parallel = self.sequence_parallel
-
-        def saved(size: int, mode: Recompute | Mapping[str, Recompute], tp: int, *stages: Any) -> LayerProfile:
-            profile = base(size, mode, tp, *stages)
-            if tp == 1 or not sequence_parallel:
-                return profile
-            kept = stored_gathered_input_bytes(spec, size, mode, stages[0] if stages else None)
-            if len(kept) != profile.num_layers or not any(kept):
-                return profile
-            share = 1.0 - 1.0 / tp
-            return profile.replaced(activation_bytes=[float(a) + share * g
-                                                      for a, g in zip(profile.activation_bytes, kept)])
-
-        tp = self.tensor_parallel
+        saved, tp = gathered_source(self.spec, self.tensor_source, self.sequence_parallel), self.tensor_parallel
         return replace(self, source=lambda size, mode: saved(size, mode, tp), tensor_source=saved,
                        saves_gathered_inputs=True, _cache={}, memo={})
 
     def with_backward_floor(self, floor_ms: Sequence[float]) -> Workload:
-        """The workload with each layer's backward lasting at least ``floor_ms[l]`` milliseconds per microbatch.
-
-        What the host must do per layer and microbatch beside the GPU (an engine's
-        gradient hooks: DeepSpeed's, :mod:`pipeplan.planner.engine_costs`): the GPU runs
-        the kernels the host launched ahead of it, so the host's time shows only where it
-        is longer than the layer's GPU time (``max``, per layer). The recompute modes,
-        the tensor-parallel degree and the knobs are kept (set the knobs first:
-        :meth:`with_tensor_knobs` does not apply to the result); all zeros: the same workload.
+        """The workload with each layer's backward lasting at least ``floor_ms[l]`` milliseconds per microbatch: the
+        host's work beside the GPU (DeepSpeed's hooks, :mod:`.engine_costs`; :func:`.profile_wrappers.backward_floor`).
+        Recompute modes, tp and knobs are kept (set the knobs first); all zeros: the same workload.
 
         Raises:
             InvalidInputError: a profile whose layer count is not ``len(floor_ms)``.
@@ -604,13 +582,7 @@ class Workload:
         floor = [float(f) * scale for f in floor_ms]
         if not any(floor):
             return self
-
-        def floored(profile: LayerProfile) -> LayerProfile:
-            if len(floor) != profile.num_layers:
-                raise InvalidInputError(f"a backward floor needs one value per layer ({profile.num_layers}), "
-                                        f"got {len(floor)}")
-            return profile.replaced(backward=[max(float(b), f) for b, f in zip(profile.backward, floor)])
-
+        floored = backward_floor(floor)
         source, tensor = self.source, self.tensor_source
         return replace(self, source=lambda size, mode: floored(source(size, mode)),
                        tensor_source=None if tensor is None else (
