@@ -212,7 +212,6 @@ def test_plain_torchs_loss_is_its_own_code_not_compiled(run_cli) -> None:
 def test_a_none_block_stores_its_gathered_inputs_under_the_torch_engines() -> None:
     """DTensor keeps the gathered whole-sequence inputs of a block that is not recomputed, for every microbatch in
     flight (review: only the recomputed block's transient had them; none was under-priced by up to 73 % at tp 8)."""
-    from pipeplan.models.layer_costs import stored_gathered_input_bytes
 
     spec = llama3_spec("8B", 2048)
     base = Workload.from_spec(spec, hardware.device("h100-80g")).with_tensor_parallel(8)
@@ -223,7 +222,7 @@ def test_a_none_block_stores_its_gathered_inputs_under_the_torch_engines() -> No
         more = np.asarray(saved.with_recompute(mode).profile(1, mode).activation_bytes)
         assert more - plain == pytest.approx(kept * (1 - 1 / 8), abs=1.0), mode
     # every:2 stores them on the blocks it does not recompute only
-    assert np.count_nonzero(stored_gathered_input_bytes(spec, 1, "every:2")) == spec.modules[1].num_layers // 2
+    assert np.count_nonzero(gathered_input_bytes(spec, 1, "every:2")) == spec.modules[1].num_layers // 2
     # tp 1, without sequence parallelism: nothing gathered
     assert saved.with_tensor_parallel(1).profile(1, "none").activation_bytes == \
         base.with_tensor_parallel(1).profile(1, "none").activation_bytes

@@ -99,7 +99,7 @@ from ._layer_ops import PassOps, apply_training_ops, module_ops
 from .modules import ACTIVATION_BYTES, LMHead, Module, TransformerStack, VisionEncoder, layer_depth, runs_per_example
 from .spec import ModelSpec
 
-__all__ = ["LayerCost", "flops_per_sample", "gathered_input_bytes", "layer_costs", "layer_profile", "stored_gathered_input_bytes",
+__all__ = ["LayerCost", "flops_per_sample", "gathered_input_bytes", "layer_costs", "layer_profile",
            "stage_layer_modes", "tensor_parallel_traffic"]
 
 
@@ -266,14 +266,6 @@ def gathered_input_bytes(spec: ModelSpec, micro_batch_size: int,
                     total += layer_part(member, shape, index, spec.module).gathered
             out.append(total)
     return out
-
-
-def stored_gathered_input_bytes(spec: ModelSpec, micro_batch_size: int,
-                                recompute: Recompute | Mapping[str, Recompute],
-                                stage_sizes: Sequence[int] | None = None) -> list[float]:
-    """:func:`gathered_input_bytes` of the blocks ``recompute`` leaves storing them: what an engine that saves the
-    gathered input keeps for every microbatch in flight (a recomputed block holds it only while it reruns)."""
-    return gathered_input_bytes(spec, micro_batch_size, recompute, stage_sizes)
 
 
 def layer_profile(

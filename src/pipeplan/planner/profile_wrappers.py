@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import InvalidInputError
 from ..layers import LayerProfile
-from ..models.layer_costs import stored_gathered_input_bytes
+from ..models.layer_costs import gathered_input_bytes
 from ..plan import Recompute
 
 __all__ = ["backward_floor", "gathered_source"]
@@ -43,7 +43,7 @@ def gathered_source(spec: Any, base: TensorSource, sequence_parallel: bool) -> T
         profile = base(size, mode, tp, *stages)
         if tp == 1 or not sequence_parallel:
             return profile
-        kept = stored_gathered_input_bytes(spec, size, mode, stages[0] if stages else None)
+        kept = gathered_input_bytes(spec, size, mode, stages[0] if stages else None)  # the blocks that store them
         if len(kept) != profile.num_layers or not any(kept):
             return profile
         share = 1.0 - 1.0 / tp
